@@ -1,0 +1,779 @@
+/* rdmax.h 0.1.0 - a header-only RDMA transport in C: verbs RC and UD send, put, get and atomics.
+
+   Do this in exactly one C (or C++) file of your project:
+
+       #define RDMAX_TRANSPORT_RC            (and/or RDMAX_TRANSPORT_UD)
+       #define RDMAX_IMPLEMENTATION
+       #include "rdmax.h"
+
+   and in every other file that uses it, the same transport selection without RDMAX_IMPLEMENTATION.
+   Copy rdmax.h and rdmax_impl.h side by side; link with -libverbs -lnuma.
+
+   TRANSPORT SELECTION
+   Define RDMAX_TRANSPORT_RC, RDMAX_TRANSPORT_UD or both before including. With neither the header stops
+   with #error. Code of a transport that was not selected is not compiled, so a fast path never pays for it.
+   Every translation unit must select the same transports as the implementation: a unit that selects
+   differently fails at link time with an undefined reference to `rdmax__selection_rcX_udY` (the symbol
+   names what that unit selected). Linking with --gc-sections may hide this check.
+
+   OPTIONAL DEFINES (before including; the same in every unit)
+       RDMAX_IMPLEMENTATION      compile the implementation (exactly one unit)
+       RDMAX_MALLOC(sz) / RDMAX_FREE(p)
+                                 allocator for rdmax's own small structs; define both or neither.
+                                 A runtime allocator in rdmax_ctx_desc.allocator takes precedence.
+       RDMAX_ASSERT(c)           debug checks on the fast paths (default: assert() when !NDEBUG)
+       RDMAX_BATCH_MAX           most work requests chained into one post (default 32)
+       RDMAX_MAX_SGE             most scatter/gather entries rdmax puts in one request (default 8)
+       RDMAX_NO_MEMHOOKS         do not interpose munmap & co for the registration cache (see rcache)
+
+   ENVIRONMENT (read by rdmax_ctx_create; a desc field set by the program wins over the variable)
+       RDMAX_DEVICE=name         device to open (default: first device with an active port)
+       RDMAX_GID_INDEX=n         GID index (default: the RoCE v2 IPv4-mapped GID, else index 0)
+       RDMAX_NUMA_NODE=n         NUMA node for rdmax's buffers (default: the device's node, if known)
+       RDMAX_LOG_LEVEL=error|warn|info|debug|trace   (default: warn)
+
+   STEP BY STEP
+       rdmax_ctx_desc cd = {0};                 zero fields mean the documented defaults
+       rdmax_ctx *ctx;  rdmax_ctx_create(&cd, &ctx);
+       rdmax_ep_desc ed = {0};  ed.recv_cb = on_message;
+       server: rdmax_listen(ctx, NULL, 18515, &l);  rdmax_accept(l, &ed, &ep, 10000);
+       client: rdmax_connect(ctx, "host", 18515, &ed, &ep, 10000);
+       one process: rdmax_ep_create_pair(ctx, &ed, &a, &b);
+       rdmax_send(ep, buf, len, mem, NULL);  rdmax_put(...);  rdmax_get(...);
+       while (...) rdmax_progress(ctx);         drives completions and received messages
+       rdmax_ep_flush(ep, 1000);  rdmax_ep_destroy(ep);  rdmax_ctx_destroy(ctx);
+
+   FAST-PATH RULES
+   rdmax_send/put/get/fadd/cswap and rdmax_progress never allocate, never log and take no lock. Results:
+       RDMAX_OK                 done: the source buffer may be reused now (inline data); comp is not used
+       RDMAX_INPROGRESS         posted; comp (if given) is completed by rdmax_progress later
+       RDMAX_ERR_NO_RESOURCE    nothing was posted (send queue, CQ or read budget full): progress and retry
+       other negative values    nothing was posted; rdmax_status_str() names the reason
+   A completion is either a callback (comp->cb set) or a flag the caller polls (comp->cb NULL: rdmax sets
+   comp->status and then comp->done). The rdmax_comp must live until it completes. Operations without a
+   comp are unsignaled; rdmax_ep_flush() waits for them.
+
+   THREAD SAFETY
+   A context and everything made from it belong to one thread at a time. Different contexts may be used
+   from different threads concurrently. rdmax_status_str() and the pure wire-format functions are
+   thread-safe.
+
+   ERROR HANDLING
+   Every function returns an rdmax_status. Failures of setup calls are logged (through the logger, default
+   stderr) with the device, port, endpoint and call that failed, and the text is kept:
+   rdmax_ctx_last_error(). A failed completion moves only its own endpoint to RDMAX_EP_ERROR; its first
+   error is logged once with the ibv_wc_status text, the operation and the remote address; flushed
+   completions after it are counted, not logged, and complete their operations with RDMAX_ERR_FLUSHED.
+
+   LICENSE: see the end of this file.
+*/
+#ifndef RDMAX_H_INCLUDED
+#define RDMAX_H_INCLUDED
+
+/* The implementation uses POSIX and GNU calls (poll, getaddrinfo, mremap...): in that unit rdmax.h
+   should come before any system header, or define _GNU_SOURCE yourself. */
+#if defined(RDMAX_IMPLEMENTATION) && !defined(_GNU_SOURCE)
+#define _GNU_SOURCE
+#endif
+
+#define RDMAX_VERSION_MAJOR 0
+#define RDMAX_VERSION_MINOR 1
+#define RDMAX_VERSION_PATCH 0
+#define RDMAX_VERSION_STRING "0.1.0"
+
+/* ---- transport selection ------------------------------------------------------------------------ */
+#if !defined(RDMAX_TRANSPORT_RC) && !defined(RDMAX_TRANSPORT_UD)
+#error "rdmax: select a transport: #define RDMAX_TRANSPORT_RC and/or #define RDMAX_TRANSPORT_UD before #include \"rdmax.h\""
+#endif
+#if defined(RDMAX_TRANSPORT_RC)
+#define RDMAX__HAS_RC 1
+#else
+#define RDMAX__HAS_RC 0
+#endif
+#if defined(RDMAX_TRANSPORT_UD)
+#define RDMAX__HAS_UD 1
+#else
+#define RDMAX__HAS_UD 0
+#endif
+#if defined(RDMAX_MALLOC) != defined(RDMAX_FREE)
+#error "rdmax: define both RDMAX_MALLOC and RDMAX_FREE, or neither"
+#endif
+
+/* Every unit that includes this header references the symbol that names its selection; only the
+   implementation defines it (for its own selection). A mismatch is an undefined reference at link time.
+   The reference sits in a non-allocated section: it costs nothing at run time. */
+#define RDMAX__STR2(x) #x
+#define RDMAX__STR(x) RDMAX__STR2(x)
+#define RDMAX__SELNAME2(rc, ud) rdmax__selection_rc##rc##_ud##ud
+#define RDMAX__SELNAME(rc, ud) RDMAX__SELNAME2(rc, ud)
+#define RDMAX__SELECTION RDMAX__SELNAME(RDMAX__HAS_RC, RDMAX__HAS_UD)
+__asm__(".pushsection .rdmax_selection,\"\",@progbits\n\t.quad " RDMAX__STR(RDMAX__SELECTION) "\n\t.popsection");
+
+/* ---- includes and portability ------------------------------------------------------------------- */
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+#include <string.h>
+#include <errno.h>
+#include <infiniband/verbs.h>
+
+#ifndef RDMAX_API
+#define RDMAX_API extern
+#endif
+#ifndef RDMAX_INLINE
+#define RDMAX_INLINE static inline __attribute__((always_inline))
+#endif
+#define rdmax_likely(x) __builtin_expect(!!(x), 1)
+#define rdmax_unlikely(x) __builtin_expect(!!(x), 0)
+#ifdef __cplusplus
+#define RDMAX_STATIC_ASSERT(c, m) static_assert(c, m)
+#else
+#define RDMAX_STATIC_ASSERT(c, m) _Static_assert(c, m)
+#endif
+#ifndef RDMAX_ASSERT
+#include <assert.h>
+#define RDMAX_ASSERT(c) assert(c)
+#endif
+#ifndef RDMAX_BATCH_MAX
+#define RDMAX_BATCH_MAX 32
+#endif
+#ifndef RDMAX_MAX_SGE
+#define RDMAX_MAX_SGE 8
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status codes ------------------------------------------------------------------------------- */
+/* Grouped: 0 and positive are success; -1..-19 general; -20..-39 connection and wire format;
+   -40..-59 completions. rdmax_status_str() gives each a sentence. */
+#define RDMAX__STATUS_LIST(X)                                                                              \
+    X(RDMAX_OK, 0, "success")                                                                              \
+    X(RDMAX_INPROGRESS, 1, "operation posted; its completion will report the result")                      \
+    X(RDMAX_BUSY, 2, "resources are available now: post directly instead of queueing")                    \
+    X(RDMAX_ERR_NO_RESOURCE, -2, "no resources (send queue, completion queue or read budget full)")        \
+    X(RDMAX_ERR_INVALID_PARAM, -3, "invalid parameter")                                                    \
+    X(RDMAX_ERR_NO_MEMORY, -4, "out of memory")                                                            \
+    X(RDMAX_ERR_NO_DEVICE, -5, "no usable RDMA device or port")                                            \
+    X(RDMAX_ERR_IO, -6, "a verbs or system call failed")                                                   \
+    X(RDMAX_ERR_SIZE, -7, "message size exceeds the limit")                                                \
+    X(RDMAX_ERR_UNALIGNED, -8, "remote address of an atomic is not 8-byte aligned")                        \
+    X(RDMAX_ERR_TIMEOUT, -9, "timed out")                                                                  \
+    X(RDMAX_ERR_NOT_CONNECTED, -10, "endpoint is not connected")                                           \
+    X(RDMAX_ERR_ENDPOINT, -11, "endpoint is in the error state")                                           \
+    X(RDMAX_ERR_CANCELED, -12, "operation canceled (endpoint destroyed or pending queue purged)")           \
+    X(RDMAX_ERR_NO_MEMH, -13, "buffer needs a memory registration (pass an rdmax_mem)")                   \
+    X(RDMAX_ERR_UNSUPPORTED, -14, "operation not supported by this transport or device")                  \
+    X(RDMAX_ERR_OOB_SHORT, -20, "connection record: peer closed before a whole record arrived")           \
+    X(RDMAX_ERR_OOB_LONG, -21, "connection record: length field larger than this version's record")       \
+    X(RDMAX_ERR_OOB_MAGIC, -22, "connection record: wrong magic (not an rdmax peer)")                      \
+    X(RDMAX_ERR_OOB_VERSION, -23, "connection record: unsupported version")                                \
+    X(RDMAX_ERR_OOB_LENGTH, -24, "connection record: length field smaller than the record")               \
+    X(RDMAX_ERR_OOB_TRANSPORT, -25, "connection record: transport differs from ours")                      \
+    X(RDMAX_ERR_OOB_MTU, -26, "connection record: invalid MTU")                                            \
+    X(RDMAX_ERR_OOB_QPN, -27, "connection record: invalid QP number")                                      \
+    X(RDMAX_ERR_OOB_PSN, -28, "connection record: invalid packet sequence number")                         \
+    X(RDMAX_ERR_OOB_GID, -29, "connection record: invalid GID")                                            \
+    X(RDMAX_ERR_OOB_BUFFER, -30, "connection record: invalid buffer address, key or length")               \
+    X(RDMAX_ERR_OOB_RESERVED, -31, "connection record: reserved field not zero")                            \
+    X(RDMAX_ERR_OOB_RECV_SIZE, -32, "connection record: invalid receive size")                             \
+    X(RDMAX_ERR_OOB_SYNC, -33, "connection: peer did not confirm it is ready")                             \
+    X(RDMAX_ERR_CONNECT, -34, "connection: could not reach the peer's out-of-band address")                \
+    X(RDMAX_ERR_REMOTE_ACCESS, -40, "remote access error (bad key, address or permissions)")              \
+    X(RDMAX_ERR_REMOTE_OP, -41, "remote operation error (e.g. message larger than the receive buffer)")   \
+    X(RDMAX_ERR_RETRY_EXCEEDED, -42, "transport retry count exceeded (peer unreachable or gone)")          \
+    X(RDMAX_ERR_RNR_RETRY_EXCEEDED, -43, "receiver-not-ready retry count exceeded")                       \
+    X(RDMAX_ERR_LOCAL, -44, "local protection, length or QP error")                                        \
+    X(RDMAX_ERR_FLUSHED, -45, "flushed: the endpoint failed before this operation ran")                    \
+    X(RDMAX_ERR_COMPLETION, -46, "the work completion reported another error")
+
+typedef enum rdmax_status {
+#define RDMAX__X(name, val, text) name = val,
+    RDMAX__STATUS_LIST(RDMAX__X)
+#undef RDMAX__X
+} rdmax_status;
+
+/* ---- constants ---------------------------------------------------------------------------------- */
+enum {
+    RDMAX_ACCESS_LOCAL = 0,         /* local read/write only (receive and send buffers) */
+    RDMAX_ACCESS_REMOTE_READ = 1,
+    RDMAX_ACCESS_REMOTE_WRITE = 2,
+    RDMAX_ACCESS_REMOTE_ATOMIC = 4
+};
+typedef enum rdmax_log_level {
+    RDMAX_LOG_ERROR = 0, RDMAX_LOG_WARN, RDMAX_LOG_INFO, RDMAX_LOG_DEBUG, RDMAX_LOG_TRACE
+} rdmax_log_level;
+typedef enum rdmax_ep_state {
+    RDMAX_EP_INIT = 0, RDMAX_EP_CONNECTED, RDMAX_EP_ERROR, RDMAX_EP_CLOSED
+} rdmax_ep_state;
+typedef enum rdmax_op {
+    RDMAX_OP_SEND = 0, RDMAX_OP_PUT, RDMAX_OP_GET, RDMAX_OP_FADD, RDMAX_OP_CSWAP, RDMAX_OP_FLUSH, RDMAX_OP__COUNT
+} rdmax_op;
+#define RDMAX_CONN_INFO_SIZE 64       /* bytes of the out-of-band record, version 1 */
+#define RDMAX_CONN_INFO_MAGIC 0x52444d58u /* "RDMX" */
+#define RDMAX_CONN_INFO_VERSION 1
+#define RDMAX_TRANSPORT_ID_RC 1
+#define RDMAX_TRANSPORT_ID_UD 2
+#define RDMAX_UD_GRH 40
+#define RDMAX_UD_QKEY 0x11111111u
+
+/* ---- types -------------------------------------------------------------------------------------- */
+typedef struct rdmax_ctx rdmax_ctx;
+typedef struct rdmax_ep rdmax_ep;
+typedef struct rdmax_listener rdmax_listener;
+typedef struct rdmax_comp rdmax_comp;
+
+typedef void (*rdmax_comp_cb)(rdmax_comp *comp, rdmax_status status);
+/* A completion the caller owns. Either set cb (called from rdmax_progress) or leave it NULL and poll
+   `done`; `user` is yours. */
+struct rdmax_comp {
+    rdmax_comp_cb cb;
+    void *user;
+    rdmax_status status;
+    volatile int done;
+};
+
+/* A message received on an endpoint: `data` is valid only during the callback. */
+typedef void (*rdmax_recv_cb)(rdmax_ep *ep, void *data, size_t len, void *user);
+
+typedef struct rdmax_allocator {
+    void *(*alloc)(size_t size, void *user);
+    void (*free)(void *ptr, void *user);
+    void *user;
+} rdmax_allocator;
+
+typedef struct rdmax_logger {
+    /* msg names the device, endpoint and call; it has no trailing newline */
+    void (*func)(rdmax_log_level level, const char *msg, void *user);
+    void *user;
+} rdmax_logger;
+
+/* A registered memory region. Fill iovs' lkey from `lkey`; hand `addr`/`rkey` to a peer. */
+typedef struct rdmax_mem {
+    void *addr;
+    size_t len;
+    uint32_t lkey, rkey;
+    struct ibv_mr *mr;
+    rdmax_ctx *ctx;
+    int numa_node;        /* node the memory was requested on, -1 if local */
+    int owned;            /* allocated by rdmax_mem_alloc */
+} rdmax_mem;
+
+typedef struct rdmax_iov {
+    void *addr;
+    uint32_t len;
+    uint32_t lkey;
+} rdmax_iov;
+
+/* The peer's buffer, as it was handed over in the connection record. */
+typedef struct rdmax_rbuf {
+    uint64_t addr;
+    uint64_t len;
+    uint32_t rkey;
+} rdmax_rbuf;
+
+/* The connection record, decoded. On the wire it is RDMAX_CONN_INFO_SIZE bytes in network order:
+     0 magic u32 | 4 version u16 | 6 length u16 | 8 transport u8 | 9 mtu u8 (ibv_mtu 1..5) | 10 reserved u16
+    12 qpn u32 (24 bits, != 0) | 16 psn u32 (24 bits) | 20 qkey u32 (UD; 0 for RC) | 24 rkey u32
+    28 recv_size u32 (largest message the sender of the record accepts) | 32 gid[16]
+    48 buffer address u64 | 56 buffer length u64 */
+typedef struct rdmax_conn_info {
+    uint8_t transport, mtu;
+    uint32_t qpn, psn, qkey, recv_size;
+    uint8_t gid[16];
+    rdmax_rbuf buf;
+} rdmax_conn_info;
+
+typedef struct rdmax_ctx_desc {
+    const char *device;        /* NULL: $RDMAX_DEVICE, else the first device with an active port */
+    uint8_t port;              /* 0: first active port */
+    bool gid_index_set;        /* false: $RDMAX_GID_INDEX, else RoCE v2 IPv4-mapped GID */
+    int gid_index;
+    bool numa_node_set;        /* false: $RDMAX_NUMA_NODE, else the device's node (-1 = local) */
+    int numa_node;
+    uint32_t cq_depth;         /* 0: 4096 (send and receive CQ each) */
+    uint32_t max_eps;          /* 0: 1024 endpoints per context */
+    rdmax_log_level log_level; /* used when log_level_set; else $RDMAX_LOG_LEVEL, else warn */
+    bool log_level_set;
+    rdmax_allocator allocator; /* zero: RDMAX_MALLOC/RDMAX_FREE, else malloc/free */
+    rdmax_logger logger;       /* zero: stderr */
+} rdmax_ctx_desc;
+
+typedef struct rdmax_ep_desc {
+    uint8_t transport;         /* 0: RC when selected, else UD; or RDMAX_TRANSPORT_ID_RC / _UD */
+    uint32_t sq_depth;         /* 0: 256 send-queue slots */
+    uint32_t rq_depth;         /* 0: 128 posted receive buffers (min 32) */
+    uint32_t recv_size;        /* 0: 4096 bytes per receive buffer (RC); UD: path MTU + GRH */
+    uint32_t signal_interval;  /* 0: one signaled request in 64 */
+    uint32_t max_inline;       /* 0: the probed device maximum; larger values are clamped to it */
+    uint8_t timeout;           /* 0: 14 (4.096 us * 2^14 = 67 ms ack timeout) */
+    uint8_t retry_cnt;         /* 0: 7 */
+    uint8_t rnr_retry;         /* 0: 6 (7 would retry forever, which has locked up rxe) */
+    uint8_t min_rnr_timer;     /* 0: 12 (0.64 ms) */
+    uint8_t max_rd_atomic;     /* 0: device max_qp_rd_atom, negotiated down to the peer's */
+    rdmax_recv_cb recv_cb;     /* called from rdmax_progress for each received message */
+    void *user;
+    const rdmax_mem *expose;   /* buffer advertised to the peer (address, rkey, length); may be NULL */
+} rdmax_ep_desc;
+
+/* Limits probed on the opened device and port. */
+typedef struct rdmax_dev_attr {
+    char name[64];
+    uint8_t port;
+    int gid_index;
+    union ibv_gid gid;
+    enum ibv_mtu active_mtu;
+    uint32_t mtu_bytes;
+    uint32_t max_inline;       /* found by creating throwaway QPs: verbs cannot report it */
+    uint32_t max_qp_rd_atom;
+    uint32_t max_sge;
+    uint32_t max_cqe;
+    uint32_t max_qp_wr;
+    uint64_t max_msg_sz;
+    int link_layer;
+    int numa_node;             /* node the device sits on, -1 unknown */
+} rdmax_dev_attr;
+
+/* Counters rdmax keeps anyway; plain increments on the fast path. */
+typedef struct rdmax_counters {
+    uint64_t posted[RDMAX_OP__COUNT];
+    uint64_t completed[RDMAX_OP__COUNT];
+    uint64_t bytes[RDMAX_OP__COUNT];
+    uint64_t post_calls;        /* ibv_post_send calls (one system call each on rxe) */
+    uint64_t recv_post_calls;
+    uint64_t polls, empty_polls, cqes;
+    uint64_t recv_msgs, recv_bytes;
+    uint64_t err_cqes, flushed_cqes, stale_wr_ids;
+    uint64_t recv_drops;        /* receive completions the library had to drop */
+    uint64_t no_resource;       /* posts refused with RDMAX_ERR_NO_RESOURCE */
+    uint64_t ep_errors;
+} rdmax_counters;
+
+/* ---- internal types the inline fast paths touch (do not use their fields directly) ------------ */
+typedef struct rdmax__slot {
+    rdmax_comp *comp;
+    uint32_t len;
+    uint8_t op;
+    uint8_t signaled;
+    uint64_t raddr;             /* for the error report */
+} rdmax__slot;
+
+typedef struct rdmax__ep_ref {
+    rdmax_ep *ep;
+    uint16_t gen;
+} rdmax__ep_ref;
+
+#define RDMAX__WR_RECV (1ull << 31)
+#define RDMAX__WR_SLOT_MASK 0x7fffffffull
+
+struct rdmax_ctx {
+    struct ibv_context *verbs;
+    struct ibv_pd *pd;
+    struct ibv_cq *scq, *rcq;
+    struct ibv_comp_channel *channel;
+    uint32_t scq_credits;       /* send-CQ entries not yet reserved by a post */
+    uint32_t n_eps;
+    rdmax__ep_ref *eps;         /* table that wr_ids index: [max_eps] */
+    rdmax_counters cnt;
+    rdmax_ctx_desc desc;        /* applied values */
+    rdmax_dev_attr attr;
+    rdmax_log_level log_level;
+    char last_error[512];
+    struct ibv_wc wc[16];
+#if RDMAX__HAS_UD
+    struct rdmax__ud *ud;
+#endif
+};
+
+struct rdmax_ep {
+    rdmax_ctx *ctx;
+    struct ibv_qp *qp;
+    uint64_t wr_id_base;        /* generation << 48 | table index << 32 */
+    uint8_t state;              /* rdmax_ep_state */
+    uint8_t batching;
+    uint16_t batch_n;
+    uint32_t sq_mask;           /* sq_depth - 1 (power of two) */
+    uint32_t sq_head, sq_tail;  /* next slot to fill, oldest outstanding */
+    uint32_t sq_avail;
+    uint32_t unsignaled;        /* posts since the last signaled one */
+    uint32_t signal_interval;
+    uint32_t max_inline;
+    uint32_t rd_avail;          /* RDMA reads and atomics that may still be issued */
+    uint32_t peer_recv_size;    /* largest message the peer accepts */
+    rdmax__slot *slots;
+    struct ibv_send_wr wr[RDMAX_BATCH_MAX];
+    struct ibv_sge sge[RDMAX_BATCH_MAX][RDMAX_MAX_SGE];
+    rdmax_rbuf remote;          /* the peer's exposed buffer */
+    rdmax_recv_cb recv_cb;
+    void *user;
+    /* receive pool */
+    char *rbufs;
+    struct ibv_mr *rmr;
+    uint32_t rq_depth, recv_size, rq_unposted, *rq_free;
+    /* error report */
+    int last_wc_status;
+    int last_errno;
+    rdmax_ep_desc desc;         /* applied values */
+    char peer[64];              /* peer's out-of-band address, for messages */
+    uint32_t peer_qpn;
+#if RDMAX__HAS_UD
+    struct ibv_ah *ah;          /* UD: the peer's address handle (from the context's cache) */
+    uint32_t ud_qpn, ud_qkey;
+    struct rdmax__mcast *mcast; /* UD: groups this endpoint joined */
+#endif
+};
+
+/* ---- out-of-line API ---------------------------------------------------------------------------- */
+/* rdmax_status_str: a sentence for each status. Thread-safe. */
+RDMAX_API const char *rdmax_status_str(rdmax_status s);
+RDMAX_API const char *rdmax_op_str(rdmax_op op);
+
+/* Context. rdmax_ctx_create opens the device, picks the port and GID, probes limits, creates the CQs and
+   completion channel. Returns RDMAX_ERR_NO_DEVICE (text names device and port), RDMAX_ERR_IO (names the
+   verbs call and errno). */
+RDMAX_API rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc, rdmax_ctx **ctx_out);
+RDMAX_API void rdmax_ctx_destroy(rdmax_ctx *ctx);
+RDMAX_API const char *rdmax_ctx_last_error(const rdmax_ctx *ctx);
+RDMAX_API const rdmax_dev_attr *rdmax_ctx_attr(const rdmax_ctx *ctx);
+/* File descriptor that becomes readable when a completion arrives after rdmax_ctx_arm(). */
+RDMAX_API int rdmax_ctx_fd(const rdmax_ctx *ctx);
+RDMAX_API rdmax_status rdmax_ctx_arm(rdmax_ctx *ctx);
+/* Block until a completion arrives or timeout_ms passes (-1: forever), then progress. */
+RDMAX_API int rdmax_wait(rdmax_ctx *ctx, int timeout_ms);
+RDMAX_API void rdmax_counters_get(const rdmax_ctx *ctx, rdmax_counters *out);
+
+/* Memory. rdmax_mem_alloc allocates on the context's NUMA node and registers; rdmax_mem_reg registers
+   memory you own. access: RDMAX_ACCESS_* (remote rights are granted only when asked for). */
+RDMAX_API rdmax_status rdmax_mem_alloc(rdmax_ctx *ctx, size_t len, unsigned access, rdmax_mem **out);
+RDMAX_API rdmax_status rdmax_mem_reg(rdmax_ctx *ctx, void *addr, size_t len, unsigned access, rdmax_mem **out);
+RDMAX_API void rdmax_mem_free(rdmax_mem *mem);
+/* NUMA-placed allocation for rdmax's own buffers (also usable for yours). */
+RDMAX_API void *rdmax_numa_alloc(rdmax_ctx *ctx, size_t len);
+RDMAX_API void rdmax_numa_free(rdmax_ctx *ctx, void *p, size_t len);
+
+/* Wire format of the connection record (pure functions, usable without a device). decode validates every
+   field and returns the RDMAX_ERR_OOB_* status of the first one that is wrong; `why` (may be NULL) gets a
+   sentence naming the field and the value seen. */
+RDMAX_API void rdmax_conn_info_encode(const rdmax_conn_info *info, uint8_t out[RDMAX_CONN_INFO_SIZE]);
+RDMAX_API rdmax_status rdmax_conn_info_decode(const uint8_t *buf, size_t len, rdmax_conn_info *out,
+                                              char *why, size_t why_len);
+/* Send our record on a connected TCP socket and read the peer's, with a deadline for the whole exchange. */
+RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, rdmax_conn_info *remote,
+                                          int timeout_ms, char *why, size_t why_len);
+
+/* Endpoints (RC). rdmax_listen binds a TCP listener (host NULL: all IPv6 and IPv4 addresses);
+   rdmax_accept takes one client, exchanges records and connects; a bad client makes rdmax_accept return
+   its error but leaves the listener usable. rdmax_connect resolves host (IPv4 or IPv6). */
+RDMAX_API rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out);
+RDMAX_API uint16_t rdmax_listener_port(const rdmax_listener *l);
+RDMAX_API void rdmax_listener_close(rdmax_listener *l);
+RDMAX_API rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep **out, int timeout_ms);
+RDMAX_API rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, const rdmax_ep_desc *desc,
+                                     rdmax_ep **out, int timeout_ms);
+/* Two endpoints of one context connected to each other (the --loopback mode). */
+RDMAX_API rdmax_status rdmax_ep_create_pair(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **a, rdmax_ep **b);
+/* Lower level: create, read our record, connect with the peer's. */
+RDMAX_API rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **out);
+RDMAX_API void rdmax_ep_local_info(const rdmax_ep *ep, rdmax_conn_info *info);
+RDMAX_API rdmax_status rdmax_ep_connect_info(rdmax_ep *ep, const rdmax_conn_info *remote);
+/* Wait until every operation posted on ep has completed (posts a signaled zero-length write if the last
+   post was unsignaled). RDMAX_ERR_TIMEOUT after timeout_ms. */
+RDMAX_API rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms);
+/* Operations still in flight complete with RDMAX_ERR_CANCELED. */
+RDMAX_API void rdmax_ep_destroy(rdmax_ep *ep);
+RDMAX_API rdmax_status rdmax_ep_error(const rdmax_ep *ep); /* first error, RDMAX_OK if none */
+
+#if RDMAX__HAS_UD
+/* UD multicast. rdmax_mcast_join attaches ep's QP to the IPv4 group `group` (e.g. "239.1.2.3") on the
+   device's netdev, joining it at the IP level too so rxe and RoCE NICs receive it. rdmax_mcast_ep_create
+   makes a send-only endpoint whose messages go to every member. rdmax_mcast_leave detaches and leaves. */
+RDMAX_API rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group);
+RDMAX_API rdmax_status rdmax_mcast_leave(rdmax_ep *ep, const char *group);
+RDMAX_API rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, const char *group,
+                                             rdmax_ep **out);
+#endif
+
+/* Batching: between begin and end, operations are chained and posted with one ibv_post_send (a full
+   chain of RDMAX_BATCH_MAX is posted early). */
+RDMAX_API rdmax_status rdmax__post_chain(rdmax_ep *ep);
+/* Progress slow paths. */
+RDMAX_API int rdmax__poll_send(rdmax_ctx *ctx);
+RDMAX_API int rdmax__poll_recv(rdmax_ctx *ctx);
+
+/* ---- inline fast paths -------------------------------------------------------------------------- */
+
+/* Reserve one send slot and post (or chain) the request the caller filled in ep->wr[ep->batch_n]. */
+RDMAX_INLINE rdmax_status rdmax__ep_check(rdmax_ep *ep)
+{
+    if (rdmax_unlikely(ep->state != RDMAX_EP_CONNECTED))
+        return ep->state == RDMAX_EP_ERROR ? RDMAX_ERR_ENDPOINT : RDMAX_ERR_NOT_CONNECTED;
+    if (rdmax_unlikely(ep->sq_avail == 0 || ep->ctx->scq_credits == 0)) {
+        ep->ctx->cnt.no_resource++;
+        return RDMAX_ERR_NO_RESOURCE;
+    }
+    return RDMAX_OK;
+}
+
+RDMAX_INLINE rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_comp *comp, rdmax_op op,
+                                         uint32_t len, uint64_t raddr)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    uint32_t slot = ep->sq_head & ep->sq_mask;
+    rdmax__slot *s = &ep->slots[slot];
+    /* Signal when asked for a completion, every signal_interval posts, and on the last free slot or CQ
+       entries so that a completion always comes back to free them. */
+    int sig = comp != NULL || ++ep->unsignaled >= ep->signal_interval || ep->sq_avail <= 1 ||
+              ctx->scq_credits <= 1;
+    s->comp = comp;
+    s->len = len;
+    s->op = (uint8_t)op;
+    s->signaled = (uint8_t)sig;
+    s->raddr = raddr;
+    wr->wr_id = ep->wr_id_base | slot;
+    if (sig) {
+        wr->send_flags |= IBV_SEND_SIGNALED;
+        ep->unsignaled = 0;
+    }
+    ep->sq_head++;
+    ep->sq_avail--;
+    ctx->scq_credits--;
+    ctx->cnt.posted[op]++;
+    ctx->cnt.bytes[op] += len;
+    if (ep->batching) {
+        if (ep->batch_n > 0)
+            ep->wr[ep->batch_n - 1].next = wr;
+        if (++ep->batch_n == RDMAX_BATCH_MAX)
+            return rdmax__post_chain(ep);
+        return RDMAX_OK;
+    }
+    struct ibv_send_wr *bad;
+    wr->next = NULL;
+    ctx->cnt.post_calls++;
+    int rc = ibv_post_send(ep->qp, wr, &bad);
+    if (rdmax_unlikely(rc != 0)) {
+        /* nothing was posted: give the slot back */
+        ep->sq_head--;
+        ep->sq_avail++;
+        ctx->scq_credits++;
+        ctx->cnt.posted[op]--;
+        ctx->cnt.bytes[op] -= len;
+        ep->last_errno = rc;
+        return RDMAX_ERR_IO;
+    }
+    return RDMAX_OK;
+}
+
+RDMAX_INLINE struct ibv_send_wr *rdmax__ep_wr(rdmax_ep *ep, enum ibv_wr_opcode opcode)
+{
+    struct ibv_send_wr *wr = &ep->wr[ep->batch_n];
+    wr->opcode = opcode;
+    wr->send_flags = 0;
+    wr->sg_list = ep->sge[ep->batch_n];
+    return wr;
+}
+
+/* Contiguous send, put: inline when len <= max_inline (mem may then be NULL; returns RDMAX_OK and the
+   buffer is free), zero-copy from mem above. The caller checked resources and set the remote fields. */
+RDMAX_INLINE rdmax_status rdmax__ep_contig(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_op op, const void *buf,
+                                           size_t len, const rdmax_mem *mem, uint64_t raddr, rdmax_comp *comp)
+{
+    struct ibv_sge *sge = wr->sg_list;
+    sge->addr = (uintptr_t)buf;
+    sge->length = (uint32_t)len;
+    wr->num_sge = len ? 1 : 0;
+    if (len <= ep->max_inline && (mem == NULL || comp == NULL)) {
+        wr->send_flags = IBV_SEND_INLINE;
+        sge->lkey = 0;
+        return rdmax__ep_post(ep, wr, NULL, op, (uint32_t)len, raddr);
+    }
+    if (rdmax_unlikely(mem == NULL))
+        return RDMAX_ERR_NO_MEMH;
+    sge->lkey = mem->lkey;
+    rdmax_status st = rdmax__ep_post(ep, wr, comp, op, (uint32_t)len, raddr);
+    return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
+}
+
+/* rdmax_send: send len bytes to the peer's receive callback. RDMAX_ERR_SIZE if len exceeds the peer's
+   receive buffer (UD: the path MTU), checked before posting. */
+RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
+                                     rdmax_comp *comp)
+{
+    if (rdmax_unlikely(len > ep->peer_recv_size))
+        return RDMAX_ERR_SIZE;
+    rdmax_status st = rdmax__ep_check(ep);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND);
+#if RDMAX__HAS_UD
+    wr->wr.ud.ah = ep->ah;  /* never NULL on a UD endpoint: creation fails without one */
+    wr->wr.ud.remote_qpn = ep->ud_qpn;
+    wr->wr.ud.remote_qkey = ep->ud_qkey;
+#endif
+    return rdmax__ep_contig(ep, wr, RDMAX_OP_SEND, buf, len, mem, 0, comp);
+}
+
+#if RDMAX__HAS_RC
+/* rdmax_put: RDMA write of len bytes to raddr/rkey of the peer. */
+RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
+                                    uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
+{
+    if (rdmax_unlikely(len > ep->ctx->attr.max_msg_sz))
+        return RDMAX_ERR_SIZE;
+    rdmax_status st = rdmax__ep_check(ep);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_WRITE);
+    wr->wr.rdma.remote_addr = raddr;
+    wr->wr.rdma.rkey = rkey;
+    return rdmax__ep_contig(ep, wr, RDMAX_OP_PUT, buf, len, mem, raddr, comp);
+}
+
+/* Gather/scatter variants: iov entries carry their own lkey; at most min(device max SGE, RDMAX_MAX_SGE). */
+RDMAX_INLINE rdmax_status rdmax__ep_iov(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax_op op, const rdmax_iov *iov,
+                                        size_t iovcnt, uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
+{
+    if (rdmax_unlikely(iovcnt == 0 || iovcnt > ep->ctx->attr.max_sge || iovcnt > RDMAX_MAX_SGE))
+        return RDMAX_ERR_INVALID_PARAM;
+    rdmax_status st = rdmax__ep_check(ep);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    if (op == RDMAX_OP_GET && rdmax_unlikely(ep->rd_avail == 0)) {
+        ep->ctx->cnt.no_resource++;
+        return RDMAX_ERR_NO_RESOURCE;
+    }
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, opcode);
+    uint64_t total = 0;
+    for (size_t i = 0; i < iovcnt; i++) {
+        wr->sg_list[i].addr = (uintptr_t)iov[i].addr;
+        wr->sg_list[i].length = iov[i].len;
+        wr->sg_list[i].lkey = iov[i].lkey;
+        total += iov[i].len;
+    }
+    if (rdmax_unlikely(total > ep->ctx->attr.max_msg_sz || (op == RDMAX_OP_GET && total == 0)))
+        return RDMAX_ERR_SIZE;
+    wr->num_sge = (int)iovcnt;
+    wr->wr.rdma.remote_addr = raddr;
+    wr->wr.rdma.rkey = rkey;
+    st = rdmax__ep_post(ep, wr, comp, op, (uint32_t)total, raddr);
+    if (st == RDMAX_OK && op == RDMAX_OP_GET)
+        ep->rd_avail--;
+    return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
+}
+
+RDMAX_INLINE rdmax_status rdmax_put_iov(rdmax_ep *ep, const rdmax_iov *iov, size_t iovcnt, uint64_t raddr,
+                                        uint32_t rkey, rdmax_comp *comp)
+{
+    return rdmax__ep_iov(ep, IBV_WR_RDMA_WRITE, RDMAX_OP_PUT, iov, iovcnt, raddr, rkey, comp);
+}
+
+/* rdmax_get: RDMA read of len bytes from raddr/rkey into buf (inside mem). len 0 is RDMAX_OK (a
+   zero-length read has crashed rxe). Counts against the negotiated max_rd_atomic budget. */
+RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
+                                    uint32_t rkey, rdmax_comp *comp)
+{
+    if (rdmax_unlikely(len == 0))
+        return RDMAX_OK;
+    if (rdmax_unlikely(mem == NULL))
+        return RDMAX_ERR_NO_MEMH;
+    rdmax_iov iov;
+    iov.addr = buf;
+    iov.len = (uint32_t)len;
+    iov.lkey = mem->lkey;
+    if (rdmax_unlikely(len > UINT32_MAX))
+        return RDMAX_ERR_SIZE;
+    return rdmax__ep_iov(ep, IBV_WR_RDMA_READ, RDMAX_OP_GET, &iov, 1, raddr, rkey, comp);
+}
+
+RDMAX_INLINE rdmax_status rdmax_get_iov(rdmax_ep *ep, const rdmax_iov *iov, size_t iovcnt, uint64_t raddr,
+                                        uint32_t rkey, rdmax_comp *comp)
+{
+    return rdmax__ep_iov(ep, IBV_WR_RDMA_READ, RDMAX_OP_GET, iov, iovcnt, raddr, rkey, comp);
+}
+
+RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax_op op, uint64_t *result,
+                                           const rdmax_mem *mem, uint64_t raddr, uint32_t rkey, uint64_t a,
+                                           uint64_t b, rdmax_comp *comp)
+{
+    if (rdmax_unlikely(raddr & 7))
+        return RDMAX_ERR_UNALIGNED;
+    if (rdmax_unlikely(mem == NULL))
+        return RDMAX_ERR_NO_MEMH;
+    rdmax_status st = rdmax__ep_check(ep);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    if (rdmax_unlikely(ep->rd_avail == 0)) {
+        ep->ctx->cnt.no_resource++;
+        return RDMAX_ERR_NO_RESOURCE;
+    }
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, opcode);
+    wr->sg_list[0].addr = (uintptr_t)result;
+    wr->sg_list[0].length = 8;
+    wr->sg_list[0].lkey = mem->lkey;
+    wr->num_sge = 1;
+    wr->wr.atomic.remote_addr = raddr;
+    wr->wr.atomic.rkey = rkey;
+    wr->wr.atomic.compare_add = a;
+    wr->wr.atomic.swap = b;
+    st = rdmax__ep_post(ep, wr, comp, op, 8, raddr);
+    if (st == RDMAX_OK)
+        ep->rd_avail--;
+    return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
+}
+
+/* Fetch-and-add of add to the 8 bytes at raddr; the old value lands in *result (inside mem). */
+RDMAX_INLINE rdmax_status rdmax_fadd(rdmax_ep *ep, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
+                                     uint32_t rkey, uint64_t add, rdmax_comp *comp)
+{
+    return rdmax__ep_atomic(ep, IBV_WR_ATOMIC_FETCH_AND_ADD, RDMAX_OP_FADD, result, mem, raddr, rkey, add, 0, comp);
+}
+
+/* Compare-and-swap: if the 8 bytes at raddr equal compare, write swap; the old value lands in *result. */
+RDMAX_INLINE rdmax_status rdmax_cswap(rdmax_ep *ep, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
+                                      uint32_t rkey, uint64_t compare, uint64_t swap, rdmax_comp *comp)
+{
+    return rdmax__ep_atomic(ep, IBV_WR_ATOMIC_CMP_AND_SWP, RDMAX_OP_CSWAP, result, mem, raddr, rkey, compare, swap,
+                            comp);
+}
+#endif /* RDMAX__HAS_RC */
+
+/* Chain the following operations on ep into one post. */
+RDMAX_INLINE void rdmax_batch_begin(rdmax_ep *ep)
+{
+    ep->batching = 1;
+}
+
+/* Post what was chained since rdmax_batch_begin. */
+RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep)
+{
+    ep->batching = 0;
+    return ep->batch_n ? rdmax__post_chain(ep) : RDMAX_OK;
+}
+
+/* rdmax_progress: poll receive completions (batches of 16), then send completions; run callbacks, repost
+   receive buffers. Returns the number of completions handled. */
+RDMAX_INLINE int rdmax_progress(rdmax_ctx *ctx)
+{
+    return rdmax__poll_recv(ctx) + rdmax__poll_send(ctx);
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RDMAX_H_INCLUDED */
+
+#if defined(RDMAX_IMPLEMENTATION) && !defined(RDMAX_IMPL_INCLUDED)
+#define RDMAX_IMPL_INCLUDED
+#include "rdmax_impl.h"
+#endif
+
+/* LICENSE
+   MIT License. Copyright (c) 2026 the rdmax authors.
+   Permission is hereby granted, free of charge, to any person obtaining a copy of this software and
+   associated documentation files (the "Software"), to deal in the Software without restriction, including
+   without limitation the rights to use, copy, modify, merge, publish, distribute, sublicense, and/or sell
+   copies of the Software, and to permit persons to whom the Software is furnished to do so, subject to the
+   following conditions: The above copyright notice and this permission notice shall be included in all
+   copies or substantial portions of the Software. THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY
+   KIND, EXPRESS OR IMPLIED.
+*/
