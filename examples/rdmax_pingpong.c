@@ -1,0 +1,687 @@
+/* rdmax_pingpong - latency of one operation between two endpoints, printed as perftest prints it.
+
+   Built once per transport: rdmax_pingpong_rc (-t send|put|get|fadd|cswap) and rdmax_pingpong_ud
+   (-t send, or multicast with -g GROUP). Start a server, then a client that names the server's host:
+
+       rdmax_pingpong_rc -t put -s 64              (server)
+       rdmax_pingpong_rc -t put -s 64 192.0.2.1    (client)
+       rdmax_pingpong_rc -t put -s 64 --loopback   (both ends in one process)
+
+   send and put are ping-pongs: the client sends (writes) a message, the server answers with one of the same
+   size, and half the round trip is reported, as ib_send_lat and ib_write_lat do. get, fadd and cswap are
+   one-sided: the server only exposes memory and the full round trip is reported, as ib_read_lat and
+   ib_atomic_lat do. Every iteration's payload is checked by whoever receives it; a mismatch stops the run
+   with a non-zero exit. Multicast (-g, UD only): the client sends each message to the group, every server
+   joined to it checks it, and one server (the one the client connected to) answers by unicast.
+*/
+#ifndef RDMAX_PINGPONG_TRANSPORT_UD
+#define RDMAX_TRANSPORT_RC
+#else
+#define RDMAX_TRANSPORT_UD
+#endif
+#define RDMAX_IMPLEMENTATION
+#include "../rdmax.h"
+
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DEFAULT_PORT 18515
+#define DEFAULT_ITERS 1000
+#define DEFAULT_WARMUP 100
+#define TIMEOUT_MS 10000
+
+enum test { T_SEND, T_PUT, T_GET, T_FADD, T_CSWAP };
+static const char *const test_names[] = {"send", "put", "get", "fadd", "cswap"};
+
+struct opts {
+    enum test test;
+    size_t size;
+    int all;
+    unsigned iters, warmup;
+    int inline_size;  /* -1: default */
+    unsigned port;
+    const char *device;
+    int gid_index;
+    const char *host;
+    int loopback;
+    const char *csv, *json, *group;
+    int profile;
+};
+
+struct row {
+    size_t bytes;
+    unsigned iters;
+    double min, max, typical, avg, stdev, p99, p999;
+};
+
+/* One end of the conversation: its endpoint, its exposed buffer and what it last received. */
+struct side {
+    rdmax_ep *ep;
+    rdmax_mem *mem;          /* exposed buffer: put target, get source, atomic target; reply source */
+    unsigned char *buf;
+    rdmax_mem *smem;         /* send / local staging buffer */
+    unsigned char *sbuf;
+    size_t size;
+    uint64_t got;            /* messages received */
+    uint64_t expect_tag;     /* the tag the next message must carry */
+    int bad;                 /* a payload check failed */
+    int is_server;
+    int reply;               /* server: answer each message */
+};
+
+static const struct opts *g_opt;
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
+}
+
+/* Payload of iteration `tag`: byte j is (tag + j) mod 251 + 1, never 0, so a buffer cleared to 0 shows
+   whether a write has landed; the last byte carries the tag's low bits and is what the poller waits on. */
+static unsigned char pattern(uint64_t tag, size_t j)
+{
+    return (unsigned char)((tag + j) % 251 + 1);
+}
+
+static void fill(unsigned char *b, size_t n, uint64_t tag)
+{
+    for (size_t j = 0; j < n; j++)
+        b[j] = pattern(tag, j);
+}
+
+static int check(const unsigned char *b, size_t n, uint64_t tag)
+{
+    for (size_t j = 0; j < n; j++)
+        if (b[j] != pattern(tag, j)) {
+            fprintf(stderr, "payload mismatch at byte %zu of %zu (iteration %llu): got 0x%02x, expected 0x%02x\n", j,
+                    n, (unsigned long long)tag, b[j], pattern(tag, j));
+            return -1;
+        }
+    return 0;
+}
+
+static int post_retry(struct side *s, int (*post)(struct side *, uint64_t), uint64_t tag)
+{
+    double deadline = now_us() + TIMEOUT_MS * 1000.0;
+    for (;;) {
+        int st = post(s, tag);
+        if (st != RDMAX_ERR_NO_RESOURCE)
+            return st;
+        rdmax_progress(s->ep->ctx);
+        if (now_us() > deadline)
+            return RDMAX_ERR_TIMEOUT;
+    }
+}
+
+static int do_send(struct side *s, uint64_t tag)
+{
+    fill(s->sbuf, s->size, tag);
+    int st = rdmax_send(s->ep, s->sbuf, s->size, s->smem, NULL);
+    return st == RDMAX_INPROGRESS ? RDMAX_OK : st;
+}
+
+static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    struct side *s = (struct side *)user;
+    (void)ep;
+    if (len != s->size || check((const unsigned char *)data, len, s->expect_tag)) {
+        if (len != s->size)
+            fprintf(stderr, "message of %zu bytes, expected %zu\n", len, s->size);
+        s->bad = 1;
+    }
+    s->expect_tag++;
+    s->got++;
+    if (s->is_server && s->reply && !s->bad && post_retry(s, do_send, s->expect_tag - 1) != RDMAX_OK)
+        s->bad = 1;
+}
+
+#ifdef RDMAX_TRANSPORT_RC
+static int do_put(struct side *s, uint64_t tag)
+{
+    fill(s->sbuf, s->size, tag);
+    int st = rdmax_put(s->ep, s->sbuf, s->size, s->smem, s->ep->remote.addr, s->ep->remote.rkey, NULL);
+    return st == RDMAX_INPROGRESS ? RDMAX_OK : st;
+}
+
+/* A put has landed when the last byte of our exposed buffer carries the tag's pattern. */
+static int put_arrived(struct side *s, uint64_t tag)
+{
+    volatile unsigned char *last = s->buf + s->size - 1;
+    if (*last != pattern(tag, s->size - 1))
+        return 0;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (check(s->buf, s->size, tag))
+        s->bad = 1;
+    return 1;
+}
+#endif
+
+/* The server's part of one iteration when both ends share this thread (--loopback). */
+static void serve_step(struct side *srv)
+{
+#ifdef RDMAX_TRANSPORT_RC
+    if (g_opt->test == T_PUT && put_arrived(srv, srv->expect_tag)) {
+        if (post_retry(srv, do_put, srv->expect_tag) != RDMAX_OK)
+            srv->bad = 1;
+        srv->expect_tag++;
+    }
+#else
+    (void)srv;
+#endif
+}
+
+/* Wait for the answer to iteration `tag`; on loopback also play the server. */
+static int wait_reply(struct side *cli, struct side *srv, uint64_t tag)
+{
+    double deadline = now_us() + TIMEOUT_MS * 1000.0;
+    for (;;) {
+        rdmax_progress(cli->ep->ctx);
+        if (srv)
+            serve_step(srv);
+        if (cli->bad || (srv && srv->bad))
+            return -1;
+#ifdef RDMAX_TRANSPORT_RC
+        if (g_opt->test == T_PUT) {
+            if (put_arrived(cli, tag))
+                return cli->bad ? -1 : 0;
+        } else
+#endif
+        if (cli->got > tag)
+            return 0;
+        if (rdmax_ep_error(cli->ep) != RDMAX_OK) {
+            fprintf(stderr, "endpoint failed: %s\n", rdmax_status_str(rdmax_ep_error(cli->ep)));
+            return -1;
+        }
+        if (now_us() > deadline) {
+            fprintf(stderr, "no answer to iteration %llu within %d ms (peer gone or message lost)\n",
+                    (unsigned long long)tag, TIMEOUT_MS);
+            return -1;
+        }
+    }
+}
+
+#ifdef RDMAX_TRANSPORT_RC
+/* One-sided operations: post and wait for the completion; check what came back. */
+static int one_sided(struct side *cli, uint64_t i)
+{
+    rdmax_comp c;
+    memset(&c, 0, sizeof c);
+    rdmax_status st;
+    uint64_t *res = (uint64_t *)(void *)cli->sbuf;
+    uint64_t raddr = cli->ep->remote.addr;
+    uint32_t rkey = cli->ep->remote.rkey;
+    double deadline = now_us() + TIMEOUT_MS * 1000.0;
+    do {
+        switch (g_opt->test) {
+        case T_GET:
+            cli->sbuf[cli->size - 1] = 0;
+            st = rdmax_get(cli->ep, cli->sbuf, cli->size, cli->smem, raddr, rkey, &c);
+            break;
+        case T_FADD:
+            st = rdmax_fadd(cli->ep, res, cli->smem, raddr, rkey, 1, &c);
+            break;
+        default:
+            st = rdmax_cswap(cli->ep, res, cli->smem, raddr, rkey, i, i + 1, &c);
+            break;
+        }
+        if (st == RDMAX_ERR_NO_RESOURCE)
+            rdmax_progress(cli->ep->ctx);
+    } while (st == RDMAX_ERR_NO_RESOURCE && now_us() < deadline);
+    if (st != RDMAX_INPROGRESS) {
+        fprintf(stderr, "%s failed: %s\n", test_names[g_opt->test], rdmax_status_str(st));
+        return -1;
+    }
+    while (!c.done) {
+        rdmax_progress(cli->ep->ctx);
+        if (now_us() > deadline) {
+            fprintf(stderr, "%s: no completion within %d ms\n", test_names[g_opt->test], TIMEOUT_MS);
+            return -1;
+        }
+    }
+    if (c.status != RDMAX_OK) {
+        fprintf(stderr, "%s completed with: %s\n", test_names[g_opt->test], rdmax_status_str(c.status));
+        return -1;
+    }
+    if (g_opt->test == T_GET)
+        return check(cli->sbuf, cli->size, 0);
+    if (*res != i) {  /* the server's counter starts at 0 and only we change it */
+        fprintf(stderr, "%s returned %llu, expected %llu\n", test_names[g_opt->test], (unsigned long long)*res,
+                (unsigned long long)i);
+        return -1;
+    }
+    return 0;
+}
+#endif
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static void stats(double *t, unsigned n, size_t bytes, struct row *r)
+{
+    qsort(t, n, sizeof *t, cmp_double);
+    double sum = 0, sq = 0;
+    for (unsigned i = 0; i < n; i++)
+        sum += t[i];
+    r->avg = sum / n;
+    for (unsigned i = 0; i < n; i++)
+        sq += (t[i] - r->avg) * (t[i] - r->avg);
+    r->bytes = bytes;
+    r->iters = n;
+    r->min = t[0];
+    r->max = t[n - 1];
+    r->typical = t[n / 2];
+    r->stdev = n > 1 ? sqrt(sq / (n - 1)) : 0;
+    r->p99 = t[(unsigned)ceil(n * 0.99) - 1];
+    r->p999 = t[(unsigned)ceil(n * 0.999) - 1];
+}
+
+/* The client's measurement of one size. Returns 0 and fills r. */
+static int client_run(struct side *cli, struct side *srv, size_t size, struct row *r)
+{
+    unsigned total = g_opt->warmup + g_opt->iters;
+    double *t = (double *)malloc(sizeof(double) * g_opt->iters);
+    if (!t)
+        return -1;
+    int half = g_opt->test == T_SEND || g_opt->test == T_PUT;
+    int rc = 0;
+    for (unsigned i = 0; i < total && rc == 0; i++) {
+        uint64_t tag = cli->expect_tag;
+        double t0 = now_us();
+#ifdef RDMAX_TRANSPORT_RC
+        if (g_opt->test == T_PUT) {
+            rc = post_retry(cli, do_put, tag) == RDMAX_OK ? wait_reply(cli, srv, tag) : -1;
+            cli->expect_tag++;
+        } else if (g_opt->test != T_SEND) {
+            rc = one_sided(cli, i);
+        } else
+#endif
+        {
+            rc = post_retry(cli, do_send, tag) == RDMAX_OK ? wait_reply(cli, srv, tag) : -1;
+        }
+        double dt = now_us() - t0;
+        if (i >= g_opt->warmup)
+            t[i - g_opt->warmup] = half ? dt / 2 : dt;
+    }
+    if (rc == 0)
+        stats(t, g_opt->iters, size, r);
+    free(t);
+    return rc;
+}
+
+static void usage(FILE *f, const char *prog)
+{
+    fprintf(f,
+            "usage: %s [options] [HOST]        (no HOST: server; HOST: client; --loopback: both)\n"
+            "  -t, --test=OP        send|put|get|fadd|cswap (UD: send)        [send]\n"
+            "  -s, --size=BYTES     message size                                [8; atomics 8]\n"
+            "  -a, --all            all sizes 2 B .. 8 MiB, powers of two (UD: up to the MTU)\n"
+            "  -n, --iters=N        measured iterations                         [%d]\n"
+            "  -w, --warmup=N       iterations before measuring                 [%d]\n"
+            "  -I, --inline=BYTES   largest inline message                      [device maximum]\n"
+            "  -p, --port=PORT      TCP port of the connection exchange         [%d]\n"
+            "  -d, --device=NAME    RDMA device                                 [$RDMAX_DEVICE or first active]\n"
+            "  -x, --gid-index=N    GID index                                   [RoCE v2 IPv4-mapped]\n"
+            "  -g, --group=ADDR     UD multicast: send to IPv4 group ADDR (server joins it)\n"
+            "      --loopback       both ends in this process\n"
+            "      --csv=FILE       also write the rows as CSV\n"
+            "      --json=FILE      also write the rows as JSON\n"
+            "      --profile        print rdmax's counters after the run\n"
+            "  -h, --help           this text\n",
+            prog, DEFAULT_ITERS, DEFAULT_WARMUP, DEFAULT_PORT);
+}
+
+static int parse_num(const char *opt, const char *v, unsigned long long max, unsigned long long *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 0);
+    if (errno || end == v || *v == '-' || x > max) {
+        fprintf(stderr, "option %s: '%s' is not a number in 0..%llu\n", opt, v, max);
+        return -1;
+    }
+    if (*end == 'K' || *end == 'k')
+        x <<= 10, end++;
+    else if (*end == 'M' || *end == 'm')
+        x <<= 20, end++;
+    if (*end) {
+        fprintf(stderr, "option %s: '%s' is not a number\n", opt, v);
+        return -1;
+    }
+    *out = x;
+    return 0;
+}
+
+static int parse(int argc, char **argv, struct opts *o)
+{
+    static const struct option lo[] = {
+        {"test", required_argument, 0, 't'},   {"size", required_argument, 0, 's'},
+        {"all", no_argument, 0, 'a'},          {"iters", required_argument, 0, 'n'},
+        {"warmup", required_argument, 0, 'w'}, {"inline", required_argument, 0, 'I'},
+        {"port", required_argument, 0, 'p'},   {"device", required_argument, 0, 'd'},
+        {"gid-index", required_argument, 0, 'x'}, {"group", required_argument, 0, 'g'},
+        {"loopback", no_argument, 0, 'L'},     {"csv", required_argument, 0, 'C'},
+        {"json", required_argument, 0, 'J'},   {"profile", no_argument, 0, 'P'},
+        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->size = 8;
+    o->iters = DEFAULT_ITERS;
+    o->warmup = DEFAULT_WARMUP;
+    o->inline_size = -1;
+    o->port = DEFAULT_PORT;
+    o->gid_index = -1;
+    int c, size_set = 0;
+    unsigned long long v;
+    while ((c = getopt_long(argc, argv, "t:s:an:w:I:p:d:x:g:h", lo, NULL)) != -1) {
+        switch (c) {
+        case 't': {
+            int k;
+            for (k = 0; k < 5 && strcmp(optarg, test_names[k]); k++)
+                ;
+            if (k == 5) {
+                fprintf(stderr, "option -t: unknown test '%s' (send|put|get|fadd|cswap)\n", optarg);
+                return -1;
+            }
+            o->test = (enum test)k;
+            break;
+        }
+        case 's': if (parse_num("-s", optarg, 8u << 20, &v) || v == 0) { if (!v) fprintf(stderr, "option -s: size must be at least 1\n"); return -1; } o->size = v; size_set = 1; break;
+        case 'a': o->all = 1; break;
+        case 'n': if (parse_num("-n", optarg, 100000000, &v) || v == 0) { if (!v) fprintf(stderr, "option -n: need at least 1 iteration\n"); return -1; } o->iters = (unsigned)v; break;
+        case 'w': if (parse_num("-w", optarg, 100000000, &v)) return -1; o->warmup = (unsigned)v; break;
+        case 'I': if (parse_num("-I", optarg, 4096, &v)) return -1; o->inline_size = (int)v; break;
+        case 'p': if (parse_num("-p", optarg, 65535, &v)) return -1; o->port = (unsigned)v; break;
+        case 'd': o->device = optarg; break;
+        case 'x': if (parse_num("-x", optarg, 255, &v)) return -1; o->gid_index = (int)v; break;
+        case 'g': o->group = optarg; break;
+        case 'L': o->loopback = 1; break;
+        case 'C': o->csv = optarg; break;
+        case 'J': o->json = optarg; break;
+        case 'P': o->profile = 1; break;
+        case 'h': usage(stdout, argv[0]); exit(0);
+        default: usage(stderr, argv[0]); return -1;
+        }
+    }
+    if (optind < argc)
+        o->host = argv[optind++];
+    if (optind < argc) {
+        fprintf(stderr, "unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (o->host && o->loopback) {
+        fprintf(stderr, "--loopback and a HOST exclude each other\n");
+        return -1;
+    }
+#ifdef RDMAX_TRANSPORT_UD
+    if (o->test != T_SEND) {
+        fprintf(stderr, "option -t: UD supports only send\n");
+        return -1;
+    }
+#else
+    if (o->group) {
+        fprintf(stderr, "option -g: multicast needs UD (rdmax_pingpong_ud)\n");
+        return -1;
+    }
+#endif
+    if (o->test == T_FADD || o->test == T_CSWAP) {
+        if (size_set && o->size != 8) {
+            fprintf(stderr, "option -s: atomics are 8 bytes\n");
+            return -1;
+        }
+        o->size = 8;
+        o->all = 0;
+    }
+    return 0;
+}
+
+static void print_rows(FILE *f, const struct row *r, int n)
+{
+    fprintf(f, " #bytes #iterations    t_min[usec]    t_max[usec]  t_typical[usec]    t_avg[usec]    t_stdev[usec]   99%% percentile[usec]   99.9%% percentile[usec]\n");
+    for (int i = 0; i < n; i++)
+        fprintf(f, " %-7zu %-10u %-14.2f %-14.2f %-16.2f %-14.2f %-16.2f %-22.2f %-.2f\n", r[i].bytes, r[i].iters,
+                r[i].min, r[i].max, r[i].typical, r[i].avg, r[i].stdev, r[i].p99, r[i].p999);
+}
+
+static int write_files(const struct opts *o, const struct row *r, int n)
+{
+    if (o->csv) {
+        FILE *f = fopen(o->csv, "w");
+        if (!f) {
+            fprintf(stderr, "--csv %s: %s\n", o->csv, strerror(errno));
+            return -1;
+        }
+        fprintf(f, "test,bytes,iterations,t_min,t_max,t_typical,t_avg,t_stdev,p99,p99_9\n");
+        for (int i = 0; i < n; i++)
+            fprintf(f, "%s,%zu,%u,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f,%.3f\n", test_names[o->test], r[i].bytes, r[i].iters,
+                    r[i].min, r[i].max, r[i].typical, r[i].avg, r[i].stdev, r[i].p99, r[i].p999);
+        fclose(f);
+    }
+    if (o->json) {
+        FILE *f = fopen(o->json, "w");
+        if (!f) {
+            fprintf(stderr, "--json %s: %s\n", o->json, strerror(errno));
+            return -1;
+        }
+        fprintf(f, "{\"test\": \"%s\", \"unit\": \"usec\", \"results\": [", test_names[o->test]);
+        for (int i = 0; i < n; i++)
+            fprintf(f, "%s\n  {\"bytes\": %zu, \"iterations\": %u, \"t_min\": %.3f, \"t_max\": %.3f, "
+                    "\"t_typical\": %.3f, \"t_avg\": %.3f, \"t_stdev\": %.3f, \"p99\": %.3f, \"p99_9\": %.3f}",
+                    i ? "," : "", r[i].bytes, r[i].iters, r[i].min, r[i].max, r[i].typical, r[i].avg, r[i].stdev,
+                    r[i].p99, r[i].p999);
+        fprintf(f, "\n]}\n");
+        fclose(f);
+    }
+    return 0;
+}
+
+static void print_profile(rdmax_ctx *ctx)
+{
+    rdmax_counters c;
+    rdmax_counters_get(ctx, &c);
+    printf("rdmax counters:\n");
+    for (int op = 0; op < RDMAX_OP__COUNT; op++)
+        if (c.posted[op])
+            printf("  %-6s posted %llu completed %llu bytes %llu\n", rdmax_op_str((rdmax_op)op),
+                   (unsigned long long)c.posted[op], (unsigned long long)c.completed[op],
+                   (unsigned long long)c.bytes[op]);
+    printf("  post calls %llu, receive post calls %llu, polls %llu (empty %llu), completions %llu\n"
+           "  messages received %llu, error completions %llu, flushed %llu, stale wr_ids %llu, drops %llu\n",
+           (unsigned long long)c.post_calls, (unsigned long long)c.recv_post_calls, (unsigned long long)c.polls,
+           (unsigned long long)c.empty_polls, (unsigned long long)c.cqes, (unsigned long long)c.recv_msgs,
+           (unsigned long long)c.err_cqes, (unsigned long long)c.flushed_cqes, (unsigned long long)c.stale_wr_ids,
+           (unsigned long long)c.recv_drops);
+}
+
+/* Buffers of one side for one size: the exposed region (remote rights) and a local staging one. */
+static int side_setup(rdmax_ctx *ctx, struct side *s, size_t size)
+{
+    size_t n = size < 8 ? 8 : size;
+    if (rdmax_mem_alloc(ctx, n, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_ATOMIC,
+                        &s->mem) != RDMAX_OK ||
+        rdmax_mem_alloc(ctx, n, RDMAX_ACCESS_LOCAL, &s->smem) != RDMAX_OK) {
+        fprintf(stderr, "registering %zu bytes: %s\n", n, rdmax_ctx_last_error(ctx));
+        return -1;
+    }
+    s->buf = (unsigned char *)s->mem->addr;
+    s->sbuf = (unsigned char *)s->smem->addr;
+    s->size = size;
+    if (g_opt->test == T_GET)
+        fill(s->buf, size, 0);  /* what the client's reads must find */
+    return 0;
+}
+
+static void side_free(struct side *s)
+{
+    rdmax_ep_destroy(s->ep);
+    rdmax_mem_free(s->mem);
+    rdmax_mem_free(s->smem);
+    memset(s, 0, sizeof *s);
+}
+
+static void ep_desc_for(const struct opts *o, struct side *s, size_t size, rdmax_ep_desc *d)
+{
+    memset(d, 0, sizeof *d);
+    d->recv_size = (uint32_t)(size < 64 ? 64 : size);
+    d->rq_depth = size > (1u << 20) ? 32 : 0;
+    d->max_inline = o->inline_size >= 0 ? (uint32_t)o->inline_size : 0;
+    if (o->inline_size == 0)
+        d->max_inline = 0;
+    d->recv_cb = on_recv;
+    d->user = s;
+    d->expose = s->mem;
+}
+
+/* The server side of one size with a remote client: answer (send, put) or wait for the client's "done"
+   message (one-sided tests), then flush. */
+static int server_run(struct side *s)
+{
+    unsigned total = g_opt->warmup + g_opt->iters;
+    double deadline = now_us() + (double)TIMEOUT_MS * 1000.0 * 6;
+    s->reply = g_opt->test == T_SEND;
+    while (!s->bad) {
+        rdmax_progress(s->ep->ctx);
+#ifdef RDMAX_TRANSPORT_RC
+        if (g_opt->test == T_PUT) {
+            if (s->expect_tag == total)
+                break;
+            serve_step(s);
+            continue;
+        }
+#endif
+        if (g_opt->test == T_SEND ? s->got == total : s->got >= 1)
+            break;
+        if (rdmax_ep_error(s->ep) != RDMAX_OK || now_us() > deadline) {
+            fprintf(stderr, "server: client went away (%s)\n", rdmax_status_str(rdmax_ep_error(s->ep)));
+            return -1;
+        }
+    }
+    return s->bad ? -1 : (rdmax_ep_flush(s->ep, TIMEOUT_MS) == RDMAX_OK ? 0 : -1);
+}
+
+int main(int argc, char **argv)
+{
+    struct opts o;
+    if (parse(argc, argv, &o))
+        return 2;
+    g_opt = &o;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.device = o.device;
+    if (o.gid_index >= 0) {
+        cd.gid_index_set = true;
+        cd.gid_index = o.gid_index;
+    }
+    rdmax_ctx *ctx;
+    if (rdmax_ctx_create(&cd, &ctx) != RDMAX_OK) {
+        fprintf(stderr, "cannot open the RDMA device%s%s: %s\n", o.device ? " " : "", o.device ? o.device : "",
+                "see the error above");
+        return 1;
+    }
+    size_t sizes[32];
+    int nsizes = 0;
+    if (o.all) {
+        size_t top = 8u << 20;
+#ifdef RDMAX_TRANSPORT_UD
+        top = ctx->attr.mtu_bytes;
+#endif
+        for (size_t s = 2; s <= top; s *= 2)
+            sizes[nsizes++] = s;
+    } else {
+        sizes[nsizes++] = o.size;
+    }
+    struct row rows[32];
+    int rc = 0;
+    rdmax_listener *l = NULL;
+    if (!o.host && !o.loopback) {
+        if (rdmax_listen(ctx, NULL, (uint16_t)o.port, &l) != RDMAX_OK) {
+            fprintf(stderr, "server: cannot listen on port %u: %s\n", o.port, rdmax_ctx_last_error(ctx));
+            return 1;
+        }
+        printf("server: device %s, listening on port %u\n", ctx->attr.name, o.port);
+    }
+    for (int k = 0; k < nsizes && rc == 0; k++) {
+        size_t size = sizes[k];
+        struct side a, b;
+        memset(&a, 0, sizeof a);
+        memset(&b, 0, sizeof b);
+        rdmax_ep_desc da, db;
+        if (side_setup(ctx, &a, size) || (o.loopback && side_setup(ctx, &b, size))) {
+            rc = 1;
+            break;
+        }
+        ep_desc_for(&o, &a, size, &da);
+        if (o.loopback) {
+            ep_desc_for(&o, &b, size, &db);
+            rdmax_ep *ea, *eb;
+            /* both ends get their own desc (callback user pointers) */
+            if (rdmax_ep_create(ctx, &da, &ea) || rdmax_ep_create(ctx, &db, &eb)) {
+                fprintf(stderr, "loopback endpoints: %s\n", rdmax_ctx_last_error(ctx));
+                rc = 1;
+                break;
+            }
+            rdmax_conn_info ia, ib;
+            rdmax_ep_local_info(ea, &ia);
+            rdmax_ep_local_info(eb, &ib);
+            if (rdmax_ep_connect_info(ea, &ib) || rdmax_ep_connect_info(eb, &ia)) {
+                fprintf(stderr, "loopback connect: %s\n", rdmax_ctx_last_error(ctx));
+                rc = 1;
+                break;
+            }
+            a.ep = ea;
+            b.ep = eb;
+            b.is_server = 1;
+            b.reply = o.test == T_SEND;
+            rc = client_run(&a, &b, size, &rows[k]) ? 1 : 0;
+        } else if (o.host) {
+            rdmax_status st = rdmax_connect(ctx, o.host, (uint16_t)o.port, &da, &a.ep, TIMEOUT_MS);
+            if (st != RDMAX_OK) {
+                fprintf(stderr, "client: cannot connect to %s port %u: %s (%s)\n", o.host, o.port,
+                        rdmax_status_str(st), rdmax_ctx_last_error(ctx));
+                rc = 1;
+                break;
+            }
+            rc = client_run(&a, NULL, size, &rows[k]) ? 1 : 0;
+            if (rc == 0 && o.test != T_SEND && o.test != T_PUT)
+                rc = post_retry(&a, do_send, 0) == RDMAX_OK ? 0 : 1;  /* tell the server we are done */
+            if (rc == 0 && rdmax_ep_flush(a.ep, TIMEOUT_MS) != RDMAX_OK)
+                rc = 1;
+        } else {
+            a.is_server = 1;
+            /* one-sided tests: the only message is the client's final one, carrying tag 0 */
+            rdmax_status st;
+            do
+                st = rdmax_accept(l, &da, &a.ep, 60000);
+            while (st != RDMAX_OK && st != RDMAX_ERR_TIMEOUT && st != RDMAX_ERR_NO_DEVICE);
+            if (st != RDMAX_OK) {
+                fprintf(stderr, "server: no client: %s\n", rdmax_status_str(st));
+                rc = 1;
+                break;
+            }
+            rc = server_run(&a) ? 1 : 0;
+        }
+        if (o.loopback)
+            side_free(&b);
+        side_free(&a);
+    }
+    if (rc == 0 && (o.host || o.loopback)) {
+        print_rows(stdout, rows, nsizes);
+        if (write_files(&o, rows, nsizes))
+            rc = 1;
+    }
+    if (o.profile)
+        print_profile(ctx);
+    rdmax_listener_close(l);
+    rdmax_ctx_destroy(ctx);
+    if (rc)
+        fprintf(stderr, "%s: FAILED\n", argv[0]);
+    return rc;
+}
