@@ -1,0 +1,63 @@
+# rdmax: plain GNU Make. `make` builds the examples and tests; `make test` runs them (host tests, then
+# the device tests on soft-RoCE in a VM, or on the host's own RDMA device); `make demo` shows the RC
+# ping-pong beside ib_send_lat; `make bench` runs the side-by-side benchmark.
+CC ?= cc
+CXX ?= c++
+CFLAGS ?= -O2 -g
+PREFIX ?= /usr/local
+WARN := -Wall -Wextra -Werror
+REQ_CFLAGS := -std=c11 -pedantic $(WARN) -I.
+LIBS := -libverbs -lnuma -lm -lpthread
+B := build
+HDRS := rdmax.h rdmax_impl.h
+
+EXAMPLES := $(B)/rdmax_pingpong_rc $(B)/rdmax_pingpong_ud
+TESTS := $(B)/oob_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test
+HOST_TESTS :=
+
+.PHONY: all examples tests test check demo bench asan ubsan clean install deps
+all: examples tests
+
+examples: $(EXAMPLES)
+tests: $(TESTS) $(HOST_TESTS)
+
+$(B):
+	mkdir -p $(B)
+
+$(B)/rdmax_pingpong_rc: examples/rdmax_pingpong.c $(HDRS) | $(B)
+	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
+$(B)/rdmax_pingpong_ud: examples/rdmax_pingpong.c $(HDRS) | $(B)
+	$(CC) $(CFLAGS) $(REQ_CFLAGS) -DRDMAX_PINGPONG_TRANSPORT_UD -o $@ $< $(LIBS)
+$(B)/%_test: tests/%_test.c tests/testlib.h $(HDRS) | $(B)
+	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
+
+# Installs the Debian packages the build and the tests need (as root; prints the line otherwise).
+deps:
+	@tests/deps.sh
+
+test: deps
+	@$(MAKE) --no-print-directory all
+	@tests/run_all.sh
+
+check: test
+
+demo: deps
+	@$(MAKE) --no-print-directory examples
+	@tests/demo.sh
+
+bench: deps
+	@$(MAKE) --no-print-directory all
+	@bench/run.sh
+
+asan:
+	$(MAKE) B=build-asan CFLAGS="-O1 -g -fsanitize=address -fno-omit-frame-pointer" all
+ubsan:
+	$(MAKE) B=build-ubsan CFLAGS="-O1 -g -fsanitize=undefined -fno-sanitize-recover=all" all
+
+install:
+	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
+	install -m 644 $(HDRS) $(DESTDIR)$(PREFIX)/include/
+	printf 'prefix=%s\nincludedir=$${prefix}/include\n\nName: rdmax\nDescription: header-only RDMA transport\nVersion: 0.1.0\nCflags: -I$${includedir}\nLibs: -libverbs -lnuma\n' '$(PREFIX)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/rdmax.pc
+
+clean:
+	rm -rf build build-asan build-ubsan

@@ -1,0 +1,2 @@
+/* No transport selected: must stop with an #error. */
+#include "rdmax.h"

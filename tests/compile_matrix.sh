@@ -1,0 +1,58 @@
+#!/bin/sh
+# Compile matrix: every transport selection builds as two C11 units + the implementation + a C++ unit
+# with -Wall -Wextra -Werror -pedantic; no selection, a lone rdmax_impl.h and mismatched selections
+# must fail, and fail for the documented reason.
+cd "$(dirname "$0")/.." || exit 1
+CC=${CC:-cc}; CXX=${CXX:-c++}
+out=build/compile; mkdir -p $out
+W="-Wall -Wextra -Werror -pedantic -I."
+LIBS="-libverbs -lnuma"
+fail=0
+pass() { echo "PASS compile/$1"; }
+flunk() { echo "FAIL compile/$1: $2"; sed 's/^/    /' "$out/log" | head -5; fail=1; }
+for sel in RC UD RC_UD; do
+    case $sel in RC) defs=-DRDMAX_TRANSPORT_RC;; UD) defs=-DRDMAX_TRANSPORT_UD;;
+                 *) defs="-DRDMAX_TRANSPORT_RC -DRDMAX_TRANSPORT_UD";; esac
+    if $CC -std=c11 $W $defs -c tests/compile/tu1.c -o $out/tu1.o >$out/log 2>&1 &&
+       $CC -std=c11 $W $defs -c tests/compile/tu2.c -o $out/tu2.o >>$out/log 2>&1 &&
+       $CC -std=c11 $W $defs -c tests/compile/impl.c -o $out/impl.o >>$out/log 2>&1 &&
+       $CXX -std=c++11 $W $defs -c tests/compile/cxx.cc -o $out/cxx.o >>$out/log 2>&1 &&
+       $CXX $out/tu1.o $out/tu2.o $out/impl.o $out/cxx.o -o $out/prog $LIBS >>$out/log 2>&1 &&
+       $out/prog; then pass "$sel builds (2 C units + impl + C++)"; else flunk "$sel builds" "see log"; fi
+    # a unit compiled in C17 and gnu11 as well: the header does not depend on the dialect
+    if $CC -std=gnu17 $W $defs -c tests/compile/tu1.c -o $out/tu1g.o >$out/log 2>&1; then
+        pass "$sel gnu17"; else flunk "$sel gnu17" "see log"; fi
+done
+# Code of an unselected transport is not compiled: an RC-only unit has no rdmax_put when only UD is chosen.
+if $CC -std=c11 $W -DRDMAX_TRANSPORT_UD -DRDMAX_TRANSPORT_RC_CHECK -x c - -c -o $out/x.o >$out/log 2>&1 <<'C'
+#define RDMAX_TRANSPORT_UD
+#include "rdmax.h"
+int f(rdmax_ep *e) { return rdmax_put(e, 0, 0, 0, 0, 0, 0); }
+C
+then flunk "UD-only has no put" "rdmax_put compiled without RDMAX_TRANSPORT_RC"
+elif grep -q "implicit declaration of function .rdmax_put" $out/log; then pass "UD-only has no put"
+else flunk "UD-only has no put" "failed for another reason"; fi
+if $CC -std=c11 $W -c tests/compile/none.c -o $out/x.o >$out/log 2>&1; then
+    flunk "no selection fails" "compiled"
+elif grep -q "select a transport" $out/log; then pass "no selection fails with a sentence"
+else flunk "no selection fails with a sentence" "wrong message"; fi
+if $CC -std=c11 $W -c tests/compile/impl_alone.c -o $out/x.o >$out/log 2>&1; then
+    flunk "lone rdmax_impl.h fails" "compiled"
+elif grep -q "do not include rdmax_impl.h directly" $out/log; then pass "lone rdmax_impl.h fails with a sentence"
+else flunk "lone rdmax_impl.h fails with a sentence" "wrong message"; fi
+# Mismatch: user units select RC+UD, the implementation only RC: link must fail naming the selection.
+$CC -std=c11 $W -DRDMAX_TRANSPORT_RC -DRDMAX_TRANSPORT_UD -c tests/compile/tu1.c -o $out/m1.o >$out/log 2>&1
+$CC -std=c11 $W -DRDMAX_TRANSPORT_RC -DRDMAX_TRANSPORT_UD -c tests/compile/tu2.c -o $out/m2.o >>$out/log 2>&1
+$CXX -std=c++11 $W -DRDMAX_TRANSPORT_RC -c tests/compile/cxx.cc -o $out/m4.o >>$out/log 2>&1
+$CC -std=c11 $W -DRDMAX_TRANSPORT_RC -c tests/compile/impl.c -o $out/m3.o >>$out/log 2>&1 || cat $out/log
+if $CXX $out/m1.o $out/m2.o $out/m3.o $out/m4.o -o $out/prog $LIBS >$out/log 2>&1; then
+    flunk "mismatched selection fails to link" "linked"
+elif grep -q "rdmax__selection_rc1_ud1" $out/log; then pass "mismatched selection fails to link, naming it"
+else flunk "mismatched selection fails to link, naming it" "wrong message"; fi
+# The header defines no object or function outside the implementation: a unit without it has no
+# defined global symbols of rdmax.
+$CC -std=c11 $W -DRDMAX_TRANSPORT_RC -DRDMAX_TRANSPORT_UD -O0 -c tests/compile/tu1.c -o $out/tu1.o >$out/log 2>&1
+if nm -g --defined-only $out/tu1.o | grep -v ' tu1_send$' | grep -q .; then
+    nm -g --defined-only $out/tu1.o > $out/log; flunk "header defines no globals" "see symbols"
+else pass "header defines no globals"; fi
+exit $fail

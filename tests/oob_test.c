@@ -1,0 +1,334 @@
+/* The out-of-band connection exchange against crafted peers over real TCP sockets (IPv4 and IPv6):
+   every field wrong in turn, short, long, other version, silent. Each must give its own status, and
+   nothing may overflow (run under ASan by `make asan`). With the argument `device`, also: a listener on a
+   real RDMA device survives a bad client and then connects a good one. */
+#define RDMAX_TRANSPORT_RC
+#define RDMAX_IMPLEMENTATION
+#include "../rdmax.h"
+#include "testlib.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+static void good_record(rdmax_conn_info *r)
+{
+    memset(r, 0, sizeof *r);
+    r->transport = RDMAX_TRANSPORT_ID_RC;
+    r->mtu = IBV_MTU_1024;
+    r->qpn = 0x123;
+    r->psn = 0x456;
+    r->recv_size = 4096;
+    r->gid[10] = r->gid[11] = 0xff;
+    r->gid[12] = 192;
+    r->gid[15] = 1;
+    r->buf.addr = 0x7f0000001000ull;
+    r->buf.len = 4096;
+    r->buf.rkey = 0x99;
+}
+
+/* A TCP listener on the loopback address of the given family; returns fd and port. */
+static int tcp_listener(int family, uint16_t *port)
+{
+    int fd = socket(family, SOCK_STREAM, 0);
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    socklen_t sl;
+    if (family == AF_INET) {
+        struct sockaddr_in *s = (struct sockaddr_in *)&ss;
+        s->sin_family = AF_INET;
+        s->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        sl = sizeof *s;
+    } else {
+        struct sockaddr_in6 *s = (struct sockaddr_in6 *)&ss;
+        s->sin6_family = AF_INET6;
+        s->sin6_addr = in6addr_loopback;
+        sl = sizeof *s;
+    }
+    if (fd < 0 || bind(fd, (struct sockaddr *)&ss, sl) || listen(fd, 4))
+        return -1;
+    sl = sizeof ss;
+    getsockname(fd, (struct sockaddr *)&ss, &sl);
+    *port = family == AF_INET ? ntohs(((struct sockaddr_in *)&ss)->sin_port)
+                              : ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return fd;
+}
+
+static int tcp_connect(int family, uint16_t port)
+{
+    int fd = socket(family, SOCK_STREAM, 0);
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    socklen_t sl;
+    if (family == AF_INET) {
+        struct sockaddr_in *s = (struct sockaddr_in *)&ss;
+        s->sin_family = AF_INET;
+        s->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        s->sin_port = htons(port);
+        sl = sizeof *s;
+    } else {
+        struct sockaddr_in6 *s = (struct sockaddr_in6 *)&ss;
+        s->sin6_family = AF_INET6;
+        s->sin6_addr = in6addr_loopback;
+        s->sin6_port = htons(port);
+        sl = sizeof *s;
+    }
+    if (fd < 0 || connect(fd, (struct sockaddr *)&ss, sl))
+        return -1;
+    return fd;
+}
+
+/* A crafted peer: a child process that connects, sends `n` bytes, then either closes or stays silent. */
+static pid_t crafted_peer(int family, uint16_t port, const uint8_t *bytes, size_t n, int linger_ms)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int fd = tcp_connect(family, port);
+        if (fd < 0)
+            _exit(1);
+        if (n && write(fd, bytes, n) != (ssize_t)n)
+            _exit(1);
+        usleep((useconds_t)linger_ms * 1000);
+        close(fd);
+        _exit(0);
+    }
+    return pid;
+}
+
+static rdmax_status exchange_with(int family, const uint8_t *bytes, size_t n, int linger_ms, int timeout_ms,
+                                  rdmax_conn_info *got, char *why, size_t why_len)
+{
+    uint16_t port;
+    int lfd = tcp_listener(family, &port);
+    if (lfd < 0)
+        return RDMAX_ERR_IO;
+    pid_t pid = crafted_peer(family, port, bytes, n, linger_ms);
+    int fd = accept(lfd, NULL, NULL);
+    rdmax_conn_info me;
+    good_record(&me);
+    rdmax_status st = rdmax_oob_exchange(fd, &me, got, timeout_ms, why, why_len);
+    close(fd);
+    close(lfd);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    return st;
+}
+
+struct field_case {
+    const char *name;
+    size_t off, width;
+    uint64_t value;
+    rdmax_status want;
+};
+
+static void put_be(uint8_t *p, size_t w, uint64_t v)
+{
+    for (size_t i = 0; i < w; i++)
+        p[i] = (uint8_t)(v >> (8 * (w - 1 - i)));
+}
+
+static void host_tests(int family)
+{
+    const char *fam = family == AF_INET ? "ipv4" : "ipv6";
+    uint8_t rec[RDMAX_CONN_INFO_SIZE];
+    rdmax_conn_info good, got;
+    char why[256];
+    good_record(&good);
+    rdmax_conn_info_encode(&good, rec);
+
+    tl_begin("oob/%s/good record round-trips", fam);
+    rdmax_status st = exchange_with(family, rec, sizeof rec, 500, 2000, &got, why, sizeof why);
+    CHECK_ST(st, RDMAX_OK);
+    CHECK(st != RDMAX_OK || !memcmp(&got, &good, sizeof got), "decoded record differs from the one sent");
+    tl_end();
+
+    static const struct field_case cases[] = {
+        {"magic", 0, 4, 0x12345678, RDMAX_ERR_OOB_MAGIC},
+        {"version", 4, 2, 2, RDMAX_ERR_OOB_VERSION},
+        {"length too small", 6, 2, 63, RDMAX_ERR_OOB_LENGTH},
+        {"length too large", 6, 2, 65, RDMAX_ERR_OOB_LONG},
+        {"transport", 8, 1, 3, RDMAX_ERR_OOB_TRANSPORT},
+        {"mtu 0", 9, 1, 0, RDMAX_ERR_OOB_MTU},
+        {"mtu 6", 9, 1, 6, RDMAX_ERR_OOB_MTU},
+        {"reserved", 10, 2, 1, RDMAX_ERR_OOB_RESERVED},
+        {"qpn 0", 12, 4, 0, RDMAX_ERR_OOB_QPN},
+        {"qpn 25 bits", 12, 4, 0x1000000, RDMAX_ERR_OOB_QPN},
+        {"psn 25 bits", 16, 4, 0x1000000, RDMAX_ERR_OOB_PSN},
+        {"recv_size 0", 28, 4, 0, RDMAX_ERR_OOB_RECV_SIZE},
+        {"recv_size 2^31", 28, 4, 0x80000000u, RDMAX_ERR_OOB_RECV_SIZE},
+        {"gid zero", 32, 8, 0, RDMAX_ERR_OOB_GID},  /* with the next 8 bytes zeroed below */
+        {"buffer wraps", 56, 8, ~0ull, RDMAX_ERR_OOB_BUFFER},
+        {"buffer len 0 with address", 56, 8, 0, RDMAX_ERR_OOB_BUFFER},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct field_case *c = &cases[i];
+        uint8_t bad[RDMAX_CONN_INFO_SIZE];
+        memcpy(bad, rec, sizeof bad);
+        put_be(bad + c->off, c->width, c->value);
+        if (!strcmp(c->name, "gid zero"))
+            memset(bad + 32, 0, 16);
+        tl_begin("oob/%s/%s", fam, c->name);
+        why[0] = 0;
+        st = exchange_with(family, bad, sizeof bad, 500, 2000, &got, why, sizeof why);
+        CHECK_ST(st, c->want);
+        CHECK(why[0] != 0, "no explanation given");
+        tl_end();
+        /* the same bytes through the pure decoder */
+        tl_begin("wire/%s/%s", fam, c->name);
+        CHECK_ST(rdmax_conn_info_decode(bad, sizeof bad, &got, NULL, 0), c->want);
+        tl_end();
+    }
+
+    tl_begin("oob/%s/short record then close", fam);
+    st = exchange_with(family, rec, 20, 0, 2000, &got, why, sizeof why);
+    CHECK_ST(st, RDMAX_ERR_OOB_SHORT);
+    tl_end();
+
+    tl_begin("oob/%s/4 bytes then close", fam);
+    st = exchange_with(family, rec, 4, 0, 2000, &got, why, sizeof why);
+    CHECK_ST(st, RDMAX_ERR_OOB_SHORT);
+    tl_end();
+
+    tl_begin("oob/%s/nothing then close", fam);
+    st = exchange_with(family, rec, 0, 0, 2000, &got, why, sizeof why);
+    CHECK_ST(st, RDMAX_ERR_OOB_SHORT);
+    tl_end();
+
+    /* A newer peer with a longer record: the version is checked before the length, and nothing beyond
+       our record's size is read into our buffer. */
+    {
+        uint8_t big[4096];
+        memset(big, 0xab, sizeof big);
+        memcpy(big, rec, sizeof rec);
+        put_be(big + 4, 2, 2);
+        put_be(big + 6, 2, 4096 & 0xffff);
+        tl_begin("oob/%s/newer version, 4 KiB record", fam);
+        st = exchange_with(family, big, sizeof big, 500, 2000, &got, why, sizeof why);
+        CHECK_ST(st, RDMAX_ERR_OOB_VERSION);
+        tl_end();
+        put_be(big + 4, 2, 1);
+        tl_begin("oob/%s/same version, 4 KiB record", fam);
+        st = exchange_with(family, big, sizeof big, 500, 2000, &got, why, sizeof why);
+        CHECK_ST(st, RDMAX_ERR_OOB_LONG);
+        tl_end();
+        tl_begin("oob/%s/garbage bytes", fam);
+        memset(big, 0x41, sizeof big);
+        st = exchange_with(family, big, 100, 500, 2000, &got, why, sizeof why);
+        CHECK_ST(st, RDMAX_ERR_OOB_MAGIC);
+        tl_end();
+    }
+
+    tl_begin("oob/%s/silent peer times out", fam);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    st = exchange_with(family, rec, 0, 3000, 300, &got, why, sizeof why);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+    CHECK_ST(st, RDMAX_ERR_TIMEOUT);
+    CHECK(ms >= 280 && ms < 2500, "timed out after %.0f ms, expected about 300", ms);
+    CHECK(strstr(why, "timed out") != NULL, "explanation '%s' does not say it timed out", why);
+    tl_end();
+
+    tl_begin("oob/%s/half a record then silence", fam);
+    st = exchange_with(family, rec, 30, 3000, 300, &got, why, sizeof why);
+    CHECK_ST(st, RDMAX_ERR_TIMEOUT);
+    tl_end();
+}
+
+/* On a device: a bad client makes rdmax_accept fail with the right status; the listener then connects a
+   good client, over IPv4 and IPv6. */
+static void device_tests(void)
+{
+    rdmax_ctx *ctx = NULL;
+    rdmax_listener *l = NULL;
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    tl_begin("listener/survives bad clients");
+    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device: %s", ctx ? rdmax_ctx_last_error(ctx) : "");
+    REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen failed");
+    uint16_t port = rdmax_listener_port(l);
+    uint8_t junk[64];
+    memset(junk, 0x5a, sizeof junk);
+    pid_t pid = crafted_peer(AF_INET, port, junk, sizeof junk, 1000);
+    rdmax_ep *ep = NULL;
+    rdmax_status st = rdmax_accept(l, NULL, &ep, 5000);
+    CHECK_ST(st, RDMAX_ERR_OOB_MAGIC);
+    CHECK(ep == NULL, "an endpoint was returned for a bad client");
+    waitpid(pid, NULL, 0);
+    pid = crafted_peer(AF_INET6, port, junk, 10, 0);
+    st = rdmax_accept(l, NULL, &ep, 5000);
+    CHECK_ST(st, RDMAX_ERR_OOB_SHORT);
+    waitpid(pid, NULL, 0);
+    for (int fam = 0; fam < 2; fam++) {
+        const char *host = fam ? "::1" : "127.0.0.1";
+        pid = fork();
+        if (pid == 0) {
+            rdmax_ctx *c2;
+            rdmax_ep *e2;
+            if (rdmax_ctx_create(&cd, &c2) != RDMAX_OK)
+                _exit(2);
+            if (rdmax_connect(c2, host, port, NULL, &e2, 5000) != RDMAX_OK)
+                _exit(3);
+            char msg[16] = "hello";
+            if (rdmax_send(e2, msg, sizeof msg, NULL, NULL) != RDMAX_OK || rdmax_ep_flush(e2, 5000) != RDMAX_OK)
+                _exit(4);
+            rdmax_ctx_destroy(c2);
+            _exit(0);
+        }
+        st = rdmax_accept(l, NULL, &ep, 5000);
+        CHECK_ST(st, RDMAX_OK);
+        int status = -1;
+        waitpid(pid, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "good client over %s failed (exit %d)", host,
+              WEXITSTATUS(status));
+        rdmax_counters c;
+        for (int i = 0; i < 100000 && ep; i++) {
+            rdmax_progress(ctx);
+            rdmax_counters_get(ctx, &c);
+            if (c.recv_msgs > (unsigned)fam)
+                break;
+        }
+        rdmax_counters_get(ctx, &c);
+        CHECK(c.recv_msgs == (unsigned)fam + 1, "message from the good client over %s not received", host);
+        rdmax_ep_destroy(ep);
+        ep = NULL;
+    }
+    rdmax_ep *dummy;
+    tl_end();
+    tl_begin("listener/accept times out with no client");
+    st = rdmax_accept(l, NULL, &dummy, 200);
+    CHECK_ST(st, RDMAX_ERR_TIMEOUT);
+    tl_end();
+    tl_begin("connect/unreachable peer is a clear error");
+    st = rdmax_connect(ctx, "127.0.0.1", 1, NULL, &dummy, 2000);
+    CHECK_ST(st, RDMAX_ERR_CONNECT);
+    CHECK(strstr(rdmax_ctx_last_error(ctx), "127.0.0.1") != NULL, "error '%s' does not name the peer",
+          rdmax_ctx_last_error(ctx));
+    tl_end();
+    tl_begin("connect/silent peer times out");
+    {
+        uint16_t p2;
+        int lfd = tcp_listener(AF_INET, &p2);
+        st = rdmax_connect(ctx, "127.0.0.1", p2, NULL, &dummy, 500);
+        CHECK_ST(st, RDMAX_ERR_TIMEOUT);
+        close(lfd);
+    }
+    tl_end();
+out:
+    rdmax_listener_close(l);
+    rdmax_ctx_destroy(ctx);
+    if (tl_case_failed)
+        tl_end();
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc > 1 && !strcmp(argv[1], "device"))
+        device_tests();
+    else {
+        host_tests(AF_INET);
+        host_tests(AF_INET6);
+    }
+    return tl_failed_total ? 1 : 0;
+}
