@@ -344,7 +344,10 @@ typedef struct rdmax_counters {
     uint64_t recv_post_calls;
     uint64_t polls, empty_polls, cqes;
     uint64_t recv_msgs, recv_bytes;
-    uint64_t err_cqes, flushed_cqes, stale_wr_ids;
+    uint64_t err_cqes;
+    uint64_t flushed_cqes;      /* send completions flushed after their endpoint failed */
+    uint64_t recv_flushed;      /* receive buffers flushed after their endpoint failed */
+    uint64_t stale_wr_ids;      /* completions of destroyed endpoints, dropped */
     uint64_t recv_drops;        /* receive completions the library had to drop */
     uint64_t no_resource;       /* posts refused with RDMAX_ERR_NO_RESOURCE */
     uint64_t ep_errors;
@@ -402,6 +405,7 @@ struct rdmax_ep {
     uint32_t rd_avail;          /* RDMA reads and atomics that may still be issued */
     uint32_t peer_recv_size;    /* largest message the peer accepts */
     rdmax__slot *slots;
+    char *inl_stage;            /* [RDMAX_BATCH_MAX][max_inline]: inline data of chained requests */
     struct ibv_send_wr wr[RDMAX_BATCH_MAX];
     struct ibv_sge sge[RDMAX_BATCH_MAX][RDMAX_MAX_SGE];
     rdmax_rbuf remote;          /* the peer's exposed buffer */
@@ -585,6 +589,12 @@ RDMAX_INLINE rdmax_status rdmax__ep_contig(rdmax_ep *ep, struct ibv_send_wr *wr,
     if (len <= ep->max_inline && (mem == NULL || comp == NULL)) {
         wr->send_flags = IBV_SEND_INLINE;
         sge->lkey = 0;
+        /* A chained request is posted later, but RDMAX_OK promises the buffer is free now: copy it. */
+        if (ep->batching) {
+            char *stage = ep->inl_stage + (size_t)ep->batch_n * ep->max_inline;
+            memcpy(stage, buf, len);
+            sge->addr = (uintptr_t)stage;
+        }
         return rdmax__ep_post(ep, wr, NULL, op, (uint32_t)len, raddr);
     }
     if (rdmax_unlikely(mem == NULL))

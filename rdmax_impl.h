@@ -1119,7 +1119,8 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     ep->rq_free = (uint32_t *)rdmax__alloc(ctx, d->rq_depth * sizeof *ep->rq_free);
     size_t rbytes = (size_t)d->rq_depth * d->recv_size;
     ep->rbufs = (char *)rdmax_numa_alloc(ctx, rbytes);
-    if (!ep->slots || !ep->rq_free || !ep->rbufs)
+    ep->inl_stage = (char *)rdmax__alloc(ctx, (size_t)RDMAX_BATCH_MAX * (d->max_inline ? d->max_inline : 1));
+    if (!ep->slots || !ep->rq_free || !ep->rbufs || !ep->inl_stage)
         goto fail;
     ep->rmr = ibv_reg_mr(ctx->pd, ep->rbufs, rbytes, IBV_ACCESS_LOCAL_WRITE);
     if (!ep->rmr) {
@@ -1165,6 +1166,7 @@ fail:
     rdmax_numa_free(ctx, ep->rbufs, rbytes);
     rdmax__free(ctx, ep->slots);
     rdmax__free(ctx, ep->rq_free);
+    rdmax__free(ctx, ep->inl_stage);
     rdmax__free(ctx, ep);
     return st;
 }
@@ -1472,7 +1474,7 @@ int rdmax__poll_recv(rdmax_ctx *ctx)
         }
         if (rdmax_unlikely(wc[i].status != IBV_WC_SUCCESS)) {
             if (wc[i].status == IBV_WC_WR_FLUSH_ERR) {
-                ctx->cnt.flushed_cqes++;
+                ctx->cnt.recv_flushed++;
             } else {
                 ctx->cnt.err_cqes++;
                 rdmax__ep_fail(ep, &wc[i], NULL);
@@ -1627,6 +1629,7 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     rdmax_numa_free(ctx, ep->rbufs, (size_t)ep->rq_depth * ep->recv_size);
     rdmax__free(ctx, ep->slots);
     rdmax__free(ctx, ep->rq_free);
+    rdmax__free(ctx, ep->inl_stage);
     rdmax__free(ctx, ep);
 }
 

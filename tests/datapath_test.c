@@ -1,0 +1,615 @@
+/* Data paths on a real RDMA device (rxe in the test VM): every operation at many sizes with the data
+   checked byte by byte, scatter/gather lists, the errors each with the status that must fire, selective
+   signaling, destroy with operations in flight, and a peer that dies.
+   Usage: datapath_test [loopback|cross]; cross uses two devices ($RDMAX_TEST_DEV0, $RDMAX_TEST_DEV1). */
+#define RDMAX_TRANSPORT_RC
+#define RDMAX_IMPLEMENTATION
+#include "../rdmax.h"
+#include "testlib.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#define T_MS 10000
+
+static int g_errlogs;  /* error messages the logger received */
+static char g_lastlog[512];
+
+static void count_log(rdmax_log_level lvl, const char *msg, void *user)
+{
+    (void)user;
+    if (lvl == RDMAX_LOG_ERROR) {
+        g_errlogs++;
+        snprintf(g_lastlog, sizeof g_lastlog, "%s", msg);
+    }
+}
+
+static rdmax_ctx *open_ctx(const char *dev)
+{
+    rdmax_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    d.device = dev;
+    d.logger.func = count_log;
+    d.log_level = RDMAX_LOG_ERROR;
+    d.log_level_set = true;
+    rdmax_ctx *c = NULL;
+    if (rdmax_ctx_create(&d, &c) != RDMAX_OK) {
+        printf("FAIL setup: cannot open device %s: %s\n", dev ? dev : "(default)", g_lastlog);
+        exit(1);
+    }
+    return c;
+}
+
+/* Connect two endpoints (possibly on different contexts) by trading records directly. */
+static rdmax_status pair(rdmax_ctx *ca, rdmax_ctx *cb, const rdmax_ep_desc *da, const rdmax_ep_desc *db,
+                         rdmax_ep **a, rdmax_ep **b)
+{
+    rdmax_status st = rdmax_ep_create(ca, da, a);
+    if (st != RDMAX_OK)
+        return st;
+    if ((st = rdmax_ep_create(cb, db, b)) != RDMAX_OK)
+        return st;
+    rdmax_conn_info ia, ib;
+    rdmax_ep_local_info(*a, &ia);
+    rdmax_ep_local_info(*b, &ib);
+    if ((st = rdmax_ep_connect_info(*a, &ib)) != RDMAX_OK)
+        return st;
+    return rdmax_ep_connect_info(*b, &ia);
+}
+
+static void progress2(rdmax_ctx *a, rdmax_ctx *b)
+{
+    rdmax_progress(a);
+    if (b != a)
+        rdmax_progress(b);
+}
+
+static int wait_comp(rdmax_ctx *a, rdmax_ctx *b, rdmax_comp *c)
+{
+    for (long i = 0; !c->done; i++) {
+        progress2(a, b);
+        if (i > 200000000L)
+            return -1;
+    }
+    return 0;
+}
+
+static unsigned char pat(size_t i, unsigned seed)
+{
+    return (unsigned char)((i * 131 + seed * 7 + (i >> 8)) & 0xff);
+}
+
+static void fillp(unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = pat(i, seed);
+}
+
+static size_t first_diff(const unsigned char *p, size_t n, unsigned seed)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != pat(i, seed))
+            return i;
+    return (size_t)-1;
+}
+
+struct rx {
+    unsigned char *buf;
+    size_t len;
+    int count;
+};
+
+static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep;
+    struct rx *r = (struct rx *)user;
+    if (len <= (2u << 20))
+        memcpy(r->buf, data, len);
+    r->len = len;
+    r->count++;
+}
+
+static const size_t sizes[] = {1, 7, 8, 63, 64, 4095, 4096, 65536, 1u << 20};
+#define NSIZES (sizeof sizes / sizeof sizes[0])
+#define BIG (1u << 20)
+
+static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
+{
+    rdmax_mem *src = NULL, *dst = NULL;
+    rdmax_ep *a = NULL, *b = NULL;
+    struct rx rxb;
+    memset(&rxb, 0, sizeof rxb);
+    rxb.buf = (unsigned char *)malloc(2u << 20);
+    unsigned all = RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_ATOMIC;
+    tl_begin("%s/setup", topo);
+    REQUIRE(rdmax_mem_alloc(ca, 2 * BIG, all, &src) == RDMAX_OK, "alloc src");
+    REQUIRE(rdmax_mem_alloc(cb, 2 * BIG, all, &dst) == RDMAX_OK, "alloc dst");
+    rdmax_ep_desc da, db;
+    memset(&da, 0, sizeof da);
+    memset(&db, 0, sizeof db);
+    da.recv_size = db.recv_size = BIG;
+    da.rq_depth = db.rq_depth = 32;
+    db.recv_cb = on_recv;
+    db.user = &rxb;
+    da.expose = src;
+    db.expose = dst;
+    REQUIRE(pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    tl_end();
+    unsigned char *s = (unsigned char *)src->addr, *d = (unsigned char *)dst->addr;
+    uint64_t raddr = (uintptr_t)dst->addr;
+
+    for (size_t k = 0; k < NSIZES; k++) {
+        size_t n = sizes[k];
+        rdmax_comp c;
+        rdmax_status st;
+
+        tl_begin("%s/send/%zu", topo, n);
+        fillp(s, n, (unsigned)k);
+        int before = rxb.count;
+        memset(&c, 0, sizeof c);
+        st = rdmax_send(a, s, n, src, &c);
+        CHECK(st == RDMAX_OK || st == RDMAX_INPROGRESS, "send: %s", rdmax_status_str(st));
+        for (long i = 0; rxb.count == before && i < 100000000L; i++)
+            progress2(ca, cb);
+        CHECK(rxb.count == before + 1, "message not received");
+        CHECK(rxb.len == n, "received %zu bytes, sent %zu", rxb.len, n);
+        CHECK(first_diff(rxb.buf, n, (unsigned)k) == (size_t)-1, "payload differs at byte %zu",
+              first_diff(rxb.buf, n, (unsigned)k));
+        if (st == RDMAX_INPROGRESS)
+            CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "send completion: %s", rdmax_status_str(c.status));
+        tl_end();
+
+        tl_begin("%s/put/%zu", topo, n);
+        fillp(s, n, (unsigned)k + 100);
+        memset(d, 0, n + 1);
+        memset(&c, 0, sizeof c);
+        st = rdmax_put(a, s, n, src, raddr, dst->rkey, &c);
+        CHECK(st == RDMAX_OK || st == RDMAX_INPROGRESS, "put: %s", rdmax_status_str(st));
+        if (st == RDMAX_INPROGRESS)
+            CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "put completion: %s", rdmax_status_str(c.status));
+        else
+            CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush after inline put");
+        CHECK(first_diff(d, n, (unsigned)k + 100) == (size_t)-1, "remote data differs at byte %zu",
+              first_diff(d, n, (unsigned)k + 100));
+        CHECK(d[n] == 0, "put wrote past its end");
+        tl_end();
+
+        tl_begin("%s/get/%zu", topo, n);
+        fillp(d, n, (unsigned)k + 200);
+        memset(s, 0, n + 1);
+        memset(&c, 0, sizeof c);
+        st = rdmax_get(a, s, n, src, raddr, dst->rkey, &c);
+        CHECK_ST(st, RDMAX_INPROGRESS);
+        CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "get completion: %s", rdmax_status_str(c.status));
+        CHECK(first_diff(s, n, (unsigned)k + 200) == (size_t)-1, "data read differs at byte %zu",
+              first_diff(s, n, (unsigned)k + 200));
+        CHECK(s[n] == 0, "get wrote past its end");
+        tl_end();
+    }
+
+    /* scatter/gather: 1, 2 and the maximum number of entries, each a different piece of src */
+    uint32_t maxsge = ca->attr.max_sge < RDMAX_MAX_SGE ? ca->attr.max_sge : RDMAX_MAX_SGE;
+    uint32_t counts[] = {1, 2, maxsge};
+    for (int k = 0; k < 3; k++) {
+        uint32_t cnt = counts[k];
+        rdmax_iov iov[RDMAX_MAX_SGE];
+        size_t total = 0;
+        for (uint32_t i = 0; i < cnt; i++) {
+            iov[i].addr = s + i * 8192 + i;  /* odd offsets and sizes */
+            iov[i].len = 1000 + i * 77;
+            iov[i].lkey = src->lkey;
+            total += iov[i].len;
+        }
+        rdmax_comp c;
+        tl_begin("%s/put_iov/%u", topo, cnt);
+        for (uint32_t i = 0; i < cnt; i++)
+            fillp((unsigned char *)iov[i].addr, iov[i].len, 300 + i);
+        memset(d, 0, total + 1);
+        memset(&c, 0, sizeof c);
+        CHECK_ST(rdmax_put_iov(a, iov, cnt, raddr, dst->rkey, &c), RDMAX_INPROGRESS);
+        CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "completion: %s", rdmax_status_str(c.status));
+        size_t off = 0;
+        for (uint32_t i = 0; i < cnt; i++) {
+            CHECK(first_diff(d + off, iov[i].len, 300 + i) == (size_t)-1, "piece %u differs", i);
+            off += iov[i].len;
+        }
+        CHECK(d[total] == 0, "wrote past the end");
+        tl_end();
+
+        tl_begin("%s/get_iov/%u", topo, cnt);
+        fillp(d, total, 400 + cnt);
+        for (uint32_t i = 0; i < cnt; i++)
+            memset(iov[i].addr, 0, iov[i].len);
+        memset(&c, 0, sizeof c);
+        CHECK_ST(rdmax_get_iov(a, iov, cnt, raddr, dst->rkey, &c), RDMAX_INPROGRESS);
+        CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "completion: %s", rdmax_status_str(c.status));
+        unsigned char *whole = (unsigned char *)malloc(total);
+        off = 0;
+        for (uint32_t i = 0; i < cnt; i++) {
+            memcpy(whole + off, iov[i].addr, iov[i].len);
+            off += iov[i].len;
+        }
+        CHECK(first_diff(whole, total, 400 + cnt) == (size_t)-1, "gathered data differs at %zu",
+              first_diff(whole, total, 400 + cnt));
+        free(whole);
+        tl_end();
+    }
+    tl_begin("%s/iov over the SGE limit refused", topo);
+    {
+        rdmax_iov iov[RDMAX_MAX_SGE + 1];
+        memset(iov, 0, sizeof iov);
+        CHECK_ST(rdmax_put_iov(a, iov, RDMAX_MAX_SGE + 1, raddr, dst->rkey, NULL), RDMAX_ERR_INVALID_PARAM);
+    }
+    tl_end();
+
+    tl_begin("%s/fadd", topo);
+    {
+        uint64_t *ctr = (uint64_t *)(void *)(d + 64), *res = (uint64_t *)(void *)(s + 128);
+        *ctr = 1000;
+        for (int i = 0; i < 10; i++) {
+            rdmax_comp c;
+            memset(&c, 0, sizeof c);
+            CHECK_ST(rdmax_fadd(a, res, src, raddr + 64, dst->rkey, 5, &c), RDMAX_INPROGRESS);
+            CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "completion: %s", rdmax_status_str(c.status));
+            CHECK(*res == 1000 + 5 * (uint64_t)i, "fadd returned %llu, expected %llu", (unsigned long long)*res,
+                  (unsigned long long)(1000 + 5 * i));
+        }
+        CHECK(*ctr == 1050, "counter is %llu, expected 1050", (unsigned long long)*ctr);
+    }
+    tl_end();
+
+    tl_begin("%s/cswap", topo);
+    {
+        uint64_t *word = (uint64_t *)(void *)(d + 64), *res = (uint64_t *)(void *)(s + 128);
+        *word = 7;
+        rdmax_comp c;
+        memset(&c, 0, sizeof c);
+        CHECK_ST(rdmax_cswap(a, res, src, raddr + 64, dst->rkey, 7, 99, &c), RDMAX_INPROGRESS);
+        CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "completion");
+        CHECK(*res == 7 && *word == 99, "swap that should hit: old %llu, now %llu", (unsigned long long)*res,
+              (unsigned long long)*word);
+        memset(&c, 0, sizeof c);
+        CHECK_ST(rdmax_cswap(a, res, src, raddr + 64, dst->rkey, 7, 5, &c), RDMAX_INPROGRESS);
+        CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "completion");
+        CHECK(*res == 99 && *word == 99, "swap that should miss changed the word to %llu", (unsigned long long)*word);
+    }
+    tl_end();
+
+    tl_begin("%s/misaligned atomic refused before posting", topo);
+    {
+        uint64_t posted = ca->cnt.post_calls;
+        uint64_t *res = (uint64_t *)(void *)(s + 128);
+        CHECK_ST(rdmax_fadd(a, res, src, raddr + 3, dst->rkey, 1, NULL), RDMAX_ERR_UNALIGNED);
+        CHECK_ST(rdmax_cswap(a, res, src, raddr + 12, dst->rkey, 1, 2, NULL), RDMAX_ERR_UNALIGNED);
+        CHECK(ca->cnt.post_calls == posted, "something was posted");
+        CHECK(a->state == RDMAX_EP_CONNECTED, "endpoint left the connected state");
+    }
+    tl_end();
+
+    tl_begin("%s/send larger than the peer's receive buffer refused", topo);
+    {
+        uint64_t posted = ca->cnt.post_calls;
+        CHECK_ST(rdmax_send(a, s, BIG + 1, src, NULL), RDMAX_ERR_SIZE);
+        CHECK(ca->cnt.post_calls == posted, "something was posted");
+    }
+    tl_end();
+
+    tl_begin("%s/batch of 32 puts is one post", topo);
+    {
+        uint64_t calls = ca->cnt.post_calls;
+        memset(d, 0, 32 * 8);
+        rdmax_batch_begin(a);
+        for (uint64_t i = 0; i < 32; i++) {
+            uint64_t v = 0x1111111100000000ull | i;
+            CHECK_ST(rdmax_put(a, &v, 8, NULL, raddr + i * 8, dst->rkey, NULL), RDMAX_OK);
+        }
+        CHECK_ST(rdmax_batch_end(a), RDMAX_OK);
+        CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush");
+        CHECK(ca->cnt.post_calls - calls <= 2, "%llu post calls for a batch of 32 and a flush",
+              (unsigned long long)(ca->cnt.post_calls - calls));
+        for (uint64_t i = 0; i < 32; i++)
+            CHECK(((uint64_t *)(void *)d)[i] == (0x1111111100000000ull | i), "word %llu wrong", (unsigned long long)i);
+    }
+    tl_end();
+
+    tl_begin("%s/10000 unsignaled puts and one flush", topo);
+    {
+        rdmax_counters c0, c1;
+        rdmax_counters_get(ca, &c0);
+        for (uint32_t i = 0; i < 10000; i++) {
+            uint32_t v = i;
+            rdmax_status st;
+            while ((st = rdmax_put(a, &v, 4, NULL, raddr + (i % 1024) * 4, dst->rkey, NULL)) == RDMAX_ERR_NO_RESOURCE)
+                progress2(ca, cb);
+            if (st != RDMAX_OK) {
+                CHECK_ST(st, RDMAX_OK);
+                break;
+            }
+        }
+        CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush");
+        rdmax_counters_get(ca, &c1);
+        uint64_t posted = c1.posted[RDMAX_OP_PUT] - c0.posted[RDMAX_OP_PUT];
+        uint64_t done = c1.completed[RDMAX_OP_PUT] - c0.completed[RDMAX_OP_PUT];
+        uint64_t cqes = c1.cqes - c0.cqes;
+        CHECK(posted == 10000 && done == 10000, "posted %llu, completed %llu", (unsigned long long)posted,
+              (unsigned long long)done);
+        CHECK(a->sq_head == a->sq_tail && a->sq_avail == a->desc.sq_depth, "send queue not empty after flush");
+        CHECK(cqes < 10000 / 8, "%llu completions for 10000 unsignaled puts", (unsigned long long)cqes);
+        CHECK(((uint32_t *)(void *)d)[(9999 % 1024)] == 9999, "last put not visible");
+    }
+    tl_end();
+
+    tl_begin("%s/completion channel wakes a blocked waiter", topo);
+    {
+        rdmax_comp c;
+        memset(&c, 0, sizeof c);
+        CHECK_ST(rdmax_get(a, s, 64, src, raddr, dst->rkey, &c), RDMAX_INPROGRESS);
+        for (int i = 0; i < 100 && !c.done; i++)
+            rdmax_wait(ca, 100);
+        CHECK(c.done && c.status == RDMAX_OK, "not completed through rdmax_wait");
+    }
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(src);
+    rdmax_mem_free(dst);
+    free(rxb.buf);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* An error completion fails its endpoint only, with the right status and one log line. */
+static void error_case(const char *topo, const char *name, rdmax_ctx *ca, rdmax_ctx *cb, int kind, rdmax_status want)
+{
+    unsigned all = RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_ATOMIC;
+    rdmax_mem *src = NULL, *dst = NULL;
+    rdmax_ep *a = NULL, *b = NULL, *a2 = NULL, *b2 = NULL;
+    tl_begin("%s/error/%s", topo, name);
+    REQUIRE(rdmax_mem_alloc(ca, 65536, all, &src) == RDMAX_OK && rdmax_mem_alloc(cb, 65536, all, &dst) == RDMAX_OK,
+            "alloc");
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.timeout = 8;  /* ~1 ms: a lost peer is found quickly */
+    d.retry_cnt = 2;
+    REQUIRE(pair(ca, cb, &d, &d, &a, &b) == RDMAX_OK, "pair");
+    REQUIRE(pair(ca, cb, &d, &d, &a2, &b2) == RDMAX_OK, "second pair");
+    int logs = g_errlogs;
+    rdmax_comp c;
+    memset(&c, 0, sizeof c);
+    uint64_t raddr = (uintptr_t)dst->addr;
+    rdmax_status st;
+    switch (kind) {
+    case 0: st = rdmax_put(a, src->addr, 4096, src, raddr, dst->rkey ^ 0x5a5a00, &c); break;   /* bad rkey */
+    case 1: st = rdmax_put(a, src->addr, 4096, src, raddr + 65536 - 100, dst->rkey, &c); break; /* past the end */
+    default: st = rdmax_get(a, src->addr, 4096, src, 0x1000, dst->rkey, &c); break;           /* unregistered */
+    }
+    CHECK_ST(st, RDMAX_INPROGRESS);
+    CHECK(wait_comp(ca, cb, &c) == 0, "no completion");
+    CHECK_ST(c.status, want);
+    CHECK(a->state == RDMAX_EP_ERROR, "endpoint not in the error state");
+    CHECK_ST(rdmax_ep_error(a), want);
+    CHECK(g_errlogs == logs + 1 || g_errlogs == logs + 2, "%d error log lines (one per failed endpoint expected)",
+          g_errlogs - logs);
+    CHECK(strstr(g_lastlog, "qpn") && strstr(g_lastlog, "0x"), "error text '%s' does not name endpoint and address",
+          g_lastlog);
+    CHECK_ST(rdmax_put(a, src->addr, 8, NULL, raddr, dst->rkey, NULL), RDMAX_ERR_ENDPOINT);
+    /* another endpoint on the same contexts still works */
+    memset(&c, 0, sizeof c);
+    memset(dst->addr, 0, 64);
+    fillp((unsigned char *)src->addr, 64, 9);
+    CHECK_ST(rdmax_put(a2, src->addr, 64, src, raddr, dst->rkey, &c), RDMAX_INPROGRESS);
+    CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "other endpoint failed: %s", rdmax_status_str(c.status));
+    CHECK(first_diff((unsigned char *)dst->addr, 64, 9) == (size_t)-1, "other endpoint's data wrong");
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_ep_destroy(a2);
+    rdmax_ep_destroy(b2);
+    rdmax_mem_free(src);
+    rdmax_mem_free(dst);
+    if (tl_case_failed)
+        tl_end();
+}
+
+struct flood {
+    int ok, flushed, other, first_err;
+};
+
+static void flood_cb(rdmax_comp *c, rdmax_status st)
+{
+    struct flood *f = (struct flood *)c->user;
+    if (st == RDMAX_OK)
+        f->ok++;
+    else if (st == RDMAX_ERR_FLUSHED)
+        f->flushed++;
+    else {
+        f->other++;
+        f->first_err = st;
+    }
+}
+
+/* 1000 operations in flight, the first fails: one error report, 999 flushed, no crash. */
+static void flood_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
+{
+    unsigned all = RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE;
+    rdmax_mem *src = NULL, *dst = NULL;
+    rdmax_ep *a = NULL, *b = NULL;
+    rdmax_comp *comps = (rdmax_comp *)calloc(1000, sizeof *comps);
+    struct flood f;
+    memset(&f, 0, sizeof f);
+    tl_begin("%s/error/1000 in flight, first fails", topo);
+    REQUIRE(rdmax_mem_alloc(ca, 65536, all, &src) == RDMAX_OK && rdmax_mem_alloc(cb, 65536, all, &dst) == RDMAX_OK,
+            "alloc");
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.sq_depth = 1024;
+    REQUIRE(pair(ca, cb, &d, &d, &a, &b) == RDMAX_OK, "pair");
+    int logs = g_errlogs;
+    rdmax_counters c0, c1;
+    rdmax_counters_get(ca, &c0);
+    rdmax_batch_begin(a);  /* all 1000 go out before the first can fail */
+    for (int i = 0; i < 1000; i++) {
+        comps[i].cb = flood_cb;
+        comps[i].user = &f;
+        uint32_t rkey = i == 0 ? dst->rkey ^ 0x770000 : dst->rkey;
+        rdmax_status st = rdmax_put(a, src->addr, 4096, src, (uintptr_t)dst->addr, rkey, &comps[i]);
+        if (st != RDMAX_INPROGRESS) {
+            CHECK_ST(st, RDMAX_INPROGRESS);
+            break;
+        }
+    }
+    rdmax_batch_end(a);
+    for (long i = 0; f.ok + f.flushed + f.other < 1000 && i < 100000000L; i++)
+        progress2(ca, cb);
+    rdmax_counters_get(ca, &c1);
+    CHECK(f.ok + f.flushed + f.other == 1000, "%d of 1000 completed", f.ok + f.flushed + f.other);
+    CHECK(f.other == 1 && f.first_err == RDMAX_ERR_REMOTE_ACCESS, "%d operations failed with a real error (status %d)",
+          f.other, f.first_err);
+    CHECK(f.flushed == 999 && f.ok == 0, "%d flushed, %d ok", f.flushed, f.ok);
+    CHECK(c1.flushed_cqes - c0.flushed_cqes == 999, "%llu flushed completions counted",
+          (unsigned long long)(c1.flushed_cqes - c0.flushed_cqes));
+    CHECK(g_errlogs == logs + 1, "%d error log lines for one failure", g_errlogs - logs);
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(src);
+    rdmax_mem_free(dst);
+    free(comps);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* Destroying an endpoint with operations in flight completes them with CANCELED; their late completions
+   are dropped as stale, not dereferenced. */
+static void destroy_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
+{
+    rdmax_mem *src = NULL, *dst = NULL;
+    rdmax_ep *a = NULL, *b = NULL;
+    rdmax_comp comps[64];
+    tl_begin("%s/destroy with operations in flight", topo);
+    REQUIRE(rdmax_mem_alloc(ca, 1 << 20, RDMAX_ACCESS_REMOTE_READ, &src) == RDMAX_OK &&
+            rdmax_mem_alloc(cb, 1 << 20, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
+    REQUIRE(pair(ca, cb, NULL, NULL, &a, &b) == RDMAX_OK, "pair");
+    memset(comps, 0, sizeof comps);
+    for (int i = 0; i < 64; i++)
+        CHECK_ST(rdmax_put(a, src->addr, 1 << 20, src, (uintptr_t)dst->addr, dst->rkey, &comps[i]), RDMAX_INPROGRESS);
+    rdmax_ep_destroy(a);
+    a = NULL;
+    int canceled = 0, ok = 0;
+    for (int i = 0; i < 64; i++) {
+        CHECK(comps[i].done, "operation %d never completed", i);
+        canceled += comps[i].status == RDMAX_ERR_CANCELED;
+        ok += comps[i].status == RDMAX_OK;
+    }
+    CHECK(canceled == 64, "%d canceled, %d ok", canceled, ok);
+    for (int i = 0; i < 100000; i++)
+        progress2(ca, cb);  /* whatever the device still reports must be dropped quietly */
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(src);
+    rdmax_mem_free(dst);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* A peer process that is killed: its endpoint errors out within the retry timeout; another endpoint on
+   the same context keeps working. */
+static void killed_peer_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb, const char *peer_dev)
+{
+    rdmax_listener *l = NULL;
+    rdmax_ep *ep = NULL, *a2 = NULL, *b2 = NULL;
+    rdmax_mem *m = NULL, *m2 = NULL;
+    tl_begin("%s/peer process killed", topo);
+    REQUIRE(rdmax_listen(ca, "127.0.0.1", 0, &l) == RDMAX_OK, "listen");
+    uint16_t port = rdmax_listener_port(l);
+    int pipefd[2];
+    REQUIRE(pipe(pipefd) == 0, "pipe");
+    pid_t pid = fork();
+    if (pid == 0) {
+        rdmax_ctx *c = open_ctx(peer_dev);
+        rdmax_ep *e;
+        rdmax_mem *pm;
+        if (rdmax_mem_alloc(c, 65536, RDMAX_ACCESS_REMOTE_WRITE, &pm) != RDMAX_OK)
+            _exit(2);
+        rdmax_ep_desc d;
+        memset(&d, 0, sizeof d);
+        d.expose = pm;
+        if (rdmax_connect(c, "127.0.0.1", port, &d, &e, 5000) != RDMAX_OK)
+            _exit(3);
+        if (write(pipefd[1], "c", 1) != 1)
+            _exit(4);
+        for (;;)
+            rdmax_progress(c);
+    }
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.timeout = 10;  /* 4 ms ack timeout, 3 tries: the loss is known in well under a second */
+    d.retry_cnt = 2;
+    REQUIRE(rdmax_accept(l, &d, &ep, 5000) == RDMAX_OK, "accept: %s", g_lastlog);
+    char ch;
+    REQUIRE(read(pipefd[0], &ch, 1) == 1, "child did not connect");
+    REQUIRE(rdmax_mem_alloc(ca, 65536, RDMAX_ACCESS_REMOTE_WRITE, &m) == RDMAX_OK, "alloc");
+    rdmax_comp c;
+    memset(&c, 0, sizeof c);
+    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, ep->remote.addr, ep->remote.rkey, &c), RDMAX_INPROGRESS);
+    CHECK(wait_comp(ca, ca, &c) == 0 && c.status == RDMAX_OK, "put to the live peer: %s", rdmax_status_str(c.status));
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    memset(&c, 0, sizeof c);
+    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, ep->remote.addr, ep->remote.rkey, &c), RDMAX_INPROGRESS);
+    CHECK(wait_comp(ca, ca, &c) == 0, "no completion");
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
+    CHECK_ST(c.status, RDMAX_ERR_RETRY_EXCEEDED);
+    CHECK(ms < 3000, "the error took %.0f ms", ms);
+    CHECK(ep->state == RDMAX_EP_ERROR, "endpoint not in error");
+    CHECK(rdmax_ep_flush(ep, 2000) != RDMAX_ERR_TIMEOUT, "flush of a dead endpoint hangs");
+    REQUIRE(pair(ca, cb, NULL, NULL, &a2, &b2) == RDMAX_OK, "pair");
+    REQUIRE(rdmax_mem_alloc(cb, 4096, RDMAX_ACCESS_REMOTE_READ, &m2) == RDMAX_OK, "alloc");
+    memset(&c, 0, sizeof c);
+    CHECK_ST(rdmax_get(a2, m->addr, 64, m, (uintptr_t)m2->addr, m2->rkey, &c), RDMAX_INPROGRESS);
+    CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "other endpoint: %s", rdmax_status_str(c.status));
+    tl_end();
+out:
+    rdmax_ep_destroy(ep);
+    rdmax_ep_destroy(a2);
+    rdmax_ep_destroy(b2);
+    rdmax_mem_free(m);
+    rdmax_mem_free(m2);
+    rdmax_listener_close(l);
+    if (tl_case_failed)
+        tl_end();
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGPIPE, SIG_IGN);
+    const char *mode = argc > 1 ? argv[1] : "loopback";
+    const char *d0 = getenv("RDMAX_TEST_DEV0"), *d1 = getenv("RDMAX_TEST_DEV1");
+    int cross = !strcmp(mode, "cross");
+    if (cross && !d1) {
+        printf("FAIL cross/setup: RDMAX_TEST_DEV1 is not set (needs the veth topology)\n");
+        return 1;
+    }
+    rdmax_ctx *ca = open_ctx(d0), *cb = cross ? open_ctx(d1) : ca;
+    const char *topo = cross ? "cross" : "loopback";
+    ops_suite(topo, ca, cb);
+    error_case(topo, "bad rkey", ca, cb, 0, RDMAX_ERR_REMOTE_ACCESS);
+    error_case(topo, "put past the end of the region", ca, cb, 1, RDMAX_ERR_REMOTE_ACCESS);
+    error_case(topo, "get from an unregistered address", ca, cb, 2, RDMAX_ERR_REMOTE_ACCESS);
+    flood_case(topo, ca, cb);
+    destroy_case(topo, ca, cb);
+    killed_peer_case(topo, ca, cb, cross ? d1 : d0);
+    if (cb != ca)
+        rdmax_ctx_destroy(cb);
+    rdmax_ctx_destroy(ca);
+    return tl_failed_total ? 1 : 0;
+}
