@@ -308,7 +308,7 @@ typedef struct rdmax_ep_desc {
     uint32_t signal_interval;  /* 0: one signaled request in 64 */
     uint32_t max_inline;       /* 0: the probed device maximum; larger values are clamped to it */
     uint8_t timeout;           /* 0: 14 (4.096 us * 2^14 = 67 ms ack timeout) */
-    uint8_t retry_cnt;         /* 0: 7 */
+    uint8_t retry_cnt;         /* 0: 6 (rxe retries forever at 7; 6 reports a lost peer in ~0.5 s) */
     uint8_t rnr_retry;         /* 0: 6 (7 would retry forever, which has locked up rxe) */
     uint8_t min_rnr_timer;     /* 0: 12 (0.64 ms) */
     uint8_t max_rd_atomic;     /* 0: device max_qp_rd_atom, negotiated down to the peer's */

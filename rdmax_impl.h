@@ -1043,7 +1043,7 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
     if (!d->timeout)
         d->timeout = 14;
     if (!d->retry_cnt)
-        d->retry_cnt = 7;
+        d->retry_cnt = 6;  /* rxe treats 7 as "retry forever": a vanished peer would never be reported */
     if (d->retry_cnt > 7)
         d->retry_cnt = 7;
     if (!d->rnr_retry)

@@ -71,6 +71,7 @@ struct side {
     int bad;                 /* a payload check failed */
     int is_server;
     int reply;               /* server: answer each message */
+    uint64_t reply_limit;    /* ... up to this many; the client's final message is not answered */
 };
 
 static const struct opts *g_opt;
@@ -137,7 +138,8 @@ static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
     }
     s->expect_tag++;
     s->got++;
-    if (s->is_server && s->reply && !s->bad && post_retry(s, do_send, s->expect_tag - 1) != RDMAX_OK)
+    if (s->is_server && s->reply && s->got <= s->reply_limit && !s->bad &&
+        post_retry(s, do_send, s->expect_tag - 1) != RDMAX_OK)
         s->bad = 1;
 }
 
@@ -539,31 +541,30 @@ static void ep_desc_for(const struct opts *o, struct side *s, size_t size, rdmax
     d->expose = s->mem;
 }
 
-/* The server side of one size with a remote client: answer (send, put) or wait for the client's "done"
-   message (one-sided tests), then flush. */
+/* The server side of one size with a remote client: answer (send, put) until the client's final
+   message arrives. That message comes after the client flushed, so everything we sent has landed and the
+   endpoint can go without a flush of ours (which would race with the client's exit). */
 static int server_run(struct side *s)
 {
     unsigned total = g_opt->warmup + g_opt->iters;
     double deadline = now_us() + (double)TIMEOUT_MS * 1000.0 * 6;
     s->reply = g_opt->test == T_SEND;
-    while (!s->bad) {
+    s->reply_limit = total;
+    uint64_t final_msg = g_opt->test == T_SEND ? total + 1 : 1;
+    while (!s->bad && s->got < final_msg) {
         rdmax_progress(s->ep->ctx);
 #ifdef RDMAX_TRANSPORT_RC
-        if (g_opt->test == T_PUT) {
-            if (s->expect_tag == total)
-                break;
+        if (g_opt->test == T_PUT && s->expect_tag < total)
             serve_step(s);
-            continue;
-        }
+        if (g_opt->test == T_PUT && s->expect_tag == total && s->got == 0)
+            s->expect_tag = 0;  /* the final message carries tag 0 */
 #endif
-        if (g_opt->test == T_SEND ? s->got == total : s->got >= 1)
-            break;
         if (rdmax_ep_error(s->ep) != RDMAX_OK || now_us() > deadline) {
             fprintf(stderr, "server: client went away (%s)\n", rdmax_status_str(rdmax_ep_error(s->ep)));
             return -1;
         }
     }
-    return s->bad ? -1 : (rdmax_ep_flush(s->ep, TIMEOUT_MS) == RDMAX_OK ? 0 : -1);
+    return s->bad ? -1 : 0;
 }
 
 int main(int argc, char **argv)
@@ -640,6 +641,7 @@ int main(int argc, char **argv)
             b.ep = eb;
             b.is_server = 1;
             b.reply = o.test == T_SEND;
+            b.reply_limit = UINT64_MAX;
             rc = client_run(&a, &b, size, &rows[k]) ? 1 : 0;
         } else if (o.host) {
             rdmax_status st = rdmax_connect(ctx, o.host, (uint16_t)o.port, &da, &a.ep, TIMEOUT_MS);
@@ -650,9 +652,11 @@ int main(int argc, char **argv)
                 break;
             }
             rc = client_run(&a, NULL, size, &rows[k]) ? 1 : 0;
-            if (rc == 0 && o.test != T_SEND && o.test != T_PUT)
-                rc = post_retry(&a, do_send, 0) == RDMAX_OK ? 0 : 1;  /* tell the server we are done */
-            if (rc == 0 && rdmax_ep_flush(a.ep, TIMEOUT_MS) != RDMAX_OK)
+            /* Flush, then a final message (tag: the next one the server expects), flushed too: when it is
+               acknowledged the server has everything and may go. */
+            uint64_t final_tag = o.test == T_SEND ? a.expect_tag : 0;
+            if (rc == 0 && (rdmax_ep_flush(a.ep, TIMEOUT_MS) != RDMAX_OK || post_retry(&a, do_send, final_tag) != RDMAX_OK ||
+                            rdmax_ep_flush(a.ep, TIMEOUT_MS) != RDMAX_OK))
                 rc = 1;
         } else {
             a.is_server = 1;

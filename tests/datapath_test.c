@@ -548,8 +548,7 @@ static void killed_peer_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb, con
     }
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
-    d.timeout = 10;  /* 4 ms ack timeout, 3 tries: the loss is known in well under a second */
-    d.retry_cnt = 2;
+    (void)d;  /* the defaults: a lost peer must be reported within the documented ~0.5 s, not hang */
     REQUIRE(rdmax_accept(l, &d, &ep, 5000) == RDMAX_OK, "accept: %s", g_lastlog);
     char ch;
     REQUIRE(read(pipefd[0], &ch, 1) == 1, "child did not connect");

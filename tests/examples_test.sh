@@ -1,0 +1,109 @@
+#!/bin/sh
+# The example programs on a device: each ping-pong test in one process (--loopback) and as server and
+# client processes, sizes 1, 64 and 4096; output parsed (perftest's columns, CSV, JSON) and the numbers
+# checked to be positive; bad options and an unreachable peer fail fast with a clear error.
+# Usage: tests/examples_test.sh dummy|veth
+topo=${1:-dummy}
+cd "$(dirname "$0")/.." || exit 1
+out=build/test-results/$topo/examples; mkdir -p "$out"
+dev0=${RDMAX_TEST_DEV0:-rxe0}
+dev1=${RDMAX_TEST_DEV1:-$dev0}
+addr0=${RDMAX_TEST_ADDR0:-127.0.0.1}
+port=19000
+
+# wait_listen LOG: until the server says it listens (creating a context takes a while under emulation).
+wait_listen() {
+    i=0
+    while [ $i -lt 100 ] && ! grep -q listening "$1" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+}
+
+# check_table FILE NROWS: the header line of perftest's columns, then NROWS rows of 9 positive numbers.
+check_table() {
+    awk -v want="$2" '
+        /^ #bytes #iterations +t_min/ { hdr = 1; next }
+        hdr && NF == 9 && $1 ~ /^[0-9]+$/ {
+            for (i = 2; i <= 9; i++) if (!($i + 0 > 0)) bad = 1
+            if ($3 + 0 > $4 + 0 || $5 + 0 < $3 + 0) bad = 1   # min <= max, typical >= min
+            rows++
+        }
+        END { exit !(hdr && rows == want && !bad) }' "$1"
+}
+
+ok() { echo "PASS examples/$topo/$1"; }
+no() { echo "FAIL examples/$topo/$1: $2"; [ -n "$3" ] && tail -4 "$3" | sed 's/^/    /'; }
+
+pp=build/rdmax_pingpong_rc
+for t in send put get fadd cswap; do
+    for s in 1 64 4096; do
+        case $t in fadd|cswap) [ $s = 64 ] || continue; s=8;; esac
+        name=rc-$t-$s
+        if [ "$topo" = dummy ]; then
+            log=$out/$name-loop.log
+            if $pp --loopback -t $t -s $s -n 200 -w 20 -d "$dev0" --csv "$out/$name.csv" --json "$out/$name.json" >"$log" 2>&1 &&
+               check_table "$log" 1; then
+                if python3 -c "import csv,json,sys; r=list(csv.DictReader(open(sys.argv[1]))); j=json.load(open(sys.argv[2]));
+assert len(r)==1 and int(r[0]['bytes'])==$s and float(r[0]['t_typical'])>0
+assert j['results'][0]['bytes']==$s and j['results'][0]['t_typical']>0" "$out/$name.csv" "$out/$name.json" 2>>"$log"
+                then ok "$name loopback (table, CSV, JSON)"; else no "$name loopback" "CSV/JSON do not parse" "$log"; fi
+            else no "$name loopback" "run failed or table malformed" "$log"; fi
+        fi
+        port=$((port + 1))
+        slog=$out/$name-server.log; clog=$out/$name-client.log
+        rm -f "$slog" "$clog"
+    rm -f "$slog" "$clog"  # wait_listen must not find an old run's line
+        timeout 60 $pp -t $t -s $s -n 200 -w 20 -p $port -d "$dev0" >"$slog" 2>&1 &
+        spid=$!
+        wait_listen "$slog"
+        timeout 60 $pp -t $t -s $s -n 200 -w 20 -p $port -d "$dev1" "$addr0" >"$clog" 2>&1
+        crc=$?
+        wait $spid; src=$?
+        if [ $crc = 0 ] && [ $src = 0 ] && check_table "$clog" 1; then ok "$name server+client"
+        else no "$name server+client" "client exit $crc, server exit $src" "$clog"; tail -3 "$slog" | sed 's/^/    server: /'; fi
+    done
+done
+
+ud=build/rdmax_pingpong_ud
+for s in 1 64 1024; do
+    name=ud-send-$s
+    if [ "$topo" = dummy ]; then
+        log=$out/$name-loop.log
+        if $ud --loopback -s $s -n 200 -w 20 -d "$dev0" >"$log" 2>&1 && check_table "$log" 1; then ok "$name loopback"
+        else no "$name loopback" "run failed or table malformed" "$log"; fi
+    fi
+    port=$((port + 1))
+    slog=$out/$name-server.log; clog=$out/$name-client.log
+    rm -f "$slog" "$clog"  # wait_listen must not find an old run's line
+    timeout 60 $ud -s $s -n 200 -w 20 -p $port -d "$dev0" >"$slog" 2>&1 &
+    spid=$!
+    wait_listen "$slog"
+    timeout 60 $ud -s $s -n 200 -w 20 -p $port -d "$dev1" "$addr0" >"$clog" 2>&1
+    crc=$?
+    wait $spid; src=$?
+    if [ $crc = 0 ] && [ $src = 0 ] && check_table "$clog" 1; then ok "$name server+client"
+    else no "$name server+client" "client exit $crc, server exit $src" "$clog"; fi
+done
+
+[ "$topo" = dummy ] || exit 0
+# -a: every size, one row each
+log=$out/all.log
+if $pp --loopback -t put -a -n 20 -w 2 >"$log" 2>&1 && check_table "$log" 23; then ok "put -a has 23 rows (2 B .. 8 MiB)"
+else no "put -a" "expected 23 rows" "$log"; fi
+# bad input: clear error, non-zero exit, no hang
+for args in "-t nosuch" "-s 0" "-s 99999999999" "-n abc" "-p 70000" "--bogus" "-t fadd -s 16" "a b"; do
+    log=$out/bad.log
+    timeout 10 $pp $args >"$log" 2>&1; rc=$?
+    if [ $rc = 2 ] && [ -s "$log" ]; then ok "bad option '$args' rejected"
+    else no "bad option '$args'" "exit $rc" "$log"; fi
+done
+log=$out/help.log
+if $pp -h >"$log" 2>&1 && grep -q -- "--loopback" "$log" && grep -q "\[1000\]" "$log"; then ok "-h lists options with defaults"
+else no "-h" "help text incomplete" "$log"; fi
+log=$out/unreachable.log
+start=$(date +%s)
+timeout 30 $pp -p 1 127.0.0.1 >"$log" 2>&1; rc=$?
+el=$(( $(date +%s) - start ))
+if [ $rc = 1 ] && [ $el -lt 15 ] && grep -q "cannot connect to 127.0.0.1" "$log"; then ok "unreachable peer: clear error in ${el}s"
+else no "unreachable peer" "exit $rc after ${el}s" "$log"; fi
+log=$out/nodevice.log
+if ! $pp --loopback -d nosuchdev >"$log" 2>&1 && grep -q "nosuchdev" "$log"; then ok "unknown device named in the error"
+else no "unknown device" "no clear error" "$log"; fi

@@ -1,0 +1,37 @@
+#!/bin/sh
+# The device tests of one topology; runs where an RDMA device is (inside the test VM, or on a host with
+# its own device). Prints PASS/FAIL lines; logs go to build/test-results/TOPO/.
+# Usage: tests/guest.sh dummy|veth
+topo=${1:-dummy}
+cd "$(dirname "$0")/.." || exit 1
+out=build/test-results/$topo
+mkdir -p "$out"
+ulimit -l unlimited 2>/dev/null
+export RDMAX_LOG_LEVEL=${RDMAX_LOG_LEVEL:-warn}
+status=0
+
+# run NAME CMD...: a test program that prints its own PASS/FAIL lines; a crash or a non-zero exit
+# without a FAIL line is a failure too.
+run() {
+    name=$1; shift
+    timeout 600 "$@" > "$out/$name.log" 2>&1
+    rc=$?
+    grep -E '^(PASS|FAIL) ' "$out/$name.log"
+    if [ $rc -ne 0 ]; then
+        status=1
+        grep -q '^FAIL ' "$out/$name.log" || { echo "FAIL $name: exited with status $rc"; tail -5 "$out/$name.log" | sed 's/^/    /'; }
+    fi
+}
+
+if [ "$topo" = veth ]; then
+    run datapath_cross build/datapath_test cross
+    run ud_cross build/ud_test cross
+    run examples_veth tests/examples_test.sh veth
+else
+    run datapath_loopback build/datapath_test loopback
+    run oob_device build/oob_test device
+    run ud_loopback build/ud_test loopback
+    run numa build/numa_test
+    run examples_dummy tests/examples_test.sh dummy
+fi
+exit $status
