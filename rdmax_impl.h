@@ -409,6 +409,12 @@ void rdmax_ctx_destroy(rdmax_ctx *ctx)
 #if RDMAX__HAS_UD
     rdmax__ud_ctx_cleanup(ctx);
 #endif
+    if (ctx->rcache) {
+        int busy = rdmax_rcache_destroy(ctx->rcache);
+        if (busy > 0)
+            rdmax__log(ctx, RDMAX_LOG_WARN, "device %s: %d cached registrations were still in use at destroy",
+                       ctx->attr.name, busy);
+    }
     if (ctx->scq)
         ibv_destroy_cq(ctx->scq);
     if (ctx->rcq)
@@ -469,6 +475,11 @@ void rdmax_counters_get(const rdmax_ctx *ctx, rdmax_counters *out)
     *out = ctx->cnt;
 }
 
+struct rdmax_rcache *rdmax_ctx_rcache(const rdmax_ctx *ctx)
+{
+    return ctx->rcache;
+}
+
 /* >>memory =========================================================================================== */
 static int rdmax__ibv_access(unsigned access)
 {
@@ -480,6 +491,55 @@ static int rdmax__ibv_access(unsigned access)
     if (access & RDMAX_ACCESS_REMOTE_ATOMIC)
         f |= IBV_ACCESS_REMOTE_ATOMIC;
     return f;
+}
+
+/* The registration cache's operations: verbs registration with the least rights asked for. */
+static int rdmax__mr_reg(void *arg, void *addr, size_t len, unsigned access, rdmax_rcache_region *r)
+{
+    rdmax_ctx *ctx = (rdmax_ctx *)arg;
+    struct ibv_mr *mr = ibv_reg_mr(ctx->pd, addr, len, rdmax__ibv_access(access));
+    if (!mr) {
+        int e = errno ? errno : EIO;
+        rdmax__log(ctx, RDMAX_LOG_DEBUG, "device %s: rcache ibv_reg_mr(%p, %zu) failed: %s", ctx->attr.name, addr,
+                   len, strerror(e));
+        return -e;
+    }
+    r->mr = mr;
+    r->lkey = mr->lkey;
+    r->rkey = mr->rkey;
+    return 0;
+}
+
+static void rdmax__mr_dereg(void *arg, rdmax_rcache_region *r)
+{
+    (void)arg;
+    ibv_dereg_mr((struct ibv_mr *)r->mr);
+}
+
+/* The cache is made on the first buffer passed without an rdmax_mem, so a program that always registers
+   its own memory never gets the memory hooks' malloc policy (see >>rcache). */
+rdmax_status rdmax__rcache_open(rdmax_ctx *ctx)
+{
+    if (ctx->desc.rcache_disable)
+        return RDMAX_ERR_NO_MEMH;
+    rdmax_rcache_desc rd;
+    memset(&rd, 0, sizeof rd);
+    rd.ops.reg = rdmax__mr_reg;
+    rd.ops.dereg = rdmax__mr_dereg;
+    rd.ops.arg = ctx;
+    rd.max_regions = ctx->desc.rcache_max_regions;
+    rd.max_bytes = (size_t)ctx->desc.rcache_max_bytes;
+    int rc = rdmax_rcache_create(&rd, &ctx->rcache);
+    if (rc != RDMAX_RCACHE_OK) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: creating the registration cache failed: %s", ctx->attr.name,
+                   rdmax_rcache_status_str(rc));
+        ctx->rcache = NULL;
+        return RDMAX_ERR_NO_MEMORY;
+    }
+    rdmax_rcache_desc ad = rdmax_rcache_query_desc(ctx->rcache);
+    ctx->desc.rcache_max_regions = (uint32_t)ad.max_regions;
+    ctx->desc.rcache_max_bytes = ad.max_bytes;
+    return RDMAX_OK;
 }
 
 rdmax_status rdmax_mem_reg(rdmax_ctx *ctx, void *addr, size_t len, unsigned access, rdmax_mem **out)
@@ -1006,6 +1066,1369 @@ rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, co
 }
 #endif /* RDMAX__HAS_UD */
 
+#ifdef RDMAX_IMPLEMENTATION
+#ifndef RDMAX__ARB_IMPL_INCLUDED /* standalone only: one implementation even if included twice */
+#define RDMAX__ARB_IMPL_INCLUDED
+
+
+/* >>arbiter */
+
+/* Take g out of whichever ring holds it (its state says which). */
+RDMAX_INLINE void rdmax__arb_leave(rdmax_arb *arb, rdmax_arb_group *g)
+{
+    if (g->state == RDMAX__ARB_SCHED) {
+        rdmax__arb_ring_remove(&arb->current, g);
+    } else if (g->state == RDMAX__ARB_RESCHED) {
+        rdmax__arb_ring_remove(&arb->resched, g);
+    }
+}
+
+RDMAX_API void rdmax_arb_group_push_head(rdmax_arb *arb, rdmax_arb_group *group, rdmax_arb_elem *elem)
+{
+    RDMAX_ASSERT(elem->next == NULL);
+    if (group->head == NULL) {
+        elem->next = RDMAX__ARB_END;
+        group->tail = elem;
+    } else {
+        elem->next = group->head;
+    }
+    group->head = elem;
+    /* The element in the callback is unlinked; if it is kept it must land behind this one. Later
+       push_heads go in front of this one, so the first one pushed marks the spot. */
+    if (arb->disp_group == group && arb->disp_after == NULL) {
+        arb->disp_after = elem;
+    }
+    group->count++;
+    arb->pending++;
+}
+
+RDMAX_API void rdmax_arb_group_desched(rdmax_arb *arb, rdmax_arb_group *group)
+{
+    if (!(group->state & RDMAX__ARB_SCHED)) {
+        return;
+    }
+    rdmax__arb_leave(arb, group);
+    group->state = RDMAX__ARB_DESCHED;
+    if (group == arb->disp_group) {
+        arb->disp_moved = 1;
+    }
+}
+
+RDMAX_API void rdmax_arb_group_purge(rdmax_arb *arb, rdmax_arb_group *group, rdmax_arb_purge_cb cb,
+                                     void *arg)
+{
+    rdmax_arb_elem *elem = group->head;
+    rdmax_arb_elem *next;
+
+    /* The dispatcher must forget this group and its element in flight: that is the whole
+       destroy-inside-callback protection. group->count includes that element, so pending drops by it. */
+    if (arb->disp_group == group) {
+        arb->disp_group = NULL;
+    }
+    for (int i = 0; i < RDMAX__ARB_AHEAD; i++) {
+        if (arb->hist[i] == group) {
+            arb->hist[i] = NULL; /* it may be freed next: the dispatcher must not write to it */
+        }
+    }
+    rdmax__arb_leave(arb, group);
+    group->state = RDMAX__ARB_IDLE;
+    arb->pending -= group->count;
+    group->count = 0;
+    group->head = NULL;
+    group->tail = NULL;
+
+    /* The queue is detached first, so cb sees a consistent, empty group (and may push to it). */
+    while (elem != NULL) {
+        next = elem->next == RDMAX__ARB_END ? NULL : elem->next;
+        elem->next = NULL;
+        if (cb != NULL) {
+            cb(arb, group, elem, arg);
+        }
+        elem = next;
+    }
+}
+
+RDMAX_API void rdmax_arb_group_cleanup(rdmax_arb *arb, rdmax_arb_group *group)
+{
+    rdmax_arb_group_purge(arb, group, NULL, NULL);
+}
+
+RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group, rdmax_arb_cb cb,
+                                              void *arg)
+{
+    rdmax_arb_group *g, *back;
+    rdmax_arb_elem *elem, *next, *after;
+    rdmax_arb_result r;
+    size_t removed = 0, lap_start = 0;
+    unsigned served;
+    uint32_t lap;
+
+    if (rdmax_unlikely(arb->in_dispatch)) {
+        return 0; /* called from a callback: the running dispatch will get to everything */
+    }
+    arb->in_dispatch = 1;
+    if (per_group == 0) {
+        per_group = 1;
+    }
+    lap = ++arb->lap;
+
+    while ((g = arb->current) != NULL) {
+        if (g->lap == lap) {
+            /* Back at a group served in this lap: a lap is over. Without a removal nothing changed. */
+            if (removed == lap_start) {
+                break;
+            }
+            lap = ++arb->lap;
+            lap_start = removed;
+        }
+        g->lap = lap;
+
+        /* With many endpoints every group and head element is a cache miss, and walking a ring is a
+           chain of dependent loads: no prefetch of "the next group" can run ahead of it. So each visit
+           leaves a hint in the group visited RDMAX__ARB_AHEAD visits earlier, and the next round
+           prefetches that far ahead through the hints, several misses in flight at once. */
+        __builtin_prefetch(g->ahead);
+        __builtin_prefetch(g->ahead_head);
+        __builtin_prefetch(g->rnext);
+
+        served = 0;
+        for (;;) {
+            elem = g->head;
+            RDMAX_ASSERT(elem != NULL && g->count > 0);
+            next = elem->next;
+            if (next == RDMAX__ARB_END) {
+                g->head = NULL;
+                g->tail = NULL;
+            } else {
+                g->head = next;
+            }
+            elem->next = NULL; /* unlinked: the callback may free it or push it again */
+            arb->disp_group = g;
+            arb->disp_after = NULL;
+            arb->disp_moved = 0;
+
+            r = cb(arb, g, elem, arg);
+
+            if (rdmax_unlikely(arb->disp_group == NULL)) {
+                /* The callback purged or destroyed g: neither g nor elem may be touched. */
+                g = NULL;
+                removed += (r == RDMAX_ARB_REMOVE);
+                if ((unsigned)r >= RDMAX_ARB_STOP) {
+                    goto out;
+                }
+                break;
+            }
+            arb->disp_group = NULL;
+
+            if (rdmax_likely(r == RDMAX_ARB_REMOVE)) {
+                removed++;
+                g->count--;
+                arb->pending--;
+            } else if (rdmax_unlikely(elem->next != NULL)) {
+                /* Kept, but the callback queued it again: the new position wins, the old one goes. */
+                g->count--;
+                arb->pending--;
+            } else {
+                /* Kept: back to the head, behind anything push_head'ed during the callback. */
+                after = arb->disp_after;
+                if (after == NULL) {
+                    elem->next = g->head != NULL ? g->head : RDMAX__ARB_END;
+                    g->head = elem;
+                    if (g->tail == NULL) {
+                        g->tail = elem;
+                    }
+                } else {
+                    elem->next = after->next;
+                    after->next = elem;
+                    if (g->tail == after) {
+                        g->tail = elem;
+                    }
+                }
+            }
+
+            if (g->count == 0) {
+                rdmax__arb_leave(arb, g); /* an empty group never stays in the arbiter */
+                g->state = RDMAX__ARB_IDLE;
+                break;
+            }
+            if (rdmax_unlikely(arb->disp_moved)) {
+                /* The callback descheduled (and maybe rescheduled) its own group: keep that. */
+                if ((unsigned)r >= RDMAX_ARB_STOP) {
+                    goto out;
+                }
+                break;
+            }
+
+            if (r == RDMAX_ARB_REMOVE) {
+                if (++served < per_group) {
+                    continue;
+                }
+                arb->current = g->rnext;
+            } else if (r == RDMAX_ARB_NEXT_GROUP) {
+                arb->current = g->rnext;
+            } else if (r == RDMAX_ARB_DESCHED) {
+                rdmax__arb_ring_remove(&arb->current, g);
+                g->state = RDMAX__ARB_DESCHED;
+            } else if (r == RDMAX_ARB_RESCHED) {
+                rdmax__arb_ring_remove(&arb->current, g);
+                rdmax__arb_ring_insert(&arb->resched, g);
+                g->state = RDMAX__ARB_RESCHED;
+            } else {
+                goto out; /* STOP (or an unknown value): g stays first for the next dispatch */
+            }
+            break;
+        }
+
+        /* Leave the hint for the next round (see the prefetch above). */
+        if (rdmax_likely(g != NULL)) {
+            uint32_t i = arb->hist_pos++ & (RDMAX__ARB_AHEAD - 1);
+            back = arb->hist[i];
+            if (back != NULL) {
+                back->ahead = g;
+                back->ahead_head = g->head;
+            }
+            arb->hist[i] = g;
+        }
+    }
+
+out:
+    /* Parked groups rejoin at the tail, in the order they left. */
+    while ((g = arb->resched) != NULL) {
+        rdmax__arb_ring_remove(&arb->resched, g);
+        rdmax__arb_ring_insert(&arb->current, g);
+        g->state = RDMAX__ARB_SCHED;
+    }
+    arb->in_dispatch = 0;
+    return removed;
+}
+
+
+#endif /* RDMAX__ARB_IMPL_INCLUDED */
+#endif /* RDMAX_IMPLEMENTATION */
+
+#ifdef RDMAX_IMPLEMENTATION
+#ifndef RDMAX__RC_IMPL_INCLUDED
+#define RDMAX__RC_IMPL_INCLUDED
+
+/* The implementation needs _GNU_SOURCE (mremap and its flags, MADV_*, SHM_REMAP, syscall(2),
+   off64_t). It must be defined before the first system header of the TU, so the TU does it. */
+#ifndef _GNU_SOURCE
+#error "rdmax: #define _GNU_SOURCE at the top of the file that defines RDMAX_IMPLEMENTATION"
+#endif
+
+#include <malloc.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ipc.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#if !defined(RDMAX_NO_MEMHOOKS) && defined(__linux__) && defined(__GLIBC__) && UINTPTR_MAX == 0xffffffffffffffffu
+#define RDMAX__RC_HOOKS 1
+#else
+#define RDMAX__RC_HOOKS 0
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+   Automatic invalidation
+   ---------------------------------------------------------------------------------------------
+   Goal: once the memory under a cached region is unmapped or replaced, that registration is
+   never handed out again (else a put silently sends the old pages).
+
+   Mechanism chosen: symbol interposition + a lock-free event ring + a malloc policy.
+
+   1. This TU defines mmap, mmap64, munmap, mremap, madvise, shmat, shmdt, brk and sbrk. Being
+      defined in the executable (or in a library loaded before libc), they win symbol lookup for
+      every call made through the PLT/GOT by the program and its libraries. Each hook:
+        - records the range that is about to change into the ring, then a full fence,
+        - performs the real operation with syscall(2) (no dlsym(RTLD_NEXT): it can allocate and
+          takes the loader lock); brk/sbrk go through glibc's exported __sbrk so glibc's own idea
+          of the break (__curbrk) stays right,
+        - on success records the changed range again, plus any freshly created mapping.
+      Recording before the operation means a get that runs after the memory is gone always sees
+      the event. Recording again after it closes the window where another thread's get drained
+      the first record and re-registered the old pages just before they went away. Recording
+      fresh mappings (every successful mmap/mremap/shmat/brk growth) catches an unmap we never
+      saw when its address is reused: a fresh mapping can never hold previously registered pages.
+      madvise is recorded unless the advice is known to keep pages (NORMAL, RANDOM, SEQUENTIAL,
+      WILLNEED, DONTFORK, DOFORK, (UN)MERGEABLE, (NO)HUGEPAGE, DONTDUMP, DODUMP, WIPEONFORK,
+      KEEPONFORK, COLD, POPULATE_READ/WRITE); unknown advice counts as destructive (libibverbs
+      calls madvise(DONTFORK/DOFORK) around every registration when fork support is on: those
+      must not invalidate, or each registration would drop itself). mmap with
+      MAP_FIXED (without MAP_FIXED_NOREPLACE) records the range it replaces. shmdt needs the
+      segment size: shmat remembers it in a fixed lock-free table; an unknown segment is recorded
+      as "invalidate everything".
+   2. The ring is one process-wide array of RDMAX_RCACHE_EVENT_RING_SIZE slots and a 64-bit
+      write counter. A hook claims a slot with one atomic fetch-add and publishes it seqlock-
+      style; it never waits, allocates, locks or deregisters, so it is safe in signal handlers and
+      while another thread is inside the cache. Each cache keeps its own read cursor (so no list
+      of caches is needed and a hook's cost does not grow with their number); the inline get
+      compares that cursor with the write counter (one relaxed load) and drains on a difference.
+      Draining drops overlapping regions from the lookup, counts them, deregisters unused ones
+      and marks in-use ones invalid (deregistered at the last put). A slot that is claimed but
+      not yet published is retried at the next get (a writer that never publishes, e.g. a
+      handler that longjmp'ed out of a hook, only costs slow gets until the ring laps it and the
+      overflow rule below applies). If a writer laps a reader (more than
+      RING_SIZE events between two gets of a cache), the events are lost: the cache drops every
+      cached region (stats.overflows). The ring and the counter have external linkage so that two
+      copies of the implementation in one process bind to one ring.
+   3. glibc's own calls (free() unmapping a large chunk, malloc trimming the heap, a thread
+      arena deleting a heap) use internal aliases that no interposition can see. So the first
+      cache creation applies a malloc policy that makes glibc never give memory back:
+          mallopt(M_MMAP_MAX, 0)         large blocks come from the heap, never from mmap
+          mallopt(M_TRIM_THRESHOLD, -1)  the main heap is never trimmed (brk shrink)
+          mallopt(M_ARENA_MAX, 1)        no thread arenas: their heaps are munmap'ed by
+                                          heap_trim() when they become empty, whatever the
+                                          trim threshold, and re-mmap'ed at the same address
+      and malloc_trim() is defined here as a no-op. free() followed by a malloc() returning the
+      same address then returns the very same pages, still mapped and still registered, so a hit
+      is correct. The cost: the process keeps its peak heap, and threads share one arena (tcache
+      still serves small sizes without the lock). RDMAX_NO_MALLOPT keeps glibc's behaviour and
+      leaves that hole open.
+
+   Why not the alternatives:
+   - UCX (UCM) patches the GOT of every loaded object (and dlopen'ed ones later), or rewrites
+     function entry points, and may replace malloc with its own ptmalloc to see free(): powerful,
+     but a lot of fragile machinery, and its reported deadlocks and crashes come from there.
+   - userfaultfd (libfabric) sees even direct syscalls and libc's internal unmaps, but needs a
+     monitor thread, registering every range (only anonymous/shmem/hugetlbfs memory; it fails for
+     file mappings and ranges another uffd user owns), makes the unmapping thread wait for the
+     monitor, and is restricted for unprivileged users (vm.unprivileged_userfaultfd).
+   - MPI libraries' mallopt + interposition is what this is, plus the after/fresh records, the
+     arena limit, and a ring that never blocks.
+
+   Not covered (call rdmax_rcache_invalidate() for these):
+   - statically linked programs: libc.a's own objects call its internal names, and defining
+     munmap next to libc.a's munmap.o clashes; build those with RDMAX_NO_MEMHOOKS;
+   - calls made inside libc or ld.so: dlclose() unmapping a library, thread stacks unmapped by
+     glibc's stack cache, memory glibc allocated before the first cache was created (a large
+     block malloc'ed earlier is still an mmap'ed chunk that free() unmaps unseen; a later hooked
+     mmap at that address is caught by the fresh-mapping record, a libc-internal one is not);
+   - direct syscalls (syscall(SYS_munmap, ...), Go, some allocators, sanitizer runtimes);
+   - another process changing shared memory, file truncation under a MAP_SHARED mapping,
+     process_madvise() from outside;
+   - libraries that bind symbols with -Bsymbolic or call through a private copy of libc;
+   - an implementation TU inside a library loaded with dlopen(): objects loaded before it keep
+     binding to libc, so only that library's own calls are seen;
+   - other hook users that rewrite GOT entries or function entry points (UCX's UCM, some
+     profilers) decide where calls go; turn theirs off (UCX: UCX_MEM_EVENTS=no) or run
+     tests/memhook_test.c's checks in that configuration;
+   - the hooks are Linux/glibc/LP64 only; elsewhere they compile out (as with RDMAX_NO_MEMHOOKS).
+   ------------------------------------------------------------------------------------------- */
+
+#if (RDMAX_RCACHE_EVENT_RING_SIZE & (RDMAX_RCACHE_EVENT_RING_SIZE - 1)) != 0 || RDMAX_RCACHE_EVENT_RING_SIZE < 2
+#error "rdmax: RDMAX_RCACHE_EVENT_RING_SIZE must be a power of two"
+#endif
+
+_Static_assert(sizeof(rdmax_rcache_region) <= 128, "rdmax: region must fit its 128-byte slot");
+
+typedef struct rdmax__rc_event {
+    uint64_t seq; /* index+1 when published; with the top bit while being written */
+    uint64_t start;
+    uint64_t end;
+    uint64_t pad;
+} rdmax__rc_event;
+
+#define RDMAX__RC_EV_BUSY (UINT64_C(1) << 63)
+
+uint64_t rdmax__rc_event_head __attribute__((aligned(64)));
+rdmax__rc_event rdmax__rc_events[RDMAX_RCACHE_EVENT_RING_SIZE] __attribute__((aligned(64)));
+int rdmax__rc_live_caches __attribute__((aligned(64)));
+int rdmax__rc_malloc_policy;
+
+#if RDMAX__RC_HOOKS
+
+/* ---- the hooks (>>memhooks) ---- */
+
+/* Records [start, end) as changed. Lock-free, allocation-free, async-signal-safe. */
+static void rdmax__rc_record(uintptr_t start, uintptr_t end)
+{
+    uint64_t q;
+    rdmax__rc_event *ev;
+    if (__atomic_load_n(&rdmax__rc_live_caches, __ATOMIC_RELAXED) == 0) return;
+    q = __atomic_fetch_add(&rdmax__rc_event_head, 1, __ATOMIC_ACQ_REL);
+    ev = &rdmax__rc_events[q & (RDMAX_RCACHE_EVENT_RING_SIZE - 1u)];
+    __atomic_store_n(&ev->seq, (q + 1) | RDMAX__RC_EV_BUSY, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&ev->start, (uint64_t)start, __ATOMIC_RELAXED);
+    __atomic_store_n(&ev->end, (uint64_t)end, __ATOMIC_RELAXED);
+    __atomic_store_n(&ev->seq, q + 1, __ATOMIC_RELEASE);
+}
+
+static void rdmax__rc_record_len(const void *addr, size_t len)
+{
+    uintptr_t s = (uintptr_t)addr, e = s + len;
+    if (len == 0) return;
+    if (e < s) e = UINTPTR_MAX;
+    rdmax__rc_record(s, e);
+}
+
+/* the record made before the memory changes, with a full fence before the real call */
+static void rdmax__rc_record_before(const void *addr, size_t len)
+{
+    rdmax__rc_record_len(addr, len);
+    __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+
+extern void *__sbrk(intptr_t increment); /* glibc, exported since GLIBC_2.2.5 */
+
+#define RDMAX__RC_SHM_SLOTS 64
+typedef struct rdmax__rc_shm {
+    uintptr_t addr; /* 0 free, 1 being filled */
+    size_t size;
+} rdmax__rc_shm;
+rdmax__rc_shm rdmax__rc_shm_table[RDMAX__RC_SHM_SLOTS];
+
+static size_t rdmax__rc_page_round(size_t n)
+{
+    size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+    return (n + ps - 1) & ~(ps - 1);
+}
+
+static void rdmax__rc_shm_add(uintptr_t addr, size_t size)
+{
+    int i;
+    for (i = 0; i < RDMAX__RC_SHM_SLOTS; i++) {
+        uintptr_t expect = 0;
+        if (__atomic_compare_exchange_n(&rdmax__rc_shm_table[i].addr, &expect, (uintptr_t)1, 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+            __atomic_store_n(&rdmax__rc_shm_table[i].size, size, __ATOMIC_RELAXED);
+            __atomic_store_n(&rdmax__rc_shm_table[i].addr, addr, __ATOMIC_RELEASE);
+            return;
+        }
+    }
+    /* table full: shmdt will invalidate everything for this segment */
+}
+
+/* size of the segment attached at addr (0 if unknown); remove != 0 frees the slot */
+static size_t rdmax__rc_shm_find(uintptr_t addr, int remove)
+{
+    int i;
+    for (i = 0; i < RDMAX__RC_SHM_SLOTS; i++) {
+        if (__atomic_load_n(&rdmax__rc_shm_table[i].addr, __ATOMIC_ACQUIRE) == addr) {
+            size_t size = __atomic_load_n(&rdmax__rc_shm_table[i].size, __ATOMIC_RELAXED);
+            if (remove) {
+                uintptr_t expect = addr;
+                __atomic_compare_exchange_n(&rdmax__rc_shm_table[i].addr, &expect, (uintptr_t)0, 0,
+                                            __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
+            }
+            return size;
+        }
+    }
+    return 0;
+}
+
+static int rdmax__rc_madvise_destroys(int advice)
+{
+    switch (advice) {
+    case 0:  /* NORMAL */
+    case 1:  /* RANDOM */
+    case 2:  /* SEQUENTIAL */
+    case 3:  /* WILLNEED */
+    case 10: /* DONTFORK */
+    case 11: /* DOFORK */
+    case 12: /* MERGEABLE: KSM skips pinned pages */
+    case 13: /* UNMERGEABLE */
+    case 14: /* HUGEPAGE: khugepaged skips pinned pages */
+    case 15: /* NOHUGEPAGE */
+    case 16: /* DONTDUMP */
+    case 17: /* DODUMP */
+    case 18: /* WIPEONFORK: affects the child only */
+    case 19: /* KEEPONFORK */
+    case 20: /* COLD */
+    case 22: /* POPULATE_READ */
+    case 23: /* POPULATE_WRITE */
+        return 0;
+    default: /* DONTNEED, FREE, REMOVE, PAGEOUT, DONTNEED_LOCKED, HWPOISON, unknown */
+        return 1;
+    }
+}
+
+static void *rdmax__rc_mmap(void *addr, size_t len, int prot, int flags, int fd, long off)
+{
+    void *p;
+    if ((flags & MAP_FIXED) && !(flags & MAP_FIXED_NOREPLACE)) rdmax__rc_record_before(addr, len);
+    p = (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
+    if (p != MAP_FAILED) rdmax__rc_record_len(p, len);
+    return p;
+}
+
+void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
+{
+    return rdmax__rc_mmap(addr, len, prot, flags, fd, (long)off);
+}
+
+void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off)
+{
+    return rdmax__rc_mmap(addr, len, prot, flags, fd, (long)off);
+}
+
+int munmap(void *addr, size_t len)
+{
+    int ret;
+    rdmax__rc_record_before(addr, len);
+    ret = (int)syscall(SYS_munmap, addr, len);
+    if (ret == 0) rdmax__rc_record_len(addr, len);
+    return ret;
+}
+
+void *mremap(void *old_addr, size_t old_size, size_t new_size, int flags, ...)
+{
+    void *new_addr = NULL, *p;
+    char *o = (char *)old_addr;
+    if (flags & MREMAP_FIXED) {
+        va_list ap;
+        va_start(ap, flags);
+        new_addr = va_arg(ap, void *);
+        va_end(ap);
+    }
+    if (old_size != 0) {
+        if (flags & (MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP))
+            rdmax__rc_record_before(o, old_size);
+        else if (new_size < old_size)
+            rdmax__rc_record_before(o + new_size, old_size - new_size);
+    }
+    if (flags & MREMAP_FIXED) rdmax__rc_record_before(new_addr, new_size);
+    p = (void *)syscall(SYS_mremap, old_addr, old_size, new_size, flags, new_addr);
+    if (p != MAP_FAILED) {
+        if (old_size != 0 && p != old_addr)
+            rdmax__rc_record_len(o, old_size); /* moved away (DONTUNMAP: emptied) */
+        else if (new_size < old_size)
+            rdmax__rc_record_len(o + new_size, old_size - new_size);
+        if (p != old_addr)
+            rdmax__rc_record_len(p, new_size); /* fresh at this address */
+        else if (new_size > old_size)
+            rdmax__rc_record_len(o + old_size, new_size - old_size);
+    }
+    return p;
+}
+
+int madvise(void *addr, size_t len, int advice)
+{
+    int ret, destroys = rdmax__rc_madvise_destroys(advice);
+    if (destroys) rdmax__rc_record_before(addr, len);
+    ret = (int)syscall(SYS_madvise, addr, len, advice);
+    if (destroys && ret == 0) rdmax__rc_record_len(addr, len);
+    return ret;
+}
+
+void *shmat(int shmid, const void *shmaddr, int shmflg)
+{
+    struct shmid_ds ds;
+    size_t size = 0;
+    void *p;
+    if (shmctl(shmid, IPC_STAT, &ds) == 0) size = rdmax__rc_page_round(ds.shm_segsz);
+    if ((shmflg & SHM_REMAP) && shmaddr) {
+        if (size) {
+            uintptr_t a = (uintptr_t)shmaddr & ~(uintptr_t)(SHMLBA - 1);
+            rdmax__rc_record_before((const void *)a, size + ((uintptr_t)shmaddr - a));
+        } else {
+            rdmax__rc_record(0, UINTPTR_MAX);
+            __atomic_thread_fence(__ATOMIC_SEQ_CST);
+        }
+    }
+    p = (void *)syscall(SYS_shmat, shmid, shmaddr, shmflg);
+    if (p != (void *)-1 && size) {
+        rdmax__rc_record_len(p, size);
+        rdmax__rc_shm_add((uintptr_t)p, size);
+    }
+    return p;
+}
+
+int shmdt(const void *shmaddr)
+{
+    int ret;
+    size_t size = rdmax__rc_shm_find((uintptr_t)shmaddr, 0);
+    if (size) {
+        rdmax__rc_record_before(shmaddr, size);
+    } else {
+        rdmax__rc_record(0, UINTPTR_MAX); /* unknown size: everything */
+        __atomic_thread_fence(__ATOMIC_SEQ_CST);
+    }
+    ret = (int)syscall(SYS_shmdt, shmaddr);
+    if (ret == 0) {
+        if (size) {
+            rdmax__rc_record_len(shmaddr, size);
+            rdmax__rc_shm_find((uintptr_t)shmaddr, 1);
+        } else {
+            rdmax__rc_record(0, UINTPTR_MAX);
+        }
+    }
+    return ret;
+}
+
+void *sbrk(intptr_t increment)
+{
+    char *cur = (char *)__sbrk(0), *p;
+    if (increment < 0 && cur != (char *)-1) rdmax__rc_record_before(cur + increment, (size_t)-increment);
+    p = (char *)__sbrk(increment);
+    if (p != (char *)-1) {
+        if (increment < 0) rdmax__rc_record_len(p + increment, (size_t)-increment);
+        if (increment > 0) rdmax__rc_record_len(p, (size_t)increment);
+    }
+    return p;
+}
+
+int brk(void *addr)
+{
+    char *cur = (char *)__sbrk(0), *want = (char *)addr;
+    if (cur == (char *)-1) return -1;
+    if (want < cur) rdmax__rc_record_before(want, (size_t)(cur - want));
+    if (__sbrk(want - cur) == (void *)-1) return -1;
+    if (want < cur) rdmax__rc_record_len(want, (size_t)(cur - want));
+    if (want > cur) rdmax__rc_record_len(cur, (size_t)(want - cur));
+    return 0;
+}
+
+#ifndef RDMAX_NO_MALLOPT
+/* Part of the malloc policy: glibc's malloc_trim() gives free heap pages back with
+   madvise(MADV_DONTNEED) from inside libc, where no hook sees it. Returning memory is only a hint,
+   so not doing it is correct. */
+int malloc_trim(size_t pad)
+{
+    (void)pad;
+    return 0;
+}
+#endif
+
+#endif /* RDMAX__RC_HOOKS */
+
+static void rdmax__rc_apply_malloc_policy(void)
+{
+#if RDMAX__RC_HOOKS && !defined(RDMAX_NO_MALLOPT)
+    if (__atomic_exchange_n(&rdmax__rc_malloc_policy, 1, __ATOMIC_ACQ_REL)) return;
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, -1);
+    mallopt(M_ARENA_MAX, 1);
+#endif
+}
+
+RDMAX_API unsigned rdmax_rcache_memhooks(void)
+{
+    unsigned bits = 0;
+#if RDMAX__RC_HOOKS
+    bits |= RDMAX_RCACHE_HOOKS_INTERPOSED;
+#endif
+    if (__atomic_load_n(&rdmax__rc_malloc_policy, __ATOMIC_ACQUIRE)) bits |= RDMAX_RCACHE_HOOKS_MALLOPT;
+    return bits;
+}
+
+/* ---- radix page table (>>rcache) ---- */
+
+static const unsigned rdmax__rc_shift[4] = {RDMAX__RC_SHIFT0, RDMAX__RC_SHIFT1, RDMAX__RC_SHIFT2, 0};
+static const unsigned rdmax__rc_fan[4] = {RDMAX__RC_FAN0, RDMAX__RC_FAN1, RDMAX__RC_FAN2, RDMAX__RC_FAN3};
+
+static uintptr_t *rdmax__rc_node_new(unsigned level)
+{
+    size_t n = (size_t)rdmax__rc_fan[level] + 1;
+    uintptr_t *p = (uintptr_t *)RDMAX_MALLOC(n * sizeof(uintptr_t));
+    if (!p) return NULL;
+    memset(p, 0, n * sizeof(uintptr_t));
+    return p + 1; /* p[0], i.e. node[-1], counts used entries */
+}
+
+static void rdmax__rc_node_free(uintptr_t *node)
+{
+    RDMAX_FREE(node - 1);
+}
+
+static void rdmax__rc_node_free_tree(uintptr_t *node, unsigned level)
+{
+    unsigned i;
+    if (level < 3) {
+        for (i = 0; i < rdmax__rc_fan[level]; i++) {
+            uintptr_t e = node[i];
+            if (e && !(e & 1u)) rdmax__rc_node_free_tree((uintptr_t *)e, level + 1);
+        }
+    }
+    rdmax__rc_node_free(node);
+}
+
+/* Inserts val for page numbers [ps, pe) into the subtree at `node` (covering pages from base).
+   On failure (ENOMEM) the caller removes val again. */
+static int rdmax__rc_tree_insert(uintptr_t *node, unsigned level, uint64_t base, uint64_t ps, uint64_t pe,
+                                 uintptr_t val)
+{
+    unsigned sh = rdmax__rc_shift[level];
+    uint64_t span = UINT64_C(1) << sh, node_end = base + (uint64_t)rdmax__rc_fan[level] * span;
+    uint64_t lo = ps > base ? ps : base, hi = pe < node_end ? pe : node_end, i;
+    for (i = (lo - base) >> sh; i <= (hi - 1 - base) >> sh; i++) {
+        uint64_t cs = base + (i << sh), ce = cs + span;
+        if (ps <= cs && ce <= pe) {
+            if (node[i] != 0) return -EFAULT; /* overlap: a bug */
+            node[i] = val;
+            node[-1]++;
+        } else {
+            uintptr_t *child;
+            int rc;
+            if (node[i] & 1u) return -EFAULT;
+            if (!node[i]) {
+                child = rdmax__rc_node_new(level + 1);
+                if (!child) return -ENOMEM;
+                node[i] = (uintptr_t)child;
+                node[-1]++;
+            } else {
+                child = (uintptr_t *)node[i];
+            }
+            rc = rdmax__rc_tree_insert(child, level + 1, cs, ps, pe, val);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+/* Clears every entry equal to val in [ps, pe) and frees nodes that become empty (the root stays). */
+static void rdmax__rc_tree_remove(uintptr_t *node, unsigned level, uint64_t base, uint64_t ps, uint64_t pe,
+                                  uintptr_t val)
+{
+    unsigned sh = rdmax__rc_shift[level];
+    uint64_t span = UINT64_C(1) << sh, node_end = base + (uint64_t)rdmax__rc_fan[level] * span;
+    uint64_t lo = ps > base ? ps : base, hi = pe < node_end ? pe : node_end, i;
+    for (i = (lo - base) >> sh; i <= (hi - 1 - base) >> sh; i++) {
+        uintptr_t e = node[i];
+        if (!e) continue;
+        if (e == val) {
+            node[i] = 0;
+            node[-1]--;
+        } else if (!(e & 1u)) {
+            uintptr_t *child = (uintptr_t *)e;
+            rdmax__rc_tree_remove(child, level + 1, base + (i << sh), ps, pe, val);
+            if (child[-1] == 0) {
+                rdmax__rc_node_free(child);
+                node[i] = 0;
+                node[-1]--;
+            }
+        }
+    }
+}
+
+/* The region holding the lowest page in [ps, pe), or NULL. */
+static rdmax_rcache_region *rdmax__rc_tree_first(const uintptr_t *node, unsigned level, uint64_t base,
+                                                 uint64_t ps, uint64_t pe)
+{
+    unsigned sh = rdmax__rc_shift[level];
+    uint64_t span = UINT64_C(1) << sh, node_end = base + (uint64_t)rdmax__rc_fan[level] * span;
+    uint64_t lo = ps > base ? ps : base, hi = pe < node_end ? pe : node_end, i;
+    if (lo >= hi) return NULL;
+    for (i = (lo - base) >> sh; i <= (hi - 1 - base) >> sh; i++) {
+        uintptr_t e = node[i];
+        if (!e) continue;
+        if (e & 1u) return (rdmax_rcache_region *)(e - 1u);
+        {
+            rdmax_rcache_region *r =
+                rdmax__rc_tree_first((const uintptr_t *)e, level + 1, base + (i << sh), ps, pe);
+            if (r) return r;
+        }
+    }
+    return NULL;
+}
+
+#define RDMAX__RC_PN_LIMIT (UINT64_C(1) << RDMAX__RC_PN_BITS)
+
+static uint64_t rdmax__rc_spn(const rdmax_rcache *rc, const rdmax_rcache_region *r)
+{
+    return (uint64_t)r->start >> rc->rdmax__page_shift;
+}
+
+static uint64_t rdmax__rc_epn(const rdmax_rcache *rc, const rdmax_rcache_region *r)
+{
+    return (uint64_t)r->end >> rc->rdmax__page_shift;
+}
+
+/* ---- region pool: 64-byte aligned 128-byte slots, 64 per slab ---- */
+
+#define RDMAX__RC_SLAB_REGIONS 64
+#define RDMAX__RC_SLOT 128
+
+static rdmax_rcache_region *rdmax__rc_region_alloc(rdmax_rcache *rc)
+{
+    rdmax_rcache_region *r = rc->rdmax__free;
+    if (!r) {
+        char *raw = (char *)RDMAX_MALLOC(RDMAX__RC_SLAB_REGIONS * RDMAX__RC_SLOT + 128);
+        uintptr_t base;
+        int i;
+        if (!raw) return NULL;
+        *(void **)raw = rc->rdmax__slabs;
+        rc->rdmax__slabs = raw;
+        base = ((uintptr_t)raw + sizeof(void *) + 63u) & ~(uintptr_t)63u;
+        for (i = RDMAX__RC_SLAB_REGIONS - 1; i >= 0; i--) {
+            rdmax_rcache_region *s = (rdmax_rcache_region *)(base + (uintptr_t)i * RDMAX__RC_SLOT);
+            s->rdmax__lru_next = rc->rdmax__free;
+            rc->rdmax__free = s;
+        }
+        r = rc->rdmax__free;
+    }
+    rc->rdmax__free = r->rdmax__lru_next;
+    memset(r, 0, sizeof(*r));
+    return r;
+}
+
+static void rdmax__rc_region_free(rdmax_rcache *rc, rdmax_rcache_region *r)
+{
+    r->rdmax__flags = 0;
+    r->rdmax__lru_next = rc->rdmax__free;
+    rc->rdmax__free = r;
+}
+
+/* ---- LRU, lazy but exact ----
+   The list holds every unused cached region (and, lazily, some in-use ones), ordered by
+   rdmax__lru_stamp. A put to zero stamps rdmax__last_use with the clock and appends the region
+   only if it is not on the list yet; a hit touches nothing but the refcount. So for listed
+   regions lru_stamp <= last_use, and the head is the true least recently used region when its
+   stamps agree and it is unused. Eviction pops the head: in-use -> unlink (its last put
+   re-appends it); stale -> re-insert by last_use walking back from the tail (usually O(1));
+   else evict. This keeps the hit path free of list surgery on other regions' cache lines. */
+
+static void rdmax__rc_lru_unlink(rdmax_rcache *rc, rdmax_rcache_region *r)
+{
+    if (r->rdmax__lru_prev) r->rdmax__lru_prev->rdmax__lru_next = r->rdmax__lru_next;
+    else rc->rdmax__lru_head = r->rdmax__lru_next;
+    if (r->rdmax__lru_next) r->rdmax__lru_next->rdmax__lru_prev = r->rdmax__lru_prev;
+    else rc->rdmax__lru_tail = r->rdmax__lru_prev;
+    r->rdmax__lru_prev = r->rdmax__lru_next = NULL;
+    r->rdmax__flags &= ~RDMAX__RC_IN_LRU;
+}
+
+/* inserts r after p (p NULL: at the head) */
+static void rdmax__rc_lru_insert_after(rdmax_rcache *rc, rdmax_rcache_region *p, rdmax_rcache_region *r)
+{
+    r->rdmax__lru_stamp = r->rdmax__last_use;
+    r->rdmax__lru_prev = p;
+    r->rdmax__lru_next = p ? p->rdmax__lru_next : rc->rdmax__lru_head;
+    if (r->rdmax__lru_next) r->rdmax__lru_next->rdmax__lru_prev = r;
+    else rc->rdmax__lru_tail = r;
+    if (p) p->rdmax__lru_next = r;
+    else rc->rdmax__lru_head = r;
+    r->rdmax__flags |= RDMAX__RC_IN_LRU;
+}
+
+static void rdmax__rc_lru_insert_sorted(rdmax_rcache *rc, rdmax_rcache_region *r)
+{
+    rdmax_rcache_region *p = rc->rdmax__lru_tail;
+    while (p && p->rdmax__lru_stamp > r->rdmax__last_use) p = p->rdmax__lru_prev;
+    rdmax__rc_lru_insert_after(rc, p, r);
+}
+
+/* ---- region life cycle ---- */
+
+static void rdmax__rc_all_link(rdmax_rcache *rc, rdmax_rcache_region *r)
+{
+    r->rdmax__all_prev = NULL;
+    r->rdmax__all_next = rc->rdmax__all_head;
+    if (rc->rdmax__all_head) rc->rdmax__all_head->rdmax__all_prev = r;
+    rc->rdmax__all_head = r;
+}
+
+static void rdmax__rc_all_unlink(rdmax_rcache *rc, rdmax_rcache_region *r)
+{
+    if (r->rdmax__all_prev) r->rdmax__all_prev->rdmax__all_next = r->rdmax__all_next;
+    else rc->rdmax__all_head = r->rdmax__all_next;
+    if (r->rdmax__all_next) r->rdmax__all_next->rdmax__all_prev = r->rdmax__all_prev;
+}
+
+/* deregisters a live registration and returns its slot */
+static void rdmax__rc_dereg_free(rdmax_rcache *rc, rdmax_rcache_region *r)
+{
+    rc->rdmax__desc.ops.dereg(rc->rdmax__desc.ops.arg, r);
+    rc->rdmax__stats.dereg_calls++;
+    rc->rdmax__stats.regions--;
+    rc->rdmax__stats.bytes -= r->end - r->start;
+    rdmax__rc_all_unlink(rc, r);
+    rdmax__rc_region_free(rc, r);
+}
+
+/* takes r out of the lookup (and the LRU); the caller decides what happens to it next */
+static void rdmax__rc_detach(rdmax_rcache *rc, rdmax_rcache_region *r)
+{
+    rdmax__rc_tree_remove(rc->rdmax__root, 0, 0, rdmax__rc_spn(rc, r), rdmax__rc_epn(rc, r),
+                          (uintptr_t)r | 1u);
+    if (r->rdmax__flags & RDMAX__RC_IN_LRU) rdmax__rc_lru_unlink(rc, r);
+    r->rdmax__flags &= ~RDMAX__RC_IN_LOOKUP;
+    rc->rdmax__stats.cached_regions--;
+    rc->rdmax__stats.cached_bytes -= r->end - r->start;
+}
+
+/* detaches r and deregisters it now if unused, else when its last reference is put */
+static void rdmax__rc_drop(rdmax_rcache *rc, rdmax_rcache_region *r, int invalid)
+{
+    rdmax__rc_detach(rc, r);
+    if (invalid) {
+        __atomic_or_fetch(&r->rdmax__flags, RDMAX__RC_INVALID, __ATOMIC_RELAXED);
+        rc->rdmax__stats.invalidations++;
+    }
+    if (r->refcount == 0) rdmax__rc_dereg_free(rc, r);
+}
+
+static int rdmax__rc_evict_one(rdmax_rcache *rc)
+{
+    rdmax_rcache_region *h;
+    while ((h = rc->rdmax__lru_head) != NULL) {
+        rdmax__rc_lru_unlink(rc, h);
+        if (h->refcount) continue; /* in use: its last put re-appends it */
+        if (h->rdmax__last_use != h->rdmax__lru_stamp) {
+            rdmax__rc_lru_insert_sorted(rc, h); /* used again since it was queued */
+            continue;
+        }
+        rc->rdmax__stats.evictions++;
+        rdmax__rc_drop(rc, h, 0);
+        return 1;
+    }
+    return 0;
+}
+
+static int rdmax__rc_over(const rdmax_rcache *rc, uint64_t more_regions, uint64_t more_bytes)
+{
+    return rc->rdmax__stats.regions + more_regions > rc->rdmax__desc.max_regions ||
+           rc->rdmax__stats.bytes + more_bytes > rc->rdmax__desc.max_bytes;
+}
+
+/* evicts until `more` fits; returns 0 if it does, 1 if nothing evictable is left */
+static int rdmax__rc_make_room(rdmax_rcache *rc, uint64_t more_regions, uint64_t more_bytes)
+{
+    while (rdmax__rc_over(rc, more_regions, more_bytes))
+        if (!rdmax__rc_evict_one(rc)) return 1;
+    return 0;
+}
+
+static void rdmax__rc_update_over(rdmax_rcache *rc)
+{
+    if (rc->rdmax__over) rdmax__rc_make_room(rc, 0, 0);
+    rc->rdmax__over = (uint32_t)rdmax__rc_over(rc, 0, 0);
+}
+
+static int rdmax__rc_invalidate_pages(rdmax_rcache *rc, uint64_t ps, uint64_t pe)
+{
+    int n = 0;
+    rdmax_rcache_region *r;
+    if (pe > RDMAX__RC_PN_LIMIT) pe = RDMAX__RC_PN_LIMIT;
+    while (ps < pe && (r = rdmax__rc_tree_first(rc->rdmax__root, 0, 0, ps, pe)) != NULL) {
+        ps = rdmax__rc_epn(rc, r);
+        rdmax__rc_drop(rc, r, 1);
+        n++;
+    }
+    return n;
+}
+
+static int rdmax__rc_invalidate_all(rdmax_rcache *rc)
+{
+    int n = 0;
+    rdmax_rcache_region *r = rc->rdmax__all_head, *next;
+    for (; r; r = next) {
+        next = r->rdmax__all_next;
+        if (r->rdmax__flags & RDMAX__RC_IN_LOOKUP) {
+            rdmax__rc_drop(rc, r, 1);
+            n++;
+        }
+    }
+    return n;
+}
+
+static int rdmax__rc_invalidate_bytes(rdmax_rcache *rc, uint64_t s, uint64_t e)
+{
+    unsigned sh = rc->rdmax__page_shift;
+    uint64_t mask = (UINT64_C(1) << sh) - 1;
+    if (s == 0 && e == UINT64_MAX) return rdmax__rc_invalidate_all(rc);
+    if (e <= s) return 0;
+    return rdmax__rc_invalidate_pages(rc, s >> sh, (e >> sh) + ((e & mask) != 0));
+}
+
+/* Applies the events recorded since this cache's cursor (see "Automatic invalidation"). */
+static int rdmax__rc_drain_locked(rdmax_rcache *rc)
+{
+    const uint64_t size = RDMAX_RCACHE_EVENT_RING_SIZE;
+    uint64_t h = __atomic_load_n(&rdmax__rc_event_head, __ATOMIC_ACQUIRE);
+    uint64_t c = rc->rdmax__seen, resume = h;
+    int n = 0;
+    if (h == c) return 0;
+    if (h - c > size) goto lost;
+    for (; c < h; c++) {
+        rdmax__rc_event *ev = &rdmax__rc_events[c & (size - 1)];
+        uint64_t v = __atomic_load_n(&ev->seq, __ATOMIC_ACQUIRE);
+        if (v == c + 1) {
+            uint64_t s = __atomic_load_n(&ev->start, __ATOMIC_RELAXED);
+            uint64_t e = __atomic_load_n(&ev->end, __ATOMIC_RELAXED);
+            __atomic_thread_fence(__ATOMIC_ACQUIRE);
+            if (__atomic_load_n(&ev->seq, __ATOMIC_RELAXED) != c + 1) goto lost; /* overwritten */
+            rc->rdmax__stats.events++;
+            n += rdmax__rc_invalidate_bytes(rc, s, e);
+        } else if ((v & ~RDMAX__RC_EV_BUSY) > c + 1) {
+            goto lost; /* a writer lapped us */
+        } else if (resume == h) {
+            resume = c; /* claimed, not yet published: look again next time */
+        }
+    }
+    rc->rdmax__seen = resume;
+    return n;
+lost:
+    rc->rdmax__stats.overflows++;
+    rc->rdmax__seen = h;
+    return n + rdmax__rc_invalidate_all(rc);
+}
+
+static void rdmax__rc_lock(rdmax_rcache *rc)
+{
+    if (rc->rdmax__thread_safe) pthread_mutex_lock(&rc->rdmax__lock);
+}
+
+static void rdmax__rc_unlock(rdmax_rcache *rc)
+{
+    if (rc->rdmax__thread_safe) pthread_mutex_unlock(&rc->rdmax__lock);
+}
+
+static int rdmax__rc_reg(rdmax_rcache *rc, rdmax_rcache_region *r, uint64_t ps, uint64_t pe, unsigned access)
+{
+    unsigned sh = rc->rdmax__page_shift;
+    int st;
+    r->start = (uintptr_t)(ps << sh);
+    r->end = (uintptr_t)(pe << sh);
+    r->access = access;
+    r->mr = NULL;
+    r->lkey = r->rkey = 0;
+    st = rc->rdmax__desc.ops.reg(rc->rdmax__desc.ops.arg, (void *)r->start, r->end - r->start, access, r);
+    if (st != 0) {
+        rc->rdmax__stats.reg_failures++;
+        return st < 0 ? st : -EIO;
+    }
+    rc->rdmax__stats.reg_calls++;
+    rc->rdmax__stats.regions++;
+    rc->rdmax__stats.bytes += r->end - r->start;
+    rdmax__rc_all_link(rc, r);
+    return 0;
+}
+
+static int rdmax__rc_miss(rdmax_rcache *rc, uint64_t ps, uint64_t pe, unsigned access, rdmax_rcache_region **out)
+{
+    uint64_t ns = ps, ne = pe, cur = ps;
+    unsigned a = access;
+    rdmax_rcache_region *r, *released = NULL;
+    int st, cached = pe <= RDMAX__RC_PN_LIMIT;
+
+    rc->rdmax__stats.misses++;
+    if (cached) {
+        /* 1. every overlapping region: union of range and access */
+        while (cur < pe && (r = rdmax__rc_tree_first(rc->rdmax__root, 0, 0, cur, pe)) != NULL) {
+            cur = rdmax__rc_epn(rc, r);
+            if (rdmax__rc_spn(rc, r) < ns) ns = rdmax__rc_spn(rc, r);
+            if (cur > ne) ne = cur;
+            a |= r->access;
+            rdmax__rc_detach(rc, r);
+            rc->rdmax__stats.merges++;
+            r->rdmax__lru_next = released; /* reuse the link: r is off the LRU now */
+            released = r;
+        }
+        /* 2. touching regions with exactly that access */
+        if (ns > 0 && (r = rdmax__rc_lookup(rc, ns - 1)) != NULL && r->access == a) {
+            ns = rdmax__rc_spn(rc, r);
+            rdmax__rc_detach(rc, r);
+            rc->rdmax__stats.merges++;
+            r->rdmax__lru_next = released;
+            released = r;
+        }
+        if (ne < RDMAX__RC_PN_LIMIT && (r = rdmax__rc_lookup(rc, ne)) != NULL && r->access == a) {
+            ne = rdmax__rc_epn(rc, r);
+            rdmax__rc_detach(rc, r);
+            rc->rdmax__stats.merges++;
+            r->rdmax__lru_next = released;
+            released = r;
+        }
+        /* 3. unused merged regions go now; in-use ones live on until their last put */
+        while (released) {
+            r = released;
+            released = r->rdmax__lru_next;
+            r->rdmax__lru_next = NULL;
+            if (r->refcount == 0) rdmax__rc_dereg_free(rc, r);
+        }
+    }
+    /* 4. room for the new registration (soft: in-use regions are never evicted) */
+    if (rdmax__rc_make_room(rc, 1, (ne - ns) << rc->rdmax__page_shift)) rc->rdmax__stats.over_limit++;
+
+    r = rdmax__rc_region_alloc(rc);
+    if (!r) {
+        rdmax__rc_update_over(rc);
+        return RDMAX_RCACHE_ERR_NOMEM;
+    }
+    /* 5. register: merged range, else the request alone, else after evicting everything unused */
+    st = rdmax__rc_reg(rc, r, ns, ne, a);
+    if (st != 0 && (ns != ps || ne != pe || a != access)) st = rdmax__rc_reg(rc, r, ps, pe, access);
+    if (st != 0) {
+        int evicted = 0;
+        while (rdmax__rc_evict_one(rc)) evicted++;
+        if (evicted) st = rdmax__rc_reg(rc, r, ps, pe, access);
+    }
+    if (st != 0) {
+        rdmax__rc_region_free(rc, r);
+        rdmax__rc_update_over(rc);
+        return st;
+    }
+    r->refcount = 1;
+    if (cached) {
+        uintptr_t v = (uintptr_t)r | 1u;
+        int ist = rdmax__rc_tree_insert(rc->rdmax__root, 0, 0, rdmax__rc_spn(rc, r), rdmax__rc_epn(rc, r), v);
+        if (ist != 0) {
+            /* no memory for table nodes: hand the region out uncached */
+            rdmax__rc_tree_remove(rc->rdmax__root, 0, 0, rdmax__rc_spn(rc, r), rdmax__rc_epn(rc, r), v);
+        } else {
+            r->rdmax__flags = RDMAX__RC_IN_LOOKUP;
+            rc->rdmax__stats.cached_regions++;
+            rc->rdmax__stats.cached_bytes += r->end - r->start;
+        }
+    }
+    rc->rdmax__over = (uint32_t)rdmax__rc_over(rc, 0, 0);
+    *out = r;
+    return RDMAX_RCACHE_OK;
+}
+
+RDMAX_API int rdmax__rc_get_slow(rdmax_rcache *rc, const void *addr, size_t len, unsigned access,
+                                 rdmax_rcache_region **out)
+{
+    uintptr_t a = (uintptr_t)addr;
+    uint64_t ps, pe;
+    unsigned sh;
+    rdmax_rcache_region *r;
+    int st;
+    if (!rc || !out) return RDMAX_RCACHE_ERR_INVAL;
+    if (len == 0) len = 1;
+    if (a + len < a) return RDMAX_RCACHE_ERR_INVAL;
+    sh = rc->rdmax__page_shift;
+    ps = (uint64_t)a >> sh;
+    pe = (((uint64_t)(a + len) - 1) >> sh) + 1;
+
+    rdmax__rc_lock(rc);
+    if (__atomic_load_n(&rdmax__rc_event_head, __ATOMIC_RELAXED) != rc->rdmax__seen) {
+        rdmax__rc_drain_locked(rc);
+        rdmax__rc_update_over(rc);
+    }
+    if (pe <= RDMAX__RC_PN_LIMIT) {
+        r = rdmax__rc_lookup(rc, ps);
+        if (r && len <= r->end - a && (r->access & access) == access) {
+            r->refcount++;
+            rc->rdmax__stats.hits++;
+            *out = r;
+            rdmax__rc_unlock(rc);
+            return RDMAX_RCACHE_OK;
+        }
+    }
+    st = rdmax__rc_miss(rc, ps, pe, access, out);
+    rdmax__rc_unlock(rc);
+    return st;
+}
+
+RDMAX_API void rdmax__rc_put_slow(rdmax_rcache *rc, rdmax_rcache_region *r)
+{
+    rdmax__rc_lock(rc);
+    if (r->refcount == 0) { /* put without a reference: ignore rather than corrupt */
+        rdmax__rc_unlock(rc);
+        return;
+    }
+    if (--r->refcount == 0) {
+        if (r->rdmax__flags & RDMAX__RC_IN_LOOKUP) {
+            r->rdmax__last_use = ++rc->rdmax__clock;
+            if (!(r->rdmax__flags & RDMAX__RC_IN_LRU))
+                rdmax__rc_lru_insert_after(rc, rc->rdmax__lru_tail, r);
+        } else {
+            rdmax__rc_dereg_free(rc, r); /* merged away, invalidated, or uncached */
+        }
+        rdmax__rc_update_over(rc);
+    }
+    rdmax__rc_unlock(rc);
+}
+
+RDMAX_API void rdmax__rc_hold_slow(rdmax_rcache *rc, rdmax_rcache_region *r)
+{
+    rdmax__rc_lock(rc);
+    r->refcount++;
+    rdmax__rc_unlock(rc);
+}
+
+RDMAX_API int rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **out)
+{
+    rdmax_rcache *rc;
+    long ps;
+    unsigned sh = 0;
+    if (!desc || !out || !desc->ops.reg || !desc->ops.dereg) return RDMAX_RCACHE_ERR_INVAL;
+    ps = sysconf(_SC_PAGESIZE);
+    if (ps <= 0 || (ps & (ps - 1))) return RDMAX_RCACHE_ERR_INVAL;
+    while ((1L << sh) < ps) sh++;
+    rc = (rdmax_rcache *)RDMAX_MALLOC(sizeof(*rc));
+    if (!rc) return RDMAX_RCACHE_ERR_NOMEM;
+    memset(rc, 0, sizeof(*rc));
+    rc->rdmax__desc = *desc;
+    if (!rc->rdmax__desc.max_regions) rc->rdmax__desc.max_regions = RDMAX_RCACHE_DEFAULT_MAX_REGIONS;
+    if (!rc->rdmax__desc.max_bytes) rc->rdmax__desc.max_bytes = RDMAX_RCACHE_DEFAULT_MAX_BYTES;
+    rc->rdmax__desc.thread_safe = desc->thread_safe ? 1 : 0;
+    rc->rdmax__page_shift = sh;
+    rc->rdmax__root = rdmax__rc_node_new(0);
+    if (!rc->rdmax__root) {
+        RDMAX_FREE(rc);
+        return RDMAX_RCACHE_ERR_NOMEM;
+    }
+    if (rc->rdmax__desc.thread_safe) {
+        if (pthread_mutex_init(&rc->rdmax__lock, NULL) != 0) {
+            rdmax__rc_node_free(rc->rdmax__root);
+            RDMAX_FREE(rc);
+            return RDMAX_RCACHE_ERR_NOMEM;
+        }
+        rc->rdmax__thread_safe = 1;
+    }
+    rdmax__rc_apply_malloc_policy();
+    /* count ourselves before reading the cursor: from here on every hook records */
+    __atomic_add_fetch(&rdmax__rc_live_caches, 1, __ATOMIC_SEQ_CST);
+    rc->rdmax__seen = __atomic_load_n(&rdmax__rc_event_head, __ATOMIC_SEQ_CST);
+    *out = rc;
+    return RDMAX_RCACHE_OK;
+}
+
+RDMAX_API int rdmax_rcache_destroy(rdmax_rcache *rc)
+{
+    int held = 0;
+    rdmax_rcache_region *r, *next;
+    void *slab;
+    if (!rc) return 0;
+    for (r = rc->rdmax__all_head; r; r = next) {
+        next = r->rdmax__all_next;
+        if (r->refcount) held++;
+        rc->rdmax__desc.ops.dereg(rc->rdmax__desc.ops.arg, r);
+    }
+    rdmax__rc_node_free_tree(rc->rdmax__root, 0);
+    for (slab = rc->rdmax__slabs; slab;) {
+        void *n = *(void **)slab;
+        RDMAX_FREE(slab);
+        slab = n;
+    }
+    if (rc->rdmax__thread_safe) pthread_mutex_destroy(&rc->rdmax__lock);
+    __atomic_sub_fetch(&rdmax__rc_live_caches, 1, __ATOMIC_SEQ_CST);
+    RDMAX_FREE(rc);
+    return held;
+}
+
+RDMAX_API int rdmax_rcache_invalidate(rdmax_rcache *rc, const void *addr, size_t len)
+{
+    uintptr_t a = (uintptr_t)addr;
+    int n;
+    if (!rc || a + len < a) return RDMAX_RCACHE_ERR_INVAL;
+    if (len == 0) return 0;
+    rdmax__rc_lock(rc);
+    n = rdmax__rc_invalidate_bytes(rc, a, a + len);
+    rdmax__rc_update_over(rc);
+    rdmax__rc_unlock(rc);
+    return n;
+}
+
+RDMAX_API int rdmax_rcache_drain(rdmax_rcache *rc)
+{
+    int n;
+    if (!rc) return RDMAX_RCACHE_ERR_INVAL;
+    rdmax__rc_lock(rc);
+    n = rdmax__rc_drain_locked(rc);
+    rdmax__rc_update_over(rc);
+    rdmax__rc_unlock(rc);
+    return n;
+}
+
+RDMAX_API void rdmax_rcache_query_stats(rdmax_rcache *rc, rdmax_rcache_stats *out)
+{
+    rdmax__rc_lock(rc);
+    *out = rc->rdmax__stats;
+    rdmax__rc_unlock(rc);
+}
+
+RDMAX_API rdmax_rcache_desc rdmax_rcache_query_desc(const rdmax_rcache *rc)
+{
+    return rc->rdmax__desc;
+}
+
+RDMAX_API const char *rdmax_rcache_status_str(int status)
+{
+    switch (status) {
+    case RDMAX_RCACHE_OK: return "ok";
+    case RDMAX_RCACHE_ERR_INVAL: return "invalid argument (NULL pointer or address range that wraps)";
+    case RDMAX_RCACHE_ERR_NOMEM: return "out of memory for the registration cache's bookkeeping";
+    default: return status < 0 ? "the registration operation failed (see the errno value)" : "unknown status";
+    }
+}
+
+/* ---- consistency check for tests ---- */
+
+static int rdmax__rc_check_node(const rdmax_rcache *rc, const uintptr_t *node, unsigned level, uint64_t base,
+                                uint64_t *pages)
+{
+    unsigned i, used = 0, sh = rdmax__rc_shift[level];
+    for (i = 0; i < rdmax__rc_fan[level]; i++) {
+        uintptr_t e = node[i];
+        uint64_t cs = base + ((uint64_t)i << sh), ce = cs + (UINT64_C(1) << sh);
+        if (!e) continue;
+        used++;
+        if (e & 1u) {
+            const rdmax_rcache_region *r = (const rdmax_rcache_region *)(e - 1u);
+            if (!(r->rdmax__flags & RDMAX__RC_IN_LOOKUP)) return -1;
+            if (cs < rdmax__rc_spn(rc, r) || ce > rdmax__rc_epn(rc, r)) return -2;
+            *pages += ce - cs;
+        } else {
+            int st;
+            if (level == 3) return -3;
+            st = rdmax__rc_check_node(rc, (const uintptr_t *)e, level + 1, cs, pages);
+            if (st) return st;
+        }
+    }
+    if (level > 0 && used == 0) return -4;
+    if (node[-1] != used) return -5;
+    return 0;
+}
+
+RDMAX_API int rdmax__rc_validate(rdmax_rcache *rc)
+{
+    uint64_t pages = 0, cached_pages = 0, n = 0, nb = 0, nc = 0, ncb = 0, prev_end = 0, cur = 0;
+    const rdmax_rcache_region *r, *p;
+    unsigned sh = rc->rdmax__page_shift;
+    int st;
+    rdmax__rc_lock(rc);
+    st = rdmax__rc_check_node(rc, rc->rdmax__root, 0, 0, &pages);
+    if (st) goto out;
+    for (r = rc->rdmax__all_head; r; r = r->rdmax__all_next) {
+        n++;
+        nb += r->end - r->start;
+        if (r->start >= r->end || (r->start & ((1u << sh) - 1)) || (r->end & ((1u << sh) - 1))) { st = -6; goto out; }
+        if (r->rdmax__flags & RDMAX__RC_IN_LOOKUP) {
+            nc++;
+            ncb += r->end - r->start;
+            cached_pages += (r->end - r->start) >> sh;
+            if (rdmax__rc_lookup(rc, rdmax__rc_spn(rc, r)) != r || rdmax__rc_lookup(rc, rdmax__rc_epn(rc, r) - 1) != r) { st = -7; goto out; }
+            if (r->refcount == 0 && !(r->rdmax__flags & RDMAX__RC_IN_LRU)) { st = -8; goto out; }
+            if (r->rdmax__flags & RDMAX__RC_INVALID) { st = -9; goto out; }
+        } else {
+            if (r->refcount == 0) { st = -10; goto out; } /* zombie without users must be gone */
+            if (r->rdmax__flags & RDMAX__RC_IN_LRU) { st = -11; goto out; }
+        }
+    }
+    if (n != rc->rdmax__stats.regions || nb != rc->rdmax__stats.bytes) { st = -12; goto out; }
+    if (nc != rc->rdmax__stats.cached_regions || ncb != rc->rdmax__stats.cached_bytes) { st = -13; goto out; }
+    if (pages != cached_pages) { st = -14; goto out; }
+    /* regions in the table, in address order, never overlap */
+    while ((r = rdmax__rc_tree_first(rc->rdmax__root, 0, 0, cur, RDMAX__RC_PN_LIMIT)) != NULL) {
+        if (rdmax__rc_spn(rc, r) < prev_end) { st = -15; goto out; }
+        prev_end = cur = rdmax__rc_epn(rc, r);
+    }
+    /* the LRU is sorted by stamp, stamps never run ahead of last use */
+    for (p = NULL, r = rc->rdmax__lru_head; r; p = r, r = r->rdmax__lru_next) {
+        if (!(r->rdmax__flags & RDMAX__RC_IN_LRU) || !(r->rdmax__flags & RDMAX__RC_IN_LOOKUP)) { st = -16; goto out; }
+        if (r->rdmax__lru_prev != p) { st = -17; goto out; }
+        if (p && p->rdmax__lru_stamp > r->rdmax__lru_stamp) { st = -18; goto out; }
+        if (r->rdmax__lru_stamp > r->rdmax__last_use) { st = -19; goto out; }
+    }
+    if (rc->rdmax__lru_tail != p) { st = -20; goto out; }
+    if (rc->rdmax__over != (uint32_t)rdmax__rc_over(rc, 0, 0)) { st = -21; goto out; }
+out:
+    rdmax__rc_unlock(rc);
+    return st;
+}
+
+#endif /* RDMAX__RC_IMPL_INCLUDED */
+#endif /* RDMAX_IMPLEMENTATION */
+
 /* >>rc =============================================================================================== */
 static uint32_t rdmax__pow2(uint32_t v)
 {
@@ -1364,6 +2787,10 @@ static void rdmax__ep_retire(rdmax_ep *ep, uint32_t upto, rdmax_status st)
             ep->rd_avail++;
         rdmax_comp *c = s->comp;
         s->comp = NULL;
+        if (s->region) {
+            rdmax_rcache_put(ctx->rcache, s->region);
+            s->region = NULL;
+        }
         if (c)
             rdmax__complete(c, st);
         if (slot == upto)
@@ -1536,6 +2963,9 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep)
             ep->ctx->cnt.bytes[s->op] -= s->len;
             if (s->op == RDMAX_OP_GET || s->op == RDMAX_OP_FADD || s->op == RDMAX_OP_CSWAP)
                 ep->rd_avail++;
+            if (s->region)
+                rdmax_rcache_put(ep->ctx->rcache, s->region);
+            s->region = NULL;
             if (s->comp)
                 rdmax__complete(s->comp, RDMAX_ERR_IO);
             s->comp = NULL;
@@ -1588,7 +3018,7 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
             wr->num_sge = 0;
             uint32_t saved = ep->signal_interval;
             ep->signal_interval = 1;  /* force this one signaled */
-            st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_FLUSH, 0, ep->remote.addr);
+            st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_FLUSH, 0, ep->remote.addr, NULL);
             ep->signal_interval = saved;
         }
     }

@@ -1,0 +1,308 @@
+/* Registration cache benchmark: rdmax's rcache against UCX's ucs_rcache, same process, same
+   layout, same order of requests, register/deregister operations that do nothing.
+
+   hit:  get + put of a cached region; N regions of SIZE bytes, STRIDE apart (a gap, so neither
+         cache merges them), requested in a random order (one fixed permutation, repeated).
+   miss: get + put of N regions in a fresh cache (registration with a no-op op, table insert,
+         region allocation); the lead adds ibv_reg_mr on the device.
+   Each case runs --reps times, alternating rdmax and UCX; the median per operation is printed.
+
+   Build (from the repository root):
+     cc -O2 -g -I. bench/rcache_bench.c -lucs -lpthread -o rcache_bench
+   Output: one line per case, `bench rcache case=NAME value=N unit=ns` (--format=csv|json too). */
+#define _GNU_SOURCE
+#define RDMAX_IMPLEMENTATION
+#define RDMAX_TRANSPORT_RC
+#ifndef RDMAX_IMPLEMENTATION
+#define RDMAX_IMPLEMENTATION
+#endif
+#include "rdmax.h"
+
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <ucs/memory/rcache.h>
+
+static size_t opt_regions = 10000, opt_size = 8192, opt_stride = 16384;
+static long opt_ops = 2000000;
+static int opt_reps = 11;
+static const char *opt_format = "text";
+static volatile uint64_t sink;
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof(double), cmp_d);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ---- rdmax ---- */
+static int rd_reg(void *arg, void *addr, size_t len, unsigned access, rdmax_rcache_region *r)
+{
+    (void)arg, (void)addr, (void)len, (void)access;
+    r->lkey = r->rkey = 1;
+    return 0;
+}
+static void rd_dereg(void *arg, rdmax_rcache_region *r) { (void)arg, (void)r; }
+
+static rdmax_rcache *rd_create(int ts)
+{
+    rdmax_rcache_desc d;
+    rdmax_rcache *rc;
+    memset(&d, 0, sizeof d);
+    d.ops.reg = rd_reg;
+    d.ops.dereg = rd_dereg;
+    d.max_regions = opt_regions * 2;
+    d.thread_safe = ts;
+    if (rdmax_rcache_create(&d, &rc) != 0) {
+        fprintf(stderr, "rdmax_rcache_create failed\n");
+        exit(1);
+    }
+    return rc;
+}
+
+static double rd_hits(rdmax_rcache *rc, char *const *addrs, long ops)
+{
+    double t0 = now_ns();
+    uint64_t s = 0;
+    long i;
+    size_t k = 0;
+    for (i = 0; i < ops; i++) {
+        rdmax_rcache_region *r;
+        if (rdmax_unlikely(rdmax_rcache_get(rc, addrs[k], opt_size, 3, &r) != 0)) abort();
+        s += r->lkey;
+        rdmax_rcache_put(rc, r);
+        if (++k == opt_regions) k = 0;
+    }
+    sink += s;
+    return (now_ns() - t0) / (double)ops;
+}
+
+static double rd_misses(char *const *addrs)
+{
+    rdmax_rcache *rc = rd_create(0);
+    rdmax_rcache_stats st;
+    double t0 = now_ns(), t;
+    size_t k;
+    for (k = 0; k < opt_regions; k++) {
+        rdmax_rcache_region *r;
+        if (rdmax_rcache_get(rc, addrs[k], opt_size, 3, &r) != 0) abort();
+        rdmax_rcache_put(rc, r);
+    }
+    t = (now_ns() - t0) / (double)opt_regions;
+    rdmax_rcache_query_stats(rc, &st);
+    if (st.misses != opt_regions || st.cached_regions != opt_regions) {
+        fprintf(stderr, "rdmax miss run: %lu misses %lu regions\n", (unsigned long)st.misses, (unsigned long)st.cached_regions);
+        exit(1);
+    }
+    rdmax_rcache_destroy(rc);
+    return t;
+}
+
+/* ---- UCX ---- */
+static ucs_status_t ucx_reg(void *ctx, ucs_rcache_t *rc, void *arg, ucs_rcache_region_t *r, uint16_t flags)
+{
+    (void)ctx, (void)rc, (void)arg, (void)r, (void)flags;
+    return UCS_OK;
+}
+static void ucx_dereg(void *ctx, ucs_rcache_t *rc, ucs_rcache_region_t *r) { (void)ctx, (void)rc, (void)r; }
+static void ucx_dump(void *ctx, ucs_rcache_t *rc, ucs_rcache_region_t *r, char *buf, size_t max)
+{
+    (void)ctx, (void)rc, (void)r;
+    if (max) buf[0] = 0;
+}
+static ucs_rcache_ops_t ucx_ops = {ucx_reg, ucx_dereg, ucx_dump};
+
+static ucs_rcache_t *ucx_create(void)
+{
+    ucs_rcache_params_t p;
+    ucs_rcache_t *rc;
+    memset(&p, 0, sizeof p);
+    p.region_struct_size = sizeof(ucs_rcache_region_t);
+    p.alignment = UCS_RCACHE_MIN_ALIGNMENT;
+    p.max_alignment = (size_t)sysconf(_SC_PAGESIZE);
+    p.ucm_events = 0; /* no memory hooks */
+    p.ucm_event_priority = 1000;
+    p.ops = &ucx_ops;
+    p.context = NULL;
+    p.flags = 0;
+    p.max_regions = ULONG_MAX;
+    p.max_size = SIZE_MAX;
+    p.max_unreleased = SIZE_MAX;
+    if (ucs_rcache_create(&p, "bench", NULL, &rc) != UCS_OK) {
+        fprintf(stderr, "ucs_rcache_create failed\n");
+        exit(1);
+    }
+    return rc;
+}
+
+static double ucx_hits(ucs_rcache_t *rc, char *const *addrs, long ops)
+{
+    double t0 = now_ns();
+    uint64_t s = 0;
+    long i;
+    size_t k = 0;
+    for (i = 0; i < ops; i++) {
+        ucs_rcache_region_t *r;
+        if (ucs_unlikely(ucs_rcache_get(rc, addrs[k], opt_size, PROT_READ | PROT_WRITE, NULL, &r) != UCS_OK)) abort();
+        s += r->prot;
+        ucs_rcache_region_put(rc, r);
+        if (++k == opt_regions) k = 0;
+    }
+    sink += s;
+    return (now_ns() - t0) / (double)ops;
+}
+
+static double ucx_misses(char *const *addrs)
+{
+    ucs_rcache_t *rc = ucx_create();
+    double t0 = now_ns(), t;
+    size_t k;
+    for (k = 0; k < opt_regions; k++) {
+        ucs_rcache_region_t *r;
+        if (ucs_rcache_get(rc, addrs[k], opt_size, PROT_READ | PROT_WRITE, NULL, &r) != UCS_OK) abort();
+        ucs_rcache_region_put(rc, r);
+    }
+    t = (now_ns() - t0) / (double)opt_regions;
+    ucs_rcache_destroy(rc);
+    return t;
+}
+
+/* ---- output ---- */
+static int nout;
+static void out(const char *cas, double v, const char *unit)
+{
+    if (!strcmp(opt_format, "csv")) {
+        if (nout++ == 0) printf("bench,case,value,unit\n");
+        printf("rcache,%s,%.2f,%s\n", cas, v, unit);
+    } else if (!strcmp(opt_format, "json")) {
+        printf("%s{\"bench\":\"rcache\",\"case\":\"%s\",\"value\":%.2f,\"unit\":\"%s\"}", nout++ ? ",\n " : "[", cas, v, unit);
+    } else {
+        printf("bench rcache case=%s value=%.2f unit=%s\n", cas, v, unit);
+    }
+}
+
+static void usage(const char *argv0)
+{
+    printf("usage: %s [options]\n"
+           "  --regions=N   cached regions (default 10000)\n"
+           "  --size=B      bytes per region (default 8192)\n"
+           "  --stride=B    distance between regions (default 16384; > size keeps them apart)\n"
+           "  --ops=N       get+put pairs per hit repetition (default 2000000)\n"
+           "  --reps=N      repetitions, median reported (default 11)\n"
+           "  --format=F    text, csv or json (default text)\n",
+           argv0);
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option lo[] = {{"regions", 1, 0, 'n'}, {"size", 1, 0, 's'}, {"stride", 1, 0, 't'},
+                                       {"ops", 1, 0, 'o'},     {"reps", 1, 0, 'r'}, {"format", 1, 0, 'f'},
+                                       {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+    int c, i;
+    char *base, **addrs;
+    size_t k, span;
+    double *h_rd, *h_ucx, *h_ts, *m_rd, *m_ucx, hr, hu, mr, mu;
+    rdmax_rcache *rd, *rdts;
+    ucs_rcache_t *ux;
+    uint64_t seed = 12345;
+    while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'n': opt_regions = strtoul(optarg, NULL, 0); break;
+        case 's': opt_size = strtoul(optarg, NULL, 0); break;
+        case 't': opt_stride = strtoul(optarg, NULL, 0); break;
+        case 'o': opt_ops = strtol(optarg, NULL, 0); break;
+        case 'r': opt_reps = atoi(optarg); break;
+        case 'f': opt_format = optarg; break;
+        case 'h': usage(argv[0]); return 0;
+        default: usage(argv[0]); return 2;
+        }
+    }
+    if (opt_regions == 0 || opt_size == 0 || opt_stride < opt_size || opt_ops <= 0 || opt_reps <= 0 ||
+        (strcmp(opt_format, "text") && strcmp(opt_format, "csv") && strcmp(opt_format, "json"))) {
+        fprintf(stderr, "bad options (stride must be >= size; format text|csv|json)\n");
+        usage(argv[0]);
+        return 2;
+    }
+    span = opt_regions * opt_stride;
+    /* address space only: the no-op ops never touch the pages */
+    base = (char *)mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) {
+        perror("mmap");
+        return 1;
+    }
+    addrs = (char **)malloc(opt_regions * sizeof(char *));
+    for (k = 0; k < opt_regions; k++) addrs[k] = base + k * opt_stride;
+    for (k = opt_regions - 1; k > 0; k--) { /* Fisher-Yates with an LCG: same order for both */
+        size_t j;
+        char *t;
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        j = (size_t)((seed >> 33) % (k + 1));
+        t = addrs[k], addrs[k] = addrs[j], addrs[j] = t;
+    }
+    h_rd = (double *)calloc((size_t)opt_reps, sizeof(double));
+    h_ucx = (double *)calloc((size_t)opt_reps, sizeof(double));
+    h_ts = (double *)calloc((size_t)opt_reps, sizeof(double));
+    m_rd = (double *)calloc((size_t)opt_reps, sizeof(double));
+    m_ucx = (double *)calloc((size_t)opt_reps, sizeof(double));
+
+    rd = rd_create(0);
+    rdts = rd_create(1);
+    ux = ucx_create();
+    /* populate (one miss each), then one warm-up pass */
+    rd_hits(rd, addrs, (long)opt_regions);
+    rd_hits(rdts, addrs, (long)opt_regions);
+    ucx_hits(ux, addrs, (long)opt_regions);
+    rd_hits(rd, addrs, (long)opt_regions);
+    ucx_hits(ux, addrs, (long)opt_regions);
+    {
+        rdmax_rcache_stats st;
+        rdmax_rcache_query_stats(rd, &st);
+        if (st.cached_regions != opt_regions) {
+            fprintf(stderr, "rdmax holds %lu regions, expected %zu\n", (unsigned long)st.cached_regions, opt_regions);
+            return 1;
+        }
+    }
+    for (i = 0; i < opt_reps; i++) {
+        h_rd[i] = rd_hits(rd, addrs, opt_ops);
+        h_ucx[i] = ucx_hits(ux, addrs, opt_ops);
+        h_ts[i] = rd_hits(rdts, addrs, opt_ops);
+        m_rd[i] = rd_misses(addrs);
+        m_ucx[i] = ucx_misses(addrs);
+    }
+    hr = median(h_rd, opt_reps);
+    hu = median(h_ucx, opt_reps);
+    mr = median(m_rd, opt_reps);
+    mu = median(m_ucx, opt_reps);
+    out("hit_rdmax", hr, "ns");
+    out("hit_ucx", hu, "ns");
+    out("hit_ratio", hr / hu, "x");
+    out("hit_rdmax_thread_safe", median(h_ts, opt_reps), "ns");
+    out("miss_rdmax", mr, "ns");
+    out("miss_ucx", mu, "ns");
+    out("miss_ratio", mr / mu, "x");
+    if (!strcmp(opt_format, "json")) printf("]\n");
+    rdmax_rcache_destroy(rd);
+    rdmax_rcache_destroy(rdts);
+    ucs_rcache_destroy(ux);
+    munmap(base, span);
+    free(addrs);
+    free(h_rd), free(h_ucx), free(h_ts), free(m_rd), free(m_ucx);
+    return 0;
+}
