@@ -13,7 +13,10 @@ HDRS := rdmax.h rdmax_impl.h
 
 EXAMPLES := $(B)/rdmax_pingpong_rc $(B)/rdmax_pingpong_ud
 TESTS := $(B)/oob_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test
-HOST_TESTS :=
+# Host tests of pure parts (wire format over TCP, arbiter, rcache bookkeeping) run under ASan and UBSan;
+# the memory-hook test runs without them (ASan interposes the same calls).
+HOST_TESTS := $(B)/host/oob_test $(B)/host/arbiter_test $(B)/host/rcache_test $(B)/host/memhook_test
+SAN := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -DRDMAX_NO_MEMHOOKS
 
 .PHONY: all examples tests test check demo bench asan ubsan clean install deps
 all: examples tests
@@ -30,6 +33,13 @@ $(B)/rdmax_pingpong_ud: examples/rdmax_pingpong.c $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -DRDMAX_PINGPONG_TRANSPORT_UD -o $@ $< $(LIBS)
 $(B)/%_test: tests/%_test.c tests/testlib.h $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
+
+$(B)/host:
+	mkdir -p $(B)/host
+$(B)/host/memhook_test: tests/memhook_test.c $(HDRS) | $(B)/host
+	$(CC) -O1 -g $(REQ_CFLAGS) -o $@ $< $(LIBS)
+$(B)/host/%_test: tests/%_test.c tests/testlib.h $(HDRS) | $(B)/host
+	$(CC) $(SAN) $(REQ_CFLAGS) -o $@ $< $(LIBS)
 
 # Installs the Debian packages the build and the tests need (as root; prints the line otherwise).
 deps:

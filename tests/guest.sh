@@ -10,6 +10,12 @@ ulimit -l unlimited 2>/dev/null
 export RDMAX_LOG_LEVEL=${RDMAX_LOG_LEVEL:-warn}
 status=0
 
+# UD multicast needs a route for the multicast range on each device's netdev.
+for dev in ${RDMAX_TEST_DEV0:-} ${RDMAX_TEST_DEV1:-}; do
+    nd=$(rdma link show "$dev/1" 2>/dev/null | sed -n 's/.*netdev \([^ ]*\).*/\1/p')
+    [ -n "$nd" ] && [ "$dev" = "${RDMAX_TEST_DEV0:-}" ] && ip route replace 224.0.0.0/4 dev "$nd" 2>/dev/null
+done
+
 # run NAME CMD...: a test program that prints its own PASS/FAIL lines; a crash or a non-zero exit
 # without a FAIL line is a failure too.
 run() {

@@ -254,7 +254,11 @@ static void device_tests(void)
     CHECK_ST(st, RDMAX_ERR_OOB_MAGIC);
     CHECK(ep == NULL, "an endpoint was returned for a bad client");
     waitpid(pid, NULL, 0);
-    pid = crafted_peer(AF_INET6, port, junk, 10, 0);
+    uint8_t rec[RDMAX_CONN_INFO_SIZE];
+    rdmax_conn_info good;
+    good_record(&good);
+    rdmax_conn_info_encode(&good, rec);
+    pid = crafted_peer(AF_INET6, port, rec, 10, 0);  /* a valid head, then the client leaves */
     st = rdmax_accept(l, NULL, &ep, 5000);
     CHECK_ST(st, RDMAX_ERR_OOB_SHORT);
     waitpid(pid, NULL, 0);

@@ -1,0 +1,46 @@
+#!/bin/sh
+# make test: host tests, then the device tests on each topology (in the soft-RoCE VM, or directly on the
+# host's RDMA device; tests/vm/run decides). Ends with "N passed, N failed".
+cd "$(dirname "$0")/.." || exit 1
+res=build/test-results
+mkdir -p "$res"
+log=$res/all.log
+: > "$log"
+start=$(date +%s)
+
+# host NAME CMD...: a host test program; a crash without a FAIL line still counts as a failure.
+host() {
+    name=$1; shift
+    "$@" > "$res/$name.log" 2>&1
+    rc=$?
+    grep -E '^(PASS|FAIL) ' "$res/$name.log" | tee -a "$log"
+    if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$res/$name.log"; then
+        echo "FAIL $name: exited with status $rc" | tee -a "$log"
+        tail -5 "$res/$name.log"
+    fi
+}
+
+echo "== host tests"
+host compile tests/compile_matrix.sh
+host oob build/host/oob_test
+host arbiter build/host/arbiter_test
+host rcache build/host/rcache_test
+host memhook build/host/memhook_test
+
+for topo in dummy veth; do
+    echo "== device tests, topology $topo"
+    tests/vm/run --topo $topo --timeout 1800 -- tests/guest.sh $topo > "$res/vm-$topo.log" 2>&1
+    rc=$?
+    grep -E '^(PASS|FAIL) ' "$res/vm-$topo.log" | tee -a "$log"
+    grep '^vm: ' "$res/vm-$topo.log"
+    if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$res/vm-$topo.log"; then
+        echo "FAIL vm/$topo: the run failed (status $rc)" | tee -a "$log"
+        tail -40 "$res/vm-$topo.log"
+    fi
+done
+
+passed=$(grep -c '^PASS ' "$log")
+failed=$(grep -c '^FAIL ' "$log")
+echo "make test took $(( $(date +%s) - start )) s; logs in $res/"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

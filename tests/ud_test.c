@@ -1,0 +1,262 @@
+/* UD on a real device: datagrams of 1, 64 and MTU bytes arrive whole and without the GRH, MTU + 1 is
+   refused before posting, an endpoint with no address cannot send, and multicast reaches two receiving
+   processes, each getting every message, until one leaves.
+   Usage: ud_test [loopback|cross] (cross: sender on $RDMAX_TEST_DEV1, receivers on $RDMAX_TEST_DEV0).
+   Multicast needs a route for 224.0.0.0/4 on the device's netdev (tests/guest.sh adds it). */
+#define RDMAX_TRANSPORT_UD
+#define RDMAX_IMPLEMENTATION
+#include "../rdmax.h"
+#include "testlib.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+
+#define GROUP "239.1.2.3"
+#define NMSG 300
+
+struct rx {
+    unsigned char last[4096];
+    size_t len;
+    int count;
+    unsigned char seen[NMSG * 2];
+    int bad;
+};
+
+static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep;
+    struct rx *r = (struct rx *)user;
+    if (len <= sizeof r->last)
+        memcpy(r->last, data, len);
+    r->len = len;
+    r->count++;
+    if (len >= 4) {
+        uint32_t seq;
+        memcpy(&seq, data, 4);
+        for (size_t i = 4; i < len; i++)
+            if (((unsigned char *)data)[i] != (unsigned char)(seq + i))
+                r->bad++;
+        if (seq < sizeof r->seen)
+            r->seen[seq]++;
+    }
+}
+
+static rdmax_ctx *open_ctx(const char *dev)
+{
+    rdmax_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    d.device = dev;
+    rdmax_ctx *c = NULL;
+    if (rdmax_ctx_create(&d, &c) != RDMAX_OK) {
+        printf("FAIL ud/setup: cannot open device %s\n", dev ? dev : "(default)");
+        exit(1);
+    }
+    return c;
+}
+
+static void progress_until(rdmax_ctx *a, rdmax_ctx *b, const int *count, int want)
+{
+    for (long i = 0; *count < want && i < 20000000L; i++) {
+        rdmax_progress(a);
+        if (b != a)
+            rdmax_progress(b);
+    }
+}
+
+static void unicast(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
+{
+    rdmax_ep *a = NULL, *b = NULL;
+    rdmax_mem *m = NULL;
+    struct rx r;
+    memset(&r, 0, sizeof r);
+    rdmax_ep_desc da, db;
+    memset(&da, 0, sizeof da);
+    memset(&db, 0, sizeof db);
+    db.recv_cb = on_recv;
+    db.user = &r;
+    tl_begin("ud/%s/setup", topo);
+    REQUIRE(rdmax_ep_create(ca, &da, &a) == RDMAX_OK && rdmax_ep_create(cb, &db, &b) == RDMAX_OK, "endpoints");
+    CHECK_ST(rdmax_send(a, "x", 1, NULL, NULL), RDMAX_ERR_NOT_CONNECTED);
+    rdmax_conn_info ia, ib;
+    rdmax_ep_local_info(a, &ia);
+    rdmax_ep_local_info(b, &ib);
+    CHECK(ia.transport == RDMAX_TRANSPORT_ID_UD && ia.qkey == RDMAX_UD_QKEY, "record is not UD");
+    REQUIRE(rdmax_ep_connect_info(a, &ib) == RDMAX_OK && rdmax_ep_connect_info(b, &ia) == RDMAX_OK, "connect");
+    CHECK(a->ah != NULL, "connected UD endpoint has no address handle");
+    REQUIRE(rdmax_mem_alloc(ca, 8192, RDMAX_ACCESS_LOCAL, &m) == RDMAX_OK, "alloc");
+    tl_end();
+    uint32_t mtu = ca->attr.mtu_bytes < cb->attr.mtu_bytes ? ca->attr.mtu_bytes : cb->attr.mtu_bytes;
+    size_t sizes[] = {1, 64, mtu};
+    for (int k = 0; k < 3; k++) {
+        size_t n = sizes[k];
+        unsigned char *p = (unsigned char *)m->addr;
+        for (size_t i = 0; i < n; i++)
+            p[i] = (unsigned char)(i * 7 + k + 1);
+        tl_begin("ud/%s/send %zu", topo, n);
+        int before = r.count;
+        rdmax_comp c;
+        memset(&c, 0, sizeof c);
+        rdmax_status st = rdmax_send(a, p, n, m, &c);
+        CHECK(st == RDMAX_OK || st == RDMAX_INPROGRESS, "send: %s", rdmax_status_str(st));
+        progress_until(ca, cb, &r.count, before + 1);
+        CHECK(r.count == before + 1, "datagram not received");
+        CHECK(r.len == n, "received %zu bytes, sent %zu (a GRH left in?)", r.len, n);
+        int same = r.len == n && !memcmp(r.last, p, n);
+        CHECK(same, "payload differs");
+        tl_end();
+    }
+    tl_begin("ud/%s/MTU + 1 refused before posting", topo);
+    {
+        uint64_t calls = ca->cnt.post_calls;
+        CHECK_ST(rdmax_send(a, m->addr, mtu + 1, m, NULL), RDMAX_ERR_SIZE);
+        CHECK(ca->cnt.post_calls == calls, "something was posted");
+    }
+    tl_end();
+    tl_begin("ud/%s/put is not a UD operation", topo);
+    CHECK(1, "rdmax_put is not compiled in a UD-only build (see the compile matrix)");
+    tl_end();
+    tl_begin("ud/%s/flush", topo);
+    for (int i = 0; i < 100; i++)
+        rdmax_send(a, "abcd", 4, NULL, NULL);
+    CHECK_ST(rdmax_ep_flush(a, 5000), RDMAX_OK);
+    CHECK(a->sq_head == a->sq_tail, "operations outstanding after flush");
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(m);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* A receiving process: join, say ready, count phase-1 messages, maybe leave, count phase 2, report. */
+static void receiver(const char *dev, int leave_after_phase1, int ready_fd, int go_fd, int report_fd)
+{
+    rdmax_ctx *c = open_ctx(dev);
+    struct rx *r = (struct rx *)calloc(1, sizeof *r);
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.recv_cb = on_recv;
+    d.user = r;
+    d.rq_depth = 512;
+    rdmax_ep *ep;
+    int st = rdmax_ep_create(c, &d, &ep);
+    if (st == RDMAX_OK)
+        st = rdmax_mcast_join(ep, GROUP);
+    if (write(ready_fd, &st, sizeof st) != sizeof st || st != RDMAX_OK)
+        _exit(1);
+    int phase1 = 0;
+    for (int phase = 1; phase <= 2; phase++) {
+        char g;
+        /* receive until the sender says the phase is over, then a little longer */
+        struct pollfd p = {go_fd, POLLIN, 0};
+        while (poll(&p, 1, 0) == 0)
+            rdmax_progress(c);
+        if (read(go_fd, &g, 1) != 1)
+            _exit(2);
+        for (int i = 0; i < 200000; i++)
+            rdmax_progress(c);
+        if (phase == 1) {
+            phase1 = r->count;
+            if (leave_after_phase1)
+                st = rdmax_mcast_leave(ep, GROUP);
+            if (write(ready_fd, &st, sizeof st) != sizeof st)
+                _exit(3);
+        }
+    }
+    int rep[4] = {phase1, r->count - phase1, r->bad, 0};
+    for (int i = 0; i < NMSG; i++)
+        rep[3] += r->seen[i] == 1;
+    if (write(report_fd, rep, sizeof rep) != sizeof rep)
+        _exit(4);
+    rdmax_ep_destroy(ep);
+    rdmax_ctx_destroy(c);
+    _exit(0);
+}
+
+static void multicast(const char *topo, rdmax_ctx *cs, const char *rdev)
+{
+    int ready[2][2], go[2][2], report[2][2];
+    pid_t pid[2] = {-1, -1};
+    rdmax_ep *tx = NULL;
+    rdmax_mem *m = NULL;
+    tl_begin("ud/%s/multicast: two receivers get every message", topo);
+    for (int k = 0; k < 2; k++) {
+        REQUIRE(pipe(ready[k]) == 0 && pipe(go[k]) == 0 && pipe(report[k]) == 0, "pipe");
+        pid[k] = fork();
+        if (pid[k] == 0)
+            receiver(rdev, k == 0, ready[k][1], go[k][0], report[k][1]);
+    }
+    for (int k = 0; k < 2; k++) {
+        int st = -1;
+        REQUIRE(read(ready[k][0], &st, sizeof st) == sizeof st, "receiver %d died", k);
+        REQUIRE(st == RDMAX_OK, "receiver %d could not join: %s", k, rdmax_status_str((rdmax_status)st));
+    }
+    REQUIRE(rdmax_mcast_ep_create(cs, NULL, GROUP, &tx) == RDMAX_OK, "multicast endpoint: %s", rdmax_ctx_last_error(cs));
+    REQUIRE(rdmax_mem_alloc(cs, 4096, RDMAX_ACCESS_LOCAL, &m) == RDMAX_OK, "alloc");
+    unsigned char *p = (unsigned char *)m->addr;
+    for (int phase = 1; phase <= 2; phase++) {
+        for (uint32_t seq = (phase - 1) * NMSG; seq < (uint32_t)phase * NMSG; seq++) {
+            memcpy(p, &seq, 4);
+            for (size_t i = 4; i < 256; i++)
+                p[i] = (unsigned char)(seq + i);
+            rdmax_status st;
+            while ((st = rdmax_send(tx, p, 256, m, NULL)) == RDMAX_ERR_NO_RESOURCE)
+                rdmax_progress(cs);
+            CHECK(st == RDMAX_OK || st == RDMAX_INPROGRESS, "send %u: %s", seq, rdmax_status_str(st));
+            CHECK_ST(rdmax_ep_flush(tx, 5000), RDMAX_OK);  /* one at a time: receivers keep up */
+            if (seq % 32 == 31)
+                usleep(2000);
+        }
+        for (int k = 0; k < 2; k++)
+            CHECK(write(go[k][1], "g", 1) == 1, "receiver %d gone", k);
+        if (phase == 1)
+            for (int k = 0; k < 2; k++) {
+                int st = -1;
+                CHECK(read(ready[k][0], &st, sizeof st) == sizeof st && st == RDMAX_OK, "receiver %d: leave failed", k);
+            }
+    }
+    int rep[2][4];
+    for (int k = 0; k < 2; k++) {
+        REQUIRE(read(report[k][0], rep[k], sizeof rep[k]) == sizeof rep[k], "receiver %d sent no report", k);
+        CHECK(rep[k][0] == NMSG && rep[k][3] == NMSG, "receiver %d got %d of %d messages in phase 1 (%d distinct)", k,
+              rep[k][0], NMSG, rep[k][3]);
+        CHECK(rep[k][2] == 0, "receiver %d saw %d corrupted bytes", k, rep[k][2]);
+    }
+    tl_end();
+    tl_begin("ud/%s/multicast: after leaving, nothing arrives", topo);
+    CHECK(rep[0][1] == 0, "receiver that left got %d messages", rep[0][1]);
+    CHECK(rep[1][1] == NMSG, "receiver that stayed got %d of %d", rep[1][1], NMSG);
+    tl_end();
+out:
+    for (int k = 0; k < 2; k++)
+        if (pid[k] > 0) {
+            int status;
+            kill(pid[k], SIGTERM);
+            waitpid(pid[k], &status, 0);
+        }
+    rdmax_ep_destroy(tx);
+    rdmax_mem_free(m);
+    if (tl_case_failed)
+        tl_end();
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGPIPE, SIG_IGN);
+    int cross = argc > 1 && !strcmp(argv[1], "cross");
+    const char *d0 = getenv("RDMAX_TEST_DEV0"), *d1 = getenv("RDMAX_TEST_DEV1");
+    if (cross && !d1) {
+        printf("FAIL ud/cross/setup: RDMAX_TEST_DEV1 is not set\n");
+        return 1;
+    }
+    rdmax_ctx *cs = open_ctx(cross ? d1 : d0), *cr = cross ? open_ctx(d0) : cs;
+    const char *topo = cross ? "cross" : "loopback";
+    unicast(topo, cs, cr);
+    multicast(topo, cs, d0);
+    if (cr != cs)
+        rdmax_ctx_destroy(cr);
+    rdmax_ctx_destroy(cs);
+    return tl_failed_total ? 1 : 0;
+}
