@@ -115,6 +115,7 @@ __asm__(".pushsection .rdmax_selection,\"\",@progbits\n\t.quad " RDMAX__STR(RDMA
 #include <stdbool.h>
 #include <string.h>
 #include <errno.h>
+#include <arpa/inet.h>
 #include <infiniband/verbs.h>
 
 #ifndef RDMAX_API
@@ -176,7 +177,7 @@ extern "C" {
     X(RDMAX_ERR_OOB_PSN, -28, "connection record: invalid packet sequence number")                         \
     X(RDMAX_ERR_OOB_GID, -29, "connection record: invalid GID")                                            \
     X(RDMAX_ERR_OOB_BUFFER, -30, "connection record: invalid buffer address, key or length")               \
-    X(RDMAX_ERR_OOB_RESERVED, -31, "connection record: reserved field not zero")                            \
+    X(RDMAX_ERR_OOB_CREDITS, -31, "connection record: invalid receive credits")                             \
     X(RDMAX_ERR_OOB_RECV_SIZE, -32, "connection record: invalid receive size")                             \
     X(RDMAX_ERR_OOB_SYNC, -33, "connection: peer did not confirm it is ready")                             \
     X(RDMAX_ERR_CONNECT, -34, "connection: could not reach the peer's out-of-band address")                \
@@ -208,7 +209,9 @@ typedef enum rdmax_ep_state {
     RDMAX_EP_INIT = 0, RDMAX_EP_CONNECTED, RDMAX_EP_ERROR, RDMAX_EP_CLOSED
 } rdmax_ep_state;
 typedef enum rdmax_op {
-    RDMAX_OP_SEND = 0, RDMAX_OP_PUT, RDMAX_OP_GET, RDMAX_OP_FADD, RDMAX_OP_CSWAP, RDMAX_OP_FLUSH, RDMAX_OP__COUNT
+    RDMAX_OP_SEND = 0, RDMAX_OP_PUT, RDMAX_OP_GET, RDMAX_OP_FADD, RDMAX_OP_CSWAP, RDMAX_OP_FLUSH,
+    RDMAX_OP_GRANT,            /* internal: a credit grant for RC send flow control */
+    RDMAX_OP__COUNT
 } rdmax_op;
 #define RDMAX_CONN_INFO_SIZE 64       /* bytes of the out-of-band record, version 1 */
 #define RDMAX_CONN_INFO_MAGIC 0x52444d58u /* "RDMX" */
@@ -217,302 +220,6 @@ typedef enum rdmax_op {
 #define RDMAX_TRANSPORT_ID_UD 2
 #define RDMAX_UD_GRH 40
 #define RDMAX_UD_QKEY 0x11111111u
-
-/* ---- types -------------------------------------------------------------------------------------- */
-typedef struct rdmax_ctx rdmax_ctx;
-typedef struct rdmax_ep rdmax_ep;
-typedef struct rdmax_listener rdmax_listener;
-typedef struct rdmax_comp rdmax_comp;
-
-typedef void (*rdmax_comp_cb)(rdmax_comp *comp, rdmax_status status);
-/* A completion the caller owns. Either set cb (called from rdmax_progress) or leave it NULL and poll
-   `done`; `user` is yours. */
-struct rdmax_comp {
-    rdmax_comp_cb cb;
-    void *user;
-    rdmax_status status;
-    volatile int done;
-};
-
-/* A message received on an endpoint: `data` is valid only during the callback. */
-typedef void (*rdmax_recv_cb)(rdmax_ep *ep, void *data, size_t len, void *user);
-
-typedef struct rdmax_allocator {
-    void *(*alloc)(size_t size, void *user);
-    void (*free)(void *ptr, void *user);
-    void *user;
-} rdmax_allocator;
-
-typedef struct rdmax_logger {
-    /* msg names the device, endpoint and call; it has no trailing newline */
-    void (*func)(rdmax_log_level level, const char *msg, void *user);
-    void *user;
-} rdmax_logger;
-
-/* A registered memory region. Fill iovs' lkey from `lkey`; hand `addr`/`rkey` to a peer. */
-typedef struct rdmax_mem {
-    void *addr;
-    size_t len;
-    uint32_t lkey, rkey;
-    struct ibv_mr *mr;
-    rdmax_ctx *ctx;
-    int numa_node;        /* node the memory was requested on, -1 if local */
-    int owned;            /* allocated by rdmax_mem_alloc */
-} rdmax_mem;
-
-typedef struct rdmax_iov {
-    void *addr;
-    uint32_t len;
-    uint32_t lkey;
-} rdmax_iov;
-
-/* The peer's buffer, as it was handed over in the connection record. */
-typedef struct rdmax_rbuf {
-    uint64_t addr;
-    uint64_t len;
-    uint32_t rkey;
-} rdmax_rbuf;
-
-/* The connection record, decoded. On the wire it is RDMAX_CONN_INFO_SIZE bytes in network order:
-     0 magic u32 | 4 version u16 | 6 length u16 | 8 transport u8 | 9 mtu u8 (ibv_mtu 1..5) | 10 reserved u16
-    12 qpn u32 (24 bits, != 0) | 16 psn u32 (24 bits) | 20 qkey u32 (UD; 0 for RC) | 24 rkey u32
-    28 recv_size u32 (largest message the sender of the record accepts) | 32 gid[16]
-    48 buffer address u64 | 56 buffer length u64 */
-typedef struct rdmax_conn_info {
-    uint8_t transport, mtu;
-    uint32_t qpn, psn, qkey, recv_size;
-    uint8_t gid[16];
-    rdmax_rbuf buf;
-} rdmax_conn_info;
-
-typedef struct rdmax_ctx_desc {
-    const char *device;        /* NULL: $RDMAX_DEVICE, else the first device with an active port */
-    uint8_t port;              /* 0: first active port */
-    bool gid_index_set;        /* false: $RDMAX_GID_INDEX, else RoCE v2 IPv4-mapped GID */
-    int gid_index;
-    bool numa_node_set;        /* false: $RDMAX_NUMA_NODE, else the device's node (-1 = local) */
-    int numa_node;
-    uint32_t cq_depth;         /* 0: 4096 (send and receive CQ each) */
-    uint32_t max_eps;          /* 0: 1024 endpoints per context */
-    rdmax_log_level log_level; /* used when log_level_set; else $RDMAX_LOG_LEVEL, else warn */
-    bool log_level_set;
-    rdmax_allocator allocator; /* zero: RDMAX_MALLOC/RDMAX_FREE, else malloc/free */
-    rdmax_logger logger;       /* zero: stderr */
-    bool rcache_disable;       /* false: buffers passed without an rdmax_mem go through the rcache,
-                                  made on first such use */
-    uint32_t rcache_max_regions; /* 0: 65536 */
-    uint64_t rcache_max_bytes; /* 0: unlimited */
-} rdmax_ctx_desc;
-
-typedef struct rdmax_ep_desc {
-    uint8_t transport;         /* 0: RC when selected, else UD; or RDMAX_TRANSPORT_ID_RC / _UD */
-    uint32_t sq_depth;         /* 0: 256 send-queue slots */
-    uint32_t rq_depth;         /* 0: 128 posted receive buffers (min 32) */
-    uint32_t recv_size;        /* 0: 4096 bytes per receive buffer (RC); UD: path MTU + GRH */
-    uint32_t signal_interval;  /* 0: one signaled request in 64 */
-    uint32_t max_inline;       /* 0: the probed device maximum; larger values are clamped to it */
-    uint8_t timeout;           /* 0: 14 (4.096 us * 2^14 = 67 ms ack timeout) */
-    uint8_t retry_cnt;         /* 0: 6 (rxe retries forever at 7; 6 reports a lost peer in ~0.5 s) */
-    uint8_t rnr_retry;         /* 0: 6 (7 would retry forever, which has locked up rxe) */
-    uint8_t min_rnr_timer;     /* 0: 12 (0.64 ms) */
-    uint8_t max_rd_atomic;     /* 0: device max_qp_rd_atom, negotiated down to the peer's */
-    rdmax_recv_cb recv_cb;     /* called from rdmax_progress for each received message */
-    void *user;
-    const rdmax_mem *expose;   /* buffer advertised to the peer (address, rkey, length); may be NULL */
-} rdmax_ep_desc;
-
-/* Limits probed on the opened device and port. */
-typedef struct rdmax_dev_attr {
-    char name[64];
-    uint8_t port;
-    int gid_index;
-    union ibv_gid gid;
-    enum ibv_mtu active_mtu;
-    uint32_t mtu_bytes;
-    uint32_t max_inline;       /* found by creating throwaway QPs: verbs cannot report it */
-    uint32_t max_qp_rd_atom;
-    uint32_t max_sge;
-    uint32_t max_cqe;
-    uint32_t max_qp_wr;
-    uint64_t max_msg_sz;
-    int link_layer;
-    int numa_node;             /* node the device sits on, -1 unknown */
-} rdmax_dev_attr;
-
-/* Counters rdmax keeps anyway; plain increments on the fast path. */
-typedef struct rdmax_counters {
-    uint64_t posted[RDMAX_OP__COUNT];
-    uint64_t completed[RDMAX_OP__COUNT];
-    uint64_t bytes[RDMAX_OP__COUNT];
-    uint64_t post_calls;        /* ibv_post_send calls (one system call each on rxe) */
-    uint64_t recv_post_calls;
-    uint64_t polls, empty_polls, cqes;
-    uint64_t recv_msgs, recv_bytes;
-    uint64_t err_cqes;
-    uint64_t flushed_cqes;      /* send completions flushed after their endpoint failed */
-    uint64_t recv_flushed;      /* receive buffers flushed after their endpoint failed */
-    uint64_t stale_wr_ids;      /* completions of destroyed endpoints, dropped */
-    uint64_t recv_drops;        /* receive completions the library had to drop */
-    uint64_t no_resource;       /* posts refused with RDMAX_ERR_NO_RESOURCE */
-    uint64_t ep_errors;
-} rdmax_counters;
-
-/* ---- internal types the inline fast paths touch (do not use their fields directly) ------------ */
-typedef struct rdmax__slot {
-    rdmax_comp *comp;
-    struct rdmax_rcache_region *region; /* cached registration held until completion */
-    uint32_t len;
-    uint8_t op;
-    uint8_t signaled;
-    uint64_t raddr;             /* for the error report */
-} rdmax__slot;
-
-typedef struct rdmax__ep_ref {
-    rdmax_ep *ep;
-    uint16_t gen;
-} rdmax__ep_ref;
-
-#define RDMAX__WR_RECV (1ull << 31)
-#define RDMAX__WR_SLOT_MASK 0x7fffffffull
-
-struct rdmax_ctx {
-    struct ibv_context *verbs;
-    struct ibv_pd *pd;
-    struct ibv_cq *scq, *rcq;
-    struct ibv_comp_channel *channel;
-    uint32_t scq_credits;       /* send-CQ entries not yet reserved by a post */
-    uint32_t n_eps;
-    rdmax__ep_ref *eps;         /* table that wr_ids index: [max_eps] */
-    rdmax_counters cnt;
-    rdmax_ctx_desc desc;        /* applied values */
-    rdmax_dev_attr attr;
-    rdmax_log_level log_level;
-    char last_error[512];
-    struct ibv_wc wc[16];
-    struct rdmax_rcache *rcache; /* NULL when disabled */
-#if RDMAX__HAS_UD
-    struct rdmax__ud *ud;
-#endif
-};
-
-struct rdmax_ep {
-    rdmax_ctx *ctx;
-    struct ibv_qp *qp;
-    uint64_t wr_id_base;        /* generation << 48 | table index << 32 */
-    uint8_t state;              /* rdmax_ep_state */
-    uint8_t batching;
-    uint16_t batch_n;
-    uint32_t sq_mask;           /* sq_depth - 1 (power of two) */
-    uint32_t sq_head, sq_tail;  /* next slot to fill, oldest outstanding */
-    uint32_t sq_avail;
-    uint32_t unsignaled;        /* posts since the last signaled one */
-    uint32_t signal_interval;
-    uint32_t max_inline;
-    uint32_t rd_avail;          /* RDMA reads and atomics that may still be issued */
-    uint32_t peer_recv_size;    /* largest message the peer accepts */
-    rdmax__slot *slots;
-    char *inl_stage;            /* [RDMAX_BATCH_MAX][max_inline]: inline data of chained requests */
-    struct ibv_send_wr wr[RDMAX_BATCH_MAX];
-    struct ibv_sge sge[RDMAX_BATCH_MAX][RDMAX_MAX_SGE];
-    rdmax_rbuf remote;          /* the peer's exposed buffer */
-    rdmax_recv_cb recv_cb;
-    void *user;
-    /* receive pool */
-    char *rbufs;
-    struct ibv_mr *rmr;
-    uint32_t rq_depth, recv_size, rq_unposted, *rq_free;
-    /* error report */
-    int last_wc_status;
-    int last_errno;
-    rdmax_ep_desc desc;         /* applied values */
-    char peer[64];              /* peer's out-of-band address, for messages */
-    uint32_t peer_qpn;
-#if RDMAX__HAS_UD
-    struct ibv_ah *ah;          /* UD: the peer's address handle (from the context's cache) */
-    uint32_t ud_qpn, ud_qkey;
-    struct rdmax__mcast *mcast; /* UD: groups this endpoint joined */
-#endif
-};
-
-/* ---- out-of-line API ---------------------------------------------------------------------------- */
-/* rdmax_status_str: a sentence for each status. Thread-safe. */
-RDMAX_API const char *rdmax_status_str(rdmax_status s);
-RDMAX_API const char *rdmax_op_str(rdmax_op op);
-
-/* Context. rdmax_ctx_create opens the device, picks the port and GID, probes limits, creates the CQs and
-   completion channel. Returns RDMAX_ERR_NO_DEVICE (text names device and port), RDMAX_ERR_IO (names the
-   verbs call and errno). */
-RDMAX_API rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc, rdmax_ctx **ctx_out);
-RDMAX_API void rdmax_ctx_destroy(rdmax_ctx *ctx);
-RDMAX_API const char *rdmax_ctx_last_error(const rdmax_ctx *ctx);
-RDMAX_API const rdmax_dev_attr *rdmax_ctx_attr(const rdmax_ctx *ctx);
-/* File descriptor that becomes readable when a completion arrives after rdmax_ctx_arm(). */
-RDMAX_API int rdmax_ctx_fd(const rdmax_ctx *ctx);
-RDMAX_API rdmax_status rdmax_ctx_arm(rdmax_ctx *ctx);
-/* Block until a completion arrives or timeout_ms passes (-1: forever), then progress. */
-RDMAX_API int rdmax_wait(rdmax_ctx *ctx, int timeout_ms);
-RDMAX_API void rdmax_counters_get(const rdmax_ctx *ctx, rdmax_counters *out);
-/* The context's registration cache (NULL if disabled): for its stats, invalidate and drain. */
-RDMAX_API struct rdmax_rcache *rdmax_ctx_rcache(const rdmax_ctx *ctx);
-
-/* Memory. rdmax_mem_alloc allocates on the context's NUMA node and registers; rdmax_mem_reg registers
-   memory you own. access: RDMAX_ACCESS_* (remote rights are granted only when asked for). */
-RDMAX_API rdmax_status rdmax_mem_alloc(rdmax_ctx *ctx, size_t len, unsigned access, rdmax_mem **out);
-RDMAX_API rdmax_status rdmax_mem_reg(rdmax_ctx *ctx, void *addr, size_t len, unsigned access, rdmax_mem **out);
-RDMAX_API void rdmax_mem_free(rdmax_mem *mem);
-/* NUMA-placed allocation for rdmax's own buffers (also usable for yours). */
-RDMAX_API void *rdmax_numa_alloc(rdmax_ctx *ctx, size_t len);
-RDMAX_API void rdmax_numa_free(rdmax_ctx *ctx, void *p, size_t len);
-
-/* Wire format of the connection record (pure functions, usable without a device). decode validates every
-   field and returns the RDMAX_ERR_OOB_* status of the first one that is wrong; `why` (may be NULL) gets a
-   sentence naming the field and the value seen. */
-RDMAX_API void rdmax_conn_info_encode(const rdmax_conn_info *info, uint8_t out[RDMAX_CONN_INFO_SIZE]);
-RDMAX_API rdmax_status rdmax_conn_info_decode(const uint8_t *buf, size_t len, rdmax_conn_info *out,
-                                              char *why, size_t why_len);
-/* Send our record on a connected TCP socket and read the peer's, with a deadline for the whole exchange. */
-RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, rdmax_conn_info *remote,
-                                          int timeout_ms, char *why, size_t why_len);
-
-/* Endpoints (RC). rdmax_listen binds a TCP listener (host NULL: all IPv6 and IPv4 addresses);
-   rdmax_accept takes one client, exchanges records and connects; a bad client makes rdmax_accept return
-   its error but leaves the listener usable. rdmax_connect resolves host (IPv4 or IPv6). */
-RDMAX_API rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out);
-RDMAX_API uint16_t rdmax_listener_port(const rdmax_listener *l);
-RDMAX_API void rdmax_listener_close(rdmax_listener *l);
-RDMAX_API rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep **out, int timeout_ms);
-RDMAX_API rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, const rdmax_ep_desc *desc,
-                                     rdmax_ep **out, int timeout_ms);
-/* Two endpoints of one context connected to each other (the --loopback mode). */
-RDMAX_API rdmax_status rdmax_ep_create_pair(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **a, rdmax_ep **b);
-/* Lower level: create, read our record, connect with the peer's. */
-RDMAX_API rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **out);
-RDMAX_API void rdmax_ep_local_info(const rdmax_ep *ep, rdmax_conn_info *info);
-RDMAX_API rdmax_status rdmax_ep_connect_info(rdmax_ep *ep, const rdmax_conn_info *remote);
-/* Wait until every operation posted on ep has completed (posts a signaled zero-length write if the last
-   post was unsignaled). RDMAX_ERR_TIMEOUT after timeout_ms. */
-RDMAX_API rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms);
-/* Operations still in flight complete with RDMAX_ERR_CANCELED. */
-RDMAX_API void rdmax_ep_destroy(rdmax_ep *ep);
-RDMAX_API rdmax_status rdmax_ep_error(const rdmax_ep *ep); /* first error, RDMAX_OK if none */
-
-#if RDMAX__HAS_UD
-/* UD multicast. rdmax_mcast_join attaches ep's QP to the IPv4 group `group` (e.g. "239.1.2.3") on the
-   device's netdev, joining it at the IP level too so rxe and RoCE NICs receive it. rdmax_mcast_ep_create
-   makes a send-only endpoint whose messages go to every member. rdmax_mcast_leave detaches and leaves. */
-RDMAX_API rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group);
-RDMAX_API rdmax_status rdmax_mcast_leave(rdmax_ep *ep, const char *group);
-RDMAX_API rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, const char *group,
-                                             rdmax_ep **out);
-#endif
-
-/* Batching: between begin and end, operations are chained and posted with one ibv_post_send (a full
-   chain of RDMAX_BATCH_MAX is posted early). */
-RDMAX_API rdmax_status rdmax__post_chain(rdmax_ep *ep);
-/* Progress and registration slow paths. */
-RDMAX_API rdmax_status rdmax__rcache_open(rdmax_ctx *ctx);
-RDMAX_API int rdmax__poll_send(rdmax_ctx *ctx);
-RDMAX_API int rdmax__poll_recv(rdmax_ctx *ctx);
 
 #ifndef RDMAX_ARB_H_INCLUDED
 #define RDMAX_ARB_H_INCLUDED
@@ -876,6 +583,348 @@ RDMAX_INLINE size_t rdmax_arb_dispatch(rdmax_arb *arb, unsigned per_group, rdmax
 
 #endif /* RDMAX_ARB_H_INCLUDED */
 
+/* ---- types -------------------------------------------------------------------------------------- */
+typedef struct rdmax_ctx rdmax_ctx;
+typedef struct rdmax_ep rdmax_ep;
+typedef struct rdmax_listener rdmax_listener;
+typedef struct rdmax_comp rdmax_comp;
+
+typedef void (*rdmax_comp_cb)(rdmax_comp *comp, rdmax_status status);
+/* A completion the caller owns. Either set cb (called from rdmax_progress) or leave it NULL and poll
+   `done`; `user` is yours. */
+struct rdmax_comp {
+    rdmax_comp_cb cb;
+    void *user;
+    rdmax_status status;
+    volatile int done;
+};
+
+/* A request that waits in an endpoint's pending queue (the arbiter) until resources return. The caller
+   owns it until it completes. Two ways to use it:
+   - explicit (rdmax_ep_pending_add): set `cb`; when resources are back the arbiter calls cb(req), which
+     posts and returns its status (RDMAX_ERR_NO_RESOURCE keeps the request queued).
+   - automatic (rdmax_req_post): leave `cb` NULL and fill the operation; it is posted now or queued, and
+     `comp` (required) reports the result either way.
+   A purge (rdmax_ep_pending_purge, rdmax_ep_destroy) completes `comp`, if set, with RDMAX_ERR_CANCELED. */
+typedef struct rdmax_req rdmax_req;
+typedef rdmax_status (*rdmax_pending_cb)(rdmax_req *req);
+struct rdmax_req {
+    rdmax_arb_elem rdmax__elem; /* the arbiter's link (private) */
+    rdmax_pending_cb cb;
+    rdmax_comp *comp;
+    void *user;
+    /* the operation, for rdmax_req_post */
+    uint8_t op;                 /* rdmax_op: SEND, PUT, GET, FADD, CSWAP */
+    const void *buf;            /* source (send, put), destination (get), 8-byte result (atomics) */
+    size_t len;
+    const struct rdmax_mem *mem;
+    uint64_t raddr;
+    uint32_t rkey;
+    uint64_t arg0, arg1;        /* fadd: add; cswap: compare, swap */
+    struct rdmax_ep *rdmax__ep;
+};
+
+/* A message received on an endpoint: `data` is valid only during the callback. */
+typedef void (*rdmax_recv_cb)(rdmax_ep *ep, void *data, size_t len, void *user);
+
+typedef struct rdmax_allocator {
+    void *(*alloc)(size_t size, void *user);
+    void (*free)(void *ptr, void *user);
+    void *user;
+} rdmax_allocator;
+
+typedef struct rdmax_logger {
+    /* msg names the device, endpoint and call; it has no trailing newline */
+    void (*func)(rdmax_log_level level, const char *msg, void *user);
+    void *user;
+} rdmax_logger;
+
+/* A registered memory region. Fill iovs' lkey from `lkey`; hand `addr`/`rkey` to a peer. */
+typedef struct rdmax_mem {
+    void *addr;
+    size_t len;
+    uint32_t lkey, rkey;
+    struct ibv_mr *mr;
+    rdmax_ctx *ctx;
+    int numa_node;        /* node the memory was requested on, -1 if local */
+    int owned;            /* allocated by rdmax_mem_alloc */
+} rdmax_mem;
+
+typedef struct rdmax_iov {
+    void *addr;
+    uint32_t len;
+    uint32_t lkey;
+} rdmax_iov;
+
+/* The peer's buffer, as it was handed over in the connection record. */
+typedef struct rdmax_rbuf {
+    uint64_t addr;
+    uint64_t len;
+    uint32_t rkey;
+} rdmax_rbuf;
+
+/* The connection record, decoded. On the wire it is RDMAX_CONN_INFO_SIZE bytes in network order:
+     0 magic u32 | 4 version u16 | 6 length u16 | 8 transport u8 | 9 mtu u8 (ibv_mtu 1..5)
+    10 credits u16 (receive buffers the sender of the record has posted; RC: >= 2)
+    12 qpn u32 (24 bits, != 0) | 16 psn u32 (24 bits) | 20 qkey u32 (UD; 0 for RC) | 24 rkey u32
+    28 recv_size u32 (largest message the sender of the record accepts) | 32 gid[16]
+    48 buffer address u64 | 56 buffer length u64 */
+typedef struct rdmax_conn_info {
+    uint8_t transport, mtu;
+    uint16_t credits;
+    uint32_t qpn, psn, qkey, recv_size;
+    uint8_t gid[16];
+    rdmax_rbuf buf;
+} rdmax_conn_info;
+
+typedef struct rdmax_ctx_desc {
+    const char *device;        /* NULL: $RDMAX_DEVICE, else the first device with an active port */
+    uint8_t port;              /* 0: first active port */
+    bool gid_index_set;        /* false: $RDMAX_GID_INDEX, else RoCE v2 IPv4-mapped GID */
+    int gid_index;
+    bool numa_node_set;        /* false: $RDMAX_NUMA_NODE, else the device's node (-1 = local) */
+    int numa_node;
+    uint32_t cq_depth;         /* 0: 4096: send CQ entries (the receive CQ grows with the endpoints) */
+    uint32_t max_eps;          /* 0: 1024 endpoints per context */
+    rdmax_log_level log_level; /* used when log_level_set; else $RDMAX_LOG_LEVEL, else warn */
+    bool log_level_set;
+    rdmax_allocator allocator; /* zero: RDMAX_MALLOC/RDMAX_FREE, else malloc/free */
+    rdmax_logger logger;       /* zero: stderr */
+    bool rcache_disable;       /* false: buffers passed without an rdmax_mem go through the rcache,
+                                  made on first such use */
+    uint32_t rcache_max_regions; /* 0: 65536 */
+    uint64_t rcache_max_bytes; /* 0: unlimited */
+} rdmax_ctx_desc;
+
+typedef struct rdmax_ep_desc {
+    uint8_t transport;         /* 0: RC when selected, else UD; or RDMAX_TRANSPORT_ID_RC / _UD */
+    uint32_t sq_depth;         /* 0: 256 send-queue slots */
+    uint32_t rq_depth;         /* 0: 128 posted receive buffers (min 32) */
+    uint32_t recv_size;        /* 0: 4096 bytes per receive buffer (RC); UD: path MTU + GRH */
+    uint32_t signal_interval;  /* 0: one signaled request in 64 */
+    uint32_t max_inline;       /* 0: the probed device maximum; larger values are clamped to it */
+    uint8_t timeout;           /* 0: 14 (4.096 us * 2^14 = 67 ms ack timeout) */
+    uint8_t retry_cnt;         /* 0: 6 (rxe retries forever at 7; 6 reports a lost peer in ~0.5 s) */
+    uint8_t rnr_retry;         /* 0: 6 (7 would retry forever, which has locked up rxe) */
+    uint8_t min_rnr_timer;     /* 0: 12 (0.64 ms) */
+    uint8_t max_rd_atomic;     /* 0: device max_qp_rd_atom, negotiated down to the peer's */
+    rdmax_recv_cb recv_cb;     /* called from rdmax_progress for each received message */
+    void *user;
+    const rdmax_mem *expose;   /* buffer advertised to the peer (address, rkey, length); may be NULL */
+} rdmax_ep_desc;
+
+/* Limits probed on the opened device and port. */
+typedef struct rdmax_dev_attr {
+    char name[64];
+    uint8_t port;
+    int gid_index;
+    union ibv_gid gid;
+    enum ibv_mtu active_mtu;
+    uint32_t mtu_bytes;
+    uint32_t max_inline;       /* found by creating throwaway QPs: verbs cannot report it */
+    uint32_t max_qp_rd_atom;
+    uint32_t max_sge;
+    uint32_t max_cqe;
+    uint32_t max_qp_wr;
+    uint64_t max_msg_sz;
+    int link_layer;
+    int numa_node;             /* node the device sits on, -1 unknown */
+} rdmax_dev_attr;
+
+/* Counters rdmax keeps anyway; plain increments on the fast path. */
+typedef struct rdmax_counters {
+    uint64_t posted[RDMAX_OP__COUNT];
+    uint64_t completed[RDMAX_OP__COUNT];
+    uint64_t bytes[RDMAX_OP__COUNT];
+    uint64_t post_calls;        /* ibv_post_send calls (one system call each on rxe) */
+    uint64_t recv_post_calls;
+    uint64_t polls, empty_polls, cqes;
+    uint64_t recv_msgs, recv_bytes;
+    uint64_t err_cqes;
+    uint64_t flushed_cqes;      /* send completions flushed after their endpoint failed */
+    uint64_t recv_flushed;      /* receive buffers flushed after their endpoint failed */
+    uint64_t stale_wr_ids;      /* completions of destroyed endpoints, dropped */
+    uint64_t recv_drops;        /* receive completions the library had to drop */
+    uint64_t no_resource;       /* posts refused with RDMAX_ERR_NO_RESOURCE */
+    uint64_t ep_errors;
+} rdmax_counters;
+
+
+/* ---- internal types the inline fast paths touch (do not use their fields directly) ------------ */
+typedef struct rdmax__slot {
+    rdmax_comp *comp;
+    struct rdmax_rcache_region *region; /* cached registration held until completion */
+    uint32_t len;
+    uint8_t op;
+    uint8_t signaled;
+    uint64_t raddr;             /* for the error report */
+} rdmax__slot;
+
+typedef struct rdmax__ep_ref {
+    rdmax_ep *ep;
+    uint16_t gen;
+} rdmax__ep_ref;
+
+#define RDMAX__WR_RECV (1ull << 31)
+#define RDMAX__WR_SLOT_MASK 0x7fffffffull
+
+struct rdmax_ctx {
+    rdmax_arb arb;              /* endpoints with pending requests, served round-robin */
+    rdmax_ep *disp_ep;          /* endpoint whose pending request is being dispatched */
+    struct ibv_context *verbs;
+    struct ibv_pd *pd;
+    struct ibv_cq *scq, *rcq;
+    struct ibv_comp_channel *channel;
+    uint32_t scq_credits;       /* send-CQ entries not yet reserved by a post */
+    uint32_t rcq_size, rq_total; /* receive CQ entries, and receive requests all endpoints may post */
+    uint32_t n_eps;
+    rdmax__ep_ref *eps;         /* table that wr_ids index: [max_eps] */
+    rdmax_counters cnt;
+    rdmax_ctx_desc desc;        /* applied values */
+    rdmax_dev_attr attr;
+    rdmax_log_level log_level;
+    char last_error[512];
+    struct ibv_wc wc[16];
+    struct rdmax_rcache *rcache; /* NULL when disabled */
+#if RDMAX__HAS_UD
+    struct rdmax__ud *ud;
+#endif
+};
+
+struct rdmax_ep {
+    rdmax_arb_group group;      /* pending requests; first, on its own cache line for the arbiter */
+    rdmax_ctx *ctx;
+    struct ibv_qp *qp;
+    uint64_t wr_id_base;        /* generation << 48 | table index << 32 */
+    uint8_t state;              /* rdmax_ep_state */
+    uint8_t batching;
+    uint16_t batch_n;
+    uint32_t sq_mask;           /* sq_depth - 1 (power of two) */
+    uint32_t sq_head, sq_tail;  /* next slot to fill, oldest outstanding */
+    uint32_t sq_avail;
+    uint32_t unsignaled;        /* posts since the last signaled one */
+    uint32_t signal_interval;
+    uint32_t max_inline;
+    uint32_t rd_avail;          /* RDMA reads and atomics that may still be issued */
+    uint32_t peer_recv_size;    /* largest message the peer accepts */
+    uint32_t tx_credits;        /* RC sends the peer has receive buffers for (one more kept for grants) */
+    uint32_t rx_unreturned;     /* receive buffers reposted but not yet granted back to the peer */
+    rdmax_req grant_req;        /* a grant that could not be posted waits at the head of the queue */
+    rdmax__slot *slots;
+    char *inl_stage;            /* [RDMAX_BATCH_MAX][max_inline]: inline data of chained requests */
+    struct ibv_send_wr wr[RDMAX_BATCH_MAX];
+    struct ibv_sge sge[RDMAX_BATCH_MAX][RDMAX_MAX_SGE];
+    rdmax_rbuf remote;          /* the peer's exposed buffer */
+    rdmax_recv_cb recv_cb;
+    void *user;
+    /* receive pool */
+    char *rbufs;
+    struct ibv_mr *rmr;
+    uint32_t rq_depth, recv_size, rq_unposted, *rq_free;
+    /* error report */
+    int last_wc_status;
+    int last_errno;
+    rdmax_ep_desc desc;         /* applied values */
+    char peer[64];              /* peer's out-of-band address, for messages */
+    uint32_t peer_qpn;
+#if RDMAX__HAS_UD
+    struct ibv_ah *ah;          /* UD: the peer's address handle (from the context's cache) */
+    uint32_t ud_qpn, ud_qkey;
+    struct rdmax__mcast *mcast; /* UD: groups this endpoint joined */
+#endif
+};
+
+/* ---- out-of-line API ---------------------------------------------------------------------------- */
+/* rdmax_status_str: a sentence for each status. Thread-safe. */
+RDMAX_API const char *rdmax_status_str(rdmax_status s);
+RDMAX_API const char *rdmax_op_str(rdmax_op op);
+
+/* Context. rdmax_ctx_create opens the device, picks the port and GID, probes limits, creates the CQs and
+   completion channel. Returns RDMAX_ERR_NO_DEVICE (text names device and port), RDMAX_ERR_IO (names the
+   verbs call and errno). */
+RDMAX_API rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc, rdmax_ctx **ctx_out);
+RDMAX_API void rdmax_ctx_destroy(rdmax_ctx *ctx);
+RDMAX_API const char *rdmax_ctx_last_error(const rdmax_ctx *ctx);
+RDMAX_API const rdmax_dev_attr *rdmax_ctx_attr(const rdmax_ctx *ctx);
+/* File descriptor that becomes readable when a completion arrives after rdmax_ctx_arm(). */
+RDMAX_API int rdmax_ctx_fd(const rdmax_ctx *ctx);
+RDMAX_API rdmax_status rdmax_ctx_arm(rdmax_ctx *ctx);
+/* Block until a completion arrives or timeout_ms passes (-1: forever), then progress. */
+RDMAX_API int rdmax_wait(rdmax_ctx *ctx, int timeout_ms);
+RDMAX_API void rdmax_counters_get(const rdmax_ctx *ctx, rdmax_counters *out);
+/* The context's registration cache (NULL if disabled): for its stats, invalidate and drain. */
+RDMAX_API struct rdmax_rcache *rdmax_ctx_rcache(const rdmax_ctx *ctx);
+
+/* Memory. rdmax_mem_alloc allocates on the context's NUMA node and registers; rdmax_mem_reg registers
+   memory you own. access: RDMAX_ACCESS_* (remote rights are granted only when asked for). */
+RDMAX_API rdmax_status rdmax_mem_alloc(rdmax_ctx *ctx, size_t len, unsigned access, rdmax_mem **out);
+RDMAX_API rdmax_status rdmax_mem_reg(rdmax_ctx *ctx, void *addr, size_t len, unsigned access, rdmax_mem **out);
+RDMAX_API void rdmax_mem_free(rdmax_mem *mem);
+/* NUMA-placed allocation for rdmax's own buffers (also usable for yours). */
+RDMAX_API void *rdmax_numa_alloc(rdmax_ctx *ctx, size_t len);
+RDMAX_API void rdmax_numa_free(rdmax_ctx *ctx, void *p, size_t len);
+
+/* Wire format of the connection record (pure functions, usable without a device). decode validates every
+   field and returns the RDMAX_ERR_OOB_* status of the first one that is wrong; `why` (may be NULL) gets a
+   sentence naming the field and the value seen. */
+RDMAX_API void rdmax_conn_info_encode(const rdmax_conn_info *info, uint8_t out[RDMAX_CONN_INFO_SIZE]);
+RDMAX_API rdmax_status rdmax_conn_info_decode(const uint8_t *buf, size_t len, rdmax_conn_info *out,
+                                              char *why, size_t why_len);
+/* Send our record on a connected TCP socket and read the peer's, with a deadline for the whole exchange. */
+RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, rdmax_conn_info *remote,
+                                          int timeout_ms, char *why, size_t why_len);
+
+/* Endpoints (RC). rdmax_listen binds a TCP listener (host NULL: all IPv6 and IPv4 addresses);
+   rdmax_accept takes one client, exchanges records and connects; a bad client makes rdmax_accept return
+   its error but leaves the listener usable. rdmax_connect resolves host (IPv4 or IPv6). */
+RDMAX_API rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out);
+RDMAX_API uint16_t rdmax_listener_port(const rdmax_listener *l);
+RDMAX_API void rdmax_listener_close(rdmax_listener *l);
+RDMAX_API rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep **out, int timeout_ms);
+RDMAX_API rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, const rdmax_ep_desc *desc,
+                                     rdmax_ep **out, int timeout_ms);
+/* Two endpoints of one context connected to each other (the --loopback mode). */
+RDMAX_API rdmax_status rdmax_ep_create_pair(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **a, rdmax_ep **b);
+/* Lower level: create, read our record, connect with the peer's. */
+RDMAX_API rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **out);
+RDMAX_API void rdmax_ep_local_info(const rdmax_ep *ep, rdmax_conn_info *info);
+RDMAX_API rdmax_status rdmax_ep_connect_info(rdmax_ep *ep, const rdmax_conn_info *remote);
+/* Wait until every operation posted on ep has completed (posts a signaled zero-length write if the last
+   post was unsignaled). RDMAX_ERR_TIMEOUT after timeout_ms. */
+RDMAX_API rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms);
+/* Operations still in flight complete with RDMAX_ERR_CANCELED. */
+RDMAX_API void rdmax_ep_destroy(rdmax_ep *ep);
+RDMAX_API rdmax_status rdmax_ep_error(const rdmax_ep *ep); /* first error, RDMAX_OK if none */
+
+#if RDMAX__HAS_UD
+/* UD multicast. rdmax_mcast_join attaches ep's QP to the IPv4 group `group` (e.g. "239.1.2.3") on the
+   device's netdev, joining it at the IP level too so rxe and RoCE NICs receive it. rdmax_mcast_ep_create
+   makes a send-only endpoint whose messages go to every member. rdmax_mcast_leave detaches and leaves. */
+RDMAX_API rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group);
+RDMAX_API rdmax_status rdmax_mcast_leave(rdmax_ep *ep, const char *group);
+RDMAX_API rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, const char *group,
+                                             rdmax_ep **out);
+#endif
+
+/* Batching: between begin and end, operations are chained and posted with one ibv_post_send (a full
+   chain of RDMAX_BATCH_MAX is posted early). */
+RDMAX_API rdmax_status rdmax__post_chain(rdmax_ep *ep);
+/* Pending queue. rdmax_ep_pending_add queues req (cb set) and returns RDMAX_OK, or returns RDMAX_BUSY
+   without queueing when the endpoint has room right now (post directly instead). rdmax_req_post posts the
+   operation in req now if it can, else queues it; per-endpoint order always holds, because a direct
+   post while requests wait is refused with RDMAX_ERR_NO_RESOURCE. rdmax_ep_pending_purge cancels every
+   waiting request. A pending callback may post, push more requests, or destroy its own endpoint. */
+RDMAX_API rdmax_status rdmax_ep_pending_add(rdmax_ep *ep, rdmax_req *req);
+RDMAX_API rdmax_status rdmax_req_post(rdmax_ep *ep, rdmax_req *req);
+RDMAX_API void rdmax_ep_pending_purge(rdmax_ep *ep);
+RDMAX_API size_t rdmax__dispatch(rdmax_ctx *ctx);
+
+/* Progress and registration slow paths. */
+RDMAX_API rdmax_status rdmax__rcache_open(rdmax_ctx *ctx);
+RDMAX_API int rdmax__poll_send(rdmax_ctx *ctx);
+RDMAX_API int rdmax__poll_recv(rdmax_ctx *ctx);
+
+
 #ifndef RDMAX_RCACHE_H_INCLUDED
 #define RDMAX_RCACHE_H_INCLUDED
 
@@ -1168,7 +1217,9 @@ RDMAX_INLINE rdmax_status rdmax__ep_check(rdmax_ep *ep)
 {
     if (rdmax_unlikely(ep->state != RDMAX_EP_CONNECTED))
         return ep->state == RDMAX_EP_ERROR ? RDMAX_ERR_ENDPOINT : RDMAX_ERR_NOT_CONNECTED;
-    if (rdmax_unlikely(ep->sq_avail == 0 || ep->ctx->scq_credits == 0)) {
+    /* Out of send-queue or CQ entries, or requests are waiting: a direct post would overtake them. */
+    if (rdmax_unlikely(ep->sq_avail == 0 || ep->ctx->scq_credits == 0 ||
+                       (ep->group.count != 0 && ep->ctx->disp_ep != ep))) {
         ep->ctx->cnt.no_resource++;
         return RDMAX_ERR_NO_RESOURCE;
     }
@@ -1279,13 +1330,29 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
         return st;
     if (rdmax_unlikely(len > ep->peer_recv_size))
         return RDMAX_ERR_SIZE;
-    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND);
+    /* RC: never more sends in flight than the peer has receive buffers (no RNR in steady state); the
+       last credit is kept for a grant. Credits we owe the peer ride along in the immediate data. */
+    if (rdmax_unlikely(ep->tx_credits <= 1)) {
+        ep->ctx->cnt.no_resource++;
+        return RDMAX_ERR_NO_RESOURCE;
+    }
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND_WITH_IMM);
+    wr->imm_data = htonl(ep->rx_unreturned);
 #if RDMAX__HAS_UD
     wr->wr.ud.ah = ep->ah;  /* never NULL on a UD endpoint: creation fails without one */
     wr->wr.ud.remote_qpn = ep->ud_qpn;
     wr->wr.ud.remote_qkey = ep->ud_qkey;
 #endif
-    return rdmax__ep_contig(ep, wr, RDMAX_OP_SEND, buf, len, mem, 0, comp);
+    st = rdmax__ep_contig(ep, wr, RDMAX_OP_SEND, buf, len, mem, 0, comp);
+#if RDMAX__HAS_UD
+    if (ep->ah != NULL)  /* UD has no credits: the device drops what finds no buffer */
+        return st;
+#endif
+    if (rdmax_likely(st >= 0)) {
+        ep->tx_credits--;
+        ep->rx_unreturned = 0;
+    }
+    return st;
 }
 
 #if RDMAX__HAS_RC
@@ -1436,10 +1503,14 @@ RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep)
 }
 
 /* rdmax_progress: poll receive completions (batches of 16), then send completions; run callbacks, repost
-   receive buffers. Returns the number of completions handled. */
+   receive buffers, then serve endpoints with pending requests (one branch when there are none). Returns
+   the number of completions handled. */
 RDMAX_INLINE int rdmax_progress(rdmax_ctx *ctx)
 {
-    return rdmax__poll_recv(ctx) + rdmax__poll_send(ctx);
+    int n = rdmax__poll_recv(ctx) + rdmax__poll_send(ctx);
+    if (rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
+        rdmax__dispatch(ctx);
+    return n;
 }
 
 #ifdef __cplusplus

@@ -30,6 +30,10 @@ extern "C" {
 extern const char RDMAX__SELECTION;
 const char RDMAX__SELECTION = 1;
 
+/* Immediate data of RC sends: credits returned, and whether the message is only a grant. */
+#define RDMAX__IMM_GRANT 0x80000000u
+#define RDMAX__IMM_CREDITS 0x7fffffffu
+static void rdmax__grant(rdmax_ep *ep);
 #if RDMAX__HAS_UD
 static void rdmax__ud_ctx_cleanup(rdmax_ctx *ctx);
 static void rdmax__ud_ep_cleanup(rdmax_ep *ep);
@@ -49,7 +53,7 @@ const char *rdmax_status_str(rdmax_status s)
 
 const char *rdmax_op_str(rdmax_op op)
 {
-    static const char *const names[RDMAX_OP__COUNT] = {"send", "put", "get", "fadd", "cswap", "flush"};
+    static const char *const names[RDMAX_OP__COUNT] = {"send", "put", "get", "fadd", "cswap", "flush", "grant"};
     return (unsigned)op < RDMAX_OP__COUNT ? names[op] : "unknown";
 }
 
@@ -379,6 +383,7 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
     }
     fcntl(ctx->channel->fd, F_SETFL, fcntl(ctx->channel->fd, F_GETFL) | O_NONBLOCK);
     ctx->scq_credits = d.cq_depth;
+    ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
     ctx->eps = (rdmax__ep_ref *)rdmax__alloc(ctx, d.max_eps * sizeof *ctx->eps);
     if (!ctx->eps) {
         st = RDMAX_ERR_NO_MEMORY;
@@ -614,6 +619,7 @@ void rdmax_conn_info_encode(const rdmax_conn_info *in, uint8_t out[RDMAX_CONN_IN
     rdmax__put16(out + 6, RDMAX_CONN_INFO_SIZE);
     out[8] = in->transport;
     out[9] = in->mtu;
+    rdmax__put16(out + 10, in->credits);
     rdmax__put32(out + 12, in->qpn);
     rdmax__put32(out + 16, in->psn);
     rdmax__put32(out + 20, in->qkey);
@@ -688,9 +694,10 @@ rdmax_status rdmax_conn_info_decode(const uint8_t *b, size_t n, rdmax_conn_info 
         RDMAX__WHY("connection record: MTU code %u, expected 1..5 (256..4096 bytes)", o->mtu);
         return RDMAX_ERR_OOB_MTU;
     }
-    if (rdmax__get16(b + 10) != 0) {
-        RDMAX__WHY("connection record: reserved bytes 10-11 are 0x%04x, expected 0", rdmax__get16(b + 10));
-        return RDMAX_ERR_OOB_RESERVED;
+    o->credits = rdmax__get16(b + 10);
+    if (o->transport == RDMAX_TRANSPORT_ID_RC && o->credits < 2) {
+        RDMAX__WHY("connection record: %u receive credits; RC needs at least 2", o->credits);
+        return RDMAX_ERR_OOB_CREDITS;
     }
     if (o->qpn == 0 || o->qpn > 0xffffff) {
         RDMAX__WHY("connection record: QP number 0x%x outside 1..0xffffff", o->qpn);
@@ -915,6 +922,7 @@ static rdmax_status rdmax__ud_connect(rdmax_ep *ep, const rdmax_conn_info *r)
     /* one datagram: the path MTU, and no more than the peer can take after its GRH */
     uint32_t mtu = rdmax__mtu_bytes((enum ibv_mtu)(r->mtu < ctx->attr.active_mtu ? r->mtu : ctx->attr.active_mtu));
     ep->peer_recv_size = r->recv_size > RDMAX_UD_GRH && r->recv_size - RDMAX_UD_GRH < mtu ? r->recv_size - RDMAX_UD_GRH : mtu;
+    ep->tx_credits = UINT32_MAX;
     ep->state = RDMAX_EP_CONNECTED;
     return RDMAX_OK;
 }
@@ -2506,6 +2514,7 @@ static rdmax_status rdmax__post_recvs(rdmax_ep *ep, uint32_t n)
             ep->last_errno = rc;
             return RDMAX_ERR_IO;
         }
+        ep->rx_unreturned += k;  /* each reposted buffer is a credit we owe the peer */
         n -= k;
     }
     return RDMAX_OK;
@@ -2552,6 +2561,19 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
         st = RDMAX_ERR_IO;
         goto fail;
     }
+    /* Every posted receive may complete before we poll: the receive CQ must hold them all. */
+    if (ctx->rq_total + d->rq_depth > ctx->rcq_size) {
+        uint32_t want = ctx->rcq_size;
+        while (want < ctx->rq_total + d->rq_depth)
+            want *= 2;
+        if (want > ctx->attr.max_cqe || ibv_resize_cq(ctx->rcq, (int)want)) {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: receive CQ cannot grow to %u entries for %u more "
+                       "receive buffers (max_cqe %u)", ctx->attr.name, want, d->rq_depth, ctx->attr.max_cqe);
+            st = RDMAX_ERR_NO_RESOURCE;
+            goto fail;
+        }
+        ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
+    }
     struct ibv_qp_init_attr qa;
     memset(&qa, 0, sizeof qa);
     qa.send_cq = ctx->scq;
@@ -2574,6 +2596,7 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     ctx->eps[idx].ep = ep;
     ctx->eps[idx].gen++;
     ctx->n_eps++;
+    ctx->rq_total += d->rq_depth;
     ep->wr_id_base = (uint64_t)ctx->eps[idx].gen << 48 | (uint64_t)idx << 32;
     for (uint32_t i = 0; i < d->rq_depth; i++)
         ep->rq_free[i] = i;
@@ -2657,6 +2680,7 @@ rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep
     }
     if (st == RDMAX_OK)
         st = rdmax__post_recvs(ep, ep->rq_unposted);
+    ep->rx_unreturned = 0;  /* the first buffers are the peer's initial credits, in our record */
     if (st != RDMAX_OK) {
         rdmax_ep_destroy(ep);
         *out = NULL;
@@ -2674,6 +2698,7 @@ void rdmax_ep_local_info(const rdmax_ep *ep, rdmax_conn_info *info)
     info->psn = (ep->qp->qp_num * 2654435761u) & 0xffffff;
     memcpy(info->gid, ep->ctx->attr.gid.raw, 16);
     info->recv_size = ep->recv_size;
+    info->credits = (uint16_t)(ep->rq_depth > 65535 ? 65535 : ep->rq_depth);
 #if RDMAX__HAS_UD
     if (info->transport == RDMAX_TRANSPORT_ID_UD)
         info->qkey = RDMAX_UD_QKEY;
@@ -2731,6 +2756,7 @@ rdmax_status rdmax_ep_connect_info(rdmax_ep *ep, const rdmax_conn_info *r)
     ep->remote = r->buf;
     ep->peer_recv_size = r->recv_size;
     ep->peer_qpn = r->qpn;
+    ep->tx_credits = r->credits;
     ep->state = RDMAX_EP_CONNECTED;
     rdmax__log(ctx, RDMAX_LOG_DEBUG, "device %s: endpoint qpn 0x%x connected to peer %s qpn 0x%x, mtu %u",
                ctx->attr.name, ep->qp->qp_num, ep->peer, r->qpn,
@@ -2796,6 +2822,9 @@ static void rdmax__ep_retire(rdmax_ep *ep, uint32_t upto, rdmax_status st)
         if (slot == upto)
             break;
     }
+    /* Room again: requests waiting on this endpoint get their turn in the next dispatch. */
+    if (ep->group.count)
+        rdmax_arb_group_schedule(&ctx->arb, &ep->group);
 }
 
 static rdmax_status rdmax__wc_status(enum ibv_wc_status s)
@@ -2824,6 +2853,8 @@ static void rdmax__ep_fail(rdmax_ep *ep, const struct ibv_wc *wc, const rdmax__s
         return;
     ep->state = RDMAX_EP_ERROR;
     ep->last_wc_status = wc->status;
+    if (ep->group.count)  /* waiting requests now fail with RDMAX_ERR_ENDPOINT, in order */
+        rdmax_arb_group_schedule(&ctx->arb, &ep->group);
     ctx->cnt.ep_errors++;
     rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s port %u, endpoint qpn 0x%x peer %s qpn 0x%x: %s of %u bytes to "
                "remote address 0x%llx failed: %s (wc status %d, vendor error 0x%x)", ctx->attr.name, ctx->attr.port,
@@ -2910,6 +2941,16 @@ int rdmax__poll_recv(rdmax_ctx *ctx)
         }
         char *data = ep->rbufs + (size_t)idx * ep->recv_size;
         size_t len = wc[i].byte_len;
+        if ((wc[i].wc_flags & IBV_WC_WITH_IMM) && ep->qp->qp_type == IBV_QPT_RC) {
+            uint32_t imm = ntohl(wc[i].imm_data);
+            if (imm & RDMAX__IMM_CREDITS) {
+                ep->tx_credits += imm & RDMAX__IMM_CREDITS;
+                if (ep->group.count)
+                    rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+            }
+            if (imm & RDMAX__IMM_GRANT)
+                goto recycle;  /* a grant only carries credits */
+        }
 #if RDMAX__HAS_UD
         if (ep->qp->qp_type == IBV_QPT_UD) {
             if (rdmax_unlikely(len < RDMAX_UD_GRH)) {
@@ -2933,12 +2974,14 @@ int rdmax__poll_recv(rdmax_ctx *ctx)
             ctx->cnt.stale_wr_ids--;
             continue;
         }
-#if RDMAX__HAS_UD
     recycle:
-#endif
         ep->rq_free[ep->rq_unposted++] = idx;
-        if (ep->rq_unposted >= RDMAX__RECV_BATCH && ep->state != RDMAX_EP_ERROR)
+        if (ep->rq_unposted >= RDMAX__RECV_BATCH && ep->state != RDMAX_EP_ERROR) {
             rdmax__post_recvs(ep, ep->rq_unposted);
+            /* Half the peer's credits are back with us and no send took them along: grant them. */
+            if (ep->rx_unreturned >= ep->rq_depth / 2 && ep->qp->qp_type == IBV_QPT_RC)
+                rdmax__grant(ep);
+        }
     }
     return n;
 }
@@ -3040,6 +3083,8 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     if (!ep)
         return;
     rdmax_ctx *ctx = ep->ctx;
+    rdmax_ep_pending_purge(ep);  /* safe from inside a dispatch callback of this endpoint */
+    rdmax_arb_group_cleanup(&ctx->arb, &ep->group);
     /* Operations in flight complete with CANCELED now; their completions, if any arrive, find the
        endpoint's table slot empty or of another generation and are dropped. */
     while (ep->sq_head != ep->sq_tail)
@@ -3048,6 +3093,7 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     if (ep->qp && ctx->eps[idx].ep == ep) {
         ctx->eps[idx].ep = NULL;
         ctx->n_eps--;
+        ctx->rq_total -= ep->rq_depth;
     }
     if (ep->qp)
         ibv_destroy_qp(ep->qp);
@@ -3061,6 +3107,161 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     rdmax__free(ctx, ep->rq_free);
     rdmax__free(ctx, ep->inl_stage);
     rdmax__free(ctx, ep);
+}
+
+/* >>pending ========================================================================================== */
+
+/* A zero-length send whose immediate data returns credits; it may use the credit kept for it. */
+static rdmax_status rdmax__grant_post(rdmax_ep *ep)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    if (ep->state != RDMAX_EP_CONNECTED)
+        return RDMAX_ERR_ENDPOINT;
+    if (ep->sq_avail == 0 || ctx->scq_credits == 0 || ep->tx_credits == 0)
+        return RDMAX_ERR_NO_RESOURCE;
+    if (ep->rx_unreturned == 0)
+        return RDMAX_OK;  /* a send took them along meanwhile */
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND_WITH_IMM);
+    wr->num_sge = 0;
+    wr->imm_data = htonl(RDMAX__IMM_GRANT | ep->rx_unreturned);
+    rdmax_status st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_GRANT, 0, 0, NULL);
+    if (st == RDMAX_OK) {
+        ep->tx_credits--;
+        ep->rx_unreturned = 0;
+    }
+    return st;
+}
+
+static rdmax_status rdmax__grant_cb(rdmax_req *req)
+{
+    rdmax_status st = rdmax__grant_post(req->rdmax__ep);
+    return st == RDMAX_ERR_ENDPOINT ? RDMAX_OK : st;
+}
+
+/* A grant that cannot go now waits at the head of the queue: behind anything else, a send waiting for
+   credits from a peer that is itself waiting for ours would deadlock both (a known UCX bug). */
+static void rdmax__grant(rdmax_ep *ep)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    if (rdmax_arb_elem_is_queued(&ep->grant_req.rdmax__elem) || ctx->disp_ep == ep)
+        return;
+    if (rdmax__grant_post(ep) != RDMAX_ERR_NO_RESOURCE)
+        return;
+    memset(&ep->grant_req, 0, sizeof ep->grant_req);
+    ep->grant_req.cb = rdmax__grant_cb;
+    ep->grant_req.rdmax__ep = ep;
+    rdmax_arb_group_push_head(&ctx->arb, &ep->group, &ep->grant_req.rdmax__elem);
+    rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+}
+
+/* The operation a request describes, posted directly. */
+static rdmax_status rdmax__req_exec(rdmax_req *req)
+{
+    rdmax_ep *ep = req->rdmax__ep;
+    switch (req->op) {
+    case RDMAX_OP_SEND:
+        return rdmax_send(ep, req->buf, req->len, req->mem, req->comp);
+#if RDMAX__HAS_RC
+    case RDMAX_OP_PUT:
+        return rdmax_put(ep, req->buf, req->len, req->mem, req->raddr, req->rkey, req->comp);
+    case RDMAX_OP_GET:
+        return rdmax_get(ep, (void *)(uintptr_t)req->buf, req->len, req->mem, req->raddr, req->rkey, req->comp);
+    case RDMAX_OP_FADD:
+        return rdmax_fadd(ep, (uint64_t *)(uintptr_t)req->buf, req->mem, req->raddr, req->rkey, req->arg0, req->comp);
+    case RDMAX_OP_CSWAP:
+        return rdmax_cswap(ep, (uint64_t *)(uintptr_t)req->buf, req->mem, req->raddr, req->rkey, req->arg0,
+                           req->arg1, req->comp);
+#endif
+    default:
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+}
+
+static rdmax_arb_result rdmax__dispatch_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e, void *arg)
+{
+    (void)arb;
+    (void)g;
+    rdmax_ctx *ctx = (rdmax_ctx *)arg;
+    rdmax_req *req = (rdmax_req *)(void *)((char *)e - offsetof(rdmax_req, rdmax__elem));
+    int explicit_cb = req->cb != NULL;
+    rdmax_comp *comp = req->comp;
+    ctx->disp_ep = req->rdmax__ep;
+    rdmax_status st = explicit_cb ? req->cb(req) : rdmax__req_exec(req);
+    ctx->disp_ep = NULL;
+    /* From here on neither the endpoint (the callback may have destroyed it) nor, for explicit requests,
+       the request (its owner may have freed it) is touched. */
+    if (st == RDMAX_ERR_NO_RESOURCE)
+        return ctx->scq_credits == 0 ? RDMAX_ARB_STOP : RDMAX_ARB_DESCHED;
+    if (!explicit_cb && comp && st != RDMAX_INPROGRESS)
+        rdmax__complete(comp, st);  /* done at once (inline), or failed */
+    return RDMAX_ARB_REMOVE;
+}
+
+size_t rdmax__dispatch(rdmax_ctx *ctx)
+{
+    return rdmax_arb_dispatch(&ctx->arb, 1, rdmax__dispatch_cb, ctx);
+}
+
+static int rdmax__req_has_room(const rdmax_ep *ep, const rdmax_req *req)
+{
+    if (ep->sq_avail == 0 || ep->ctx->scq_credits == 0)
+        return 0;
+    if (req->op == RDMAX_OP_SEND)
+        return ep->tx_credits > 1;
+    if (req->op == RDMAX_OP_GET || req->op == RDMAX_OP_FADD || req->op == RDMAX_OP_CSWAP)
+        return ep->rd_avail > 0;
+    return 1;
+}
+
+static void rdmax__req_queue(rdmax_ep *ep, rdmax_req *req)
+{
+    req->rdmax__ep = ep;
+    rdmax_arb_elem_init(&req->rdmax__elem);
+    rdmax_arb_group_push(&ep->ctx->arb, &ep->group, &req->rdmax__elem);
+    rdmax_arb_group_schedule(&ep->ctx->arb, &ep->group);
+}
+
+rdmax_status rdmax_ep_pending_add(rdmax_ep *ep, rdmax_req *req)
+{
+    if (!req->cb)
+        return RDMAX_ERR_INVALID_PARAM;
+    if (ep->state != RDMAX_EP_CONNECTED)
+        return ep->state == RDMAX_EP_ERROR ? RDMAX_ERR_ENDPOINT : RDMAX_ERR_NOT_CONNECTED;
+    if (ep->group.count == 0 && rdmax__req_has_room(ep, req))
+        return RDMAX_BUSY;  /* nothing to wait for: post now */
+    rdmax__req_queue(ep, req);
+    return RDMAX_OK;
+}
+
+rdmax_status rdmax_req_post(rdmax_ep *ep, rdmax_req *req)
+{
+    if (req->cb || !req->comp)
+        return RDMAX_ERR_INVALID_PARAM;
+    req->rdmax__ep = ep;
+    if (ep->group.count == 0) {
+        rdmax_status st = rdmax__req_exec(req);
+        if (st != RDMAX_ERR_NO_RESOURCE)
+            return st;
+    }
+    if (ep->state != RDMAX_EP_CONNECTED)
+        return ep->state == RDMAX_EP_ERROR ? RDMAX_ERR_ENDPOINT : RDMAX_ERR_NOT_CONNECTED;
+    rdmax__req_queue(ep, req);
+    return RDMAX_INPROGRESS;
+}
+
+static void rdmax__purge_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e, void *arg)
+{
+    (void)arb;
+    (void)g;
+    (void)arg;
+    rdmax_req *req = (rdmax_req *)(void *)((char *)e - offsetof(rdmax_req, rdmax__elem));
+    if (req->comp)
+        rdmax__complete(req->comp, RDMAX_ERR_CANCELED);
+}
+
+void rdmax_ep_pending_purge(rdmax_ep *ep)
+{
+    rdmax_arb_group_purge(&ep->ctx->arb, &ep->group, rdmax__purge_cb, ep->ctx);
 }
 
 /* >>oob ============================================================================================== */

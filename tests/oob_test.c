@@ -18,6 +18,7 @@ static void good_record(rdmax_conn_info *r)
     r->qpn = 0x123;
     r->psn = 0x456;
     r->recv_size = 4096;
+    r->credits = 128;
     r->gid[10] = r->gid[11] = 0xff;
     r->gid[12] = 192;
     r->gid[15] = 1;
@@ -149,7 +150,8 @@ static void host_tests(int family)
         {"transport", 8, 1, 3, RDMAX_ERR_OOB_TRANSPORT},
         {"mtu 0", 9, 1, 0, RDMAX_ERR_OOB_MTU},
         {"mtu 6", 9, 1, 6, RDMAX_ERR_OOB_MTU},
-        {"reserved", 10, 2, 1, RDMAX_ERR_OOB_RESERVED},
+        {"credits 0", 10, 2, 0, RDMAX_ERR_OOB_CREDITS},
+        {"credits 1", 10, 2, 1, RDMAX_ERR_OOB_CREDITS},
         {"qpn 0", 12, 4, 0, RDMAX_ERR_OOB_QPN},
         {"qpn 25 bits", 12, 4, 0x1000000, RDMAX_ERR_OOB_QPN},
         {"psn 25 bits", 16, 4, 0x1000000, RDMAX_ERR_OOB_PSN},
