@@ -12,7 +12,7 @@ B := build
 HDRS := rdmax.h rdmax_impl.h
 
 EXAMPLES := $(B)/rdmax_pingpong_rc $(B)/rdmax_pingpong_ud
-TESTS := $(B)/oob_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test
+TESTS := $(B)/oob_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test $(B)/pending_test
 # Host tests of pure parts (wire format over TCP, arbiter, rcache bookkeeping) run under ASan and UBSan;
 # the memory-hook test runs without them (ASan interposes the same calls).
 HOST_TESTS := $(B)/host/oob_test $(B)/host/arbiter_test $(B)/host/rcache_test $(B)/host/memhook_test

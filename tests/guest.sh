@@ -38,6 +38,7 @@ else
     run oob_device build/oob_test device
     run ud_loopback build/ud_test loopback
     run numa build/numa_test
+    run pending build/pending_test
     run examples_dummy tests/examples_test.sh dummy
 fi
 exit $status
