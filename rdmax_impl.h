@@ -383,6 +383,7 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
     }
     fcntl(ctx->channel->fd, F_SETFL, fcntl(ctx->channel->fd, F_GETFL) | O_NONBLOCK);
     ctx->scq_credits = d.cq_depth;
+    ctx->scq_low = d.cq_depth / 2;
     ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
     ctx->eps = (rdmax__ep_ref *)rdmax__alloc(ctx, d.max_eps * sizeof *ctx->eps);
     if (!ctx->eps) {
