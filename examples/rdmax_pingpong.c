@@ -61,6 +61,7 @@ struct row {
 /* One end of the conversation: its endpoint, its exposed buffer and what it last received. */
 struct side {
     rdmax_ep *ep;
+    rdmax_ep *tx;            /* the client's pings go here: ep, or a multicast endpoint (-g) */
     rdmax_mem *mem;          /* exposed buffer: put target, get source, atomic target; reply source */
     unsigned char *buf;
     rdmax_mem *smem;         /* send / local staging buffer */
@@ -149,7 +150,7 @@ static int post_retry(struct side *s, int (*post)(struct side *, uint64_t), uint
 static int do_send(struct side *s, uint64_t tag)
 {
     fill(s->sbuf, s->size, tag);
-    int st = rdmax_send(s->ep, s->sbuf, s->size, s->smem, NULL);
+    int st = rdmax_send(s->tx ? s->tx : s->ep, s->sbuf, s->size, s->smem, NULL);
     return st == RDMAX_INPROGRESS ? RDMAX_OK : st;
 }
 
@@ -394,7 +395,9 @@ static void usage(FILE *f, const char *prog)
             "  -p, --port=PORT      TCP port of the connection exchange         [%d]\n"
             "  -d, --device=NAME    RDMA device                                 [$RDMAX_DEVICE or first active]\n"
             "  -x, --gid-index=N    GID index                                   [RoCE v2 IPv4-mapped]\n"
-            "  -g, --group=ADDR     UD multicast: send to IPv4 group ADDR (server joins it)\n"
+            "  -g, --group=ADDR     UD multicast: the client pings IPv4 group ADDR, a server started with the\n"
+            "                       same -g joins it and answers by unicast (needs a route for 224.0.0.0/4\n"
+            "                       on the device's netdev, e.g. ip route add 224.0.0.0/4 dev sr0)\n"
             "      --loopback       both ends in this process\n"
             "      --csv=FILE       also write the rows as CSV\n"
             "      --json=FILE      also write the rows as JSON\n"
@@ -584,10 +587,34 @@ static int side_setup(rdmax_ctx *ctx, struct side *s, size_t size)
 
 static void side_free(struct side *s)
 {
+    if (s->tx != s->ep)
+        rdmax_ep_destroy(s->tx);
     rdmax_ep_destroy(s->ep);
     rdmax_mem_free(s->mem);
     rdmax_mem_free(s->smem);
     memset(s, 0, sizeof *s);
+}
+
+/* -g: the client (cli) sends its pings to the group through a multicast endpoint; the server (srv) joins
+   the group with its endpoint and answers by unicast. Either may be NULL. */
+static int mcast_setup(rdmax_ctx *ctx, const struct opts *o, struct side *cli, struct side *srv)
+{
+    if (!o->group)
+        return 0;
+#ifdef RDMAX_TRANSPORT_UD
+    if (srv && rdmax_mcast_join(srv->ep, o->group) != RDMAX_OK) {
+        fprintf(stderr, "option -g: cannot join %s: %s\n", o->group, rdmax_ctx_last_error(ctx));
+        return -1;
+    }
+    if (cli && rdmax_mcast_ep_create(ctx, NULL, o->group, &cli->tx) != RDMAX_OK) {
+        fprintf(stderr, "option -g: cannot send to %s: %s\n", o->group, rdmax_ctx_last_error(ctx));
+        return -1;
+    }
+    return 0;
+#else
+    (void)ctx, (void)cli, (void)srv;
+    return -1;
+#endif
 }
 
 static void ep_desc_for(const struct opts *o, struct side *s, size_t size, rdmax_ep_desc *d)
@@ -705,6 +732,10 @@ int main(int argc, char **argv)
             }
             a.ep = ea;
             b.ep = eb;
+            if (mcast_setup(ctx, &o, &a, &b)) {
+                rc = 1;
+                break;
+            }
             b.is_server = 1;
             b.reply = o.test == T_SEND;
             b.reply_limit = UINT64_MAX;
@@ -714,6 +745,10 @@ int main(int argc, char **argv)
             if (st != RDMAX_OK) {
                 fprintf(stderr, "client: cannot connect to %s port %u: %s (%s)\n", o.host, o.port,
                         rdmax_status_str(st), rdmax_ctx_last_error(ctx));
+                rc = 1;
+                break;
+            }
+            if (mcast_setup(ctx, &o, &a, NULL)) {
                 rc = 1;
                 break;
             }
@@ -735,7 +770,7 @@ int main(int argc, char **argv)
                 rc = 1;
                 break;
             }
-            rc = server_run(&a) ? 1 : 0;
+            rc = mcast_setup(ctx, &o, NULL, &a) ? 1 : server_run(&a) ? 1 : 0;
         }
         if (o.loopback)
             side_free(&b);

@@ -83,7 +83,23 @@ for s in 1 64 1024; do
     else no "$name server+client" "client exit $crc, server exit $src" "$clog"; fi
 done
 
+# UD multicast (-g): pings to a group, answers by unicast
+port=$((port + 1))
+slog=$out/ud-mcast-server.log; clog=$out/ud-mcast-client.log
+rm -f "$slog" "$clog"
+timeout 60 $ud -g 239.7.7.7 -s 64 -n 200 -w 20 -p $port -d "$dev0" >"$slog" 2>&1 &
+spid=$!
+wait_listen "$slog"
+timeout 60 $ud -g 239.7.7.7 -s 64 -n 200 -w 20 -p $port -d "$dev1" "$addr0" >"$clog" 2>&1
+crc=$?
+wait $spid; src=$?
+if [ $crc = 0 ] && [ $src = 0 ] && check_table "$clog" 1; then ok "ud multicast -g server+client"
+else no "ud multicast -g server+client" "client exit $crc, server exit $src" "$clog"; fi
+
 [ "$topo" = dummy ] || exit 0
+log=$out/ud-mcast-loop.log
+if $ud --loopback -g 239.7.7.8 -s 64 -n 200 -w 20 >"$log" 2>&1 && check_table "$log" 1; then ok "ud multicast -g loopback"
+else no "ud multicast -g loopback" "run failed or table malformed" "$log"; fi
 # -a: every size, one row each
 log=$out/all.log
 if $pp --loopback -t put -a -n 20 -w 2 >"$log" 2>&1 && check_table "$log" 23; then ok "put -a has 23 rows (2 B .. 8 MiB)"
