@@ -32,7 +32,7 @@ check_table() {
 ok() { echo "PASS examples/$topo/$1"; }
 no() { echo "FAIL examples/$topo/$1: $2"; [ -n "$3" ] && tail -4 "$3" | sed 's/^/    /'; }
 
-pp=build/rdmax_pingpong_rc
+pp=${RDMAX_BUILD:-build}/rdmax_pingpong_rc
 for t in send put get fadd cswap; do
     for s in 1 64 4096; do
         case $t in fadd|cswap) [ $s = 64 ] || continue; s=8;; esac
@@ -62,7 +62,7 @@ assert j['results'][0]['bytes']==$s and j['results'][0]['t_typical']>0" "$out/$n
     done
 done
 
-ud=build/rdmax_pingpong_ud
+ud=${RDMAX_BUILD:-build}/rdmax_pingpong_ud
 for s in 1 64 1024; do
     name=ud-send-$s
     if [ "$topo" = dummy ]; then
