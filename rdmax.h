@@ -24,7 +24,15 @@
        RDMAX_ASSERT(c)           debug checks on the fast paths (default: assert() when !NDEBUG)
        RDMAX_BATCH_MAX           most work requests chained into one post (default 32)
        RDMAX_MAX_SGE             most scatter/gather entries rdmax puts in one request (default 8)
-       RDMAX_NO_MEMHOOKS         do not interpose munmap & co for the registration cache (see rcache)
+       RDMAX_NO_MEMHOOKS         do not interpose mmap, munmap, mremap, madvise, shmat, shmdt, brk, sbrk
+                                 (the registration cache then relies on rdmax_rcache_invalidate alone)
+       RDMAX_NO_MALLOPT          with hooks: do not set glibc's malloc policy at program start
+                                 (M_MMAP_MAX=0, M_TRIM_THRESHOLD=-1, M_ARENA_MAX=1: glibc never gives
+                                 memory back from inside libc, where no hook sees it, so a freed and
+                                 re-malloc'ed buffer keeps its pages; the cost is that the heap keeps its
+                                 peak size and threads share one malloc arena)
+       RDMAX_PROFILE             compile the profile points (timed sections; see rdmax_profile_print)
+       RDMAX_LOG_REPEAT_MS       how often a repeated log message is summarised (default 10000)
 
    ENVIRONMENT (read by rdmax_ctx_create; a desc field set by the program wins over the variable)
        RDMAX_DEVICE=name         device to open (default: first device with an active port)
@@ -202,6 +210,7 @@ enum {
     RDMAX_ACCESS_REMOTE_WRITE = 2,
     RDMAX_ACCESS_REMOTE_ATOMIC = 4
 };
+#define RDMAX__ACCESS_LOCAL_WRITE 8u /* internal: the device writes into the buffer (a get's destination) */
 typedef enum rdmax_log_level {
     RDMAX_LOG_ERROR = 0, RDMAX_LOG_WARN, RDMAX_LOG_INFO, RDMAX_LOG_DEBUG, RDMAX_LOG_TRACE
 } rdmax_log_level;
@@ -747,6 +756,7 @@ typedef struct rdmax_counters {
     uint64_t recv_drops;        /* receive completions the library had to drop */
     uint64_t no_resource;       /* posts refused with RDMAX_ERR_NO_RESOURCE */
     uint64_t ep_errors;
+    uint64_t dispatched;        /* pending requests the arbiter ran */
 } rdmax_counters;
 
 
@@ -780,6 +790,7 @@ struct rdmax_ctx {
     uint32_t poll_tick;
     uint32_t rcq_size, rq_total; /* receive CQ entries, and receive requests all endpoints may post */
     uint32_t n_eps;
+    uint32_t prof_event_mask;   /* profile events someone registered for (rdmax__profile_wants) */
     rdmax__ep_ref *eps;         /* table that wr_ids index: [max_eps] */
     rdmax_counters cnt;
     rdmax_ctx_desc desc;        /* applied values */
@@ -788,6 +799,7 @@ struct rdmax_ctx {
     char last_error[512];
     struct ibv_wc wc[16];
     struct rdmax_rcache *rcache; /* NULL when disabled */
+    struct rdmax__prof *prof;   /* profile points, event callbacks, log dedupe; NULL until used */
 #if RDMAX__HAS_UD
     struct rdmax__ud *ud;
 #endif
@@ -910,7 +922,7 @@ RDMAX_API rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc
 
 /* Batching: between begin and end, operations are chained and posted with one ibv_post_send (a full
    chain of RDMAX_BATCH_MAX is posted early). */
-RDMAX_API rdmax_status rdmax__post_chain(rdmax_ep *ep);
+RDMAX_API rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers);
 /* Pending queue. rdmax_ep_pending_add queues req (cb set) and returns RDMAX_OK, or returns RDMAX_BUSY
    without queueing when the endpoint has room right now (post directly instead). rdmax_req_post posts the
    operation in req now if it can, else queues it; per-endpoint order always holds, because a direct
@@ -967,7 +979,14 @@ typedef struct rdmax_rcache_ops {
     int (*reg)(void *arg, void *addr, size_t len, unsigned access, rdmax_rcache_region *r);
     void (*dereg)(void *arg, rdmax_rcache_region *r);
     void *arg;
+    /* notify: optional (NULL: none). Called after a region was evicted (RDMAX_RCACHE_NOTIFY_EVICT)
+       or dropped because its memory changed (RDMAX_RCACHE_NOTIFY_INVALIDATE), with the region
+       still readable, on the thread of the call that did it (a get, drain or invalidate), never
+       from a memory hook. Must not call into the cache. */
+    void (*notify)(void *arg, int what, const rdmax_rcache_region *r);
 } rdmax_rcache_ops;
+#define RDMAX_RCACHE_NOTIFY_EVICT 1       /* an unused region was evicted to honour a limit */
+#define RDMAX_RCACHE_NOTIFY_INVALIDATE 2  /* a region was dropped because its memory changed */
 
 /* Creation options. A zero field means the documented default; rdmax_rcache_query_desc()
    returns the applied values. */
@@ -1196,6 +1215,321 @@ RDMAX_INLINE int rdmax_rcache_region_valid(const rdmax_rcache_region *r)
 
 #endif /* RDMAX_RCACHE_H_INCLUDED */
 
+/* ==== HEADER PART ==== */
+#ifndef RDMAX_PROFILE_H_INCLUDED
+#define RDMAX_PROFILE_H_INCLUDED
+
+#include <stdio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- profile: variables, events, points -------------------------------------------------------------
+   VARIABLES are the counters rdmax keeps anyway (rdmax_counters, the registration cache's stats, the
+   pending queue), each a uint64_t with an id, a name, a type and a sentence:
+
+       rdmax_profile *prof;
+       rdmax_profile_open(ctx, &prof);
+       const rdmax_profile_var *vars;  size_t n;
+       rdmax_profile_query_vars(prof, &vars, &n);          vars[i].id == i
+       uint64_t v;
+       rdmax_profile_read_u64(prof, RDMAX_PROFILE_VAR_COMPLETED(RDMAX_OP_PUT), &v);
+       rdmax_profile_start_reads(prof);                    one snapshot of every variable ...
+       rdmax_profile_read_u64(prof, ..., &a);  rdmax_profile_read_u64(prof, ..., &b);
+       rdmax_profile_end_reads(prof);                      ... read between start and end
+       rdmax_profile_close(prof);                          before rdmax_ctx_destroy
+
+   Reading costs the fast path nothing: the counters are plain increments that are there anyway, and the
+   reader only loads them. The reader may be another thread than the context's (the context stays
+   single-threaded); then every snapshot has completed <= posted for each operation type. Other pairs
+   of counters have no order between them: a snapshot sees each at some instant between start and end.
+
+   EVENTS call back when something happened on the context:
+       rdmax_profile_reg_event(prof, RDMAX_PROFILE_EVENT_EP_ERROR, on_error, user);   cb NULL: unregister
+   The callback runs on the context's thread, inside the rdmax call that saw the event (rdmax_progress
+   for an endpoint error, the put that was refused for RDMAX_PROFILE_EVENT_SQ_FULL, ...), once per event.
+   Like fi_profile(3): a callback must not block or take non-trivial time, and may only read variables
+   (rdmax_profile_read_u64, start/end_reads); it must not post, progress, register, open or close. When
+   nobody registered a type its events cost one load and one not-taken branch, on paths that are not
+   the fast path's (an error, a refusal, a cache eviction).
+
+   POINTS time sections of the library when every unit is compiled with -DRDMAX_PROFILE (without it they
+   are not compiled at all): total time, count and average of each, printed with the variables by
+   rdmax_profile_print(ctx, stdout). Times come from the TSC on x86, converted to ns at print with a rate
+   measured once against CLOCK_MONOTONIC: a BEGIN/END pair costs ~17 ns natively and 60-100 ns under the
+   test VM's qemu TCG, where the clock_gettime alternative costs ~1400 ns a pair (the guest has no
+   usable vDSO clock: hpet, a system call per read). -DRDMAX_PROFILE_CLOCK_MONOTONIC uses clock_gettime
+   anyway (33 ns a pair natively), and other CPUs always do.
+
+   Thread safety: rdmax_profile_open, _close and _reg_event on the context's thread (they change what
+   its calls read). A profile object's reads, start/end_reads and query may run on any one thread at a
+   time, concurrently with the context's thread. rdmax_profile_print on the context's thread.
+*/
+
+typedef struct rdmax_profile rdmax_profile;
+
+typedef enum rdmax_profile_type {
+    RDMAX_PROFILE_COUNTER = 0,  /* uint64_t that only grows (a post that ibv_post_send refuses is taken back) */
+    RDMAX_PROFILE_LEVEL = 1     /* uint64_t amount right now: goes up and down */
+} rdmax_profile_type;
+
+typedef struct rdmax_profile_var {
+    uint32_t id;                /* what rdmax_profile_read_u64 takes; equal to the index in the list */
+    rdmax_profile_type type;
+    const char *name;           /* "put.posted", "rcache.hits", ...; static storage */
+    const char *desc;           /* one sentence */
+} rdmax_profile_var;
+
+/* Variable ids: three per operation type (rdmax_op), then the list below. */
+#define RDMAX_PROFILE_VAR_POSTED(op) ((uint32_t)(op))
+#define RDMAX_PROFILE_VAR_COMPLETED(op) ((uint32_t)RDMAX_OP__COUNT + (uint32_t)(op))
+#define RDMAX_PROFILE_VAR_BYTES(op) (2u * (uint32_t)RDMAX_OP__COUNT + (uint32_t)(op))
+
+#define RDMAX__PROF_VARS(X)                                                                                \
+    X(POST_CALLS, "post_calls", COUNTER, "ibv_post_send calls (one system call each on rxe)")             \
+    X(RECV_POST_CALLS, "recv_post_calls", COUNTER, "ibv_post_recv calls (receive buffers go in batches)") \
+    X(POLLS, "polls", COUNTER, "ibv_poll_cq calls on the send CQ")                                         \
+    X(EMPTY_POLLS, "empty_polls", COUNTER, "send-CQ polls that found nothing")                            \
+    X(CQES, "cqes", COUNTER, "completions taken from both CQs")                                            \
+    X(RECV_MSGS, "recv_msgs", COUNTER, "messages received and handed to a receive callback")              \
+    X(RECV_BYTES, "recv_bytes", COUNTER, "bytes of those messages")                                        \
+    X(ERR_CQES, "err_cqes", COUNTER, "completions with an error status (flushes not counted)")            \
+    X(FLUSHED_CQES, "flushed_cqes", COUNTER, "send completions flushed after their endpoint failed")       \
+    X(RECV_FLUSHED, "recv_flushed", COUNTER, "receive buffers flushed after their endpoint failed")        \
+    X(STALE_WR_IDS, "stale_wr_ids", COUNTER, "completions of destroyed endpoints, dropped")                \
+    X(RECV_DROPS, "recv_drops", COUNTER, "received messages dropped (no receive callback, short UD)")      \
+    X(NO_RESOURCE, "no_resource", COUNTER, "posts refused with RDMAX_ERR_NO_RESOURCE")                     \
+    X(EP_ERRORS, "ep_errors", COUNTER, "endpoints moved to the error state")                               \
+    X(ENDPOINTS, "endpoints", LEVEL, "endpoints of the context now")                                       \
+    X(RCACHE_HITS, "rcache.hits", COUNTER, "registration cache: gets served by a cached region")           \
+    X(RCACHE_MISSES, "rcache.misses", COUNTER, "registration cache: gets that registered memory")          \
+    X(RCACHE_EVICTIONS, "rcache.evictions", COUNTER, "registration cache: unused regions evicted")         \
+    X(RCACHE_INVALIDATIONS, "rcache.invalidations", COUNTER,                                               \
+      "registration cache: regions dropped because their memory changed")                                  \
+    X(RCACHE_REGIONS, "rcache.regions", LEVEL, "registration cache: live registrations now")               \
+    X(RCACHE_BYTES, "rcache.bytes", LEVEL, "registration cache: bytes registered now")                     \
+    X(PENDING_LENGTH, "pending.length", LEVEL, "requests waiting in the pending queue now")                \
+    X(PENDING_DISPATCHES, "pending.dispatches", COUNTER, "pending requests the arbiter posted")
+
+enum rdmax_profile_var_id {
+    RDMAX__PROF_VAR_BEFORE_FIXED = 3 * RDMAX_OP__COUNT - 1,
+#define RDMAX__X(id, name, type, desc) RDMAX_PROFILE_VAR_##id,
+    RDMAX__PROF_VARS(RDMAX__X)
+#undef RDMAX__X
+    RDMAX_PROFILE_VAR__COUNT
+};
+
+/* Events. `detail` says more; `ep` is the endpoint concerned (NULL for the registration cache).
+     EP_CONNECTED       ep reached RDMAX_EP_CONNECTED; detail: the peer's QP number
+     EP_ERROR           ep moved to RDMAX_EP_ERROR (once per endpoint); detail: the ibv_wc_status of the
+                        completion that failed it
+     SQ_FULL            a post on ep was refused with RDMAX_ERR_NO_RESOURCE (each refusal, like the
+                        no_resource counter); detail: RDMAX_PROFILE_NORES_*, the resource that ran out
+     RCACHE_EVICT       an unused cached registration was evicted to honour a limit; detail: its bytes
+     RCACHE_INVALIDATE  a cached registration was dropped because its memory changed (unmapped, or
+                        rdmax_rcache_invalidate); detail: its bytes */
+#define RDMAX__PROF_EVENTS(X)                                                                              \
+    X(EP_CONNECTED, "ep_connected")                                                                        \
+    X(EP_ERROR, "ep_error")                                                                                \
+    X(SQ_FULL, "sq_full")                                                                                  \
+    X(RCACHE_EVICT, "rcache_evict")                                                                        \
+    X(RCACHE_INVALIDATE, "rcache_invalidate")
+
+typedef enum rdmax_profile_event {
+#define RDMAX__X(id, name) RDMAX_PROFILE_EVENT_##id,
+    RDMAX__PROF_EVENTS(RDMAX__X)
+#undef RDMAX__X
+    RDMAX_PROFILE_EVENT__COUNT
+} rdmax_profile_event;
+
+/* detail of RDMAX_PROFILE_EVENT_SQ_FULL */
+enum {
+    RDMAX_PROFILE_NORES_SQ = 1,       /* send-queue slots of the endpoint */
+    RDMAX_PROFILE_NORES_CQ = 2,       /* send-CQ entries of the context */
+    RDMAX_PROFILE_NORES_PENDING = 3,  /* requests wait in the endpoint's pending queue: a post would overtake */
+    RDMAX_PROFILE_NORES_CREDITS = 4,  /* RC send credits (the peer's receive buffers) */
+    RDMAX_PROFILE_NORES_READS = 5     /* RDMA read / atomic budget (max_rd_atomic) */
+};
+
+typedef void (*rdmax_profile_event_cb)(rdmax_profile *prof, rdmax_profile_event type, rdmax_ep *ep,
+                                       uint64_t detail, void *user);
+
+/* Profile points (with -DRDMAX_PROFILE):
+     POST        ibv_post_send (one system call on rxe)
+     POLL        ibv_poll_cq of the send and the receive CQ, empty polls included
+     PROGRESS    rdmax_progress, callbacks and dispatch included
+     DISPATCH    the pending queue's dispatch (only when something waits)
+     RCACHE_GET  rdmax_rcache_get for a buffer passed without an rdmax_mem */
+#define RDMAX__PROF_POINTS(X)                                                                              \
+    X(POST, "post")                                                                                        \
+    X(POLL, "poll")                                                                                        \
+    X(PROGRESS, "progress")                                                                                \
+    X(DISPATCH, "arb_dispatch")                                                                            \
+    X(RCACHE_GET, "rcache_get")
+
+enum {
+#define RDMAX__X(id, name) RDMAX__PROF_POINT_##id,
+    RDMAX__PROF_POINTS(RDMAX__X)
+#undef RDMAX__X
+    RDMAX__PROF_POINT__COUNT
+};
+
+/* ---- out-of-line API ---- */
+
+/* rdmax_profile_open: a profile object on ctx, for variables and events.
+   Return Value: RDMAX_OK; RDMAX_ERR_NO_MEMORY; RDMAX_ERR_NO_RESOURCE (wip only: more than
+   RDMAX__PROF_MAX_CTX contexts with profile state); RDMAX_ERR_INVALID_PARAM from inside an event callback.
+   Thread Safety: the context's thread. Remarks: close every profile before rdmax_ctx_destroy. */
+RDMAX_API rdmax_status rdmax_profile_open(rdmax_ctx *ctx, rdmax_profile **out);
+RDMAX_API void rdmax_profile_close(rdmax_profile *prof);
+
+/* rdmax_profile_query_vars: every variable, vars[i].id == i; the array is static. */
+RDMAX_API rdmax_status rdmax_profile_query_vars(rdmax_profile *prof, const rdmax_profile_var **vars,
+                                                size_t *count);
+
+/* rdmax_profile_read_u64: the variable's value now, or in the snapshot while one is open.
+   Return Value: RDMAX_OK, RDMAX_ERR_INVALID_PARAM (unknown id). */
+RDMAX_API rdmax_status rdmax_profile_read_u64(rdmax_profile *prof, uint32_t id, uint64_t *out);
+
+/* rdmax_profile_start_reads / _end_reads: start takes a snapshot of every variable; reads until end
+   return it. Start again (without end) takes a new one. */
+RDMAX_API void rdmax_profile_start_reads(rdmax_profile *prof);
+RDMAX_API void rdmax_profile_end_reads(rdmax_profile *prof);
+
+/* rdmax_profile_reg_event: call cb(prof, type, ep, detail, user) for each event of `type` on the profile's
+   context; cb NULL unregisters. One callback per profile and type (a new one replaces it).
+   Return Value: RDMAX_OK, RDMAX_ERR_INVALID_PARAM (unknown type, or called from a callback).
+   Thread Safety: the context's thread. */
+RDMAX_API rdmax_status rdmax_profile_reg_event(rdmax_profile *prof, rdmax_profile_event type,
+                                               rdmax_profile_event_cb cb, void *user);
+RDMAX_API const char *rdmax_profile_event_str(rdmax_profile_event type);
+
+/* rdmax_profile_print: the profile points as a table (status on/off, name, total seconds, count, average
+   ns), then every variable as "name: value". Needs no profile object. */
+RDMAX_API void rdmax_profile_print(rdmax_ctx *ctx, FILE *f);
+
+/* ---- private ---- */
+
+/* rdmax__profile_event: the library calls it when an event happened, behind RDMAX__PROFILE_EVENT's
+   mask check (so never when nobody registered). type is an rdmax_profile_event. */
+RDMAX_API void rdmax__profile_event(rdmax_ctx *ctx, int type, rdmax_ep *ep, uint64_t detail);
+/* The registration cache's notify op (rdmax_rcache_ops.notify) for the context's cache: arg is the ctx. */
+RDMAX_API void rdmax__profile_rcache_notify(void *arg, int what, const rdmax_rcache_region *r);
+/* Frees the context's profile state (and profiles left open) and prints a pending "repeated" line:
+   call it at the end of rdmax_ctx_destroy, after the last log call. Safe to call twice. */
+RDMAX_API void rdmax__profile_ctx_fini(rdmax_ctx *ctx);
+/* rdmax__log_dedupe: called by rdmax__vlog for a message it is about to print (after the level check).
+   Returns 1: print msg; 0: msg repeats the previous one of this context and was only counted. Before
+   returning it may print (through lg, like rdmax__vlog) "last message repeated N times": when a
+   different message ends a run of repeats, or every RDMAX_LOG_REPEAT_MS while a run goes on. */
+RDMAX_API int rdmax__log_dedupe(rdmax_ctx *ctx, const rdmax_logger *lg, rdmax_log_level lvl, const char *msg);
+#ifndef RDMAX_LOG_REPEAT_MS
+#define RDMAX_LOG_REPEAT_MS 10000     /* a run of identical messages prints its count at least this often */
+#endif
+
+/* Log dedupe state of one context. */
+struct rdmax__log_dd {
+    char last[512];             /* the last message printed */
+    int lvl;                    /* its level; -1: none yet */
+    uint64_t repeats;           /* copies of it suppressed since the last line printed */
+    uint64_t since_ns;          /* when that line (the message or a summary) was printed */
+    uint64_t suppressed;        /* all suppressed lines, for tests and curiosity */
+};
+
+/* Profile state of one context. The owner thread writes it; points are plain increments. */
+struct rdmax__prof {
+    rdmax_ctx *ctx;             /* wip table: the key (NULL: free entry) */
+    uint32_t event_mask;        /* union of the event types its profiles registered */
+    uint32_t in_event;          /* a callback is running */
+    rdmax_profile *profs;       /* open profile objects */
+    uint64_t point_ticks[RDMAX__PROF_POINT__COUNT];
+    uint64_t point_count[RDMAX__PROF_POINT__COUNT];
+    struct rdmax__log_dd log;
+};
+
+RDMAX_API struct rdmax__prof *rdmax__prof_state_make(rdmax_ctx *ctx);
+
+RDMAX_INLINE struct rdmax__prof *rdmax__prof_state(const rdmax_ctx *ctx)
+{
+    return ctx->prof;
+}
+RDMAX_INLINE uint32_t rdmax__prof_event_mask(const rdmax_ctx *ctx)
+{
+    return ctx->prof_event_mask;
+}
+
+/* rdmax__profile_wants: someone registered for events of `type` on ctx. The check to put in front of
+   every rdmax__profile_event call: one load and one branch, not taken when nobody listens. */
+RDMAX_INLINE bool rdmax__profile_wants(const rdmax_ctx *ctx, int type)
+{
+    return (rdmax__prof_event_mask(ctx) >> type) & 1u;
+}
+#define RDMAX__PROFILE_EVENT(ctx, type, ep, detail)                                                        \
+    do {                                                                                                   \
+        if (rdmax_unlikely(rdmax__profile_wants((ctx), (type))))                                           \
+            rdmax__profile_event((ctx), (type), (ep), (detail));                                           \
+    } while (0)
+
+/* Time stamps of profile points: raw TSC ticks on x86, ns elsewhere; converted at print. */
+RDMAX_API uint64_t rdmax__prof_now_ns(void);
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(RDMAX_PROFILE_CLOCK_MONOTONIC)
+#define RDMAX__PROF_TSC 1
+RDMAX_INLINE uint64_t rdmax__prof_ticks(void)
+{
+    return __builtin_ia32_rdtsc();
+}
+#else
+#define RDMAX__PROF_TSC 0
+RDMAX_INLINE uint64_t rdmax__prof_ticks(void)
+{
+    return rdmax__prof_now_ns();
+}
+#endif
+
+RDMAX_INLINE void rdmax__prof_add(rdmax_ctx *ctx, unsigned point, uint64_t ticks)
+{
+    struct rdmax__prof *st = rdmax__prof_state(ctx);
+    if (rdmax_unlikely(st == NULL) && (st = rdmax__prof_state_make(ctx)) == NULL)
+        return;
+    st->point_ticks[point] += ticks;
+    st->point_count[point]++;
+}
+
+/* RDMAX__PROF_BEGIN(ctx, POINT); ... RDMAX__PROF_END(ctx, POINT);  POINT is a name from RDMAX__PROF_POINTS.
+   Each on a line of its own (tests/profile_objcode.sh strips them by line), as statements of one block,
+   BEGIN not right after a label (it declares the start time), one BEGIN of a point per block. Without
+   RDMAX_PROFILE both expand to nothing. Defined only if not defined already, so a test can force them. */
+#ifdef RDMAX_PROFILE
+#ifndef RDMAX__PROF_BEGIN
+#define RDMAX__PROF_BEGIN(ctx, point) const uint64_t rdmax__prof_t0_##point = rdmax__prof_ticks()
+#endif
+#ifndef RDMAX__PROF_END
+#define RDMAX__PROF_END(ctx, point)                                                                        \
+    rdmax__prof_add((ctx), RDMAX__PROF_POINT_##point, rdmax__prof_ticks() - rdmax__prof_t0_##point)
+#endif
+#else
+#ifndef RDMAX__PROF_BEGIN
+#define RDMAX__PROF_BEGIN(ctx, point)
+#endif
+#ifndef RDMAX__PROF_END
+#define RDMAX__PROF_END(ctx, point)
+#endif
+#endif
+
+/* Registration cache notifications (rdmax_rcache_ops.notify). Move next to rdmax_rcache_ops when the
+   field is added there. */
+#ifndef RDMAX_RCACHE_NOTIFY_EVICT
+#define RDMAX_RCACHE_NOTIFY_EVICT 1       /* an unused region was evicted to honour a limit */
+#define RDMAX_RCACHE_NOTIFY_INVALIDATE 2  /* a region was dropped because its memory changed */
+#endif
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* RDMAX_PROFILE_H_INCLUDED */
+
+
 /* ---- inline fast paths -------------------------------------------------------------------------- */
 
 /* A buffer passed without an rdmax_mem: its registration comes from the context's cache (a hit is a
@@ -1208,7 +1542,9 @@ RDMAX_INLINE rdmax_status rdmax__rcache_lkey(rdmax_ctx *ctx, const void *buf, si
         if (st != RDMAX_OK)
             return st;
     }
+    RDMAX__PROF_BEGIN(ctx, RCACHE_GET);
     int rc = rdmax_rcache_get(ctx->rcache, buf, len ? len : 1, access, region);
+    RDMAX__PROF_END(ctx, RCACHE_GET);
     if (rdmax_unlikely(rc != RDMAX_RCACHE_OK))
         return rc == RDMAX_RCACHE_ERR_NOMEM ? RDMAX_ERR_NO_MEMORY : RDMAX_ERR_IO;
     return RDMAX_OK;
@@ -1223,6 +1559,9 @@ RDMAX_INLINE rdmax_status rdmax__ep_check(rdmax_ep *ep)
     if (rdmax_unlikely(ep->sq_avail == 0 || ep->ctx->scq_credits == 0 ||
                        (ep->group.count != 0 && ep->ctx->disp_ep != ep))) {
         ep->ctx->cnt.no_resource++;
+        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep,
+                             ep->sq_avail == 0 ? RDMAX_PROFILE_NORES_SQ
+                             : ep->ctx->scq_credits == 0 ? RDMAX_PROFILE_NORES_CQ : RDMAX_PROFILE_NORES_PENDING);
         return RDMAX_ERR_NO_RESOURCE;
     }
     return RDMAX_OK;
@@ -1258,13 +1597,15 @@ RDMAX_INLINE rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, r
         if (ep->batch_n > 0)
             ep->wr[ep->batch_n - 1].next = wr;
         if (++ep->batch_n == RDMAX_BATCH_MAX)
-            return rdmax__post_chain(ep);
+            return rdmax__post_chain(ep, 1);  /* on failure the caller undoes its own request */
         return RDMAX_OK;
     }
     struct ibv_send_wr *bad;
     wr->next = NULL;
     ctx->cnt.post_calls++;
+    RDMAX__PROF_BEGIN(ctx, POST);
     int rc = ibv_post_send(ep->qp, wr, &bad);
+    RDMAX__PROF_END(ctx, POST);
     if (rdmax_unlikely(rc != 0)) {
         /* nothing was posted: give the slot back */
         ep->sq_head--;
@@ -1336,6 +1677,7 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
        last credit is kept for a grant. Credits we owe the peer ride along in the immediate data. */
     if (rdmax_unlikely(ep->tx_credits <= 1)) {
         ep->ctx->cnt.no_resource++;
+        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_CREDITS);
         return RDMAX_ERR_NO_RESOURCE;
     }
     struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND_WITH_IMM);
@@ -1385,6 +1727,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_iov(rdmax_ep *ep, enum ibv_wr_opcode opcode,
         return st;
     if (op == RDMAX_OP_GET && rdmax_unlikely(ep->rd_avail == 0)) {
         ep->ctx->cnt.no_resource++;
+        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_READS);
         return RDMAX_ERR_NO_RESOURCE;
     }
     struct ibv_send_wr *wr = rdmax__ep_wr(ep, opcode);
@@ -1428,7 +1771,7 @@ RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const r
     if (mem != NULL) {
         iov.lkey = mem->lkey;
     } else {
-        rdmax_status rs = rdmax__rcache_lkey(ep->ctx, buf, len, RDMAX_ACCESS_LOCAL, &region);
+        rdmax_status rs = rdmax__rcache_lkey(ep->ctx, buf, len, RDMAX__ACCESS_LOCAL_WRITE, &region);
         if (rdmax_unlikely(rs != RDMAX_OK))
             return rs;
         iov.lkey = region->lkey;
@@ -1458,6 +1801,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opco
         return st;
     if (rdmax_unlikely(ep->rd_avail == 0)) {
         ep->ctx->cnt.no_resource++;
+        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_READS);
         return RDMAX_ERR_NO_RESOURCE;
     }
     struct ibv_send_wr *wr = rdmax__ep_wr(ep, opcode);
@@ -1501,7 +1845,7 @@ RDMAX_INLINE void rdmax_batch_begin(rdmax_ep *ep)
 RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep)
 {
     ep->batching = 0;
-    return ep->batch_n ? rdmax__post_chain(ep) : RDMAX_OK;
+    return ep->batch_n ? rdmax__post_chain(ep, 0) : RDMAX_OK;
 }
 
 /* rdmax_progress: poll receive completions (batches of 16), then send completions; run callbacks, repost
@@ -1509,6 +1853,7 @@ RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep)
    the number of completions handled. */
 RDMAX_INLINE int rdmax_progress(rdmax_ctx *ctx)
 {
+    RDMAX__PROF_BEGIN(ctx, PROGRESS);
     int n = rdmax__poll_recv(ctx);
     /* Send completions only free resources: poll them every 4th call, or every call when CQ entries run
        low. A busy-waiting caller then spins faster, and sees a reply sooner. */
@@ -1516,6 +1861,7 @@ RDMAX_INLINE int rdmax_progress(rdmax_ctx *ctx)
         n += rdmax__poll_send(ctx);
     if (rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
         rdmax__dispatch(ctx);
+    RDMAX__PROF_END(ctx, PROGRESS);
     return n;
 }
 
