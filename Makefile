@@ -12,7 +12,8 @@ B := build
 HDRS := rdmax.h rdmax_impl.h
 
 EXAMPLES := $(B)/rdmax_pingpong_rc $(B)/rdmax_pingpong_ud
-TESTS := $(B)/oob_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test $(B)/pending_test
+TESTS := $(B)/oob_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test $(B)/pending_test \
+         $(B)/rcache_device_test $(B)/profile_test $(B)/profile_points_test
 # Host tests of pure parts (wire format over TCP, arbiter, rcache bookkeeping) run under ASan and UBSan;
 # the memory-hook test runs without them (ASan interposes the same calls).
 HOST_TESTS := $(B)/host/oob_test $(B)/host/arbiter_test $(B)/host/rcache_test $(B)/host/memhook_test
@@ -33,6 +34,9 @@ $(B)/rdmax_pingpong_ud: examples/rdmax_pingpong.c $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -DRDMAX_PINGPONG_TRANSPORT_UD -o $@ $< $(LIBS)
 $(B)/%_test: tests/%_test.c tests/testlib.h $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
+
+$(B)/profile_points_test: tests/profile_test.c tests/testlib.h $(HDRS) | $(B)
+	$(CC) $(CFLAGS) $(REQ_CFLAGS) -DRDMAX_PROFILE -o $@ $< $(LIBS)
 
 $(B)/host:
 	mkdir -p $(B)/host

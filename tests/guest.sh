@@ -9,6 +9,8 @@ mkdir -p "$out"
 ulimit -l unlimited 2>/dev/null
 export RDMAX_LOG_LEVEL=${RDMAX_LOG_LEVEL:-warn}
 status=0
+B=${RDMAX_BUILD:-build}
+export RDMAX_BUILD=$B
 
 # UD multicast needs a route for the multicast range on each device's netdev.
 for dev in ${RDMAX_TEST_DEV0:-} ${RDMAX_TEST_DEV1:-}; do
@@ -30,15 +32,19 @@ run() {
 }
 
 if [ "$topo" = veth ]; then
-    run datapath_cross build/datapath_test cross
-    run ud_cross build/ud_test cross
+    run datapath_cross $B/datapath_test cross
+    run ud_cross $B/ud_test cross
+    run rcache_device_cross $B/rcache_device_test
     run examples_veth tests/examples_test.sh veth
 else
-    run datapath_loopback build/datapath_test loopback
-    run oob_device build/oob_test device
-    run ud_loopback build/ud_test loopback
-    run numa build/numa_test
-    run pending build/pending_test
+    run datapath_loopback $B/datapath_test loopback
+    run oob_device $B/oob_test device
+    run ud_loopback $B/ud_test loopback
+    run numa $B/numa_test
+    run pending $B/pending_test
+    run rcache_device $B/rcache_device_test
+    run profile $B/profile_test
+    run profile_points $B/profile_points_test
     run examples_dummy tests/examples_test.sh dummy
 fi
 exit $status

@@ -1,0 +1,961 @@
+/* Profile variables, snapshots, events, profile points and log dedupe, on a real RDMA device (rxe in the
+   test VM). Built twice by make: as is, and with -DRDMAX_PROFILE for the profile points. */
+#define RDMAX_TRANSPORT_RC
+#define RDMAX_IMPLEMENTATION
+#include "rdmax.h"
+#include "testlib.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+#define T_MS 10000
+
+/* ---- helpers ----------------------------------------------------------------------------------- */
+static int g_errlogs;
+static char g_lastlog[512];
+#define LOGKEEP 64
+static char g_logs[LOGKEEP][256];  /* every message, when capturing */
+static int g_nlogs;
+
+static void count_log(rdmax_log_level lvl, const char *msg, void *user)
+{
+    (void)user;
+    if (lvl == RDMAX_LOG_ERROR) {
+        g_errlogs++;
+        snprintf(g_lastlog, sizeof g_lastlog, "%s", msg);
+    }
+    if (g_nlogs < LOGKEEP)
+        snprintf(g_logs[g_nlogs], sizeof g_logs[0], "%s", msg);
+    g_nlogs++;
+}
+
+static rdmax_ctx *open_ctx2(const rdmax_ctx_desc *base)
+{
+    rdmax_ctx_desc d;
+    if (base)
+        d = *base;
+    else
+        memset(&d, 0, sizeof d);
+    if (!d.device)
+        d.device = getenv("RDMAX_TEST_DEV0");
+    d.logger.func = count_log;
+    d.log_level = RDMAX_LOG_ERROR;
+    d.log_level_set = true;
+    rdmax_ctx *c = NULL;
+    if (rdmax_ctx_create(&d, &c) != RDMAX_OK) {
+        printf("FAIL setup: cannot open device %s: %s\n", d.device ? d.device : "(default)", g_lastlog);
+        exit(1);
+    }
+    return c;
+}
+
+static rdmax_ctx *open_ctx(void)
+{
+    return open_ctx2(NULL);
+}
+
+/* Before the paste the library does not call rdmax__profile_ctx_fini: do it here. */
+static void destroy_ctx(rdmax_ctx *c)
+{
+    rdmax_ctx_destroy(c);
+}
+
+static int wait_comp(rdmax_ctx *c, rdmax_comp *comp)
+{
+    for (long i = 0; !comp->done; i++) {
+        rdmax_progress(c);
+        if (i > 200000000L)
+            return -1;
+    }
+    return 0;
+}
+
+static uint64_t rd(rdmax_profile *p, uint32_t id)
+{
+    uint64_t v = ~0ull;
+    if (rdmax_profile_read_u64(p, id, &v) != RDMAX_OK)
+        return ~1ull;
+    return v;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* put until it is accepted, progressing when the send queue is full */
+static rdmax_status put_retry(rdmax_ctx *c, rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *m,
+                              uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
+{
+    rdmax_status st;
+    while ((st = rdmax_put(ep, buf, len, m, raddr, rkey, comp)) == RDMAX_ERR_NO_RESOURCE)
+        rdmax_progress(c);
+    return st;
+}
+
+/* ---- variables --------------------------------------------------------------------------------- */
+static void vars_list_case(void)
+{
+    rdmax_ctx *c = open_ctx();
+    rdmax_profile *p = NULL;
+    tl_begin("vars/list");
+    REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
+    const rdmax_profile_var *v = NULL;
+    size_t n = 0;
+    CHECK_ST(rdmax_profile_query_vars(p, &v, &n), RDMAX_OK);
+    REQUIRE(v && n == RDMAX_PROFILE_VAR__COUNT, "count %zu, expected %d", n, (int)RDMAX_PROFILE_VAR__COUNT);
+    for (size_t i = 0; i < n; i++) {
+        CHECK(v[i].id == i, "vars[%zu].id = %u", i, v[i].id);
+        CHECK(v[i].name && v[i].name[0] && v[i].desc && v[i].desc[0], "vars[%zu] has no name or description", i);
+        CHECK(v[i].type == RDMAX_PROFILE_COUNTER || v[i].type == RDMAX_PROFILE_LEVEL, "vars[%zu].type %d", i,
+              (int)v[i].type);
+        for (size_t j = 0; j < i; j++)
+            CHECK(strcmp(v[i].name, v[j].name) != 0, "name %s twice", v[i].name);
+    }
+    CHECK(!strcmp(v[RDMAX_PROFILE_VAR_POSTED(RDMAX_OP_PUT)].name, "put.posted"), "posted(put) is %s",
+          v[RDMAX_PROFILE_VAR_POSTED(RDMAX_OP_PUT)].name);
+    CHECK(!strcmp(v[RDMAX_PROFILE_VAR_COMPLETED(RDMAX_OP_GET)].name, "get.completed"), "completed(get) is %s",
+          v[RDMAX_PROFILE_VAR_COMPLETED(RDMAX_OP_GET)].name);
+    CHECK(!strcmp(v[RDMAX_PROFILE_VAR_RCACHE_HITS].name, "rcache.hits"), "rcache hits is %s",
+          v[RDMAX_PROFILE_VAR_RCACHE_HITS].name);
+    CHECK(v[RDMAX_PROFILE_VAR_RCACHE_BYTES].type == RDMAX_PROFILE_LEVEL, "rcache.bytes is not a level");
+    uint64_t x;
+    CHECK_ST(rdmax_profile_read_u64(p, RDMAX_PROFILE_VAR__COUNT, &x), RDMAX_ERR_INVALID_PARAM);
+    CHECK(rd(p, RDMAX_PROFILE_VAR_ENDPOINTS) == 0, "endpoints of a new context");
+    tl_end();
+out:
+    rdmax_profile_close(p);
+    destroy_ctx(c);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* N puts: exactly N posted, N completed, N x size bytes, N post calls; the registration cache's
+   variables read 0 before it exists and count the gets after. */
+static void vars_puts_case(void)
+{
+    enum { N = 1000, SIZE = 4096, M = 50 };
+    rdmax_ctx *c = open_ctx();
+    rdmax_profile *p = NULL;
+    rdmax_ep *a = NULL, *b = NULL;
+    rdmax_mem *src = NULL, *dst = NULL;
+    char *plain = NULL;
+    tl_begin("vars/%d puts of %d bytes", N, SIZE);
+    REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
+    REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    REQUIRE(rdmax_mem_alloc(c, SIZE, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc");
+    REQUIRE(rdmax_mem_alloc(c, 1 << 20, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
+    uint64_t calls0 = rd(p, RDMAX_PROFILE_VAR_POST_CALLS);
+    CHECK(rd(p, RDMAX_PROFILE_VAR_ENDPOINTS) == 2, "endpoints %llu", (unsigned long long)rd(p, RDMAX_PROFILE_VAR_ENDPOINTS));
+    CHECK(rd(p, RDMAX_PROFILE_VAR_RCACHE_MISSES) == 0 && rd(p, RDMAX_PROFILE_VAR_RCACHE_BYTES) == 0,
+          "rcache variables of a cache that does not exist yet are not 0");
+    rdmax_comp comp;
+    memset(&comp, 0, sizeof comp);
+    for (int i = 0; i < N; i++) {
+        rdmax_status st = put_retry(c, a, src->addr, SIZE, src, (uintptr_t)dst->addr + (uint64_t)(i % 256) * SIZE,
+                                    dst->rkey, i == N - 1 ? &comp : NULL);
+        REQUIRE(st == RDMAX_INPROGRESS, "put %d: %s", i, rdmax_status_str(st));
+    }
+    REQUIRE(wait_comp(c, &comp) == 0 && comp.status == RDMAX_OK, "last put: %s", rdmax_status_str(comp.status));
+    CHECK(rd(p, RDMAX_PROFILE_VAR_POSTED(RDMAX_OP_PUT)) == N, "posted %llu",
+          (unsigned long long)rd(p, RDMAX_PROFILE_VAR_POSTED(RDMAX_OP_PUT)));
+    CHECK(rd(p, RDMAX_PROFILE_VAR_COMPLETED(RDMAX_OP_PUT)) == N, "completed %llu",
+          (unsigned long long)rd(p, RDMAX_PROFILE_VAR_COMPLETED(RDMAX_OP_PUT)));
+    CHECK(rd(p, RDMAX_PROFILE_VAR_BYTES(RDMAX_OP_PUT)) == (uint64_t)N * SIZE, "bytes %llu",
+          (unsigned long long)rd(p, RDMAX_PROFILE_VAR_BYTES(RDMAX_OP_PUT)));
+    CHECK(rd(p, RDMAX_PROFILE_VAR_POST_CALLS) - calls0 == N, "post calls %llu",
+          (unsigned long long)(rd(p, RDMAX_PROFILE_VAR_POST_CALLS) - calls0));
+    for (unsigned op = 0; op < RDMAX_OP__COUNT; op++)
+        if (op != RDMAX_OP_PUT)
+            CHECK(rd(p, RDMAX_PROFILE_VAR_POSTED(op)) == 0 && rd(p, RDMAX_PROFILE_VAR_COMPLETED(op)) == 0,
+                  "%s posted or completed", rdmax_op_str((rdmax_op)op));
+    CHECK(rd(p, RDMAX_PROFILE_VAR_POLLS) > 0 && rd(p, RDMAX_PROFILE_VAR_CQES) > 0, "no polls or CQEs counted");
+    CHECK(rd(p, RDMAX_PROFILE_VAR_ERR_CQES) == 0 && rd(p, RDMAX_PROFILE_VAR_EP_ERRORS) == 0, "errors counted");
+
+    /* a snapshot does not move while operations run; the live value does */
+    rdmax_profile_start_reads(p);
+    uint64_t s0 = rd(p, RDMAX_PROFILE_VAR_POSTED(RDMAX_OP_PUT));
+    memset(&comp, 0, sizeof comp);
+    CHECK_ST(put_retry(c, a, src->addr, SIZE, src, (uintptr_t)dst->addr, dst->rkey, &comp), RDMAX_INPROGRESS);
+    CHECK(wait_comp(c, &comp) == 0, "no completion");
+    CHECK(rd(p, RDMAX_PROFILE_VAR_POSTED(RDMAX_OP_PUT)) == s0, "a snapshot changed");
+    rdmax_profile_end_reads(p);
+    CHECK(rd(p, RDMAX_PROFILE_VAR_POSTED(RDMAX_OP_PUT)) == s0 + 1, "live value %llu after the snapshot",
+          (unsigned long long)rd(p, RDMAX_PROFILE_VAR_POSTED(RDMAX_OP_PUT)));
+
+    /* M puts from one unregistered buffer: one miss, then hits */
+    plain = (char *)aligned_alloc(4096, 2 * SIZE);
+    REQUIRE(plain, "malloc");
+    memset(plain, 7, 2 * SIZE);
+    for (int i = 0; i < M; i++) {
+        memset(&comp, 0, sizeof comp);
+        CHECK_ST(put_retry(c, a, plain, SIZE, NULL, (uintptr_t)dst->addr, dst->rkey, &comp), RDMAX_INPROGRESS);
+        CHECK(wait_comp(c, &comp) == 0 && comp.status == RDMAX_OK, "put from the cache: %s", rdmax_status_str(comp.status));
+    }
+    CHECK(rd(p, RDMAX_PROFILE_VAR_RCACHE_MISSES) == 1, "rcache misses %llu",
+          (unsigned long long)rd(p, RDMAX_PROFILE_VAR_RCACHE_MISSES));
+    CHECK(rd(p, RDMAX_PROFILE_VAR_RCACHE_HITS) == M - 1, "rcache hits %llu",
+          (unsigned long long)rd(p, RDMAX_PROFILE_VAR_RCACHE_HITS));
+    CHECK(rd(p, RDMAX_PROFILE_VAR_RCACHE_REGIONS) == 1 && rd(p, RDMAX_PROFILE_VAR_RCACHE_BYTES) >= SIZE,
+          "rcache regions %llu bytes %llu", (unsigned long long)rd(p, RDMAX_PROFILE_VAR_RCACHE_REGIONS),
+          (unsigned long long)rd(p, RDMAX_PROFILE_VAR_RCACHE_BYTES));
+    rdmax_rcache_stats rs;
+    rdmax_rcache_query_stats(rdmax_ctx_rcache(c), &rs);
+    CHECK(rs.hits == rd(p, RDMAX_PROFILE_VAR_RCACHE_HITS) && rs.bytes == rd(p, RDMAX_PROFILE_VAR_RCACHE_BYTES),
+          "variables disagree with rdmax_rcache_query_stats");
+    tl_end();
+out:
+    rdmax_profile_close(p);
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(src);
+    rdmax_mem_free(dst);
+    destroy_ctx(c);
+    free(plain);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* ---- snapshots from another thread ------------------------------------------------------------- */
+struct reader {
+    rdmax_ctx *ctx;
+    rdmax_profile *prof;
+    volatile int stop;
+    long snaps, bad, inflight;             /* API snapshots, violations, snapshots with posted > completed */
+    long raw_right, raw_right_bad;         /* raw loads, completed first, a pause between the two loads */
+    long raw_wrong, raw_wrong_bad;         /* raw loads, posted first: the order the snapshot must not use */
+    char why[200];
+};
+
+static void pause_us(long us)
+{
+    struct timespec ts = {0, us * 1000};
+    nanosleep(&ts, NULL);
+}
+
+static void *reader_main(void *arg)
+{
+    struct reader *r = (struct reader *)arg;
+    rdmax_counters *cnt = &r->ctx->cnt;
+    while (!r->stop) {
+        for (int k = 0; k < 200 && !r->stop; k++) {
+            rdmax_profile_start_reads(r->prof);
+            int inflight = 0;
+            for (unsigned op = 0; op < RDMAX_OP__COUNT; op++) {
+                uint64_t po = 0, co = 0;
+                rdmax_profile_read_u64(r->prof, RDMAX_PROFILE_VAR_POSTED(op), &po);
+                rdmax_profile_read_u64(r->prof, RDMAX_PROFILE_VAR_COMPLETED(op), &co);
+                if (co > po && r->bad++ == 0)
+                    snprintf(r->why, sizeof r->why, "%s: completed %llu > posted %llu", rdmax_op_str((rdmax_op)op),
+                             (unsigned long long)co, (unsigned long long)po);
+                inflight |= po > co;
+            }
+            rdmax_profile_end_reads(r->prof);
+            r->snaps++;
+            r->inflight += inflight;
+        }
+        /* The same invariant with a pause between the two loads, in the snapshot's order ... */
+        uint64_t c1 = __atomic_load_n(&cnt->completed[RDMAX_OP_PUT], __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        pause_us(5000);
+        uint64_t p1 = __atomic_load_n(&cnt->posted[RDMAX_OP_PUT], __ATOMIC_RELAXED);
+        r->raw_right++;
+        r->raw_right_bad += c1 > p1;
+        /* ... and in the wrong order, which must fail sometimes: proof that this test can fail. */
+        uint64_t p2 = __atomic_load_n(&cnt->posted[RDMAX_OP_PUT], __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        pause_us(5000);
+        uint64_t c2 = __atomic_load_n(&cnt->completed[RDMAX_OP_PUT], __ATOMIC_RELAXED);
+        r->raw_wrong++;
+        r->raw_wrong_bad += c2 > p2;
+    }
+    return NULL;
+}
+
+static void snapshot_case(void)
+{
+    rdmax_ctx *c = open_ctx();
+    rdmax_profile *p = NULL;
+    rdmax_ep *a = NULL, *b = NULL;
+    rdmax_mem *src = NULL, *dst = NULL;
+    struct reader r;
+    pthread_t th;
+    int started = 0;
+    memset(&r, 0, sizeof r);
+    tl_begin("snapshot/completed <= posted while another thread runs operations");
+    REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
+    REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    REQUIRE(rdmax_mem_alloc(c, 1 << 16, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc");
+    REQUIRE(rdmax_mem_alloc(c, 1 << 16, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_READ |
+                                            RDMAX_ACCESS_REMOTE_ATOMIC, &dst) == RDMAX_OK, "alloc");
+    r.ctx = c;
+    r.prof = p;
+    REQUIRE(pthread_create(&th, NULL, reader_main, &r) == 0, "pthread_create");
+    started = 1;
+    /* The context's thread: puts (inline and not, with and without completions), chained puts, gets
+       and fetch-adds, progressing whenever something is refused. */
+    rdmax_comp comps[64];
+    memset(comps, 0, sizeof comps);
+    long ops = 0;
+    double t_end = now_s() + 3.0;
+    uint64_t *res = (uint64_t *)((char *)src->addr + 60000);
+    while (now_s() < t_end) {
+        for (int i = 0; i < 64; i++) {
+            rdmax_comp *cp = &comps[i];
+            if (cp->user && !cp->done)
+                continue;  /* still in flight */
+            memset(cp, 0, sizeof *cp);
+            cp->user = cp;
+            rdmax_status st;
+            switch (i % 4) {
+            case 0:
+                st = rdmax_put(a, src->addr, 32, NULL, (uintptr_t)dst->addr, dst->rkey, NULL);
+                cp->user = NULL;
+                break;
+            case 1:
+                st = rdmax_put(a, src->addr, 4096, src, (uintptr_t)dst->addr + 4096, dst->rkey, cp);
+                break;
+            case 2:
+                st = rdmax_get(a, (char *)src->addr + 8192, 512, src, (uintptr_t)dst->addr + 8192, dst->rkey, cp);
+                break;
+            default:
+                st = rdmax_fadd(a, res, src, (uintptr_t)dst->addr + 16384, dst->rkey, 1, cp);
+                break;
+            }
+            if (st == RDMAX_OK || st == RDMAX_INPROGRESS)
+                ops++;
+            else
+                cp->user = NULL;
+            if (st != RDMAX_OK && st != RDMAX_INPROGRESS && st != RDMAX_ERR_NO_RESOURCE)
+                tl_fail(__FILE__, __LINE__, "operation: %s", rdmax_status_str(st));
+        }
+        rdmax_batch_begin(a);
+        for (int i = 0; i < 8; i++)
+            if (rdmax_put(a, src->addr, 16, NULL, (uintptr_t)dst->addr + 32768, dst->rkey, NULL) == RDMAX_OK)
+                ops++;
+        rdmax_batch_end(a);
+        rdmax_progress(c);
+    }
+    rdmax_ep_flush(a, T_MS);
+    r.stop = 1;
+    pthread_join(th, NULL);
+    started = 0;
+    printf("INFO snapshot: %ld operations, %ld snapshots (%ld with operations in flight); paused reads: "
+           "right order %ld/%ld violations, wrong order %ld/%ld violations\n", ops, r.snaps, r.inflight,
+           r.raw_right_bad, r.raw_right, r.raw_wrong_bad, r.raw_wrong);
+    CHECK(r.bad == 0, "%ld of %ld snapshots broke completed <= posted, first: %s", r.bad, r.snaps, r.why);
+    CHECK(r.snaps >= 1000, "only %ld snapshots", r.snaps);
+    CHECK(r.inflight > 0, "no snapshot saw an operation in flight: the reader did not race the context");
+    CHECK(r.raw_right_bad == 0, "completed-then-posted loads broke the invariant %ld times", r.raw_right_bad);
+    CHECK(r.raw_wrong_bad > 0, "posted-then-completed loads never broke it (%ld tries): this test cannot fail",
+          r.raw_wrong);
+    CHECK(rd(p, RDMAX_PROFILE_VAR_COMPLETED(RDMAX_OP_PUT)) == rd(p, RDMAX_PROFILE_VAR_POSTED(RDMAX_OP_PUT)),
+          "after the flush, completed != posted");
+    tl_end();
+out:
+    if (started) {
+        r.stop = 1;
+        pthread_join(th, NULL);
+    }
+    rdmax_profile_close(p);
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(src);
+    rdmax_mem_free(dst);
+    destroy_ctx(c);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* ---- events ------------------------------------------------------------------------------------- */
+#define EVKEEP 64
+struct evlog {
+    int n[RDMAX_PROFILE_EVENT__COUNT];
+    rdmax_ep *ep[EVKEEP];
+    uint64_t detail[EVKEEP];
+    int type[EVKEEP];
+    int total;
+    rdmax_profile *prof;   /* the profile the callback was registered on */
+    int wrong_prof;
+    int reg_from_cb;       /* status of a registration tried from inside the callback */
+    int try_reg;
+};
+
+static void on_event(rdmax_profile *prof, rdmax_profile_event type, rdmax_ep *ep, uint64_t detail, void *user)
+{
+    struct evlog *e = (struct evlog *)user;
+    if (prof != e->prof)
+        e->wrong_prof++;
+    if ((unsigned)type < RDMAX_PROFILE_EVENT__COUNT)
+        e->n[type]++;
+    if (e->total < EVKEEP) {
+        e->ep[e->total] = ep;
+        e->detail[e->total] = detail;
+        e->type[e->total] = (int)type;
+    }
+    e->total++;
+    if (e->try_reg)
+        e->reg_from_cb = rdmax_profile_reg_event(prof, RDMAX_PROFILE_EVENT_EP_ERROR, on_event, user);
+}
+
+/* The dispatcher alone: what the library's calls will reach. */
+static void events_dispatch_case(void)
+{
+    rdmax_ctx *c = open_ctx();
+    rdmax_profile *p1 = NULL, *p2 = NULL;
+    struct evlog e1, e2;
+    memset(&e1, 0, sizeof e1);
+    memset(&e2, 0, sizeof e2);
+    tl_begin("events/dispatch: once per event and registered profile");
+    REQUIRE(rdmax_profile_open(c, &p1) == RDMAX_OK && rdmax_profile_open(c, &p2) == RDMAX_OK, "open");
+    e1.prof = p1;
+    e2.prof = p2;
+    CHECK(!rdmax__profile_wants(c, RDMAX_PROFILE_EVENT_SQ_FULL), "wants an event nobody registered");
+    CHECK_ST(rdmax_profile_reg_event(p1, RDMAX_PROFILE_EVENT_SQ_FULL, on_event, &e1), RDMAX_OK);
+    CHECK_ST(rdmax_profile_reg_event(p2, RDMAX_PROFILE_EVENT_SQ_FULL, on_event, &e2), RDMAX_OK);
+    CHECK_ST(rdmax_profile_reg_event(p2, RDMAX_PROFILE_EVENT_RCACHE_EVICT, on_event, &e2), RDMAX_OK);
+    CHECK_ST(rdmax_profile_reg_event(p1, (rdmax_profile_event)RDMAX_PROFILE_EVENT__COUNT, on_event, &e1),
+             RDMAX_ERR_INVALID_PARAM);
+    CHECK(rdmax__profile_wants(c, RDMAX_PROFILE_EVENT_SQ_FULL), "mask misses a registered event");
+#ifdef RDMAX__PROF_CTX_FIELDS
+    CHECK(!rdmax__profile_wants(c, RDMAX_PROFILE_EVENT_EP_ERROR), "mask has an event nobody registered");
+#endif
+    rdmax_ep *fake = (rdmax_ep *)(uintptr_t)0x1000;
+    for (int i = 0; i < 3; i++)
+        RDMAX__PROFILE_EVENT(c, RDMAX_PROFILE_EVENT_SQ_FULL, fake, (uint64_t)i);
+    RDMAX__PROFILE_EVENT(c, RDMAX_PROFILE_EVENT_RCACHE_EVICT, NULL, 4096);
+    RDMAX__PROFILE_EVENT(c, RDMAX_PROFILE_EVENT_EP_ERROR, fake, 12);
+    CHECK(e1.n[RDMAX_PROFILE_EVENT_SQ_FULL] == 3 && e1.total == 3, "profile 1: %d events, %d sq_full", e1.total,
+          e1.n[RDMAX_PROFILE_EVENT_SQ_FULL]);
+    CHECK(e2.n[RDMAX_PROFILE_EVENT_SQ_FULL] == 3 && e2.n[RDMAX_PROFILE_EVENT_RCACHE_EVICT] == 1 && e2.total == 4,
+          "profile 2: %d events", e2.total);
+    CHECK(e1.ep[0] == fake && e1.detail[2] == 2 && e2.ep[3] == NULL && e2.detail[3] == 4096, "ep or detail wrong");
+    CHECK(e1.wrong_prof == 0 && e2.wrong_prof == 0, "callback got another profile");
+    /* registering from a callback is refused; unregistering and closing stop the calls */
+    e1.try_reg = 1;
+    RDMAX__PROFILE_EVENT(c, RDMAX_PROFILE_EVENT_SQ_FULL, fake, 0);
+    CHECK_ST(e1.reg_from_cb, RDMAX_ERR_INVALID_PARAM);
+    e1.try_reg = 0;
+    CHECK_ST(rdmax_profile_reg_event(p1, RDMAX_PROFILE_EVENT_SQ_FULL, NULL, NULL), RDMAX_OK);
+    rdmax_profile_close(p2);
+    p2 = NULL;
+    int before = e1.total + e2.total;
+    RDMAX__PROFILE_EVENT(c, RDMAX_PROFILE_EVENT_SQ_FULL, fake, 0);
+    RDMAX__PROFILE_EVENT(c, RDMAX_PROFILE_EVENT_RCACHE_EVICT, NULL, 0);
+    CHECK(e1.total + e2.total == before, "events after unregister/close");
+    CHECK(!rdmax__profile_wants(c, RDMAX_PROFILE_EVENT_SQ_FULL), "mask still set after unregister");
+    CHECK(!strcmp(rdmax_profile_event_str(RDMAX_PROFILE_EVENT_EP_ERROR), "ep_error"), "event name");
+    tl_end();
+out:
+    rdmax_profile_close(p1);
+    rdmax_profile_close(p2);
+    destroy_ctx(c);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* Connected: once per connect, with the endpoint and the peer's QP number. */
+static void events_connected_case(void)
+{
+    rdmax_ctx *c = open_ctx();
+    rdmax_profile *p = NULL;
+    rdmax_ep *a = NULL, *b = NULL;
+    struct evlog e;
+    memset(&e, 0, sizeof e);
+    tl_begin("events/ep_connected once per connect");
+    REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
+    e.prof = p;
+    CHECK_ST(rdmax_profile_reg_event(p, RDMAX_PROFILE_EVENT_EP_CONNECTED, on_event, &e), RDMAX_OK);
+    REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    CHECK(e.total == 2 && e.n[RDMAX_PROFILE_EVENT_EP_CONNECTED] == 2, "%d events for one pair", e.total);
+    CHECK(e.ep[0] == a && e.ep[1] == b, "events name the wrong endpoints");
+    CHECK(e.detail[0] == b->qp->qp_num && e.detail[1] == a->qp->qp_num, "detail is not the peer's QP number");
+    tl_end();
+out:
+    rdmax_profile_close(p);
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    destroy_ctx(c);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* A peer process killed: exactly one endpoint-error event, however many operations fail after it. */
+static void events_killed_peer_case(void)
+{
+    rdmax_ctx *c = open_ctx();
+    rdmax_profile *p = NULL;
+    rdmax_listener *l = NULL;
+    rdmax_ep *ep = NULL;
+    rdmax_mem *m = NULL;
+    pid_t pid = -1;
+    struct evlog e;
+    memset(&e, 0, sizeof e);
+    tl_begin("events/peer process killed: one ep_error");
+    REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
+    e.prof = p;
+    CHECK_ST(rdmax_profile_reg_event(p, RDMAX_PROFILE_EVENT_EP_ERROR, on_event, &e), RDMAX_OK);
+    CHECK_ST(rdmax_profile_reg_event(p, RDMAX_PROFILE_EVENT_EP_CONNECTED, on_event, &e), RDMAX_OK);
+    REQUIRE(rdmax_listen(c, "127.0.0.1", 0, &l) == RDMAX_OK, "listen");
+    uint16_t port = rdmax_listener_port(l);
+    int pipefd[2];
+    REQUIRE(pipe(pipefd) == 0, "pipe");
+    pid = fork();
+    if (pid == 0) {
+        rdmax_ctx *cc = open_ctx();
+        rdmax_ep *ce;
+        rdmax_mem *pm;
+        if (rdmax_mem_alloc(cc, 65536, RDMAX_ACCESS_REMOTE_WRITE, &pm) != RDMAX_OK)
+            _exit(2);
+        rdmax_ep_desc d;
+        memset(&d, 0, sizeof d);
+        d.expose = pm;
+        if (rdmax_connect(cc, "127.0.0.1", port, &d, &ce, 5000) != RDMAX_OK)
+            _exit(3);
+        if (write(pipefd[1], "c", 1) != 1)
+            _exit(4);
+        for (;;)
+            rdmax_progress(cc);
+    }
+    REQUIRE(rdmax_accept(l, NULL, &ep, 5000) == RDMAX_OK, "accept: %s", g_lastlog);
+    char ch;
+    REQUIRE(read(pipefd[0], &ch, 1) == 1, "child did not connect");
+    CHECK(e.n[RDMAX_PROFILE_EVENT_EP_CONNECTED] == 1 && e.ep[0] == ep, "%d connected events for one accept",
+          e.n[RDMAX_PROFILE_EVENT_EP_CONNECTED]);
+    REQUIRE(rdmax_mem_alloc(c, 65536, RDMAX_ACCESS_LOCAL, &m) == RDMAX_OK, "alloc");
+    rdmax_comp comp;
+    memset(&comp, 0, sizeof comp);
+    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, ep->remote.addr, ep->remote.rkey, &comp), RDMAX_INPROGRESS);
+    CHECK(wait_comp(c, &comp) == 0 && comp.status == RDMAX_OK, "put to the live peer: %s", rdmax_status_str(comp.status));
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    pid = -1;
+    /* several operations in flight when the peer is gone: one fails, the rest are flushed */
+    rdmax_comp cs[8];
+    memset(cs, 0, sizeof cs);
+    for (int i = 0; i < 8; i++)
+        CHECK_ST(rdmax_put(ep, m->addr, 4096, m, ep->remote.addr, ep->remote.rkey, &cs[i]), RDMAX_INPROGRESS);
+    for (int i = 0; i < 8; i++)
+        CHECK(wait_comp(c, &cs[i]) == 0, "no completion %d", i);
+    CHECK_ST(cs[0].status, RDMAX_ERR_RETRY_EXCEEDED);
+    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, ep->remote.addr, ep->remote.rkey, NULL), RDMAX_ERR_ENDPOINT);
+    rdmax_ep_flush(ep, 2000);
+    for (int i = 0; i < 100; i++)
+        rdmax_progress(c);
+    uint64_t errs = rd(p, RDMAX_PROFILE_VAR_EP_ERRORS), errcqes = rd(p, RDMAX_PROFILE_VAR_ERR_CQES);
+    CHECK(errs == 1, "ep_errors %llu", (unsigned long long)errs);
+    CHECK(errcqes >= 1, "err_cqes %llu", (unsigned long long)errcqes);
+    CHECK(e.n[RDMAX_PROFILE_EVENT_EP_ERROR] == 1, "%d ep_error events for one dead peer",
+          e.n[RDMAX_PROFILE_EVENT_EP_ERROR]);
+    CHECK(e.total >= 2 && e.ep[1] == ep && e.detail[1] == IBV_WC_RETRY_EXC_ERR, "event names ep %p detail %llu",
+          (void *)e.ep[1], (unsigned long long)e.detail[1]);
+    tl_end();
+out:
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    rdmax_profile_close(p);
+    rdmax_ep_destroy(ep);
+    rdmax_mem_free(m);
+    rdmax_listener_close(l);
+    destroy_ctx(c);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* Send queue full: one event per refused post, naming the resource. */
+static void events_sq_full_case(void)
+{
+    rdmax_ctx *c = open_ctx();
+    rdmax_profile *p = NULL;
+    rdmax_ep *a = NULL, *b = NULL;
+    rdmax_mem *src = NULL, *dst = NULL;
+    struct evlog e;
+    memset(&e, 0, sizeof e);
+    tl_begin("events/sq_full once per refused post");
+    REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
+    e.prof = p;
+    CHECK_ST(rdmax_profile_reg_event(p, RDMAX_PROFILE_EVENT_SQ_FULL, on_event, &e), RDMAX_OK);
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.sq_depth = 16;
+    REQUIRE(rdmax_ep_create_pair(c, &d, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    REQUIRE(rdmax_mem_alloc(c, 4096, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc");
+    REQUIRE(rdmax_mem_alloc(c, 4096, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
+    uint64_t nr0 = rd(p, RDMAX_PROFILE_VAR_NO_RESOURCE);
+    int ok = 0, refused = 0;
+    for (int i = 0; i < 40; i++) {
+        rdmax_status st = rdmax_put(a, src->addr, 1024, src, (uintptr_t)dst->addr, dst->rkey, NULL);
+        if (st == RDMAX_INPROGRESS)
+            ok++;
+        else if (st == RDMAX_ERR_NO_RESOURCE)
+            refused++;
+        else
+            CHECK_ST(st, RDMAX_INPROGRESS);
+    }
+    uint64_t nr = rd(p, RDMAX_PROFILE_VAR_NO_RESOURCE) - nr0;
+    CHECK(ok == 16 && refused == 24, "%d posted, %d refused with a 16-slot send queue", ok, refused);
+    CHECK(nr == (uint64_t)refused, "no_resource counted %llu of %d refusals", (unsigned long long)nr, refused);
+    CHECK(e.n[RDMAX_PROFILE_EVENT_SQ_FULL] == refused, "%d sq_full events for %d refusals",
+          e.n[RDMAX_PROFILE_EVENT_SQ_FULL], refused);
+    CHECK(e.ep[0] == a && e.detail[0] == RDMAX_PROFILE_NORES_SQ, "event ep %p detail %llu", (void *)e.ep[0],
+          (unsigned long long)e.detail[0]);
+    CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush");
+    tl_end();
+out:
+    rdmax_profile_close(p);
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(src);
+    rdmax_mem_free(dst);
+    destroy_ctx(c);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* Registration cache: one event per eviction and per invalidation (explicit and from munmap). */
+static void events_rcache_case(void)
+{
+    enum { BUF = 8192, STRIDE = 65536, NB = 4 };
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.rcache_max_regions = 2;
+    rdmax_ctx *c = open_ctx2(&cd);
+    rdmax_profile *p = NULL;
+    rdmax_ep *a = NULL, *b = NULL;
+    rdmax_mem *dst = NULL;
+    char *base = NULL;
+    struct evlog e;
+    memset(&e, 0, sizeof e);
+    tl_begin("events/rcache: one per eviction and invalidation");
+    REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
+    e.prof = p;
+    CHECK_ST(rdmax_profile_reg_event(p, RDMAX_PROFILE_EVENT_RCACHE_EVICT, on_event, &e), RDMAX_OK);
+    CHECK_ST(rdmax_profile_reg_event(p, RDMAX_PROFILE_EVENT_RCACHE_INVALIDATE, on_event, &e), RDMAX_OK);
+    REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    REQUIRE(rdmax_mem_alloc(c, BUF, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
+    /* buffers STRIDE apart: never touching, so the cache cannot merge them */
+    base = (char *)mmap(NULL, (size_t)NB * 2 * STRIDE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(base != MAP_FAILED, "mmap");
+    memset(base, 1, (size_t)NB * 2 * STRIDE);
+    for (int i = 0; i < NB; i++) {
+        rdmax_comp comp;
+        memset(&comp, 0, sizeof comp);
+        CHECK_ST(put_retry(c, a, base + (size_t)i * 2 * STRIDE, BUF, NULL, (uintptr_t)dst->addr, dst->rkey, &comp),
+                 RDMAX_INPROGRESS);
+        CHECK(wait_comp(c, &comp) == 0 && comp.status == RDMAX_OK, "put %d: %s", i, rdmax_status_str(comp.status));
+    }
+    uint64_t ev = rd(p, RDMAX_PROFILE_VAR_RCACHE_EVICTIONS);
+    CHECK(ev == NB - 2, "%llu evictions with room for 2 regions and %d buffers", (unsigned long long)ev, NB);
+    /* explicit invalidation of the newest buffer */
+    int dropped = rdmax_rcache_invalidate(rdmax_ctx_rcache(c), base + (size_t)(NB - 1) * 2 * STRIDE, BUF);
+    CHECK(dropped == 1, "invalidate dropped %d regions", dropped);
+    /* munmap of the other cached one; the next get applies it */
+    CHECK(munmap(base + (size_t)(NB - 2) * 2 * STRIDE, 2 * STRIDE) == 0, "munmap");
+    rdmax_comp comp;
+    memset(&comp, 0, sizeof comp);
+    CHECK_ST(put_retry(c, a, base, BUF, NULL, (uintptr_t)dst->addr, dst->rkey, &comp), RDMAX_INPROGRESS);
+    CHECK(wait_comp(c, &comp) == 0 && comp.status == RDMAX_OK, "put after munmap: %s", rdmax_status_str(comp.status));
+    uint64_t inv = rd(p, RDMAX_PROFILE_VAR_RCACHE_INVALIDATIONS);
+    int hooks = (rdmax_rcache_memhooks() & RDMAX_RCACHE_HOOKS_INTERPOSED) != 0;
+    CHECK(inv == (uint64_t)(1 + hooks), "%llu invalidations (memory hooks %s)", (unsigned long long)inv,
+          hooks ? "on" : "off");
+    CHECK(e.n[RDMAX_PROFILE_EVENT_RCACHE_EVICT] == (int)ev, "%d evict events for %llu evictions",
+          e.n[RDMAX_PROFILE_EVENT_RCACHE_EVICT], (unsigned long long)ev);
+    CHECK(e.n[RDMAX_PROFILE_EVENT_RCACHE_INVALIDATE] == (int)inv, "%d invalidate events for %llu invalidations",
+          e.n[RDMAX_PROFILE_EVENT_RCACHE_INVALIDATE], (unsigned long long)inv);
+    for (int i = 0; i < e.total && i < EVKEEP; i++)
+        CHECK(e.ep[i] == NULL && e.detail[i] == BUF, "event %d: ep %p, %llu bytes", i, (void *)e.ep[i],
+              (unsigned long long)e.detail[i]);
+    tl_end();
+out:
+    rdmax_profile_close(p);
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(dst);
+    destroy_ctx(c);
+    if (base && base != MAP_FAILED) {
+        munmap(base, (size_t)(NB - 2) * 2 * STRIDE);
+        munmap(base + (size_t)(NB - 1) * 2 * STRIDE, 2 * STRIDE);
+    }
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* ---- log dedupe -------------------------------------------------------------------------------- */
+static void dedupe_logic_case(void)
+{
+    struct rdmax__log_dd dd;
+    memset(&dd, 0, sizeof dd);
+    dd.lvl = -1;
+    char s[160];
+    int sl, f, printed = 0, summaries = 0;
+    const uint64_t ms = 1000000;
+    tl_begin("dedupe/logic");
+    f = rdmax__log_dd_step(&dd, "rxe0", RDMAX_LOG_ERROR, "A failed", 0, s, sizeof s, &sl);
+    CHECK(f == RDMAX__LOG_DD_PRINT, "first message: flags %d", f);
+    for (int i = 1; i <= 999; i++) {
+        f = rdmax__log_dd_step(&dd, "rxe0", RDMAX_LOG_ERROR, "A failed", (uint64_t)i * ms, s, sizeof s, &sl);
+        printed += (f & RDMAX__LOG_DD_PRINT) != 0;
+        summaries += (f & RDMAX__LOG_DD_SUMMARY) != 0;
+    }
+    CHECK(printed == 0 && summaries == 0, "repeats within a second: %d printed, %d summaries", printed, summaries);
+    f = rdmax__log_dd_step(&dd, "rxe0", RDMAX_LOG_WARN, "A failed", 1000 * ms, s, sizeof s, &sl);
+    CHECK(f == (RDMAX__LOG_DD_PRINT | RDMAX__LOG_DD_SUMMARY), "same text at another level: flags %d", f);
+    CHECK(!strcmp(s, "device rxe0: last message repeated 999 times") && sl == RDMAX_LOG_ERROR, "summary '%s' level %d",
+          s, sl);
+    f = rdmax__log_dd_step(&dd, "rxe0", RDMAX_LOG_WARN, "B", 1001 * ms, s, sizeof s, &sl);
+    CHECK(f == RDMAX__LOG_DD_PRINT, "a new message after no repeats: flags %d", f);
+    /* a run of 25 s: a summary every RDMAX_LOG_REPEAT_MS, nothing else */
+    printed = summaries = 0;
+    uint64_t counted = 0;
+    for (uint64_t t = 1002; t < 1002 + 25000; t++) {
+        f = rdmax__log_dd_step(&dd, "", RDMAX_LOG_WARN, "B", t * ms, s, sizeof s, &sl);
+        printed += (f & RDMAX__LOG_DD_PRINT) != 0;
+        if (f & RDMAX__LOG_DD_SUMMARY) {
+            unsigned long long k = 0;
+            CHECK(sscanf(s, "last message repeated %llu times", &k) == 1, "summary '%s'", s);
+            counted += k;
+            summaries++;
+        }
+    }
+    CHECK(printed == 0 && summaries == 25000 / RDMAX_LOG_REPEAT_MS, "25 s run: %d printed, %d summaries", printed,
+          summaries);
+    CHECK(counted + dd.repeats == 25000, "summaries count %llu + %llu pending, expected 25000",
+          (unsigned long long)counted, (unsigned long long)dd.repeats);
+    tl_end();
+}
+
+/* Through the context: 1000 identical errors reach the logger once, then "repeated 999 times". */
+static void vlog_like(rdmax_ctx *c, const char *msg)
+{
+    rdmax__log(c, RDMAX_LOG_ERROR, "%s", msg);
+}
+
+static void dedupe_ctx_case(void)
+{
+    rdmax_ctx *c = open_ctx();
+    tl_begin("dedupe/1000 identical errors through a context");
+    g_nlogs = 0;
+    for (int i = 0; i < 1000; i++) {
+        /* a real library error: registering memory that is not mapped */
+        rdmax_mem *m = NULL;
+        CHECK(rdmax_mem_reg(c, (void *)(uintptr_t)0x1000, 4096, RDMAX_ACCESS_LOCAL, &m) != RDMAX_OK, "reg of page 1");
+    }
+    int n1 = g_nlogs;
+    char first[256];
+    snprintf(first, sizeof first, "%s", g_logs[0]);
+    vlog_like(c, "another error");
+    for (int i = 0; i < 5; i++)
+        vlog_like(c, "another error");
+    int n2 = g_nlogs;
+    destroy_ctx(c);
+    c = NULL;
+    CHECK(n1 == 1, "the logger got %d lines for 1000 identical errors", n1);
+    CHECK(strstr(first, "ibv_reg_mr(0x1000, 4096) failed") != NULL, "first line '%s'", first);
+    CHECK(n2 == 3 && strstr(g_logs[1], "last message repeated 999 times") && !strcmp(g_logs[2], "another error"),
+          "after a new error: %d lines, '%s', '%s'", n2, g_logs[1], g_logs[2]);
+    CHECK(g_nlogs == 4 && strstr(g_logs[3], "last message repeated 5 times"), "at destroy: %d lines, last '%s'",
+          g_nlogs, g_nlogs > 3 ? g_logs[3] : "");
+    tl_end();
+}
+
+/* ---- profile points ---------------------------------------------------------------------------- */
+struct row {
+    char status[8], name[32];
+    double total;
+    unsigned long long nr, avg;
+};
+
+static int parse_table(const char *text, struct row *rows, int max)
+{
+    int n = 0;
+    const char *l = text;
+    while (l && *l && n < max) {
+        struct row r;
+        if (sscanf(l, "%7s %31s %lf %llu %llu", r.status, r.name, &r.total, &r.nr, &r.avg) == 5 &&
+            (!strcmp(r.status, "on") || !strcmp(r.status, "off")))
+            rows[n++] = r;
+        l = strchr(l, '\n');
+        if (l)
+            l++;
+    }
+    return n;
+}
+
+static const struct row *find_row(const struct row *rows, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(rows[i].name, name))
+            return &rows[i];
+    return NULL;
+}
+
+static void points_case(void)
+{
+    enum { N = 200 };
+    rdmax_ctx *c = open_ctx();
+    rdmax_ep *a = NULL, *b = NULL;
+    rdmax_mem *dst = NULL;
+    char *plain = NULL, *text = NULL;
+    size_t tlen = 0;
+    tl_begin("points/print (%s)",
+#ifdef RDMAX_PROFILE
+             "RDMAX_PROFILE"
+#else
+             "compiled out"
+#endif
+    );
+    REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    REQUIRE(rdmax_mem_alloc(c, 8192, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
+    plain = (char *)aligned_alloc(4096, 8192);
+    REQUIRE(plain, "malloc");
+    memset(plain, 3, 8192);
+    for (int i = 0; i < N; i++) {
+        rdmax_comp comp;
+        memset(&comp, 0, sizeof comp);
+        /* before the paste the library has no points: time the test's own calls instead */
+        RDMAX__PROF_BEGIN(c, RCACHE_GET);
+        rdmax_status st = put_retry(c, a, plain, 8192, NULL, (uintptr_t)dst->addr, dst->rkey, &comp);
+        RDMAX__PROF_END(c, RCACHE_GET);
+        CHECK_ST(st, RDMAX_INPROGRESS);
+        CHECK(wait_comp(c, &comp) == 0 && comp.status == RDMAX_OK, "put: %s", rdmax_status_str(comp.status));
+    }
+    FILE *f = open_memstream(&text, &tlen);
+    REQUIRE(f, "open_memstream");
+    rdmax_profile_print(c, f);
+    fclose(f);
+    fputs(text, stdout);
+    struct row rows[16];
+    int n = parse_table(text, rows, 16);
+    CHECK(n == RDMAX__PROF_POINT__COUNT, "%d table rows", n);
+    CHECK(strstr(text, "put.posted: ") && strstr(text, "rcache.hits: "), "variables missing from the print");
+    const struct row *rget = find_row(rows, n, "rcache_get"), *rpost = find_row(rows, n, "post"),
+                     *rpoll = find_row(rows, n, "poll"), *rprog = find_row(rows, n, "progress");
+    REQUIRE(rget && rpost && rpoll && rprog && find_row(rows, n, "arb_dispatch"), "a point is missing");
+#ifdef RDMAX_PROFILE
+    for (int i = 0; i < n; i++)
+        CHECK(!strcmp(rows[i].status, "on"), "%s is %s", rows[i].name, rows[i].status);
+    CHECK(rget->nr == 2 * N, "rcache_get counted %llu (expected %d: the library's %d and the test's %d)",
+          rget->nr, 2 * N, N, N);
+    CHECK(rpost->nr >= N && rpoll->nr > 0 && rprog->nr > 0, "post %llu poll %llu progress %llu", rpost->nr,
+          rpoll->nr, rprog->nr);
+    CHECK(rget->avg > 0 && rget->total > 0, "no time measured");
+    CHECK(rget->total * 1e9 >= (double)rget->avg * (double)rget->nr * 0.99 &&
+          rget->total * 1e9 <= (double)rget->avg * (double)rget->nr * 1.01 + 1, "total %.9f != avg %llu x nr %llu",
+          rget->total, rget->avg, rget->nr);
+#else
+    for (int i = 0; i < n; i++)
+        CHECK(!strcmp(rows[i].status, "off") && rows[i].nr == 0, "%s: %s, %llu", rows[i].name, rows[i].status,
+              rows[i].nr);
+#endif
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(dst);
+    destroy_ctx(c);
+    free(plain);
+    free(text);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* ---- overhead, for the record (INFO lines, no verdict) ------------------------------------------- */
+static void overhead_info(void)
+{
+    rdmax_ctx *c = open_ctx();
+    rdmax_ep *a = NULL, *b = NULL;
+    rdmax_mem *src = NULL, *dst = NULL;
+    rdmax_profile *p = NULL;
+    if (rdmax_ep_create_pair(c, NULL, &a, &b) != RDMAX_OK || rdmax_mem_alloc(c, 4096, 0, &src) != RDMAX_OK ||
+        rdmax_mem_alloc(c, 4096, RDMAX_ACCESS_REMOTE_WRITE, &dst) != RDMAX_OK || rdmax_profile_open(c, &p) != RDMAX_OK) {
+        printf("INFO overhead: setup failed\n");
+        goto out;
+    }
+    /* inline puts + progress: the fast path with (or without) the points */
+    for (int rep = 0; rep < 3; rep++) {
+        long n = 0;
+        double t0 = now_s();
+        while (n < 50000) {
+            if (rdmax_put(a, src->addr, 8, NULL, (uintptr_t)dst->addr, dst->rkey, NULL) == RDMAX_OK)
+                n++;
+            rdmax_progress(c);
+        }
+        double t1 = now_s();
+        printf("INFO overhead: put(8 B inline)+progress: %.0f ns per iteration%s\n", (t1 - t0) * 1e9 / (double)n,
+#ifdef RDMAX_PROFILE
+               " [RDMAX_PROFILE]"
+#else
+               ""
+#endif
+        );
+    }
+    rdmax_ep_flush(a, T_MS);
+    {
+        enum { K = 200000 };
+        double t0 = now_s();
+        for (int i = 0; i < K; i++) {
+            rdmax_profile_start_reads(p);
+            rdmax_profile_end_reads(p);
+        }
+        double t1 = now_s();
+        printf("INFO overhead: snapshot of %d variables: %.0f ns\n", (int)RDMAX_PROFILE_VAR__COUNT,
+               (t1 - t0) * 1e9 / K);
+    }
+#ifdef RDMAX_PROFILE
+    {
+        enum { K = 1000000 };
+        double t0 = now_s();
+        for (int i = 0; i < K; i++) {
+            RDMAX__PROF_BEGIN(c, DISPATCH);
+            __asm__ volatile("" ::: "memory");
+            RDMAX__PROF_END(c, DISPATCH);
+        }
+        double t1 = now_s();
+        printf("INFO overhead: one BEGIN/END pair: %.1f ns (%s)\n", (t1 - t0) * 1e9 / K,
+               RDMAX__PROF_TSC ? "rdtsc" : "clock_gettime");
+    }
+#endif
+out:
+    rdmax_profile_close(p);
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(src);
+    rdmax_mem_free(dst);
+    destroy_ctx(c);
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGPIPE, SIG_IGN);
+    printf("INFO profile_test: %s\n",
+#ifdef RDMAX_PROFILE
+           "RDMAX_PROFILE"
+#else
+           "no RDMAX_PROFILE"
+#endif
+    );
+    int only_overhead = argc > 1 && !strcmp(argv[1], "overhead");
+    if (!only_overhead) {
+        vars_list_case();
+        vars_puts_case();
+        snapshot_case();
+        events_dispatch_case();
+        events_connected_case();
+        events_killed_peer_case();
+        events_sq_full_case();
+        events_rcache_case();
+        dedupe_logic_case();
+        dedupe_ctx_case();
+        points_case();
+    }
+    overhead_info();
+    return tl_failed_total ? 1 : 0;
+}
