@@ -7,8 +7,24 @@
          region allocation); the lead adds ibv_reg_mr on the device.
    Each case runs --reps times, alternating rdmax and UCX; the median per operation is printed.
 
+   Device cases (--device, or $RDMAX_TEST_DEV0 set; --device-only skips the cases above): the miss
+   cost on a real device, for 4 KiB, 64 KiB and 1 MiB buffers, beside plain verbs:
+   dev_miss_inval_rdmax_SIZE  rdmax_rcache_get of a new buffer (ibv_reg_mr inside) + rdmax_rcache_put +
+                              rdmax_rcache_invalidate (ibv_dereg_mr inside), on the context's own cache
+   dev_miss_evict_rdmax_SIZE  get + put on a cache limited to one region: each miss evicts (deregisters)
+                              the previous buffer's region, then registers
+   dev_regdereg_ibv_SIZE      ibv_reg_mr + ibv_dereg_mr of the same buffers, same access flags
+   dev_miss_overhead_SIZE     dev_miss_inval_rdmax - dev_regdereg_ibv (ns the cache adds to a miss)
+   dev_miss_ratio_SIZE        dev_miss_inval_rdmax / dev_regdereg_ibv
+   dev_miss_inval_noop_SIZE   the dev_miss_inval loop on a cache whose reg/dereg ops do nothing: the
+                              cache's own share of a miss on this machine (table nodes freed by the
+                              invalidate and made again by the next miss, region slot, LRU)
+   --dev-bufs distinct page-aligned buffers (a gap page apart, so nothing merges) are cycled through,
+   --dev-reps repetitions alternate the three, the median per operation is printed. The device is
+   $RDMAX_TEST_DEV0, else $RDMAX_DEVICE, else the first active one.
+
    Build (from the repository root):
-     cc -O2 -g -I. bench/rcache_bench.c -lucs -lpthread -o rcache_bench
+     cc -O2 -g -I. bench/rcache_bench.c -lucs -libverbs -lnuma -lpthread -o rcache_bench
    Output: one line per case, `bench rcache case=NAME value=N unit=ns` (--format=csv|json too). */
 #define _GNU_SOURCE
 #define RDMAX_IMPLEMENTATION
@@ -30,6 +46,8 @@
 static size_t opt_regions = 10000, opt_size = 8192, opt_stride = 16384;
 static long opt_ops = 2000000;
 static int opt_reps = 11;
+static int opt_device, opt_host = 1, opt_dev_reps = 9;
+static size_t opt_dev_bufs = 64;
 static const char *opt_format = "text";
 static volatile uint64_t sink;
 
@@ -198,6 +216,163 @@ static void out(const char *cas, double v, const char *unit)
     }
 }
 
+/* ---- device: the miss cost with real registrations ---- */
+static rdmax_ctx *dev_open(uint32_t max_regions)
+{
+    rdmax_ctx_desc d;
+    rdmax_ctx *ctx;
+    rdmax_status st;
+    memset(&d, 0, sizeof d);
+    d.device = getenv("RDMAX_TEST_DEV0"); /* NULL: $RDMAX_DEVICE, else the first active device */
+    if (d.device && !*d.device) d.device = NULL;
+    d.rcache_max_regions = max_regions;
+    if ((st = rdmax_ctx_create(&d, &ctx)) != RDMAX_OK) {
+        fprintf(stderr, "rdmax_ctx_create: %s\n", rdmax_status_str(st));
+        exit(1);
+    }
+    /* the cache a context makes at its first raw buffer, made now */
+    if ((st = rdmax__rcache_open(ctx)) != RDMAX_OK || !rdmax_ctx_rcache(ctx)) {
+        fprintf(stderr, "rdmax__rcache_open: %s\n", rdmax_status_str(st));
+        exit(1);
+    }
+    return ctx;
+}
+
+static void dev_check(const char *what, int cond, const rdmax_rcache_stats *a, const rdmax_rcache_stats *b)
+{
+    if (cond) return;
+    fprintf(stderr, "%s: unexpected cache counters: misses %+lld hits %+lld reg %+lld dereg %+lld evictions %+lld "
+            "failures %+lld\n", what, (long long)(b->misses - a->misses), (long long)(b->hits - a->hits),
+            (long long)(b->reg_calls - a->reg_calls), (long long)(b->dereg_calls - a->dereg_calls),
+            (long long)(b->evictions - a->evictions), (long long)(b->reg_failures - a->reg_failures));
+    exit(1);
+}
+
+/* get (a miss: registers) + put + invalidate (deregisters), per buffer */
+static double dev_miss_inval(rdmax_rcache *rc, char *const *bufs, size_t n, size_t size)
+{
+    rdmax_rcache_stats a, b;
+    double t0, t;
+    size_t k;
+    rdmax_rcache_query_stats(rc, &a);
+    t0 = now_ns();
+    for (k = 0; k < n; k++) {
+        rdmax_rcache_region *r;
+        if (rdmax_rcache_get(rc, bufs[k], size, RDMAX_ACCESS_LOCAL, &r) != 0) abort();
+        sink += r->lkey;
+        rdmax_rcache_put(rc, r);
+        if (rdmax_rcache_invalidate(rc, bufs[k], size) != 1) abort();
+    }
+    t = (now_ns() - t0) / (double)n;
+    rdmax_rcache_query_stats(rc, &b);
+    dev_check("miss+invalidate", b.misses - a.misses == n && b.hits == a.hits && b.reg_calls - a.reg_calls == n &&
+              b.dereg_calls - a.dereg_calls == n && b.regions == 0, &a, &b);
+    return t;
+}
+
+/* get (a miss: evicts the previous region, registers) + put, on a cache limited to one region */
+static double dev_miss_evict(rdmax_rcache *rc, char *const *bufs, size_t n, size_t size)
+{
+    rdmax_rcache_stats a, b;
+    double t0, t;
+    size_t k;
+    rdmax_rcache_query_stats(rc, &a);
+    t0 = now_ns();
+    for (k = 0; k < n; k++) {
+        rdmax_rcache_region *r;
+        if (rdmax_rcache_get(rc, bufs[k], size, RDMAX_ACCESS_LOCAL, &r) != 0) abort();
+        sink += r->lkey;
+        rdmax_rcache_put(rc, r);
+    }
+    t = (now_ns() - t0) / (double)n;
+    rdmax_rcache_query_stats(rc, &b);
+    /* every get a miss; every one evicted the region before it (the first only if one was left) */
+    dev_check("miss+evict", b.misses - a.misses == n && b.hits == a.hits && b.evictions - a.evictions >= n - 1 &&
+              b.dereg_calls - a.dereg_calls == b.evictions - a.evictions && b.regions == 1, &a, &b);
+    return t;
+}
+
+static double dev_ibv(struct ibv_pd *pd, char *const *bufs, size_t n, size_t size)
+{
+    double t0 = now_ns();
+    size_t k;
+    for (k = 0; k < n; k++) {
+        struct ibv_mr *mr = ibv_reg_mr(pd, bufs[k], size, IBV_ACCESS_LOCAL_WRITE); /* what the cache asks */
+        if (!mr) {
+            perror("ibv_reg_mr");
+            exit(1);
+        }
+        sink += mr->lkey;
+        if (ibv_dereg_mr(mr)) {
+            perror("ibv_dereg_mr");
+            exit(1);
+        }
+    }
+    return (now_ns() - t0) / (double)n;
+}
+
+static void out(const char *cas, double v, const char *unit);
+
+static void device_cases(void)
+{
+    static const size_t sizes[] = {4096, 65536, 1u << 20};
+    rdmax_ctx *ci = dev_open(0), *ce = dev_open(1);
+    rdmax_rcache *rci = rdmax_ctx_rcache(ci), *rce = rdmax_ctx_rcache(ce), *rcn = rd_create(0);
+    size_t ps = (size_t)sysconf(_SC_PAGESIZE), si, k, n = opt_dev_bufs;
+    double *ti = (double *)calloc((size_t)opt_dev_reps, sizeof(double));
+    double *te = (double *)calloc((size_t)opt_dev_reps, sizeof(double));
+    double *tv = (double *)calloc((size_t)opt_dev_reps, sizeof(double));
+    double *tn = (double *)calloc((size_t)opt_dev_reps, sizeof(double));
+    char **bufs = (char **)calloc(n, sizeof(char *));
+    fprintf(stderr, "device %s: %zu buffers per size, %d repetitions\n", rdmax_ctx_attr(ci)->name, n, opt_dev_reps);
+    for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
+        size_t size = sizes[si], stride = size + ps, span = n * stride;
+        char name[64], *area;
+        int i;
+        double mi, me, mv;
+        area = (char *)mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (area == MAP_FAILED) {
+            perror("mmap");
+            exit(1);
+        }
+        memset(area, 1, span); /* faulted in: registration pins, it does not fault */
+        for (k = 0; k < n; k++) bufs[k] = area + k * stride;
+        /* warm-up: one untimed round of each */
+        dev_miss_inval(rci, bufs, n, size);
+        dev_miss_evict(rce, bufs, n, size);
+        dev_ibv(ci->pd, bufs, n, size);
+        dev_miss_inval(rcn, bufs, n, size);
+        for (i = 0; i < opt_dev_reps; i++) {
+            ti[i] = dev_miss_inval(rci, bufs, n, size);
+            te[i] = dev_miss_evict(rce, bufs, n, size);
+            tv[i] = dev_ibv(ci->pd, bufs, n, size);
+            tn[i] = dev_miss_inval(rcn, bufs, n, size);
+        }
+        mi = median(ti, opt_dev_reps);
+        me = median(te, opt_dev_reps);
+        mv = median(tv, opt_dev_reps);
+        snprintf(name, sizeof name, "dev_miss_inval_rdmax_%zu", size);
+        out(name, mi, "ns");
+        snprintf(name, sizeof name, "dev_miss_evict_rdmax_%zu", size);
+        out(name, me, "ns");
+        snprintf(name, sizeof name, "dev_regdereg_ibv_%zu", size);
+        out(name, mv, "ns");
+        snprintf(name, sizeof name, "dev_miss_overhead_%zu", size);
+        out(name, mi - mv, "ns");
+        snprintf(name, sizeof name, "dev_miss_ratio_%zu", size);
+        out(name, mi / mv, "x");
+        snprintf(name, sizeof name, "dev_miss_inval_noop_%zu", size);
+        out(name, median(tn, opt_dev_reps), "ns");
+        rdmax_rcache_invalidate(rce, area, span); /* drop the last region before its memory goes */
+        munmap(area, span);
+    }
+    free(bufs);
+    free(ti), free(te), free(tv), free(tn);
+    rdmax_rcache_destroy(rcn);
+    rdmax_ctx_destroy(ce);
+    rdmax_ctx_destroy(ci);
+}
+
 static void usage(const char *argv0)
 {
     printf("usage: %s [options]\n"
@@ -206,7 +381,11 @@ static void usage(const char *argv0)
            "  --stride=B    distance between regions (default 16384; > size keeps them apart)\n"
            "  --ops=N       get+put pairs per hit repetition (default 2000000)\n"
            "  --reps=N      repetitions, median reported (default 11)\n"
-           "  --format=F    text, csv or json (default text)\n",
+           "  --format=F    text, csv or json (default text)\n"
+           "  --device      also the device cases (default when $RDMAX_TEST_DEV0 is set)\n"
+           "  --device-only only the device cases\n"
+           "  --dev-bufs=N  distinct buffers per size in the device cases (default 64)\n"
+           "  --dev-reps=N  repetitions of the device cases, median reported (default 9)\n",
            argv0);
 }
 
@@ -214,7 +393,9 @@ int main(int argc, char **argv)
 {
     static const struct option lo[] = {{"regions", 1, 0, 'n'}, {"size", 1, 0, 's'}, {"stride", 1, 0, 't'},
                                        {"ops", 1, 0, 'o'},     {"reps", 1, 0, 'r'}, {"format", 1, 0, 'f'},
-                                       {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+                                       {"help", 0, 0, 'h'},    {"device", 0, 0, 'D'},
+                                       {"device-only", 0, 0, 'O'}, {"dev-bufs", 1, 0, 'B'},
+                                       {"dev-reps", 1, 0, 'R'}, {0, 0, 0, 0}};
     int c, i;
     char *base, **addrs;
     size_t k, span;
@@ -222,6 +403,8 @@ int main(int argc, char **argv)
     rdmax_rcache *rd, *rdts;
     ucs_rcache_t *ux;
     uint64_t seed = 12345;
+    const char *dev_env = getenv("RDMAX_TEST_DEV0");
+    if (dev_env && *dev_env) opt_device = 1;
     while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
         switch (c) {
         case 'n': opt_regions = strtoul(optarg, NULL, 0); break;
@@ -230,15 +413,25 @@ int main(int argc, char **argv)
         case 'o': opt_ops = strtol(optarg, NULL, 0); break;
         case 'r': opt_reps = atoi(optarg); break;
         case 'f': opt_format = optarg; break;
+        case 'D': opt_device = 1; break;
+        case 'O': opt_device = 1, opt_host = 0; break;
+        case 'B': opt_dev_bufs = strtoul(optarg, NULL, 0); break;
+        case 'R': opt_dev_reps = atoi(optarg); break;
         case 'h': usage(argv[0]); return 0;
         default: usage(argv[0]); return 2;
         }
     }
     if (opt_regions == 0 || opt_size == 0 || opt_stride < opt_size || opt_ops <= 0 || opt_reps <= 0 ||
+        opt_dev_bufs == 0 || opt_dev_reps <= 0 ||
         (strcmp(opt_format, "text") && strcmp(opt_format, "csv") && strcmp(opt_format, "json"))) {
         fprintf(stderr, "bad options (stride must be >= size; format text|csv|json)\n");
         usage(argv[0]);
         return 2;
+    }
+    if (!opt_host) {
+        device_cases();
+        if (!strcmp(opt_format, "json")) printf("]\n");
+        return 0;
     }
     span = opt_regions * opt_stride;
     /* address space only: the no-op ops never touch the pages */
@@ -297,6 +490,7 @@ int main(int argc, char **argv)
     out("miss_rdmax", mr, "ns");
     out("miss_ucx", mu, "ns");
     out("miss_ratio", mr / mu, "x");
+    if (opt_device) device_cases();
     if (!strcmp(opt_format, "json")) printf("]\n");
     rdmax_rcache_destroy(rd);
     rdmax_rcache_destroy(rdts);
