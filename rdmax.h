@@ -788,6 +788,7 @@ struct rdmax_ctx {
     uint32_t scq_credits;       /* send-CQ entries not yet reserved by a post */
     uint32_t scq_low;           /* below this many credits every progress call polls the send CQ */
     uint32_t poll_tick;
+    uint32_t comps_out;         /* posted operations whose rdmax_comp has not completed */
     uint32_t rcq_size, rq_total; /* receive CQ entries, and receive requests all endpoints may post */
     uint32_t n_eps;
     uint32_t prof_event_mask;   /* profile events someone registered for (rdmax__profile_wants) */
@@ -1578,6 +1579,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, r
     int sig = comp != NULL || ++ep->unsignaled >= ep->signal_interval || ep->sq_avail <= 1 ||
               ctx->scq_credits <= 1;
     s->comp = comp;
+    ctx->comps_out += comp != NULL;
     s->region = region;
     s->len = len;
     s->op = (uint8_t)op;
@@ -1611,6 +1613,9 @@ RDMAX_INLINE rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, r
         ep->sq_head--;
         ep->sq_avail++;
         ctx->scq_credits++;
+        ctx->comps_out -= comp != NULL;
+        s->comp = NULL;
+        s->region = NULL;
         ctx->cnt.posted[op]--;
         ctx->cnt.bytes[op] -= len;
         ep->last_errno = rc;
@@ -1855,9 +1860,10 @@ RDMAX_INLINE int rdmax_progress(rdmax_ctx *ctx)
 {
     RDMAX__PROF_BEGIN(ctx, PROGRESS);
     int n = rdmax__poll_recv(ctx);
-    /* Send completions only free resources: poll them every 4th call, or every call when CQ entries run
-       low. A busy-waiting caller then spins faster, and sees a reply sooner. */
-    if ((++ctx->poll_tick & 3) == 0 || ctx->scq_credits < ctx->scq_low)
+    /* Send completions that only free resources are polled every 4th call (a busy-waiting caller then
+       spins faster and sees a reply sooner); every call when someone waits on a completion object or
+       CQ entries run low. */
+    if (ctx->comps_out || (++ctx->poll_tick & 3) == 0 || ctx->scq_credits < ctx->scq_low)
         n += rdmax__poll_send(ctx);
     if (rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
         rdmax__dispatch(ctx);

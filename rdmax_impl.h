@@ -2837,6 +2837,7 @@ static void rdmax__ep_retire(rdmax_ep *ep, uint32_t upto, rdmax_status st)
             ep->rd_avail++;
         rdmax_comp *c = s->comp;
         s->comp = NULL;
+        ctx->comps_out -= c != NULL;
         if (s->region) {
             rdmax_rcache_put(ctx->rcache, s->region);
             s->region = NULL;
@@ -3048,6 +3049,7 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
             if (s->region && !callers)
                 rdmax_rcache_put(ep->ctx->rcache, s->region);
             s->region = NULL;
+            ep->ctx->comps_out -= s->comp != NULL;
             if (s->comp && !callers)
                 rdmax__complete(s->comp, RDMAX_ERR_IO);
             s->comp = NULL;
