@@ -3165,7 +3165,12 @@ static rdmax_status rdmax__grant_post(rdmax_ep *ep)
     struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND_WITH_IMM);
     wr->num_sge = 0;
     wr->imm_data = htonl(RDMAX__IMM_GRANT | ep->rx_unreturned);
+    /* Always signaled: a grant posted from inside progress may be the newest request with nothing
+       behind it, and a flush waiting on it would otherwise never see it complete. */
+    uint32_t saved = ep->signal_interval;
+    ep->signal_interval = 1;
     rdmax_status st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_GRANT, 0, 0, NULL);
+    ep->signal_interval = saved;
     if (st == RDMAX_OK) {
         ep->tx_credits--;
         ep->rx_unreturned = 0;
