@@ -72,6 +72,7 @@ struct side {
     int bad;                 /* a payload check failed */
     int is_server;
     int reply;               /* server: answer each message */
+    double t_arrive;         /* when the last answer was seen, before its payload check */
     uint64_t reply_limit;    /* ... up to this many; the client's final message is not answered */
 };
 
@@ -190,16 +191,18 @@ static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
 {
     struct side *s = (struct side *)user;
     (void)ep;
-    if (len != s->size || check((const unsigned char *)data, len, s->expect_tag)) {
+    s->t_arrive = now_us();
+    uint64_t tag = s->expect_tag++;
+    s->got++;
+    /* The server answers first and checks after: the check is done on every message, but not while
+       the client waits; the client's check comes after its timestamp. */
+    if (s->is_server && s->reply && s->got <= s->reply_limit && post_retry(s, do_send, tag) != RDMAX_OK)
+        s->bad = 1;
+    if (len != s->size || check((const unsigned char *)data, len, tag)) {
         if (len != s->size)
             fprintf(stderr, "message of %zu bytes, expected %zu\n", len, s->size);
         s->bad = 1;
     }
-    s->expect_tag++;
-    s->got++;
-    if (s->is_server && s->reply && s->got <= s->reply_limit && !s->bad &&
-        post_retry(s, do_send, s->expect_tag - 1) != RDMAX_OK)
-        s->bad = 1;
 }
 
 #ifdef RDMAX_TRANSPORT_RC
@@ -217,9 +220,14 @@ static int put_arrived(struct side *s, uint64_t tag)
     if (*last != pattern(tag, s->size - 1))
         return 0;
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    s->t_arrive = now_us();
+    return 1;
+}
+
+static void put_check(struct side *s, uint64_t tag)
+{
     if (check(s->buf, s->size, tag))
         s->bad = 1;
-    return 1;
 }
 #endif
 
@@ -251,6 +259,7 @@ static void serve_step(struct side *srv)
 {
 #ifdef RDMAX_TRANSPORT_RC
     if (g_opt->test == T_PUT && put_arrived(srv, srv->expect_tag)) {
+        put_check(srv, srv->expect_tag);  /* before answering: the client's next put overwrites it */
         if (post_retry(srv, do_put, srv->expect_tag) != RDMAX_OK)
             srv->bad = 1;
         srv->expect_tag++;
@@ -292,8 +301,10 @@ static int wait_reply(struct side *cli, struct side *srv, uint64_t tag)
             return -1;
 #ifdef RDMAX_TRANSPORT_RC
         if (g_opt->test == T_PUT) {
-            if (put_arrived(cli, tag))
+            if (put_arrived(cli, tag)) {
+                put_check(cli, tag);
                 return cli->bad ? -1 : 0;
+            }
         } else
 #endif
         if (cli->got > tag)
@@ -341,6 +352,7 @@ static int one_sided(struct side *cli, uint64_t i)
             return -1;
         }
     }
+    cli->t_arrive = now_us();
     if (c.status != RDMAX_OK) {
         fprintf(stderr, "%s completed with: %s\n", test_names[g_opt->test], rdmax_status_str(c.status));
         return -1;
@@ -404,7 +416,7 @@ static int client_run(struct side *cli, struct side *srv, size_t size, struct ro
         {
             rc = post_retry(cli, do_send, tag) == RDMAX_OK ? wait_reply(cli, srv, tag) : -1;
         }
-        double dt = now_us() - t0;
+        double dt = cli->t_arrive - t0;  /* taken when the answer was seen, before its check */
         if (i >= g_opt->warmup)
             t[i - g_opt->warmup] = half ? dt / 2 : dt;
     }
@@ -670,6 +682,16 @@ static int server_run(struct side *s)
     uint64_t final_msg = g_opt->test == T_SEND ? total + 1 : 1;
     double deadline = 0;
     uint64_t seen = 0;
+    if (g_opt->test != T_SEND && g_opt->test != T_PUT) {
+        /* One-sided: nothing arrives before the client's final message, however long its run is: block
+           on the completion channel, and give up only after ten idle minutes. */
+        double give_up = now_us() + 600e6;
+        while (!s->bad && s->got < final_msg && now_us() < give_up)
+            rdmax_wait(s->ep->ctx, 100);
+        if (s->got < final_msg)
+            fprintf(stderr, "server: no final message from the client\n");
+        return s->bad || s->got < final_msg ? -1 : 0;
+    }
     for (unsigned spin = 1; !s->bad && s->got < final_msg; spin++) {
         rdmax_progress(s->ep->ctx);
 #ifdef RDMAX_TRANSPORT_RC
