@@ -1,0 +1,354 @@
+#!/usr/bin/env bash
+# bench/run.sh - the side-by-side benchmark behind `make bench`: rdmax against perftest, ucx_perftest
+# and UCX's own data structures, on the same device, interleaved, medians of three rounds.
+#
+#   bench/run.sh                 (from anywhere; works in the repository root)
+#
+# Steps:
+#   1. builds what it measures into build-bench/ with the project's flags: rdmax_bw, rdmax_pageserver,
+#      a copy of rdmax_pingpong_rc (so a stale build/ never gets measured), arbiter_bench, rcache_bench
+#   2. host cases (no device needed): bench/arbiter_bench.c and bench/rcache_bench.c
+#   3. boots the soft-RoCE VM once (tests/vm/run) and runs bench/guest.sh there: per round, every
+#      device case runs rdmax then the reference tool (A B A B A B over three rounds); then callgrind
+#      (instructions per 8 B put) and a size sweep for the plots
+#   4. parses the raw outputs and writes bench/results/summary.csv, summary.md and PNG plots
+#      (gnuplot), keeping the raw outputs in bench/results/raw/ (not meant for git: see .gitignore
+#      there)
+# Progress goes to stdout. Environment: CC (cc), RDMAX_BENCH_* knobs of bench/guest.sh,
+# RDMAX_BENCH_VM_TIMEOUT (1750 s for the whole guest part). Exit status: 0 when every number was
+# measured (goals met or not), 1 when a build or the VM failed.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+T0=$SECONDS
+RES=bench/results
+RAW=$RES/raw
+B=build-bench
+CC=${CC:-cc}
+LIBS="-libverbs -lnuma -lm -lpthread"
+say() { printf '[bench %4ds] %s\n' $((SECONDS - T0)) "$*"; }
+die() { say "ERROR: $*"; exit 1; }
+
+# ---- 1. build -------------------------------------------------------------------------------------
+mkdir -p "$B" "$RES"
+rm -rf "$RAW"
+mkdir -p "$RAW"
+printf '*\n!.gitignore\n' >"$RAW/.gitignore"
+say "building into $B/"
+for x in rdmax_bw rdmax_pageserver; do
+	$CC -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -I. -o $B/$x examples/$x.c $LIBS || die "build of examples/$x.c failed"
+done
+$CC -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -I. -o $B/rdmax_pingpong_rc examples/rdmax_pingpong.c $LIBS ||
+	die "build of examples/rdmax_pingpong.c failed"
+# profiling: the same examples with the profile points compiled in (-DRDMAX_PROFILE)
+$CC -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -I. -DRDMAX_PROFILE -o $B/rdmax_pingpong_rc_prof examples/rdmax_pingpong.c $LIBS ||
+	die "build of examples/rdmax_pingpong.c with RDMAX_PROFILE failed"
+$CC -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -I. -DRDMAX_PROFILE -o $B/rdmax_bw_prof examples/rdmax_bw.c $LIBS ||
+	die "build of examples/rdmax_bw.c with RDMAX_PROFILE failed"
+$CC -O2 -DNDEBUG -std=c11 -I. bench/arbiter_bench.c -o $B/arbiter_bench -libverbs -lnuma || die "build of bench/arbiter_bench.c failed"
+have_rcache=1
+$CC -O2 -g -I. bench/rcache_bench.c -o $B/rcache_bench -lucs $LIBS || {
+	say "rcache_bench does not build (libucx-dev missing?): its rows stay empty"
+	have_rcache=0
+}
+
+# ---- 2. host cases ---------------------------------------------------------------------------------
+say "host: arbiter_bench"
+$B/arbiter_bench >"$RAW/host_arbiter.txt" 2>&1 || say "arbiter_bench failed (see $RAW/host_arbiter.txt)"
+if ((have_rcache)); then
+	say "host: rcache_bench (rdmax rcache vs UCX ucs_rcache)"
+	$B/rcache_bench >"$RAW/host_rcache.txt" 2>&1 || say "rcache_bench failed (see $RAW/host_rcache.txt)"
+fi
+
+# ---- 3. the device part, in one VM boot ------------------------------------------------------------
+say "device: booting the soft-RoCE VM once for every device case (takes most of the time)"
+vm_status=0
+tests/vm/run --timeout "${RDMAX_BENCH_VM_TIMEOUT:-1750}" -- bench/guest.sh "$RAW" 2>&1 |
+	grep --line-buffered -v 'speed is unknown' | tee "$RAW/vm.log"
+vm_status=${PIPESTATUS[0]}
+((vm_status == 0)) || say "the VM run ended with status $vm_status (124: timeout); summarising what was measured"
+
+# ---- 4. parse --------------------------------------------------------------------------------------
+say "summarising"
+# value FILE KIND: the number a tool printed. KIND: lat (t_typical of perftest's and rdmax_pingpong's
+# latency table), ucx (percentile latency of ucx_perftest's Final line), bw (BW average, MB/s), rate
+# (MsgRate, Mpps). Nothing when the run failed.
+value() {
+	local f=$1 k=$2
+	[ -f "$f" ] || return 0
+	grep -q '^# status: 0$' "$f" || return 0
+	case $k in
+	ucx) awk '$1 == "Final:" { print $3; exit }' "$f" ;;
+	lat) awk '/t_typical/ { h = 1; next } h && $1 ~ /^[0-9]+$/ && NF >= 5 { print $5; exit }' "$f" ;;
+	bw) awk '/BW average/ { h = 1; next } h && $1 ~ /^[0-9]+$/ && NF >= 5 { print $4; exit }' "$f" ;;
+	rate) awk '/BW average/ { h = 1; next } h && $1 ~ /^[0-9]+$/ && NF >= 5 { print $5; exit }' "$f" ;;
+	esac
+}
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit; if (NR % 2) print v[(NR + 1) / 2]; else printf "%.6g\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+# rounds CASE TOOL KIND: the per-round values, one per line
+rounds() { local f; for f in "$RAW"/r*/"$1__$2.txt"; do value "$f" "$3"; done; }
+med() { rounds "$1" "$2" "$3" | median; }
+# best post list of ib_write_bw per round, then the median; also which -l won most often
+rate_best() {
+	local d v best l bl
+	for d in "$RAW"/r*; do
+		best= bl=
+		for l in 4 8 16 32; do
+			v=$(value "$d/rate_put_8__ib_write_bw_l$l.txt" rate)
+			[ -n "$v" ] || continue
+			if [ -z "$best" ] || awk -v a="$v" -v b="$best" 'BEGIN { exit !(a > b) }'; then best=$v bl=$l; fi
+		done
+		[ -n "$best" ] && echo "$best $bl"
+	done
+}
+
+CSV=$RES/summary.csv
+ROWS=$RAW/rows.txt    # case size metric rdmax tool reference ratio goal, separated by US (0x1f): empty
+                      # fields survive `read` (tabs would collapse as IFS whitespace)
+US=$'\x1f'
+: >"$ROWS"
+# row CASE SIZE METRIC RDMAX TOOL REF GOAL: ratio = rdmax / reference; GOAL is "le X" or "ge X" (ratio),
+# or "-" for none
+row() {
+	local ratio=""
+	[ -n "$4" ] && [ -n "$6" ] && ratio=$(awk -v a="$4" -v b="$6" 'BEGIN { if (b != 0) printf "%.3f", a / b }')
+	printf '%s\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s\x1f%s\n' "$1" "$2" "$3" "$4" "$5" "$6" "$ratio" "$7" >>"$ROWS"
+}
+
+for op in put send get; do
+	case $op in put) pt=ib_write_lat ucx=ucx_put_lat ;; send) pt=ib_send_lat ucx=ucx_am_lat ;; get) pt=ib_read_lat ucx= ;; esac
+	for s in 8 4096; do
+		r=$(med "lat_${op}_$s" rdmax lat)
+		row "lat_$op" $s t_typical_us "$r" "$pt" "$(med "lat_${op}_$s" $pt lat)" "le 0.95"
+		[ -n "$ucx" ] && row "lat_$op" $s t_typical_us "$r" "ucx_perftest ${ucx#ucx_} rc_verbs p50" "$(med "lat_${op}_$s" $ucx ucx)" "le 0.9"
+	done
+done
+row lat_fadd 8 t_typical_us "$(med lat_fadd_8 rdmax lat)" "ib_atomic_lat -A FETCH_AND_ADD" "$(med lat_fadd_8 ib_atomic_lat lat)" "le 0.95"
+row lat_cswap 8 t_typical_us "$(med lat_cswap_8 rdmax lat)" "ib_atomic_lat -A CMP_AND_SWAP" "$(med lat_cswap_8 ib_atomic_lat lat)" "le 0.95"
+# profiling (issue 7): the default build has the variables and events compiled in; --profile reads them
+# once, after the run ("compiled in, not read" during it). RDMAX_PROFILE adds the timed points.
+row profile_lat_put 8 t_typical_us "$(med prof_lat_put_8 notread lat)" "default build, profile not opened" "$(med prof_lat_put_8 default lat)" "le 1.02"
+row profile_lat_put 8 t_typical_us "$(med prof_lat_put_8 points lat)" "default build, profile not opened" "$(med prof_lat_put_8 default lat)" "-"
+row profile_rate_put 8 msg_rate_Mpps "$(med prof_rate_put_8 notread rate)" "default build, profile not opened" "$(med prof_rate_put_8 default rate)" "ge 0.98"
+row profile_rate_put 8 msg_rate_Mpps "$(med prof_rate_put_8 points rate)" "default build, profile not opened" "$(med prof_rate_put_8 default rate)" "-"
+row bw_put 65536 bw_avg_MBps "$(med bw_put_65536 rdmax bw)" ib_write_bw "$(med bw_put_65536 ib_write_bw bw)" "ge 1.0"
+row bw_send 65536 bw_avg_MBps "$(med bw_send_65536 rdmax bw)" ib_send_bw "$(med bw_send_65536 ib_send_bw bw)" "ge 1.0"
+row bw_get 65536 bw_avg_MBps "$(med bw_get_65536 rdmax bw)" ib_read_bw "$(med bw_get_65536 ib_read_bw bw)" "ge 1.0"
+row bw_ud_send 1024 bw_avg_MBps "$(med bw_udsend_1024 rdmax bw)" "ib_send_bw -c UD" "$(med bw_udsend_1024 ib_send_bw_ud bw)" "ge 1.0"
+rr=$(med rate_put_8 rdmax rate)
+row rate_put 8 msg_rate_Mpps "$rr" "ib_write_bw (default post list)" "$(med rate_put_8 ib_write_bw rate)" "ge 1.3"
+best=$(rate_best | awk '{ print $1 }' | median)
+bestl=$(rate_best | awk '{ print $2 }' | sort | uniq -c | sort -rn | awk 'NR == 1 { print $2 }')
+row rate_put 8 msg_rate_Mpps "$rr" "ib_write_bw best post list (-l ${bestl:-?} most often)" "$best" "ge 1.0"
+
+# Instructions per 8 B put (user space, callgrind). rdmax: the inclusive cost of bw_put (rdmax_put plus
+# the provider's post_send it calls) and of rdmax__post_chain called from elsewhere (a chain posted by
+# rdmax_batch_end), over the puts posted; the provider's share is its inclusive cost per call times the
+# calls, over the puts. perftest: the provider's post_send entry (the same function of librxe, found as
+# bw_put's callee) per call in ib_write_lat.
+cgv() { perl bench/cg_calls.pl "$@" 2>/dev/null; }
+field() { sed -n "s/.* $1=\([^ ]*\).*/\1/p" | head -1; }
+posted_puts() { sed -n 's/^ *put *posted \([0-9]*\).*/\1/p' "$1" | head -1; }
+instr_rdmax() { # FILE.out FILE.txt -> "total provider_per_put provider_fn"
+	local out=$1 txt=$2 n p incl chain chain_in prov_fn prov_incl
+	[ -s "$out" ] || return 0
+	n=$(posted_puts "$txt")
+	[ -n "$n" ] && [ "$n" -gt 0 ] || return 0
+	p=$(cgv "$out" bw_put rdmax__post_chain)
+	incl=$(echo "$p" | grep '^fn=bw_put ' | field incl)
+	chain=$(echo "$p" | grep '^fn=rdmax__post_chain ' | field incl)
+	chain_in=$(echo "$p" | awk '/^fn=bw_put /{ f = 1; next } /^fn=/{ f = 0 } f && /^callee=rdmax__post_chain /' | field incl)
+	prov_fn=$(echo "$p" | awk '/^fn=/{ f = ($1 == "fn=bw_put") } f && /^callee=/ && /librxe/ { sub("callee=", "", $1); print $1; exit }')
+	[ -n "$prov_fn" ] || prov_fn=$(echo "$p" | awk '/^fn=rdmax__post_chain /{ f = 1; next } /^fn=/{ f = 0 } f && /librxe/ { sub("callee=", "", $1); print $1; exit }')
+	prov_incl=$(cgv "$out" "$prov_fn" | grep "^fn=" | field incl)
+	awk -v i="${incl:-0}" -v c="${chain:-0}" -v ci="${chain_in:-0}" -v n="$n" -v pi="${prov_incl:-0}" -v f="$prov_fn" \
+		'BEGIN { printf "%.1f %.1f %s\n", (i + c - ci) / n, pi / n, f }'
+}
+read -r l1_total l1_prov prov_fn <<<"$(instr_rdmax "$RAW/cg_rdmax_l1.out" "$RAW/cg_rdmax_l1.txt")"
+read -r l32_total l32_prov _ <<<"$(instr_rdmax "$RAW/cg_rdmax_l32.out" "$RAW/cg_rdmax_l32.txt")"
+pt_post=""
+[ -n "${prov_fn:-}" ] && [ -s "$RAW/cg_ib_write_lat.out" ] && pt_post=$(cgv "$RAW/cg_ib_write_lat.out" "$prov_fn" | grep '^fn=' | field per_call)
+ref_tool="ib_write_lat: rxe post_send entry per call"
+l1_own=$([ -n "${l1_total:-}" ] && awk -v a="$l1_total" -v b="$l1_prov" 'BEGIN { printf "%.1f", a - b }')
+l32_own=$([ -n "${l32_total:-}" ] && awk -v a="$l32_total" -v b="$l32_prov" 'BEGIN { printf "%.1f", a - b }')
+row instr_put 8 "instructions_per_put (post list 1, provider included)" "${l1_total:-}" "$ref_tool" "$pt_post" "le 1.0"
+row instr_put 8 "instructions_per_put (post list 1, minus provider post_send)" "$l1_own" "$ref_tool" "$pt_post" "-"
+row instr_put 8 "instructions_per_put (post list 32, provider included)" "${l32_total:-}" "$ref_tool" "$pt_post" "le 1.0"
+row instr_put 8 "instructions_per_put (post list 32, minus provider post_send)" "$l32_own" "$ref_tool" "$pt_post" "-"
+
+# host cases
+hv() { sed -n "s/^bench $1 case=$2 value=\([^ ]*\) .*/\1/p" "$RAW/host_$1.txt" 2>/dev/null | head -1; }
+row arbiter 10000_groups dispatch_ns_per_element "$(hv arbiter dispatch_10k)" "rdmax arbiter, 10 groups" "$(hv arbiter dispatch_10)" "le 1.2"
+row arbiter 1_endpoint pending_add_plus_dispatch_ns "$(hv arbiter add_dispatch)" "-" "" "-"
+row arbiter 10000_endpoints pending_add_plus_dispatch_ns "$(hv arbiter add_dispatch_10k)" "-" "" "-"
+row arbiter empty empty_check_ns "$(hv arbiter empty_check)" "the same loop without the check" "$(hv arbiter empty_loop)" "-"
+row rcache 8192 hit_ns "$(hv rcache hit_rdmax)" "UCX ucs_rcache (1.13)" "$(hv rcache hit_ucx)" "le 1.0"
+row rcache 8192 miss_ns "$(hv rcache miss_rdmax)" "UCX ucs_rcache (1.13)" "$(hv rcache miss_ucx)" "-"
+
+# summary.csv
+{
+	echo "case,size,metric,rdmax,reference_tool,reference,ratio"
+	awk -F"$US" '{ t = $5; gsub(/"/, "\"\"", t); m = $3; printf "%s,%s,\"%s\",%s,\"%s\",%s,%s\n", $1, $2, m, $4, t, $6, $7 }' "$ROWS"
+} >"$CSV"
+
+# ---- plots: the sweep ------------------------------------------------------------------------------
+SW=$RAW/sweep
+SIZES="8 32 128 512 2048 8192 32768 65536"
+{
+	echo "# size rdmax_put ib_write_lat rdmax_send ib_send_lat rdmax_get ib_read_lat   (t_typical, usec)"
+	for s in $SIZES; do
+		printf '%s' "$s"
+		for c in put:rdmax put:ib_write_lat send:rdmax send:ib_send_lat get:rdmax get:ib_read_lat; do
+			v=$(value "$SW/lat_${c%%:*}_${s}__${c#*:}.txt" lat)
+			printf ' %s' "${v:-NaN}"
+		done
+		echo
+	done
+} >"$RES/sweep_latency.dat"
+{
+	echo "# size rdmax_put ib_write_bw rdmax_send ib_send_bw rdmax_get ib_read_bw   (BW average, MB/s)"
+	for s in $SIZES; do
+		printf '%s' "$s"
+		for c in put:rdmax put:ib_write_bw send:rdmax send:ib_send_bw get:rdmax get:ib_read_bw; do
+			v=$(value "$SW/bw_${c%%:*}_${s}__${c#*:}.txt" bw)
+			printf ' %s' "${v:-NaN}"
+		done
+		echo
+	done
+} >"$RES/sweep_bandwidth.dat"
+if command -v gnuplot >/dev/null; then
+	gnuplot <<EOF || say "gnuplot failed"
+set terminal pngcairo size 1000,620 noenhanced font ",11"
+set datafile missing "NaN"
+set logscale x 2
+set format x "%.0f"
+set xtics (8, 32, 128, 512, 2048, 8192, 32768, 65536)
+set grid
+set key top left
+set xlabel "message size [bytes]"
+set style line 1 lc rgb "#1f77b4" lw 2 pt 7
+set style line 2 lc rgb "#1f77b4" lw 2 pt 6 dt 2
+set style line 3 lc rgb "#d62728" lw 2 pt 5
+set style line 4 lc rgb "#d62728" lw 2 pt 4 dt 2
+set style line 5 lc rgb "#2ca02c" lw 2 pt 9
+set style line 6 lc rgb "#2ca02c" lw 2 pt 8 dt 2
+set output "$RES/latency_vs_size.png"
+set title "Latency vs size on soft-RoCE (rxe0 in the qemu VM): rdmax (solid) beside perftest (dashed), t_typical"
+set ylabel "t_typical [usec] (send/put: half round trip; get: round trip)"
+set logscale y
+plot "$RES/sweep_latency.dat" u 1:2 w lp ls 1 t "rdmax put", "" u 1:3 w lp ls 2 t "ib_write_lat", \
+     "" u 1:4 w lp ls 3 t "rdmax send", "" u 1:5 w lp ls 4 t "ib_send_lat", \
+     "" u 1:6 w lp ls 5 t "rdmax get", "" u 1:7 w lp ls 6 t "ib_read_lat"
+unset logscale y
+set output "$RES/bandwidth_vs_size.png"
+set title "Bandwidth vs size on soft-RoCE (rxe0 in the qemu VM): rdmax_bw (solid) beside perftest (dashed)"
+set ylabel "BW average [MB/s]"
+plot "$RES/sweep_bandwidth.dat" u 1:2 w lp ls 1 t "rdmax put", "" u 1:3 w lp ls 2 t "ib_write_bw", \
+     "" u 1:4 w lp ls 3 t "rdmax send", "" u 1:5 w lp ls 4 t "ib_send_bw", \
+     "" u 1:6 w lp ls 5 t "rdmax get", "" u 1:7 w lp ls 6 t "ib_read_bw"
+EOF
+	# ratios of the side-by-side cases (log scale: 1 is parity; what counts as better depends on the metric)
+	awk -F"$US" '$7 != "" && $1 !~ /^instr|^arbiter|^rcache/ { n++; lbl = $1 " " $2 " vs " $5; gsub(/ rc_verbs p50| \(default post list\)|best post list \(-l [^)]*\)/, "", lbl);
+		if ($5 ~ /best post list/) lbl = lbl " (best -l)"; print n, $7, "\"" lbl "\"" }' "$ROWS" >"$RES/ratios.dat"
+	gnuplot <<EOF || say "gnuplot (ratios) failed"
+set terminal pngcairo size 1100,640 noenhanced font ",10"
+set output "$RES/ratios.png"
+set title "rdmax / reference (median of 3 rounds). Latency: below 1 is better; bandwidth and rate: above 1 is better"
+set style fill solid 0.6
+set boxwidth 0.7
+set yrange [0:*]
+set grid y
+set xtics rotate by 60 right
+set arrow from graph 0, first 1 to graph 1, first 1 nohead lc rgb "black" lw 2
+plot "$RES/ratios.dat" u 1:2:xtic(3) w boxes lc rgb "#1f77b4" notitle
+EOF
+else
+	say "gnuplot not found: no plots"
+fi
+
+# ---- summary.md ------------------------------------------------------------------------------------
+met() { # ratio goal -> yes/no/-
+	local r=$1 g=$2
+	[ "$g" = - ] && { echo "-"; return; }
+	[ -n "$r" ] || { echo "not measured"; return; }
+	awk -v r="$r" -v op="${g% *}" -v x="${g#* }" 'BEGIN { ok = op == "le" ? r <= x : r >= x; print ok ? "yes" : "**no**" }'
+}
+goal_text() { case $1 in "le "*) echo "ratio <= ${1#le }" ;; "ge "*) echo "ratio >= ${1#ge }" ;; *) echo "-" ;; esac; }
+ENV=$RAW/env.txt
+envv() { sed -n "s/^$1: //p" "$ENV" 2>/dev/null | head -1; }
+retries=$(cat "$RAW"/r*/*.txt 2>/dev/null | grep -o 'completer_retry_err+[0-9]*' | awk -F+ '{ s += $2; n++ } END { print s + 0 " in " n + 0 " runs" }')
+elapsed=$((SECONDS - T0))
+{
+	echo "# rdmax side-by-side benchmark"
+	echo
+	echo "- date: $(envv date)"
+	echo "- guest kernel: $(envv kernel); host kernel: $(uname -r)"
+	echo "- device: $(envv device)"
+	echo "- guest: $(envv cpus), clocksource $(envv clocksource); $(envv perftest)"
+	echo "- host: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+	echo "- run time of bench/run.sh: $((elapsed / 60)) min $((elapsed % 60)) s; VM exit status $vm_status"
+	echo "- method: one VM boot; per round each case runs rdmax then the reference tool (A B), three rounds;"
+	echo "  the value is the median of the rounds; server pinned to CPU 1 and client to CPU 0"
+	echo "- rxe retransmissions after an ack timeout (completer_retry_err) during the rounds: $retries"
+	echo
+	echo "| case | size | metric | rdmax | reference tool | reference | ratio | goal | met |"
+	echo "|---|---|---|---|---|---|---|---|---|"
+	while IFS=$US read -r c s m r t ref ratio g; do
+		echo "| $c | $s | $m | ${r:--} | $t | ${ref:--} | ${ratio:--} | $(goal_text "$g") | $(met "$ratio" "$g") |"
+	done <"$ROWS"
+	echo
+	echo "Ratio = rdmax / reference. Latency (t_typical, the median; ucx_perftest: its 50th percentile) is"
+	echo "lower-is-better: goal <= 0.95x perftest and <= 0.9x ucx_perftest. Bandwidth (BW average, MiB/s)"
+	echo "and message rate (Mpps) are higher-is-better: 64 KiB >= 1.0x perftest; 8 B rate >= 1.3x"
+	echo "ib_write_bw's default and >= 1.0x its best post list (-l 4/8/16/32, best per round). The arbiter"
+	echo "goal (10,000 groups at most 1.2x the cost of 10) is bench/arbiter_bench.c's own; the rcache goal is"
+	echo "to be no slower than UCX's."
+	echo
+	echo "How the instructions were counted: callgrind in the guest, user space only. rdmax: rdmax_bw -t put"
+	echo "-s 8 -n 2000 (8 B puts go inline) with post list 1 and 32; the put is the out-of-line function"
+	echo "bw_put (rdmax_put and the verbs provider's post_send it calls, plus the call itself); with a post"
+	echo "list, chains posted by rdmax_batch_end (rdmax__post_chain) are added; the sum is divided by the puts"
+	echo "posted. \"Minus provider\" subtracts rxe's post_send (librxe ${prov_fn:-?}, the function bw_put calls)"
+	echo "per put. Reference: the same librxe function per call in ib_write_lat -s 8 -n 1000 (perftest posts"
+	echo "with ibv_post_send directly, so its own code around the call is a handful of instructions). The"
+	echo "system call inside post_send is not counted by callgrind."
+	echo
+	echo "Per-round values (rdmax | reference):"
+	echo
+	echo '```'
+	for f in "$RAW"/r1/*__*.txt; do
+		case $f in *.srv.txt) continue ;; esac
+		n=${f##*/}
+		n=${n%.txt}
+		cs=${n%%__*}
+		tl=${n#*__}
+		k=lat
+		case $cs in bw_*) k=bw ;; rate_*) k=rate ;; esac
+		case $tl in ucx_*) k=ucx ;; esac
+		m=$(rounds "$cs" "$tl" $k | median)
+		printf '%-28s %-22s %s\n' "$cs" "$tl" "$(rounds "$cs" "$tl" $k | awk -v m="${m:-0}" \
+			'{ printf "%s%s ", $1, (m > 0 && ($1 > 3 * m || $1 < m / 3)) ? "*" : "" }')"
+	done
+	echo '```'
+	echo
+	echo "\\* more than 3x (or less than a third of) the median of its rounds: a disturbed run. The usual cause"
+	echo "here is the host: other VMs on its two cores deschedule the guest's vCPUs, and a ping-pong then"
+	echo "advances once per host scheduler tick (t_typical near 2000-4000 us). The median keeps such a round"
+	echo "out of the result when the other two are clean."
+	echo
+	if [ -f "$RAW/pageserver.txt" ]; then
+		echo "rdmax_pageserver (not compared, for the record):"
+		echo
+		echo '```'
+		cat "$RAW/pageserver.txt"
+		echo '```'
+		echo
+	fi
+	echo "Plots: latency_vs_size.png, bandwidth_vs_size.png (size sweep, one pass, fewer iterations),"
+	echo "ratios.png. Raw outputs: raw/ (rN/CASE__TOOL.txt per round, sweep/, cg_*.out callgrind profiles,"
+	echo "host_*.txt, env.txt, vm.log); raw/ is ignored by git (raw/.gitignore)."
+} >"$RES/summary.md"
+
+say "wrote $CSV, $RES/summary.md and the plots in $RES/ (raw outputs in $RAW/)"
+column -t -s "$US" "$ROWS" 2>/dev/null | cut -c1-200 || tr "$US" '\t' <"$ROWS"
+((vm_status == 0)) || exit 1
+exit 0
