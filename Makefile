@@ -11,7 +11,7 @@ LIBS := -libverbs -lnuma -lm -lpthread
 B := build
 HDRS := rdmax.h rdmax_impl.h
 
-EXAMPLES := $(B)/rdmax_pingpong_rc $(B)/rdmax_pingpong_ud
+EXAMPLES := $(B)/rdmax_pingpong_rc $(B)/rdmax_pingpong_ud $(B)/rdmax_bw $(B)/rdmax_pageserver
 TESTS := $(B)/oob_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test $(B)/pending_test \
          $(B)/rcache_device_test $(B)/profile_test $(B)/profile_points_test
 # Host tests of pure parts (wire format over TCP, arbiter, rcache bookkeeping) run under ASan and UBSan;
@@ -32,6 +32,10 @@ $(B)/rdmax_pingpong_rc: examples/rdmax_pingpong.c $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
 $(B)/rdmax_pingpong_ud: examples/rdmax_pingpong.c $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -DRDMAX_PINGPONG_TRANSPORT_UD -o $@ $< $(LIBS)
+$(B)/rdmax_bw: examples/rdmax_bw.c $(HDRS) | $(B)
+	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
+$(B)/rdmax_pageserver: examples/rdmax_pageserver.c $(HDRS) | $(B)
+	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
 $(B)/%_test: tests/%_test.c tests/testlib.h $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
 

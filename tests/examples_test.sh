@@ -96,6 +96,34 @@ wait $spid; src=$?
 if [ $crc = 0 ] && [ $src = 0 ] && check_table "$clog" 1; then ok "ud multicast -g server+client"
 else no "ud multicast -g server+client" "client exit $crc, server exit $src" "$clog"; fi
 
+# rdmax_bw: put, send, get; columns as ib_write_bw, numbers positive
+bw=${RDMAX_BUILD:-build}/rdmax_bw
+for t in put send get; do
+    port=$((port + 1))
+    slog=$out/bw-$t-server.log; clog=$out/bw-$t-client.log
+    rm -f "$slog" "$clog"
+    timeout 60 $bw -p $port -d "$dev0" >"$slog" 2>&1 &
+    spid=$!
+    wait_listen "$slog"
+    timeout 60 $bw -t $t -s 4096 -n 2000 -p $port -d "$dev1" "$addr0" >"$clog" 2>&1
+    crc=$?
+    wait $spid; src=$?
+    if [ $crc = 0 ] && [ $src = 0 ] && awk '/BW average/ { h = 1; next } h && $1 == 4096 && $3 > 0 && $4 > 0 && $5 > 0 { ok = 1 } END { exit !ok }' "$clog"
+    then ok "rdmax_bw -t $t server+client"; else no "rdmax_bw -t $t" "client exit $crc, server exit $src" "$clog"; fi
+done
+port=$((port + 1))
+slog=$out/ps-server.log; clog=$out/ps-client.log
+rm -f "$slog" "$clog"
+ps=${RDMAX_BUILD:-build}/rdmax_pageserver
+timeout 60 $ps -p $port -d "$dev0" >"$slog" 2>&1 &
+spid=$!
+wait_listen "$slog"
+timeout 60 $ps -n 2000 -p $port -d "$dev1" "$addr0" >"$clog" 2>&1
+crc=$?
+wait $spid; src=$?
+if [ $crc = 0 ] && [ $src = 0 ]; then ok "rdmax_pageserver server+client (pages checked)"
+else no "rdmax_pageserver" "client exit $crc, server exit $src" "$clog"; fi
+
 [ "$topo" = dummy ] || exit 0
 log=$out/ud-mcast-loop.log
 if $ud --loopback -g 239.7.7.8 -s 64 -n 200 -w 20 >"$log" 2>&1 && check_table "$log" 1; then ok "ud multicast -g loopback"
