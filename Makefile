@@ -12,7 +12,7 @@ B := build
 HDRS := rdmax.h rdmax_impl.h
 
 EXAMPLES := $(B)/rdmax_pingpong_rc $(B)/rdmax_pingpong_ud $(B)/rdmax_bw $(B)/rdmax_pageserver
-TESTS := $(B)/oob_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test $(B)/pending_test \
+TESTS := $(B)/failure_test $(B)/oob_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test $(B)/pending_test \
          $(B)/rcache_device_test $(B)/profile_test $(B)/profile_points_test
 # Host tests of pure parts (wire format over TCP, arbiter, rcache bookkeeping) run under ASan and UBSan;
 # the memory-hook test runs without them (ASan interposes the same calls).

@@ -73,6 +73,32 @@
    error is logged once with the ibv_wc_status text, the operation and the remote address; flushed
    completions after it are counted, not logged, and complete their operations with RDMAX_ERR_FLUSHED.
 
+   FAILURES, WATCHDOG, KEEPALIVE, DISCONNECT
+   No endpoint outlives its QP in silence. An endpoint moves to RDMAX_EP_ERROR, with a reason that
+   rdmax_ep_error() returns and the log names (endpoint, out-of-band peer, RoCE peer GID and QPN, and "the
+   link is down" when the port is), on the first of:
+       an error completion                  its status (RDMAX_ERR_RETRY_EXCEEDED, _REMOTE_ACCESS, ...)
+       a flushed completion with no error   RDMAX_ERR_FLUSHED: the QP went to the error state behind
+         completion of its own              rdmax's back (an async error, the responder side of an error
+                                            the peer caused, ibv_modify_qp by someone else)
+       an async QP or device fatal event    RDMAX_ERR_DEVICE
+       the watchdog (RC)                    RDMAX_ERR_STALLED: signaled operations outstanding and none
+                                            completed for ep_desc.watchdog_ms (default 2 x the RC retry
+                                            time + 2 s; on rxe a cut link can stop retransmission for good)
+   Then the QP is moved to the error state, so every outstanding operation completes exactly once, with an
+   error, and rdmax_ep_flush() never returns RDMAX_OK over an operation that was flushed or failed.
+   The RC retry time, how long a link cut an endpoint survives, is 4.096 us x 2^ep_desc.timeout x
+   (ep_desc.retry_cnt + 1): 0.47 s with the defaults (timeout 14, retry_cnt 6); timeout 18 gives 7.5 s.
+   Keepalive (RC, ep_desc.keepalive_ms, default 2000, RDMAX_OFF to disable): an endpoint that posted
+   nothing for that long sends one zero-length RDMA write, so a vanished peer is found within keepalive_ms
+   + the RC retry time with no application traffic. Device events (port down/active, QP fatal, device
+   fatal, CQ error, GID change) are read without blocking from the context's async fd. The watchdog,
+   keepalives and device events run from rdmax_progress (every 1024th call, at most one pass per 100 ms)
+   and from rdmax_wait (which sleeps in slices of 100 ms): a program that drives neither gets none of it.
+   rdmax_ep_disconnect() drains, tells the peer and leaves both sides RDMAX_EP_CLOSED (the peer's
+   rdmax_ep_error() and posts return RDMAX_ERR_CLOSED, and its flush says "the peer disconnected"):
+   a close is not a failure, and is distinct from one in the state and in the EP_CLOSED profile event.
+
    LICENSE: see the end of this file.
 */
 #ifndef RDMAX_H_INCLUDED
@@ -195,7 +221,10 @@ extern "C" {
     X(RDMAX_ERR_RNR_RETRY_EXCEEDED, -43, "receiver-not-ready retry count exceeded")                       \
     X(RDMAX_ERR_LOCAL, -44, "local protection, length or QP error")                                        \
     X(RDMAX_ERR_FLUSHED, -45, "flushed: the endpoint failed before this operation ran")                    \
-    X(RDMAX_ERR_COMPLETION, -46, "the work completion reported another error")
+    X(RDMAX_ERR_COMPLETION, -46, "the work completion reported another error")                            \
+    X(RDMAX_ERR_STALLED, -47, "no completion within the endpoint's watchdog bound (link down or peer gone)") \
+    X(RDMAX_ERR_CLOSED, -48, "endpoint closed: the peer disconnected, or this side did")                   \
+    X(RDMAX_ERR_DEVICE, -49, "the device reported a fatal error")
 
 typedef enum rdmax_status {
 #define RDMAX__X(name, val, text) name = val,
@@ -220,6 +249,8 @@ typedef enum rdmax_ep_state {
 typedef enum rdmax_op {
     RDMAX_OP_SEND = 0, RDMAX_OP_PUT, RDMAX_OP_GET, RDMAX_OP_FADD, RDMAX_OP_CSWAP, RDMAX_OP_FLUSH,
     RDMAX_OP_GRANT,            /* internal: a credit grant for RC send flow control */
+    RDMAX_OP_KEEPALIVE,        /* internal: a zero-length write that finds out whether an idle peer lives */
+    RDMAX_OP_CLOSE,            /* internal: the goodbye of rdmax_ep_disconnect */
     RDMAX_OP__COUNT
 } rdmax_op;
 #define RDMAX_CONN_INFO_SIZE 64       /* bytes of the out-of-band record, version 1 */
@@ -720,7 +751,14 @@ typedef struct rdmax_ep_desc {
     rdmax_recv_cb recv_cb;     /* called from rdmax_progress for each received message */
     void *user;
     const rdmax_mem *expose;   /* buffer advertised to the peer (address, rkey, length); may be NULL */
+    uint32_t watchdog_ms;      /* RC: 0: 2 x the RC retry time + 2 s (see FAILURES); RDMAX_OFF: never.
+                                  An endpoint whose oldest signaled operation has not completed for this
+                                  long (while rdmax_progress runs) fails with RDMAX_ERR_STALLED */
+    uint32_t keepalive_ms;     /* RC: 0: 2000; RDMAX_OFF: never. An endpoint that posted nothing for this
+                                  long sends a zero-length write, so a vanished peer is found within
+                                  keepalive_ms + the RC retry time without application traffic */
 } rdmax_ep_desc;
+#define RDMAX_OFF UINT32_MAX
 
 /* Limits probed on the opened device and port. */
 typedef struct rdmax_dev_attr {
@@ -787,11 +825,18 @@ struct rdmax_ctx {
     struct ibv_comp_channel *channel;
     uint32_t scq_credits;       /* send-CQ entries not yet reserved by a post */
     uint32_t scq_low;           /* below this many credits every progress call polls the send CQ */
-    uint32_t poll_tick;
     uint32_t comps_out;         /* posted operations whose rdmax_comp has not completed */
     uint32_t rcq_size, rq_total; /* receive CQ entries, and receive requests all endpoints may post */
     uint32_t n_eps;
     uint32_t prof_event_mask;   /* profile events someone registered for (rdmax__profile_wants) */
+    uint32_t tick;              /* progress calls; every 1024th runs rdmax__tick */
+    int64_t next_tick_ms;       /* next watchdog and keepalive pass */
+    int64_t port_down_ms;       /* when the port last went down (0: never), for error messages */
+    int64_t last_pass_ms;       /* the last watchdog pass */
+    uint8_t port_up;
+    uint8_t dev_dead;           /* the device reported a fatal error */
+    uint8_t flush_check;        /* an endpoint saw a flushed completion before failing (rdmax__flush_check) */
+    uint8_t in_flush_check;
     rdmax__ep_ref *eps;         /* table that wr_ids index: [max_eps] */
     rdmax_counters cnt;
     rdmax_ctx_desc desc;        /* applied values */
@@ -842,6 +887,13 @@ struct rdmax_ep {
     rdmax_ep_desc desc;         /* applied values */
     char peer[64];              /* peer's out-of-band address, for messages */
     uint32_t peer_qpn;
+    uint8_t peer_gid[16];       /* the RoCE peer, for messages */
+    int16_t err;                /* rdmax_status that failed or closed the endpoint */
+    uint8_t flush_seen;
+    uint32_t wd_tail;           /* watchdog: sq_tail when last seen moving, at wd_ms */
+    int64_t wd_ms;
+    uint32_t ka_head;           /* keepalive: sq_head when last seen moving, at ka_ms */
+    int64_t ka_ms;
 #if RDMAX__HAS_UD
     struct ibv_ah *ah;          /* UD: the peer's address handle (from the context's cache) */
     uint32_t ud_qpn, ud_qkey;
@@ -910,6 +962,16 @@ RDMAX_API rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms);
 /* Operations still in flight complete with RDMAX_ERR_CANCELED. */
 RDMAX_API void rdmax_ep_destroy(rdmax_ep *ep);
 RDMAX_API rdmax_status rdmax_ep_error(const rdmax_ep *ep); /* first error, RDMAX_OK if none */
+RDMAX_API rdmax_ep_state rdmax_ep_get_state(const rdmax_ep *ep);
+/* rdmax_ep_disconnect: graceful close. Waits (up to timeout_ms) for what is in flight, tells the peer (RC:
+   a zero-length message the peer's rdmax_progress turns into RDMAX_EP_CLOSED and an EP_CLOSED event),
+   and leaves ep in RDMAX_EP_CLOSED: later posts return RDMAX_ERR_CLOSED. Destroy it afterwards.
+   Returns RDMAX_OK, or the error that stopped the drain (the endpoint is closed either way). */
+RDMAX_API rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms);
+/* The verbs QP under ep, for tools and tests. Moving it to another state fails the endpoint. */
+RDMAX_API struct ibv_qp *rdmax_ep_qp(const rdmax_ep *ep);
+/* rdmax__tick: the low-rate slow path of rdmax_progress (device events, watchdog, keepalive). */
+RDMAX_API void rdmax__tick(rdmax_ctx *ctx);
 
 #if RDMAX__HAS_UD
 /* UD multicast. rdmax_mcast_join attaches ep's QP to the IPv4 group `group` (e.g. "239.1.2.3") on the
@@ -1324,7 +1386,15 @@ enum rdmax_profile_var_id {
 /* Events. `detail` says more; `ep` is the endpoint concerned (NULL for the registration cache).
      EP_CONNECTED       ep reached RDMAX_EP_CONNECTED; detail: the peer's QP number
      EP_ERROR           ep moved to RDMAX_EP_ERROR (once per endpoint); detail: the ibv_wc_status of the
-                        completion that failed it
+                        completion that failed it, or for a failure without an error completion of its
+                        own: IBV_WC_WR_FLUSH_ERR (its QP went to the error state), IBV_WC_RETRY_EXC_ERR (the
+                        watchdog: nothing completed within its bound), IBV_WC_FATAL_ERR (an asynchronous
+                        QP or device error)
+     EP_CLOSED          ep moved to RDMAX_EP_CLOSED; detail: 1 if the peer disconnected, 0 if this side did
+     PORT_DOWN          the context's port went down (asynchronous event); ep NULL; detail: port number
+     PORT_ACTIVE        the context's port is active again; ep NULL; detail: port number
+     DEVICE             another asynchronous device event (device fatal, CQ error, GID change); ep NULL
+                        unless it names a QP; detail: the ibv_event_type
      SQ_FULL            a post on ep was refused with RDMAX_ERR_NO_RESOURCE (each refusal, like the
                         no_resource counter); detail: RDMAX_PROFILE_NORES_*, the resource that ran out
      RCACHE_EVICT       an unused cached registration was evicted to honour a limit; detail: its bytes
@@ -1335,7 +1405,11 @@ enum rdmax_profile_var_id {
     X(EP_ERROR, "ep_error")                                                                                \
     X(SQ_FULL, "sq_full")                                                                                  \
     X(RCACHE_EVICT, "rcache_evict")                                                                        \
-    X(RCACHE_INVALIDATE, "rcache_invalidate")
+    X(RCACHE_INVALIDATE, "rcache_invalidate")                                                              \
+    X(EP_CLOSED, "ep_closed")                                                                              \
+    X(PORT_DOWN, "port_down")                                                                              \
+    X(PORT_ACTIVE, "port_active")                                                                          \
+    X(DEVICE, "device")
 
 typedef enum rdmax_profile_event {
 #define RDMAX__X(id, name) RDMAX_PROFILE_EVENT_##id,
@@ -1555,7 +1629,8 @@ RDMAX_INLINE rdmax_status rdmax__rcache_lkey(rdmax_ctx *ctx, const void *buf, si
 RDMAX_INLINE rdmax_status rdmax__ep_check(rdmax_ep *ep)
 {
     if (rdmax_unlikely(ep->state != RDMAX_EP_CONNECTED))
-        return ep->state == RDMAX_EP_ERROR ? RDMAX_ERR_ENDPOINT : RDMAX_ERR_NOT_CONNECTED;
+        return ep->state == RDMAX_EP_ERROR ? RDMAX_ERR_ENDPOINT
+               : ep->state == RDMAX_EP_CLOSED ? RDMAX_ERR_CLOSED : RDMAX_ERR_NOT_CONNECTED;
     /* Out of send-queue or CQ entries, or requests are waiting: a direct post would overtake them. */
     if (rdmax_unlikely(ep->sq_avail == 0 || ep->ctx->scq_credits == 0 ||
                        (ep->group.count != 0 && ep->ctx->disp_ep != ep))) {
@@ -1863,8 +1938,12 @@ RDMAX_INLINE int rdmax_progress(rdmax_ctx *ctx)
     /* Send completions that only free resources are polled every 4th call (a busy-waiting caller then
        spins faster and sees a reply sooner); every call when someone waits on a completion object or
        CQ entries run low. */
-    if (ctx->comps_out || (++ctx->poll_tick & 3) == 0 || ctx->scq_credits < ctx->scq_low)
+    uint32_t tick = ++ctx->tick;
+    if (ctx->comps_out || (tick & 3) == 0 || ctx->scq_credits < ctx->scq_low)
         n += rdmax__poll_send(ctx);
+    /* Device events, the watchdog and keepalives: out of line, every 1024th call. */
+    if (rdmax_unlikely((tick & 1023) == 0))
+        rdmax__tick(ctx);
     if (rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
         rdmax__dispatch(ctx);
     RDMAX__PROF_END(ctx, PROGRESS);

@@ -32,8 +32,12 @@ const char RDMAX__SELECTION = 1;
 
 /* Immediate data of RC sends: credits returned, and whether the message is only a grant. */
 #define RDMAX__IMM_GRANT 0x80000000u
-#define RDMAX__IMM_CREDITS 0x7fffffffu
+#define RDMAX__IMM_CLOSE 0x40000000u  /* the peer called rdmax_ep_disconnect (a grant too) */
+#define RDMAX__IMM_CREDITS 0x3fffffffu
 static void rdmax__grant(rdmax_ep *ep);
+static int64_t rdmax__now_ms(void);
+static void rdmax__ep_peer_closed(rdmax_ep *ep);
+#define RDMAX__TICK_MS 100  /* period of the watchdog and keepalive pass */
 #if RDMAX__HAS_UD
 static void rdmax__ud_ctx_cleanup(rdmax_ctx *ctx);
 static void rdmax__ud_ep_cleanup(rdmax_ep *ep);
@@ -53,7 +57,8 @@ const char *rdmax_status_str(rdmax_status s)
 
 const char *rdmax_op_str(rdmax_op op)
 {
-    static const char *const names[RDMAX_OP__COUNT] = {"send", "put", "get", "fadd", "cswap", "flush", "grant"};
+    static const char *const names[RDMAX_OP__COUNT] = {"send", "put", "get", "fadd", "cswap", "flush", "grant",
+                                                               "keepalive", "close"};
     return (unsigned)op < RDMAX_OP__COUNT ? names[op] : "unknown";
 }
 
@@ -384,6 +389,10 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
         goto fail;
     }
     fcntl(ctx->channel->fd, F_SETFL, fcntl(ctx->channel->fd, F_GETFL) | O_NONBLOCK);
+    /* Device events are read by rdmax__tick without blocking. The fd belongs to this context's own
+       ibv_context, so the flag changes nothing outside rdmax. */
+    fcntl(ctx->verbs->async_fd, F_SETFL, fcntl(ctx->verbs->async_fd, F_GETFL) | O_NONBLOCK);
+    ctx->port_up = 1;
     ctx->scq_credits = d.cq_depth;
     ctx->scq_low = d.cq_depth / 2;
     ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
@@ -469,12 +478,24 @@ int rdmax_wait(rdmax_ctx *ctx, int timeout_ms)
     n = rdmax_progress(ctx);  /* a completion that raced with arming */
     if (n)
         return n;
-    struct pollfd pfd = {ctx->channel->fd, POLLIN, 0};
-    if (poll(&pfd, 1, timeout_ms) > 0) {
-        struct ibv_cq *cq;
-        void *cq_ctx;
-        while (ibv_get_cq_event(ctx->channel, &cq, &cq_ctx) == 0)
-            ibv_ack_cq_events(cq, 1);
+    /* Sleep in slices of the tick period, so the watchdog and keepalives run while the caller blocks;
+       a device event wakes us too. */
+    int64_t deadline = timeout_ms < 0 ? INT64_MAX : rdmax__now_ms() + timeout_ms;
+    for (;;) {
+        int64_t left = deadline - rdmax__now_ms();
+        int slice = left < RDMAX__TICK_MS ? (int)(left < 0 ? 0 : left) : RDMAX__TICK_MS;
+        struct pollfd pfd[2] = {{ctx->channel->fd, POLLIN, 0}, {ctx->verbs->async_fd, POLLIN, 0}};
+        int r = poll(pfd, 2, slice);
+        rdmax__tick(ctx);
+        if (r > 0 && (pfd[0].revents & POLLIN)) {
+            struct ibv_cq *cq;
+            void *cq_ctx;
+            while (ibv_get_cq_event(ctx->channel, &cq, &cq_ctx) == 0)
+                ibv_ack_cq_events(cq, 1);
+            break;
+        }
+        if (slice == (int)left || left <= 0)
+            break;
     }
     return rdmax_progress(ctx);
 }
@@ -2508,6 +2529,13 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
         d->min_rnr_timer = 12;
     if (!d->max_rd_atomic || d->max_rd_atomic > ctx->attr.max_qp_rd_atom)
         d->max_rd_atomic = (uint8_t)(ctx->attr.max_qp_rd_atom > 255 ? 255 : ctx->attr.max_qp_rd_atom);
+    if (!d->watchdog_ms) {
+        /* Twice what the device itself may take to give up, plus 2 s for a loaded host. */
+        uint64_t retry_ms = (4096ull << d->timeout) * (d->retry_cnt + 1u) / 1000000u + 1;
+        d->watchdog_ms = (uint32_t)(2 * retry_ms + 2000);
+    }
+    if (!d->keepalive_ms)
+        d->keepalive_ms = 2000;
 }
 
 #define RDMAX__RECV_BATCH 16
@@ -2608,6 +2636,7 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     qa.cap.max_recv_sge = 1;
     qa.cap.max_inline_data = d->max_inline;
     qa.sq_sig_all = 0;
+    qa.qp_context = ep;  /* async QP events name their endpoint */
     ep->qp = ibv_create_qp(ctx->pd, &qa);
     if (!ep->qp) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: ibv_create_qp(%s, sq %u, rq %u, inline %u) failed: %s",
@@ -2779,7 +2808,9 @@ rdmax_status rdmax_ep_connect_info(rdmax_ep *ep, const rdmax_conn_info *r)
     ep->remote = r->buf;
     ep->peer_recv_size = r->recv_size;
     ep->peer_qpn = r->qpn;
+    memcpy(ep->peer_gid, r->gid, 16);
     ep->tx_credits = r->credits;
+    ep->wd_ms = ep->ka_ms = rdmax__now_ms();
     ep->state = RDMAX_EP_CONNECTED;
     RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_EP_CONNECTED, ep, r->qpn);
     rdmax__log(ctx, RDMAX_LOG_DEBUG, "device %s: endpoint qpn 0x%x connected to peer %s qpn 0x%x, mtu %u",
@@ -2869,24 +2900,94 @@ static rdmax_status rdmax__wc_status(enum ibv_wc_status s)
     }
 }
 
-/* The first error of an endpoint is logged once, with everything needed to find it; later ones (the
-   flush that follows) are only counted. */
-static void rdmax__ep_fail(rdmax_ep *ep, const struct ibv_wc *wc, const rdmax__slot *s)
+/* How long an RC request may go unanswered before the device itself gives up: ack timeout
+   (4.096 us << timeout) times (retry_cnt + 1). */
+static int64_t rdmax__retry_ms(const rdmax_ep *ep)
+{
+    return (int64_t)((4096ull << ep->desc.timeout) * (ep->desc.retry_cnt + 1u) / 1000000u) + 1;
+}
+
+/* Moves ep to RDMAX_EP_ERROR (once) with `err` and a reason, logs it once with the endpoint, the peer
+   (out-of-band address and RoCE GID/QPN) and, when the port is down, says that the link is. With
+   `kill_qp` the QP goes to the error state too, so the device flushes what is still in flight and every
+   outstanding operation completes once, with an error. */
+static void rdmax__ep_fail_why(rdmax_ep *ep, rdmax_status err, int wc_status, int kill_qp, const char *fmt, ...)
 {
     rdmax_ctx *ctx = ep->ctx;
-    if (ep->state == RDMAX_EP_ERROR)
+    if (ep->state == RDMAX_EP_ERROR || ep->state == RDMAX_EP_CLOSED)
         return;
     ep->state = RDMAX_EP_ERROR;
-    ep->last_wc_status = wc->status;
+    ep->err = (int16_t)err;
+    ep->last_wc_status = wc_status;
+    if (kill_qp && ep->qp) {
+        struct ibv_qp_attr a;
+        memset(&a, 0, sizeof a);
+        a.qp_state = IBV_QPS_ERR;
+        ibv_modify_qp(ep->qp, &a, IBV_QP_STATE);
+    }
     if (ep->group.count)  /* waiting requests now fail with RDMAX_ERR_ENDPOINT, in order */
         rdmax_arb_group_schedule(&ctx->arb, &ep->group);
     ctx->cnt.ep_errors++;
-    RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_EP_ERROR, ep, (uint64_t)wc->status);
-    rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s port %u, endpoint qpn 0x%x peer %s qpn 0x%x: %s of %u bytes to "
-               "remote address 0x%llx failed: %s (wc status %d, vendor error 0x%x)", ctx->attr.name, ctx->attr.port,
-               ep->qp->qp_num, ep->peer, ep->peer_qpn, s ? rdmax_op_str((rdmax_op)s->op) : "receive",
-               s ? s->len : 0, s ? (unsigned long long)s->raddr : 0ull, ibv_wc_status_str(wc->status), wc->status,
-               wc->vendor_err);
+    RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_EP_ERROR, ep, (uint64_t)wc_status);
+    char why[256], link[96] = "";
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    struct ibv_port_attr pa;
+    if (ep->qp && ep->qp->qp_type == IBV_QPT_RC && ibv_query_port(ctx->verbs, ctx->attr.port, &pa) == 0 &&
+        pa.state != IBV_PORT_ACTIVE)
+        snprintf(link, sizeof link, "; the link is down (port %u is %s)", ctx->attr.port,
+                 ibv_port_state_str(pa.state));
+    char gid[INET6_ADDRSTRLEN] = "?";
+    inet_ntop(AF_INET6, ep->peer_gid, gid, sizeof gid);
+    rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s port %u, endpoint qpn 0x%x, peer %s (gid %s qpn 0x%x): %s%s",
+               ctx->attr.name, ctx->attr.port, ep->qp ? ep->qp->qp_num : 0, ep->peer, gid, ep->peer_qpn, why,
+               link);
+}
+
+/* The first error completion of an endpoint fails it; the flushed ones after it are only counted. */
+static void rdmax__ep_fail(rdmax_ep *ep, const struct ibv_wc *wc, const rdmax__slot *s)
+{
+    rdmax__ep_fail_why(ep, rdmax__wc_status(wc->status), wc->status, 0,
+                       "%s of %u bytes to remote address 0x%llx failed: %s (wc status %d, vendor error 0x%x)",
+                       s ? rdmax_op_str((rdmax_op)s->op) : "receive", s ? s->len : 0,
+                       s ? (unsigned long long)s->raddr : 0ull, ibv_wc_status_str(wc->status), wc->status,
+                       wc->vendor_err);
+}
+
+/* A flushed completion on an endpoint that has not failed: its QP went to the error state without an
+   error completion of its own (an asynchronous QP error, the responder side of an error the peer caused,
+   or a state change behind rdmax's back). The endpoint fails after both CQs are drained, so that a real
+   error completion queued behind the flushed one names the cause instead. */
+static void rdmax__ep_flush_seen(rdmax_ep *ep)
+{
+    if (ep->state == RDMAX_EP_CONNECTED) {
+        ep->flush_seen = 1;
+        ep->ctx->flush_check = 1;
+    }
+}
+
+static void rdmax__flush_check(rdmax_ctx *ctx)
+{
+    if (ctx->in_flush_check)
+        return;
+    ctx->in_flush_check = 1;
+    for (int i = 0; i < 64; i++)
+        if (rdmax__poll_send(ctx) + rdmax__poll_recv(ctx) == 0)
+            break;
+    ctx->flush_check = 0;
+    for (uint32_t i = 0; i < ctx->desc.max_eps; i++) {
+        rdmax_ep *ep = ctx->eps[i].ep;
+        if (ep && ep->flush_seen) {
+            ep->flush_seen = 0;
+            rdmax__ep_fail_why(ep, RDMAX_ERR_FLUSHED, IBV_WC_WR_FLUSH_ERR, 0,
+                               "operations were flushed: the QP went to the error state without an error "
+                               "completion of its own (an asynchronous QP error, the responder side of an "
+                               "error the peer caused, or a state change outside rdmax)");
+        }
+    }
+    ctx->in_flush_check = 0;
 }
 
 /* wr_id = generation << 48 | endpoint index << 32 | receive bit | slot. A completion whose endpoint
@@ -2934,6 +3035,7 @@ int rdmax__poll_send(rdmax_ctx *ctx)
         }
         if (wc->status == IBV_WC_WR_FLUSH_ERR) {
             ctx->cnt.flushed_cqes++;
+            rdmax__ep_flush_seen(ep);
         } else {
             ctx->cnt.err_cqes++;
             rdmax__ep_fail(ep, wc, &ep->slots[slot]);
@@ -2942,6 +3044,8 @@ int rdmax__poll_send(rdmax_ctx *ctx)
            so they complete with this status. */
         rdmax__ep_retire(ep, slot, wc->status == IBV_WC_WR_FLUSH_ERR ? RDMAX_ERR_FLUSHED : rdmax__wc_status(wc->status));
     }
+    if (rdmax_unlikely(ctx->flush_check))
+        rdmax__flush_check(ctx);
     return n;
 }
 
@@ -2966,6 +3070,7 @@ int rdmax__poll_recv(rdmax_ctx *ctx)
         if (rdmax_unlikely(wc[i].status != IBV_WC_SUCCESS)) {
             if (wc[i].status == IBV_WC_WR_FLUSH_ERR) {
                 ctx->cnt.recv_flushed++;
+                rdmax__ep_flush_seen(ep);
             } else {
                 ctx->cnt.err_cqes++;
                 rdmax__ep_fail(ep, &wc[i], NULL);
@@ -2981,6 +3086,8 @@ int rdmax__poll_recv(rdmax_ctx *ctx)
                 if (ep->group.count)
                     rdmax_arb_group_schedule(&ctx->arb, &ep->group);
             }
+            if (rdmax_unlikely(imm & RDMAX__IMM_CLOSE))
+                rdmax__ep_peer_closed(ep);
             if (imm & RDMAX__IMM_GRANT)
                 goto recycle;  /* a grant only carries credits */
         }
@@ -3016,6 +3123,8 @@ int rdmax__poll_recv(rdmax_ctx *ctx)
                 rdmax__grant(ep);
         }
     }
+    if (rdmax_unlikely(ctx->flush_check))
+        rdmax__flush_check(ctx);
     return n;
 }
 
@@ -3062,7 +3171,17 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
 
 rdmax_status rdmax_ep_error(const rdmax_ep *ep)
 {
-    return ep->state == RDMAX_EP_ERROR ? rdmax__wc_status((enum ibv_wc_status)ep->last_wc_status) : RDMAX_OK;
+    return (rdmax_status)ep->err;
+}
+
+rdmax_ep_state rdmax_ep_get_state(const rdmax_ep *ep)
+{
+    return (rdmax_ep_state)ep->state;
+}
+
+struct ibv_qp *rdmax_ep_qp(const rdmax_ep *ep)
+{
+    return ep->qp;
 }
 
 rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
@@ -3070,6 +3189,12 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
     rdmax_ctx *ctx = ep->ctx;
     if (ep->batch_n && rdmax_batch_end(ep) != RDMAX_OK)
         return RDMAX_ERR_IO;
+    if (ep->state == RDMAX_EP_CLOSED && ep->sq_head == ep->sq_tail) {
+        rdmax__log(ctx, RDMAX_LOG_INFO, "device %s, endpoint qpn 0x%x peer %s: flush of a closed endpoint: %s",
+                   ctx->attr.name, ep->qp->qp_num, ep->peer,
+                   ep->err == RDMAX_ERR_CLOSED ? "the peer disconnected" : "this side disconnected");
+        return RDMAX_ERR_CLOSED;
+    }
     if (ep->sq_head == ep->sq_tail)
         return rdmax_ep_error(ep);
     /* If the newest request is unsignaled, nothing would ever report it: add a signaled zero-length
@@ -3148,6 +3273,183 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     rdmax__free(ctx, ep->rq_free);
     rdmax__free(ctx, ep->inl_stage);
     rdmax__free(ctx, ep);
+}
+
+/* >>health: device events, watchdog, keepalive, disconnect ============================================= */
+
+static void rdmax__ep_closed(rdmax_ep *ep, int by_peer)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    if (ep->state != RDMAX_EP_CONNECTED)
+        return;
+    ep->state = RDMAX_EP_CLOSED;
+    ep->err = by_peer ? RDMAX_ERR_CLOSED : RDMAX_OK;
+    if (ep->group.count)  /* waiting requests now fail, in order */
+        rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+    RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_EP_CLOSED, ep, (uint64_t)by_peer);
+    rdmax__log(ctx, RDMAX_LOG_INFO, "device %s, endpoint qpn 0x%x peer %s: %s", ctx->attr.name, ep->qp->qp_num,
+               ep->peer, by_peer ? "the peer disconnected" : "disconnected");
+}
+
+static void rdmax__ep_peer_closed(rdmax_ep *ep)
+{
+    rdmax__ep_closed(ep, 1);
+}
+
+rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    if (ep->state != RDMAX_EP_CONNECTED)
+        return ep->state == RDMAX_EP_CLOSED ? RDMAX_OK : rdmax_ep_error(ep);
+    rdmax_status st = rdmax_ep_flush(ep, timeout_ms);
+    if (st == RDMAX_OK && ep->state == RDMAX_EP_CONNECTED && ep->qp->qp_type == IBV_QPT_RC) {
+        /* The goodbye: a signaled zero-length send that returns our credits, flagged CLOSE. It may use
+           the credit kept for grants, so it never waits for one. */
+        int64_t deadline = rdmax__now_ms() + timeout_ms;
+        while ((st = rdmax__ep_check(ep)) == RDMAX_ERR_NO_RESOURCE && rdmax__now_ms() < deadline)
+            rdmax_progress(ctx);
+        if (st == RDMAX_OK && ep->tx_credits == 0)
+            st = RDMAX_ERR_NO_RESOURCE;
+        if (st == RDMAX_OK) {
+            struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND_WITH_IMM);
+            wr->num_sge = 0;
+            wr->imm_data = htonl(RDMAX__IMM_GRANT | RDMAX__IMM_CLOSE | ep->rx_unreturned);
+            uint32_t saved = ep->signal_interval;
+            ep->signal_interval = 1;
+            st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_CLOSE, 0, 0, NULL);
+            ep->signal_interval = saved;
+            if (st == RDMAX_OK) {
+                ep->tx_credits--;
+                ep->rx_unreturned = 0;
+                st = rdmax_ep_flush(ep, timeout_ms);
+            }
+        }
+    }
+    if (ep->state == RDMAX_EP_CONNECTED)
+        rdmax__ep_closed(ep, 0);
+    return st;
+}
+
+/* Asynchronous events of the device, read without blocking. A QP event names its endpoint through
+   qp_context; ibv_destroy_qp waits for the events of its QP to be acknowledged, and each is
+   acknowledged here before the next is read, so the endpoint is alive while we look at it. */
+static void rdmax__async_events(rdmax_ctx *ctx)
+{
+    struct ibv_async_event ev;
+    while (ibv_get_async_event(ctx->verbs, &ev) == 0) {
+        rdmax_ep *ep = NULL;
+        switch (ev.event_type) {
+        case IBV_EVENT_QP_FATAL:
+        case IBV_EVENT_QP_REQ_ERR:
+        case IBV_EVENT_QP_ACCESS_ERR:
+        case IBV_EVENT_PATH_MIG_ERR:
+            ep = (rdmax_ep *)ev.element.qp->qp_context;
+            if (ep)
+                rdmax__ep_fail_why(ep, RDMAX_ERR_DEVICE, IBV_WC_FATAL_ERR, 1, "asynchronous QP error: %s",
+                                   ibv_event_type_str(ev.event_type));
+            break;
+        case IBV_EVENT_PORT_ERR:
+        case IBV_EVENT_PORT_ACTIVE:
+            if ((uint8_t)ev.element.port_num != ctx->attr.port)
+                break;
+            ctx->port_up = ev.event_type == IBV_EVENT_PORT_ACTIVE;
+            if (!ctx->port_up)
+                ctx->port_down_ms = rdmax__now_ms();
+            RDMAX__PROFILE_EVENT(ctx, ctx->port_up ? RDMAX_PROFILE_EVENT_PORT_ACTIVE : RDMAX_PROFILE_EVENT_PORT_DOWN,
+                                 NULL, ctx->attr.port);
+            rdmax__log(ctx, ctx->port_up ? RDMAX_LOG_INFO : RDMAX_LOG_WARN, "device %s port %u: %s", ctx->attr.name,
+                       ctx->attr.port, ctx->port_up ? "port active again" : "port down (link cut?)");
+            break;
+        case IBV_EVENT_DEVICE_FATAL:
+            ctx->dev_dead = 1;
+            RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_DEVICE, NULL, (uint64_t)ev.event_type);
+            rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: device fatal error: every endpoint fails", ctx->attr.name);
+            for (uint32_t i = 0; i < ctx->desc.max_eps; i++)
+                if (ctx->eps[i].ep)
+                    rdmax__ep_fail_why(ctx->eps[i].ep, RDMAX_ERR_DEVICE, IBV_WC_FATAL_ERR, 1, "device fatal error");
+            break;
+        case IBV_EVENT_CQ_ERR:
+        case IBV_EVENT_SRQ_ERR:
+        case IBV_EVENT_GID_CHANGE:
+        case IBV_EVENT_LID_CHANGE:
+        case IBV_EVENT_PKEY_CHANGE:
+        case IBV_EVENT_SM_CHANGE:
+        case IBV_EVENT_CLIENT_REREGISTER:
+            RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_DEVICE, NULL, (uint64_t)ev.event_type);
+            rdmax__log(ctx, ev.event_type == IBV_EVENT_CQ_ERR ? RDMAX_LOG_ERROR : RDMAX_LOG_INFO,
+                       "device %s port %u: %s", ctx->attr.name, ctx->attr.port, ibv_event_type_str(ev.event_type));
+            break;
+        default:  /* COMM_EST, SQ_DRAINED, LAST_WQE_REACHED, SRQ_LIMIT_REACHED: nothing to do */
+            break;
+        }
+        ibv_ack_async_event(&ev);
+    }
+}
+
+/* First slot from the tail that asked for a completion: without one nothing outstanding will ever
+   report (unsignaled requests wait for a later signaled one or a flush), so the watchdog waits. */
+static int rdmax__ep_expects_completion(const rdmax_ep *ep)
+{
+    for (uint32_t i = ep->sq_tail; i != ep->sq_head; i++)
+        if (ep->slots[i & ep->sq_mask].signaled)
+            return 1;
+    return 0;
+}
+
+/* Zero-length RDMA write: no buffer and no receive on the peer, but it needs an answer from the peer's
+   device, so a vanished peer shows as retry exceeded within the RC retry time. */
+static void rdmax__keepalive(rdmax_ep *ep)
+{
+    if (rdmax__ep_check(ep) != RDMAX_OK)
+        return;
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_WRITE);
+    wr->wr.rdma.remote_addr = ep->remote.addr;
+    wr->wr.rdma.rkey = ep->remote.rkey;
+    wr->num_sge = 0;
+    uint32_t saved = ep->signal_interval;
+    ep->signal_interval = 1;
+    rdmax__ep_post(ep, wr, NULL, RDMAX_OP_KEEPALIVE, 0, ep->remote.addr, NULL);
+    ep->signal_interval = saved;
+}
+
+void rdmax__tick(rdmax_ctx *ctx)
+{
+    rdmax__async_events(ctx);
+    int64_t now = rdmax__now_ms();
+    if (now < ctx->next_tick_ms)
+        return;
+    ctx->next_tick_ms = now + RDMAX__TICK_MS;
+    /* A caller that did not drive progress for a while (busy elsewhere, stopped in a debugger) says
+       nothing about the endpoints: start their clocks anew. */
+    int paused = now - ctx->last_pass_ms > 10 * RDMAX__TICK_MS;
+    ctx->last_pass_ms = now;
+    if (!paused)
+        while (rdmax__poll_send(ctx) > 0)  /* what already completed is not stalled */
+            ;
+    for (uint32_t i = 0; i < ctx->desc.max_eps; i++) {
+        rdmax_ep *ep = ctx->eps[i].ep;
+        if (!ep || ep->state != RDMAX_EP_CONNECTED || ep->qp->qp_type != IBV_QPT_RC)
+            continue;
+        if (paused || ep->sq_tail != ep->wd_tail || !rdmax__ep_expects_completion(ep)) {
+            ep->wd_tail = ep->sq_tail;
+            ep->wd_ms = now;
+        } else if (ep->desc.watchdog_ms != RDMAX_OFF && now - ep->wd_ms > (int64_t)ep->desc.watchdog_ms) {
+            rdmax__ep_fail_why(ep, RDMAX_ERR_STALLED, IBV_WC_RETRY_EXC_ERR, 1,
+                               "watchdog: %u operations outstanding and none completed for %lld ms (bound %u ms; "
+                               "the RC retry time is %lld ms)", ep->sq_head - ep->sq_tail,
+                               (long long)(now - ep->wd_ms), ep->desc.watchdog_ms, (long long)rdmax__retry_ms(ep));
+            continue;
+        }
+        if (paused || ep->sq_head != ep->ka_head) {
+            ep->ka_head = ep->sq_head;
+            ep->ka_ms = now;
+        } else if (ep->desc.keepalive_ms != RDMAX_OFF && ep->sq_head == ep->sq_tail &&
+                   now - ep->ka_ms >= (int64_t)ep->desc.keepalive_ms) {
+            rdmax__keepalive(ep);
+            ep->ka_head = ep->sq_head;
+            ep->ka_ms = now;
+        }
+    }
 }
 
 /* >>pending ========================================================================================== */

@@ -33,11 +33,13 @@ run() {
 
 if [ "$topo" = veth ]; then
     run datapath_cross $B/datapath_test cross
+    run failure_linkcut $B/failure_test linkcut
     run ud_cross $B/ud_test cross
     run rcache_device_cross $B/rcache_device_test
     run examples_veth tests/examples_test.sh veth
 else
     run datapath_loopback $B/datapath_test loopback
+    run failure $B/failure_test loopback
     run oob_device $B/oob_test device
     run ud_loopback $B/ud_test loopback
     run numa $B/numa_test
