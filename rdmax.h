@@ -215,6 +215,7 @@ extern "C" {
     X(RDMAX_ERR_OOB_RECV_SIZE, -32, "connection record: invalid receive size")                             \
     X(RDMAX_ERR_OOB_SYNC, -33, "connection: peer did not confirm it is ready")                             \
     X(RDMAX_ERR_CONNECT, -34, "connection: could not reach the peer's out-of-band address")                \
+    X(RDMAX_ERR_OOB_TIMEOUT, -35, "connection: a client's handshake did not finish within its deadline")   \
     X(RDMAX_ERR_REMOTE_ACCESS, -40, "remote access error (bad key, address or permissions)")              \
     X(RDMAX_ERR_REMOTE_OP, -41, "remote operation error (e.g. message larger than the receive buffer)")   \
     X(RDMAX_ERR_RETRY_EXCEEDED, -42, "transport retry count exceeded (peer unreachable or gone)")          \
@@ -734,6 +735,7 @@ typedef struct rdmax_ctx_desc {
                                   made on first such use */
     uint32_t rcache_max_regions; /* 0: 65536 */
     uint64_t rcache_max_bytes; /* 0: unlimited */
+    uint32_t handshake_ms;     /* 0: 10000: how long a listener gives one client to finish its handshake */
 } rdmax_ctx_desc;
 
 typedef struct rdmax_ep_desc {
@@ -942,10 +944,19 @@ RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, 
                                           int timeout_ms, char *why, size_t why_len);
 
 /* Endpoints (RC). rdmax_listen binds a TCP listener (host NULL: all IPv6 and IPv4 addresses);
-   rdmax_accept takes one client, exchanges records and connects; a bad client makes rdmax_accept return
-   its error but leaves the listener usable. rdmax_connect resolves host (IPv4 or IPv6). */
+   rdmax_accept returns the first client whose handshake completes. Handshakes run side by side (up to
+   256), non-blocking, each with its own deadline (rdmax_ctx_desc.handshake_ms) apart from the accept wait:
+   a silent, slow or malformed client delays nobody. The endpoint is made only after the client's record
+   checks out. Results: RDMAX_OK; RDMAX_ERR_TIMEOUT: nobody finished within timeout_ms (0 polls; an empty
+   wait logs at debug level only, and handshakes in progress go on in the next call); a handshake failure
+   (RDMAX_ERR_OOB_*, including RDMAX_ERR_OOB_TIMEOUT for a client that stalled): that client is dropped,
+   the listener stays usable, call again. rdmax_connect resolves host (IPv4 or IPv6) and retries a peer
+   that refuses or cannot be reached with backoff (10 ms doubling to 1 s) until timeout_ms. */
 RDMAX_API rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out);
 RDMAX_API uint16_t rdmax_listener_port(const rdmax_listener *l);
+/* A file descriptor that becomes readable when rdmax_accept has work: a new client or a handshake step.
+   Wait on it (poll/epoll), then call rdmax_accept(l, desc, &ep, 0). */
+RDMAX_API int rdmax_listener_fd(const rdmax_listener *l);
 RDMAX_API void rdmax_listener_close(rdmax_listener *l);
 RDMAX_API rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep **out, int timeout_ms);
 RDMAX_API rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, const rdmax_ep_desc *desc,

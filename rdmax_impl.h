@@ -20,6 +20,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/mman.h>
+#include <sys/epoll.h>
 #include <numa.h>
 
 #ifdef __cplusplus
@@ -318,6 +319,8 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
         d.device = getenv("RDMAX_DEVICE");
     if (!d.cq_depth)
         d.cq_depth = 4096;
+    if (!d.handshake_ms)
+        d.handshake_ms = 10000;
     if (!d.max_eps)
         d.max_eps = 1024;
     if (d.max_eps > 65535)
@@ -3617,10 +3620,27 @@ void rdmax_ep_pending_purge(rdmax_ep *ep)
 }
 
 /* >>oob ============================================================================================== */
+/* A listener runs up to RDMAX__HS_MAX handshakes side by side, each non-blocking with its own deadline,
+   so a silent, slow or malformed client delays nobody else. The endpoint (QP and receive pool) is made
+   only once the client's record has checked out. */
+#define RDMAX__HS_MAX 256
+struct rdmax__hs {
+    int fd;                     /* -1: slot free */
+    uint8_t phase;              /* 0: reading the client's record; 1: waiting for its ready byte */
+    uint32_t got;
+    int64_t deadline;
+    rdmax_ep *ep;
+    uint8_t rec[RDMAX_CONN_INFO_SIZE];
+    char peer[64];
+};
+
 struct rdmax_listener {
     rdmax_ctx *ctx;
     int fd;
+    int epfd;                   /* epoll over fd and the handshakes: rdmax_listener_fd() */
     uint16_t port;
+    uint32_t n_hs;
+    struct rdmax__hs hs[RDMAX__HS_MAX];
 };
 
 static void rdmax__sockaddr_str(const struct sockaddr *sa, char *out, size_t n)
@@ -3662,7 +3682,7 @@ rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax
         if (res->ai_family == AF_INET6)  /* one socket serves IPv4 and IPv6 */
             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
     }
-    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, 16)) {
+    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, RDMAX__HS_MAX)) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, "listen: %s port %u: %s", host ? host : "(any)", port, strerror(errno));
         if (fd >= 0)
             close(fd);
@@ -3671,10 +3691,23 @@ rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax
     }
     freeaddrinfo(res);
     rdmax_listener *l = (rdmax_listener *)rdmax__alloc(ctx, sizeof *l);
-    if (!l) {
+    int epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (!l || epfd < 0) {
         close(fd);
-        return RDMAX_ERR_NO_MEMORY;
+        if (epfd >= 0)
+            close(epfd);
+        rdmax__free(ctx, l);
+        return l ? RDMAX_ERR_IO : RDMAX_ERR_NO_MEMORY;
     }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    struct epoll_event ev;
+    memset(&ev, 0, sizeof ev);
+    ev.events = EPOLLIN;
+    ev.data.u32 = UINT32_MAX;
+    epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
+    for (int i = 0; i < RDMAX__HS_MAX; i++)
+        l->hs[i].fd = -1;
+    l->epfd = epfd;
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     getsockname(fd, (struct sockaddr *)&ss, &sl);
@@ -3691,10 +3724,30 @@ uint16_t rdmax_listener_port(const rdmax_listener *l)
     return l->port;
 }
 
+int rdmax_listener_fd(const rdmax_listener *l)
+{
+    return l->epfd;
+}
+
+static void rdmax__hs_end(rdmax_listener *l, struct rdmax__hs *h)
+{
+    epoll_ctl(l->epfd, EPOLL_CTL_DEL, h->fd, NULL);
+    close(h->fd);
+    h->fd = -1;
+    if (h->ep)
+        rdmax_ep_destroy(h->ep);
+    h->ep = NULL;
+    l->n_hs--;
+}
+
 void rdmax_listener_close(rdmax_listener *l)
 {
     if (!l)
         return;
+    for (int i = 0; i < RDMAX__HS_MAX; i++)
+        if (l->hs[i].fd >= 0)
+            rdmax__hs_end(l, &l->hs[i]);
+    close(l->epfd);
     close(l->fd);
     rdmax__free(l->ctx, l);
 }
@@ -3726,28 +3779,140 @@ static rdmax_status rdmax__ep_handshake(rdmax_ctx *ctx, int fd, const char *peer
     return RDMAX_OK;
 }
 
+/* Take waiting clients off the backlog into free handshake slots. */
+static void rdmax__hs_accept(rdmax_listener *l)
+{
+    rdmax_ctx *ctx = l->ctx;
+    while (l->n_hs < RDMAX__HS_MAX) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof ss;
+        int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0) {
+            if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+                rdmax__log(ctx, RDMAX_LOG_WARN, "accept on port %u: %s", l->port, strerror(errno));
+            return;
+        }
+        uint32_t i = 0;
+        while (l->hs[i].fd >= 0)
+            i++;
+        struct rdmax__hs *h = &l->hs[i];
+        memset(h, 0, sizeof *h);
+        h->fd = fd;
+        h->deadline = rdmax__now_ms() + ctx->desc.handshake_ms;
+        rdmax__sockaddr_str((struct sockaddr *)&ss, h->peer, sizeof h->peer);
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+        struct epoll_event ev;
+        memset(&ev, 0, sizeof ev);
+        ev.events = EPOLLIN;
+        ev.data.u32 = i;
+        epoll_ctl(l->epfd, EPOLL_CTL_ADD, fd, &ev);
+        l->n_hs++;
+    }
+}
+
+/* One step of handshake h without blocking: RDMAX_INPROGRESS (more to come), RDMAX_OK (connected: the
+   endpoint is in h->ep), or the failure. */
+static rdmax_status rdmax__hs_step(rdmax_listener *l, struct rdmax__hs *h, const rdmax_ep_desc *desc)
+{
+    rdmax_ctx *ctx = l->ctx;
+    char why[200];
+    size_t why_len = sizeof why;
+    if (h->phase == 0) {
+        /* the head first, then the rest: never more than our record's size */
+        uint32_t want = h->got < 8 ? 8 : RDMAX_CONN_INFO_SIZE;
+        ssize_t k = read(h->fd, h->rec + h->got, want - h->got);
+        if (k < 0)
+            return errno == EAGAIN || errno == EINTR ? RDMAX_INPROGRESS
+                   : errno == ECONNRESET ? RDMAX_ERR_OOB_SHORT : RDMAX_ERR_IO;
+        if (k == 0) {
+            rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: connection record: peer closed after %u of %u "
+                       "bytes", ctx->attr.name, h->peer, h->got, RDMAX_CONN_INFO_SIZE);
+            return RDMAX_ERR_OOB_SHORT;
+        }
+        h->got += (uint32_t)k;
+        rdmax_status st = RDMAX_OK;
+        if (h->got == 8)
+            st = rdmax__conn_head_check(h->rec, why, why_len);
+        if (st == RDMAX_OK && h->got < RDMAX_CONN_INFO_SIZE)
+            return RDMAX_INPROGRESS;
+        rdmax_conn_info them, me;
+        if (st == RDMAX_OK)
+            st = rdmax_conn_info_decode(h->rec, sizeof h->rec, &them, why, why_len);
+        if (st != RDMAX_OK) {
+            rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: %s", ctx->attr.name, h->peer, why);
+            return st;
+        }
+        /* The record checked out: now the endpoint is worth making. */
+        if ((st = rdmax_ep_create(ctx, desc, &h->ep)) != RDMAX_OK)
+            return st;
+        snprintf(h->ep->peer, sizeof h->ep->peer, "%s", h->peer);
+        if ((st = rdmax_ep_connect_info(h->ep, &them)) != RDMAX_OK)
+            return st;
+        /* Our record and our ready byte in one write: a fresh socket's buffer takes 65 bytes. */
+        uint8_t msg[RDMAX_CONN_INFO_SIZE + 1];
+        rdmax_ep_local_info(h->ep, &me);
+        rdmax_conn_info_encode(&me, msg);
+        msg[RDMAX_CONN_INFO_SIZE] = 'R';
+        if (send(h->fd, msg, sizeof msg, MSG_NOSIGNAL) != (ssize_t)sizeof msg) {
+            rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: sending our record failed: %s", ctx->attr.name,
+                       h->peer, strerror(errno));
+            return RDMAX_ERR_IO;
+        }
+        h->phase = 1;
+        return RDMAX_INPROGRESS;
+    }
+    uint8_t c[2];
+    ssize_t k = read(h->fd, c, sizeof c);
+    if (k < 0 && (errno == EAGAIN || errno == EINTR))
+        return RDMAX_INPROGRESS;
+    if (k != 1 || c[0] != 'R') {
+        rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: connection: expected the ready byte from the peer, "
+                   "got %s", ctx->attr.name, h->peer, k >= 1 ? "other bytes" : "end of stream");
+        return RDMAX_ERR_OOB_SYNC;
+    }
+    return RDMAX_OK;
+}
+
 rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep **out, int timeout_ms)
 {
     rdmax_ctx *ctx = l->ctx;
     *out = NULL;
-    struct pollfd p = {l->fd, POLLIN, 0};
-    int r = poll(&p, 1, timeout_ms);
-    if (r == 0) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "accept: no client on port %u within %d ms", l->port, timeout_ms);
-        return RDMAX_ERR_TIMEOUT;
+    int64_t deadline = timeout_ms < 0 ? INT64_MAX : rdmax__now_ms() + timeout_ms;
+    for (;;) {
+        rdmax__hs_accept(l);
+        int64_t now = rdmax__now_ms(), next = deadline;
+        for (uint32_t i = 0; i < RDMAX__HS_MAX; i++) {
+            struct rdmax__hs *h = &l->hs[i];
+            if (h->fd < 0)
+                continue;
+            rdmax_status st = rdmax__hs_step(l, h, desc);
+            if (st == RDMAX_INPROGRESS && now >= h->deadline) {
+                rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: handshake did not finish within %u ms (%s)",
+                           ctx->attr.name, h->peer, ctx->desc.handshake_ms,
+                           h->phase ? "no ready byte" : "no whole connection record");
+                st = RDMAX_ERR_OOB_TIMEOUT;
+            }
+            if (st == RDMAX_INPROGRESS) {
+                next = h->deadline < next ? h->deadline : next;
+                continue;
+            }
+            if (st == RDMAX_OK) {
+                *out = h->ep;
+                h->ep = NULL;
+            }
+            rdmax__hs_end(l, h);
+            return st;
+        }
+        if (now >= deadline) {
+            rdmax__log(ctx, RDMAX_LOG_DEBUG, "accept: no client connected on port %u within %d ms", l->port,
+                       timeout_ms);
+            return RDMAX_ERR_TIMEOUT;
+        }
+        struct epoll_event evs[8];
+        int64_t wait = next - now;
+        epoll_wait(l->epfd, evs, 8, wait > INT32_MAX ? INT32_MAX : (int)wait);
     }
-    struct sockaddr_storage ss;
-    socklen_t sl = sizeof ss;
-    int fd = r < 0 ? -1 : accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC);
-    if (fd < 0) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "accept on port %u: %s", l->port, strerror(errno));
-        return RDMAX_ERR_IO;
-    }
-    char peer[64];
-    rdmax__sockaddr_str((struct sockaddr *)&ss, peer, sizeof peer);
-    rdmax_status st = rdmax__ep_handshake(ctx, fd, peer, desc, out, timeout_ms);
-    close(fd);
-    return st;
 }
 
 rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, const rdmax_ep_desc *desc,
@@ -3768,6 +3933,10 @@ rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, cons
     int64_t deadline = rdmax__now_ms() + timeout_ms;
     int fd = -1, err = 0;
     char peer[64] = "?";
+    /* A peer that refuses or cannot be reached yet (server not listening, route not up) is tried again
+       with backoff until the deadline. */
+    int refused = 0;
+    for (int backoff = 10;; backoff = backoff < 640 ? backoff * 2 : 1000) {
     for (struct addrinfo *ai = res; ai && fd < 0; ai = ai->ai_next) {
         fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
         if (fd < 0) {
@@ -3793,6 +3962,17 @@ rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, cons
             close(fd);
             fd = -1;
         }
+    }
+    int64_t left = deadline - rdmax__now_ms();
+    int retry = err == ECONNREFUSED || err == ENETUNREACH || err == EHOSTUNREACH || err == ECONNRESET;
+    if (retry)
+        refused = err;
+    else if (err == ETIMEDOUT && refused)
+        err = refused;  /* the deadline ran out between refusals: report the refusal */
+    if (fd >= 0 || !retry || left <= 0)
+        break;
+    rdmax__log(ctx, RDMAX_LOG_DEBUG, "connect: %s port %u: %s; again in %d ms", host, port, strerror(err), backoff);
+    usleep((useconds_t)(left < backoff ? left : backoff) * 1000);
     }
     freeaddrinfo(res);
     if (fd < 0) {

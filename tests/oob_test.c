@@ -9,6 +9,7 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <poll.h>
 
 static void good_record(rdmax_conn_info *r)
 {
@@ -326,12 +327,167 @@ out:
         tl_end();
 }
 
+static int g_loud_logs;  /* messages at warn or error level */
+static void count_loud(rdmax_log_level lvl, const char *msg, void *user)
+{
+    (void)msg, (void)user;
+    g_loud_logs += lvl <= RDMAX_LOG_WARN;
+}
+
+/* A real client in a child process: connect, send "hello", flush. Exit 0 on success. */
+static pid_t real_client(const char *host, uint16_t port, int timeout_ms)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        rdmax_ctx_desc cd;
+        memset(&cd, 0, sizeof cd);
+        rdmax_ctx *c2;
+        rdmax_ep *e2;
+        if (rdmax_ctx_create(&cd, &c2) != RDMAX_OK)
+            _exit(2);
+        if (rdmax_connect(c2, host, port, NULL, &e2, timeout_ms) != RDMAX_OK)
+            _exit(3);
+        char msg[16] = "hello";
+        if (rdmax_send(e2, msg, sizeof msg, NULL, NULL) != RDMAX_OK || rdmax_ep_flush(e2, 5000) != RDMAX_OK)
+            _exit(4);
+        rdmax_ctx_destroy(c2);
+        _exit(0);
+    }
+    return pid;
+}
+
+static int child_ok(pid_t pid)
+{
+    int status = -1;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* Handshakes side by side: 50 silent clients held open do not keep real ones out; an accept used as a
+   poll (timeout 0) serves a client and logs nothing; a stalled handshake ends with its own status. */
+static void listener_tests(void)
+{
+    rdmax_ctx *ctx = NULL;
+    rdmax_listener *l = NULL;
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.logger.func = count_loud;
+    cd.handshake_ms = 600000;  /* the silent clients must not be timed out: the test is about concurrency */
+    int silent[50];
+    for (int i = 0; i < 50; i++)
+        silent[i] = -1;
+    enum { REAL = 3 };
+    pid_t pids[REAL];
+    rdmax_ep *eps[REAL] = {0};
+    tl_begin("listener/50 silent clients held open do not stall %d real ones", REAL);
+    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device");
+    REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen failed");
+    uint16_t port = rdmax_listener_port(l);
+    for (int i = 0; i < 50; i++)
+        REQUIRE((silent[i] = tcp_connect(i & 1 ? AF_INET6 : AF_INET, port)) >= 0, "silent client %d", i);
+    rdmax_ep *ep = NULL;
+    CHECK_ST(rdmax_accept(l, NULL, &ep, 300), RDMAX_ERR_TIMEOUT);  /* all 50 are in handshake now */
+    for (int i = 0; i < REAL; i++)
+        pids[i] = real_client("127.0.0.1", port, 60000);
+    int ok = 0;
+    for (int i = 0; i < REAL; i++) {
+        rdmax_status st = rdmax_accept(l, NULL, &eps[i], 60000);
+        CHECK_ST(st, RDMAX_OK);
+        ok += st == RDMAX_OK;
+    }
+    for (int i = 0; i < REAL; i++)
+        CHECK(child_ok(pids[i]), "real client %d failed", i);
+    rdmax_counters c;
+    for (int i = 0; i < 1000000; i++) {
+        rdmax_progress(ctx);
+        rdmax_counters_get(ctx, &c);
+        if (c.recv_msgs >= (unsigned)ok)
+            break;
+    }
+    CHECK(c.recv_msgs == (unsigned)REAL, "%llu of %d messages received", (unsigned long long)c.recv_msgs, REAL);
+    tl_end();
+
+    tl_begin("listener/accept with timeout 0 as a poll serves a client and logs nothing when empty");
+    {
+        int loud = g_loud_logs, empties = 0;
+        pid_t pid = real_client("::1", port, 60000);
+        rdmax_status st = RDMAX_ERR_TIMEOUT;
+        for (int i = 0; i < 100000 && st == RDMAX_ERR_TIMEOUT; i++) {
+            struct pollfd p = {rdmax_listener_fd(l), POLLIN, 0};
+            poll(&p, 1, 100);
+            st = rdmax_accept(l, NULL, &ep, 0);
+            empties += st == RDMAX_ERR_TIMEOUT;
+        }
+        CHECK_ST(st, RDMAX_OK);
+        CHECK(child_ok(pid), "client failed");
+        CHECK(g_loud_logs == loud, "%d warnings or errors logged by %d empty polls", g_loud_logs - loud, empties);
+        rdmax_ep_destroy(ep);
+        ep = NULL;
+    }
+    tl_end();
+out:
+    for (int i = 0; i < 50; i++)
+        if (silent[i] >= 0)
+            close(silent[i]);
+    for (int i = 0; i < REAL; i++)
+        rdmax_ep_destroy(eps[i]);
+    rdmax_listener_close(l);
+    rdmax_ctx_destroy(ctx);
+    if (tl_case_failed)
+        tl_end();
+
+    ctx = NULL;
+    l = NULL;
+    tl_begin("listener/a stalled handshake ends with RDMAX_ERR_OOB_TIMEOUT, then a real client connects");
+    cd.handshake_ms = 200;
+    cd.logger.func = NULL;
+    cd.log_level = RDMAX_LOG_ERROR;
+    cd.log_level_set = true;
+    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device");
+    REQUIRE(rdmax_listen(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
+    {
+        int fd = tcp_connect(AF_INET, rdmax_listener_port(l));
+        CHECK_ST(rdmax_accept(l, NULL, &ep, 600000), RDMAX_ERR_OOB_TIMEOUT);
+        close(fd);
+        pid_t pid = real_client("127.0.0.1", rdmax_listener_port(l), 60000);
+        CHECK_ST(rdmax_accept(l, NULL, &ep, 60000), RDMAX_OK);
+        CHECK(child_ok(pid), "client failed");
+        rdmax_ep_destroy(ep);
+        ep = NULL;
+    }
+    tl_end();
+
+    tl_begin("connect/retries a refused peer until it listens");
+    {
+        /* a port that nobody listens on yet */
+        uint16_t p2;
+        int tmp = tcp_listener(AF_INET, &p2);
+        close(tmp);
+        pid_t pid = real_client("127.0.0.1", p2, 60000);
+        struct timespec ts = {0, 300 * 1000000L};  /* the client's first tries are refused */
+        nanosleep(&ts, NULL);
+        rdmax_listener *l2 = NULL;
+        REQUIRE(rdmax_listen(ctx, "127.0.0.1", p2, &l2) == RDMAX_OK, "listen on %u", p2);
+        CHECK_ST(rdmax_accept(l2, NULL, &ep, 60000), RDMAX_OK);
+        CHECK(child_ok(pid), "client gave up instead of retrying");
+        rdmax_ep_destroy(ep);
+        ep = NULL;
+        rdmax_listener_close(l2);
+    }
+    tl_end();
+    rdmax_listener_close(l);
+    rdmax_ctx_destroy(ctx);
+    return;
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc > 1 && !strcmp(argv[1], "device"))
+    if (argc > 1 && !strcmp(argv[1], "device")) {
         device_tests();
+        listener_tests();
+    }
     else {
         host_tests(AF_INET);
         host_tests(AF_INET6);
