@@ -11,7 +11,8 @@ LIBS := -libverbs -lnuma -lm -lpthread
 B := build
 HDRS := rdmax.h rdmax_impl.h
 
-EXAMPLES := $(B)/rdmax_pingpong_rc $(B)/rdmax_pingpong_ud $(B)/rdmax_bw $(B)/rdmax_pageserver
+EXAMPLES := $(B)/rdmax_pingpong_rc $(B)/rdmax_pingpong_ud $(B)/rdmax_bw $(B)/rdmax_pageserver \
+            $(B)/readme_example
 TESTS := $(B)/failure_test $(B)/oob_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test $(B)/pending_test \
          $(B)/rcache_device_test $(B)/profile_test $(B)/profile_points_test
 # Host tests of pure parts (wire format over TCP, arbiter, rcache bookkeeping) run under ASan and UBSan;
@@ -35,6 +36,13 @@ $(B)/rdmax_pingpong_ud: examples/rdmax_pingpong.c $(HDRS) | $(B)
 $(B)/rdmax_bw: examples/rdmax_bw.c $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
 $(B)/rdmax_pageserver: examples/rdmax_pageserver.c $(HDRS) | $(B)
+	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
+# The README's example program, extracted as it stands (tests/readme_test.sh runs it).
+$(B)/readme_example.c: README.md | $(B)
+	sed -n '/^<!-- readme-example: begin -->$$/,/^<!-- readme-example: end -->$$/p' README.md | \
+	    sed '/^<!--/d; /^```/d' > $@
+	grep -q 'int main' $@
+$(B)/readme_example: $(B)/readme_example.c $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
 $(B)/%_test: tests/%_test.c tests/testlib.h $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)

@@ -53,13 +53,51 @@
 
    FAST-PATH RULES
    rdmax_send/put/get/fadd/cswap and rdmax_progress never allocate, never log and take no lock. Results:
-       RDMAX_OK                 done: the source buffer may be reused now (inline data); comp is not used
-       RDMAX_INPROGRESS         posted; comp (if given) is completed by rdmax_progress later
-       RDMAX_ERR_NO_RESOURCE    nothing was posted (send queue, CQ or read budget full): progress and retry
-       other negative values    nothing was posted; rdmax_status_str() names the reason
-   A completion is either a callback (comp->cb set) or a flag the caller polls (comp->cb NULL: rdmax sets
-   comp->status and then comp->done). The rdmax_comp must live until it completes. Operations without a
-   comp are unsignaled; rdmax_ep_flush() waits for them.
+       RDMAX_OK                 done, and only without a comp: the data went inline (copied at the call),
+                                the buffer may be reused now. Also rdmax_get of 0 bytes without a comp.
+       RDMAX_INPROGRESS         posted; comp (if given) reports the result later, from rdmax_progress
+       RDMAX_ERR_NO_RESOURCE    nothing was posted (send queue, CQ, credits or read budget full):
+                                progress and retry, or queue it (rdmax_req_post)
+       other negative values    nothing was posted and comp is not used; rdmax_status_str() names why
+   THE COMPLETION CONTRACT: an operation given a comp reports through it, always, whether its data went
+   inline or not: it returns RDMAX_INPROGRESS (the post is then signaled) or a negative status (nothing
+   posted, comp untouched). So this never spins forever:
+       rdmax_comp comp = {0};
+       if (rdmax_put(ep, buf, len, NULL, raddr, rkey, &comp) == RDMAX_INPROGRESS)
+           while (!comp.done) rdmax_progress(ctx);
+   Without a comp an operation is unsignaled: RDMAX_OK (inline) or RDMAX_INPROGRESS, and only
+   rdmax_ep_flush() tells when it is done. Keep a buffer unchanged until its comp completes (or the
+   flush returns), unless the call returned RDMAX_OK.
+
+   COMPLETION OBJECTS
+   An rdmax_comp is a callback (comp->cb set: called with the status) or a flag you poll (cb NULL: rdmax
+   sets comp->status, then comp->done = 1). It must stay valid until it completes. rdmax sets done but
+   never clears it: reset it (comp.done = 0, or zero the struct) before reusing the object. Completions
+   arrive from rdmax_progress (and rdmax_wait, rdmax_ep_flush, which call it), and also from
+   rdmax_ep_destroy and rdmax_ep_pending_purge (RDMAX_ERR_CANCELED) and from a chained post that failed
+   (RDMAX_ERR_IO, see rdmax_batch_begin). A comp callback may post new operations; it must not destroy
+   the endpoint of the operation it reports (the completion loop still walks that endpoint).
+   A receive callback (rdmax_ep_desc.recv_cb) may post, and may destroy its own endpoint: the receive
+   loop checks for that before it touches the endpoint again. Its data is valid only during the call.
+   rdmax_wait(ctx, timeout_ms) blocks on the completion channel until a completion arrives or timeout_ms
+   passes (-1: forever), progresses, and returns the number of completions handled: > 0 something
+   happened, 0 the timeout passed, -1 the CQs could not be armed (verbs error).
+
+   ORDERING AND DELIVERY (RC)
+   Operations of one endpoint are executed at the peer in the order they were posted, and their
+   completions are reported in that order. So when the peer receives a send, the puts posted before it
+   are in place in its memory, and a get posted after a put reads what the put wrote. A put, send or
+   atomic posted after a get or atomic may run before the get's data has landed in your buffer: wait
+   for the get's comp before sending what it read. Different endpoints have no order between them.
+   Delivery is at least once, not exactly once: an operation reported failed (RDMAX_ERR_RETRY_EXCEEDED,
+   RDMAX_ERR_FLUSHED, ...) may still have reached the peer (its acknowledgement was lost, or it was on the
+   wire when the endpoint failed; a link-cut run saw 127 such sends), so a retry may deliver it twice.
+   Give messages ids when that matters. UD keeps neither order nor delivery: a datagram may be lost.
+
+   CONNECTING
+   rdmax_connect: timeout_ms covers everything (TCP connect with retries, record exchange, ready byte).
+   rdmax_accept: timeout_ms is only the wait; each client's handshake has its own deadline
+   (rdmax_ctx_desc.handshake_ms), see rdmax_accept.
 
    THREAD SAFETY
    A context and everything made from it belong to one thread at a time. Different contexts may be used
@@ -632,7 +670,8 @@ typedef struct rdmax_comp rdmax_comp;
 
 typedef void (*rdmax_comp_cb)(rdmax_comp *comp, rdmax_status status);
 /* A completion the caller owns. Either set cb (called from rdmax_progress) or leave it NULL and poll
-   `done`; `user` is yours. */
+   `done`; `user` is yours. An operation given one always reports through it (see THE COMPLETION
+   CONTRACT). rdmax never clears `done`: reset it before reusing the object. */
 struct rdmax_comp {
     rdmax_comp_cb cb;
     void *user;
@@ -1719,8 +1758,10 @@ RDMAX_INLINE struct ibv_send_wr *rdmax__ep_wr(rdmax_ep *ep, enum ibv_wr_opcode o
     return wr;
 }
 
-/* Contiguous send, put: inline when len <= max_inline (mem may then be NULL; returns RDMAX_OK and the
-   buffer is free), zero-copy from mem above. The caller checked resources and set the remote fields. */
+/* Contiguous send, put: inline when len <= max_inline and (mem NULL or comp NULL): the data is copied
+   at the call, so the buffer is free when it returns; zero-copy from mem (or the rcache) otherwise.
+   Returns RDMAX_INPROGRESS whenever comp is given, RDMAX_OK for inline data without a comp. The caller
+   checked resources and set the remote fields. */
 RDMAX_INLINE rdmax_status rdmax__ep_contig(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_op op, const void *buf,
                                            size_t len, const rdmax_mem *mem, uint64_t raddr, rdmax_comp *comp)
 {
@@ -1731,13 +1772,16 @@ RDMAX_INLINE rdmax_status rdmax__ep_contig(rdmax_ep *ep, struct ibv_send_wr *wr,
     if (len <= ep->max_inline && (mem == NULL || comp == NULL)) {
         wr->send_flags = IBV_SEND_INLINE;
         sge->lkey = 0;
-        /* A chained request is posted later, but RDMAX_OK promises the buffer is free now: copy it. */
+        /* A chained request is posted later, but the buffer is promised free now: copy it. */
         if (ep->batching) {
             char *stage = ep->inl_stage + (size_t)ep->batch_n * ep->max_inline;
             memcpy(stage, buf, len);
             sge->addr = (uintptr_t)stage;
         }
-        return rdmax__ep_post(ep, wr, NULL, op, (uint32_t)len, raddr, NULL);
+        /* The completion contract: given a comp, the operation reports through it, inline or not (the
+           post is then signaled); without one, inline data is done at once. */
+        rdmax_status ist = rdmax__ep_post(ep, wr, comp, op, (uint32_t)len, raddr, NULL);
+        return ist == RDMAX_OK && comp != NULL ? RDMAX_INPROGRESS : ist;
     }
     struct rdmax_rcache_region *region = NULL;
     if (mem != NULL) {
@@ -1754,8 +1798,13 @@ RDMAX_INLINE rdmax_status rdmax__ep_contig(rdmax_ep *ep, struct ibv_send_wr *wr,
     return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
 }
 
-/* rdmax_send: send len bytes to the peer's receive callback. RDMAX_ERR_SIZE if len exceeds the peer's
-   receive buffer (UD: the path MTU), checked before posting. */
+/* rdmax_send: send len bytes to the peer's receive callback.
+   Parameters: buf, len: the message; mem: its registration, or NULL (inline if len <= max_inline, else
+   the registration cache); comp: NULL, or the completion that reports the result.
+   Returns: RDMAX_INPROGRESS whenever comp is given (inline or not); without comp RDMAX_OK (inline: buf is
+   free now) or RDMAX_INPROGRESS; RDMAX_ERR_NO_RESOURCE (also: no send credits), RDMAX_ERR_SIZE (len
+   exceeds the peer's receive buffer; UD: the path MTU), other errors: nothing posted, comp unused.
+   Thread safety: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                      rdmax_comp *comp)
 {
@@ -1791,7 +1840,9 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
 }
 
 #if RDMAX__HAS_RC
-/* rdmax_put: RDMA write of len bytes to raddr/rkey of the peer. */
+/* rdmax_put: RDMA write of len bytes to raddr/rkey of the peer.
+   Parameters and results as rdmax_send: with a comp RDMAX_INPROGRESS, inline or not; RDMAX_OK only for
+   inline data without a comp. Thread safety: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                     uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
 {
@@ -1829,7 +1880,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_iov(rdmax_ep *ep, enum ibv_wr_opcode opcode,
         wr->sg_list[i].lkey = iov[i].lkey;
         total += iov[i].len;
     }
-    if (rdmax_unlikely(total > ep->ctx->attr.max_msg_sz || (op == RDMAX_OP_GET && total == 0)))
+    if (rdmax_unlikely(total > ep->ctx->attr.max_msg_sz || (opcode == IBV_WR_RDMA_READ && total == 0)))
         return RDMAX_ERR_SIZE;
     wr->num_sge = (int)iovcnt;
     wr->wr.rdma.remote_addr = raddr;
@@ -1846,13 +1897,22 @@ RDMAX_INLINE rdmax_status rdmax_put_iov(rdmax_ep *ep, const rdmax_iov *iov, size
     return rdmax__ep_iov(ep, IBV_WR_RDMA_WRITE, RDMAX_OP_PUT, iov, iovcnt, raddr, rkey, comp, NULL);
 }
 
-/* rdmax_get: RDMA read of len bytes from raddr/rkey into buf (inside mem). len 0 is RDMAX_OK (a
-   zero-length read has crashed rxe). Counts against the negotiated max_rd_atomic budget. */
+/* rdmax_get: RDMA read of len bytes from raddr/rkey into buf (inside mem). Counts against the
+   negotiated max_rd_atomic budget. len 0 reads nothing: RDMAX_OK without a comp; with one, a
+   zero-length write goes in its place (a zero-length read has crashed rxe), so comp still reports,
+   in order with the endpoint's other operations. */
 RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
                                     uint32_t rkey, rdmax_comp *comp)
 {
-    if (rdmax_unlikely(len == 0))
-        return RDMAX_OK;
+    if (rdmax_unlikely(len == 0)) {
+        if (comp == NULL)
+            return RDMAX_OK;
+        rdmax_iov none;
+        none.addr = buf;
+        none.len = 0;
+        none.lkey = 0;
+        return rdmax__ep_iov(ep, IBV_WR_RDMA_WRITE, RDMAX_OP_GET, &none, 1, raddr, rkey, comp, NULL);
+    }
     if (rdmax_unlikely(len > UINT32_MAX))
         return RDMAX_ERR_SIZE;
     rdmax_iov iov;

@@ -148,7 +148,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         int before = rxb.count;
         memset(&c, 0, sizeof c);
         st = rdmax_send(a, s, n, src, &c);
-        CHECK(st == RDMAX_OK || st == RDMAX_INPROGRESS, "send: %s", rdmax_status_str(st));
+        CHECK_ST(st, RDMAX_INPROGRESS);  /* given a comp: always reported through it */
         for (long i = 0; rxb.count == before && i < 100000000L; i++)
             progress2(ca, cb);
         CHECK(rxb.count == before + 1, "message not received");
@@ -164,11 +164,9 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         memset(d, 0, n + 1);
         memset(&c, 0, sizeof c);
         st = rdmax_put(a, s, n, src, raddr, dst->rkey, &c);
-        CHECK(st == RDMAX_OK || st == RDMAX_INPROGRESS, "put: %s", rdmax_status_str(st));
+        CHECK_ST(st, RDMAX_INPROGRESS);
         if (st == RDMAX_INPROGRESS)
             CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "put completion: %s", rdmax_status_str(c.status));
-        else
-            CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush after inline put");
         CHECK(first_diff(d, n, (unsigned)k + 100) == (size_t)-1, "remote data differs at byte %zu",
               first_diff(d, n, (unsigned)k + 100));
         CHECK(d[n] == 0, "put wrote past its end");
@@ -592,6 +590,112 @@ out:
         tl_end();
 }
 
+/* The completion contract: an operation given a comp reports through it, inline or not, so the README's
+   `while (!comp.done) rdmax_progress(ctx);` ends; without a comp, inline data is RDMAX_OK at once. */
+static void contract_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
+{
+    rdmax_mem *src = NULL, *dst = NULL;
+    rdmax_ep *a = NULL, *b = NULL;
+    struct rx rxb;
+    memset(&rxb, 0, sizeof rxb);
+    rxb.buf = (unsigned char *)malloc(2u << 20);
+    unsigned char *plain = (unsigned char *)malloc(8192);
+    uint32_t mi = rdmax_ctx_attr(ca)->max_inline;
+    tl_begin("%s/contract/setup", topo);
+    REQUIRE(rxb.buf && plain, "malloc");
+    REQUIRE(mi > 0 && mi < 8192, "device max_inline %u", mi);
+    REQUIRE(rdmax_mem_alloc(ca, 65536, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc src");
+    REQUIRE(rdmax_mem_alloc(cb, 65536, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_READ, &dst) == RDMAX_OK,
+            "alloc dst");
+    rdmax_ep_desc da, db;
+    memset(&da, 0, sizeof da);
+    memset(&db, 0, sizeof db);
+    db.recv_cb = on_recv;
+    db.user = &rxb;
+    db.recv_size = 8192;
+    REQUIRE(pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    tl_end();
+    {
+        const size_t lens[] = {0, 8, mi, (size_t)mi + 1, 4096};
+        for (int with_mem = 0; with_mem < 2; with_mem++) {
+            for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+                size_t n = lens[k];
+                unsigned char *buf = with_mem ? (unsigned char *)src->addr : plain;
+                const rdmax_mem *m = with_mem ? src : NULL;
+                rdmax_comp c;
+                memset(&c, 0, sizeof c);
+                tl_begin("%s/contract/put %zu bytes, mem %s, comp given: RDMAX_INPROGRESS, comp completes", topo, n,
+                         with_mem ? "given" : "NULL");
+                fillp(buf, n, (unsigned)(k + 40));
+                memset(dst->addr, 0, n + 1);
+                CHECK_ST(rdmax_put(a, buf, n, m, (uintptr_t)dst->addr, dst->rkey, &c), RDMAX_INPROGRESS);
+                CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "comp: done %d status %s", c.done,
+                      rdmax_status_str(c.status));
+                CHECK(first_diff((unsigned char *)dst->addr, n, (unsigned)(k + 40)) == (size_t)-1, "data differs");
+                tl_end();
+
+                tl_begin("%s/contract/send %zu bytes, mem %s, comp given: RDMAX_INPROGRESS, comp completes", topo, n,
+                         with_mem ? "given" : "NULL");
+                int before = rxb.count;
+                c.done = 0;  /* reused: reset before the next operation */
+                CHECK_ST(rdmax_send(a, buf, n, m, &c), RDMAX_INPROGRESS);
+                CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "comp: done %d status %s", c.done,
+                      rdmax_status_str(c.status));
+                for (long i = 0; rxb.count == before && i < 100000000L; i++)
+                    progress2(ca, cb);
+                CHECK(rxb.count == before + 1 && rxb.len == n, "message not received (%d, %zu bytes)",
+                      rxb.count - before, rxb.len);
+                tl_end();
+            }
+        }
+    }
+    tl_begin("%s/contract/inline without comp: RDMAX_OK, buffer free at once", topo);
+    {
+        fillp(plain, 8, 77);
+        CHECK_ST(rdmax_put(a, plain, 8, NULL, (uintptr_t)dst->addr, dst->rkey, NULL), RDMAX_OK);
+        memset(plain, 0, 8);  /* the data went inline: changing it now changes nothing */
+        CHECK_ST(rdmax_ep_flush(a, T_MS), RDMAX_OK);
+        CHECK(first_diff((unsigned char *)dst->addr, 8, 77) == (size_t)-1, "data differs");
+    }
+    tl_end();
+    tl_begin("%s/contract/get of 0 bytes: RDMAX_OK without comp, completes a given comp", topo);
+    {
+        rdmax_comp c;
+        memset(&c, 0, sizeof c);
+        CHECK_ST(rdmax_get(a, src->addr, 0, src, (uintptr_t)dst->addr, dst->rkey, NULL), RDMAX_OK);
+        CHECK_ST(rdmax_get(a, src->addr, 0, src, (uintptr_t)dst->addr, dst->rkey, &c), RDMAX_INPROGRESS);
+        CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "comp: done %d status %s", c.done,
+              rdmax_status_str(c.status));
+        CHECK(a != NULL && rdmax_ep_error(a) == RDMAX_OK, "endpoint failed");
+    }
+    tl_end();
+    tl_begin("%s/contract/inline put with comp in a batch completes after rdmax_batch_end", topo);
+    {
+        rdmax_comp cs[4];
+        memset(cs, 0, sizeof cs);
+        rdmax_batch_begin(a);
+        for (int i = 0; i < 4; i++) {
+            fillp(plain + 8 * i, 8, (unsigned)(90 + i));
+            CHECK_ST(rdmax_put(a, plain + 8 * i, 8, NULL, (uintptr_t)dst->addr + 8 * (uint64_t)i, dst->rkey, &cs[i]),
+                     RDMAX_INPROGRESS);
+        }
+        CHECK_ST(rdmax_batch_end(a), RDMAX_OK);
+        for (int i = 0; i < 4; i++) {
+            CHECK(wait_comp(ca, cb, &cs[i]) == 0 && cs[i].status == RDMAX_OK, "comp %d: %s", i,
+                  rdmax_status_str(cs[i].status));
+            CHECK(first_diff((unsigned char *)dst->addr + 8 * i, 8, (unsigned)(90 + i)) == (size_t)-1, "put %d", i);
+        }
+    }
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(src);
+    rdmax_mem_free(dst);
+    free(plain);
+    free(rxb.buf);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -606,6 +710,7 @@ int main(int argc, char **argv)
     rdmax_ctx *ca = open_ctx(d0), *cb = cross ? open_ctx(d1) : ca;
     const char *topo = cross ? "cross" : "loopback";
     ops_suite(topo, ca, cb);
+    contract_case(topo, ca, cb);
     error_case(topo, "bad rkey", ca, cb, 0, RDMAX_ERR_REMOTE_ACCESS);
     error_case(topo, "put past the end of the region", ca, cb, 1, RDMAX_ERR_REMOTE_ACCESS);
     error_case(topo, "get from an unregistered address", ca, cb, 2, RDMAX_ERR_REMOTE_ACCESS);

@@ -48,5 +48,6 @@ else
     run profile $B/profile_test
     run profile_points $B/profile_points_test
     run examples_dummy tests/examples_test.sh dummy
+    run readme tests/readme_test.sh
 fi
 exit $status
