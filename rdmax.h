@@ -775,6 +775,7 @@ typedef struct rdmax_ctx_desc {
     uint32_t rcache_max_regions; /* 0: 65536 */
     uint64_t rcache_max_bytes; /* 0: unlimited */
     uint32_t handshake_ms;     /* 0: 10000: how long a listener gives one client to finish its handshake */
+    uint32_t ud_rq_depth;      /* 0: 512: receive buffers of the context's UD QP (all UD endpoints share it) */
 } rdmax_ctx_desc;
 
 typedef struct rdmax_ep_desc {
@@ -931,6 +932,7 @@ struct rdmax_ep {
     uint8_t peer_gid[16];       /* the RoCE peer, for messages */
     int16_t err;                /* rdmax_status that failed or closed the endpoint */
     uint8_t flush_seen;
+    uint8_t shared_qp;          /* UD: qp is the context's */
     uint32_t wd_tail;           /* watchdog: sq_tail when last seen moving, at wd_ms */
     int64_t wd_ms;
     uint32_t ka_head;           /* keepalive: sq_head when last seen moving, at ka_ms */

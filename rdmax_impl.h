@@ -43,6 +43,10 @@ static void rdmax__ep_peer_closed(rdmax_ep *ep);
 static void rdmax__ud_ctx_cleanup(rdmax_ctx *ctx);
 static void rdmax__ud_ep_cleanup(rdmax_ep *ep);
 static rdmax_status rdmax__ud_connect(rdmax_ep *ep, const rdmax_conn_info *r);
+static rdmax_status rdmax__ud_ep_create(rdmax_ctx *ctx, rdmax_ep_desc *d, rdmax_ep **out);
+static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, enum ibv_qp_type type,
+                                    rdmax_ep **out);
+static int rdmax__ud_poll_recv(rdmax_ctx *ctx);
 #endif
 
 /* >>strings ========================================================================================== */
@@ -321,6 +325,8 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
         d.cq_depth = 4096;
     if (!d.handshake_ms)
         d.handshake_ms = 10000;
+    if (!d.ud_rq_depth)
+        d.ud_rq_depth = 512;
     if (!d.max_eps)
         d.max_eps = 1024;
     if (d.max_eps > 65535)
@@ -891,24 +897,44 @@ static rdmax_status rdmax__oob_sync(int fd, int timeout_ms, char *why, size_t wh
 
 /* >>ud =============================================================================================== */
 #if RDMAX__HAS_UD
-/* Address handles are created once per destination GID and kept until the context goes: creating one
-   is a system call, and a UD endpoint without one cannot be made, so a post never carries a NULL AH. */
+/* UD endpoints share the context's one UD QP: an endpoint is the peer's address (an AH from the cache,
+   the peer's QPN and Q_Key), its send slots and its counters. The QP's receive pool is the context's.
+   A datagram finds its endpoint by its immediate data, which carries our endpoint's index (the peer read
+   it from the credits field of our record), checked against the sender's QPN; a datagram to a multicast
+   group finds the endpoint that joined the group by the destination address in its GRH.
+   Address handles are created once per destination GID and kept until the context goes: creating one is
+   a system call, and a UD endpoint without one cannot be made, so a post never carries a NULL AH. */
+#define RDMAX__MCAST_MAX 8      /* groups per endpoint */
+#define RDMAX__UD_GROUPS 64     /* groups per context */
 struct rdmax__ud {
     struct { uint8_t gid[16]; struct ibv_ah *ah; } *ahs;
     uint32_t n, cap;
+    struct ibv_qp *qp;          /* NULL until the first UD endpoint */
+    struct ibv_cq *rcq;
+    char *rbufs;
+    struct ibv_mr *rmr;
+    uint32_t rq_depth, recv_size, rq_unposted, *rq_free;
+    struct { uint8_t gid[16]; uint32_t ep_idx; uint16_t gen; } groups[RDMAX__UD_GROUPS];
+    uint32_t n_groups;
 };
 
-#define RDMAX__MCAST_MAX 8
 struct rdmax__mcast {
     struct { struct in_addr group; int fd; union ibv_gid mgid; } g[RDMAX__MCAST_MAX];
     uint32_t n;
 };
 
+static struct rdmax__ud *rdmax__ud_state(rdmax_ctx *ctx)
+{
+    if (!ctx->ud)
+        ctx->ud = (struct rdmax__ud *)rdmax__alloc(ctx, sizeof *ctx->ud);
+    return ctx->ud;
+}
+
 static struct ibv_ah *rdmax__ah_get(rdmax_ctx *ctx, const uint8_t gid[16])
 {
-    if (!ctx->ud && !(ctx->ud = (struct rdmax__ud *)rdmax__alloc(ctx, sizeof *ctx->ud)))
+    struct rdmax__ud *u = rdmax__ud_state(ctx);
+    if (!u)
         return NULL;
-    struct rdmax__ud *u = ctx->ud;
     for (uint32_t i = 0; i < u->n; i++)
         if (!memcmp(u->ahs[i].gid, gid, 16))
             return u->ahs[i].ah;
@@ -952,6 +978,8 @@ static rdmax_status rdmax__ud_connect(rdmax_ep *ep, const rdmax_conn_info *r)
     ep->ud_qpn = r->qpn;
     ep->ud_qkey = r->qkey;
     ep->peer_qpn = r->qpn;
+    memcpy(ep->peer_gid, r->gid, 16);
+    ep->rx_unreturned = r->credits;  /* UD: the peer endpoint's index, our datagrams' immediate data */
     ep->remote = r->buf;
     /* one datagram: the path MTU, and no more than the peer can take after its GRH */
     uint32_t mtu = rdmax__mtu_bytes((enum ibv_mtu)(r->mtu < ctx->attr.active_mtu ? r->mtu : ctx->attr.active_mtu));
@@ -964,13 +992,211 @@ static rdmax_status rdmax__ud_connect(rdmax_ep *ep, const rdmax_conn_info *r)
 
 static void rdmax__ud_ctx_cleanup(rdmax_ctx *ctx)
 {
-    if (!ctx->ud)
+    struct rdmax__ud *u = ctx->ud;
+    if (!u)
         return;
-    for (uint32_t i = 0; i < ctx->ud->n; i++)
-        ibv_destroy_ah(ctx->ud->ahs[i].ah);
-    rdmax__free(ctx, ctx->ud->ahs);
-    rdmax__free(ctx, ctx->ud);
+    if (u->qp)
+        ibv_destroy_qp(u->qp);
+    if (u->rcq)
+        ibv_destroy_cq(u->rcq);
+    if (u->rmr)
+        ibv_dereg_mr(u->rmr);
+    rdmax_numa_free(ctx, u->rbufs, (size_t)u->rq_depth * u->recv_size);
+    rdmax__free(ctx, u->rq_free);
+    for (uint32_t i = 0; i < u->n; i++)
+        ibv_destroy_ah(u->ahs[i].ah);
+    rdmax__free(ctx, u->ahs);
+    rdmax__free(ctx, u);
     ctx->ud = NULL;
+}
+
+static rdmax_status rdmax__ud_post_recvs(rdmax_ctx *ctx)
+{
+    struct rdmax__ud *u = ctx->ud;
+    struct ibv_recv_wr wr[16], *bad;
+    struct ibv_sge sge[16];
+    while (u->rq_unposted > 0) {
+        uint32_t k = u->rq_unposted < 16 ? u->rq_unposted : 16;
+        for (uint32_t i = 0; i < k; i++) {
+            uint32_t idx = u->rq_free[--u->rq_unposted];
+            sge[i].addr = (uintptr_t)(u->rbufs + (size_t)idx * u->recv_size);
+            sge[i].length = u->recv_size;
+            sge[i].lkey = u->rmr->lkey;
+            wr[i].wr_id = idx;
+            wr[i].sg_list = &sge[i];
+            wr[i].num_sge = 1;
+            wr[i].next = i + 1 < k ? &wr[i + 1] : NULL;
+        }
+        ctx->cnt.recv_post_calls++;
+        int rc = ibv_post_recv(u->qp, wr, &bad);
+        if (rc) {
+            for (struct ibv_recv_wr *w = bad; w; w = w->next)
+                u->rq_free[u->rq_unposted++] = (uint32_t)w->wr_id;
+            return RDMAX_ERR_IO;
+        }
+    }
+    return RDMAX_OK;
+}
+
+/* The context's UD QP, made with its first UD endpoint: its send side shares the context's send CQ, and
+   since every post holds one send-CQ credit, cq_depth work requests in flight can never overflow a send
+   queue of that depth. */
+static rdmax_status rdmax__ud_open(rdmax_ctx *ctx)
+{
+    struct rdmax__ud *u = rdmax__ud_state(ctx);
+    if (!u)
+        return RDMAX_ERR_NO_MEMORY;
+    if (u->qp)
+        return RDMAX_OK;
+    const char *what = "ibv_create_cq";
+    u->rq_depth = ctx->desc.ud_rq_depth;
+    u->recv_size = ctx->attr.mtu_bytes + RDMAX_UD_GRH;
+    size_t rbytes = (size_t)u->rq_depth * u->recv_size;
+    u->rq_free = (uint32_t *)rdmax__alloc(ctx, u->rq_depth * sizeof *u->rq_free);
+    u->rbufs = (char *)rdmax_numa_alloc(ctx, rbytes);
+    if (!u->rq_free || !u->rbufs)
+        return RDMAX_ERR_NO_MEMORY;
+    u->rcq = ibv_create_cq(ctx->verbs, (int)u->rq_depth, NULL, ctx->channel, 0);
+    if (u->rcq && (what = "ibv_reg_mr", u->rmr = ibv_reg_mr(ctx->pd, u->rbufs, rbytes, IBV_ACCESS_LOCAL_WRITE))) {
+        struct ibv_qp_init_attr qa;
+        memset(&qa, 0, sizeof qa);
+        qa.send_cq = ctx->scq;
+        qa.recv_cq = u->rcq;
+        qa.qp_type = IBV_QPT_UD;
+        qa.cap.max_send_wr = ctx->desc.cq_depth < ctx->attr.max_qp_wr ? ctx->desc.cq_depth : ctx->attr.max_qp_wr;
+        qa.cap.max_recv_wr = u->rq_depth;
+        qa.cap.max_send_sge = ctx->attr.max_sge < RDMAX_MAX_SGE ? ctx->attr.max_sge : RDMAX_MAX_SGE;
+        qa.cap.max_recv_sge = 1;
+        qa.cap.max_inline_data = ctx->attr.max_inline;
+        what = "ibv_create_qp(UD)";
+        u->qp = ibv_create_qp(ctx->pd, &qa);
+    }
+    struct ibv_qp_attr a;
+    int rc = u->qp ? 0 : errno;
+    if (!rc) {
+        what = "ibv_modify_qp(UD, INIT)";
+        memset(&a, 0, sizeof a);
+        a.qp_state = IBV_QPS_INIT;
+        a.port_num = ctx->attr.port;
+        a.qkey = RDMAX_UD_QKEY;
+        rc = ibv_modify_qp(u->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
+    }
+    if (!rc) {
+        what = "ibv_modify_qp(UD, RTR)";
+        memset(&a, 0, sizeof a);
+        a.qp_state = IBV_QPS_RTR;
+        rc = ibv_modify_qp(u->qp, &a, IBV_QP_STATE);
+    }
+    if (!rc) {
+        what = "ibv_modify_qp(UD, RTS)";
+        a.qp_state = IBV_QPS_RTS;
+        a.sq_psn = (u->qp->qp_num * 2654435761u) & 0xffffff;
+        rc = ibv_modify_qp(u->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+    }
+    if (!rc) {
+        for (uint32_t i = 0; i < u->rq_depth; i++)
+            u->rq_free[i] = i;
+        u->rq_unposted = u->rq_depth;
+        what = "ibv_post_recv(UD)";
+        rc = rdmax__ud_post_recvs(ctx) == RDMAX_OK ? 0 : EIO;
+    }
+    if (rc || !u->rcq || !u->rmr) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: the context's UD QP: %s failed: %s", ctx->attr.name, what,
+                   strerror(rc ? rc : errno));
+        if (u->qp)
+            ibv_destroy_qp(u->qp);
+        u->qp = NULL;
+        return RDMAX_ERR_IO;
+    }
+    return RDMAX_OK;
+}
+
+/* A UD endpoint: no QP of its own, only send slots; its index goes into our record for the peer. */
+static rdmax_status rdmax__ud_ep_create(rdmax_ctx *ctx, rdmax_ep_desc *d, rdmax_ep **out)
+{
+    *out = NULL;
+    rdmax_status st = rdmax__ud_open(ctx);
+    if (st != RDMAX_OK)
+        return st;
+    if (!d->sq_depth)
+        d->sq_depth = 32;  /* per peer: the QP's send queue is the context's */
+    d->rq_depth = 0;
+    return rdmax__ep_alloc(ctx, d, IBV_QPT_UD, out);
+}
+
+/* The multicast group a datagram was sent to, from the GRH rxe puts in front of it (RoCE v2 over IPv4:
+   an IPv4 header in the last 20 of its 40 bytes), as a GID; 0 if it was unicast. */
+static int rdmax__ud_group(const uint8_t *grh, uint8_t gid[16])
+{
+    memset(gid, 0, 16);
+    if ((grh[20] >> 4) == 4) {
+        if ((grh[36] & 0xf0) != 0xe0)
+            return 0;
+        gid[10] = gid[11] = 0xff;
+        memcpy(gid + 12, grh + 36, 4);
+        return 1;
+    }
+    if (grh[24] != 0xff)
+        return 0;
+    memcpy(gid, grh + 24, 16);
+    return 1;
+}
+
+static int rdmax__ud_poll_recv(rdmax_ctx *ctx)
+{
+    struct rdmax__ud *u = ctx->ud;
+    struct ibv_wc wc[16];
+    int n = ibv_poll_cq(u->rcq, 16, wc);
+    if (n <= 0)
+        return 0;
+    ctx->cnt.cqes += (uint64_t)n;
+    for (int i = 0; i < n; i++) {
+        uint32_t idx = (uint32_t)wc[i].wr_id;
+        if (rdmax_unlikely(idx >= u->rq_depth)) {
+            ctx->cnt.stale_wr_ids++;
+            continue;
+        }
+        u->rq_free[u->rq_unposted++] = idx;
+        if (rdmax_unlikely(wc[i].status != IBV_WC_SUCCESS)) {
+            /* the shared QP failed: every UD endpoint learns it from its own flushed sends */
+            if (wc[i].status == IBV_WC_WR_FLUSH_ERR)
+                ctx->cnt.recv_flushed++;
+            else
+                ctx->cnt.err_cqes++;
+            u->rq_unposted--;  /* not reposted: the QP is in error */
+            continue;
+        }
+        uint8_t *data = (uint8_t *)u->rbufs + (size_t)idx * u->recv_size;
+        size_t len = wc[i].byte_len;
+        if (rdmax_unlikely(len < RDMAX_UD_GRH)) {
+            ctx->cnt.recv_drops++;
+            continue;
+        }
+        len -= RDMAX_UD_GRH;
+        if (len == 0 && wc[i].src_qp == u->qp->qp_num)  /* a flush marker to ourselves */
+            continue;
+        rdmax_ep *ep = NULL;
+        uint8_t g[16];
+        if (rdmax__ud_group(data, g)) {
+            for (uint32_t k = 0; k < u->n_groups; k++)
+                if (!memcmp(u->groups[k].gid, g, 16) && ctx->eps[u->groups[k].ep_idx].gen == u->groups[k].gen)
+                    ep = ctx->eps[u->groups[k].ep_idx].ep;
+        } else if (wc[i].wc_flags & IBV_WC_WITH_IMM) {
+            uint32_t e = ntohl(wc[i].imm_data);
+            if (e < ctx->desc.max_eps && ctx->eps[e].ep && ctx->eps[e].ep->ud_qpn == wc[i].src_qp)
+                ep = ctx->eps[e].ep;
+        }
+        if (!ep || !ep->recv_cb) {  /* a group member need not be connected to anyone */
+            ctx->cnt.recv_drops++;  /* no endpoint of ours for this sender */
+            continue;
+        }
+        ctx->cnt.recv_msgs++;
+        ctx->cnt.recv_bytes += len;
+        ep->recv_cb(ep, data + RDMAX_UD_GRH, len, ep->user);
+    }
+    if (u->rq_unposted >= 16)
+        rdmax__ud_post_recvs(ctx);
+    return n;
 }
 
 /* The IPv4 address of the device's netdev, from our IPv4-mapped GID. */
@@ -1029,6 +1255,18 @@ rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group)
             close(fd);
         return RDMAX_ERR_IO;
     }
+    struct rdmax__ud *u = ctx->ud;
+    for (uint32_t k = 0; k < u->n_groups; k++)
+        if (!memcmp(u->groups[k].gid, mgid.raw, 16)) {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, "multicast: %s is already joined by another endpoint of this context "
+                       "(datagrams to a group go to one endpoint)", group);
+            close(fd);
+            return RDMAX_ERR_INVALID_PARAM;
+        }
+    if (u->n_groups == RDMAX__UD_GROUPS) {
+        close(fd);
+        return RDMAX_ERR_NO_RESOURCE;
+    }
     int rc = ibv_attach_mcast(ep->qp, &mgid, 0);
     if (rc) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, "multicast: ibv_attach_mcast(%s) on device %s qpn 0x%x failed: %s", group,
@@ -1041,7 +1279,23 @@ rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group)
     m->g[m->n].fd = fd;
     m->g[m->n].mgid = mgid;
     m->n++;
+    uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
+    memcpy(u->groups[u->n_groups].gid, mgid.raw, 16);
+    u->groups[u->n_groups].ep_idx = idx;
+    u->groups[u->n_groups].gen = ctx->eps[idx].gen;
+    u->n_groups++;
     return RDMAX_OK;
+}
+
+static int rdmax__ud_detach(rdmax_ep *ep, const union ibv_gid *mgid)
+{
+    struct rdmax__ud *u = ep->ctx->ud;
+    for (uint32_t k = 0; k < u->n_groups; k++)
+        if (!memcmp(u->groups[k].gid, mgid->raw, 16)) {
+            u->groups[k] = u->groups[--u->n_groups];
+            break;
+        }
+    return ibv_detach_mcast(ep->qp, mgid, 0);
 }
 
 rdmax_status rdmax_mcast_leave(rdmax_ep *ep, const char *group)
@@ -1055,7 +1309,7 @@ rdmax_status rdmax_mcast_leave(rdmax_ep *ep, const char *group)
     for (uint32_t i = 0; m && i < m->n; i++) {
         if (m->g[i].group.s_addr != ga.s_addr)
             continue;
-        int rc = ibv_detach_mcast(ep->qp, &m->g[i].mgid, 0);
+        int rc = rdmax__ud_detach(ep, &m->g[i].mgid);
         close(m->g[i].fd);  /* closing the socket leaves the IP group */
         m->g[i] = m->g[--m->n];
         if (rc) {
@@ -1071,8 +1325,10 @@ rdmax_status rdmax_mcast_leave(rdmax_ep *ep, const char *group)
 static void rdmax__ud_ep_cleanup(rdmax_ep *ep)
 {
     struct rdmax__mcast *m = ep->mcast;
-    for (uint32_t i = 0; m && i < m->n; i++)
-        close(m->g[i].fd);  /* the QP is gone: its attachments went with it */
+    for (uint32_t i = 0; m && i < m->n; i++) {
+        rdmax__ud_detach(ep, &m->g[i].mgid);  /* the shared QP stays: detach what this endpoint joined */
+        close(m->g[i].fd);
+    }
     rdmax__free(ep->ctx, m);
     ep->mcast = NULL;
 }
@@ -2601,12 +2857,23 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     ep->user = d->user;
     ep->rq_depth = d->rq_depth;
     ep->recv_size = d->recv_size;
+    size_t rbytes = (size_t)d->rq_depth * d->recv_size;  /* 0 for UD: the context's pool */
     ep->slots = (rdmax__slot *)rdmax__alloc(ctx, d->sq_depth * sizeof *ep->slots);
-    ep->rq_free = (uint32_t *)rdmax__alloc(ctx, d->rq_depth * sizeof *ep->rq_free);
-    size_t rbytes = (size_t)d->rq_depth * d->recv_size;
-    ep->rbufs = (char *)rdmax_numa_alloc(ctx, rbytes);
     ep->inl_stage = (char *)rdmax__alloc(ctx, (size_t)RDMAX_BATCH_MAX * (d->max_inline ? d->max_inline : 1));
-    if (!ep->slots || !ep->rq_free || !ep->rbufs || !ep->inl_stage)
+    if (!ep->slots || !ep->inl_stage)
+        goto fail;
+#if RDMAX__HAS_UD
+    if (type == IBV_QPT_UD) {  /* the context's QP */
+        ep->qp = ctx->ud->qp;
+        ep->shared_qp = 1;
+        d->rq_depth = ep->rq_depth = 0;
+        d->recv_size = ep->recv_size = ctx->ud->recv_size;
+        goto registered;
+    }
+#endif
+    ep->rq_free = (uint32_t *)rdmax__alloc(ctx, d->rq_depth * sizeof *ep->rq_free);
+    ep->rbufs = (char *)rdmax_numa_alloc(ctx, rbytes);
+    if (!ep->rq_free || !ep->rbufs)
         goto fail;
     ep->rmr = ibv_reg_mr(ctx->pd, ep->rbufs, rbytes, IBV_ACCESS_LOCAL_WRITE);
     if (!ep->rmr) {
@@ -2648,6 +2915,9 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
         st = RDMAX_ERR_IO;
         goto fail;
     }
+#if RDMAX__HAS_UD
+registered:
+#endif
     ctx->eps[idx].ep = ep;
     ctx->eps[idx].gen++;
     ctx->n_eps++;
@@ -2705,9 +2975,11 @@ rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep
     else
         memset(&d, 0, sizeof d);
     d.transport = t;
-    if (t == RDMAX_TRANSPORT_ID_UD)  /* a UD receive is at most one MTU, behind a 40-byte GRH */
-        d.recv_size = ctx->attr.mtu_bytes + RDMAX_UD_GRH;
-    rdmax_status st = rdmax__ep_alloc(ctx, &d, t == RDMAX_TRANSPORT_ID_RC ? IBV_QPT_RC : IBV_QPT_UD, out);
+#if RDMAX__HAS_UD
+    if (t == RDMAX_TRANSPORT_ID_UD)
+        return rdmax__ud_ep_create(ctx, &d, out);
+#endif
+    rdmax_status st = rdmax__ep_alloc(ctx, &d, IBV_QPT_RC, out);
     if (st != RDMAX_OK)
         return st;
     rdmax_ep *ep = *out;
@@ -2755,8 +3027,11 @@ void rdmax_ep_local_info(const rdmax_ep *ep, rdmax_conn_info *info)
     info->recv_size = ep->recv_size;
     info->credits = (uint16_t)(ep->rq_depth > 65535 ? 65535 : ep->rq_depth);
 #if RDMAX__HAS_UD
-    if (info->transport == RDMAX_TRANSPORT_ID_UD)
+    if (info->transport == RDMAX_TRANSPORT_ID_UD) {
         info->qkey = RDMAX_UD_QKEY;
+        info->recv_size = ep->ctx->ud->recv_size;
+        info->credits = (uint16_t)(ep->wr_id_base >> 32);  /* our index: the immediate data the peer sends */
+    }
 #endif
     if (ep->desc.expose) {
         info->buf.addr = (uintptr_t)ep->desc.expose->addr;
@@ -3055,11 +3330,16 @@ int rdmax__poll_send(rdmax_ctx *ctx)
 int rdmax__poll_recv(rdmax_ctx *ctx)
 {
     struct ibv_wc wc[16];
+    int ud = 0;
+#if RDMAX__HAS_UD
+    if (ctx->ud && ctx->ud->qp)
+        ud = rdmax__ud_poll_recv(ctx);
+#endif
     RDMAX__PROF_BEGIN(ctx, POLL);
     int n = ibv_poll_cq(ctx->rcq, 16, wc);
     RDMAX__PROF_END(ctx, POLL);
     if (n <= 0)
-        return 0;
+        return ud;
     ctx->cnt.cqes += (uint64_t)n;
     for (int i = 0; i < n; i++) {
         rdmax_ep *ep = rdmax__wr_ep(ctx, wc[i].wr_id);
@@ -3128,7 +3408,7 @@ int rdmax__poll_recv(rdmax_ctx *ctx)
     }
     if (rdmax_unlikely(ctx->flush_check))
         rdmax__flush_check(ctx);
-    return n;
+    return n + ud;
 }
 
 rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
@@ -3264,11 +3544,11 @@ void rdmax_ep_destroy(rdmax_ep *ep)
         ctx->n_eps--;
         ctx->rq_total -= ep->rq_depth;
     }
-    if (ep->qp)
-        ibv_destroy_qp(ep->qp);
 #if RDMAX__HAS_UD
     rdmax__ud_ep_cleanup(ep);
 #endif
+    if (ep->qp && !ep->shared_qp)
+        ibv_destroy_qp(ep->qp);
     if (ep->rmr)
         ibv_dereg_mr(ep->rmr);
     rdmax_numa_free(ctx, ep->rbufs, (size_t)ep->rq_depth * ep->recv_size);
