@@ -886,6 +886,13 @@ struct rdmax_ctx {
     rdmax_log_level log_level;
     char last_error[512];
     struct ibv_wc wc[16];
+    /* Chained requests of the one endpoint that batches (rdmax_batch_begin), staged here rather than in
+       every endpoint. */
+    rdmax_ep *batch_ep;
+    uint32_t batch_n;
+    char *inl_stage;            /* [RDMAX_BATCH_MAX][attr.max_inline]: inline data of chained requests */
+    struct ibv_send_wr bwr[RDMAX_BATCH_MAX];
+    struct ibv_sge bsge[RDMAX_BATCH_MAX][RDMAX_MAX_SGE];
     struct rdmax_rcache *rcache; /* NULL when disabled */
     struct rdmax__prof *prof;   /* profile points, event callbacks, log dedupe; NULL until used */
 #if RDMAX__HAS_UD
@@ -899,8 +906,7 @@ struct rdmax_ep {
     struct ibv_qp *qp;
     uint64_t wr_id_base;        /* generation << 48 | table index << 32 */
     uint8_t state;              /* rdmax_ep_state */
-    uint8_t batching;
-    uint16_t batch_n;
+    uint8_t batching;           /* chaining into the context's staging (rdmax_batch_begin) */
     uint32_t sq_mask;           /* sq_depth - 1 (power of two) */
     uint32_t sq_head, sq_tail;  /* next slot to fill, oldest outstanding */
     uint32_t sq_avail;
@@ -913,9 +919,8 @@ struct rdmax_ep {
     uint32_t rx_unreturned;     /* receive buffers reposted but not yet granted back to the peer */
     rdmax_req grant_req;        /* a grant that could not be posted waits at the head of the queue */
     rdmax__slot *slots;
-    char *inl_stage;            /* [RDMAX_BATCH_MAX][max_inline]: inline data of chained requests */
-    struct ibv_send_wr wr[RDMAX_BATCH_MAX];
-    struct ibv_sge sge[RDMAX_BATCH_MAX][RDMAX_MAX_SGE];
+    struct ibv_send_wr wr;      /* the request of a direct post */
+    struct ibv_sge sge[RDMAX_MAX_SGE];
     rdmax_rbuf remote;          /* the peer's exposed buffer */
     rdmax_recv_cb recv_cb;
     void *user;
@@ -1038,6 +1043,7 @@ RDMAX_API rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc
 /* Batching: between begin and end, operations are chained and posted with one ibv_post_send (a full
    chain of RDMAX_BATCH_MAX is posted early). */
 RDMAX_API rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers);
+RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep);
 /* Pending queue. rdmax_ep_pending_add queues req (cb set) and returns RDMAX_OK, or returns RDMAX_BUSY
    without queueing when the endpoint has room right now (post directly instead). rdmax_req_post posts the
    operation in req now if it can, else queues it; per-endpoint order always holds, because a direct
@@ -1677,7 +1683,7 @@ RDMAX_INLINE rdmax_status rdmax__rcache_lkey(rdmax_ctx *ctx, const void *buf, si
     return RDMAX_OK;
 }
 
-/* Reserve one send slot and post (or chain) the request the caller filled in ep->wr[ep->batch_n]. */
+/* Reserve one send slot and post (or chain) the request the caller filled in (rdmax__ep_wr). */
 RDMAX_INLINE rdmax_status rdmax__ep_check(rdmax_ep *ep)
 {
     if (rdmax_unlikely(ep->state != RDMAX_EP_CONNECTED))
@@ -1723,9 +1729,9 @@ RDMAX_INLINE rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, r
     ctx->cnt.posted[op]++;
     ctx->cnt.bytes[op] += len;
     if (ep->batching) {
-        if (ep->batch_n > 0)
-            ep->wr[ep->batch_n - 1].next = wr;
-        if (++ep->batch_n == RDMAX_BATCH_MAX)
+        if (ctx->batch_n > 0)
+            ctx->bwr[ctx->batch_n - 1].next = wr;
+        if (++ctx->batch_n == RDMAX_BATCH_MAX)
             return rdmax__post_chain(ep, 1);  /* on failure the caller undoes its own request */
         return RDMAX_OK;
     }
@@ -1753,10 +1759,14 @@ RDMAX_INLINE rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, r
 
 RDMAX_INLINE struct ibv_send_wr *rdmax__ep_wr(rdmax_ep *ep, enum ibv_wr_opcode opcode)
 {
-    struct ibv_send_wr *wr = &ep->wr[ep->batch_n];
+    struct ibv_send_wr *wr = &ep->wr;
+    if (rdmax_unlikely(ep->batching)) {
+        rdmax_ctx *ctx = ep->ctx;
+        wr = &ctx->bwr[ctx->batch_n];
+        wr->sg_list = ctx->bsge[ctx->batch_n];
+    }
     wr->opcode = opcode;
     wr->send_flags = 0;
-    wr->sg_list = ep->sge[ep->batch_n];
     return wr;
 }
 
@@ -1776,7 +1786,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_contig(rdmax_ep *ep, struct ibv_send_wr *wr,
         sge->lkey = 0;
         /* A chained request is posted later, but the buffer is promised free now: copy it. */
         if (ep->batching) {
-            char *stage = ep->inl_stage + (size_t)ep->batch_n * ep->max_inline;
+            char *stage = ep->ctx->inl_stage + (size_t)ep->ctx->batch_n * ep->ctx->attr.max_inline;
             memcpy(stage, buf, len);
             sge->addr = (uintptr_t)stage;
         }
@@ -1988,17 +1998,26 @@ RDMAX_INLINE rdmax_status rdmax_cswap(rdmax_ep *ep, uint64_t *result, const rdma
 }
 #endif /* RDMAX__HAS_RC */
 
-/* Chain the following operations on ep into one post. */
+/* Chain the following operations on ep into one post. A context chains for one endpoint at a time:
+   beginning on another endpoint first posts what the previous one chained. */
 RDMAX_INLINE void rdmax_batch_begin(rdmax_ep *ep)
 {
+    rdmax_ctx *ctx = ep->ctx;
+    if (rdmax_unlikely(ctx->batch_ep != NULL && ctx->batch_ep != ep))
+        rdmax_batch_end(ctx->batch_ep);
+    ctx->batch_ep = ep;
     ep->batching = 1;
 }
 
 /* Post what was chained since rdmax_batch_begin. */
 RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep)
 {
+    rdmax_ctx *ctx = ep->ctx;
+    if (!ep->batching)
+        return RDMAX_OK;
     ep->batching = 0;
-    return ep->batch_n ? rdmax__post_chain(ep, 0) : RDMAX_OK;
+    ctx->batch_ep = NULL;
+    return ctx->batch_n ? rdmax__post_chain(ep, 0) : RDMAX_OK;
 }
 
 /* rdmax_progress: poll receive completions (batches of 16), then send completions; run callbacks, repost

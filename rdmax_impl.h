@@ -411,6 +411,11 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
         goto fail;
     }
     a->max_inline = rdmax__probe_inline(ctx);
+    ctx->inl_stage = (char *)rdmax__alloc(ctx, (size_t)RDMAX_BATCH_MAX * (a->max_inline ? a->max_inline : 1));
+    if (!ctx->inl_stage) {
+        st = RDMAX_ERR_NO_MEMORY;
+        goto fail;
+    }
     char gid[INET6_ADDRSTRLEN];
     inet_ntop(AF_INET6, a->gid.raw, gid, sizeof gid);
     rdmax__log(ctx, RDMAX_LOG_INFO, "device %s port %u: gid[%d] %s, mtu %u, max_inline %u, max_qp_rd_atom %u, "
@@ -452,6 +457,7 @@ void rdmax_ctx_destroy(rdmax_ctx *ctx)
     if (ctx->verbs)
         ibv_close_device(ctx->verbs);
     rdmax__free(ctx, ctx->eps);
+    rdmax__free(ctx, ctx->inl_stage);
     rdmax__profile_ctx_fini(ctx);
     rdmax_allocator al = ctx->desc.allocator;
     if (al.free)
@@ -2859,8 +2865,8 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     ep->recv_size = d->recv_size;
     size_t rbytes = (size_t)d->rq_depth * d->recv_size;  /* 0 for UD: the context's pool */
     ep->slots = (rdmax__slot *)rdmax__alloc(ctx, d->sq_depth * sizeof *ep->slots);
-    ep->inl_stage = (char *)rdmax__alloc(ctx, (size_t)RDMAX_BATCH_MAX * (d->max_inline ? d->max_inline : 1));
-    if (!ep->slots || !ep->inl_stage)
+    ep->wr.sg_list = ep->sge;
+    if (!ep->slots)
         goto fail;
 #if RDMAX__HAS_UD
     if (type == IBV_QPT_UD) {  /* the context's QP */
@@ -2926,8 +2932,6 @@ registered:
     for (uint32_t i = 0; i < d->rq_depth; i++)
         ep->rq_free[i] = i;
     ep->rq_unposted = d->rq_depth;
-    for (uint32_t i = 0; i < RDMAX_BATCH_MAX; i++)
-        ep->wr[i].sg_list = ep->sge[i];
     snprintf(ep->peer, sizeof ep->peer, "(not connected)");
     *out = ep;
     return RDMAX_OK;
@@ -2937,7 +2941,6 @@ fail:
     rdmax_numa_free(ctx, ep->rbufs, rbytes);
     rdmax__free(ctx, ep->slots);
     rdmax__free(ctx, ep->rq_free);
-    rdmax__free(ctx, ep->inl_stage);
     rdmax__free(ctx, ep);
     return st;
 }
@@ -3414,16 +3417,17 @@ int rdmax__poll_recv(rdmax_ctx *ctx)
 rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
 {
     struct ibv_send_wr *bad = NULL;
-    uint32_t n = ep->batch_n;
-    ep->wr[n - 1].next = NULL;
-    ep->batch_n = 0;
+    rdmax_ctx *ctx = ep->ctx;
+    uint32_t n = ctx->batch_n;
+    ctx->bwr[n - 1].next = NULL;
+    ctx->batch_n = 0;
     ep->ctx->cnt.post_calls++;
     RDMAX__PROF_BEGIN(ep->ctx, POST);
-    int rc = ibv_post_send(ep->qp, ep->wr, &bad);
+    int rc = ibv_post_send(ep->qp, ctx->bwr, &bad);
     RDMAX__PROF_END(ep->ctx, POST);
     if (rdmax_unlikely(rc != 0)) {
         /* Take back the requests that were not posted (from `bad` on), newest first. */
-        uint32_t first_bad = (uint32_t)(bad ? bad - ep->wr : 0);
+        uint32_t first_bad = (uint32_t)(bad ? bad - ctx->bwr : 0);
         for (uint32_t i = n; i > first_bad; i--) {
             rdmax__slot *s = &ep->slots[(ep->sq_head - 1) & ep->sq_mask];
             /* The request whose post filled the chain is undone by its caller, which returns the error;
@@ -3470,7 +3474,7 @@ struct ibv_qp *rdmax_ep_qp(const rdmax_ep *ep)
 rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
 {
     rdmax_ctx *ctx = ep->ctx;
-    if (ep->batch_n && rdmax_batch_end(ep) != RDMAX_OK)
+    if (ep->batching && rdmax_batch_end(ep) != RDMAX_OK)
         return RDMAX_ERR_IO;
     if (ep->state == RDMAX_EP_CLOSED && ep->sq_head == ep->sq_tail) {
         rdmax__log(ctx, RDMAX_LOG_INFO, "device %s, endpoint qpn 0x%x peer %s: flush of a closed endpoint: %s",
@@ -3533,6 +3537,10 @@ void rdmax_ep_destroy(rdmax_ep *ep)
         return;
     rdmax_ctx *ctx = ep->ctx;
     rdmax_ep_pending_purge(ep);  /* safe from inside a dispatch callback of this endpoint */
+    if (ctx->batch_ep == ep) {  /* what it chained is never posted: its slots are canceled below */
+        ctx->batch_ep = NULL;
+        ctx->batch_n = 0;
+    }
     rdmax_arb_group_cleanup(&ctx->arb, &ep->group);
     /* Operations in flight complete with CANCELED now; their completions, if any arrive, find the
        endpoint's table slot empty or of another generation and are dropped. */
@@ -3554,7 +3562,6 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     rdmax_numa_free(ctx, ep->rbufs, (size_t)ep->rq_depth * ep->recv_size);
     rdmax__free(ctx, ep->slots);
     rdmax__free(ctx, ep->rq_free);
-    rdmax__free(ctx, ep->inl_stage);
     rdmax__free(ctx, ep);
 }
 
