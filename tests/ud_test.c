@@ -1,6 +1,6 @@
 /* UD on a real device: datagrams of 1, 64 and MTU bytes arrive whole and without the GRH, MTU + 1 is
    refused before posting, an endpoint with no address cannot send, and multicast reaches two receiving
-   processes, each getting every message, until one leaves.
+   processes, each getting every message, until one leaves; 10,000 endpoints share one context's UD QP.
    Usage: ud_test [loopback|cross] (cross: sender on $RDMAX_TEST_DEV1, receivers on $RDMAX_TEST_DEV0).
    Multicast needs a route for 224.0.0.0/4 on the device's netdev (tests/guest.sh adds it). */
 #define RDMAX_TRANSPORT_UD
@@ -238,6 +238,135 @@ out:
         tl_end();
 }
 
+/* UD QPs of this process as the kernel counts them (`rdma resource show qp`); -1 if unreadable. */
+static int kernel_ud_qps(void)
+{
+    char cmd[96], line[512];
+    snprintf(cmd, sizeof cmd, "rdma resource show qp 2>/dev/null");
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return -1;
+    int n = 0, any = 0;
+    char pid[32];
+    snprintf(pid, sizeof pid, " pid %d ", (int)getpid());
+    while (fgets(line, sizeof line, f)) {
+        any = 1;
+        strcat(line, " ");
+        n += strstr(line, "type UD") && strstr(line, pid);
+    }
+    pclose(f);
+    return any ? n : -1;
+}
+
+struct scale_rx {
+    uint8_t *got;
+    int bad, count;
+};
+
+static void on_scale(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep;
+    struct scale_rx *r = (struct scale_rx *)((void **)user)[0];
+    uint32_t want = (uint32_t)(uintptr_t)((void **)user)[1], seq;
+    if (len != 16) {
+        r->bad++;
+        return;
+    }
+    memcpy(&seq, data, 4);
+    for (size_t i = 4; i < 16; i++)
+        r->bad += ((uint8_t *)data)[i] != (uint8_t)(seq * 3 + i);
+    if (seq != want)
+        r->bad++;
+    else
+        r->got[seq]++;
+    r->count++;
+}
+
+/* Thousands of peers on one context: endpoints are addresses on the context's one UD QP. */
+static void scale(const char *dev, int n)
+{
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.device = dev;
+    cd.max_eps = (uint32_t)n + 1;
+    rdmax_ctx *ca = NULL, *cb = NULL;
+    rdmax_ep **a = (rdmax_ep **)calloc((size_t)n, sizeof *a), **b = (rdmax_ep **)calloc((size_t)n, sizeof *b);
+    void **users = (void **)calloc((size_t)n * 2, sizeof *users);
+    struct scale_rx r;
+    memset(&r, 0, sizeof r);
+    r.got = (uint8_t *)calloc((size_t)n, 1);
+    tl_begin("ud/scale/%d endpoints in one context on at most 2 UD QPs, one checked datagram each", n);
+    REQUIRE(a && b && users && r.got, "calloc");
+    REQUIRE(rdmax_ctx_create(&cd, &ca) == RDMAX_OK && rdmax_ctx_create(&cd, &cb) == RDMAX_OK, "contexts");
+    int before = kernel_ud_qps();
+    for (int i = 0; i < n; i++)
+        REQUIRE(rdmax_ep_create(ca, NULL, &a[i]) == RDMAX_OK, "endpoint %d of %d", i, n);
+    int qps = kernel_ud_qps();
+    REQUIRE(qps >= 0 && before >= 0, "cannot read the kernel's QP list (rdma resource show qp)");
+    CHECK(qps - before <= 2, "%d UD QPs for %d endpoints", qps - before, n);
+    printf("    %d UD endpoints: %d UD QPs in the kernel's count\n", n, qps - before);
+    rdmax_ep_desc db;
+    memset(&db, 0, sizeof db);
+    db.recv_cb = on_scale;
+    for (int i = 0; i < n; i++) {
+        users[2 * i] = &r;
+        users[2 * i + 1] = (void *)(uintptr_t)i;
+        db.user = &users[2 * i];
+        REQUIRE(rdmax_ep_create(cb, &db, &b[i]) == RDMAX_OK, "receiver %d", i);
+        rdmax_conn_info ia, ib;
+        rdmax_ep_local_info(a[i], &ia);
+        rdmax_ep_local_info(b[i], &ib);
+        REQUIRE(rdmax_ep_connect_info(a[i], &ib) == RDMAX_OK && rdmax_ep_connect_info(b[i], &ia) == RDMAX_OK,
+                "connect %d", i);
+    }
+    /* windows well inside the receiver's 512 buffers; a datagram lost anyway is sent again (UD may
+       lose): each must arrive exactly once with its own payload at its own endpoint */
+    for (int round = 0; round < 3; round++) {
+        for (int w = 0; w < n; w += 256) {
+            int end = w + 256 < n ? w + 256 : n, sent = 0;
+            for (int i = w; i < end; i++) {
+                if (r.got[i])
+                    continue;
+                uint8_t msg[16];
+                uint32_t seq = (uint32_t)i;
+                memcpy(msg, &seq, 4);
+                for (int k = 4; k < 16; k++)
+                    msg[k] = (uint8_t)(seq * 3 + k);
+                rdmax_status st;
+                while ((st = rdmax_send(a[i], msg, sizeof msg, NULL, NULL)) == RDMAX_ERR_NO_RESOURCE)
+                    rdmax_progress(ca);
+                REQUIRE(st == RDMAX_OK, "send %d: %s", i, rdmax_status_str(st));
+                sent++;
+            }
+            int want = r.count + sent;
+            for (long spin = 0; r.count < want && spin < 2000000; spin++) {
+                rdmax_progress(ca);
+                rdmax_progress(cb);
+            }
+        }
+    }
+    int missing = 0, dup = 0;
+    for (int i = 0; i < n; i++) {
+        missing += r.got[i] == 0;
+        dup += r.got[i] > 1;
+    }
+    CHECK(missing == 0 && dup == 0 && r.bad == 0, "%d missing, %d duplicated, %d wrong", missing, dup, r.bad);
+    tl_end();
+out:
+    for (int i = 0; a && i < n; i++)
+        rdmax_ep_destroy(a[i]);
+    for (int i = 0; b && i < n; i++)
+        rdmax_ep_destroy(b[i]);
+    rdmax_ctx_destroy(ca);
+    rdmax_ctx_destroy(cb);
+    free(a);
+    free(b);
+    free(users);
+    free(r.got);
+    if (tl_case_failed)
+        tl_end();
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -252,6 +381,8 @@ int main(int argc, char **argv)
     const char *topo = cross ? "cross" : "loopback";
     unicast(topo, cs, cr);
     multicast(topo, cs, d0);
+    if (!cross)
+        scale(d0, 10000);
     if (cr != cs)
         rdmax_ctx_destroy(cr);
     rdmax_ctx_destroy(cs);
