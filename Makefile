@@ -14,7 +14,8 @@ HDRS := rdmax.h rdmax_impl.h
 EXAMPLES := $(B)/rdmax_pingpong_rc $(B)/rdmax_pingpong_ud $(B)/rdmax_bw $(B)/rdmax_pageserver \
             $(B)/readme_example
 TESTS := $(B)/failure_test $(B)/oob_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test $(B)/pending_test \
-         $(B)/rcache_device_test $(B)/profile_test $(B)/profile_points_test
+         $(B)/rcache_device_test $(B)/profile_test $(B)/profile_points_test $(B)/misuse_test \
+         $(B)/misuse_rcud_test
 # Host tests of pure parts (wire format over TCP, arbiter, rcache bookkeeping) run under ASan and UBSan;
 # the memory-hook test runs without them (ASan interposes the same calls).
 HOST_TESTS := $(B)/host/oob_test $(B)/host/arbiter_test $(B)/host/rcache_test $(B)/host/memhook_test
@@ -49,6 +50,9 @@ $(B)/%_test: tests/%_test.c tests/testlib.h $(HDRS) | $(B)
 
 $(B)/profile_points_test: tests/profile_test.c tests/testlib.h $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -DRDMAX_PROFILE -o $@ $< $(LIBS)
+# the misuse table again with both transports, so that UD endpoints exist
+$(B)/misuse_rcud_test: tests/misuse_test.c tests/testlib.h $(HDRS) | $(B)
+	$(CC) $(CFLAGS) $(REQ_CFLAGS) -DMISUSE_RC_UD -o $@ $< $(LIBS)
 
 $(B)/host:
 	mkdir -p $(B)/host

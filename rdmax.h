@@ -971,7 +971,8 @@ RDMAX_API void rdmax_counters_get(const rdmax_ctx *ctx, rdmax_counters *out);
 RDMAX_API struct rdmax_rcache *rdmax_ctx_rcache(const rdmax_ctx *ctx);
 
 /* Memory. rdmax_mem_alloc allocates on the context's NUMA node and registers; rdmax_mem_reg registers
-   memory you own. access: RDMAX_ACCESS_* (remote rights are granted only when asked for). */
+   memory you own. access: RDMAX_ACCESS_* (remote rights are granted only when asked for). A NULL addr or
+   a length of 0 is RDMAX_ERR_INVALID_PARAM. */
 RDMAX_API rdmax_status rdmax_mem_alloc(rdmax_ctx *ctx, size_t len, unsigned access, rdmax_mem **out);
 RDMAX_API rdmax_status rdmax_mem_reg(rdmax_ctx *ctx, void *addr, size_t len, unsigned access, rdmax_mem **out);
 RDMAX_API void rdmax_mem_free(rdmax_mem *mem);
@@ -997,7 +998,8 @@ RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, 
    wait logs at debug level only, and handshakes in progress go on in the next call); a handshake failure
    (RDMAX_ERR_OOB_*, including RDMAX_ERR_OOB_TIMEOUT for a client that stalled): that client is dropped,
    the listener stays usable, call again. rdmax_connect resolves host (IPv4 or IPv6) and retries a peer
-   that refuses or cannot be reached with backoff (10 ms doubling to 1 s) until timeout_ms. */
+   that refuses or cannot be reached with backoff (10 ms doubling to 1 s) until timeout_ms.
+   A negative timeout_ms is RDMAX_ERR_INVALID_PARAM for both; 0 polls (accept) or tries once (connect). */
 RDMAX_API rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out);
 RDMAX_API uint16_t rdmax_listener_port(const rdmax_listener *l);
 /* A file descriptor that becomes readable when rdmax_accept has work: a new client or a handshake step.
@@ -1707,6 +1709,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, r
     rdmax_ctx *ctx = ep->ctx;
     uint32_t slot = ep->sq_head & ep->sq_mask;
     rdmax__slot *s = &ep->slots[slot];
+    uint32_t unsignaled = ep->unsignaled;  /* restored if the post is refused */
     /* Signal when asked for a completion, every signal_interval posts, and on the last free slot or CQ
        entries so that a completion always comes back to free them. */
     int sig = comp != NULL || ++ep->unsignaled >= ep->signal_interval || ep->sq_avail <= 1 ||
@@ -1751,6 +1754,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, r
         s->region = NULL;
         ctx->cnt.posted[op]--;
         ctx->cnt.bytes[op] -= len;
+        ep->unsignaled = unsignaled;
         ep->last_errno = rc;
         return RDMAX_ERR_IO;
     }
@@ -1815,7 +1819,8 @@ RDMAX_INLINE rdmax_status rdmax__ep_contig(rdmax_ep *ep, struct ibv_send_wr *wr,
    the registration cache); comp: NULL, or the completion that reports the result.
    Returns: RDMAX_INPROGRESS whenever comp is given (inline or not); without comp RDMAX_OK (inline: buf is
    free now) or RDMAX_INPROGRESS; RDMAX_ERR_NO_RESOURCE (also: no send credits), RDMAX_ERR_SIZE (len
-   exceeds the peer's receive buffer; UD: the path MTU), other errors: nothing posted, comp unused.
+   exceeds the peer's receive buffer; UD: the path MTU), RDMAX_ERR_INVALID_PARAM (buf NULL
+   and len not 0; checked before posting), other errors: nothing posted, comp unused.
    Thread safety: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                      rdmax_comp *comp)
@@ -1823,8 +1828,9 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
     rdmax_status st = rdmax__ep_check(ep);
     if (rdmax_unlikely(st != RDMAX_OK))
         return st;
-    if (rdmax_unlikely(len > ep->peer_recv_size))
-        return RDMAX_ERR_SIZE;
+    /* NULL data: the inline path would copy from it (one test covers both; peer_recv_size < 2^32). */
+    if (rdmax_unlikely(len > ep->peer_recv_size || (buf == NULL && len != 0)))
+        return buf == NULL && len != 0 ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
     /* RC: never more sends in flight than the peer has receive buffers (no RNR in steady state); the
        last credit is kept for a grant. Credits we owe the peer ride along in the immediate data. */
     if (rdmax_unlikely(ep->tx_credits <= 1)) {
@@ -1852,15 +1858,37 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
 }
 
 #if RDMAX__HAS_RC
+/* The checks of an operation only RC has (put, get, atomics): a UD endpoint is refused (its work request
+   has no remote address: the provider would take the address handle from where it lies). That test is
+   compiled only when both transports are; `read` (get, atomics) also needs the read budget. */
+RDMAX_INLINE rdmax_status rdmax__ep_check_rc(rdmax_ep *ep, int read)
+{
+#if RDMAX__HAS_UD
+    if (rdmax_unlikely(ep->qp->qp_type != IBV_QPT_RC))
+        return RDMAX_ERR_UNSUPPORTED;
+#endif
+    rdmax_status st = rdmax__ep_check(ep);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    if (read && rdmax_unlikely(ep->rd_avail == 0)) {
+        ep->ctx->cnt.no_resource++;
+        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_READS);
+        return RDMAX_ERR_NO_RESOURCE;
+    }
+    return RDMAX_OK;
+}
+
 /* rdmax_put: RDMA write of len bytes to raddr/rkey of the peer.
    Parameters and results as rdmax_send: with a comp RDMAX_INPROGRESS, inline or not; RDMAX_OK only for
-   inline data without a comp. Thread safety: the context's thread. */
+   inline data without a comp. RDMAX_ERR_INVALID_PARAM if buf is NULL and len is not 0, RDMAX_ERR_SIZE
+   over the device's message size, RDMAX_ERR_UNSUPPORTED on UD. Thread safety: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                     uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
 {
-    if (rdmax_unlikely(len > ep->ctx->attr.max_msg_sz))
-        return RDMAX_ERR_SIZE;
-    rdmax_status st = rdmax__ep_check(ep);
+    /* max_msg_sz <= UINT32_MAX (the context clamps it): the length fits the 32-bit SGE */
+    if (rdmax_unlikely(len > ep->ctx->attr.max_msg_sz || (buf == NULL && len != 0)))
+        return buf == NULL && len != 0 ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
+    rdmax_status st = rdmax__ep_check_rc(ep, 0);
     if (rdmax_unlikely(st != RDMAX_OK))
         return st;
     struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_WRITE);
@@ -1869,35 +1897,32 @@ RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, c
     return rdmax__ep_contig(ep, wr, RDMAX_OP_PUT, buf, len, mem, raddr, comp);
 }
 
-/* Gather/scatter variants: iov entries carry their own lkey; at most min(device max SGE, RDMAX_MAX_SGE). */
+/* Gather/scatter variants: iov entries carry their own lkey; at most min(device max SGE, RDMAX_MAX_SGE).
+   RDMAX_ERR_INVALID_PARAM for a NULL iov, a bad iovcnt or an entry with a NULL addr and a length. */
 RDMAX_INLINE rdmax_status rdmax__ep_iov(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax_op op, const rdmax_iov *iov,
-                                        size_t iovcnt, uint64_t raddr, uint32_t rkey, rdmax_comp *comp,
-                                        struct rdmax_rcache_region *region)
+                                        size_t iovcnt, uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
 {
-    if (rdmax_unlikely(iovcnt == 0 || iovcnt > ep->ctx->attr.max_sge || iovcnt > RDMAX_MAX_SGE))
+    if (rdmax_unlikely(iov == NULL || iovcnt == 0 || iovcnt > ep->ctx->attr.max_sge || iovcnt > RDMAX_MAX_SGE))
         return RDMAX_ERR_INVALID_PARAM;
-    rdmax_status st = rdmax__ep_check(ep);
-    if (rdmax_unlikely(st != RDMAX_OK))
-        return st;
-    if (op == RDMAX_OP_GET && rdmax_unlikely(ep->rd_avail == 0)) {
-        ep->ctx->cnt.no_resource++;
-        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_READS);
-        return RDMAX_ERR_NO_RESOURCE;
-    }
-    struct ibv_send_wr *wr = rdmax__ep_wr(ep, opcode);
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, opcode);  /* filled, but posted only after the checks */
     uint64_t total = 0;
+    int null_addr = 0;
     for (size_t i = 0; i < iovcnt; i++) {
         wr->sg_list[i].addr = (uintptr_t)iov[i].addr;
         wr->sg_list[i].length = iov[i].len;
         wr->sg_list[i].lkey = iov[i].lkey;
         total += iov[i].len;
+        null_addr |= iov[i].addr == NULL && iov[i].len != 0;
     }
-    if (rdmax_unlikely(total > ep->ctx->attr.max_msg_sz || (opcode == IBV_WR_RDMA_READ && total == 0)))
-        return RDMAX_ERR_SIZE;
+    if (rdmax_unlikely(null_addr || total > ep->ctx->attr.max_msg_sz || (opcode == IBV_WR_RDMA_READ && total == 0)))
+        return null_addr ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
+    rdmax_status st = rdmax__ep_check_rc(ep, op == RDMAX_OP_GET);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
     wr->num_sge = (int)iovcnt;
     wr->wr.rdma.remote_addr = raddr;
     wr->wr.rdma.rkey = rkey;
-    st = rdmax__ep_post(ep, wr, comp, op, (uint32_t)total, raddr, region);
+    st = rdmax__ep_post(ep, wr, comp, op, (uint32_t)total, raddr, NULL);
     if (st == RDMAX_OK && op == RDMAX_OP_GET)
         ep->rd_avail--;
     return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
@@ -1906,41 +1931,60 @@ RDMAX_INLINE rdmax_status rdmax__ep_iov(rdmax_ep *ep, enum ibv_wr_opcode opcode,
 RDMAX_INLINE rdmax_status rdmax_put_iov(rdmax_ep *ep, const rdmax_iov *iov, size_t iovcnt, uint64_t raddr,
                                         uint32_t rkey, rdmax_comp *comp)
 {
-    return rdmax__ep_iov(ep, IBV_WR_RDMA_WRITE, RDMAX_OP_PUT, iov, iovcnt, raddr, rkey, comp, NULL);
+    return rdmax__ep_iov(ep, IBV_WR_RDMA_WRITE, RDMAX_OP_PUT, iov, iovcnt, raddr, rkey, comp);
 }
 
 /* rdmax_get: RDMA read of len bytes from raddr/rkey into buf (inside mem). Counts against the
    negotiated max_rd_atomic budget. len 0 reads nothing: RDMAX_OK without a comp; with one, a
    zero-length write goes in its place (a zero-length read has crashed rxe), so comp still reports,
-   in order with the endpoint's other operations. */
+   in order with the endpoint's other operations. RDMAX_ERR_INVALID_PARAM for a NULL buf,
+   RDMAX_ERR_SIZE over the device's message size, RDMAX_ERR_UNSUPPORTED on UD: all before buf is
+   registered. */
 RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
                                     uint32_t rkey, rdmax_comp *comp)
 {
-    if (rdmax_unlikely(len == 0)) {
-        if (comp == NULL)
-            return RDMAX_OK;
-        rdmax_iov none;
-        none.addr = buf;
-        none.len = 0;
-        none.lkey = 0;
-        return rdmax__ep_iov(ep, IBV_WR_RDMA_WRITE, RDMAX_OP_GET, &none, 1, raddr, rkey, comp, NULL);
+    /* one test for len 0, len too long and a NULL buffer (len - 1 wraps for 0) */
+    if (rdmax_unlikely(len - 1 >= ep->ctx->attr.max_msg_sz || buf == NULL)) {
+#if RDMAX__HAS_UD
+        if (ep->qp->qp_type != IBV_QPT_RC)
+            return RDMAX_ERR_UNSUPPORTED;
+#endif
+        if (len == 0) {
+            if (comp == NULL)
+                return RDMAX_OK;
+            rdmax_iov none;
+            none.addr = buf;
+            none.len = 0;
+            none.lkey = 0;
+            return rdmax__ep_iov(ep, IBV_WR_RDMA_WRITE, RDMAX_OP_GET, &none, 1, raddr, rkey, comp);
+        }
+        return buf == NULL ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
     }
-    if (rdmax_unlikely(len > UINT32_MAX))
-        return RDMAX_ERR_SIZE;
-    rdmax_iov iov;
-    iov.addr = buf;
-    iov.len = (uint32_t)len;
+    rdmax_status st = rdmax__ep_check_rc(ep, 1);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_READ);
+    struct ibv_sge *sge = wr->sg_list;
     struct rdmax_rcache_region *region = NULL;
     if (mem != NULL) {
-        iov.lkey = mem->lkey;
+        sge->lkey = mem->lkey;
     } else {
-        rdmax_status rs = rdmax__rcache_lkey(ep->ctx, buf, len, RDMAX__ACCESS_LOCAL_WRITE, &region);
-        if (rdmax_unlikely(rs != RDMAX_OK))
-            return rs;
-        iov.lkey = region->lkey;
+        st = rdmax__rcache_lkey(ep->ctx, buf, len, RDMAX__ACCESS_LOCAL_WRITE, &region);
+        if (rdmax_unlikely(st != RDMAX_OK))
+            return st;
+        sge->lkey = region->lkey;
     }
-    rdmax_status st = rdmax__ep_iov(ep, IBV_WR_RDMA_READ, RDMAX_OP_GET, &iov, 1, raddr, rkey, comp, region);
-    if (rdmax_unlikely(st != RDMAX_INPROGRESS) && region)
+    sge->addr = (uintptr_t)buf;
+    sge->length = (uint32_t)len;
+    wr->num_sge = 1;
+    wr->wr.rdma.remote_addr = raddr;
+    wr->wr.rdma.rkey = rkey;
+    st = rdmax__ep_post(ep, wr, comp, RDMAX_OP_GET, (uint32_t)len, raddr, region);
+    if (rdmax_likely(st == RDMAX_OK)) {
+        ep->rd_avail--;
+        return RDMAX_INPROGRESS;
+    }
+    if (region)
         rdmax_rcache_put(ep->ctx->rcache, region);
     return st;
 }
@@ -1948,25 +1992,18 @@ RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const r
 RDMAX_INLINE rdmax_status rdmax_get_iov(rdmax_ep *ep, const rdmax_iov *iov, size_t iovcnt, uint64_t raddr,
                                         uint32_t rkey, rdmax_comp *comp)
 {
-    return rdmax__ep_iov(ep, IBV_WR_RDMA_READ, RDMAX_OP_GET, iov, iovcnt, raddr, rkey, comp, NULL);
+    return rdmax__ep_iov(ep, IBV_WR_RDMA_READ, RDMAX_OP_GET, iov, iovcnt, raddr, rkey, comp);
 }
 
 RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax_op op, uint64_t *result,
                                            const rdmax_mem *mem, uint64_t raddr, uint32_t rkey, uint64_t a,
                                            uint64_t b, rdmax_comp *comp)
 {
-    if (rdmax_unlikely(raddr & 7))
-        return RDMAX_ERR_UNALIGNED;
-    if (rdmax_unlikely(mem == NULL))
-        return RDMAX_ERR_NO_MEMH;
-    rdmax_status st = rdmax__ep_check(ep);
+    if (rdmax_unlikely((raddr & 7) || mem == NULL || result == NULL))
+        return result == NULL ? RDMAX_ERR_INVALID_PARAM : (raddr & 7) ? RDMAX_ERR_UNALIGNED : RDMAX_ERR_NO_MEMH;
+    rdmax_status st = rdmax__ep_check_rc(ep, 1);
     if (rdmax_unlikely(st != RDMAX_OK))
         return st;
-    if (rdmax_unlikely(ep->rd_avail == 0)) {
-        ep->ctx->cnt.no_resource++;
-        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_READS);
-        return RDMAX_ERR_NO_RESOURCE;
-    }
     struct ibv_send_wr *wr = rdmax__ep_wr(ep, opcode);
     wr->sg_list[0].addr = (uintptr_t)result;
     wr->sg_list[0].length = 8;
@@ -1982,7 +2019,9 @@ RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opco
     return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
 }
 
-/* Fetch-and-add of add to the 8 bytes at raddr; the old value lands in *result (inside mem). */
+/* Fetch-and-add of add to the 8 bytes at raddr; the old value lands in *result (inside mem).
+   RDMAX_ERR_INVALID_PARAM for a NULL result, RDMAX_ERR_UNALIGNED, RDMAX_ERR_NO_MEMH without mem,
+   RDMAX_ERR_UNSUPPORTED on UD; the same for rdmax_cswap. */
 RDMAX_INLINE rdmax_status rdmax_fadd(rdmax_ep *ep, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
                                      uint32_t rkey, uint64_t add, rdmax_comp *comp)
 {

@@ -287,7 +287,9 @@ static rdmax_status rdmax__open_device(rdmax_ctx *ctx, const char *want)
             a->max_sge = (uint32_t)da.max_sge;
             a->max_cqe = (uint32_t)da.max_cqe;
             a->max_qp_wr = (uint32_t)da.max_qp_wr;
-            a->max_msg_sz = pa.max_msg_sz;
+            /* at most 2^32 - 1: the fast paths compare lengths with it and then use 32-bit SGE
+               lengths (0, which no device should report, wraps to that limit too) */
+            a->max_msg_sz = pa.max_msg_sz - 1 < UINT32_MAX ? pa.max_msg_sz : UINT32_MAX;
             a->link_layer = pa.link_layer;
             ctx->verbs = v;
             st = RDMAX_OK;
@@ -596,6 +598,8 @@ rdmax_status rdmax__rcache_open(rdmax_ctx *ctx)
 rdmax_status rdmax_mem_reg(rdmax_ctx *ctx, void *addr, size_t len, unsigned access, rdmax_mem **out)
 {
     *out = NULL;
+    if (addr == NULL || len == 0)
+        return RDMAX_ERR_INVALID_PARAM;
     rdmax_mem *m = (rdmax_mem *)rdmax__alloc(ctx, sizeof *m);
     if (!m)
         return RDMAX_ERR_NO_MEMORY;
@@ -4165,7 +4169,11 @@ rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep
 {
     rdmax_ctx *ctx = l->ctx;
     *out = NULL;
-    int64_t deadline = timeout_ms < 0 ? INT64_MAX : rdmax__now_ms() + timeout_ms;
+    if (timeout_ms < 0) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, "accept on port %u: negative timeout %d ms", l->port, timeout_ms);
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+    int64_t deadline = rdmax__now_ms() + timeout_ms;
     for (;;) {
         rdmax__hs_accept(l);
         int64_t now = rdmax__now_ms(), next = deadline;
@@ -4206,6 +4214,10 @@ rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, cons
                            rdmax_ep **out, int timeout_ms)
 {
     *out = NULL;
+    if (timeout_ms < 0) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, "connect to %s port %u: negative timeout %d ms", host, port, timeout_ms);
+        return RDMAX_ERR_INVALID_PARAM;
+    }
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;

@@ -47,6 +47,8 @@ else
     run rcache_device $B/rcache_device_test
     run profile $B/profile_test
     run profile_points $B/profile_points_test
+    run misuse_rc $B/misuse_test
+    run misuse_rcud $B/misuse_rcud_test
     run examples_dummy tests/examples_test.sh dummy
     run readme tests/readme_test.sh
 fi
