@@ -4371,6 +4371,11 @@ static void rdmax__prof_vars_init(void)
 }
 
 #define RDMAX__PROF_LOAD(x) __atomic_load_n(&(x), __ATOMIC_RELAXED)
+/* A test's hook between the two halves of a snapshot: an operation run there completes after
+   `completed` was read and before `posted` is, the interleaving the order must survive. */
+#ifndef RDMAX__PROF_COLLECT_BETWEEN
+#define RDMAX__PROF_COLLECT_BETWEEN() ((void)0)
+#endif
 
 /* Every variable into v[]. May run on another thread than the context's.
 
@@ -4405,6 +4410,7 @@ static void rdmax__prof_collect(rdmax_ctx *ctx, uint64_t *v)
     for (unsigned op = 0; op < RDMAX_OP__COUNT; op++)
         v[RDMAX_PROFILE_VAR_COMPLETED(op)] = RDMAX__PROF_LOAD(c->completed[op]);
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    RDMAX__PROF_COLLECT_BETWEEN();
     for (unsigned op = 0; op < RDMAX_OP__COUNT; op++) {
         v[RDMAX_PROFILE_VAR_POSTED(op)] = RDMAX__PROF_LOAD(c->posted[op]);
         v[RDMAX_PROFILE_VAR_BYTES(op)] = RDMAX__PROF_LOAD(c->bytes[op]);
