@@ -11,10 +11,10 @@ dev1=${RDMAX_TEST_DEV1:-$dev0}
 addr0=${RDMAX_TEST_ADDR0:-127.0.0.1}
 port=19000
 
-# wait_listen LOG: until the server says it listens (creating a context takes a while under emulation).
+# wait_listen LOG PID: until the server says it listens or has exited (creating a context takes a while
+# under emulation, longer on a busy machine: no fixed wait; the server's own `timeout` bounds it).
 wait_listen() {
-    i=0
-    while [ $i -lt 100 ] && ! grep -q listening "$1" 2>/dev/null; do sleep 0.1; i=$((i + 1)); done
+    while ! grep -q listening "$1" 2>/dev/null && kill -0 "$2" 2>/dev/null; do sleep 0.1; done
 }
 
 # check_table FILE NROWS: the header line of perftest's columns, then NROWS rows of 9 positive numbers.
@@ -53,7 +53,7 @@ assert j['results'][0]['bytes']==$s and j['results'][0]['t_typical']>0" "$out/$n
     rm -f "$slog" "$clog"  # wait_listen must not find an old run's line
         timeout 60 $pp -t $t -s $s -n 200 -w 20 -p $port -d "$dev0" >"$slog" 2>&1 &
         spid=$!
-        wait_listen "$slog"
+        wait_listen "$slog" $spid
         timeout 60 $pp -t $t -s $s -n 200 -w 20 -p $port -d "$dev1" "$addr0" >"$clog" 2>&1
         crc=$?
         wait $spid; src=$?
@@ -75,7 +75,7 @@ for s in 1 64 1024; do
     rm -f "$slog" "$clog"  # wait_listen must not find an old run's line
     timeout 60 $ud -s $s -n 200 -w 20 -p $port -d "$dev0" >"$slog" 2>&1 &
     spid=$!
-    wait_listen "$slog"
+    wait_listen "$slog" $spid
     timeout 60 $ud -s $s -n 200 -w 20 -p $port -d "$dev1" "$addr0" >"$clog" 2>&1
     crc=$?
     wait $spid; src=$?
@@ -89,7 +89,7 @@ slog=$out/ud-mcast-server.log; clog=$out/ud-mcast-client.log
 rm -f "$slog" "$clog"
 timeout 60 $ud -g 239.7.7.7 -s 64 -n 200 -w 20 -p $port -d "$dev0" >"$slog" 2>&1 &
 spid=$!
-wait_listen "$slog"
+wait_listen "$slog" $spid
 timeout 60 $ud -g 239.7.7.7 -s 64 -n 200 -w 20 -p $port -d "$dev1" "$addr0" >"$clog" 2>&1
 crc=$?
 wait $spid; src=$?
@@ -104,7 +104,7 @@ for t in put send get; do
     rm -f "$slog" "$clog"
     timeout 60 $bw -p $port -d "$dev0" >"$slog" 2>&1 &
     spid=$!
-    wait_listen "$slog"
+    wait_listen "$slog" $spid
     timeout 60 $bw -t $t -s 4096 -n 2000 -p $port -d "$dev1" "$addr0" >"$clog" 2>&1
     crc=$?
     wait $spid; src=$?
@@ -117,7 +117,7 @@ rm -f "$slog" "$clog"
 ps=${RDMAX_BUILD:-build}/rdmax_pageserver
 timeout 60 $ps -p $port -d "$dev0" >"$slog" 2>&1 &
 spid=$!
-wait_listen "$slog"
+wait_listen "$slog" $spid
 timeout 60 $ps -n 2000 -p $port -d "$dev1" "$addr0" >"$clog" 2>&1
 crc=$?
 wait $spid; src=$?
@@ -146,7 +146,8 @@ log=$out/unreachable.log
 start=$(date +%s)
 timeout 30 $pp -p 1 127.0.0.1 >"$log" 2>&1; rc=$?
 el=$(( $(date +%s) - start ))
-if [ $rc = 1 ] && [ $el -lt 29 ] && grep -q "cannot connect to 127.0.0.1" "$log"; then ok "unreachable peer: retried until the 10 s deadline, then a clear error (${el}s)"
+# no time limit asserted: `timeout 30` turns a hang into exit 124
+if [ $rc = 1 ] && grep -q "cannot connect to 127.0.0.1" "$log"; then ok "unreachable peer: retried until the connect deadline, then a clear error"
 else no "unreachable peer" "exit $rc after ${el}s" "$log"; fi
 log=$out/nodevice.log
 if ! $pp --loopback -d nosuchdev >"$log" 2>&1 && grep -q "nosuchdev" "$log"; then ok "unknown device named in the error"

@@ -10,6 +10,7 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 
 #define GROUP "239.1.2.3"
 #define NMSG 300
@@ -145,12 +146,18 @@ static void receiver(const char *dev, int leave_after_phase1, int ready_fd, int 
     int phase1 = 0;
     for (int phase = 1; phase <= 2; phase++) {
         char g;
-        /* receive until the sender says the phase is over, then a little longer */
+        /* receive until the sender says the phase is over and every message this receiver should get
+           has arrived (datagrams may still be in the kernel when the sender's sends completed; how long
+           they take depends on the load), then a little longer to catch extra ones */
         struct pollfd p = {go_fd, POLLIN, 0};
         while (poll(&p, 1, 0) == 0)
             rdmax_progress(c);
         if (read(go_fd, &g, 1) != 1)
             _exit(2);
+        int want = phase == 1 ? NMSG : phase1 + (leave_after_phase1 ? 0 : NMSG);
+        time_t t0 = time(NULL);  /* a generous bound: a lost datagram shows as a short count, not a hang */
+        while (r->count < want && time(NULL) - t0 < 120)
+            rdmax_progress(c);
         for (int i = 0; i < 200000; i++)
             rdmax_progress(c);
         if (phase == 1) {
