@@ -12,6 +12,19 @@ status=0
 B=${RDMAX_BUILD:-build}
 export RDMAX_BUILD=$B
 
+# What this run tests on, once per topology: device, its kernel driver, netdev and the kernel.
+# Hardware has a driver link in sysfs; soft-RoCE has none (a virtual device) but names itself "rxe".
+devices=$(printf '%s\n' ${RDMAX_TEST_DEV0:-} ${RDMAX_TEST_DEV1:-} | awk 'NF && !seen[$0]++')
+[ -n "$devices" ] || devices=$(ls /sys/class/infiniband 2>/dev/null)
+for dev in $devices; do
+    sys=/sys/class/infiniband/$dev
+    if [ -e "$sys/device/driver/module" ]; then drv=$(basename "$(readlink -f "$sys/device/driver/module")")
+    else case $(cat "$sys/node_desc" 2>/dev/null) in rxe) drv=rdma_rxe;; *) drv=unknown;; esac; fi
+    nd=$(rdma link show "$dev/1" 2>/dev/null | sed -n 's/.*netdev \([^ ]*\).*/\1/p')
+    [ -n "$nd" ] || nd=$(cat "$sys/parent" 2>/dev/null)
+    echo "INFO device $dev driver $drv netdev ${nd:-none} kernel $(uname -r)"
+done
+
 # UD multicast needs a route for the multicast range on each device's netdev.
 for dev in ${RDMAX_TEST_DEV0:-} ${RDMAX_TEST_DEV1:-}; do
     nd=$(rdma link show "$dev/1" 2>/dev/null | sed -n 's/.*netdev \([^ ]*\).*/\1/p')

@@ -32,6 +32,7 @@ for topo in dummy veth; do
     echo "== device tests, topology $topo"
     tests/vm/run --topo $topo --timeout 1800 -- tests/guest.sh $topo > "$res/vm-$topo.log" 2>&1
     rc=$?
+    grep '^INFO device ' "$res/vm-$topo.log" | tee -a "$log"
     grep -E '^(PASS|FAIL) ' "$res/vm-$topo.log" | tee -a "$log"
     grep '^vm: ' "$res/vm-$topo.log"
     if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$res/vm-$topo.log"; then
