@@ -766,6 +766,9 @@ typedef struct rdmax_ctx_desc {
     int numa_node;
     uint32_t cq_depth;         /* 0: 4096: send CQ entries (the receive CQ grows with the endpoints) */
     uint32_t max_eps;          /* 0: 1024 endpoints per context */
+    uint32_t max_qp_wr;        /* 0: the device's max_qp_wr; else a lower cap on every endpoint's send and
+                                  receive queue (rdmax_dev_attr.max_qp_wr reports the cap applied). A send
+                                  queue is a power of two: sq_depth is rounded down to fit under it */
     rdmax_log_level log_level; /* used when log_level_set; else $RDMAX_LOG_LEVEL, else warn */
     bool log_level_set;
     rdmax_allocator allocator; /* zero: RDMAX_MALLOC/RDMAX_FREE, else malloc/free */
@@ -780,7 +783,8 @@ typedef struct rdmax_ctx_desc {
 
 typedef struct rdmax_ep_desc {
     uint8_t transport;         /* 0: RC when selected, else UD; or RDMAX_TRANSPORT_ID_RC / _UD */
-    uint32_t sq_depth;         /* 0: 256 send-queue slots */
+    uint32_t sq_depth;         /* 0: 256 send-queue slots; rounded up to a power of two, then down to
+                                  one that fits the device's (or rdmax_ctx_desc's) max_qp_wr */
     uint32_t rq_depth;         /* 0: 128 posted receive buffers (min 32) */
     uint32_t recv_size;        /* 0: 4096 bytes per receive buffer (RC); UD: path MTU + GRH */
     uint32_t signal_interval;  /* 0: one signaled request in 64 */

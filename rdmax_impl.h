@@ -338,6 +338,9 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
     if (st != RDMAX_OK)
         goto fail;
     rdmax_dev_attr *a = &ctx->attr;
+    if (d.max_qp_wr && d.max_qp_wr < a->max_qp_wr)
+        a->max_qp_wr = d.max_qp_wr;
+    ctx->desc.max_qp_wr = a->max_qp_wr;
 
     /* GID: desc, then environment, then the RoCE v2 IPv4-mapped one. */
     int gi = -2, r;
@@ -2768,8 +2771,10 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
     if (!d->sq_depth)
         d->sq_depth = 256;
     d->sq_depth = rdmax__pow2(d->sq_depth);
-    if (d->sq_depth > ctx->attr.max_qp_wr)
-        d->sq_depth = ctx->attr.max_qp_wr;
+    /* Slots are indexed with sq_mask = sq_depth - 1, so the depth must stay a power of two: clamp to
+       the largest one under max_qp_wr, which need not be one itself. */
+    while (d->sq_depth > 1 && d->sq_depth > ctx->attr.max_qp_wr)
+        d->sq_depth >>= 1;
     if (!d->rq_depth)
         d->rq_depth = 128;
     if (d->rq_depth < 32)

@@ -703,6 +703,72 @@ out:
     free(rxb.buf);
 }
 
+/* A device limit that is not a power of two (max_qp_wr lowered to 100 through the desc): the send queue
+   must still be a power of two (64), or the slot mask maps several outstanding requests to one slot and
+   their completions are lost. Many puts, each with its own comp, wrap the queue several times. */
+static void qp_wr_case(const char *topo, const char *dev)
+{
+    enum { N = 1000, SZ = 64 };
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.device = dev;
+    cd.logger.func = count_log;
+    cd.max_qp_wr = 100;
+    rdmax_ctx *c = NULL;
+    rdmax_mem *src = NULL, *dst = NULL;
+    rdmax_ep *a = NULL, *b = NULL;
+    rdmax_comp *comps = (rdmax_comp *)calloc(N, sizeof *comps);
+    tl_begin("%s/max_qp_wr 100: send queue of 64, every completion reported once", topo);
+    REQUIRE(comps != NULL, "calloc");
+    REQUIRE(rdmax_ctx_create(&cd, &c) == RDMAX_OK, "context: %s", g_lastlog);
+    CHECK(rdmax_ctx_attr(c)->max_qp_wr == 100, "applied max_qp_wr %u", rdmax_ctx_attr(c)->max_qp_wr);
+    REQUIRE(rdmax_mem_alloc(c, (size_t)N * SZ, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc src");
+    REQUIRE(rdmax_mem_alloc(c, (size_t)N * SZ, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc dst");
+    REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    {
+        /* nothing polled in between: the queue takes exactly its depth */
+        unsigned char one = 1;
+        int k = 0;
+        while (k < 1000 && rdmax_put(a, &one, 1, NULL, (uintptr_t)dst->addr, dst->rkey, NULL) == RDMAX_OK)
+            k++;
+        CHECK(k == 64, "%d puts fit the send queue, expected 64 (a power of two under 100)", k);
+        CHECK_ST(rdmax_ep_flush(a, T_MS), RDMAX_OK);
+        unsigned char *s = (unsigned char *)src->addr;
+        for (int i = 0; i < N; i++) {
+            fillp(s + (size_t)i * SZ, SZ, (unsigned)i);
+            rdmax_status st;
+            long spins = 0;
+            while ((st = rdmax_put(a, s + (size_t)i * SZ, SZ, src, (uintptr_t)dst->addr + (uint64_t)i * SZ, dst->rkey,
+                                   &comps[i])) == RDMAX_ERR_NO_RESOURCE && spins++ < 10000000L)
+                rdmax_progress(c);
+            CHECK_ST(st, RDMAX_INPROGRESS);
+            if (st != RDMAX_INPROGRESS)
+                break;
+        }
+        int missing = 0, bad = 0;
+        long budget = 50000000L;  /* shared: lost completions must not make the test run for hours */
+        for (int i = 0; i < N; i++) {
+            while (!comps[i].done && budget-- > 0)
+                rdmax_progress(c);
+            missing += !comps[i].done;
+            bad += comps[i].done && comps[i].status != RDMAX_OK;
+        }
+        CHECK(missing == 0 && bad == 0, "%d completions never came, %d failed", missing, bad);
+        int wrong = 0;
+        for (int i = 0; i < N; i++)
+            wrong += first_diff((unsigned char *)dst->addr + (size_t)i * SZ, SZ, (unsigned)i) != (size_t)-1;
+        CHECK(wrong == 0, "%d of %d remote blocks differ", wrong, N);
+    }
+out:
+    tl_end();
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(src);
+    rdmax_mem_free(dst);
+    rdmax_ctx_destroy(c);
+    free(comps);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -718,6 +784,7 @@ int main(int argc, char **argv)
     const char *topo = cross ? "cross" : "loopback";
     ops_suite(topo, ca, cb);
     contract_case(topo, ca, cb);
+    qp_wr_case(topo, d0);
     error_case(topo, "bad rkey", ca, cb, 0, RDMAX_ERR_REMOTE_ACCESS);
     error_case(topo, "put past the end of the region", ca, cb, 1, RDMAX_ERR_REMOTE_ACCESS);
     error_case(topo, "get from an unregistered address", ca, cb, 2, RDMAX_ERR_REMOTE_ACCESS);
