@@ -3449,8 +3449,12 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
             ep->ctx->cnt.bytes[s->op] -= s->len;
             if (!callers && (s->op == RDMAX_OP_GET || s->op == RDMAX_OP_FADD || s->op == RDMAX_OP_CSWAP))
                 ep->rd_avail++;
-            if (!callers && (s->op == RDMAX_OP_SEND || s->op == RDMAX_OP_GRANT))
-                ep->tx_credits++;  /* the credits it carried are lost: the peer re-grants at half */
+            /* An RC send gets its send credit back, and the receive credits its immediate data carried
+               to the peer are owed again (else the peer's credits shrink for good). UD counts none. */
+            if (!callers && (s->op == RDMAX_OP_SEND || s->op == RDMAX_OP_GRANT) && ep->qp->qp_type == IBV_QPT_RC) {
+                ep->tx_credits++;
+                ep->rx_unreturned += ntohl(ctx->bwr[i - 1].imm_data) & RDMAX__IMM_CREDITS;
+            }
             if (s->region && !callers)
                 rdmax_rcache_put(ep->ctx->rcache, s->region);
             s->region = NULL;
