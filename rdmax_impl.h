@@ -2833,9 +2833,12 @@ static rdmax_status rdmax__post_recvs(rdmax_ep *ep, uint32_t n)
         ep->ctx->cnt.recv_post_calls++;
         int rc = ibv_post_recv(ep->qp, wr, &bad);
         if (rc) {
-            /* return the ones that were not posted to the free list */
-            for (struct ibv_recv_wr *w = bad; w; w = w->next)
+            /* return the ones that were not posted to the free list; those before `bad` were posted,
+               and the peer must hear of them, or its credits shrink for good */
+            uint32_t back = 0;
+            for (struct ibv_recv_wr *w = bad; w; w = w->next, back++)
                 ep->rq_free[ep->rq_unposted++] = (uint32_t)(w->wr_id & RDMAX__WR_SLOT_MASK);
+            ep->rx_unreturned += k - back;
             ep->last_errno = rc;
             return RDMAX_ERR_IO;
         }
