@@ -3503,11 +3503,17 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
     /* If the newest request is unsignaled, nothing would ever report it: add a signaled zero-length
        write behind it (never a zero-length read: that has crashed rxe). */
     rdmax__slot *last = &ep->slots[(ep->sq_head - 1) & ep->sq_mask];
-    if (!last->signaled && ep->state == RDMAX_EP_CONNECTED) {
+    if (!last->signaled && ep->state != RDMAX_EP_INIT) {
         int64_t deadline = rdmax__now_ms() + timeout_ms;
         rdmax_status st;
-        while ((st = rdmax__ep_check(ep)) == RDMAX_ERR_NO_RESOURCE && rdmax__now_ms() < deadline)
-            rdmax_progress(ctx);
+        if (ep->state != RDMAX_EP_CONNECTED)
+            /* Failed or closed: an unsignaled request that ran has no completion coming and nothing
+               behind it to bring one. The marker is flushed (a failed QP is in the error state) or
+               completes, and either way its completion retires everything before it. */
+            st = ep->sq_avail && ctx->scq_credits ? RDMAX_OK : RDMAX_ERR_NO_RESOURCE;
+        else
+            while ((st = rdmax__ep_check(ep)) == RDMAX_ERR_NO_RESOURCE && rdmax__now_ms() < deadline)
+                rdmax_progress(ctx);
         if (st == RDMAX_OK) {
             struct ibv_send_wr *wr;
 #if RDMAX__HAS_UD
