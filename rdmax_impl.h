@@ -2516,8 +2516,9 @@ RDMAX_API int rdmax__rc_get_slow(rdmax_rcache *rc, const void *addr, size_t len,
     int st;
     if (!rc || !out) return RDMAX_RCACHE_ERR_INVAL;
     if (len == 0) len = 1;
-    if (a + len < a) return RDMAX_RCACHE_ERR_INVAL;
     sh = rc->rdmax__page_shift;
+    /* a range that wraps, or ends in the address space's last page (its region's end would wrap to 0) */
+    if (a + len < a || a + len - 1 > UINTPTR_MAX - ((uintptr_t)1 << sh)) return RDMAX_RCACHE_ERR_INVAL;
     ps = (uint64_t)a >> sh;
     pe = (((uint64_t)(a + len) - 1) >> sh) + 1;
 
