@@ -16,12 +16,20 @@ EXAMPLES := $(B)/rdmax_pingpong_rc $(B)/rdmax_pingpong_ud $(B)/rdmax_bw $(B)/rdm
 TESTS := $(B)/failure_test $(B)/oob_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test $(B)/pending_test \
          $(B)/rcache_device_test $(B)/profile_test $(B)/profile_points_test $(B)/misuse_test \
          $(B)/misuse_rcud_test
-# Host tests of pure parts (wire format over TCP, arbiter, rcache bookkeeping) run under ASan and UBSan;
+FUZZ_TARGETS := conn recv arbiter rcache
+# Host tests of pure parts (wire format over TCP, arbiter, rcache bookkeeping, the fuzz corpora) run under
+# ASan and UBSan;
 # the memory-hook test runs without them (ASan interposes the same calls).
-HOST_TESTS := $(B)/host/oob_test $(B)/host/arbiter_test $(B)/host/rcache_test $(B)/host/memhook_test
+HOST_TESTS := $(B)/host/oob_test $(B)/host/arbiter_test $(B)/host/rcache_test $(B)/host/memhook_test \
+              $(FUZZ_TARGETS:%=$(B)/host/fuzz_%)
 SAN := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -DRDMAX_NO_MEMHOOKS
+# Fuzz targets (tests/fuzz/): `make fuzz` runs each under libFuzzer (clang) for FUZZ_SECONDS and keeps its
+# corpus in tests/fuzz/TARGET/; `make test` replays every corpus with the same sources built under $(SAN).
+FUZZ_SECONDS ?= 120
+FUZZ_CC ?= clang
+FUZZ_SAN := -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -DRDMAX_NO_MEMHOOKS
 
-.PHONY: all examples tests test check demo bench asan ubsan clean install deps
+.PHONY: all examples tests test check demo bench asan ubsan clean install deps fuzz
 all: examples tests
 
 examples: $(EXAMPLES)
@@ -60,6 +68,14 @@ $(B)/host/memhook_test: tests/memhook_test.c $(HDRS) | $(B)/host
 	$(CC) -O1 -g $(REQ_CFLAGS) -o $@ $< $(LIBS)
 $(B)/host/%_test: tests/%_test.c tests/testlib.h $(HDRS) | $(B)/host
 	$(CC) $(SAN) $(REQ_CFLAGS) -o $@ $< $(LIBS)
+$(B)/host/fuzz_%: tests/fuzz/%_fuzz.c tests/fuzz/fuzz.h $(HDRS) | $(B)/host
+	$(CC) $(SAN) $(REQ_CFLAGS) -DRDMAX_FUZZ_REPLAY -o $@ $< $(LIBS)
+$(B)/host/fuzz_arbiter $(B)/fuzz/arbiter: tests/arbiter_test.c
+
+$(B)/fuzz:
+	mkdir -p $(B)/fuzz
+$(B)/fuzz/%: tests/fuzz/%_fuzz.c tests/fuzz/fuzz.h $(HDRS) | $(B)/fuzz
+	$(FUZZ_CC) $(FUZZ_SAN) $(REQ_CFLAGS) -o $@ $< $(LIBS)
 
 # Installs the Debian packages the build and the tests need (as root; prints the line otherwise).
 deps:
@@ -70,6 +86,11 @@ test: deps
 	@tests/run_all.sh
 
 check: test
+
+fuzz:
+	@tests/deps.sh fuzz
+	@$(MAKE) --no-print-directory $(FUZZ_TARGETS:%=$(B)/fuzz/%)
+	@FUZZ_SECONDS=$(FUZZ_SECONDS) RDMAX_BUILD=$(B) tests/fuzz/run.sh $(FUZZ_TARGETS)
 
 demo: deps
 	@$(MAKE) --no-print-directory examples

@@ -43,6 +43,9 @@ static void failf(int line, const char *fmt, ...)
     printf(" (line %d%s)\n", line, g_where);
     fflush(stdout);
     g_failed = 1;
+#ifdef ARB_FUZZ
+    abort();  /* tests/fuzz/arbiter_fuzz.c: libFuzzer keeps the input */
+#endif
     longjmp(g_jmp, 1);
 }
 #define CHECK(c, ...) do { if (!(c)) failf(__LINE__, __VA_ARGS__); } while (0)
@@ -642,6 +645,19 @@ static struct {
 static int g_trace; /* $RDMAX_ARB_TRACE=1: print every operation of the random test */
 #define TRACE(...) do { if (g_trace) printf("# " __VA_ARGS__); } while (0)
 
+#ifdef ARB_FUZZ
+/* tests/fuzz/arbiter_fuzz.c: every choice of the random test comes from the fuzzer's input (one byte, or
+   two for n > 256); past its end the choices are 0 and the run stops at the next step. */
+static const unsigned char *g_fz_p;
+static size_t g_fz_n;
+static unsigned rnd(unsigned n)
+{
+    unsigned v = 0;
+    for (unsigned k = n > 256 ? 2 : 1; k > 0 && g_fz_n > 0; k--, g_fz_n--)
+        v = v << 8 | *g_fz_p++;
+    return v % n;
+}
+#else
 static uint64_t rnd64(void)
 {
     uint64_t x = R.rng;
@@ -652,6 +668,7 @@ static uint64_t rnd64(void)
     return x * 2685821657736338717ULL;
 }
 static unsigned rnd(unsigned n) { return (unsigned)((rnd64() >> 11) % n); }
+#endif
 
 static long new_id(void)
 {
@@ -1141,6 +1158,10 @@ static void test_random(void)
         m_reset(s, ep_new(s));
     }
     for (step = 0; step < g_steps; step++) {
+#ifdef ARB_FUZZ
+        if (g_fz_n == 0)
+            break;
+#endif
         unsigned x = rnd(100);
         s = (int)rnd(NG);
         snprintf(g_where, sizeof g_where, ", seed %llu, step %ld; replay: ./arbiter_test %llu", g_seed, step,
@@ -1177,6 +1198,7 @@ static void test_random(void)
             canc += R.est[id] == ES_CANCELLED;
             other += R.est[id] > ES_CANCELLED;
         }
+#ifndef ARB_FUZZ
         printf("# random: seed %llu, %ld steps, %ld elements (%ld removed, %ld cancelled, %ld released/dropped/"
                "requeued), %ld dispatches, %ld purges, %ld destroys, %ld callbacks (%ld REMOVE %ld NEXT "
                "%ld DESCHED %ld RESCHED %ld STOP), %ld fairness checks, %ld per_group continuations, "
@@ -1186,9 +1208,11 @@ static void test_random(void)
                R.st_remove, R.st_next, R.st_desched, R.st_resched, R.st_stop, R.st_fair, R.st_cont, R.st_early,
                R.st_purge_own, R.st_destroy_own, R.st_purge_other, R.st_destroy_other, R.st_head_cb, R.st_repush,
                R.st_self_moved, R.st_max_total);
+#endif
+        (void)done, (void)canc, (void)other;
     }
     /* the run must have exercised what it claims to check (each of these can fail with a weak run) */
-    if (g_steps >= 100000) {
+    if (g_steps >= 100000 && step == g_steps) {
         CHECK(R.st_fair > 1000 && R.st_cont > 100, "too few fairness checks (%ld) or continuations (%ld)",
               R.st_fair, R.st_cont);
         CHECK(R.st_purge_own > 10 && R.st_destroy_own > 10 && R.st_purge_other > 10 && R.st_destroy_other > 10,
@@ -1201,6 +1225,7 @@ static void test_random(void)
     R.est = NULL;
 }
 
+#ifndef ARB_FUZZ
 int main(int argc, char **argv)
 {
     const char *env = getenv("RDMAX_ARB_SEED");
@@ -1230,3 +1255,4 @@ int main(int argc, char **argv)
     }
     return 0;
 }
+#endif /* ARB_FUZZ */

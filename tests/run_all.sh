@@ -26,6 +26,7 @@ host oob build/host/oob_test
 host arbiter build/host/arbiter_test
 host rcache build/host/rcache_test
 host memhook build/host/memhook_test
+host fuzz_replay tests/fuzz/replay.sh
 host profile_objcode tests/profile_objcode.sh
 
 for topo in dummy veth; do
