@@ -779,6 +779,8 @@ typedef struct rdmax_ctx_desc {
     uint64_t rcache_max_bytes; /* 0: unlimited */
     uint32_t handshake_ms;     /* 0: 10000: how long a listener gives one client to finish its handshake */
     uint32_t ud_rq_depth;      /* 0: 512: receive buffers of the context's UD QP (all UD endpoints share it) */
+    uint8_t rcache_mode;       /* 0: RDMAX_RCACHE_AUTO (cache what a memory monitor covers, register the
+                                  rest per operation); RDMAX_RCACHE_MANUAL; RDMAX_RCACHE_UNCACHED */
 } rdmax_ctx_desc;
 
 typedef struct rdmax_ep_desc {
@@ -1062,6 +1064,7 @@ RDMAX_API size_t rdmax__dispatch(rdmax_ctx *ctx);
 
 /* Progress and registration slow paths. */
 RDMAX_API rdmax_status rdmax__rcache_open(rdmax_ctx *ctx);
+RDMAX_API rdmax_status rdmax__rcache_check(rdmax_ctx *ctx);
 RDMAX_API int rdmax__poll_send(rdmax_ctx *ctx);
 RDMAX_API int rdmax__poll_recv(rdmax_ctx *ctx);
 
@@ -1091,6 +1094,15 @@ RDMAX_API int rdmax__poll_recv(rdmax_ctx *ctx);
 /* What rdmax_rcache_memhooks() reports. */
 #define RDMAX_RCACHE_HOOKS_INTERPOSED 1u /* mmap, munmap, mremap, madvise, shmat, shmdt, brk, sbrk */
 #define RDMAX_RCACHE_HOOKS_MALLOPT 2u    /* glibc told never to give memory back (see IMPL part) */
+
+/* How a cache learns that the memory under a region changed (rdmax_rcache_desc.mode). */
+#define RDMAX_RCACHE_AUTO 0     /* default: a range is cached only while a memory monitor sees every change
+                                   to it (see "Automatic invalidation" in the IMPL part); a range no
+                                   monitor covers is registered for its get alone and deregistered at its
+                                   last put (stats.uncached), so a get is never served by a stale region */
+#define RDMAX_RCACHE_MANUAL 1   /* cache every range and apply no memory event: the program promises to call
+                                   rdmax_rcache_invalidate before the memory under a cached range changes */
+#define RDMAX_RCACHE_UNCACHED 2 /* cache nothing: every get registers, its last put deregisters */
 
 typedef struct rdmax_rcache_region rdmax_rcache_region;
 typedef struct rdmax_rcache rdmax_rcache;
@@ -1122,6 +1134,7 @@ typedef struct rdmax_rcache_desc {
     size_t max_regions;   /* live registrations; default RDMAX_RCACHE_DEFAULT_MAX_REGIONS */
     size_t max_bytes;     /* registered bytes; default RDMAX_RCACHE_DEFAULT_MAX_BYTES */
     int thread_safe;      /* 0: caller serialises, no lock; 1: every call takes a mutex */
+    int mode;             /* RDMAX_RCACHE_AUTO (0), _MANUAL or _UNCACHED */
 } rdmax_rcache_desc;
 
 /* Counters, a snapshot from rdmax_rcache_query_stats(). */
@@ -1141,6 +1154,8 @@ typedef struct rdmax_rcache_stats {
     uint64_t over_limit;     /* gets that left the cache over a limit (nothing was evictable) */
     uint64_t events;         /* memory events (ranges from the hooks) applied to this cache */
     uint64_t overflows;      /* times events were lost and every cached region was dropped */
+    uint64_t uncached;       /* gets that registered a range for themselves alone (no monitor covers it,
+                                or mode RDMAX_RCACHE_UNCACHED) */
 } rdmax_rcache_stats;
 
 /* A cached registration. Users read start, end, access, refcount, mr, lkey, rkey and may use
@@ -1195,7 +1210,7 @@ struct rdmax_rcache {
     uint32_t rdmax__page_shift;
     uint32_t rdmax__thread_safe;
     uint32_t rdmax__over; /* over a limit: puts go the slow way so they can evict */
-    uint32_t rdmax__pad;
+    uint32_t rdmax__mode; /* desc.mode */
     rdmax_rcache_stats rdmax__stats;
     /* ---- cold ---- */
     rdmax_rcache_desc rdmax__desc;

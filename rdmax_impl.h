@@ -421,6 +421,8 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
         st = RDMAX_ERR_NO_MEMORY;
         goto fail;
     }
+    if ((st = rdmax__rcache_check(ctx)) != RDMAX_OK)
+        goto fail;
     char gid[INET6_ADDRSTRLEN];
     inet_ntop(AF_INET6, a->gid.raw, gid, sizeof gid);
     rdmax__log(ctx, RDMAX_LOG_INFO, "device %s port %u: gid[%d] %s, mtu %u, max_inline %u, max_qp_rd_atom %u, "
@@ -585,16 +587,38 @@ rdmax_status rdmax__rcache_open(rdmax_ctx *ctx)
     rd.ops.notify = rdmax__profile_rcache_notify;
     rd.max_regions = ctx->desc.rcache_max_regions;
     rd.max_bytes = (size_t)ctx->desc.rcache_max_bytes;
+    rd.mode = ctx->desc.rcache_mode;
     int rc = rdmax_rcache_create(&rd, &ctx->rcache);
     if (rc != RDMAX_RCACHE_OK) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: creating the registration cache failed: %s", ctx->attr.name,
                    rdmax_rcache_status_str(rc));
         ctx->rcache = NULL;
-        return RDMAX_ERR_NO_MEMORY;
+        return rc == RDMAX_RCACHE_ERR_INVAL ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_NO_MEMORY;
     }
     rdmax_rcache_desc ad = rdmax_rcache_query_desc(ctx->rcache);
     ctx->desc.rcache_max_regions = (uint32_t)ad.max_regions;
     ctx->desc.rcache_max_bytes = ad.max_bytes;
+    return RDMAX_OK;
+}
+
+/* At context creation: a bad rcache_mode is refused, and a process where no memory monitor can run
+   is told once that raw buffers will be registered per operation (correct, but a registration each). */
+rdmax_status rdmax__rcache_check(rdmax_ctx *ctx)
+{
+    static int told;
+    if (ctx->desc.rcache_mode > RDMAX_RCACHE_UNCACHED) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, "rcache_mode %u is not RDMAX_RCACHE_AUTO, _MANUAL or _UNCACHED",
+                   (unsigned)ctx->desc.rcache_mode);
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+    if (ctx->desc.rcache_disable || ctx->desc.rcache_mode != RDMAX_RCACHE_AUTO)
+        return RDMAX_OK;
+    unsigned m = rdmax_rcache_memhooks();
+    if ((m & (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT)) !=
+            (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT) &&
+        !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+        rdmax__log(ctx, RDMAX_LOG_WARN, "registration cache: no memory monitor (memory hooks not compiled in): "
+                   "buffers passed without an rdmax_mem are registered per operation");
     return RDMAX_OK;
 }
 
@@ -2368,6 +2392,10 @@ static int rdmax__rc_drain_locked(rdmax_rcache *rc)
     uint64_t c = rc->rdmax__seen, resume = h;
     int n = 0;
     if (h == c) return 0;
+    if (rc->rdmax__mode == RDMAX_RCACHE_MANUAL) { /* the program invalidates; events are not ours */
+        rc->rdmax__seen = h;
+        return 0;
+    }
     if (h - c > size) goto lost;
     for (; c < h; c++) {
         rdmax__rc_event *ev = &rdmax__rc_events[c & (size - 1)];
@@ -2424,14 +2452,27 @@ static int rdmax__rc_reg(rdmax_rcache *rc, rdmax_rcache_region *r, uint64_t ps, 
     return 0;
 }
 
+/* 1 if pages [ps, pe) may be cached: every change to them will reach this cache as an event. */
+static int rdmax__rc_watched(rdmax_rcache *rc, uint64_t ps, uint64_t pe)
+{
+    (void)ps, (void)pe;
+    switch (rc->rdmax__mode) {
+    case RDMAX_RCACHE_MANUAL: return 1;
+    case RDMAX_RCACHE_UNCACHED: return 0;
+    default: return (rdmax_rcache_memhooks() & (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT)) ==
+                    (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT);
+    }
+}
+
 static int rdmax__rc_miss(rdmax_rcache *rc, uint64_t ps, uint64_t pe, unsigned access, rdmax_rcache_region **out)
 {
     uint64_t ns = ps, ne = pe, cur = ps;
     unsigned a = access;
     rdmax_rcache_region *r, *released = NULL;
-    int st, cached = pe <= RDMAX__RC_PN_LIMIT;
+    int st, cached = pe <= RDMAX__RC_PN_LIMIT && rdmax__rc_watched(rc, ps, pe);
 
     rc->rdmax__stats.misses++;
+    if (!cached) rc->rdmax__stats.uncached++;
     if (cached) {
         /* 1. every overlapping region: union of range and access */
         while (cur < pe && (r = rdmax__rc_tree_first(rc->rdmax__root, 0, 0, cur, pe)) != NULL) {
@@ -2575,6 +2616,8 @@ RDMAX_API int rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **
     long ps;
     unsigned sh = 0;
     if (!desc || !out || !desc->ops.reg || !desc->ops.dereg) return RDMAX_RCACHE_ERR_INVAL;
+    if (desc->mode != RDMAX_RCACHE_AUTO && desc->mode != RDMAX_RCACHE_MANUAL && desc->mode != RDMAX_RCACHE_UNCACHED)
+        return RDMAX_RCACHE_ERR_INVAL;
     ps = sysconf(_SC_PAGESIZE);
     if (ps <= 0 || (ps & (ps - 1))) return RDMAX_RCACHE_ERR_INVAL;
     while ((1L << sh) < ps) sh++;
@@ -2586,6 +2629,7 @@ RDMAX_API int rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **
     if (!rc->rdmax__desc.max_bytes) rc->rdmax__desc.max_bytes = RDMAX_RCACHE_DEFAULT_MAX_BYTES;
     rc->rdmax__desc.thread_safe = desc->thread_safe ? 1 : 0;
     rc->rdmax__page_shift = sh;
+    rc->rdmax__mode = (uint32_t)desc->mode;
     rc->rdmax__root = rdmax__rc_node_new(0);
     if (!rc->rdmax__root) {
         RDMAX_FREE(rc);

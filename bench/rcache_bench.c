@@ -88,6 +88,7 @@ static rdmax_rcache *rd_create(int ts)
     d.ops.dereg = rd_dereg;
     d.max_regions = opt_regions * 2;
     d.thread_safe = ts;
+    d.mode = RDMAX_RCACHE_MANUAL; /* like ucs_rcache with ucm_events = 0 */
     if (rdmax_rcache_create(&d, &rc) != 0) {
         fprintf(stderr, "rdmax_rcache_create failed\n");
         exit(1);

@@ -159,6 +159,7 @@ static rdmax_rcache *mk(fake *f, size_t max_regions, size_t max_bytes, int ts)
     d.max_regions = max_regions;
     d.max_bytes = max_bytes;
     d.thread_safe = ts;
+    d.mode = RDMAX_RCACHE_MANUAL; /* fake addresses: the bookkeeping under the program's promise */
     if (rdmax_rcache_create(&d, &rc) != 0) {
         printf("FAIL setup: rdmax_rcache_create\n");
         exit(1);
@@ -1069,6 +1070,44 @@ static int test_bad_args(void)
     memset(&d, 0, sizeof d);
     CHECK(N, rdmax_rcache_create(&d, &rc) == RDMAX_RCACHE_ERR_INVAL && rc == NULL, "create without ops");
     CHECK(N, rdmax_rcache_create(NULL, &rc) == RDMAX_RCACHE_ERR_INVAL, "create without desc");
+    d.ops.reg = fake_reg;
+    d.ops.dereg = fake_dereg;
+    d.mode = 3;
+    CHECK(N, rdmax_rcache_create(&d, &rc) == RDMAX_RCACHE_ERR_INVAL && rc == NULL, "create with mode 3");
+    printf("PASS %s\n", N);
+    return 0;
+}
+
+/* RDMAX_RCACHE_UNCACHED: every get registers its own range, the last put deregisters it. */
+static int test_uncached(void)
+{
+    const char *N = "mode_uncached";
+    fake f;
+    rdmax_rcache_desc d;
+    rdmax_rcache *rc = NULL;
+    rdmax_rcache_region *r1 = NULL, *r2 = NULL;
+    rdmax_rcache_stats st;
+    memset(&f, 0, sizeof f);
+    memset(&d, 0, sizeof d);
+    d.ops.reg = fake_reg;
+    d.ops.dereg = fake_dereg;
+    d.ops.arg = &f;
+    d.mode = RDMAX_RCACHE_UNCACHED;
+    CHECK(N, rdmax_rcache_create(&d, &rc) == 0, "create");
+    CHECK(N, rdmax_rcache_get(rc, (void *)(64 * P), P, 1, &r1) == 0, "get 1");
+    CHECK(N, rdmax_rcache_get(rc, (void *)(64 * P), P, 1, &r2) == 0, "get 2");
+    CHECK(N, r1 != r2 && f.live == 2, "two gets of one range: %s, %d live registrations",
+          r1 == r2 ? "one region" : "two regions", (int)f.live);
+    rdmax_rcache_put(rc, r1);
+    rdmax_rcache_put(rc, r2);
+    rdmax_rcache_query_stats(rc, &st);
+    CHECK(N, f.live == 0 && st.uncached == 2 && st.misses == 2 && st.hits == 0 && st.cached_regions == 0,
+          "after the puts: %d live, %lu uncached, %lu misses, %lu hits", (int)f.live, (unsigned long)st.uncached,
+          (unsigned long)st.misses, (unsigned long)st.hits);
+    CHECK(N, rdmax__rc_validate(rc) == 0, "invariants");
+    CHECK(N, !f.err[0], "%s", f.err);
+    rdmax_rcache_destroy(rc);
+    fake_free(&f);
     printf("PASS %s\n", N);
     return 0;
 }
@@ -1080,6 +1119,7 @@ int main(int argc, char **argv)
     P = (size_t)sysconf(_SC_PAGESIZE);
     setvbuf(stdout, NULL, _IONBF, 0);
     test_bad_args();
+    test_uncached();
     test_hit();
     test_merge();
     test_touch();
