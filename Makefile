@@ -21,13 +21,15 @@ FUZZ_TARGETS := conn recv arbiter rcache
 # ASan and UBSan;
 # the memory-hook test runs without them (ASan interposes the same calls).
 HOST_TESTS := $(B)/host/oob_test $(B)/host/arbiter_test $(B)/host/rcache_test $(B)/host/memhook_test \
-              $(FUZZ_TARGETS:%=$(B)/host/fuzz_%)
-SAN := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -DRDMAX_NO_MEMHOOKS
+              $(FUZZ_TARGETS:%=$(B)/host/fuzz_%) $(B)/host/embed_test
+SAN := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+# Tests of the opt-in memory hooks and malloc policy ask for them; everything else gets the default.
+HOOKS := -DRDMAX_MEMHOOKS -DRDMAX_MALLOPT
 # Fuzz targets (tests/fuzz/): `make fuzz` runs each under libFuzzer (clang) for FUZZ_SECONDS and keeps its
 # corpus in tests/fuzz/TARGET/; `make test` replays every corpus with the same sources built under $(SAN).
 FUZZ_SECONDS ?= 120
 FUZZ_CC ?= clang
-FUZZ_SAN := -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -DRDMAX_NO_MEMHOOKS
+FUZZ_SAN := -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 
 .PHONY: all examples tests test check demo bench asan ubsan clean install deps fuzz
 all: examples tests
@@ -54,7 +56,8 @@ $(B)/readme_example.c: README.md | $(B)
 $(B)/readme_example: $(B)/readme_example.c $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
 $(B)/%_test: tests/%_test.c tests/testlib.h $(HDRS) | $(B)
-	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
+	$(CC) $(CFLAGS) $(REQ_CFLAGS) $(TFLAGS) -o $@ $< $(LIBS)
+$(B)/rcache_device_test: TFLAGS = $(HOOKS)
 
 $(B)/profile_points_test: tests/profile_test.c tests/testlib.h $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -DRDMAX_PROFILE -o $@ $< $(LIBS)
@@ -65,7 +68,12 @@ $(B)/misuse_rcud_test: tests/misuse_test.c tests/testlib.h $(HDRS) | $(B)
 $(B)/host:
 	mkdir -p $(B)/host
 $(B)/host/memhook_test: tests/memhook_test.c $(HDRS) | $(B)/host
-	$(CC) -O1 -g $(REQ_CFLAGS) -o $@ $< $(LIBS)
+	$(CC) -O1 -g $(REQ_CFLAGS) $(HOOKS) -o $@ $< $(LIBS)
+# A program that links the implementation with no option: the test reads the object's symbols.
+$(B)/host/embed_impl.o: tests/embed_impl.c $(HDRS) | $(B)/host
+	$(CC) -O1 -g $(REQ_CFLAGS) -c -o $@ $<
+$(B)/host/embed_test: tests/embed_test.c tests/testlib.h $(B)/host/embed_impl.o | $(B)/host
+	$(CC) -O1 -g $(REQ_CFLAGS) -o $@ $< $(B)/host/embed_impl.o $(LIBS)
 $(B)/host/%_test: tests/%_test.c tests/testlib.h $(HDRS) | $(B)/host
 	$(CC) $(SAN) $(REQ_CFLAGS) -o $@ $< $(LIBS)
 $(B)/host/fuzz_%: tests/fuzz/%_fuzz.c tests/fuzz/fuzz.h $(HDRS) | $(B)/host

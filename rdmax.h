@@ -24,13 +24,21 @@
        RDMAX_ASSERT(c)           debug checks on the fast paths (default: assert() when !NDEBUG)
        RDMAX_BATCH_MAX           most work requests chained into one post (default 32)
        RDMAX_MAX_SGE             most scatter/gather entries rdmax puts in one request (default 8)
-       RDMAX_NO_MEMHOOKS         do not interpose mmap, munmap, mremap, madvise, shmat, shmdt, brk, sbrk
-                                 (the registration cache then relies on rdmax_rcache_invalidate alone)
-       RDMAX_NO_MALLOPT          with hooks: do not set glibc's malloc policy at program start
-                                 (M_MMAP_MAX=0, M_TRIM_THRESHOLD=-1, M_ARENA_MAX=1: glibc never gives
-                                 memory back from inside libc, where no hook sees it, so a freed and
-                                 re-malloc'ed buffer keeps its pages; the cost is that the heap keeps its
-                                 peak size and threads share one malloc arena)
+       RDMAX_MEMHOOKS            opt-in (default off): the implementation unit defines mmap, mmap64,
+                                 munmap, mremap, madvise, shmat, shmdt, brk and sbrk, so every call to them
+                                 through the PLT records the range for the registration cache. Costs: the
+                                 program's libc names are replaced (clashes with other interposers and
+                                 with -static), each call pays a ring record and a fence; calls inside
+                                 glibc and direct system calls stay unseen (hence RDMAX_MALLOPT)
+       RDMAX_MALLOPT             opt-in (default off; needs RDMAX_MEMHOOKS): a constructor sets glibc's
+                                 malloc policy at program start (M_MMAP_MAX=0, M_TRIM_THRESHOLD=-1,
+                                 M_ARENA_MAX=1) and malloc_trim becomes a no-op, so glibc never gives
+                                 memory back from inside libc where no hook sees it. Costs: the heap keeps
+                                 its peak size for the life of the process, large blocks come from the
+                                 heap instead of mmap, all threads share one malloc arena
+       RDMAX_NO_MEMHOOKS, RDMAX_NO_MALLOPT
+                                 the old opt-outs: accepted and ignored (what they asked for is now the
+                                 default); defined together with RDMAX_MEMHOOKS / RDMAX_MALLOPT: #error
        RDMAX_PROFILE             compile the profile points (timed sections; see rdmax_profile_print)
        RDMAX_LOG_REPEAT_MS       how often a repeated log message is summarised (default 10000)
 
@@ -1229,9 +1237,8 @@ extern uint64_t rdmax__rc_event_head;
 /* rdmax_rcache_create
    Parameters:   desc: options (ops.reg and ops.dereg required); out: receives the cache.
    Return Value: RDMAX_RCACHE_OK, RDMAX_RCACHE_ERR_INVAL, RDMAX_RCACHE_ERR_NOMEM.
-   Thread Safety: safe. Remarks: the first creation in the process applies the malloc policy
-   (see the IMPL part) unless RDMAX_NO_MEMHOOKS or RDMAX_NO_MALLOPT is defined; create the first
-   cache before allocating buffers you will register. */
+   Thread Safety: safe. Remarks: with RDMAX_MEMHOOKS and RDMAX_MALLOPT the malloc policy is in
+   force from program start (see the IMPL part); without them nothing process-wide is changed. */
 RDMAX_API int rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **out);
 
 /* rdmax_rcache_destroy
@@ -1242,8 +1249,8 @@ RDMAX_API int rdmax_rcache_destroy(rdmax_rcache *rc);
 
 /* rdmax_rcache_invalidate
    Drops every cached region overlapping [addr, addr+len): it is never returned again; unused
-   ones are deregistered now, in-use ones at their last put. Use it when RDMAX_NO_MEMHOOKS is set
-   or for memory changed behind the hooks' back (direct syscalls, another process).
+   ones are deregistered now, in-use ones at their last put. Use it for memory changed where no
+   monitor sees it (see the manual's table of routes).
    Return Value: the number of regions dropped (>= 0), or RDMAX_RCACHE_ERR_INVAL. */
 RDMAX_API int rdmax_rcache_invalidate(rdmax_rcache *rc, const void *addr, size_t len);
 

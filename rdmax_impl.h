@@ -1662,8 +1662,23 @@ out:
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#if !defined(RDMAX_NO_MEMHOOKS) && defined(__linux__) && defined(__GLIBC__) && UINTPTR_MAX == 0xffffffffffffffffu
+/* Interposition and the malloc policy change the whole program, so they are opt-in (see the manual's
+   define table). The old opt-out names ask for what is now the default: accepted, and ignored. */
+#if defined(RDMAX_MEMHOOKS) && defined(RDMAX_NO_MEMHOOKS)
+#error "rdmax: RDMAX_MEMHOOKS and RDMAX_NO_MEMHOOKS contradict each other (hooks are off unless RDMAX_MEMHOOKS is defined: drop RDMAX_NO_MEMHOOKS)"
+#endif
+#if defined(RDMAX_MALLOPT) && defined(RDMAX_NO_MALLOPT)
+#error "rdmax: RDMAX_MALLOPT and RDMAX_NO_MALLOPT contradict each other (the malloc policy is off unless RDMAX_MALLOPT is defined: drop RDMAX_NO_MALLOPT)"
+#endif
+#if defined(RDMAX_MALLOPT) && !defined(RDMAX_MEMHOOKS)
+#error "rdmax: RDMAX_MALLOPT only serves the interposed hooks (it keeps glibc from unmapping memory where no hook sees it): define RDMAX_MEMHOOKS too, or neither"
+#endif
+#if defined(RDMAX_MEMHOOKS)
+#if defined(__linux__) && defined(__GLIBC__) && UINTPTR_MAX == 0xffffffffffffffffu
 #define RDMAX__RC_HOOKS 1
+#else
+#error "rdmax: RDMAX_MEMHOOKS needs Linux, glibc and a 64-bit target"
+#endif
 #else
 #define RDMAX__RC_HOOKS 0
 #endif
@@ -1674,9 +1689,11 @@ out:
    Goal: once the memory under a cached region is unmapped or replaced, that registration is
    never handed out again (else a put silently sends the old pages).
 
-   Mechanism chosen: symbol interposition + a lock-free event ring + a malloc policy.
+   Opt-in mechanism (RDMAX_MEMHOOKS, RDMAX_MALLOPT): symbol interposition + a lock-free event ring +
+   a malloc policy. Without those defines the implementation defines no libc name and changes no
+   process-wide setting; the cache then relies on rdmax_rcache_invalidate().
 
-   1. This TU defines mmap, mmap64, munmap, mremap, madvise, shmat, shmdt, brk and sbrk. Being
+   1. With RDMAX_MEMHOOKS this TU defines mmap, mmap64, munmap, mremap, madvise, shmat, shmdt, brk and sbrk. Being
       defined in the executable (or in a library loaded before libc), they win symbol lookup for
       every call made through the PLT/GOT by the program and its libraries. Each hook:
         - records the range that is about to change into the ring, then a full fence,
@@ -1712,8 +1729,8 @@ out:
       cached region (stats.overflows). The ring and the counter have external linkage so that two
       copies of the implementation in one process bind to one ring.
    3. glibc's own calls (free() unmapping a large chunk, malloc trimming the heap, a thread
-      arena deleting a heap) use internal aliases that no interposition can see. So the first
-      cache creation applies a malloc policy that makes glibc never give memory back:
+      arena deleting a heap) use internal aliases that no interposition can see. So RDMAX_MALLOPT
+      applies, at program start, a malloc policy that makes glibc never give memory back:
           mallopt(M_MMAP_MAX, 0)         large blocks come from the heap, never from mmap
           mallopt(M_TRIM_THRESHOLD, -1)  the main heap is never trimmed (brk shrink)
           mallopt(M_ARENA_MAX, 1)        no thread arenas: their heaps are munmap'ed by
@@ -1722,8 +1739,8 @@ out:
       and malloc_trim() is defined here as a no-op. free() followed by a malloc() returning the
       same address then returns the very same pages, still mapped and still registered, so a hit
       is correct. The cost: the process keeps its peak heap, and threads share one arena (tcache
-      still serves small sizes without the lock). RDMAX_NO_MALLOPT keeps glibc's behaviour and
-      leaves that hole open.
+      still serves small sizes without the lock). RDMAX_MEMHOOKS without RDMAX_MALLOPT keeps glibc's
+      behaviour and leaves that hole open.
 
    Why not the alternatives:
    - UCX (UCM) patches the GOT of every loaded object (and dlopen'ed ones later), or rewrites
@@ -1738,7 +1755,7 @@ out:
 
    Not covered (call rdmax_rcache_invalidate() for these):
    - statically linked programs: libc.a's own objects call its internal names, and defining
-     munmap next to libc.a's munmap.o clashes; build those with RDMAX_NO_MEMHOOKS;
+     munmap next to libc.a's munmap.o clashes; build those without RDMAX_MEMHOOKS;
    - calls made inside libc or ld.so: dlclose() unmapping a library, thread stacks unmapped by
      glibc's stack cache, memory glibc allocated before the first cache was created (a large
      block malloc'ed earlier is still an mmap'ed chunk that free() unmaps unseen; a later hooked
@@ -1752,7 +1769,7 @@ out:
    - other hook users that rewrite GOT entries or function entry points (UCX's UCM, some
      profilers) decide where calls go; turn theirs off (UCX: UCX_MEM_EVENTS=no) or run
      tests/memhook_test.c's checks in that configuration;
-   - the hooks are Linux/glibc/LP64 only; elsewhere they compile out (as with RDMAX_NO_MEMHOOKS).
+   - the hooks are Linux/glibc/LP64 only (RDMAX_MEMHOOKS elsewhere is an #error).
    ------------------------------------------------------------------------------------------- */
 
 #if (RDMAX_RCACHE_EVENT_RING_SIZE & (RDMAX_RCACHE_EVENT_RING_SIZE - 1)) != 0 || RDMAX_RCACHE_EVENT_RING_SIZE < 2
@@ -2020,7 +2037,7 @@ int brk(void *addr)
     return 0;
 }
 
-#ifndef RDMAX_NO_MALLOPT
+#ifdef RDMAX_MALLOPT
 /* Part of the malloc policy: glibc's malloc_trim() gives free heap pages back with
    madvise(MADV_DONTNEED) from inside libc, where no hook sees it. Returning memory is only a hint,
    so not doing it is correct. */
@@ -2035,7 +2052,7 @@ int malloc_trim(size_t pad)
 
 static void rdmax__rc_apply_malloc_policy(void)
 {
-#if RDMAX__RC_HOOKS && !defined(RDMAX_NO_MALLOPT)
+#if RDMAX__RC_HOOKS && defined(RDMAX_MALLOPT)
     if (__atomic_exchange_n(&rdmax__rc_malloc_policy, 1, __ATOMIC_ACQ_REL)) return;
     mallopt(M_MMAP_MAX, 0);
     mallopt(M_TRIM_THRESHOLD, -1);
@@ -2043,10 +2060,10 @@ static void rdmax__rc_apply_malloc_policy(void)
 #endif
 }
 
-#if RDMAX__RC_HOOKS && !defined(RDMAX_NO_MALLOPT)
+#if RDMAX__RC_HOOKS && defined(RDMAX_MALLOPT)
 /* The policy must hold before the program's first malloc: a block or thread arena that glibc mapped
-   earlier is unmapped later from inside libc, where no hook sees it, and its address reused. So every
-   program that links the implementation with hooks gets it at start (RDMAX_NO_MALLOPT opts out). */
+   earlier is unmapped later from inside libc, where no hook sees it, and its address reused. So a
+   program that asked for it (RDMAX_MALLOPT) gets it at start. */
 __attribute__((constructor)) static void rdmax__rc_policy_at_start(void)
 {
     rdmax__rc_apply_malloc_policy();

@@ -2,7 +2,8 @@
    shmdt, brk, sbrk), the malloc policy, and fake registration ops.
 
    Build and run (from the repository root; no sanitizers: ASan interposes the same calls):
-     cc -std=c11 -O1 -g -D_GNU_SOURCE -DRDMAX_IMPLEMENTATION -I. tests/memhook_test.c -lpthread -o memhook_test
+     cc -std=c11 -O1 -g -D_GNU_SOURCE -DRDMAX_IMPLEMENTATION -DRDMAX_MEMHOOKS -DRDMAX_MALLOPT -I. \
+        tests/memhook_test.c -libverbs -lnuma -lpthread -o memhook_test
      ./memhook_test
    Run as root to also compare physical frame numbers from /proc/self/pagemap.
 

@@ -2,7 +2,7 @@
 
    Build and run (from the repository root):
      cc -std=c11 -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -D_GNU_SOURCE \
-        -DRDMAX_IMPLEMENTATION -DRDMAX_NO_MEMHOOKS -I. tests/rcache_test.c -lpthread -o rcache_test
+        -DRDMAX_IMPLEMENTATION -I. tests/rcache_test.c -lpthread -o rcache_test
      ./rcache_test [seed [steps]]
 
    The fake ops keep every registration in a table, check that each dereg matches a live reg
