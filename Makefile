@@ -72,7 +72,9 @@ $(B)/host/memhook_test: tests/memhook_test.c $(HDRS) | $(B)/host
 # A program that links the implementation with no option: the test reads the object's symbols.
 $(B)/host/embed_impl.o: tests/embed_impl.c $(HDRS) | $(B)/host
 	$(CC) -O1 -g $(REQ_CFLAGS) -c -o $@ $<
-$(B)/host/embed_test: tests/embed_test.c tests/testlib.h $(B)/host/embed_impl.o | $(B)/host
+$(B)/host/embed_impl_cxx.o: tests/embed_impl.c $(HDRS) | $(B)/host
+	$(CXX) -O1 -g -x c++ -std=c++17 -pedantic $(WARN) -I. -c -o $@ $<
+$(B)/host/embed_test: tests/embed_test.c tests/testlib.h $(B)/host/embed_impl.o $(B)/host/embed_impl_cxx.o | $(B)/host
 	$(CC) -O1 -g $(REQ_CFLAGS) -o $@ $< $(B)/host/embed_impl.o $(LIBS)
 $(B)/host/%_test: tests/%_test.c tests/testlib.h $(HDRS) | $(B)/host
 	$(CC) $(SAN) $(REQ_CFLAGS) -o $@ $< $(LIBS)

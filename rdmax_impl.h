@@ -334,16 +334,17 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
     if (d.max_eps > 65535)
         d.max_eps = 65535;  /* the wr_id has 16 bits for the endpoint index */
     ctx->desc = d;
+    /* declared before the first goto: C++ does not jump over an initialisation */
+    rdmax_dev_attr *a = &ctx->attr;
+    int gi = -2, r, node = -1;
     rdmax_status st = rdmax__open_device(ctx, d.device);
     if (st != RDMAX_OK)
         goto fail;
-    rdmax_dev_attr *a = &ctx->attr;
     if (d.max_qp_wr && d.max_qp_wr < a->max_qp_wr)
         a->max_qp_wr = d.max_qp_wr;
     ctx->desc.max_qp_wr = a->max_qp_wr;
 
     /* GID: desc, then environment, then the RoCE v2 IPv4-mapped one. */
-    int gi = -2, r;
     if (d.gid_index_set)
         gi = d.gid_index;
     else if ((r = rdmax__env_int("RDMAX_GID_INDEX", &gi)) < 0) {
@@ -364,7 +365,6 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
     ctx->desc.gid_index_set = true;
 
     /* NUMA: desc, environment, the device's node from sysfs; -1 means local allocation. */
-    int node = -1;
     a->numa_node = rdmax__dev_numa_node(a->name);
     if (d.numa_node_set)
         node = d.numa_node;
@@ -1019,7 +1019,7 @@ static rdmax_status rdmax__ud_connect(rdmax_ep *ep, const rdmax_conn_info *r)
     ep->rx_unreturned = r->credits;  /* UD: the peer endpoint's index, our datagrams' immediate data */
     ep->remote = r->buf;
     /* one datagram: the path MTU, and no more than the peer can take after its GRH */
-    uint32_t mtu = rdmax__mtu_bytes((enum ibv_mtu)(r->mtu < ctx->attr.active_mtu ? r->mtu : ctx->attr.active_mtu));
+    uint32_t mtu = rdmax__mtu_bytes((enum ibv_mtu)(r->mtu < ctx->attr.active_mtu ? r->mtu : (unsigned)ctx->attr.active_mtu));
     ep->peer_recv_size = r->recv_size > RDMAX_UD_GRH && r->recv_size - RDMAX_UD_GRH < mtu ? r->recv_size - RDMAX_UD_GRH : mtu;
     ep->tx_credits = UINT32_MAX;
     ep->state = RDMAX_EP_CONNECTED;
@@ -1776,7 +1776,7 @@ out:
 #error "rdmax: RDMAX_RCACHE_EVENT_RING_SIZE must be a power of two"
 #endif
 
-_Static_assert(sizeof(rdmax_rcache_region) <= 128, "rdmax: region must fit its 128-byte slot");
+RDMAX_STATIC_ASSERT(sizeof(rdmax_rcache_region) <= 128, "rdmax: region must fit its 128-byte slot");
 
 typedef struct rdmax__rc_event {
     uint64_t seq; /* index+1 when published; with the top bit while being written */

@@ -1,7 +1,8 @@
 #!/bin/sh
 # Compile matrix: every transport selection builds as two C11 units + the implementation + a C++ unit
-# with -Wall -Wextra -Werror -pedantic; no selection, a lone rdmax_impl.h and mismatched selections
-# must fail, and fail for the documented reason.
+# with -Wall -Wextra -Werror -pedantic, with the implementation compiled as C and as C++ (C++11, C++17);
+# no selection, a lone rdmax_impl.h, mismatched selections and contradictory options must fail, and
+# fail for the documented reason.
 cd "$(dirname "$0")/.." || exit 1
 CC=${CC:-cc}; CXX=${CXX:-c++}
 out=build/compile; mkdir -p $out
@@ -19,6 +20,18 @@ for sel in RC UD RC_UD; do
        $CXX -std=c++11 $W $defs -c tests/compile/cxx.cc -o $out/cxx.o >>$out/log 2>&1 &&
        $CXX $out/tu1.o $out/tu2.o $out/impl.o $out/cxx.o -o $out/prog $LIBS >>$out/log 2>&1 &&
        $out/prog; then pass "$sel builds (2 C units + impl + C++)"; else flunk "$sel builds" "see log"; fi
+    # the implementation unit as C++ (C++11 and C++17) with the C units, and the C implementation
+    # with C++ units only
+    for std in c++11 c++17; do
+        if $CXX -std=$std $W $defs -c tests/compile/impl.cc -o $out/implx.o >$out/log 2>&1 &&
+           $CXX $out/tu1.o $out/tu2.o $out/implx.o $out/cxx.o -o $out/prog $LIBS >>$out/log 2>&1 &&
+           $out/prog; then pass "$sel C++ ($std) implementation + 2 C units + C++ unit"
+        else flunk "$sel C++ ($std) implementation + 2 C units + C++ unit" "see log"; fi
+    done
+    if $CXX -std=c++17 $W $defs -c tests/compile/cxx_tu.cc -o $out/cxx_tu.o >$out/log 2>&1 &&
+       $CXX $out/impl.o $out/cxx_tu.o $out/cxx.o -o $out/prog $LIBS >>$out/log 2>&1 &&
+       $out/prog; then pass "$sel C implementation + C++ units only"
+    else flunk "$sel C implementation + C++ units only" "see log"; fi
     # a unit compiled in C17 and gnu11 as well: the header does not depend on the dialect
     if $CC -std=gnu17 $W $defs -c tests/compile/tu1.c -o $out/tu1g.o >$out/log 2>&1; then
         pass "$sel gnu17"; else flunk "$sel gnu17" "see log"; fi
@@ -49,6 +62,24 @@ if $CXX $out/m1.o $out/m2.o $out/m3.o $out/m4.o -o $out/prog $LIBS >$out/log 2>&
     flunk "mismatched selection fails to link" "linked"
 elif grep -q "rdmax__selection_rc1_ud1" $out/log; then pass "mismatched selection fails to link, naming it"
 else flunk "mismatched selection fails to link, naming it" "wrong message"; fi
+# The opt-in memory hooks compile in both languages; contradictory or incomplete opt-ins stop with a sentence.
+if $CXX -std=c++17 $W -DRDMAX_TRANSPORT_RC -DRDMAX_MEMHOOKS -DRDMAX_MALLOPT -c tests/compile/impl.cc -o $out/x.o \
+       >$out/log 2>&1 &&
+   $CC -std=c11 $W -DRDMAX_TRANSPORT_RC -DRDMAX_MEMHOOKS -DRDMAX_MALLOPT -c tests/compile/impl.c -o $out/x.o \
+       >>$out/log 2>&1; then pass "memory hooks build in C and C++"
+else flunk "memory hooks build in C and C++" "see log"; fi
+for bad in "-DRDMAX_MEMHOOKS -DRDMAX_NO_MEMHOOKS:contradict" "-DRDMAX_MALLOPT -DRDMAX_NO_MALLOPT -DRDMAX_MEMHOOKS:contradict" \
+           "-DRDMAX_MALLOPT:define RDMAX_MEMHOOKS too"; do
+    flags=${bad%%:*}; want=${bad#*:}
+    if $CC -std=c11 $W -DRDMAX_TRANSPORT_RC $flags -c tests/compile/impl.c -o $out/x.o >$out/log 2>&1; then
+        flunk "$flags fails" "compiled"
+    elif grep -q "$want" $out/log; then pass "$flags fails with a sentence"
+    else flunk "$flags fails with a sentence" "wrong message"; fi
+done
+# The old opt-outs ask for the default: accepted.
+if $CC -std=c11 $W -DRDMAX_TRANSPORT_RC -DRDMAX_NO_MEMHOOKS -DRDMAX_NO_MALLOPT -c tests/compile/impl.c -o $out/x.o \
+       >$out/log 2>&1; then pass "RDMAX_NO_MEMHOOKS and RDMAX_NO_MALLOPT accepted"
+else flunk "RDMAX_NO_MEMHOOKS and RDMAX_NO_MALLOPT accepted" "see log"; fi
 # The header defines no object or function outside the implementation: a unit without it has no
 # defined global symbols of rdmax.
 $CC -std=c11 $W -DRDMAX_TRANSPORT_RC -DRDMAX_TRANSPORT_UD -O0 -c tests/compile/tu1.c -o $out/tu1.o >$out/log 2>&1
