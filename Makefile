@@ -21,7 +21,7 @@ FUZZ_TARGETS := conn recv arbiter rcache
 # ASan and UBSan;
 # the memory-hook test runs without them (ASan interposes the same calls).
 HOST_TESTS := $(B)/host/oob_test $(B)/host/arbiter_test $(B)/host/rcache_test $(B)/host/memhook_test \
-              $(FUZZ_TARGETS:%=$(B)/host/fuzz_%) $(B)/host/embed_test
+              $(FUZZ_TARGETS:%=$(B)/host/fuzz_%) $(B)/host/embed_test $(B)/host/rcache_monitor_test
 SAN := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # Tests of the opt-in memory hooks and malloc policy ask for them; everything else gets the default.
 HOOKS := -DRDMAX_MEMHOOKS -DRDMAX_MALLOPT
@@ -69,6 +69,9 @@ $(B)/host:
 	mkdir -p $(B)/host
 $(B)/host/memhook_test: tests/memhook_test.c $(HDRS) | $(B)/host
 	$(CC) -O1 -g $(REQ_CFLAGS) $(HOOKS) -o $@ $< $(LIBS)
+# The memory monitor (userfaultfd) with fake registration ops; also run in the VM (the guest's kernel).
+$(B)/host/rcache_monitor_test: tests/rcache_monitor_test.c tests/testlib.h $(HDRS) | $(B)/host
+	$(CC) -O1 -g $(REQ_CFLAGS) -DRDMAX_RCACHE_EVENT_RING_SIZE=64 -o $@ $< $(LIBS)
 # A program that links the implementation with no option: the test reads the object's symbols.
 $(B)/host/embed_impl.o: tests/embed_impl.c $(HDRS) | $(B)/host
 	$(CC) -O1 -g $(REQ_CFLAGS) -c -o $@ $<

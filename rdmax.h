@@ -1102,6 +1102,7 @@ RDMAX_API int rdmax__poll_recv(rdmax_ctx *ctx);
 /* What rdmax_rcache_memhooks() reports. */
 #define RDMAX_RCACHE_HOOKS_INTERPOSED 1u /* mmap, munmap, mremap, madvise, shmat, shmdt, brk, sbrk */
 #define RDMAX_RCACHE_HOOKS_MALLOPT 2u    /* glibc told never to give memory back (see IMPL part) */
+#define RDMAX_RCACHE_HOOKS_UFFD 4u       /* the userfaultfd monitor runs (mode RDMAX_RCACHE_AUTO) */
 
 /* How a cache learns that the memory under a region changed (rdmax_rcache_desc.mode). */
 #define RDMAX_RCACHE_AUTO 0     /* default: a range is cached only while a memory monitor sees every change
@@ -1265,6 +1266,18 @@ RDMAX_API rdmax_rcache_desc rdmax_rcache_query_desc(const rdmax_rcache *rc);
 
 /* Which automatic-invalidation mechanisms are active: RDMAX_RCACHE_HOOKS_* bits. */
 RDMAX_API unsigned rdmax_rcache_memhooks(void);
+
+/* The process's memory monitor (mode RDMAX_RCACHE_AUTO): whether it can run and, if not, why. */
+typedef struct rdmax_rcache_monitor_info {
+    int usable;         /* 1: the userfaultfd monitor can run (it starts with the first AUTO cache) */
+    int running;        /* 1: its thread runs in this process */
+    int user_mode_only; /* opened with UFFD_USER_MODE_ONLY (vm.unprivileged_userfaultfd=0, no privilege) */
+    int error;          /* errno of the step that failed, 0 if none */
+    char why[200];      /* how it was opened, or what failed and why */
+    uint64_t unmap, remove, remap, other; /* events read since it started */
+} rdmax_rcache_monitor_info;
+/* Thread Safety: safe. Opens the monitor's descriptors if no one has yet (not its thread). */
+RDMAX_API void rdmax_rcache_monitor_query(rdmax_rcache_monitor_info *out);
 
 /* A sentence for a status code returned by this module. */
 RDMAX_API const char *rdmax_rcache_status_str(int status);

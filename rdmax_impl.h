@@ -613,12 +613,17 @@ rdmax_status rdmax__rcache_check(rdmax_ctx *ctx)
     }
     if (ctx->desc.rcache_disable || ctx->desc.rcache_mode != RDMAX_RCACHE_AUTO)
         return RDMAX_OK;
+    rdmax_rcache_monitor_info mi;
+    rdmax_rcache_monitor_query(&mi);
     unsigned m = rdmax_rcache_memhooks();
-    if ((m & (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT)) !=
-            (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT) &&
-        !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
-        rdmax__log(ctx, RDMAX_LOG_WARN, "registration cache: no memory monitor (memory hooks not compiled in): "
-                   "buffers passed without an rdmax_mem are registered per operation");
+    int hooks = (m & (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT)) ==
+                (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT);
+    if (!mi.usable && !hooks && !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
+        rdmax__log(ctx, RDMAX_LOG_WARN, "registration cache: no memory monitor (%s): buffers passed without an "
+                   "rdmax_mem are registered per operation", mi.why);
+    else
+        rdmax__log(ctx, RDMAX_LOG_DEBUG, "registration cache: memory monitor %s%s", mi.usable ? mi.why : "none",
+                   hooks ? ", memory hooks and malloc policy" : "");
     return RDMAX_OK;
 }
 
@@ -1782,8 +1787,11 @@ typedef struct rdmax__rc_event {
     uint64_t seq; /* index+1 when published; with the top bit while being written */
     uint64_t start;
     uint64_t end;
-    uint64_t pad;
+    uint64_t kind; /* RDMAX__RC_EV_UNMAP...: set by the monitor; 0 (unknown) from the hooks */
 } rdmax__rc_event;
+#define RDMAX__RC_EV_UNMAP 1u
+#define RDMAX__RC_EV_REMOVE 2u /* pages discarded, mapping (and its monitor registration) kept */
+#define RDMAX__RC_EV_REMAP 3u
 
 #define RDMAX__RC_EV_BUSY (UINT64_C(1) << 63)
 
@@ -2070,12 +2078,444 @@ __attribute__((constructor)) static void rdmax__rc_policy_at_start(void)
 }
 #endif
 
+/* ---- the userfaultfd monitor (>>monitor) ----
+   One per process, started by the first cache in mode RDMAX_RCACHE_AUTO (see "Automatic
+   invalidation" for why this mechanism). A cache registers each range it caches with the monitor's
+   userfaultfd in write-protect mode, without ever write-protecting a page: nothing faults, the
+   registration only asks the kernel to report UNMAP (munmap, mmap MAP_FIXED, mremap shrink, brk
+   shrink), REMOVE (madvise DONTNEED/FREE/REMOVE) and REMAP (mremap move) of those pages, whoever
+   makes the call: the program, glibc inside itself, a direct syscall. The kernel holds the thread
+   that changed the mapping until the monitor thread has read the event; the monitor claims a ring
+   slot before each read and publishes the range after it, and a get that finds a claimed slot waits
+   for it, so a get that runs after the munmap returned always sees the event. The monitor thread
+   takes no lock and allocates nothing: the unmapping thread may hold any lock (rdmax's, malloc's),
+   be in a signal handler or be a thread inside a cache lookup. */
+#if defined(__linux__) && defined(__has_include)
+#if __has_include(<linux/userfaultfd.h>)
+#include <linux/userfaultfd.h>
+#if defined(UFFDIO_REGISTER_MODE_WP) && defined(UFFD_FEATURE_EVENT_UNMAP) && defined(SYS_userfaultfd)
+#define RDMAX__MON 1
+#endif
+#endif
+#endif
+#ifndef RDMAX__MON
+#define RDMAX__MON 0
+#endif
+#if RDMAX__MON
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#ifndef UFFD_USER_MODE_ONLY
+#define UFFD_USER_MODE_ONLY 1
+#endif
+#ifndef USERFAULTFD_IOC_NEW
+#define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
+#endif
+#endif
+
+#define RDMAX__RC_EV_MON (UINT64_C(1) << 62) /* slot claimed by the monitor: a reader waits for it */
+
+/* Process-wide, external linkage like the ring: two copies of the implementation share one. */
+typedef struct rdmax__mon_ext {
+    uintptr_t s, e;
+} rdmax__mon_ext;
+typedef struct rdmax__mon_state {
+    int fd;             /* the userfaultfd, -1 if none */
+    int maps;           /* /proc/self/maps for PROCMAP_QUERY (Linux 6.11+); -1 none, -2 not supported */
+    int pid;            /* process these belong to: a forked child opens its own */
+    int tried;          /* open attempted in this process */
+    int started;        /* monitor thread running */
+    int user_mode_only; /* opened with UFFD_USER_MODE_ONLY */
+    int error;          /* errno of the step that failed */
+    char why[200];
+    uint64_t n[4];      /* events read: unmap, remove, remap, other */
+    /* mappings registered whole (see rdmax__mon_watch), forgotten when an event unmaps or moves
+       any of them; under rdmax__mon_lock */
+    rdmax__mon_ext *ext;
+    size_t n_ext, cap_ext;
+    uint64_t ext_seen;  /* ring position up to which ext is up to date */
+} rdmax__mon_state;
+rdmax__mon_state rdmax__mon = {-1, -1, 0, 0, 0, 0, 0, {0}, {0, 0, 0, 0}, NULL, 0, 0, 0};
+pthread_mutex_t rdmax__mon_lock = PTHREAD_MUTEX_INITIALIZER;
+
+#if RDMAX__MON
+static void rdmax__mon_fail(int err, const char *what)
+{
+    char v[16] = "?";
+    int f = open("/proc/sys/vm/unprivileged_userfaultfd", O_RDONLY | O_CLOEXEC);
+    if (f >= 0) {
+        ssize_t n = read(f, v, sizeof v - 1);
+        v[n > 0 ? n : 0] = 0;
+        v[strcspn(v, "\n")] = 0;
+        close(f);
+    }
+    rdmax__mon.error = err;
+    snprintf(rdmax__mon.why, sizeof rdmax__mon.why, "%s: %s (vm.unprivileged_userfaultfd=%s)", what, strerror(err), v);
+}
+
+/* Opens the userfaultfd (not the thread) once per process; 1 if it is usable. Monitor lock held. */
+static int rdmax__mon_open_locked(void)
+{
+    rdmax__mon_state *m = &rdmax__mon;
+    int pid = (int)getpid(), fd, e;
+    struct uffdio_api api;
+    const char *env;
+    if (m->pid != pid) {
+        /* first use, or a child forked from a process that used it: the uffd is the parent's, its
+           thread did not come along, and the child's mappings carry no registration */
+        if (m->pid != 0 && m->fd >= 0) close(m->fd);
+        if (m->pid != 0 && m->maps >= 0) close(m->maps);
+        m->fd = m->maps = -1;
+        m->n_ext = 0;
+        m->tried = m->started = m->user_mode_only = m->error = 0;
+        m->why[0] = 0;
+        m->pid = pid;
+    }
+    if (m->tried) return m->fd >= 0;
+    m->tried = 1;
+    env = getenv("RDMAX_RCACHE_MONITOR");
+    if (env && (!strcmp(env, "off") || !strcmp(env, "0"))) {
+        m->error = EPERM;
+        snprintf(m->why, sizeof m->why, "disabled by RDMAX_RCACHE_MONITOR=%s", env);
+        return 0;
+    }
+    fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0 && errno == EPERM) {
+        /* vm.unprivileged_userfaultfd=0 without CAP_SYS_PTRACE: user-mode-only faults are still
+           allowed (5.11+), and this monitor handles no fault at all, only events */
+        fd = (int)syscall(SYS_userfaultfd, O_CLOEXEC | O_NONBLOCK | UFFD_USER_MODE_ONLY);
+        m->user_mode_only = fd >= 0;
+    }
+    if (fd < 0) {
+        int d = open("/dev/userfaultfd", O_RDWR | O_CLOEXEC); /* 6.1+: access by file permission */
+        e = errno;
+        if (d >= 0) {
+            fd = ioctl(d, USERFAULTFD_IOC_NEW, O_CLOEXEC | O_NONBLOCK);
+            e = errno;
+            close(d);
+        }
+        if (fd < 0) {
+            rdmax__mon_fail(e == ENOENT ? EPERM : e, "userfaultfd");
+            return 0;
+        }
+    }
+    memset(&api, 0, sizeof api);
+    api.api = UFFD_API;
+    api.features = UFFD_FEATURE_EVENT_UNMAP | UFFD_FEATURE_EVENT_REMOVE | UFFD_FEATURE_EVENT_REMAP;
+    if (ioctl(fd, UFFDIO_API, &api) != 0) {
+        rdmax__mon_fail(errno, "userfaultfd: UFFDIO_API with the UNMAP, REMOVE and REMAP events");
+        close(fd);
+        return 0;
+    }
+    if (!(api.features & UFFD_FEATURE_PAGEFAULT_FLAG_WP)) {
+        rdmax__mon_fail(ENOTSUP, "userfaultfd: no write-protect registration of anonymous memory (Linux 5.7+)");
+        close(fd);
+        return 0;
+    }
+    m->fd = fd;
+    snprintf(m->why, sizeof m->why, "userfaultfd%s: unmap, remove and remap events",
+             m->user_mode_only ? " (user-mode only)" : "");
+    return 1;
+}
+
+/* Reads one event and publishes it in the slot claimed before the read (see above). */
+static void rdmax__mon_read_one(int fd)
+{
+    struct uffd_msg msg;
+    uint64_t q = __atomic_fetch_add(&rdmax__rc_event_head, 1, __ATOMIC_SEQ_CST), s = 0, e = 0;
+    rdmax__rc_event *ev = &rdmax__rc_events[q & (RDMAX_RCACHE_EVENT_RING_SIZE - 1u)];
+    ssize_t n;
+    int k = 3;
+    uint64_t kind = 0;
+    __atomic_store_n(&ev->seq, (q + 1) | RDMAX__RC_EV_BUSY | RDMAX__RC_EV_MON, __ATOMIC_SEQ_CST);
+    n = read(fd, &msg, sizeof msg);
+    if (n == (ssize_t)sizeof msg) {
+        switch (msg.event) {
+        case UFFD_EVENT_UNMAP:
+        case UFFD_EVENT_REMOVE:
+            s = msg.arg.remove.start;
+            e = msg.arg.remove.end;
+            k = msg.event == UFFD_EVENT_UNMAP ? 0 : 1;
+            kind = msg.event == UFFD_EVENT_UNMAP ? RDMAX__RC_EV_UNMAP : RDMAX__RC_EV_REMOVE;
+            break;
+        case UFFD_EVENT_REMAP: /* the pages left `from`; `to` held nothing cached (its old mapping,
+                                  if registered, sent an UNMAP) */
+            s = msg.arg.remap.from;
+            e = msg.arg.remap.from + msg.arg.remap.len;
+            k = 2;
+            kind = RDMAX__RC_EV_REMAP;
+            break;
+        case UFFD_EVENT_PAGEFAULT: { /* nothing is write-protected, so this is not ours to solve:
+                                        let the thread retry */
+            struct uffdio_range r;
+            r.len = (uint64_t)sysconf(_SC_PAGESIZE);
+            r.start = msg.arg.pagefault.address & ~(r.len - 1);
+            ioctl(fd, UFFDIO_WAKE, &r);
+            break;
+        }
+        default:
+            break;
+        }
+        __atomic_add_fetch(&rdmax__mon.n[k], 1, __ATOMIC_RELAXED);
+    }
+    __atomic_store_n(&ev->start, s, __ATOMIC_RELAXED);
+    __atomic_store_n(&ev->end, e, __ATOMIC_RELAXED);
+    __atomic_store_n(&ev->kind, kind, __ATOMIC_RELAXED);
+    __atomic_store_n(&ev->seq, q + 1, __ATOMIC_RELEASE);
+}
+
+static void *rdmax__mon_main(void *arg)
+{
+    int fd = (int)(intptr_t)arg;
+    for (;;) {
+        struct pollfd p;
+        p.fd = fd;
+        p.events = POLLIN;
+        p.revents = 0;
+        /* never exits: a registered range's munmap would wait for a reader forever */
+        if (poll(&p, 1, -1) > 0 && (p.revents & POLLIN))
+            rdmax__mon_read_one(fd);
+        else if (p.revents & (POLLERR | POLLNVAL))
+            usleep(10000);
+    }
+    return NULL;
+}
+
+/* Starts the monitor thread once per process (all signals blocked in it). Monitor lock held. */
+static int rdmax__mon_start_locked(void)
+{
+    pthread_attr_t at;
+    pthread_t t;
+    sigset_t all, old;
+    int st;
+    if (!rdmax__mon_open_locked()) return 0;
+    if (rdmax__mon.started) return 1;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, 64 * 1024);
+    st = pthread_create(&t, &at, rdmax__mon_main, (void *)(intptr_t)rdmax__mon.fd);
+    pthread_attr_destroy(&at);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (st != 0) {
+        rdmax__mon_fail(st, "creating the monitor thread");
+        close(rdmax__mon.fd);
+        rdmax__mon.fd = -1;
+        return 0;
+    }
+    pthread_setname_np(t, "rdmax-monitor");
+    __atomic_store_n(&rdmax__mon.started, 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* Forgets the registered mappings that events since ext_seen unmapped or moved (the kernel drops
+   a registration with its mapping). Monitor lock held. */
+static void rdmax__mon_prune_locked(void)
+{
+    rdmax__mon_state *m = &rdmax__mon;
+    uint64_t h = __atomic_load_n(&rdmax__rc_event_head, __ATOMIC_ACQUIRE), c = m->ext_seen;
+    if (h - c > RDMAX_RCACHE_EVENT_RING_SIZE) goto lost;
+    for (; c < h; c++) {
+        rdmax__rc_event *ev = &rdmax__rc_events[c & (RDMAX_RCACHE_EVENT_RING_SIZE - 1u)];
+        uint64_t v, s, e, kind;
+        size_t i, j;
+        while ((v = __atomic_load_n(&ev->seq, __ATOMIC_ACQUIRE)) == ((c + 1) | RDMAX__RC_EV_BUSY | RDMAX__RC_EV_MON))
+            sched_yield(); /* being read by the monitor thread, which never waits for us */
+        if (v != c + 1) goto lost; /* lapped, or a hook's record not yet published */
+        s = __atomic_load_n(&ev->start, __ATOMIC_RELAXED);
+        e = __atomic_load_n(&ev->end, __ATOMIC_RELAXED);
+        kind = __atomic_load_n(&ev->kind, __ATOMIC_RELAXED);
+        __atomic_thread_fence(__ATOMIC_ACQUIRE);
+        if (__atomic_load_n(&ev->seq, __ATOMIC_RELAXED) != c + 1) goto lost;
+        if (kind == RDMAX__RC_EV_REMOVE || e <= s) continue;
+        for (i = j = 0; i < m->n_ext; i++)
+            if (m->ext[i].e <= s || m->ext[i].s >= e) m->ext[j++] = m->ext[i];
+        m->n_ext = j;
+    }
+    m->ext_seen = h;
+    return;
+lost:
+    m->n_ext = 0;
+    m->ext_seen = h;
+}
+
+/* PROCMAP_QUERY (Linux 6.11+, <linux/fs.h>): one mapping by address, without reading the whole
+   maps file. The layout is the kernel's ABI; copied so that older headers build. */
+typedef struct rdmax__procmap_query {
+    uint64_t size, query_flags, query_addr, vma_start, vma_end, vma_flags, vma_page_size, vma_offset, inode;
+    uint32_t dev_major, dev_minor, vma_name_size, build_id_size;
+    uint64_t vma_name_addr, build_id_addr;
+} rdmax__procmap_query;
+#define RDMAX__PROCMAP_QUERY _IOWR('f', 17, rdmax__procmap_query)
+#define RDMAX__PROCMAP_SHARED 0x08u
+
+/* 1: extent found (or refused: *ok tells), 0: PROCMAP_QUERY unavailable. Monitor lock held. */
+static int rdmax__mon_vma_query(uintptr_t s, uintptr_t e, uintptr_t *lo, uintptr_t *hi, int *ok)
+{
+    rdmax__mon_state *m = &rdmax__mon;
+    uintptr_t cur = s;
+    if (m->maps == -2) return 0;
+    if (m->maps < 0 && (m->maps = open("/proc/self/maps", O_RDONLY | O_CLOEXEC)) < 0) {
+        m->maps = -2;
+        return 0;
+    }
+    *ok = 0;
+    *lo = *hi = 0;
+    while (cur < e) {
+        rdmax__procmap_query q;
+        memset(&q, 0, sizeof q);
+        q.size = sizeof q;
+        q.query_addr = cur;
+        if (ioctl(m->maps, RDMAX__PROCMAP_QUERY, &q) != 0) {
+            if (errno == ENOTTY || errno == EINVAL) { /* an older kernel: read the file instead */
+                close(m->maps);
+                m->maps = -2;
+                return 0;
+            }
+            return 1; /* ENOENT: nothing mapped at cur */
+        }
+        if (q.vma_start > cur || (q.vma_flags & RDMAX__PROCMAP_SHARED) || q.inode || q.dev_major || q.dev_minor)
+            return 1; /* a hole, or shared or file-backed memory */
+        if (!*lo) *lo = (uintptr_t)q.vma_start;
+        *hi = cur = (uintptr_t)q.vma_end;
+    }
+    *ok = 1;
+    return 1;
+}
+
+/* The private anonymous mappings that hold [s, e) without a hole: 1 and their extent in lo/hi, or 0
+   (a hole, shared or file-backed memory, or /proc/self/maps unreadable). Reads the file with
+   read(2) into a stack buffer: no allocation. */
+static int rdmax__mon_vma_extent(uintptr_t s, uintptr_t e, uintptr_t *lo, uintptr_t *hi)
+{
+    int qok;
+    if (rdmax__mon_vma_query(s, e, lo, hi, &qok)) return qok;
+    char buf[4096];
+    size_t have = 0;
+    uintptr_t cur = s;
+    int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC), done = 0, ok = 0;
+    if (fd < 0) return 0;
+    *lo = *hi = 0;
+    while (!done) {
+        ssize_t n = read(fd, buf + have, sizeof buf - 1 - have);
+        char *line = buf, *nl;
+        if (n <= 0) break;
+        have += (size_t)n;
+        buf[have] = 0;
+        while (!done && (nl = (char *)memchr(line, '\n', (size_t)(buf + have - line))) != NULL) {
+            unsigned long vs, ve, ino;
+            unsigned maj, min;
+            char perms[8];
+            *nl = 0;
+            if (sscanf(line, "%lx-%lx %7s %*x %x:%x %lu", &vs, &ve, perms, &maj, &min, &ino) == 6 && ve > s) {
+                if (vs >= e || vs > cur) {
+                    done = 1; /* past the range, or a hole before it ends */
+                } else if (perms[3] != 'p' || ino != 0 || maj != 0 || min != 0) {
+                    done = 1; /* shared or file-backed: truncation would send no event */
+                } else {
+                    if (!*lo) *lo = vs;
+                    *hi = cur = ve;
+                    if (cur >= e) ok = done = 1;
+                }
+            }
+            line = nl + 1;
+        }
+        have = (size_t)(buf + have - line);
+        memmove(buf, line, have);
+        if (have == sizeof buf - 1) break; /* a line longer than the buffer: give up */
+    }
+    close(fd);
+    return ok;
+}
+
+/* 1 if [s, e) (page-aligned) lies in mappings registered with the monitor. Only private anonymous
+   memory qualifies: shared memory (memfd, tmpfs, MAP_SHARED|MAP_ANONYMOUS, SysV shm) and files can
+   be truncated or punched, which sends no event. Whole mappings are registered, never a part: a
+   part would split the program's mapping (an mremap of the whole would then fail with EFAULT, and
+   vm.max_map_count would fill up). Registrations are never undone; one without a cached region
+   costs only an event when its memory is unmapped. */
+static int rdmax__mon_watch(uintptr_t s, uintptr_t e)
+{
+    rdmax__mon_state *m = &rdmax__mon;
+    struct uffdio_register reg;
+    uintptr_t lo, hi;
+    size_t i;
+    int ok = 0;
+    if (!__atomic_load_n(&m->started, __ATOMIC_ACQUIRE)) return 0;
+    pthread_mutex_lock(&rdmax__mon_lock);
+    if (!m->started || m->pid != (int)getpid()) goto out;
+    rdmax__mon_prune_locked();
+    for (i = 0; i < m->n_ext; i++)
+        if (m->ext[i].s <= s && e <= m->ext[i].e) {
+            ok = 1;
+            goto out;
+        }
+    if (!rdmax__mon_vma_extent(s, e, &lo, &hi)) goto out;
+    memset(&reg, 0, sizeof reg);
+    reg.mode = UFFDIO_REGISTER_MODE_WP;
+    reg.range.start = lo;
+    reg.range.len = hi - lo;
+    if (ioctl(m->fd, UFFDIO_REGISTER, &reg) != 0) goto out;
+    ok = 1;
+    if (m->n_ext == m->cap_ext) { /* only a memo: when it cannot grow, start over */
+        size_t cap = m->cap_ext ? m->cap_ext * 2 : 64;
+        rdmax__mon_ext *x = cap <= 4096 ? (rdmax__mon_ext *)RDMAX_MALLOC(cap * sizeof *x) : NULL;
+        if (x) {
+            if (m->n_ext) memcpy(x, m->ext, m->n_ext * sizeof *x);
+            RDMAX_FREE(m->ext);
+            m->ext = x;
+            m->cap_ext = cap;
+        } else {
+            m->n_ext = 0;
+        }
+    }
+    if (m->n_ext < m->cap_ext) {
+        m->ext[m->n_ext].s = lo;
+        m->ext[m->n_ext].e = hi;
+        m->n_ext++;
+    }
+out:
+    pthread_mutex_unlock(&rdmax__mon_lock);
+    return ok;
+}
+#else
+static int rdmax__mon_open_locked(void)
+{
+    rdmax__mon.error = ENOSYS;
+    snprintf(rdmax__mon.why, sizeof rdmax__mon.why, "no userfaultfd on this platform");
+    return 0;
+}
+static int rdmax__mon_start_locked(void) { return rdmax__mon_open_locked(); }
+static int rdmax__mon_watch(uintptr_t s, uintptr_t e) { (void)s, (void)e; return 0; }
+#endif
+
+RDMAX_API void rdmax_rcache_monitor_query(rdmax_rcache_monitor_info *out)
+{
+    pthread_mutex_lock(&rdmax__mon_lock);
+    memset(out, 0, sizeof *out);
+    out->running = rdmax__mon.started && rdmax__mon.pid == (int)getpid();
+    out->usable = rdmax__mon_open_locked();
+    out->user_mode_only = rdmax__mon.user_mode_only;
+    out->error = rdmax__mon.error;
+    snprintf(out->why, sizeof out->why, "%s", rdmax__mon.why);
+    out->unmap = __atomic_load_n(&rdmax__mon.n[0], __ATOMIC_RELAXED);
+    out->remove = __atomic_load_n(&rdmax__mon.n[1], __ATOMIC_RELAXED);
+    out->remap = __atomic_load_n(&rdmax__mon.n[2], __ATOMIC_RELAXED);
+    out->other = __atomic_load_n(&rdmax__mon.n[3], __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&rdmax__mon_lock);
+}
+
 RDMAX_API unsigned rdmax_rcache_memhooks(void)
 {
     unsigned bits = 0;
 #if RDMAX__RC_HOOKS
     bits |= RDMAX_RCACHE_HOOKS_INTERPOSED;
 #endif
+    if (__atomic_load_n(&rdmax__mon.started, __ATOMIC_ACQUIRE) && rdmax__mon.pid == (int)getpid())
+        bits |= RDMAX_RCACHE_HOOKS_UFFD;
     if (__atomic_load_n(&rdmax__rc_malloc_policy, __ATOMIC_ACQUIRE)) bits |= RDMAX_RCACHE_HOOKS_MALLOPT;
     return bits;
 }
@@ -2422,10 +2862,17 @@ static int rdmax__rc_drain_locked(rdmax_rcache *rc)
             uint64_t e = __atomic_load_n(&ev->end, __ATOMIC_RELAXED);
             __atomic_thread_fence(__ATOMIC_ACQUIRE);
             if (__atomic_load_n(&ev->seq, __ATOMIC_RELAXED) != c + 1) goto lost; /* overwritten */
-            rc->rdmax__stats.events++;
+            rc->rdmax__stats.events += e > s;
             n += rdmax__rc_invalidate_bytes(rc, s, e);
-        } else if ((v & ~RDMAX__RC_EV_BUSY) > c + 1) {
+        } else if ((v & ~(RDMAX__RC_EV_BUSY | RDMAX__RC_EV_MON)) > c + 1) {
             goto lost; /* a writer lapped us */
+        } else if (v & RDMAX__RC_EV_MON) {
+            /* the monitor is reading an event that may already have let an munmap return: wait
+               (it takes no lock and does not block) */
+            if (rdmax__mon.pid != (int)getpid()) goto lost; /* a forked child: no monitor here */
+            sched_yield();
+            c--;
+            continue;
         } else if (resume == h) {
             resume = c; /* claimed, not yet published: look again next time */
         }
@@ -2470,14 +2917,25 @@ static int rdmax__rc_reg(rdmax_rcache *rc, rdmax_rcache_region *r, uint64_t ps, 
 }
 
 /* 1 if pages [ps, pe) may be cached: every change to them will reach this cache as an event. */
+static int rdmax__rc_hooks_cover(void)
+{
+    return (rdmax_rcache_memhooks() & (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT)) ==
+           (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT);
+}
+
+/* 1 if pages [ps, pe) may be cached: every change to them will reach this cache as an event. In
+   AUTO mode the range is registered with the monitor here, before the reg op, so that an unmap
+   racing with the registration is seen too. */
 static int rdmax__rc_watched(rdmax_rcache *rc, uint64_t ps, uint64_t pe)
 {
-    (void)ps, (void)pe;
+    unsigned sh = rc->rdmax__page_shift;
+    int w;
     switch (rc->rdmax__mode) {
     case RDMAX_RCACHE_MANUAL: return 1;
     case RDMAX_RCACHE_UNCACHED: return 0;
-    default: return (rdmax_rcache_memhooks() & (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT)) ==
-                    (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT);
+    default:
+        w = rdmax__mon_watch((uintptr_t)(ps << sh), (uintptr_t)(pe << sh));
+        return w || rdmax__rc_hooks_cover();
     }
 }
 
@@ -2661,6 +3119,11 @@ RDMAX_API int rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **
         rc->rdmax__thread_safe = 1;
     }
     rdmax__rc_apply_malloc_policy();
+    if (rc->rdmax__mode == RDMAX_RCACHE_AUTO) {
+        pthread_mutex_lock(&rdmax__mon_lock);
+        rdmax__mon_start_locked(); /* if it cannot run, AUTO registers every get for itself */
+        pthread_mutex_unlock(&rdmax__mon_lock);
+    }
     /* count ourselves before reading the cursor: from here on every hook records */
     __atomic_add_fetch(&rdmax__rc_live_caches, 1, __ATOMIC_SEQ_CST);
     rc->rdmax__seen = __atomic_load_n(&rdmax__rc_event_head, __ATOMIC_SEQ_CST);

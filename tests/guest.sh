@@ -57,6 +57,7 @@ else
     run ud_loopback $B/ud_test loopback
     run numa $B/numa_test
     run pending $B/pending_test
+    run rcache_monitor $B/host/rcache_monitor_test
     run rcache_device $B/rcache_device_test
     run profile $B/profile_test
     run profile_points $B/profile_points_test

@@ -27,6 +27,7 @@ host arbiter build/host/arbiter_test
 host rcache build/host/rcache_test
 host memhook build/host/memhook_test
 host fuzz_replay tests/fuzz/replay.sh
+host rcache_monitor build/host/rcache_monitor_test
 host embed build/host/embed_test build/host/embed_impl.o build/host/embed_impl_cxx.o
 host profile_objcode tests/profile_objcode.sh
 
