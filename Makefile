@@ -14,7 +14,8 @@ HDRS := rdmax.h rdmax_impl.h
 EXAMPLES := $(B)/rdmax_pingpong_rc $(B)/rdmax_pingpong_ud $(B)/rdmax_bw $(B)/rdmax_pageserver \
             $(B)/readme_example
 TESTS := $(B)/failure_test $(B)/oob_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test $(B)/pending_test \
-         $(B)/rcache_device_test $(B)/profile_test $(B)/profile_points_test $(B)/misuse_test \
+         $(B)/rcache_device_test $(B)/rcache_device_hooks_test $(B)/rcache_device_static_test \
+         $(B)/profile_test $(B)/profile_points_test $(B)/misuse_test \
          $(B)/misuse_rcud_test
 FUZZ_TARGETS := conn recv arbiter rcache
 # Host tests of pure parts (wire format over TCP, arbiter, rcache bookkeeping, the fuzz corpora) run under
@@ -57,7 +58,14 @@ $(B)/readme_example: $(B)/readme_example.c $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
 $(B)/%_test: tests/%_test.c tests/testlib.h $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) $(TFLAGS) -o $@ $< $(LIBS)
-$(B)/rcache_device_test: TFLAGS = $(HOOKS)
+$(B)/rcache_device_hooks_test: tests/rcache_device_test.c tests/testlib.h $(HDRS) | $(B)
+	$(CC) $(CFLAGS) $(REQ_CFLAGS) $(HOOKS) -o $@ $< $(LIBS)
+# The same routes in a -static program (rdma-core ships libibverbs.a and the rxe provider's archive).
+# --no-warnings: glibc's notes that getaddrinfo needs its shared NSS modules at run time.
+STATIC_LIBS := -Wl,--no-warnings -Wl,--whole-archive -lrxe-rdmav34 -Wl,--no-whole-archive -libverbs \
+               -lnl-route-3 -lnl-3 -lnuma -lm -lpthread
+$(B)/rcache_device_static_test: tests/rcache_device_test.c tests/testlib.h $(HDRS) | $(B)
+	$(CC) $(CFLAGS) $(REQ_CFLAGS) -static -o $@ $< $(STATIC_LIBS)
 
 $(B)/profile_points_test: tests/profile_test.c tests/testlib.h $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -DRDMAX_PROFILE -o $@ $< $(LIBS)

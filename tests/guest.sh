@@ -59,6 +59,9 @@ else
     run pending $B/pending_test
     run rcache_monitor $B/host/rcache_monitor_test
     run rcache_device $B/rcache_device_test
+    run rcache_device_static $B/rcache_device_static_test routes
+    RDMAX_RCACHE_MONITOR=off run rcache_device_nomonitor $B/rcache_device_test routes
+    RDMAX_RCACHE_MONITOR=off run rcache_device_hooks $B/rcache_device_hooks_test
     run profile $B/profile_test
     run profile_points $B/profile_points_test
     run misuse_rc $B/misuse_test
