@@ -2126,6 +2126,8 @@ typedef struct rdmax__mon_state {
     int maps;           /* /proc/self/maps for PROCMAP_QUERY (Linux 6.11+); -1 none, -2 not supported */
     int pid;            /* process these belong to: a forked child opens its own */
     int tried;          /* open attempted in this process */
+    volatile int *forked; /* a MADV_WIPEONFORK page holding 1: reads 0 in a forked child (no getpid per
+                             miss); NULL if the kernel has no WIPEONFORK */
     int started;        /* monitor thread running */
     int user_mode_only; /* opened with UFFD_USER_MODE_ONLY */
     int error;          /* errno of the step that failed */
@@ -2137,7 +2139,7 @@ typedef struct rdmax__mon_state {
     size_t n_ext, cap_ext;
     uint64_t ext_seen;  /* ring position up to which ext is up to date */
 } rdmax__mon_state;
-rdmax__mon_state rdmax__mon = {-1, -1, 0, 0, 0, 0, 0, {0}, {0, 0, 0, 0}, NULL, 0, 0, 0};
+rdmax__mon_state rdmax__mon = {-1, -1, 0, 0, NULL, 0, 0, 0, {0}, {0, 0, 0, 0}, NULL, 0, 0, 0};
 pthread_mutex_t rdmax__mon_lock = PTHREAD_MUTEX_INITIALIZER;
 
 #if RDMAX__MON
@@ -2215,6 +2217,18 @@ static int rdmax__mon_open_locked(void)
         return 0;
     }
     m->fd = fd;
+    if (!m->forked) {
+        void *pg = mmap(NULL, (size_t)sysconf(_SC_PAGESIZE), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                        -1, 0);
+        if (pg != MAP_FAILED && madvise(pg, (size_t)sysconf(_SC_PAGESIZE), MADV_WIPEONFORK) == 0) {
+            *(volatile int *)pg = 1;
+            m->forked = (volatile int *)pg;
+        } else if (pg != MAP_FAILED) {
+            munmap(pg, (size_t)sysconf(_SC_PAGESIZE));
+        }
+    } else {
+        *m->forked = 1; /* this process's page (a child's copy reads 0 until here) */
+    }
     snprintf(m->why, sizeof m->why, "userfaultfd%s: unmap, remove and remap events",
              m->user_mode_only ? " (user-mode only)" : "");
     return 1;
@@ -2446,7 +2460,8 @@ static int rdmax__mon_watch(uintptr_t s, uintptr_t e)
     int ok = 0;
     if (!__atomic_load_n(&m->started, __ATOMIC_ACQUIRE)) return 0;
     pthread_mutex_lock(&rdmax__mon_lock);
-    if (!m->started || m->pid != (int)getpid()) goto out;
+    /* a cache copied into a forked child: its mappings carry no registration and there is no thread */
+    if (!m->started || (m->forked ? !*m->forked : m->pid != (int)getpid())) goto out;
     rdmax__mon_prune_locked();
     for (i = 0; i < m->n_ext; i++)
         if (m->ext[i].s <= s && e <= m->ext[i].e) {
