@@ -79,7 +79,7 @@ static int rd_reg(void *arg, void *addr, size_t len, unsigned access, rdmax_rcac
 }
 static void rd_dereg(void *arg, rdmax_rcache_region *r) { (void)arg, (void)r; }
 
-static rdmax_rcache *rd_create(int ts)
+static rdmax_rcache *rd_create_mode(int ts, int mode)
 {
     rdmax_rcache_desc d;
     rdmax_rcache *rc;
@@ -88,13 +88,16 @@ static rdmax_rcache *rd_create(int ts)
     d.ops.dereg = rd_dereg;
     d.max_regions = opt_regions * 2;
     d.thread_safe = ts;
-    d.mode = RDMAX_RCACHE_MANUAL; /* like ucs_rcache with ucm_events = 0 */
+    d.mode = mode;
     if (rdmax_rcache_create(&d, &rc) != 0) {
         fprintf(stderr, "rdmax_rcache_create failed\n");
         exit(1);
     }
     return rc;
 }
+
+/* like ucs_rcache with ucm_events = 0: no invalidation */
+static rdmax_rcache *rd_create(int ts) { return rd_create_mode(ts, RDMAX_RCACHE_MANUAL); }
 
 static double rd_hits(rdmax_rcache *rc, char *const *addrs, long ops)
 {
@@ -113,9 +116,9 @@ static double rd_hits(rdmax_rcache *rc, char *const *addrs, long ops)
     return (now_ns() - t0) / (double)ops;
 }
 
-static double rd_misses(char *const *addrs)
+static double rd_misses_mode(char *const *addrs, int mode)
 {
-    rdmax_rcache *rc = rd_create(0);
+    rdmax_rcache *rc = rd_create_mode(0, mode);
     rdmax_rcache_stats st;
     double t0 = now_ns(), t;
     size_t k;
@@ -132,6 +135,120 @@ static double rd_misses(char *const *addrs)
     }
     rdmax_rcache_destroy(rc);
     return t;
+}
+static double rd_misses(char *const *addrs) { return rd_misses_mode(addrs, RDMAX_RCACHE_MANUAL); }
+
+/* ---- the memory monitor (mode RDMAX_RCACHE_AUTO) ----
+   mon_miss_newmap: a miss whose buffer lies in a mapping the monitor has not registered yet (it reads
+   /proc/self/maps and registers the mapping with its userfaultfd) beside the same miss in MANUAL mode;
+   munmap_*: what an munmap of a 64 KiB mapping costs the thread that calls it, timed around munmap
+   alone: without rdmax (no registration: the same kernel path as a program that never linked rdmax),
+   and after a region in it was cached (the kernel holds the caller until the monitor thread has read
+   the event). */
+#define MON_N 256
+#define MON_LEN 65536
+static char *mon_maps[MON_N];
+
+static void mon_map_all(void)
+{
+    size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < MON_N; i++) {
+        /* a guard page after each: separate mappings, never merged with a neighbour */
+        char *p = (char *)mmap(NULL, MON_LEN + ps, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED) {
+            perror("mmap");
+            exit(1);
+        }
+        memset(p, 1, MON_LEN);
+        mprotect(p + MON_LEN, ps, PROT_NONE);
+        mon_maps[i] = p;
+    }
+}
+
+static void mon_unmap_all(void)
+{
+    size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+    for (int i = 0; i < MON_N; i++) munmap(mon_maps[i], MON_LEN + ps);
+}
+
+static double mon_miss_newmap(int mode)
+{
+    rdmax_rcache *rc = rd_create_mode(0, mode);
+    rdmax_rcache_stats st;
+    double t0, t;
+    mon_map_all();
+    t0 = now_ns();
+    for (int i = 0; i < MON_N; i++) {
+        rdmax_rcache_region *r;
+        if (rdmax_rcache_get(rc, mon_maps[i], 8192, 3, &r) != 0) abort();
+        rdmax_rcache_put(rc, r);
+    }
+    t = (now_ns() - t0) / MON_N;
+    rdmax_rcache_query_stats(rc, &st);
+    if (st.uncached != 0 || st.cached_regions != MON_N) {
+        fprintf(stderr, "monitor miss run: %lu uncached, %lu cached\n", (unsigned long)st.uncached,
+                (unsigned long)st.cached_regions);
+        exit(1);
+    }
+    rdmax_rcache_destroy(rc);
+    mon_unmap_all();
+    return t;
+}
+
+/* cached: 1 to cache a region in each mapping (AUTO) first */
+static double mon_munmap(int cached)
+{
+    size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+    rdmax_rcache *rc = cached ? rd_create_mode(0, RDMAX_RCACHE_AUTO) : NULL;
+    double t = 0;
+    mon_map_all();
+    for (int i = 0; i < MON_N && rc; i++) {
+        rdmax_rcache_region *r;
+        if (rdmax_rcache_get(rc, mon_maps[i], 8192, 3, &r) != 0) abort();
+        rdmax_rcache_put(rc, r);
+    }
+    for (int i = 0; i < MON_N; i++) {
+        double t0 = now_ns();
+        munmap(mon_maps[i], MON_LEN + ps);
+        t += now_ns() - t0;
+    }
+    if (rc) {
+        rdmax_rcache_stats st;
+        rdmax_rcache_drain(rc);
+        rdmax_rcache_query_stats(rc, &st);
+        if (st.invalidations != MON_N) {
+            fprintf(stderr, "munmap run: %lu invalidations for %d unmaps\n", (unsigned long)st.invalidations, MON_N);
+            exit(1);
+        }
+        rdmax_rcache_destroy(rc);
+    }
+    return t / MON_N;
+}
+
+static void out(const char *cas, double v, const char *unit);
+
+static void monitor_cases(void)
+{
+    rdmax_rcache_monitor_info mi;
+    double *a = (double *)calloc((size_t)opt_reps, sizeof(double)), *b = (double *)calloc((size_t)opt_reps, sizeof(double));
+    double *c = (double *)calloc((size_t)opt_reps, sizeof(double)), *d = (double *)calloc((size_t)opt_reps, sizeof(double));
+    rdmax_rcache_monitor_query(&mi);
+    if (!mi.usable) {
+        fprintf(stderr, "no memory monitor here (%s): monitor cases skipped\n", mi.why);
+        return;
+    }
+    /* the plain munmaps first, before the monitor thread exists */
+    for (int i = 0; i < opt_reps; i++) a[i] = mon_munmap(0);
+    for (int i = 0; i < opt_reps; i++) {
+        b[i] = mon_munmap(1);
+        c[i] = mon_miss_newmap(RDMAX_RCACHE_AUTO);
+        d[i] = mon_miss_newmap(RDMAX_RCACHE_MANUAL);
+    }
+    out("munmap_plain", median(a, opt_reps), "ns");
+    out("munmap_cached_monitor", median(b, opt_reps), "ns");
+    out("miss_newmap_monitor", median(c, opt_reps), "ns");
+    out("miss_newmap_manual", median(d, opt_reps), "ns");
+    free(a), free(b), free(c), free(d);
 }
 
 /* ---- UCX ---- */
@@ -400,8 +517,8 @@ int main(int argc, char **argv)
     int c, i;
     char *base, **addrs;
     size_t k, span;
-    double *h_rd, *h_ucx, *h_ts, *m_rd, *m_ucx, hr, hu, mr, mu;
-    rdmax_rcache *rd, *rdts;
+    double *h_rd, *h_ucx, *h_ts, *m_rd, *m_ucx, *h_mon, *m_mon, hr, hu, mr, mu;
+    rdmax_rcache *rd, *rdts, *rdmon = NULL;
     ucs_rcache_t *ux;
     uint64_t seed = 12345;
     const char *dev_env = getenv("RDMAX_TEST_DEV0");
@@ -455,7 +572,10 @@ int main(int argc, char **argv)
     h_ts = (double *)calloc((size_t)opt_reps, sizeof(double));
     m_rd = (double *)calloc((size_t)opt_reps, sizeof(double));
     m_ucx = (double *)calloc((size_t)opt_reps, sizeof(double));
+    h_mon = (double *)calloc((size_t)opt_reps, sizeof(double));
+    m_mon = (double *)calloc((size_t)opt_reps, sizeof(double));
 
+    monitor_cases(); /* first: its plain munmaps run before the monitor thread exists */
     rd = rd_create(0);
     rdts = rd_create(1);
     ux = ucx_create();
@@ -465,6 +585,23 @@ int main(int argc, char **argv)
     ucx_hits(ux, addrs, (long)opt_regions);
     rd_hits(rd, addrs, (long)opt_regions);
     ucx_hits(ux, addrs, (long)opt_regions);
+    {
+        /* the same regions in a cache with the monitor on: they lie in one private mapping, which the
+           monitor registers at the first miss */
+        rdmax_rcache_monitor_info mi;
+        rdmax_rcache_monitor_query(&mi);
+        if (mi.usable) {
+            rdmax_rcache_stats st;
+            rdmon = rd_create_mode(0, RDMAX_RCACHE_AUTO);
+            rd_hits(rdmon, addrs, (long)opt_regions);
+            rdmax_rcache_query_stats(rdmon, &st);
+            if (st.cached_regions != opt_regions) {
+                fprintf(stderr, "monitor cache holds %lu regions (%lu uncached)\n", (unsigned long)st.cached_regions,
+                        (unsigned long)st.uncached);
+                return 1;
+            }
+        }
+    }
     {
         rdmax_rcache_stats st;
         rdmax_rcache_query_stats(rd, &st);
@@ -479,6 +616,10 @@ int main(int argc, char **argv)
         h_ts[i] = rd_hits(rdts, addrs, opt_ops);
         m_rd[i] = rd_misses(addrs);
         m_ucx[i] = ucx_misses(addrs);
+        if (rdmon) {
+            h_mon[i] = rd_hits(rdmon, addrs, opt_ops);
+            m_mon[i] = rd_misses_mode(addrs, RDMAX_RCACHE_AUTO);
+        }
     }
     hr = median(h_rd, opt_reps);
     hu = median(h_ucx, opt_reps);
@@ -491,6 +632,11 @@ int main(int argc, char **argv)
     out("miss_rdmax", mr, "ns");
     out("miss_ucx", mu, "ns");
     out("miss_ratio", mr / mu, "x");
+    if (rdmon) {
+        out("hit_rdmax_monitor", median(h_mon, opt_reps), "ns");
+        out("miss_rdmax_monitor", median(m_mon, opt_reps), "ns");
+        rdmax_rcache_destroy(rdmon);
+    }
     if (opt_device) device_cases();
     if (!strcmp(opt_format, "json")) printf("]\n");
     rdmax_rcache_destroy(rd);
@@ -498,6 +644,6 @@ int main(int argc, char **argv)
     ucs_rcache_destroy(ux);
     munmap(base, span);
     free(addrs);
-    free(h_rd), free(h_ucx), free(h_ts), free(m_rd), free(m_ucx);
+    free(h_rd), free(h_ucx), free(h_ts), free(m_rd), free(m_ucx), free(h_mon), free(m_mon);
     return 0;
 }

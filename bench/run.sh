@@ -183,6 +183,10 @@ row arbiter 10000_endpoints pending_add_plus_dispatch_ns "$(hv arbiter add_dispa
 row arbiter empty empty_check_ns "$(hv arbiter empty_check)" "the same loop without the check" "$(hv arbiter empty_loop)" "-"
 row rcache 8192 hit_ns "$(hv rcache hit_rdmax)" "UCX ucs_rcache (1.13)" "$(hv rcache hit_ucx)" "le 1.0"
 row rcache 8192 miss_ns "$(hv rcache miss_rdmax)" "UCX ucs_rcache (1.13)" "$(hv rcache miss_ucx)" "-"
+row rcache 8192 hit_ns_monitor_on "$(hv rcache hit_rdmax_monitor)" "UCX ucs_rcache (1.13)" "$(hv rcache hit_ucx)" "le 1.0"
+row rcache 8192 miss_ns_monitor_on "$(hv rcache miss_rdmax_monitor)" "UCX ucs_rcache (1.13)" "$(hv rcache miss_ucx)" "-"
+row rcache 8192 miss_ns_new_mapping_monitor_on "$(hv rcache miss_newmap_monitor)" "the same miss, monitor off" "$(hv rcache miss_newmap_manual)" "-"
+row rcache 65536 munmap_ns_of_cached_region "$(hv rcache munmap_cached_monitor)" "the same munmap without rdmax" "$(hv rcache munmap_plain)" "-"
 
 # summary.csv
 {
