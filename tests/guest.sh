@@ -1,10 +1,11 @@
 #!/bin/sh
 # The device tests of one topology; runs where an RDMA device is (inside the test VM, or on a host with
 # its own device). Prints PASS/FAIL lines; logs go to build/test-results/TOPO/.
-# Usage: tests/guest.sh dummy|veth
+# Usage: tests/guest.sh dummy|veth|twohost (twohost: in both guests at once, RDMAX_HOST 0 or 1)
 topo=${1:-dummy}
 cd "$(dirname "$0")/.." || exit 1
 out=build/test-results/$topo
+[ "$topo" = twohost ] && out=$out/h${RDMAX_HOST:-0}
 mkdir -p "$out"
 ulimit -l unlimited 2>/dev/null
 export RDMAX_LOG_LEVEL=${RDMAX_LOG_LEVEL:-warn}
@@ -44,7 +45,10 @@ run() {
     fi
 }
 
-if [ "$topo" = veth ]; then
+if [ "$topo" = twohost ]; then
+    # host 0 prints the verdicts; host 1 serves until host 0 crashes it
+    run twohost $B/twohost_test
+elif [ "$topo" = veth ]; then
     run datapath_cross $B/datapath_test cross
     run failure_linkcut $B/failure_test linkcut
     run ud_cross $B/ud_test cross

@@ -31,14 +31,15 @@ host rcache_monitor build/host/rcache_monitor_test
 host embed build/host/embed_test build/host/embed_impl.o build/host/embed_impl_cxx.o
 host profile_objcode tests/profile_objcode.sh
 
-for topo in dummy veth; do
+for topo in dummy veth twohost; do
     echo "== device tests, topology $topo"
     tests/vm/run --topo $topo --timeout 1800 -- tests/guest.sh $topo > "$res/vm-$topo.log" 2>&1
     rc=$?
-    grep '^INFO device ' "$res/vm-$topo.log" | tee -a "$log"
-    grep -E '^(PASS|FAIL) ' "$res/vm-$topo.log" | tee -a "$log"
+    grep -E '^(h[01]: )?INFO device ' "$res/vm-$topo.log" | tee -a "$log"
+    # (twohost tags each line of a guest's output with h0: or h1:)
+    sed -n -E 's/^(h[01]: )?((PASS|FAIL) )/\2/p' "$res/vm-$topo.log" | tee -a "$log"
     grep '^vm: ' "$res/vm-$topo.log"
-    if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$res/vm-$topo.log"; then
+    if [ $rc -ne 0 ] && ! grep -q -E '^(h[01]: )?FAIL ' "$res/vm-$topo.log"; then
         echo "FAIL vm/$topo: the run failed (status $rc)" | tee -a "$log"
         tail -40 "$res/vm-$topo.log"
     fi
