@@ -5,13 +5,19 @@
    - an idle endpoint whose peer vanished: keepalive finds it, and only with keepalive on;
    - graceful disconnect: the peer sees RDMAX_EP_CLOSED and says so;
    - (veth) a link cut during a put stream: every operation completes once, no hang; reconnect works.
-   Usage: failure_test loopback | linkcut (linkcut needs the veth topology: two devices, veth0/veth1). */
+   - (veth, mode devices) the netdev taken down and up, and rxe1's link deleted, under running endpoints.
+   Usage: failure_test loopback | linkcut | devices (linkcut and devices need the veth topology: rxe0 on
+   veth0, rxe1 on veth1; devices deletes rxe1 and adds it back). */
 #define RDMAX_TRANSPORT_RC
 #define RDMAX_IMPLEMENTATION
 #include "../rdmax.h"
 #include "testlib.h"
 
 #include <time.h>
+#include <signal.h>
+#include <spawn.h>
+#include <unistd.h>
+#include <sys/wait.h>
 
 #define GUARD_MS 60000 /* a hang guard, not a timing assertion: the expected times are a few seconds */
 
@@ -396,10 +402,530 @@ out:
     tl_end();
 }
 
+/* >>devices (veth): the netdev taken down and up, and an rxe link deleted, under running endpoints.
+   Two contexts (rxe0, rxe1), three pairs across them: a put stream rxe0 -> rxe1, a get stream of checked
+   data by rxe1 from rxe0, an idle pair with keepalive. Each operation must complete exactly once, no get
+   may succeed with wrong data, nothing may hang; what the contexts see (events, statuses) is printed. */
+
+#define DV_RING 16
+#define DV_CHUNK 4096u
+#define DV_ALARM_S (4 * GUARD_MS / 1000) /* per case */
+enum { DV_PUT, DV_GET, DV_IDLE0, DV_IDLE1, DV_NEPS }; /* the endpoints whose fate is reported */
+
+struct dv_side {
+    const char *dev;
+    rdmax_ctx *c;
+    rdmax_profile *p;
+    rdmax_mem *m;
+    int ev[RDMAX_PROFILE_EVENT__COUNT];
+    uint64_t dev_detail;    /* ibv_event_type of the last DEVICE event */
+};
+
+struct dv_stream;
+struct dv_op {
+    rdmax_comp comp;
+    struct dv_stream *s;
+    int calls;
+    uint32_t slot, off;     /* get: destination slot, source offset */
+};
+
+/* A stream never reuses an operation record, so a second completion of any of them would show. */
+#define DV_MAXOPS 65536
+struct dv_stream {
+    rdmax_ep *ep;
+    rdmax_mem *mem;         /* local memory: put source / get destination */
+    uint64_t raddr;
+    uint32_t rkey;
+    int is_get, stop;
+    uint32_t n, outstanding;
+    struct dv_op *ops;      /* [DV_MAXOPS] */
+    int ok, err, wrong, not_once;
+    int by_status[64];      /* errors by -rdmax_status */
+};
+
+static struct dv_side g_dv[2];
+static rdmax_ep *g_dv_ep[DV_NEPS];       /* put source, get requester, idle on rxe0, idle on rxe1 */
+static rdmax_ep *g_dv_peer[DV_NEPS];     /* their peers */
+static int64_t g_dv_fail[DV_NEPS], g_dv_peer_fail[DV_NEPS], g_dv_t0;
+static struct dv_stream g_dv_st[2];
+static const char *const dv_name[DV_NEPS] = {"put stream (rxe0)", "get stream (rxe1)", "idle (rxe0)", "idle (rxe1)"};
+static const char *volatile g_dv_step = "";
+
+static uint8_t dv_pat(uint64_t i)
+{
+    uint64_t x = (i + 1) * 0x9e3779b97f4a7c15ull;
+    return (uint8_t)(x >> 29 ^ x >> 47);
+}
+
+static void dv_fill(void *p, size_t len)
+{
+    for (size_t i = 0; i < len; i++)
+        ((uint8_t *)p)[i] = dv_pat(i);
+}
+
+/* Index of the first byte that differs from the pattern at offset off, or -1. */
+static long dv_check(const void *p, size_t len, uint64_t off)
+{
+    for (size_t i = 0; i < len; i++)
+        if (((const uint8_t *)p)[i] != dv_pat(off + i))
+            return (long)i;
+    return -1;
+}
+
+static void dv_on_event(rdmax_profile *p, rdmax_profile_event type, rdmax_ep *ep, uint64_t detail, void *user)
+{
+    (void)p, (void)ep;
+    struct dv_side *s = (struct dv_side *)user;
+    s->ev[type]++;
+    if (type == RDMAX_PROFILE_EVENT_DEVICE)
+        s->dev_detail = detail;
+}
+
+/* A hang guard that says where it hung (a verbs call can block in the kernel, out of reach of a loop). */
+static void dv_alarm(int sig)
+{
+    (void)sig;
+    char m[300];
+    int n = snprintf(m, sizeof m, "FAIL %s: hung for %d s in: %s\n", tl_case, DV_ALARM_S, g_dv_step);
+    if (write(1, m, (size_t)n) < 0)
+        _exit(2);
+    _exit(1);
+}
+
+static int dv_open(struct dv_side *s, const char *dev)
+{
+    memset(s, 0, sizeof *s);
+    s->dev = dev;
+    rdmax_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    d.device = dev;
+    d.logger.func = quiet_log;
+    if (rdmax_ctx_create(&d, &s->c) != RDMAX_OK)
+        return 0;
+    if (rdmax_profile_open(s->c, &s->p) == RDMAX_OK)
+        for (int t = 0; t < RDMAX_PROFILE_EVENT__COUNT; t++)
+            rdmax_profile_reg_event(s->p, (rdmax_profile_event)t, dv_on_event, s);
+    if (rdmax_mem_alloc(s->c, 1 << 20, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &s->m) != RDMAX_OK)
+        return 0;
+    dv_fill(s->m->addr, 64 << 10);
+    return 1;
+}
+
+static void dv_close(struct dv_side *s)
+{
+    if (!s->c)
+        return;
+    rdmax_mem_free(s->m);
+    if (s->p)
+        rdmax_profile_close(s->p);
+    rdmax_ctx_destroy(s->c);
+    s->c = NULL;
+}
+
+static void dv_on_op(rdmax_comp *c, rdmax_status st)
+{
+    struct dv_op *o = (struct dv_op *)c->user;
+    struct dv_stream *s = o->s;
+    if (o->calls++)
+        return;             /* a second completion: counted when the stream is checked */
+    s->outstanding--;
+    if (st != RDMAX_OK) {
+        s->err++;
+        s->by_status[-st & 63]++;
+        return;
+    }
+    s->ok++;
+    /* the destination slot is reused only after this (completions come in order) */
+    if (s->is_get && dv_check((char *)s->mem->addr + (512u << 10) + o->slot * DV_CHUNK, DV_CHUNK, o->off) >= 0)
+        s->wrong++;
+}
+
+static void dv_post(struct dv_stream *s)
+{
+    if (s->n == DV_MAXOPS) {
+        s->stop = 1;
+        return;
+    }
+    struct dv_op *o = &s->ops[s->n];
+    memset(o, 0, sizeof *o);
+    o->comp.cb = dv_on_op;
+    o->comp.user = o;
+    o->s = s;
+    o->slot = s->n % DV_RING;
+    char *base = (char *)s->mem->addr;
+    rdmax_status st;
+    if (s->is_get) {
+        o->off = (s->n * DV_CHUNK) % (64u << 10);
+        char *dst = base + (512u << 10) + o->slot * DV_CHUNK;
+        memset(dst, 0xee, DV_CHUNK); /* a get that lands nothing cannot pass as one that did */
+        st = rdmax_get(s->ep, dst, DV_CHUNK, s->mem, s->raddr + o->off, s->rkey, &o->comp);
+    } else {
+        st = rdmax_put(s->ep, base + (s->n * DV_CHUNK) % (64u << 10), DV_CHUNK, s->mem,
+                       s->raddr + (256u << 10) + (s->n % 64) * DV_CHUNK, s->rkey, &o->comp);
+    }
+    if (st == RDMAX_INPROGRESS) {
+        s->n++;
+        s->outstanding++;
+    } else if (st != RDMAX_ERR_NO_RESOURCE) {
+        s->stop = 1;        /* refused: the endpoint failed (or closed) */
+    }
+}
+
+/* Progress both contexts, keep the streams full, note when endpoints leave RDMAX_EP_CONNECTED; until
+   ms passed or done() holds. */
+static void dv_drive(int64_t ms, int (*done)(void))
+{
+    int64_t t0 = now_ms();
+    while (now_ms() - t0 < ms && !(done && done())) {
+        for (int k = 0; k < 2; k++)
+            if (g_dv[k].c)
+                rdmax_progress(g_dv[k].c);
+        for (int k = 0; k < 2; k++) {
+            struct dv_stream *s = &g_dv_st[k];
+            while (s->ep && !s->stop && s->outstanding < DV_RING) {
+                uint32_t n = s->n;
+                dv_post(s);
+                if (s->n == n)
+                    break;  /* no resources now */
+            }
+        }
+        int64_t now = now_ms() - g_dv_t0;
+        for (int e = 0; e < DV_NEPS; e++) {
+            if (g_dv_ep[e] && !g_dv_fail[e] && rdmax_ep_get_state(g_dv_ep[e]) != RDMAX_EP_CONNECTED)
+                g_dv_fail[e] = now > 0 ? now : 1;
+            if (g_dv_peer[e] && !g_dv_peer_fail[e] && rdmax_ep_get_state(g_dv_peer[e]) != RDMAX_EP_CONNECTED)
+                g_dv_peer_fail[e] = now > 0 ? now : 1;
+        }
+    }
+}
+
+static int dv_all_failed(void)
+{
+    for (int e = 0; e < DV_NEPS; e++)
+        if ((g_dv_ep[e] && !g_dv_fail[e]) || (g_dv_peer[e] && !g_dv_peer_fail[e]))
+            return 0;
+    return 1;
+}
+
+static int dv_side0_failed(void)
+{
+    return g_dv_fail[DV_PUT] && g_dv_peer_fail[DV_GET] && g_dv_fail[DV_IDLE0];
+}
+
+static int dv_settled(void)
+{
+    return !g_dv_st[0].outstanding && !g_dv_st[1].outstanding;
+}
+
+/* The three pairs (rxe0 side listed first), the streams started. */
+static int dv_setup(void)
+{
+    memset(g_dv_ep, 0, sizeof g_dv_ep);
+    memset(g_dv_peer, 0, sizeof g_dv_peer);
+    memset(g_dv_fail, 0, sizeof g_dv_fail);
+    memset(g_dv_peer_fail, 0, sizeof g_dv_peer_fail);
+    for (int k = 0; k < 2; k++) {
+        struct dv_op *ops = g_dv_st[k].ops;
+        memset(&g_dv_st[k], 0, sizeof g_dv_st[k]);
+        g_dv_st[k].ops = ops ? ops : (struct dv_op *)calloc(DV_MAXOPS, sizeof *ops);
+        if (!g_dv_st[k].ops)
+            return 0;
+    }
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.keepalive_ms = 1000;
+    rdmax_ctx *c0 = g_dv[0].c, *c1 = g_dv[1].c;
+    rdmax_ep_desc d0 = d, d1 = d;
+    d0.expose = g_dv[0].m;
+    d1.expose = g_dv[1].m;
+    if (pair2(c0, c1, &d0, &d1, &g_dv_ep[DV_PUT], &g_dv_peer[DV_PUT]) != RDMAX_OK ||
+        pair2(c1, c0, &d1, &d0, &g_dv_ep[DV_GET], &g_dv_peer[DV_GET]) != RDMAX_OK ||
+        pair2(c0, c1, &d0, &d1, &g_dv_ep[DV_IDLE0], &g_dv_peer[DV_IDLE0]) != RDMAX_OK)
+        return 0;
+    g_dv_ep[DV_IDLE1] = g_dv_peer[DV_IDLE0]; /* the idle pair: each end is reported on its own */
+    g_dv_peer[DV_IDLE0] = NULL;
+    rdmax_conn_info i;
+    struct dv_stream *s = &g_dv_st[0];
+    rdmax_ep_local_info(g_dv_peer[DV_PUT], &i);
+    s->ep = g_dv_ep[DV_PUT], s->mem = g_dv[0].m, s->raddr = i.buf.addr, s->rkey = i.buf.rkey;
+    s = &g_dv_st[1];
+    rdmax_ep_local_info(g_dv_peer[DV_GET], &i);
+    s->ep = g_dv_ep[DV_GET], s->mem = g_dv[1].m, s->raddr = i.buf.addr, s->rkey = i.buf.rkey, s->is_get = 1;
+    g_dv_t0 = now_ms();
+    return 1;
+}
+
+static void dv_teardown(void)
+{
+    for (int e = 0; e < DV_NEPS; e++) {
+        rdmax_ep_destroy(g_dv_peer[e]);
+        rdmax_ep_destroy(g_dv_ep[e]);
+        g_dv_ep[e] = g_dv_peer[e] = NULL;
+    }
+    g_dv_st[0].ep = g_dv_st[1].ep = NULL;
+}
+
+/* What happened, for the closing note: events per context and each endpoint's fate. */
+static void dv_report(const char *what)
+{
+    for (int k = 0; k < 2; k++) {
+        struct dv_side *s = &g_dv[k];
+        printf("    %s: %s events: port_down %d, port_active %d, device %d%s%s, ep_error %d\n", what, s->dev,
+               s->ev[RDMAX_PROFILE_EVENT_PORT_DOWN], s->ev[RDMAX_PROFILE_EVENT_PORT_ACTIVE],
+               s->ev[RDMAX_PROFILE_EVENT_DEVICE], s->ev[RDMAX_PROFILE_EVENT_DEVICE] ? " (last: " : "",
+               s->ev[RDMAX_PROFILE_EVENT_DEVICE] ? ibv_event_type_str((enum ibv_event_type)s->dev_detail) : "",
+               s->ev[RDMAX_PROFILE_EVENT_EP_ERROR]);
+    }
+    for (int e = 0; e < DV_NEPS; e++) {
+        rdmax_ep *x = g_dv_ep[e];
+        if (!x)
+            continue;
+        printf("    %s: endpoint %s: %s after %lld ms (%s)", what, dv_name[e],
+               rdmax_ep_get_state(x) == RDMAX_EP_CONNECTED ? "still connected" : "failed",
+               (long long)g_dv_fail[e], rdmax_status_str(rdmax_ep_error(x)));
+        if (g_dv_peer[e])
+            printf("; its peer: %s after %lld ms (%s)", rdmax_ep_get_state(g_dv_peer[e]) == RDMAX_EP_CONNECTED ?
+                   "still connected" : "failed", (long long)g_dv_peer_fail[e],
+                   rdmax_status_str(rdmax_ep_error(g_dv_peer[e])));
+        printf("\n");
+    }
+    for (int k = 0; k < 2; k++) {
+        struct dv_stream *s = &g_dv_st[k];
+        printf("    %s: %s: %u posted, %d ok, %d failed", what, k ? "get stream" : "put stream", s->n, s->ok, s->err);
+        for (int i = 1; i < 64; i++)
+            if (s->by_status[i])
+                printf(" (%d %s)", s->by_status[i], rdmax_status_str((rdmax_status)-i));
+        printf(", %d not completed exactly once, %d with wrong data\n", s->not_once, s->wrong);
+    }
+}
+
+/* Count the operations of stream s that did not complete exactly once. */
+static void dv_count_once(struct dv_stream *s)
+{
+    s->not_once = 0;
+    for (uint32_t i = 0; i < s->n; i++)
+        s->not_once += s->ops[i].calls != 1;
+}
+
+/* Every stream operation completed exactly once, and no get succeeded with wrong data. */
+static void dv_check_streams(void)
+{
+    dv_drive(GUARD_MS, dv_settled);
+    CHECK(dv_settled(), "operations outstanding %d ms after the endpoints failed", GUARD_MS);
+    for (int k = 0; k < 2; k++) {
+        struct dv_stream *s = &g_dv_st[k];
+        dv_count_once(s);
+        CHECK(!s->not_once, "%s: %d operations did not complete exactly once", k ? "gets" : "puts", s->not_once);
+        CHECK(!s->wrong, "%s: %d reported success with wrong data", k ? "gets" : "puts", s->wrong);
+        CHECK(s->ok > 0, "%s: nothing succeeded before the fault: the case proves nothing", k ? "gets" : "puts");
+        CHECK(s->err > 0, "%s: nothing failed: the fault came after the stream", k ? "gets" : "puts");
+    }
+}
+
+/* A fresh pair between the two contexts (or a loopback pair on c0 alone) moves a checked 4 KiB put. */
+static int dv_fresh_pair(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_mem *m1)
+{
+    rdmax_ep_desc d0, d1;
+    memset(&d0, 0, sizeof d0);
+    d0.expose = m0;
+    d1 = d0;
+    d1.expose = m1;
+    rdmax_ep *a = NULL, *b = NULL;
+    rdmax_comp cc;
+    memset(&cc, 0, sizeof cc);
+    int ok = 0;
+    if (pair2(c0, c1, &d0, &d1, &a, &b) == RDMAX_OK) {
+        rdmax_conn_info ib;
+        rdmax_ep_local_info(b, &ib);
+        char *dst = (char *)m1->addr + (768u << 10);
+        memset(dst, 0, DV_CHUNK);
+        if (rdmax_put(a, m0->addr, DV_CHUNK, m0, ib.buf.addr + (768u << 10), ib.buf.rkey, &cc) == RDMAX_INPROGRESS) {
+            int64_t t0 = now_ms();
+            while (!cc.done && now_ms() - t0 < GUARD_MS) {
+                rdmax_progress(c0);
+                if (c1 != c0)
+                    rdmax_progress(c1);
+            }
+            ok = cc.done && cc.status == RDMAX_OK && dv_check(dst, DV_CHUNK, 0) < 0;
+        }
+    }
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    return ok;
+}
+
+static int dv_port_active(void)
+{
+    return g_dv[1].ev[RDMAX_PROFILE_EVENT_PORT_ACTIVE] > 0;
+}
+
+/* The netdev under rxe1 goes down (veth1: rxe0's veth0 loses its carrier too) and comes back. */
+static void case_dev_portdown(void)
+{
+    tl_begin("failure/devices: veth1 down and up under running endpoints: all fail, each operation completes once, "
+             "port events, a new pair works");
+    g_dv_step = "setup";
+    REQUIRE(dv_setup(), "pairs");
+    dv_drive(300, NULL);
+    g_dv_step = "ip link set veth1 down";
+    REQUIRE(system("ip link set veth1 down") == 0, "ip link set veth1 down failed");
+    g_dv_t0 = now_ms();
+    g_dv_step = "endpoints on a down link";
+    dv_drive(GUARD_MS, dv_all_failed);
+    CHECK(dv_all_failed(), "endpoints still connected %d ms after the link went down", GUARD_MS);
+    dv_check_streams();
+    CHECK(g_dv[1].ev[RDMAX_PROFILE_EVENT_PORT_DOWN] > 0, "no PORT_DOWN event on rxe1");
+    g_dv_step = "ip link set veth1 up";
+    CHECK(system("ip link set veth1 up") == 0, "ip link set veth1 up failed");
+    dv_drive(GUARD_MS, dv_port_active);
+    CHECK(dv_port_active(), "no PORT_ACTIVE event on rxe1 after the link came back");
+    dv_report("port down");
+    dv_teardown();
+    g_dv_step = "a fresh pair after the port came back";
+    CHECK(dv_fresh_pair(g_dv[0].c, g_dv[1].c, g_dv[0].m, g_dv[1].m), "a fresh pair across the link failed");
+out:
+    dv_teardown();
+    g_dv_step = "";
+    tl_end();
+}
+
+/* rdma link delete rxe1 while endpoints run on it. rxe cannot take a device away from a process that has
+   it open (no disassociate): the deletion waits in the kernel until the process closes the device, and
+   the process is told nothing. So: run the command in the background, watch for a while, then destroy
+   rxe1's context (operations still in flight there complete with RDMAX_ERR_CANCELED), after which the
+   deletion must finish; rxe0's endpoints then lose their peers and fail; rxe0's context still works.
+   Whatever the kernel does (a DEVICE event, failed endpoints, a deletion that does not wait), the
+   invariants are the same and the report says what happened. */
+static void case_dev_linkdel(void)
+{
+    tl_begin("failure/devices: rdma link delete rxe1 under running endpoints: no crash or hang, each operation "
+             "completes once, rxe0 works");
+    pid_t pid = -1;
+    int st = -1, waited = 0;
+    int64_t t_gone = 0;
+    g_dv_step = "setup";
+    REQUIRE(dv_setup(), "pairs");
+    dv_drive(300, NULL);
+    char *argv[] = {(char *)"rdma", (char *)"link", (char *)"delete", (char *)"rxe1", NULL};
+    fflush(stdout);
+    REQUIRE(posix_spawnp(&pid, "rdma", NULL, NULL, argv, environ) == 0, "cannot run rdma link delete rxe1");
+    g_dv_t0 = now_ms();
+    g_dv_step = "watching while rdma link delete rxe1 runs";
+    int64_t t0 = now_ms();
+    while (now_ms() - t0 < 3000 && !dv_all_failed()) {
+        dv_drive(100, NULL);
+        if (!t_gone && waitpid(pid, &st, WNOHANG) == pid)
+            t_gone = now_ms() - g_dv_t0, waited = 1;
+    }
+    printf("    link delete: after %lld ms the deletion %s\n", (long long)(now_ms() - g_dv_t0),
+           waited ? "had finished" : "still waits (for this process to close rxe1)");
+    dv_report("link delete, rxe1 still open");
+    /* rxe1's side goes: its endpoints (with operations in flight), then the context */
+    g_dv_step = "destroying rxe1's endpoints";
+    rdmax_ep **on1[] = {&g_dv_peer[DV_PUT], &g_dv_ep[DV_GET], &g_dv_ep[DV_IDLE1]};
+    for (int i = 0; i < 3; i++) {
+        rdmax_ep_destroy(*on1[i]);
+        *on1[i] = NULL;
+    }
+    g_dv_st[1].ep = NULL;
+    dv_count_once(&g_dv_st[1]);
+    CHECK(!g_dv_st[1].not_once && !g_dv_st[1].wrong, "gets on rxe1: %d not completed exactly once, %d wrong data",
+          g_dv_st[1].not_once, g_dv_st[1].wrong);
+    g_dv_step = "rdmax_ctx_destroy of rxe1";
+    dv_close(&g_dv[1]);
+    g_dv_step = "waiting for rdma link delete rxe1 after the context was destroyed";
+    t0 = now_ms();
+    while (!waited && now_ms() - t0 < GUARD_MS) {
+        if (waitpid(pid, &st, WNOHANG) == pid)
+            t_gone = now_ms() - g_dv_t0, waited = 1;
+        else
+            dv_drive(20, NULL);
+    }
+    REQUIRE(waited, "rdma link delete rxe1 still runs %d ms after rxe1's context was destroyed", GUARD_MS);
+    pid = -1;
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0, "rdma link delete rxe1 failed (status 0x%x)", st);
+    printf("    link delete: the deletion finished %lld ms after it started\n", (long long)t_gone);
+    /* rxe0's endpoints have lost their peers */
+    g_dv_step = "rxe0's endpoints after their peers' device went";
+    dv_drive(GUARD_MS, dv_side0_failed);
+    CHECK(dv_side0_failed(), "rxe0 endpoints still connected %d ms after rxe1 was deleted", GUARD_MS);
+    dv_drive(GUARD_MS, dv_settled);
+    dv_count_once(&g_dv_st[0]);
+    CHECK(dv_settled(), "puts on rxe0 outstanding %d ms after rxe1 was deleted", GUARD_MS);
+    CHECK(!g_dv_st[0].not_once, "puts: %d did not complete exactly once", g_dv_st[0].not_once);
+    CHECK(g_dv_st[0].ok > 0 && g_dv_st[1].ok > 0, "a stream moved nothing before the deletion: the case proves "
+          "nothing");
+    dv_report("link delete, after");
+    g_dv_step = "a loopback pair on rxe0";
+    CHECK(dv_fresh_pair(g_dv[0].c, g_dv[0].c, g_dv[0].m, g_dv[0].m), "a loopback pair on rxe0 failed");
+out:
+    dv_teardown();
+    if (pid > 0) {
+        dv_close(&g_dv[1]);
+        waitpid(pid, NULL, 0);
+    }
+    g_dv_step = "";
+    tl_end();
+}
+
+/* Put rxe1 back as tests/vm/run made it, for the tests that run after this one. */
+static int dv_readd_rxe1(void)
+{
+    if (system("rdma link show rxe1/1 >/dev/null 2>&1") == 0)
+        return 1;
+    if (system("rdma link add rxe1 type rxe netdev veth1") != 0)
+        return 0;
+    int64_t t0 = now_ms();
+    while (now_ms() - t0 < GUARD_MS) {
+        char st[32] = "";
+        FILE *f = fopen("/sys/class/infiniband/rxe1/ports/1/state", "r");
+        if (f) {
+            if (!fgets(st, sizeof st, f))
+                st[0] = 0;
+            fclose(f);
+        }
+        if (strstr(st, "ACTIVE"))
+            return 1;
+        usleep(50000);
+    }
+    return 0;
+}
+
+static int devices_mode(void)
+{
+    signal(SIGALRM, dv_alarm);
+    alarm(DV_ALARM_S);
+    if (!dv_open(&g_dv[0], "rxe0") || !dv_open(&g_dv[1], "rxe1")) {
+        printf("FAIL failure/devices/setup: cannot open rxe0 and rxe1 (needs the veth topology)\n");
+        return 1;
+    }
+    case_dev_portdown();
+    alarm(DV_ALARM_S);
+    /* fresh contexts: what the first case's events left behind does not count in the second */
+    dv_close(&g_dv[1]);
+    dv_close(&g_dv[0]);
+    if (!dv_open(&g_dv[0], "rxe0") || !dv_open(&g_dv[1], "rxe1")) {
+        printf("FAIL failure/devices/setup: cannot open rxe0 and rxe1 again\n");
+        return 1;
+    }
+    case_dev_linkdel();
+    alarm(DV_ALARM_S);
+    g_dv_step = "closing the contexts";
+    dv_close(&g_dv[1]);
+    dv_close(&g_dv[0]);
+    alarm(0);
+    tl_begin("failure/devices: rxe1 added back for the tests that follow");
+    CHECK(dv_readd_rxe1(), "rdma link add rxe1 type rxe netdev veth1: port not active");
+    tl_end();
+    return tl_failed_total != 0;
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "loopback";
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (!strcmp(mode, "devices"))
+        return devices_mode();
     const char *d0 = getenv("RDMAX_TEST_DEV0"), *d1 = getenv("RDMAX_TEST_DEV1");
     rdmax_ctx *c = open_ctx(d0);
     rdmax_mem *mem = NULL;

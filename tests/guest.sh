@@ -54,6 +54,8 @@ elif [ "$topo" = veth ]; then
     run ud_cross $B/ud_test cross
     run rcache_device_cross $B/rcache_device_test
     run examples_veth tests/examples_test.sh veth
+    # last: it deletes rxe1 (and adds it back)
+    run failure_devices $B/failure_test devices
 else
     run datapath_loopback $B/datapath_test loopback
     run failure $B/failure_test loopback
