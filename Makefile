@@ -7,7 +7,7 @@ CFLAGS ?= -O2 -g
 PREFIX ?= /usr/local
 WARN := -Wall -Wextra -Werror
 REQ_CFLAGS := -std=c11 -pedantic $(WARN) -I.
-LIBS := -libverbs -lnuma -lm -lpthread
+LIBS := -libverbs -lrdmacm -lnuma -lm -lpthread
 B := build
 HDRS := rdmax.h rdmax_impl.h
 
@@ -129,7 +129,7 @@ ubsan:
 install:
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
 	install -m 644 $(HDRS) $(DESTDIR)$(PREFIX)/include/
-	printf 'prefix=%s\nincludedir=$${prefix}/include\n\nName: rdmax\nDescription: header-only RDMA transport\nVersion: 0.1.0\nCflags: -I$${includedir}\nLibs: -libverbs -lnuma\n' '$(PREFIX)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/rdmax.pc
+	printf 'prefix=%s\nincludedir=$${prefix}/include\n\nName: rdmax\nDescription: header-only RDMA transport\nVersion: 0.1.0\nCflags: -I$${includedir}\nLibs: -libverbs -lrdmacm -lnuma\n' '$(PREFIX)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/rdmax.pc
 
 clean:
 	rm -rf build build-asan build-ubsan

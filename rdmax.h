@@ -7,7 +7,7 @@
        #include "rdmax.h"
 
    and in every other file that uses it, the same transport selection without RDMAX_IMPLEMENTATION.
-   Copy rdmax.h and rdmax_impl.h side by side; link with -libverbs -lnuma.
+   Copy rdmax.h and rdmax_impl.h side by side; link with -libverbs -lrdmacm -lnuma.
 
    TRANSPORT SELECTION
    Define RDMAX_TRANSPORT_RC, RDMAX_TRANSPORT_UD or both before including. With neither the header stops
@@ -54,6 +54,7 @@
        rdmax_ep_desc ed = {0};  ed.recv_cb = on_message;
        server: rdmax_listen(ctx, NULL, 18515, &l);  rdmax_accept(l, &ed, &ep, 10000);
        client: rdmax_connect(ctx, "host", 18515, &ed, &ep, 10000);
+       (cd.conn_setup = RDMAX_SETUP_CM: the same three calls set up through rdma_cm; see CONNECTION SETUP)
        one process: rdmax_ep_create_pair(ctx, &ed, &a, &b);
        rdmax_send(ep, buf, len, mem, NULL);  rdmax_put(...);  rdmax_get(...);
        while (...) rdmax_progress(ctx);         drives completions and received messages
@@ -144,6 +145,26 @@
    rdmax_ep_disconnect() drains, tells the peer and leaves both sides RDMAX_EP_CLOSED (the peer's
    rdmax_ep_error() and posts return RDMAX_ERR_CLOSED, and its flush says "the peer disconnected"):
    a close is not a failure, and is distinct from one in the state and in the EP_CLOSED profile event.
+
+   CONNECTION SETUP
+   rdmax_listen/rdmax_accept/rdmax_connect set an endpoint up in one of two ways, chosen per context by
+   rdmax_ctx_desc.conn_setup:
+       RDMAX_SETUP_TCP (0)   rdmax's own record over TCP (rdmax_conn_info, RDMAX_CONN_INFO_SIZE bytes)
+       RDMAX_SETUP_CM        rdma_cm (librdmacm), RC only: the listener is an rdma_cm id, the client resolves
+                             the address and the route (the source GID comes from the route; RoCE v2 over
+                             IPv4 or IPv6) and sends a connect request. rdma_cm carries the QP number, PSN,
+                             MTU and GID; the rest of the record (transport, credits, receive size, exposed
+                             buffer) rides in the request's private data as a compact record
+                             (RDMAX_CM_INFO_SIZE bytes, rdmax_cm_info_encode), checked field by field with
+                             the same statuses and sentences as the TCP record. A client whose record is bad
+                             is rejected with the status in the reject's private data. Each rdma_cm step of
+                             rdmax_connect is under its deadline and a timeout names the step
+                             ("rdma_resolve_route timed out after 80 ms"). rdmax_listener_fd() is the event
+                             channel's fd. rdmax_ep_disconnect() also calls rdma_disconnect(), and a peer
+                             that disconnects, destroys its endpoint or exits is seen as RDMAX_EP_CLOSED
+                             (RDMA_CM_EVENT_DISCONNECTED, read by rdmax_progress's slow tick) with no
+                             traffic needed. rdmax creates its own QP on the context's PD (the cm id has
+                             none), so everything else about an endpoint is the same in both modes.
 
    LICENSE: see the end of this file.
 */
@@ -303,6 +324,9 @@ typedef enum rdmax_op {
 #define RDMAX_CONN_INFO_SIZE 64       /* bytes of the out-of-band record, version 1 */
 #define RDMAX_CONN_INFO_MAGIC 0x52444d58u /* "RDMX" */
 #define RDMAX_CONN_INFO_VERSION 1
+#define RDMAX_CM_INFO_SIZE 36         /* bytes of the compact record in rdma_cm's private data */
+#define RDMAX_SETUP_TCP 0             /* rdmax_ctx_desc.conn_setup: rdmax's record over TCP */
+#define RDMAX_SETUP_CM 1              /* rdmax_ctx_desc.conn_setup: rdma_cm (librdmacm) */
 #define RDMAX_TRANSPORT_ID_RC 1
 #define RDMAX_TRANSPORT_ID_UD 2
 #define RDMAX_UD_GRH 40
@@ -789,6 +813,8 @@ typedef struct rdmax_ctx_desc {
     uint32_t ud_rq_depth;      /* 0: 512: receive buffers of the context's UD QP (all UD endpoints share it) */
     uint8_t rcache_mode;       /* 0: RDMAX_RCACHE_AUTO (cache what a memory monitor covers, register the
                                   rest per operation); RDMAX_RCACHE_MANUAL; RDMAX_RCACHE_UNCACHED */
+    uint8_t conn_setup;        /* 0: RDMAX_SETUP_TCP; RDMAX_SETUP_CM: listen/accept/connect through rdma_cm
+                                  (see CONNECTION SETUP) */
 } rdmax_ctx_desc;
 
 typedef struct rdmax_ep_desc {
@@ -909,6 +935,7 @@ struct rdmax_ctx {
     struct ibv_sge bsge[RDMAX_BATCH_MAX][RDMAX_MAX_SGE];
     struct rdmax_rcache *rcache; /* NULL when disabled */
     struct rdmax__prof *prof;   /* profile points, event callbacks, log dedupe; NULL until used */
+    struct rdma_event_channel *cm_ch; /* RDMAX_SETUP_CM: events of the endpoints' rdma_cm ids */
 #if RDMAX__HAS_UD
     struct rdmax__ud *ud;
 #endif
@@ -956,6 +983,7 @@ struct rdmax_ep {
     int64_t wd_ms;
     uint32_t ka_head;           /* keepalive: sq_head when last seen moving, at ka_ms */
     int64_t ka_ms;
+    struct rdma_cm_id *cm_id;   /* RDMAX_SETUP_CM: the connection's rdma_cm id (it has no QP: ours is ep->qp) */
 #if RDMAX__HAS_UD
     struct ibv_ah *ah;          /* UD: the peer's address handle (from the context's cache) */
     uint32_t ud_qpn, ud_qkey;
@@ -1000,6 +1028,15 @@ RDMAX_API void rdmax_numa_free(rdmax_ctx *ctx, void *p, size_t len);
 RDMAX_API void rdmax_conn_info_encode(const rdmax_conn_info *info, uint8_t out[RDMAX_CONN_INFO_SIZE]);
 RDMAX_API rdmax_status rdmax_conn_info_decode(const uint8_t *buf, size_t len, rdmax_conn_info *out,
                                               char *why, size_t why_len);
+/* The compact record of rdma_cm setup (RDMAX_SETUP_CM), in the connect request's and reply's private data:
+     0 magic u32 | 4 version u16 | 6 length u16 (RDMAX_CM_INFO_SIZE) | 8 transport u8 | 9 zero u8
+    10 credits u16 | 12 rkey u32 | 16 recv_size u32 | 20 buffer address u64 | 28 buffer length u64
+   The QP number, PSN, MTU and GID are rdma_cm's (the request, the route): decode takes them in `cm` and
+   checks the whole record as rdmax_conn_info_decode does, with the same statuses and sentences. len may
+   exceed the record (rdma_cm pads private data with zeros). */
+RDMAX_API void rdmax_cm_info_encode(const rdmax_conn_info *info, uint8_t out[RDMAX_CM_INFO_SIZE]);
+RDMAX_API rdmax_status rdmax_cm_info_decode(const uint8_t *buf, size_t len, const rdmax_conn_info *cm,
+                                            rdmax_conn_info *out, char *why, size_t why_len);
 /* Send our record on a connected TCP socket and read the peer's, with a deadline for the whole exchange. */
 RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, rdmax_conn_info *remote,
                                           int timeout_ms, char *why, size_t why_len);
@@ -1013,7 +1050,11 @@ RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, 
    (RDMAX_ERR_OOB_*, including RDMAX_ERR_OOB_TIMEOUT for a client that stalled): that client is dropped,
    the listener stays usable, call again. rdmax_connect resolves host (IPv4 or IPv6) and retries a peer
    that refuses or cannot be reached with backoff (10 ms doubling to 1 s) until timeout_ms.
-   A negative timeout_ms is RDMAX_ERR_INVALID_PARAM for both; 0 polls (accept) or tries once (connect). */
+   A negative timeout_ms is RDMAX_ERR_INVALID_PARAM for both; 0 polls (accept) or tries once (connect).
+   With rdmax_ctx_desc.conn_setup = RDMAX_SETUP_CM all of this holds through rdma_cm (CONNECTION SETUP):
+   a client whose connect request carries a bad record is rejected and accept returns its RDMAX_ERR_OOB_*;
+   one that never confirms (no RTU) ends with RDMAX_ERR_OOB_TIMEOUT after handshake_ms, one that gives up
+   or vanishes during its handshake with RDMAX_ERR_OOB_SYNC; connect retries while nobody listens. */
 RDMAX_API rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out);
 RDMAX_API uint16_t rdmax_listener_port(const rdmax_listener *l);
 /* A file descriptor that becomes readable when rdmax_accept has work: a new client or a handshake step.

@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 #include <sys/epoll.h>
 #include <numa.h>
+#include <rdma/rdma_cma.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,6 +40,16 @@ static void rdmax__grant(rdmax_ep *ep);
 static int64_t rdmax__now_ms(void);
 static void rdmax__ep_peer_closed(rdmax_ep *ep);
 #define RDMAX__TICK_MS 100  /* period of the watchdog and keepalive pass */
+/* rdma_cm connection setup (>>cm) */
+static rdmax_status rdmax__cm_ctx_open(rdmax_ctx *ctx);
+static void rdmax__cm_ctx_cleanup(rdmax_ctx *ctx);
+static void rdmax__cm_ep_cleanup(rdmax_ep *ep);
+static void rdmax__cm_events(rdmax_ctx *ctx);
+static rdmax_status rdmax__cm_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out);
+static rdmax_status rdmax__cm_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep **out, int timeout_ms);
+static void rdmax__cm_listener_close(rdmax_listener *l);
+static rdmax_status rdmax__cm_connect(rdmax_ctx *ctx, const char *host, uint16_t port, const rdmax_ep_desc *desc,
+                                      rdmax_ep **out, int timeout_ms);
 #if RDMAX__HAS_UD
 static void rdmax__ud_ctx_cleanup(rdmax_ctx *ctx);
 static void rdmax__ud_ep_cleanup(rdmax_ep *ep);
@@ -318,6 +329,7 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
     if (!ctx)
         return RDMAX_ERR_NO_MEMORY;
     memset(ctx, 0, sizeof *ctx);
+    rdmax_status st_early = RDMAX_OK;
     ctx->log_level = d.log_level_set ? d.log_level : rdmax__env_log_level();
     d.log_level = ctx->log_level;
     d.log_level_set = true;
@@ -331,13 +343,18 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
         d.ud_rq_depth = 512;
     if (!d.max_eps)
         d.max_eps = 1024;
+    if (d.conn_setup != RDMAX_SETUP_TCP && d.conn_setup != RDMAX_SETUP_CM) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, "rdmax_ctx_desc.conn_setup %u is neither RDMAX_SETUP_TCP (0) nor "
+                   "RDMAX_SETUP_CM (1)", d.conn_setup);
+        st_early = RDMAX_ERR_INVALID_PARAM;
+    }
     if (d.max_eps > 65535)
         d.max_eps = 65535;  /* the wr_id has 16 bits for the endpoint index */
     ctx->desc = d;
     /* declared before the first goto: C++ does not jump over an initialisation */
     rdmax_dev_attr *a = &ctx->attr;
     int gi = -2, r, node = -1;
-    rdmax_status st = rdmax__open_device(ctx, d.device);
+    rdmax_status st = st_early != RDMAX_OK ? st_early : rdmax__open_device(ctx, d.device);
     if (st != RDMAX_OK)
         goto fail;
     if (d.max_qp_wr && d.max_qp_wr < a->max_qp_wr)
@@ -423,6 +440,8 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
     }
     if ((st = rdmax__rcache_check(ctx)) != RDMAX_OK)
         goto fail;
+    if (d.conn_setup == RDMAX_SETUP_CM && (st = rdmax__cm_ctx_open(ctx)) != RDMAX_OK)
+        goto fail;
     char gid[INET6_ADDRSTRLEN];
     inet_ntop(AF_INET6, a->gid.raw, gid, sizeof gid);
     rdmax__log(ctx, RDMAX_LOG_INFO, "device %s port %u: gid[%d] %s, mtu %u, max_inline %u, max_qp_rd_atom %u, "
@@ -444,6 +463,7 @@ void rdmax_ctx_destroy(rdmax_ctx *ctx)
     for (uint32_t i = 0; ctx->eps && i < ctx->desc.max_eps; i++)
         if (ctx->eps[i].ep)
             rdmax_ep_destroy(ctx->eps[i].ep);
+    rdmax__cm_ctx_cleanup(ctx);  /* after the endpoints: their rdma_cm ids are on its channel */
 #if RDMAX__HAS_UD
     rdmax__ud_ctx_cleanup(ctx);
 #endif
@@ -714,8 +734,9 @@ void rdmax_conn_info_encode(const rdmax_conn_info *in, uint8_t out[RDMAX_CONN_IN
 
 #define RDMAX__WHY(...) (why ? (void)snprintf(why, why_len, __VA_ARGS__) : (void)0)
 
-/* Checks the 8-byte head: magic, version, then length (only after the version, whose record it is). */
-static rdmax_status rdmax__conn_head_check(const uint8_t *b, char *why, size_t why_len)
+/* Checks the 8-byte head: magic, version, then length (only after the version, whose record it is).
+   size: the record's size (the TCP record's, or rdma_cm's compact one). */
+static rdmax_status rdmax__record_head_check(const uint8_t *b, uint16_t size, char *why, size_t why_len)
 {
     uint32_t magic = rdmax__get32(b);
     if (magic != RDMAX_CONN_INFO_MAGIC) {
@@ -729,16 +750,23 @@ static rdmax_status rdmax__conn_head_check(const uint8_t *b, char *why, size_t w
         return RDMAX_ERR_OOB_VERSION;
     }
     uint16_t len = rdmax__get16(b + 6);
-    if (len > RDMAX_CONN_INFO_SIZE) {
-        RDMAX__WHY("connection record: length field %u, larger than the %u-byte record", len, RDMAX_CONN_INFO_SIZE);
+    if (len > size) {
+        RDMAX__WHY("connection record: length field %u, larger than the %u-byte record", len, size);
         return RDMAX_ERR_OOB_LONG;
     }
-    if (len < RDMAX_CONN_INFO_SIZE) {
-        RDMAX__WHY("connection record: length field %u, smaller than the %u-byte record", len, RDMAX_CONN_INFO_SIZE);
+    if (len < size) {
+        RDMAX__WHY("connection record: length field %u, smaller than the %u-byte record", len, size);
         return RDMAX_ERR_OOB_LENGTH;
     }
     return RDMAX_OK;
 }
+
+static rdmax_status rdmax__conn_head_check(const uint8_t *b, char *why, size_t why_len)
+{
+    return rdmax__record_head_check(b, RDMAX_CONN_INFO_SIZE, why, why_len);
+}
+
+static rdmax_status rdmax__conn_fields_check(const rdmax_conn_info *o, char *why, size_t why_len);
 
 rdmax_status rdmax_conn_info_decode(const uint8_t *b, size_t n, rdmax_conn_info *o, char *why, size_t why_len)
 {
@@ -760,6 +788,7 @@ rdmax_status rdmax_conn_info_decode(const uint8_t *b, size_t n, rdmax_conn_info 
     memset(o, 0, sizeof *o);
     o->transport = b[8];
     o->mtu = b[9];
+    o->credits = rdmax__get16(b + 10);
     o->qpn = rdmax__get32(b + 12);
     o->psn = rdmax__get32(b + 16);
     o->qkey = rdmax__get32(b + 20);
@@ -768,6 +797,13 @@ rdmax_status rdmax_conn_info_decode(const uint8_t *b, size_t n, rdmax_conn_info 
     memcpy(o->gid, b + 32, 16);
     o->buf.addr = rdmax__get64(b + 48);
     o->buf.len = rdmax__get64(b + 56);
+    return rdmax__conn_fields_check(o, why, why_len);
+}
+
+/* The checks of a decoded record's fields, in wire order: shared by the TCP record and rdma_cm's compact
+   one (whose QP number, PSN, MTU and GID come from rdma_cm), so a fault reads the same in both. */
+static rdmax_status rdmax__conn_fields_check(const rdmax_conn_info *o, char *why, size_t why_len)
+{
     if (o->transport != RDMAX_TRANSPORT_ID_RC && o->transport != RDMAX_TRANSPORT_ID_UD) {
         RDMAX__WHY("connection record: transport %u is neither RC (1) nor UD (2)", o->transport);
         return RDMAX_ERR_OOB_TRANSPORT;
@@ -776,7 +812,6 @@ rdmax_status rdmax_conn_info_decode(const uint8_t *b, size_t n, rdmax_conn_info 
         RDMAX__WHY("connection record: MTU code %u, expected 1..5 (256..4096 bytes)", o->mtu);
         return RDMAX_ERR_OOB_MTU;
     }
-    o->credits = rdmax__get16(b + 10);
     if (o->transport == RDMAX_TRANSPORT_ID_RC && o->credits < 2) {
         RDMAX__WHY("connection record: %u receive credits; RC needs at least 2", o->credits);
         return RDMAX_ERR_OOB_CREDITS;
@@ -804,6 +839,50 @@ rdmax_status rdmax_conn_info_decode(const uint8_t *b, size_t n, rdmax_conn_info 
         return RDMAX_ERR_OOB_BUFFER;
     }
     return RDMAX_OK;
+}
+
+void rdmax_cm_info_encode(const rdmax_conn_info *in, uint8_t out[RDMAX_CM_INFO_SIZE])
+{
+    memset(out, 0, RDMAX_CM_INFO_SIZE);
+    rdmax__put32(out + 0, RDMAX_CONN_INFO_MAGIC);
+    rdmax__put16(out + 4, RDMAX_CONN_INFO_VERSION);
+    rdmax__put16(out + 6, RDMAX_CM_INFO_SIZE);
+    out[8] = in->transport;
+    rdmax__put16(out + 10, in->credits);
+    rdmax__put32(out + 12, in->buf.rkey);
+    rdmax__put32(out + 16, in->recv_size);
+    rdmax__put64(out + 20, in->buf.addr);
+    rdmax__put64(out + 28, in->buf.len);
+}
+
+rdmax_status rdmax_cm_info_decode(const uint8_t *b, size_t n, const rdmax_conn_info *cm, rdmax_conn_info *o,
+                                  char *why, size_t why_len)
+{
+    if (!b || n < 8) {
+        RDMAX__WHY("connection record: %zu bytes, need %u", b ? n : 0, RDMAX_CM_INFO_SIZE);
+        return RDMAX_ERR_OOB_SHORT;
+    }
+    rdmax_status st = rdmax__record_head_check(b, RDMAX_CM_INFO_SIZE, why, why_len);
+    if (st != RDMAX_OK)
+        return st;
+    if (n < RDMAX_CM_INFO_SIZE) {
+        RDMAX__WHY("connection record: %zu bytes, need %u", n, RDMAX_CM_INFO_SIZE);
+        return RDMAX_ERR_OOB_SHORT;
+    }
+    /* bytes after the record are rdma_cm's zero padding of the private data */
+    memset(o, 0, sizeof *o);
+    o->transport = b[8];
+    o->mtu = cm->mtu;
+    o->credits = rdmax__get16(b + 10);
+    o->qpn = cm->qpn;
+    o->psn = cm->psn;
+    o->qkey = cm->qkey;
+    o->buf.rkey = rdmax__get32(b + 12);
+    o->recv_size = rdmax__get32(b + 16);
+    memcpy(o->gid, cm->gid, 16);
+    o->buf.addr = rdmax__get64(b + 20);
+    o->buf.len = rdmax__get64(b + 28);
+    return rdmax__conn_fields_check(o, why, why_len);
 }
 
 static int64_t rdmax__now_ms(void)
@@ -3595,16 +3674,39 @@ void rdmax_ep_local_info(const rdmax_ep *ep, rdmax_conn_info *info)
     }
 }
 
+static rdmax_status rdmax__ep_transport_check(rdmax_ep *ep, const rdmax_conn_info *r, uint8_t mine)
+{
+    if (r->transport != mine) {
+        rdmax__log(ep->ctx, RDMAX_LOG_ERROR, "endpoint qpn 0x%x peer %s: peer's transport %u differs from ours %u",
+                   ep->qp->qp_num, ep->peer, r->transport, mine);
+        return RDMAX_ERR_OOB_TRANSPORT;
+    }
+    return RDMAX_OK;
+}
+
+/* The QP is in RTS: take the peer's record and go. Shared by the TCP record and rdma_cm setup. */
+static void rdmax__ep_connected(rdmax_ep *ep, const rdmax_conn_info *r, enum ibv_mtu mtu)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    ep->remote = r->buf;
+    ep->peer_recv_size = r->recv_size;
+    ep->peer_qpn = r->qpn;
+    memcpy(ep->peer_gid, r->gid, 16);
+    ep->tx_credits = r->credits;
+    ep->wd_ms = ep->ka_ms = rdmax__now_ms();
+    ep->state = RDMAX_EP_CONNECTED;
+    RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_EP_CONNECTED, ep, r->qpn);
+    rdmax__log(ctx, RDMAX_LOG_DEBUG, "device %s: endpoint qpn 0x%x connected to peer %s qpn 0x%x, mtu %u",
+               ctx->attr.name, ep->qp->qp_num, ep->peer, r->qpn, rdmax__mtu_bytes(mtu));
+}
+
 rdmax_status rdmax_ep_connect_info(rdmax_ep *ep, const rdmax_conn_info *r)
 {
     rdmax_ctx *ctx = ep->ctx;
     rdmax_conn_info me;
     rdmax_ep_local_info(ep, &me);
-    if (r->transport != me.transport) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "endpoint qpn 0x%x peer %s: peer's transport %u differs from ours %u",
-                   ep->qp->qp_num, ep->peer, r->transport, me.transport);
+    if (rdmax__ep_transport_check(ep, r, me.transport) != RDMAX_OK)
         return RDMAX_ERR_OOB_TRANSPORT;
-    }
 #if RDMAX__HAS_UD
     if (me.transport == RDMAX_TRANSPORT_ID_UD)
         return rdmax__ud_connect(ep, r);
@@ -3638,17 +3740,7 @@ rdmax_status rdmax_ep_connect_info(rdmax_ep *ep, const rdmax_conn_info *r)
                        IBV_QP_MAX_QP_RD_ATOMIC, "RTS");
     if (st != RDMAX_OK)
         return st;
-    ep->remote = r->buf;
-    ep->peer_recv_size = r->recv_size;
-    ep->peer_qpn = r->qpn;
-    memcpy(ep->peer_gid, r->gid, 16);
-    ep->tx_credits = r->credits;
-    ep->wd_ms = ep->ka_ms = rdmax__now_ms();
-    ep->state = RDMAX_EP_CONNECTED;
-    RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_EP_CONNECTED, ep, r->qpn);
-    rdmax__log(ctx, RDMAX_LOG_DEBUG, "device %s: endpoint qpn 0x%x connected to peer %s qpn 0x%x, mtu %u",
-               ctx->attr.name, ep->qp->qp_num, ep->peer, r->qpn,
-               rdmax__mtu_bytes((enum ibv_mtu)(r->mtu < me.mtu ? r->mtu : me.mtu)));
+    rdmax__ep_connected(ep, r, (enum ibv_mtu)(r->mtu < me.mtu ? r->mtu : me.mtu));
     return RDMAX_OK;
 }
 
@@ -4119,6 +4211,7 @@ void rdmax_ep_destroy(rdmax_ep *ep)
 #endif
     if (ep->qp && !ep->shared_qp)
         ibv_destroy_qp(ep->qp);
+    rdmax__cm_ep_cleanup(ep);
     if (ep->rmr)
         ibv_dereg_mr(ep->rmr);
     rdmax_numa_free(ctx, ep->rbufs, (size_t)ep->rq_depth * ep->recv_size);
@@ -4179,6 +4272,8 @@ rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms)
     }
     if (ep->state == RDMAX_EP_CONNECTED)
         rdmax__ep_closed(ep, 0);
+    if (ep->cm_id)  /* rdma_cm: the peer sees DISCONNECTED, also when the goodbye could not go */
+        rdma_disconnect(ep->cm_id);
     return st;
 }
 
@@ -4267,6 +4362,7 @@ static void rdmax__keepalive(rdmax_ep *ep)
 void rdmax__tick(rdmax_ctx *ctx)
 {
     rdmax__async_events(ctx);
+    rdmax__cm_events(ctx);
     int64_t now = rdmax__now_ms();
     if (now < ctx->next_tick_ms)
         return;
@@ -4490,6 +4586,10 @@ struct rdmax_listener {
     uint16_t port;
     uint32_t n_hs;
     struct rdmax__hs hs[RDMAX__HS_MAX];
+    /* RDMAX_SETUP_CM (>>cm): the listening id, its event channel and the handshakes; NULL otherwise */
+    struct rdma_event_channel *cm_ch;
+    struct rdma_cm_id *cm_id;
+    struct rdmax__cm_hs *cm_hs;
 };
 
 static void rdmax__sockaddr_str(const struct sockaddr *sa, char *out, size_t n)
@@ -4512,6 +4612,8 @@ static void rdmax__sockaddr_str(const struct sockaddr *sa, char *out, size_t n)
 rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out)
 {
     *out = NULL;
+    if (ctx->desc.conn_setup == RDMAX_SETUP_CM)
+        return rdmax__cm_listen(ctx, host, port, out);
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = host ? AF_UNSPEC : AF_INET6;
@@ -4575,6 +4677,8 @@ uint16_t rdmax_listener_port(const rdmax_listener *l)
 
 int rdmax_listener_fd(const rdmax_listener *l)
 {
+    if (l->cm_ch)
+        return l->cm_ch->fd;
     return l->epfd;
 }
 
@@ -4593,6 +4697,10 @@ void rdmax_listener_close(rdmax_listener *l)
 {
     if (!l)
         return;
+    if (l->cm_ch) {
+        rdmax__cm_listener_close(l);
+        return;
+    }
     for (int i = 0; i < RDMAX__HS_MAX; i++)
         if (l->hs[i].fd >= 0)
             rdmax__hs_end(l, &l->hs[i]);
@@ -4731,6 +4839,8 @@ rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep
         rdmax__log(ctx, RDMAX_LOG_ERROR, "accept on port %u: negative timeout %d ms", l->port, timeout_ms);
         return RDMAX_ERR_INVALID_PARAM;
     }
+    if (l->cm_ch)
+        return rdmax__cm_accept(l, desc, out, timeout_ms);
     int64_t deadline = rdmax__now_ms() + timeout_ms;
     for (;;) {
         rdmax__hs_accept(l);
@@ -4776,6 +4886,8 @@ rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, cons
         rdmax__log(ctx, RDMAX_LOG_ERROR, "connect to %s port %u: negative timeout %d ms", host, port, timeout_ms);
         return RDMAX_ERR_INVALID_PARAM;
     }
+    if (ctx->desc.conn_setup == RDMAX_SETUP_CM)
+        return rdmax__cm_connect(ctx, host, port, desc, out, timeout_ms);
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;
@@ -4841,6 +4953,708 @@ rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, cons
     int left = (int)(deadline - rdmax__now_ms());
     rdmax_status st = rdmax__ep_handshake(ctx, fd, peer, desc, out, left > 0 ? left : 1);
     close(fd);
+    return st;
+}
+
+/* >>cm: connection setup through rdma_cm (rdmax_ctx_desc.conn_setup = RDMAX_SETUP_CM) ================ */
+/* The cm ids have no QP (librdmacm's user-managed QP mode): the endpoint is made by rdmax_ep_create as in
+   the TCP mode, on the context's PD and CQs, and its QP is moved to RTR and RTS with the attributes
+   rdma_init_qp_attr returns (address vector with the GIDs from the route, path MTU, peer QPN, PSNs, RDMA
+   read depths). The ack timeout and retry counts stay the endpoint desc's, so the RC retry time, the
+   watchdog bound and the keepalive work as documented in both modes.
+
+   Which ibv_context: the QP lives on the context's own one (ibv_open_device in >>context), not on the
+   one librdmacm opened for the cm id (rdma_get_devices). With a user-managed QP the kernel's connection
+   manager never touches the QP: the REQ and REP carry its number, and rdma_init_qp_attr only returns
+   attributes. What must match is the device and port, and rdmax checks that on every id (the client binds
+   its source address to a GID of the context's port, so the route leaves through it). Sharing librdmacm's
+   ibv_context instead would give every rdmax context on that device, and any other librdmacm user in the
+   process, one async event fd: a port or QP event would go to whichever context read it first, and
+   rdmax would set O_NONBLOCK on an fd that is not its own.
+
+   Events: a listener has its own event channel (rdmax_listener_fd); a client uses a private one while it
+   connects. A connected id moves (rdma_migrate_id) to the context's channel, which rdmax__tick reads
+   without blocking: DISCONNECTED (the peer's rdma_disconnect, rdma_destroy_id or exit: the kernel sends
+   the DREQ for a process that dies) closes the endpoint, DEVICE_REMOVAL fails it. */
+
+#define RDMAX__CM_REJ_SIZE 10  /* reject private data: magic u32 | version u16 | length u16 | status s16 */
+#define RDMAX__CM_REJ_NO_LISTENER 8  /* IB CM reject reason "invalid service ID": nobody listens there */
+
+struct rdmax__cm_hs {
+    struct rdma_cm_id *id;      /* NULL: slot free */
+    rdmax_ep *ep;               /* made after the client's record checked out; QP in RTS, accept sent */
+    int64_t deadline;
+    char peer[64];
+};
+
+static void rdmax__cm_nonblock(struct rdma_event_channel *ch)
+{
+    fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK);  /* our own channel's fd */
+}
+
+static rdmax_status rdmax__cm_ctx_open(rdmax_ctx *ctx)
+{
+    if (!(ctx->cm_ch = rdma_create_event_channel())) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: rdma_create_event_channel failed: %s (rdma_cm needs the "
+                   "rdma_ucm kernel module and /dev/infiniband/rdma_cm)", ctx->attr.name, strerror(errno));
+        return RDMAX_ERR_NO_DEVICE;
+    }
+    rdmax__cm_nonblock(ctx->cm_ch);
+    return RDMAX_OK;
+}
+
+static void rdmax__cm_ctx_cleanup(rdmax_ctx *ctx)
+{
+    if (ctx->cm_ch)
+        rdma_destroy_event_channel(ctx->cm_ch);
+    ctx->cm_ch = NULL;
+}
+
+static void rdmax__cm_ep_cleanup(rdmax_ep *ep)
+{
+    if (ep->cm_id)  /* connected: the kernel sends the peer a DREQ */
+        rdma_destroy_id(ep->cm_id);
+    ep->cm_id = NULL;
+}
+
+/* Events of connected endpoints, without blocking (from rdmax__tick). */
+static void rdmax__cm_events(rdmax_ctx *ctx)
+{
+    struct rdma_cm_event *ev;
+    while (ctx->cm_ch && rdma_get_cm_event(ctx->cm_ch, &ev) == 0) {
+        struct rdma_cm_id *id = ev->id;
+        enum rdma_cm_event_type type = ev->event;
+        rdmax_ep *ep = (rdmax_ep *)id->context;
+        rdma_ack_cm_event(ev);
+        if (!ep)
+            continue;
+        switch (type) {
+        case RDMA_CM_EVENT_DISCONNECTED:
+            rdma_disconnect(id);  /* answers the peer's DREQ (fails harmlessly if we sent ours) */
+            rdmax__ep_peer_closed(ep);
+            break;
+        case RDMA_CM_EVENT_DEVICE_REMOVAL:
+            rdmax__ep_fail_why(ep, RDMAX_ERR_DEVICE, IBV_WC_FATAL_ERR, 1, "rdma_cm: the device was removed");
+            break;
+        default:  /* TIMEWAIT_EXIT, ADDR_CHANGE: nothing to do */
+            break;
+        }
+    }
+}
+
+/* The cm id must be on this context's device and port: our QP is used with its attributes. */
+static int rdmax__cm_same_device(rdmax_ctx *ctx, const struct rdma_cm_id *id, char *why, size_t why_len)
+{
+    const char *name = id->verbs ? ibv_get_device_name(id->verbs->device) : "(none)";
+    if (id->verbs && !strcmp(name, ctx->attr.name) && id->port_num == ctx->attr.port)
+        return 1;
+    RDMAX__WHY("rdma_cm reaches it through device %s port %u, but this context uses device %s port %u", name,
+               id->port_num, ctx->attr.name, ctx->attr.port);
+    return 0;
+}
+
+/* The client's source address: a GID of the context's port of dst's family (on RoCE a GID is an address of
+   the port's netdev), the context's own GID first. Binding to it makes the route, and the GID rdma_cm
+   takes from it, leave through this context's device, also when another device could reach the peer (two
+   rxe devices in one host). Returns 1 (src filled), 0 (no binding: InfiniBand, where IP addresses are
+   IPoIB's and not GIDs), or -1 (the port has no address of that family). */
+static int rdmax__cm_source(rdmax_ctx *ctx, const struct sockaddr *dst, struct sockaddr_storage *src)
+{
+    if (ctx->attr.link_layer != IBV_LINK_LAYER_ETHERNET)
+        return 0;
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    int want4 = dst->sa_family == AF_INET;
+    int dst_ll = !want4 && IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)(const void *)dst)->sin6_addr);
+    struct ibv_gid_entry tab[256], best;
+    ssize_t n = ibv_query_gid_table(ctx->verbs, tab, 256, 0);
+    int best_score = -1;
+    for (ssize_t i = 0; i < n; i++) {
+        const struct ibv_gid_entry *e = &tab[i];
+        if (e->port_num != ctx->attr.port)
+            continue;
+        int is4 = !memcmp(e->gid.raw, mapped, 12);
+        int ll = e->gid.raw[0] == 0xfe && (e->gid.raw[1] & 0xc0) == 0x80;
+        if (is4 != want4 || (!want4 && ll != dst_ll))
+            continue;
+        int score = ((int)e->gid_index == ctx->attr.gid_index) * 4 + (e->gid_type == IBV_GID_TYPE_ROCE_V2) * 2;
+        if (score > best_score) {
+            best = *e;
+            best_score = score;
+        }
+    }
+    if (best_score < 0)
+        return -1;
+    memset(src, 0, sizeof *src);
+    if (want4) {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)src;
+        s4->sin_family = AF_INET;
+        memcpy(&s4->sin_addr, best.gid.raw + 12, 4);
+    } else {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)src;
+        s6->sin6_family = AF_INET6;
+        memcpy(&s6->sin6_addr, best.gid.raw, 16);
+        if (dst_ll)
+            s6->sin6_scope_id = best.ndev_ifindex;
+    }
+    return 1;
+}
+
+/* What rdma_cm says about the peer (QP number, PSN, path MTU, GID from the route), as record fields for
+   rdmax_cm_info_decode. */
+static int rdmax__cm_peer(struct rdma_cm_id *id, rdmax_conn_info *cm)
+{
+    struct ibv_qp_attr a;
+    int mask;
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTR;
+    if (rdma_init_qp_attr(id, &a, &mask))
+        return -1;
+    memset(cm, 0, sizeof *cm);
+    cm->transport = RDMAX_TRANSPORT_ID_RC;
+    cm->mtu = (uint8_t)a.path_mtu;
+    cm->qpn = a.dest_qp_num;
+    cm->psn = a.rq_psn;
+    memcpy(cm->gid, a.ah_attr.grh.dgid.raw, 16);
+    return 0;
+}
+
+/* Moves ep's QP to RTR and RTS with rdma_cm's attributes (resp_res / init_depth >= 0: the RDMA read
+   depths the passive side accepts with) and the desc's timeout and retry counts; then connected. */
+static rdmax_status rdmax__cm_ep_ready(rdmax_ep *ep, struct rdma_cm_id *id, const rdmax_conn_info *r, int resp_res,
+                                       int init_depth)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    if (rdmax__ep_transport_check(ep, r, RDMAX_TRANSPORT_ID_RC) != RDMAX_OK)
+        return RDMAX_ERR_OOB_TRANSPORT;
+    struct ibv_qp_attr a;
+    int mask;
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTR;
+    if (rdma_init_qp_attr(id, &a, &mask)) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s, endpoint qpn 0x%x peer %s: rdma_init_qp_attr(RTR) failed: %s",
+                   ctx->attr.name, ep->qp->qp_num, ep->peer, strerror(errno));
+        return RDMAX_ERR_IO;
+    }
+    if (a.path_mtu > ctx->attr.active_mtu)
+        a.path_mtu = ctx->attr.active_mtu;
+    enum ibv_mtu mtu = a.path_mtu;
+    a.min_rnr_timer = ep->desc.min_rnr_timer;  /* rdma_cm's 0 would mean 655 ms */
+    if (resp_res >= 0)
+        a.max_dest_rd_atomic = (uint8_t)resp_res;
+    rdmax_status st = rdmax__modify(ep, &a, mask | IBV_QP_MIN_RNR_TIMER, "RTR");
+    if (st != RDMAX_OK)
+        return st;
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTS;
+    if (rdma_init_qp_attr(id, &a, &mask)) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s, endpoint qpn 0x%x peer %s: rdma_init_qp_attr(RTS) failed: %s",
+                   ctx->attr.name, ep->qp->qp_num, ep->peer, strerror(errno));
+        return RDMAX_ERR_IO;
+    }
+    a.timeout = ep->desc.timeout;
+    a.retry_cnt = ep->desc.retry_cnt;
+    a.rnr_retry = ep->desc.rnr_retry;
+    if (init_depth >= 0)
+        a.max_rd_atomic = (uint8_t)init_depth;
+    if (a.max_rd_atomic && a.max_rd_atomic < ep->rd_avail)
+        ep->rd_avail = a.max_rd_atomic;  /* never more reads in flight than the peer takes */
+    st = rdmax__modify(ep, &a, mask | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY, "RTS");
+    if (st != RDMAX_OK)
+        return st;
+    rdmax__ep_connected(ep, r, mtu);
+    return RDMAX_OK;
+}
+
+/* A record that did not check out is rejected with its status, so the client can say what was wrong. */
+static void rdmax__cm_reject(struct rdma_cm_id *id, rdmax_status st)
+{
+    uint8_t pd[RDMAX__CM_REJ_SIZE];
+    rdmax__put32(pd, RDMAX_CONN_INFO_MAGIC);
+    rdmax__put16(pd + 4, RDMAX_CONN_INFO_VERSION);
+    rdmax__put16(pd + 6, RDMAX__CM_REJ_SIZE);
+    rdmax__put16(pd + 8, (uint16_t)(int16_t)st);
+    rdma_reject(id, pd, sizeof pd);
+}
+
+/* ---- listener ---- */
+
+static rdmax_status rdmax__cm_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out)
+{
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = host ? AF_UNSPEC : AF_INET6;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    char ps[8];
+    snprintf(ps, sizeof ps, "%u", port);
+    int rc = getaddrinfo(host, ps, &hints, &res);
+    if (rc) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, "listen: cannot resolve %s: %s", host ? host : "(any)", gai_strerror(rc));
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+    rdmax_listener *l = (rdmax_listener *)rdmax__alloc(ctx, sizeof *l);
+    struct rdmax__cm_hs *hs = (struct rdmax__cm_hs *)rdmax__alloc(ctx, RDMAX__HS_MAX * sizeof *hs);
+    if (!l || !hs) {
+        freeaddrinfo(res);
+        rdmax__free(ctx, l);
+        rdmax__free(ctx, hs);
+        return RDMAX_ERR_NO_MEMORY;
+    }
+    memset(l, 0, sizeof *l);
+    memset(hs, 0, RDMAX__HS_MAX * sizeof *hs);
+    l->ctx = ctx;
+    l->fd = l->epfd = -1;
+    l->cm_hs = hs;
+    rdmax_status st = RDMAX_ERR_IO;
+    const char *step = "rdma_create_event_channel";
+    char why[200] = "";
+    int zero = 0;
+    if (!(l->cm_ch = rdma_create_event_channel()))
+        goto fail;
+    rdmax__cm_nonblock(l->cm_ch);
+    step = "rdma_create_id";
+    if (rdma_create_id(l->cm_ch, &l->cm_id, l, RDMA_PS_TCP))
+        goto fail;
+    /* host NULL: one id serves IPv6 and IPv4, as the TCP listener's socket does */
+    if (res->ai_family == AF_INET6 && !host)
+        rdma_set_option(l->cm_id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &zero, sizeof zero);
+    step = "rdma_bind_addr";
+    if (rdma_bind_addr(l->cm_id, res->ai_addr))
+        goto fail;
+    if (l->cm_id->verbs && !rdmax__cm_same_device(ctx, l->cm_id, why, sizeof why)) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, "listen: %s port %u: %s", host, port, why);
+        st = RDMAX_ERR_INVALID_PARAM;
+        goto out;
+    }
+    step = "rdma_listen";
+    if (rdma_listen(l->cm_id, RDMAX__HS_MAX))
+        goto fail;
+    freeaddrinfo(res);
+    l->port = ntohs(rdma_get_src_port(l->cm_id));
+    *out = l;
+    return RDMAX_OK;
+fail:
+    rdmax__log(ctx, RDMAX_LOG_ERROR, "listen: %s port %u: %s failed: %s", host ? host : "(any)", port, step,
+               strerror(errno));
+out:
+    freeaddrinfo(res);
+    rdmax__cm_listener_close(l);
+    return st;
+}
+
+static void rdmax__cm_hs_end(rdmax_listener *l, struct rdmax__cm_hs *h)
+{
+    rdmax_ep_destroy(h->ep);
+    rdma_destroy_id(h->id);  /* sends a REJ or DREQ if the client is still there */
+    h->id = NULL;
+    h->ep = NULL;
+    l->n_hs--;
+}
+
+static void rdmax__cm_listener_close(rdmax_listener *l)
+{
+    for (int i = 0; l->cm_hs && i < RDMAX__HS_MAX; i++)
+        if (l->cm_hs[i].id)
+            rdmax__cm_hs_end(l, &l->cm_hs[i]);
+    if (l->cm_id)
+        rdma_destroy_id(l->cm_id);
+    if (l->cm_ch)
+        rdma_destroy_event_channel(l->cm_ch);
+    rdmax__free(l->ctx, l->cm_hs);
+    rdmax__free(l->ctx, l);
+}
+
+/* A connect request: check the device and the client's record, then (only then) make the endpoint, bring
+   its QP to RTS and accept. RDMAX_INPROGRESS: accepted, waiting for the client's RTU (ESTABLISHED). */
+static rdmax_status rdmax__cm_request(rdmax_listener *l, struct rdma_cm_event *ev, const rdmax_ep_desc *desc)
+{
+    rdmax_ctx *ctx = l->ctx;
+    struct rdma_cm_id *id = ev->id;
+    uint8_t pd[64];
+    size_t n = ev->param.conn.private_data ? ev->param.conn.private_data_len : 0;
+    if (n > sizeof pd)
+        n = sizeof pd;
+    memcpy(pd, ev->param.conn.private_data ? ev->param.conn.private_data : pd, n);
+    struct rdma_conn_param req = ev->param.conn;
+    rdma_ack_cm_event(ev);
+    char peer[64], why[200];
+    rdmax__sockaddr_str(rdma_get_peer_addr(id), peer, sizeof peer);
+    struct rdmax__cm_hs *h = NULL;
+    for (int i = 0; i < RDMAX__HS_MAX && !h; i++)
+        if (!l->cm_hs[i].id)
+            h = &l->cm_hs[i];
+    rdmax_status st;
+    rdmax_conn_info cm, them, me;
+    rdmax_ep *ep = NULL;
+    if (!h) {
+        rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: %u handshakes already in progress; rejected",
+                   ctx->attr.name, peer, RDMAX__HS_MAX);
+        st = RDMAX_ERR_NO_RESOURCE;
+        goto reject;
+    }
+    if (!rdmax__cm_same_device(ctx, id, why, sizeof why)) {
+        rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: %s", ctx->attr.name, peer, why);
+        st = RDMAX_ERR_NO_DEVICE;
+        goto reject;
+    }
+    if (rdmax__cm_peer(id, &cm)) {
+        rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: rdma_init_qp_attr(RTR) failed: %s", ctx->attr.name,
+                   peer, strerror(errno));
+        st = RDMAX_ERR_IO;
+        goto reject;
+    }
+    if ((st = rdmax_cm_info_decode(pd, n, &cm, &them, why, sizeof why)) != RDMAX_OK) {
+        rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: %s", ctx->attr.name, peer, why);
+        goto reject;
+    }
+    /* The record checked out: now the endpoint is worth making. */
+    if ((st = rdmax_ep_create(ctx, desc, &ep)) != RDMAX_OK)
+        goto reject;
+    snprintf(ep->peer, sizeof ep->peer, "%s", peer);
+    struct rdma_conn_param p;
+    memset(&p, 0, sizeof p);
+    p.responder_resources = ep->desc.max_rd_atomic < req.initiator_depth ? ep->desc.max_rd_atomic : req.initiator_depth;
+    p.initiator_depth = ep->desc.max_rd_atomic < req.responder_resources ? ep->desc.max_rd_atomic
+                                                                         : req.responder_resources;
+    p.rnr_retry_count = ep->desc.rnr_retry;
+    p.qp_num = ep->qp->qp_num;
+    if ((st = rdmax__cm_ep_ready(ep, id, &them, p.responder_resources, p.initiator_depth)) != RDMAX_OK)
+        goto reject;
+    uint8_t mine[RDMAX_CM_INFO_SIZE];
+    rdmax_ep_local_info(ep, &me);
+    rdmax_cm_info_encode(&me, mine);
+    p.private_data = mine;
+    p.private_data_len = sizeof mine;
+    if (rdma_accept(id, &p)) {
+        rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: rdma_accept failed: %s", ctx->attr.name, peer,
+                   strerror(errno));
+        st = RDMAX_ERR_IO;
+        goto destroy;
+    }
+    h->id = id;
+    h->ep = ep;
+    h->deadline = rdmax__now_ms() + ctx->desc.handshake_ms;
+    snprintf(h->peer, sizeof h->peer, "%s", peer);
+    l->n_hs++;
+    return RDMAX_INPROGRESS;
+reject:
+    rdmax__cm_reject(id, st);
+destroy:
+    rdmax_ep_destroy(ep);
+    rdma_destroy_id(id);
+    return st;
+}
+
+/* One event of the listener's channel (acknowledged here). RDMAX_INPROGRESS: nothing to report yet. */
+static rdmax_status rdmax__cm_listener_event(rdmax_listener *l, struct rdma_cm_event *ev, const rdmax_ep_desc *desc,
+                                             rdmax_ep **out)
+{
+    rdmax_ctx *ctx = l->ctx;
+    if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST)
+        return rdmax__cm_request(l, ev, desc);
+    struct rdma_cm_id *id = ev->id;
+    enum rdma_cm_event_type type = ev->event;
+    int status = ev->status;
+    rdma_ack_cm_event(ev);
+    struct rdmax__cm_hs *h = NULL;
+    for (int i = 0; i < RDMAX__HS_MAX && !h; i++)
+        if (l->cm_hs[i].id == id)
+            h = &l->cm_hs[i];
+    if (!h) {  /* the listening id's own: the device went away, the address changed */
+        if (type == RDMA_CM_EVENT_DEVICE_REMOVAL || type == RDMA_CM_EVENT_ADDR_CHANGE)
+            rdmax__log(ctx, RDMAX_LOG_WARN, "device %s: listener on port %u: %s", ctx->attr.name, l->port,
+                       rdma_event_str(type));
+        return RDMAX_INPROGRESS;
+    }
+    if (type == RDMA_CM_EVENT_ESTABLISHED) {
+        rdmax_ep *ep = h->ep;
+        h->ep = NULL;
+        if (rdma_migrate_id(id, ctx->cm_ch)) {
+            rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: rdma_migrate_id failed: %s", ctx->attr.name,
+                       h->peer, strerror(errno));
+            rdmax_ep_destroy(ep);
+            rdmax__cm_hs_end(l, h);
+            return RDMAX_ERR_IO;
+        }
+        id->context = ep;
+        ep->cm_id = id;
+        h->id = NULL;
+        l->n_hs--;
+        *out = ep;
+        return RDMAX_OK;
+    }
+    rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: connection: the client did not confirm it is ready "
+               "(%s, status %d)", ctx->attr.name, h->peer, rdma_event_str(type), status);
+    rdmax__cm_hs_end(l, h);
+    return RDMAX_ERR_OOB_SYNC;
+}
+
+static rdmax_status rdmax__cm_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep **out, int timeout_ms)
+{
+    rdmax_ctx *ctx = l->ctx;
+    if (rdmax__ep_transport(desc) != RDMAX_TRANSPORT_ID_RC) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, "accept: rdma_cm setup (RDMAX_SETUP_CM) makes RC endpoints only");
+        return RDMAX_ERR_UNSUPPORTED;
+    }
+    int64_t deadline = timeout_ms < 0 ? INT64_MAX : rdmax__now_ms() + timeout_ms;
+    for (;;) {
+        struct rdma_cm_event *ev;
+        while (rdma_get_cm_event(l->cm_ch, &ev) == 0) {
+            rdmax_status st = rdmax__cm_listener_event(l, ev, desc, out);
+            if (st != RDMAX_INPROGRESS)
+                return st;
+        }
+        int64_t now = rdmax__now_ms(), next = deadline;
+        for (int i = 0; i < RDMAX__HS_MAX; i++) {
+            struct rdmax__cm_hs *h = &l->cm_hs[i];
+            if (!h->id)
+                continue;
+            if (now >= h->deadline) {
+                rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: handshake did not finish within %u ms (no "
+                           "RTU: the client did not confirm the connection)", ctx->attr.name, h->peer,
+                           ctx->desc.handshake_ms);
+                rdmax__cm_hs_end(l, h);
+                return RDMAX_ERR_OOB_TIMEOUT;
+            }
+            next = h->deadline < next ? h->deadline : next;
+        }
+        if (now >= deadline) {
+            rdmax__log(ctx, RDMAX_LOG_DEBUG, "accept: no client connected on port %u within %d ms", l->port,
+                       timeout_ms);
+            return RDMAX_ERR_TIMEOUT;
+        }
+        int64_t wait = next - now;
+        struct pollfd p = {l->cm_ch->fd, POLLIN, 0};
+        poll(&p, 1, wait > INT32_MAX ? INT32_MAX : (int)wait);
+    }
+}
+
+/* ---- client ---- */
+
+/* Waits on the client's private channel for the event that ends `step`; any other event is the step's
+   failure, described in why. RDMAX_OK: *evp holds the event, not yet acknowledged. *retry: the peer
+   refused or could not be reached, try again later. */
+static rdmax_status rdmax__cm_step(struct rdma_event_channel *ch, enum rdma_cm_event_type want, const char *step,
+                                   int64_t deadline, struct rdma_cm_event **evp, int *retry, char *why,
+                                   size_t why_len)
+{
+    int64_t t0 = rdmax__now_ms();
+    struct rdma_cm_event *ev;
+    for (;;) {
+        if (rdma_get_cm_event(ch, &ev) == 0)
+            break;
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            RDMAX__WHY("%s: rdma_get_cm_event failed: %s", step, strerror(errno));
+            return RDMAX_ERR_IO;
+        }
+        int64_t left = deadline - rdmax__now_ms();
+        if (left <= 0) {
+            RDMAX__WHY("%s timed out after %lld ms", step, (long long)(rdmax__now_ms() - t0));
+            return RDMAX_ERR_TIMEOUT;
+        }
+        struct pollfd p = {ch->fd, POLLIN, 0};
+        poll(&p, 1, left > INT32_MAX ? INT32_MAX : (int)left);
+    }
+    if (ev->event == want) {
+        *evp = ev;
+        return RDMAX_OK;
+    }
+    enum rdma_cm_event_type type = ev->event;
+    int status = ev->status;
+    uint8_t rej[RDMAX__CM_REJ_SIZE];
+    int ours = 0;
+    if (type == RDMA_CM_EVENT_REJECTED && ev->param.conn.private_data &&
+        ev->param.conn.private_data_len >= RDMAX__CM_REJ_SIZE) {
+        memcpy(rej, ev->param.conn.private_data, sizeof rej);
+        ours = rdmax__get32(rej) == RDMAX_CONN_INFO_MAGIC && rdmax__get16(rej + 6) == RDMAX__CM_REJ_SIZE;
+    }
+    rdma_ack_cm_event(ev);
+    if (ours) {
+        /* an rdmax listener that did not take our record (or had no room): its status, in its words */
+        int16_t s = (int16_t)rdmax__get16(rej + 8);
+        rdmax_status rs = s <= RDMAX_ERR_NO_RESOURCE && s >= RDMAX_ERR_DEVICE ? (rdmax_status)s : RDMAX_ERR_CONNECT;
+        RDMAX__WHY("%s: the peer rejected our connection record: %s", step, rdmax_status_str(rs));
+        return rs;
+    }
+    if (type == RDMA_CM_EVENT_REJECTED && status == RDMAX__CM_REJ_NO_LISTENER) {
+        *retry = 1;
+        RDMAX__WHY("%s: rejected: nobody listens on that port", step);
+        return RDMAX_ERR_CONNECT;
+    }
+    if (status == -ETIMEDOUT) {
+        RDMAX__WHY("%s timed out after %lld ms (%s)", step, (long long)(rdmax__now_ms() - t0), rdma_event_str(type));
+        return RDMAX_ERR_TIMEOUT;
+    }
+    if ((type == RDMA_CM_EVENT_ADDR_ERROR || type == RDMA_CM_EVENT_ROUTE_ERROR) &&
+        (status == -ENETUNREACH || status == -EHOSTUNREACH || status == -ENODEV || status == -EADDRNOTAVAIL))
+        *retry = 1;  /* the route or the address may come up */
+    if (status < 0)
+        RDMAX__WHY("%s failed: %s (%s)", step, rdma_event_str(type), strerror(-status));
+    else
+        RDMAX__WHY("%s failed: %s (status %d)", step, rdma_event_str(type), status);
+    return RDMAX_ERR_CONNECT;
+}
+
+static int rdmax__cm_left(int64_t deadline)
+{
+    int64_t left = deadline - rdmax__now_ms();
+    return left < 1 ? 1 : left > INT32_MAX ? INT32_MAX : (int)left;
+}
+
+/* One attempt to connect to dst: resolve the address and the route, make the endpoint, send the connect
+   request, check the reply's record, bring the QP up and confirm (RTU). */
+static rdmax_status rdmax__cm_try(rdmax_ctx *ctx, const struct sockaddr *dst, const rdmax_ep_desc *desc,
+                                  rdmax_ep **out, int64_t deadline, int *retry, char *why, size_t why_len)
+{
+    *retry = 0;
+    rdmax_ep *ep = NULL;
+    struct rdma_cm_id *id = NULL;
+    struct rdma_cm_event *ev = NULL;
+    rdmax_status st = RDMAX_ERR_IO;
+    char peer[64];
+    rdmax__sockaddr_str(dst, peer, sizeof peer);
+    struct rdma_event_channel *ch = rdma_create_event_channel();
+    if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) {
+        RDMAX__WHY("%s failed: %s", ch ? "rdma_create_id" : "rdma_create_event_channel", strerror(errno));
+        goto out;
+    }
+    rdmax__cm_nonblock(ch);
+    struct sockaddr_storage src;
+    int bind_src = rdmax__cm_source(ctx, dst, &src);
+    if (bind_src < 0) {
+        RDMAX__WHY("device %s port %u has no %s address (no GID of that family) to reach %s from",
+                   ctx->attr.name, ctx->attr.port, dst->sa_family == AF_INET ? "IPv4" : "IPv6", peer);
+        st = RDMAX_ERR_NO_DEVICE;
+        goto out;
+    }
+    if (rdma_resolve_addr(id, bind_src ? (struct sockaddr *)&src : NULL, (struct sockaddr *)(uintptr_t)dst,
+                          rdmax__cm_left(deadline))) {
+        RDMAX__WHY("rdma_resolve_addr failed: %s", strerror(errno));
+        st = RDMAX_ERR_CONNECT;
+        *retry = errno == ENETUNREACH || errno == EHOSTUNREACH || errno == EADDRNOTAVAIL;
+        goto out;
+    }
+    if ((st = rdmax__cm_step(ch, RDMA_CM_EVENT_ADDR_RESOLVED, "rdma_resolve_addr", deadline, &ev, retry, why,
+                             why_len)) != RDMAX_OK)
+        goto out;
+    rdma_ack_cm_event(ev);
+    if (!rdmax__cm_same_device(ctx, id, why, why_len)) {
+        st = RDMAX_ERR_NO_DEVICE;
+        goto out;
+    }
+    if (rdma_resolve_route(id, rdmax__cm_left(deadline))) {
+        RDMAX__WHY("rdma_resolve_route failed: %s", strerror(errno));
+        st = RDMAX_ERR_CONNECT;
+        goto out;
+    }
+    if ((st = rdmax__cm_step(ch, RDMA_CM_EVENT_ROUTE_RESOLVED, "rdma_resolve_route", deadline, &ev, retry, why,
+                             why_len)) != RDMAX_OK)
+        goto out;
+    rdma_ack_cm_event(ev);
+    if ((st = rdmax_ep_create(ctx, desc, &ep)) != RDMAX_OK) {
+        RDMAX__WHY("making the endpoint failed (logged before this)");
+        goto out;
+    }
+    snprintf(ep->peer, sizeof ep->peer, "%s", peer);
+    rdmax_conn_info me, cm, them;
+    uint8_t mine[RDMAX_CM_INFO_SIZE];
+    rdmax_ep_local_info(ep, &me);
+    rdmax_cm_info_encode(&me, mine);
+    struct rdma_conn_param p;
+    memset(&p, 0, sizeof p);
+    p.private_data = mine;
+    p.private_data_len = sizeof mine;
+    p.responder_resources = ep->desc.max_rd_atomic;
+    p.initiator_depth = ep->desc.max_rd_atomic;
+    p.retry_count = ep->desc.retry_cnt;
+    p.rnr_retry_count = ep->desc.rnr_retry;
+    p.qp_num = ep->qp->qp_num;
+    if (rdma_connect(id, &p)) {
+        RDMAX__WHY("rdma_connect failed: %s", strerror(errno));
+        st = RDMAX_ERR_CONNECT;
+        goto out;
+    }
+    if ((st = rdmax__cm_step(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, "rdma_connect", deadline, &ev, retry, why,
+                             why_len)) != RDMAX_OK)
+        goto out;
+    uint8_t pd[RDMAX_CM_INFO_SIZE];
+    size_t n = ev->param.conn.private_data ? ev->param.conn.private_data_len : 0;
+    if (n > sizeof pd)
+        n = sizeof pd;  /* the rest is rdma_cm's zero padding */
+    memcpy(pd, ev->param.conn.private_data ? ev->param.conn.private_data : pd, n);
+    rdma_ack_cm_event(ev);
+    if (rdmax__cm_peer(id, &cm)) {
+        RDMAX__WHY("rdma_init_qp_attr(RTR) failed: %s", strerror(errno));
+        st = RDMAX_ERR_IO;
+        goto out;
+    }
+    if ((st = rdmax_cm_info_decode(pd, n, &cm, &them, why, why_len)) != RDMAX_OK)
+        goto out;  /* destroying the id rejects the server's reply */
+    if ((st = rdmax__cm_ep_ready(ep, id, &them, -1, -1)) != RDMAX_OK) {
+        RDMAX__WHY("bringing the QP to RTS failed (logged before this)");
+        goto out;
+    }
+    if (rdma_establish(id) || rdma_migrate_id(id, ctx->cm_ch)) {
+        RDMAX__WHY("rdma_establish failed: %s", strerror(errno));
+        st = RDMAX_ERR_IO;
+        goto out;
+    }
+    id->context = ep;
+    ep->cm_id = id;
+    rdma_destroy_event_channel(ch);
+    *out = ep;
+    return RDMAX_OK;
+out:
+    rdmax_ep_destroy(ep);
+    if (id)
+        rdma_destroy_id(id);
+    if (ch)
+        rdma_destroy_event_channel(ch);
+    return st;
+}
+
+static rdmax_status rdmax__cm_connect(rdmax_ctx *ctx, const char *host, uint16_t port, const rdmax_ep_desc *desc,
+                                      rdmax_ep **out, int timeout_ms)
+{
+    if (rdmax__ep_transport(desc) != RDMAX_TRANSPORT_ID_RC) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, "connect: rdma_cm setup (RDMAX_SETUP_CM) makes RC endpoints only");
+        return RDMAX_ERR_UNSUPPORTED;
+    }
+    struct addrinfo hints, *res = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    char ps[8];
+    snprintf(ps, sizeof ps, "%u", port);
+    int rc = getaddrinfo(host, ps, &hints, &res);
+    if (rc) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, "connect: cannot resolve %s: %s", host, gai_strerror(rc));
+        return RDMAX_ERR_CONNECT;
+    }
+    int64_t deadline = rdmax__now_ms() + (timeout_ms < 0 ? 3600000 : timeout_ms);
+    char why[256] = "", peer[64] = "?";
+    rdmax_status st = RDMAX_ERR_CONNECT;
+    /* A peer where nobody listens yet, or that cannot be reached yet, is tried again with backoff until the
+       deadline, as in the TCP mode. */
+    for (int backoff = 10;; backoff = backoff < 640 ? backoff * 2 : 1000) {
+        int retry = 0;
+        for (struct addrinfo *ai = res; ai; ai = ai->ai_next) {
+            int r = 0;
+            rdmax__sockaddr_str(ai->ai_addr, peer, sizeof peer);
+            st = rdmax__cm_try(ctx, ai->ai_addr, desc, out, deadline, &r, why, sizeof why);
+            retry |= r;
+            if (st == RDMAX_OK || st == RDMAX_ERR_TIMEOUT)
+                break;
+        }
+        int64_t left = deadline - rdmax__now_ms();
+        if (st == RDMAX_OK || !retry || left <= 0)
+            break;
+        rdmax__log(ctx, RDMAX_LOG_DEBUG, "connect: %s port %u: %s; again in %d ms", host, port, why, backoff);
+        usleep((useconds_t)(left < backoff ? left : backoff) * 1000);
+    }
+    freeaddrinfo(res);
+    if (st != RDMAX_OK)
+        rdmax__log(ctx, RDMAX_LOG_ERROR, "connect: %s port %u (%s, rdma_cm): %s", host, port, peer, why);
     return st;
 }
 

@@ -24,7 +24,7 @@ RES=bench/results
 RAW=$RES/raw
 B=build-bench
 CC=${CC:-cc}
-LIBS="-libverbs -lnuma -lm -lpthread"
+LIBS="-libverbs -lrdmacm -lnuma -lm -lpthread"
 say() { printf '[bench %4ds] %s\n' $((SECONDS - T0)) "$*"; }
 die() { say "ERROR: $*"; exit 1; }
 
@@ -44,7 +44,7 @@ $CC -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -I. -DRDMAX_PROFILE -o $B/rd
 	die "build of examples/rdmax_pingpong.c with RDMAX_PROFILE failed"
 $CC -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -I. -DRDMAX_PROFILE -o $B/rdmax_bw_prof examples/rdmax_bw.c $LIBS ||
 	die "build of examples/rdmax_bw.c with RDMAX_PROFILE failed"
-$CC -O2 -DNDEBUG -std=c11 -I. bench/arbiter_bench.c -o $B/arbiter_bench -libverbs -lnuma || die "build of bench/arbiter_bench.c failed"
+$CC -O2 -DNDEBUG -std=c11 -I. bench/arbiter_bench.c -o $B/arbiter_bench -libverbs -lrdmacm -lnuma || die "build of bench/arbiter_bench.c failed"
 have_rcache=1
 $CC -O2 -g -I. bench/rcache_bench.c -o $B/rcache_bench -lucs $LIBS || {
 	say "rcache_bench does not build (libucx-dev missing?): its rows stay empty"

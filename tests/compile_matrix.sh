@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.." || exit 1
 CC=${CC:-cc}; CXX=${CXX:-c++}
 out=build/compile; mkdir -p $out
 W="-Wall -Wextra -Werror -pedantic -I."
-LIBS="-libverbs -lnuma"
+LIBS="-libverbs -lrdmacm -lnuma"
 fail=0
 pass() { echo "PASS compile/$1"; }
 flunk() { echo "FAIL compile/$1: $2"; sed 's/^/    /' "$out/log" | head -5; fail=1; }
