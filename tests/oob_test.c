@@ -238,6 +238,101 @@ static void host_tests(int family)
     tl_end();
 }
 
+/* rdma_cm's compact record (RDMAX_SETUP_CM): each fault gives the status, and the sentence, that the same
+   fault gives in the TCP record; the fields rdma_cm carries (QPN, PSN, MTU, GID) are checked as well. */
+struct cm_case {
+    const char *name;
+    size_t tcp_off, cm_off, width;  /* cm_off SIZE_MAX: the field is rdma_cm's (set in the cm struct) */
+    uint64_t value;
+    rdmax_status want;
+};
+
+static void cm_record_tests(void)
+{
+    rdmax_conn_info good, got, cm;
+    good_record(&good);
+    uint8_t tcp[RDMAX_CONN_INFO_SIZE], rec[56];  /* an RC REQ's private data is 56 bytes, zero padded */
+    char why[256], why_tcp[256];
+    rdmax_conn_info_encode(&good, tcp);
+    memset(rec, 0, sizeof rec);
+    rdmax_cm_info_encode(&good, rec);
+
+    tl_begin("cm-record/good record round-trips, padded to 56 bytes as rdma_cm delivers it");
+    CHECK_ST(rdmax_cm_info_decode(rec, sizeof rec, &good, &got, why, sizeof why), RDMAX_OK);
+    CHECK(!memcmp(&got, &good, sizeof got), "decoded record differs from the one sent");
+    CHECK(RDMAX_CM_INFO_SIZE <= 56, "the compact record (%d bytes) does not fit an RC REQ's private data",
+          RDMAX_CM_INFO_SIZE);
+    tl_end();
+
+    static const struct cm_case cases[] = {
+        {"magic", 0, 0, 4, 0x12345678, RDMAX_ERR_OOB_MAGIC},
+        {"version", 4, 4, 2, 2, RDMAX_ERR_OOB_VERSION},
+        {"transport", 8, 8, 1, 3, RDMAX_ERR_OOB_TRANSPORT},
+        {"mtu 0", 9, SIZE_MAX, 1, 0, RDMAX_ERR_OOB_MTU},
+        {"mtu 6", 9, SIZE_MAX, 1, 6, RDMAX_ERR_OOB_MTU},
+        {"credits 0", 10, 10, 2, 0, RDMAX_ERR_OOB_CREDITS},
+        {"credits 1", 10, 10, 2, 1, RDMAX_ERR_OOB_CREDITS},
+        {"qpn 0", 12, SIZE_MAX, 4, 0, RDMAX_ERR_OOB_QPN},
+        {"qpn 25 bits", 12, SIZE_MAX, 4, 0x1000000, RDMAX_ERR_OOB_QPN},
+        {"psn 25 bits", 16, SIZE_MAX, 4, 0x1000000, RDMAX_ERR_OOB_PSN},
+        {"recv_size 0", 28, 16, 4, 0, RDMAX_ERR_OOB_RECV_SIZE},
+        {"recv_size 2^31", 28, 16, 4, 0x80000000u, RDMAX_ERR_OOB_RECV_SIZE},
+        {"gid zero", 32, SIZE_MAX, 16, 0, RDMAX_ERR_OOB_GID},
+        {"buffer wraps", 56, 28, 8, ~0ull, RDMAX_ERR_OOB_BUFFER},
+        {"buffer len 0 with address", 56, 28, 8, 0, RDMAX_ERR_OOB_BUFFER},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const struct cm_case *c = &cases[i];
+        uint8_t bt[RDMAX_CONN_INFO_SIZE], bc[56];
+        memcpy(bt, tcp, sizeof bt);
+        memcpy(bc, rec, sizeof bc);
+        cm = good;
+        if (c->width == 16)
+            memset(bt + c->tcp_off, 0, 16);
+        else
+            put_be(bt + c->tcp_off, c->width, c->value);
+        if (c->cm_off != SIZE_MAX)
+            put_be(bc + c->cm_off, c->width, c->value);
+        else if (!strcmp(c->name, "gid zero"))
+            memset(cm.gid, 0, 16);
+        else if (c->tcp_off == 9)
+            cm.mtu = (uint8_t)c->value;
+        else if (c->tcp_off == 12)
+            cm.qpn = (uint32_t)c->value;
+        else
+            cm.psn = (uint32_t)c->value;
+        tl_begin("cm-record/%s: same status and sentence as the TCP record", c->name);
+        why[0] = why_tcp[0] = 0;
+        rdmax_status st = rdmax_cm_info_decode(bc, sizeof bc, &cm, &got, why, sizeof why);
+        CHECK_ST(st, c->want);
+        CHECK_ST(rdmax_conn_info_decode(bt, sizeof bt, &got, why_tcp, sizeof why_tcp), c->want);
+        CHECK(why[0] && !strcmp(why, why_tcp), "sentence '%s', the TCP record says '%s'", why, why_tcp);
+        tl_end();
+    }
+    static const struct { uint16_t len; rdmax_status want; } lens[] = {
+        {RDMAX_CM_INFO_SIZE - 1, RDMAX_ERR_OOB_LENGTH}, {RDMAX_CM_INFO_SIZE + 1, RDMAX_ERR_OOB_LONG},
+        {RDMAX_CONN_INFO_SIZE, RDMAX_ERR_OOB_LONG}};
+    for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
+        uint8_t bc[56];
+        memcpy(bc, rec, sizeof bc);
+        put_be(bc + 6, 2, lens[i].len);
+        tl_begin("cm-record/length field %u", lens[i].len);
+        CHECK_ST(rdmax_cm_info_decode(bc, sizeof bc, &good, &got, why, sizeof why), lens[i].want);
+        CHECK(strstr(why, "length field") != NULL, "sentence '%s' does not name the length field", why);
+        tl_end();
+    }
+    tl_begin("cm-record/short private data (20, 4, 0 bytes, none)");
+    CHECK_ST(rdmax_cm_info_decode(rec, 20, &good, &got, why, sizeof why), RDMAX_ERR_OOB_SHORT);
+    CHECK_ST(rdmax_cm_info_decode(rec, 4, &good, &got, why, sizeof why), RDMAX_ERR_OOB_SHORT);
+    CHECK_ST(rdmax_cm_info_decode(rec, 0, &good, &got, why, sizeof why), RDMAX_ERR_OOB_SHORT);
+    CHECK_ST(rdmax_cm_info_decode(NULL, 56, &good, &got, why, sizeof why), RDMAX_ERR_OOB_SHORT);
+    tl_end();
+    tl_begin("cm-record/zero private data (a REQ without any) is not an rdmax peer");
+    memset(rec, 0, sizeof rec);
+    CHECK_ST(rdmax_cm_info_decode(rec, sizeof rec, &good, &got, why, sizeof why), RDMAX_ERR_OOB_MAGIC);
+    tl_end();
+}
+
 /* On a device: a bad client makes rdmax_accept fail with the right status; the listener then connects a
    good client, over IPv4 and IPv6. */
 static void device_tests(void)
@@ -492,6 +587,7 @@ int main(int argc, char **argv)
     else {
         host_tests(AF_INET);
         host_tests(AF_INET6);
+        cm_record_tests();
     }
     return tl_failed_total ? 1 : 0;
 }
