@@ -6,6 +6,8 @@
        rdmax_pingpong_rc -t put -s 64              (server)
        rdmax_pingpong_rc -t put -s 64 192.0.2.1    (client)
        rdmax_pingpong_rc -t put -s 64 --loopback   (both ends in one process)
+       rdmax_pingpong_rc --cm [-p PORT] [HOST]     (RC set up through rdma_cm instead of rdmax's TCP record;
+                                                    HOST may be IPv4 or IPv6)
 
    send and put are ping-pongs: the client sends (writes) a message, the server answers with one of the same
    size, and half the round trip is reported, as ib_send_lat and ib_write_lat do. get, fadd and cswap are
@@ -50,6 +52,7 @@ struct opts {
     int loopback;
     const char *csv, *json, *group;
     int profile;
+    int cm;
 };
 
 struct row {
@@ -436,12 +439,13 @@ static void usage(FILE *f, const char *prog)
             "  -n, --iters=N        measured iterations                         [%d]\n"
             "  -w, --warmup=N       iterations before measuring                 [%d]\n"
             "  -I, --inline=BYTES   largest inline message                      [device maximum]\n"
-            "  -p, --port=PORT      TCP port of the connection exchange         [%d]\n"
+            "  -p, --port=PORT      connection port (TCP; rdma_cm's with --cm)  [%d]\n"
             "  -d, --device=NAME    RDMA device                                 [$RDMAX_DEVICE or first active]\n"
             "  -x, --gid-index=N    GID index                                   [RoCE v2 IPv4-mapped]\n"
             "  -g, --group=ADDR     UD multicast: the client pings IPv4 group ADDR, a server started with the\n"
             "                       same -g joins it and answers by unicast (needs a route for 224.0.0.0/4\n"
             "                       on the device's netdev, e.g. ip route add 224.0.0.0/4 dev sr0)\n"
+            "      --cm             RC: set the connection up through rdma_cm (librdmacm), not rdmax's TCP record\n"
             "      --loopback       both ends in this process\n"
             "      --csv=FILE       also write the rows as CSV\n"
             "      --json=FILE      also write the rows as JSON\n"
@@ -481,6 +485,7 @@ static int parse(int argc, char **argv, struct opts *o)
         {"gid-index", required_argument, 0, 'x'}, {"group", required_argument, 0, 'g'},
         {"loopback", no_argument, 0, 'L'},     {"csv", required_argument, 0, 'C'},
         {"json", required_argument, 0, 'J'},   {"profile", no_argument, 0, 'P'},
+        {"cm", no_argument, 0, 'M'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->size = 8;
@@ -517,6 +522,7 @@ static int parse(int argc, char **argv, struct opts *o)
         case 'C': o->csv = optarg; break;
         case 'J': o->json = optarg; break;
         case 'P': o->profile = 1; break;
+        case 'M': o->cm = 1; break;
         case 'h': usage(stdout, argv[0]); exit(0);
         default: usage(stderr, argv[0]); return -1;
         }
@@ -531,7 +537,15 @@ static int parse(int argc, char **argv, struct opts *o)
         fprintf(stderr, "--loopback and a HOST exclude each other\n");
         return -1;
     }
+    if (o->cm && o->loopback) {
+        fprintf(stderr, "option --cm: rdma_cm connects a server and a client; --loopback has no connection\n");
+        return -1;
+    }
 #ifdef RDMAX_TRANSPORT_UD
+    if (o->cm) {
+        fprintf(stderr, "option --cm: rdma_cm setup is RC only (rdmax_pingpong_rc)\n");
+        return -1;
+    }
     if (o->test != T_SEND) {
         fprintf(stderr, "option -t: UD supports only send\n");
         return -1;
@@ -722,6 +736,7 @@ int main(int argc, char **argv)
     rdmax_ctx_desc cd;
     memset(&cd, 0, sizeof cd);
     cd.device = o.device;
+    cd.conn_setup = o.cm ? RDMAX_SETUP_CM : RDMAX_SETUP_TCP;
     if (o.gid_index >= 0) {
         cd.gid_index_set = true;
         cd.gid_index = o.gid_index;
@@ -752,7 +767,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "server: cannot listen on port %u: %s\n", o.port, rdmax_ctx_last_error(ctx));
             return 1;
         }
-        printf("server: device %s, listening on port %u\n", ctx->attr.name, o.port);
+        printf("server: device %s, listening on port %u%s\n", ctx->attr.name, o.port, o.cm ? " (rdma_cm)" : "");
     }
     for (int k = 0; k < nsizes && rc == 0; k++) {
         size_t size = sizes[k];
