@@ -4983,6 +4983,7 @@ rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, cons
 struct rdmax__cm_hs {
     struct rdma_cm_id *id;      /* NULL: slot free */
     rdmax_ep *ep;               /* made after the client's record checked out; QP in RTS, accept sent */
+    uint32_t keepalive_ms;      /* ep's, held back until the client confirms */
     int64_t deadline;
     char peer[64];
 };
@@ -5333,6 +5334,9 @@ static rdmax_status rdmax__cm_request(rdmax_listener *l, struct rdma_cm_event *e
     }
     h->id = id;
     h->ep = ep;
+    /* No keepalive into a QP the client may not have made (a crafted request): not before its RTU. */
+    h->keepalive_ms = ep->desc.keepalive_ms;
+    ep->desc.keepalive_ms = RDMAX_OFF;
     h->deadline = rdmax__now_ms() + ctx->desc.handshake_ms;
     snprintf(h->peer, sizeof h->peer, "%s", peer);
     l->n_hs++;
@@ -5378,6 +5382,8 @@ static rdmax_status rdmax__cm_listener_event(rdmax_listener *l, struct rdma_cm_e
         }
         id->context = ep;
         ep->cm_id = id;
+        ep->desc.keepalive_ms = h->keepalive_ms;
+        ep->ka_ms = rdmax__now_ms();
         h->id = NULL;
         l->n_hs--;
         *out = ep;
