@@ -5638,7 +5638,7 @@ static rdmax_status rdmax__cm_connect(rdmax_ctx *ctx, const char *host, uint16_t
         return RDMAX_ERR_CONNECT;
     }
     int64_t deadline = rdmax__now_ms() + (timeout_ms < 0 ? 3600000 : timeout_ms);
-    char why[256] = "", peer[64] = "?";
+    char why[256] = "", refused[256] = "", peer[64] = "?";
     rdmax_status st = RDMAX_ERR_CONNECT;
     /* A peer where nobody listens yet, or that cannot be reached yet, is tried again with backoff until the
        deadline, as in the TCP mode. */
@@ -5649,8 +5649,16 @@ static rdmax_status rdmax__cm_connect(rdmax_ctx *ctx, const char *host, uint16_t
             rdmax__sockaddr_str(ai->ai_addr, peer, sizeof peer);
             st = rdmax__cm_try(ctx, ai->ai_addr, desc, out, deadline, &r, why, sizeof why);
             retry |= r;
+            if (r)
+                snprintf(refused, sizeof refused, "%s", why);
             if (st == RDMAX_OK || st == RDMAX_ERR_TIMEOUT)
                 break;
+        }
+        if (st == RDMAX_ERR_TIMEOUT && refused[0]) {
+            /* the deadline ran out between refusals: report the refusal */
+            st = RDMAX_ERR_CONNECT;
+            snprintf(why, sizeof why, "%s", refused);
+            break;
         }
         int64_t left = deadline - rdmax__now_ms();
         if (st == RDMAX_OK || !retry || left <= 0)
