@@ -13,7 +13,7 @@ HDRS := rdmax.h rdmax_impl.h
 
 EXAMPLES := $(B)/rdmax_pingpong_rc $(B)/rdmax_pingpong_ud $(B)/rdmax_bw $(B)/rdmax_pageserver \
             $(B)/readme_example
-TESTS := $(B)/failure_test $(B)/oob_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test $(B)/pending_test \
+TESTS := $(B)/failure_test $(B)/oob_test $(B)/cm_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test $(B)/pending_test \
          $(B)/rcache_device_test $(B)/rcache_device_hooks_test $(B)/rcache_device_static_test \
          $(B)/profile_test $(B)/profile_points_test $(B)/misuse_test \
          $(B)/misuse_rcud_test $(B)/twohost_test

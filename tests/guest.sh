@@ -54,6 +54,7 @@ elif [ "$topo" = veth ]; then
     run ud_cross $B/ud_test cross
     run rcache_device_cross $B/rcache_device_test
     run examples_veth tests/examples_test.sh veth
+    run cm_veth tests/cm_test.sh veth
     # last: it deletes rxe1 (and adds it back)
     run failure_devices $B/failure_test devices
 else
@@ -74,5 +75,6 @@ else
     run misuse_rcud $B/misuse_rcud_test
     run examples_dummy tests/examples_test.sh dummy
     run readme tests/readme_test.sh
+    run cm_dummy tests/cm_test.sh dummy
 fi
 exit $status

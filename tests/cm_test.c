@@ -1,0 +1,903 @@
+/* rdma_cm connection setup (rdmax_ctx_desc.conn_setup = RDMAX_SETUP_CM) on a device, server in this
+   process and clients in child processes (on RDMAX_TEST_DEV1 when the topology has two devices):
+     - ping-pong and checked streams of send, put and get, then rdmax_ep_disconnect: both sides CLOSED;
+       over IPv4 and, given an address, IPv6;
+     - bad and vanishing clients, crafted with librdmacm directly (garbage or wrong private data, a client
+       that never confirms, one that leaves after the reply, one that leaves right after its request): each
+       ends with the TCP mode's status and sentence, and the listener serves a real client afterwards;
+     - ten stalled handshakes do not keep a real client out; accept with timeout 0 as a poll on the
+       listener's fd;
+     - connect: nobody listening, a listener that comes later, a server that never answers, an address
+       nobody has: the status, and a timeout names the rdma_cm step;
+     - a peer process killed with SIGKILL: the endpoint is RDMAX_EP_CLOSED (rdma_cm's DISCONNECTED) with
+       keepalive off and no traffic; the control, the TCP mode, stays connected;
+     - connect time with the TCP record and with rdma_cm, median of N connects (printed, not asserted).
+   Usage: cm_test IPV4_ADDR [IPV6_ADDR]   (the server's addresses, on RDMAX_TEST_DEV0) */
+#define RDMAX_TRANSPORT_RC
+#define RDMAX_IMPLEMENTATION
+#include "../rdmax.h"
+#include "testlib.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+static const char *g_dev0, *g_dev1, *g_src4;
+
+static int64_t now_ms(void)
+{
+    return rdmax__now_ms();
+}
+
+/* ---- log capture: the server's messages at warn level and above ---- */
+static char g_log[64][512];
+static int g_nlog, g_loud;
+static void capture(rdmax_log_level lvl, const char *msg, void *user)
+{
+    (void)user;
+    if (lvl > RDMAX_LOG_WARN)
+        return;
+    g_loud++;
+    snprintf(g_log[g_nlog++ % 64], sizeof g_log[0], "%s", msg);
+}
+static int logged(const char *needle)
+{
+    for (int i = 0; i < 64 && i < g_nlog; i++)
+        if (strstr(g_log[i], needle))
+            return 1;
+    return 0;
+}
+
+static rdmax_ctx *ctx_make(const char *dev, int cm, uint32_t handshake_ms, int capture_logs)
+{
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.device = dev;
+    cd.conn_setup = cm ? RDMAX_SETUP_CM : RDMAX_SETUP_TCP;
+    cd.handshake_ms = handshake_ms;
+    if (capture_logs)
+        cd.logger.func = capture;
+    rdmax_ctx *ctx = NULL;
+    return rdmax_ctx_create(&cd, &ctx) == RDMAX_OK ? ctx : NULL;
+}
+
+/* ---- the conversation: client messages carry kind and sequence in an 8-byte head ---- */
+enum { K_PING = 1, K_PONG, K_DATA, K_CHECKPUT, K_ACK, K_BYE };
+#define MSG_MAX 4096
+#define EXPOSE (2u << 20)   /* the server's exposed buffer: puts land in the first MiB, gets read the second */
+#define PUT_CHUNK 4096
+#define PUTS 256
+#define GET_CHUNK 65536
+#define GETS 16
+#define DATA_MSGS 2000
+#define PINGS 200
+
+static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+static uint32_t get32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static uint8_t pat(uint32_t seed, size_t j) { return (uint8_t)(seed * 131u + j * 7u + 1u + (j >> 8)); }
+static void fill(uint8_t *b, size_t n, uint32_t seed) { for (size_t j = 0; j < n; j++) b[j] = pat(seed, j); }
+static int checkb(const uint8_t *b, size_t n, uint32_t seed)
+{
+    for (size_t j = 0; j < n; j++)
+        if (b[j] != pat(seed, j))
+            return -1;
+    return 0;
+}
+
+static rdmax_status send_retry(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem)
+{
+    int64_t end = now_ms() + 30000;
+    for (;;) {
+        rdmax_status st = rdmax_send(ep, buf, len, mem, NULL);
+        if (st != RDMAX_ERR_NO_RESOURCE)
+            return st == RDMAX_INPROGRESS ? RDMAX_OK : st;
+        rdmax_progress(ep->ctx);
+        if (now_ms() > end)
+            return RDMAX_ERR_TIMEOUT;
+    }
+}
+
+struct srv {
+    uint8_t *expose;
+    uint8_t *reply;             /* registered: the answer the main loop sends */
+    size_t reply_len;
+    int reply_pending;
+    int pings, data_ok, data_bad, put_ok, bye;
+    uint32_t next_seq;
+};
+
+static void srv_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    struct srv *s = (struct srv *)user;
+    const uint8_t *m = (const uint8_t *)data;
+    (void)ep;
+    if (len < 8)
+        return;
+    uint32_t kind = get32(m), seq = get32(m + 4);
+    switch (kind) {
+    case K_PING:
+        memcpy(s->reply, m, len);
+        put32(s->reply, K_PONG);
+        s->reply_len = len;
+        s->reply_pending = 1;
+        s->pings++;
+        break;
+    case K_DATA:
+        if (seq == s->next_seq++ && checkb(m + 8, len - 8, seq) == 0)
+            s->data_ok++;
+        else
+            s->data_bad++;
+        break;
+    case K_CHECKPUT: {
+        int ok = 1;
+        for (uint32_t i = 0; i < PUTS; i++)
+            ok &= checkb(s->expose + (size_t)i * PUT_CHUNK, PUT_CHUNK, 1000 + i) == 0;
+        s->put_ok = ok;
+        put32(s->reply, K_ACK);
+        put32(s->reply + 4, (uint32_t)ok);
+        s->reply_len = 8;
+        s->reply_pending = 1;
+        break;
+    }
+    case K_BYE:
+        s->bye = 1;
+        break;
+    }
+}
+
+struct cli {
+    uint8_t last[MSG_MAX + 8];
+    size_t last_len;
+    int got;
+};
+
+static void cli_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    struct cli *c = (struct cli *)user;
+    (void)ep;
+    if (len <= sizeof c->last) {
+        memcpy(c->last, data, len);
+        c->last_len = len;
+    }
+    c->got++;
+}
+
+static int cli_wait(rdmax_ep *ep, struct cli *c, int want)
+{
+    int64_t end = now_ms() + 30000;
+    while (c->got < want) {
+        rdmax_progress(ep->ctx);
+        if (now_ms() > end || rdmax_ep_error(ep) != RDMAX_OK)
+            return -1;
+    }
+    return 0;
+}
+
+/* The client of the conversation; exit status: 0, or the step that failed. */
+static int client_main(const char *host, uint16_t port)
+{
+    rdmax_ctx *ctx = ctx_make(g_dev1, 1, 0, 0);
+    if (!ctx)
+        return 10;
+    struct cli c;
+    memset(&c, 0, sizeof c);
+    rdmax_ep_desc ed;
+    memset(&ed, 0, sizeof ed);
+    ed.recv_cb = cli_recv;
+    ed.user = &c;
+    ed.recv_size = MSG_MAX + 8;
+    rdmax_ep *ep;
+    rdmax_mem *mem;
+    if (rdmax_mem_alloc(ctx, 2u << 20, RDMAX_ACCESS_LOCAL, &mem) != RDMAX_OK)
+        return 11;
+    uint8_t *b = (uint8_t *)mem->addr;
+    rdmax_status st = rdmax_connect(ctx, host, port, &ed, &ep, 30000);
+    if (st != RDMAX_OK) {
+        fprintf(stderr, "client: connect: %s: %s\n", rdmax_status_str(st), rdmax_ctx_last_error(ctx));
+        return 12;
+    }
+    if (ep->remote.len != EXPOSE)
+        return 13;  /* the server's buffer did not come through rdma_cm's private data */
+    /* ping-pong, sizes cycling */
+    for (int i = 0; i < PINGS; i++) {
+        size_t n = 8 + (size_t)((i * 97) % MSG_MAX);
+        put32(b, K_PING);
+        put32(b + 4, (uint32_t)i);
+        fill(b + 8, n - 8, (uint32_t)i);
+        if (send_retry(ep, b, n, mem) != RDMAX_OK || cli_wait(ep, &c, i + 1))
+            return 14;
+        if (c.last_len != n || get32(c.last) != K_PONG || get32(c.last + 4) != (uint32_t)i ||
+            checkb(c.last + 8, n - 8, (uint32_t)i))
+            return 15;
+    }
+    /* a stream of checked messages: 128 buffers of the region in turn, flushed before reuse */
+    for (int i = 0; i < DATA_MSGS; i++) {
+        uint8_t *m = b + (size_t)(i % 128) * (MSG_MAX + 8);
+        size_t n = 8 + (size_t)((i * 131) % MSG_MAX);
+        if (i % 128 == 0 && rdmax_ep_flush(ep, 30000) != RDMAX_OK)
+            return 16;
+        put32(m, K_DATA);
+        put32(m + 4, (uint32_t)i);
+        fill(m + 8, n - 8, (uint32_t)i);
+        if (send_retry(ep, m, n, mem) != RDMAX_OK)
+            return 17;
+    }
+    if (rdmax_ep_flush(ep, 30000) != RDMAX_OK)
+        return 18;
+    /* puts into the first MiB of the server's buffer, then the server checks them */
+    for (uint32_t i = 0; i < PUTS; i++) {
+        uint8_t *src = b + (size_t)i * PUT_CHUNK;
+        fill(src, PUT_CHUNK, 1000 + i);
+        rdmax_status ps;
+        while ((ps = rdmax_put(ep, src, PUT_CHUNK, mem, ep->remote.addr + (uint64_t)i * PUT_CHUNK, ep->remote.rkey,
+                               NULL)) == RDMAX_ERR_NO_RESOURCE)
+            rdmax_progress(ctx);
+        if (ps != RDMAX_OK && ps != RDMAX_INPROGRESS)
+            return 19;
+    }
+    if (rdmax_ep_flush(ep, 30000) != RDMAX_OK)
+        return 20;
+    uint8_t *m = b + (1u << 20);
+    put32(m, K_CHECKPUT);
+    put32(m + 4, 0);
+    int want = c.got + 1;
+    if (send_retry(ep, m, 8, mem) != RDMAX_OK || cli_wait(ep, &c, want) || get32(c.last) != K_ACK ||
+        get32(c.last + 4) != 1)
+        return 21;
+    /* gets of the second MiB, which the server filled */
+    memset(b, 0, 1u << 20);
+    for (uint32_t i = 0; i < GETS; i++) {
+        rdmax_status gs;
+        while ((gs = rdmax_get(ep, b + (size_t)i * GET_CHUNK, GET_CHUNK, mem,
+                               ep->remote.addr + (1u << 20) + (uint64_t)i * GET_CHUNK, ep->remote.rkey, NULL)) ==
+               RDMAX_ERR_NO_RESOURCE)
+            rdmax_progress(ctx);
+        if (gs != RDMAX_OK && gs != RDMAX_INPROGRESS)
+            return 22;
+    }
+    if (rdmax_ep_flush(ep, 30000) != RDMAX_OK)
+        return 23;
+    for (uint32_t i = 0; i < GETS; i++)
+        if (checkb(b + (size_t)i * GET_CHUNK, GET_CHUNK, 5000 + i))
+            return 24;
+    put32(m, K_BYE);
+    if (send_retry(ep, m, 8, mem) != RDMAX_OK)
+        return 25;
+    if (rdmax_ep_disconnect(ep, 10000) != RDMAX_OK || rdmax_ep_get_state(ep) != RDMAX_EP_CLOSED)
+        return 26;
+    rdmax_ep_destroy(ep);
+    rdmax_mem_free(mem);
+    rdmax_ctx_destroy(ctx);
+    return 0;
+}
+
+static pid_t fork_client(const char *host, uint16_t port)
+{
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(client_main(host, port));
+    return pid;
+}
+
+static int child_status(pid_t pid)
+{
+    int status = -1;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+/* Serve one conversation on ep; returns after the client's BYE and close. */
+static void serve(rdmax_ctx *ctx, rdmax_ep *ep, struct srv *s, rdmax_mem *rmem)
+{
+    int64_t end = now_ms() + 120000;
+    while (!s->bye && rdmax_ep_get_state(ep) == RDMAX_EP_CONNECTED && now_ms() < end) {
+        rdmax_progress(ctx);
+        if (s->reply_pending) {
+            s->reply_pending = 0;
+            if (send_retry(ep, s->reply, s->reply_len, rmem) != RDMAX_OK)
+                break;
+        }
+    }
+    while (rdmax_ep_get_state(ep) == RDMAX_EP_CONNECTED && now_ms() < end)
+        rdmax_progress(ctx);
+}
+
+static void stream_test(const char *addr, const char *fam)
+{
+    rdmax_ctx *ctx = NULL;
+    rdmax_listener *l = NULL;
+    rdmax_ep *ep = NULL;
+    rdmax_mem *xmem = NULL, *rmem = NULL;
+    struct srv s;
+    memset(&s, 0, sizeof s);
+    tl_begin("cm/%s: ping-pong, checked streams of send, put and get, then disconnect (%s -> %s)", fam,
+             g_dev1, g_dev0);
+    REQUIRE((ctx = ctx_make(g_dev0, 1, 0, 1)) != NULL, "no device");
+    REQUIRE(rdmax_mem_alloc(ctx, EXPOSE, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &xmem) == RDMAX_OK,
+            "mem");
+    REQUIRE(rdmax_mem_alloc(ctx, MSG_MAX + 8, RDMAX_ACCESS_LOCAL, &rmem) == RDMAX_OK, "mem");
+    s.expose = (uint8_t *)xmem->addr;
+    s.reply = (uint8_t *)rmem->addr;
+    for (uint32_t i = 0; i < GETS; i++)
+        fill(s.expose + (1u << 20) + (size_t)i * GET_CHUNK, GET_CHUNK, 5000 + i);
+    REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen: %s", rdmax_ctx_last_error(ctx));
+    pid_t pid = fork_client(addr, rdmax_listener_port(l));
+    rdmax_ep_desc ed;
+    memset(&ed, 0, sizeof ed);
+    ed.recv_cb = srv_recv;
+    ed.user = &s;
+    ed.recv_size = MSG_MAX + 8;
+    ed.expose = xmem;
+    rdmax_status st = rdmax_accept(l, &ed, &ep, 60000);
+    CHECK_ST(st, RDMAX_OK);
+    if (st == RDMAX_OK)
+        serve(ctx, ep, &s, rmem);
+    int cs = child_status(pid);
+    CHECK(cs == 0, "client failed at step %d", cs);
+    CHECK(s.pings == PINGS, "%d of %d pings answered", s.pings, PINGS);
+    CHECK(s.data_ok == DATA_MSGS && s.data_bad == 0, "%d messages checked out, %d bad, of %d", s.data_ok,
+          s.data_bad, DATA_MSGS);
+    CHECK(s.put_ok, "the puts did not land as written");
+    CHECK(ep && rdmax_ep_get_state(ep) == RDMAX_EP_CLOSED && rdmax_ep_error(ep) == RDMAX_ERR_CLOSED,
+          "server endpoint: state %d, error %s (expected closed by the peer)", ep ? (int)rdmax_ep_get_state(ep) : -1,
+          ep ? rdmax_status_str(rdmax_ep_error(ep)) : "-");
+out:
+    rdmax_ep_destroy(ep);
+    rdmax_listener_close(l);
+    rdmax_mem_free(xmem);
+    rdmax_mem_free(rmem);
+    rdmax_ctx_destroy(ctx);
+    tl_end();
+}
+
+/* ---- crafted clients, with librdmacm directly ---- */
+enum { RAW_HOLD, RAW_EXIT_AFTER_REPLY, RAW_EXIT_NOW };
+
+/* Connects to host:port with private data pd (and a made-up QP number: no such QP exists, which the
+   server never finds out, since it never gets an RTU) and then: HOLD: waits for the server's answer and
+   keeps the connection half open (never rdma_establish); EXIT_AFTER_REPLY: leaves when the answer comes;
+   EXIT_NOW: leaves right after sending the request. Writes what it saw to fd: 'P' (the reply),
+   'R' and the status in the reject's private data, 'E' anything else. */
+static uint32_t g_raw_qpn = 0xab000;
+
+static pid_t raw_client(const char *host, uint16_t port, const void *pd, size_t n, int mode, int fd)
+{
+    /* each its own QP number: the kernel's CM rejects a second request from one QP as a stale connection */
+    uint32_t qpn = g_raw_qpn++;
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    struct rdma_event_channel *ch = rdma_create_event_channel();
+    struct rdma_cm_id *id;
+    struct rdma_cm_event *ev;
+    struct addrinfo *dst, *src = NULL;
+    char ps[8];
+    snprintf(ps, sizeof ps, "%u", port);
+    if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) || getaddrinfo(host, ps, NULL, &dst) ||
+        (g_src4 && getaddrinfo(g_src4, NULL, NULL, &src)))
+        _exit(2);
+    if (rdma_resolve_addr(id, src ? src->ai_addr : NULL, dst->ai_addr, 5000) || rdma_get_cm_event(ch, &ev) ||
+        ev->event != RDMA_CM_EVENT_ADDR_RESOLVED)
+        _exit(3);
+    rdma_ack_cm_event(ev);
+    if (rdma_resolve_route(id, 5000) || rdma_get_cm_event(ch, &ev) || ev->event != RDMA_CM_EVENT_ROUTE_RESOLVED)
+        _exit(4);
+    rdma_ack_cm_event(ev);
+    struct rdma_conn_param p;
+    memset(&p, 0, sizeof p);
+    p.private_data = pd;
+    p.private_data_len = (uint8_t)n;
+    p.responder_resources = p.initiator_depth = 1;
+    p.retry_count = 6;
+    p.rnr_retry_count = 6;
+    p.qp_num = qpn;
+    if (rdma_connect(id, &p))
+        _exit(5);
+    if (mode == RAW_EXIT_NOW)
+        _exit(0);  /* the kernel tears the id down: a REJ, or nothing if the REQ never left */
+    if (rdma_get_cm_event(ch, &ev))
+        _exit(6);
+    char out[3] = {'E', 0, 0};
+    if (ev->event == RDMA_CM_EVENT_CONNECT_RESPONSE)
+        out[0] = 'P';
+    else if (ev->event == RDMA_CM_EVENT_REJECTED && ev->param.conn.private_data &&
+             ev->param.conn.private_data_len >= 10) {
+        const uint8_t *r = (const uint8_t *)ev->param.conn.private_data;
+        out[0] = 'R';
+        out[1] = (char)r[8];
+        out[2] = (char)r[9];
+    }
+    rdma_ack_cm_event(ev);
+    if (write(fd, out, 3) != 3)
+        _exit(7);
+    if (mode == RAW_HOLD && out[0] == 'P')
+        pause();  /* killed by the test */
+    _exit(0);  /* EXIT_AFTER_REPLY: the kernel rejects the reply for us */
+}
+
+/* What a crafted client reported: 'P', 'E', or the reject's status ('R'). */
+static int raw_report(int fd, rdmax_status *rej)
+{
+    char out[3];
+    struct pollfd p = {fd, POLLIN, 0};
+    if (poll(&p, 1, 30000) != 1 || read(fd, out, 3) != 3)
+        return 0;
+    *rej = (rdmax_status)(int16_t)((uint8_t)out[1] << 8 | (uint8_t)out[2]);
+    return out[0];
+}
+
+/* A real client connects and talks after the listener has seen the bad ones. */
+static void real_client_ok(rdmax_ctx *ctx, rdmax_listener *l, const char *addr)
+{
+    struct srv s;
+    rdmax_mem *xmem = NULL, *rmem = NULL;
+    rdmax_ep *ep = NULL;
+    memset(&s, 0, sizeof s);
+    if (rdmax_mem_alloc(ctx, EXPOSE, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &xmem) != RDMAX_OK ||
+        rdmax_mem_alloc(ctx, MSG_MAX + 8, RDMAX_ACCESS_LOCAL, &rmem) != RDMAX_OK) {
+        CHECK(0, "mem");
+        return;
+    }
+    s.expose = (uint8_t *)xmem->addr;
+    s.reply = (uint8_t *)rmem->addr;
+    for (uint32_t i = 0; i < GETS; i++)
+        fill(s.expose + (1u << 20) + (size_t)i * GET_CHUNK, GET_CHUNK, 5000 + i);
+    pid_t pid = fork_client(addr, rdmax_listener_port(l));
+    rdmax_ep_desc ed;
+    memset(&ed, 0, sizeof ed);
+    ed.recv_cb = srv_recv;
+    ed.user = &s;
+    ed.recv_size = MSG_MAX + 8;
+    ed.expose = xmem;
+    rdmax_status st;
+    do  /* a late event of an earlier bad client may come first: each is its own status */
+        st = rdmax_accept(l, &ed, &ep, 60000);
+    while (st != RDMAX_OK && st != RDMAX_ERR_TIMEOUT);
+    CHECK_ST(st, RDMAX_OK);
+    if (st == RDMAX_OK)
+        serve(ctx, ep, &s, rmem);
+    int cs = child_status(pid);
+    CHECK(cs == 0 && s.data_ok == DATA_MSGS, "the real client after the bad ones failed (step %d)", cs);
+    rdmax_ep_destroy(ep);
+    rdmax_mem_free(xmem);
+    rdmax_mem_free(rmem);
+}
+
+static void good_cm_record(uint8_t out[RDMAX_CM_INFO_SIZE])
+{
+    rdmax_conn_info r;
+    memset(&r, 0, sizeof r);
+    r.transport = RDMAX_TRANSPORT_ID_RC;
+    r.credits = 128;
+    r.recv_size = 4096;
+    rdmax_cm_info_encode(&r, out);
+}
+
+static void bad_client_tests(const char *addr)
+{
+    rdmax_ctx *ctx = NULL;
+    rdmax_listener *l = NULL;
+    rdmax_ep *ep = NULL;
+    int fds[2] = {-1, -1};
+    tl_begin("cm/bad clients: listener");
+    REQUIRE(pipe(fds) == 0, "pipe");
+    REQUIRE((ctx = ctx_make(g_dev0, 1, 1000, 1)) != NULL, "no device");
+    REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen: %s", rdmax_ctx_last_error(ctx));
+    uint16_t port = rdmax_listener_port(l);
+
+    static const struct {
+        const char *name;
+        int kind;                /* 0 garbage, 1 credits 1, 2 no private data */
+        rdmax_status want;
+        const char *sentence;    /* the TCP mode's sentence for the same fault */
+    } recs[] = {
+        {"garbage private data", 0, RDMAX_ERR_OOB_MAGIC,
+         "connection record: magic 0x5a5a5a5a, expected 0x52444d58 (peer is not rdmax)"},
+        {"a record with 1 receive credit", 1, RDMAX_ERR_OOB_CREDITS,
+         "connection record: 1 receive credits; RC needs at least 2"},
+        {"no private data", 2, RDMAX_ERR_OOB_MAGIC,
+         "connection record: magic 0x00000000, expected 0x52444d58 (peer is not rdmax)"},
+    };
+    for (size_t i = 0; i < sizeof recs / sizeof recs[0]; i++) {
+        uint8_t pd[RDMAX_CM_INFO_SIZE];
+        if (recs[i].kind == 0)
+            memset(pd, 0x5a, sizeof pd);
+        else
+            good_cm_record(pd);
+        if (recs[i].kind == 1)
+            pd[10] = 0, pd[11] = 1;
+        tl_begin("cm/bad client: %s is rejected with %s, in the TCP mode's words", recs[i].name,
+                 rdmax_status_str(recs[i].want));
+        g_nlog = 0;
+        pid_t pid = raw_client(addr, port, pd, recs[i].kind == 2 ? 0 : sizeof pd, RAW_EXIT_AFTER_REPLY, fds[1]);
+        rdmax_status st = rdmax_accept(l, NULL, &ep, 30000);
+        CHECK_ST(st, recs[i].want);
+        CHECK(ep == NULL, "an endpoint was returned for a bad client");
+        CHECK(logged(recs[i].sentence), "the log lacks '%s' (last: '%s')", recs[i].sentence,
+              g_nlog ? g_log[(g_nlog - 1) % 64] : "");
+        rdmax_status rej = RDMAX_OK;
+        int what = raw_report(fds[0], &rej);
+        CHECK(what == 'R' && rej == recs[i].want, "the client saw '%c', reject status %d (expected 'R', %d)",
+              what ? what : '-', (int)rej, (int)recs[i].want);
+        CHECK(child_status(pid) == 0, "crafted client failed");
+        tl_end();
+    }
+
+    uint8_t good[RDMAX_CM_INFO_SIZE];
+    good_cm_record(good);
+    tl_begin("cm/a client that never confirms (no RTU) ends with RDMAX_ERR_OOB_TIMEOUT after handshake_ms");
+    {
+        pid_t pid = raw_client(addr, port, good, sizeof good, RAW_HOLD, fds[1]);
+        rdmax_status st = rdmax_accept(l, NULL, &ep, 60000);
+        CHECK_ST(st, RDMAX_ERR_OOB_TIMEOUT);
+        CHECK(logged("handshake did not finish within 1000 ms"), "no log line names the handshake deadline");
+        rdmax_status rej;
+        CHECK(raw_report(fds[0], &rej) == 'P', "the crafted client did not get the server's reply");
+        kill(pid, SIGKILL);
+        child_status(pid);
+    }
+    tl_end();
+
+    tl_begin("cm/a client that leaves after the server's reply ends with RDMAX_ERR_OOB_SYNC");
+    {
+        pid_t pid = raw_client(addr, port, good, sizeof good, RAW_EXIT_AFTER_REPLY, fds[1]);
+        rdmax_status st = rdmax_accept(l, NULL, &ep, 60000);
+        CHECK_ST(st, RDMAX_ERR_OOB_SYNC);
+        rdmax_status rej;
+        CHECK(raw_report(fds[0], &rej) == 'P', "the crafted client did not get the server's reply");
+        child_status(pid);
+    }
+    tl_end();
+
+    tl_begin("cm/a client that leaves right after its request never yields an endpoint");
+    {
+        pid_t pid = raw_client(addr, port, good, sizeof good, RAW_EXIT_NOW, fds[1]);
+        CHECK(child_status(pid) == 0, "crafted client failed");
+        /* whether the request left before the client's id was torn down is up to the kernel: a
+           handshake that fails or times out, or nothing at all; never an endpoint (no RTU can come) */
+        rdmax_status st = rdmax_accept(l, NULL, &ep, 3000);
+        CHECK(st != RDMAX_OK, "an endpoint was returned for a client that left");
+    }
+    tl_end();
+
+    tl_begin("cm/after the bad clients the listener serves a real one");
+    real_client_ok(ctx, l, addr);
+    tl_end();
+out:
+    rdmax_listener_close(l);
+    rdmax_ctx_destroy(ctx);
+    if (fds[0] >= 0)
+        close(fds[0]), close(fds[1]);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* Ten crafted clients hold their handshakes half open while a real client connects; then the listener
+   is used as a poll (timeout 0) on its fd, and empty polls log nothing. */
+static void side_by_side_tests(const char *addr)
+{
+    enum { HOLDERS = 10 };
+    pid_t holders[HOLDERS];
+    int nh = 0, fds[2] = {-1, -1};
+    rdmax_ctx *ctx = NULL;
+    rdmax_listener *l = NULL;
+    rdmax_ep *ep = NULL;
+    tl_begin("cm/%d stalled handshakes do not keep a real client out", HOLDERS);
+    REQUIRE(pipe(fds) == 0, "pipe");
+    REQUIRE((ctx = ctx_make(g_dev0, 1, 600000, 1)) != NULL, "no device");
+    REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
+    uint8_t good[RDMAX_CM_INFO_SIZE];
+    good_cm_record(good);
+    for (; nh < HOLDERS; nh++)
+        holders[nh] = raw_client(addr, rdmax_listener_port(l), good, sizeof good, RAW_HOLD, fds[1]);
+    int replied = 0;
+    for (int64_t end = now_ms() + 60000; replied < HOLDERS && now_ms() < end;) {
+        rdmax_status st = rdmax_accept(l, NULL, &ep, 100);
+        CHECK(st == RDMAX_ERR_TIMEOUT, "accept returned %s while only stalled clients were there",
+              rdmax_status_str(st));
+        rdmax_status rej;
+        struct pollfd p = {fds[0], POLLIN, 0};
+        while (poll(&p, 1, 0) == 1 && raw_report(fds[0], &rej) == 'P')
+            replied++;
+    }
+    REQUIRE(replied == HOLDERS, "%d of %d stalled clients got a reply", replied, HOLDERS);
+    real_client_ok(ctx, l, addr);
+    tl_end();
+
+    tl_begin("cm/accept with timeout 0 as a poll on rdmax_listener_fd serves a client (%d handshakes stalled); "
+             "empty polls log nothing", HOLDERS);
+    {
+        g_loud = 0;
+        int empties = 0;
+        pid_t pid = fork();
+        if (pid == 0) {
+            rdmax_ctx *c2 = ctx_make(g_dev1, 1, 0, 0);
+            rdmax_ep *e2;
+            if (!c2 || rdmax_connect(c2, addr, rdmax_listener_port(l), NULL, &e2, 30000) != RDMAX_OK)
+                _exit(3);
+            char msg[16] = "hello";
+            if (rdmax_send(e2, msg, sizeof msg, NULL, NULL) != RDMAX_OK || rdmax_ep_flush(e2, 10000) != RDMAX_OK)
+                _exit(4);
+            rdmax_ctx_destroy(c2);
+            _exit(0);
+        }
+        rdmax_status st = RDMAX_ERR_TIMEOUT;
+        for (int64_t end = now_ms() + 60000; st == RDMAX_ERR_TIMEOUT && now_ms() < end;) {
+            struct pollfd p = {rdmax_listener_fd(l), POLLIN, 0};
+            poll(&p, 1, 100);
+            st = rdmax_accept(l, NULL, &ep, 0);
+            empties += st == RDMAX_ERR_TIMEOUT;
+        }
+        CHECK_ST(st, RDMAX_OK);
+        CHECK(child_status(pid) == 0, "client failed");
+        CHECK(g_loud == 0, "%d warnings or errors logged during %d empty polls", g_loud, empties);
+        rdmax_ep_destroy(ep);
+        ep = NULL;
+    }
+    tl_end();
+out:
+    for (int i = 0; i < nh; i++) {
+        kill(holders[i], SIGKILL);
+        child_status(holders[i]);
+    }
+    rdmax_listener_close(l);
+    rdmax_ctx_destroy(ctx);
+    if (fds[0] >= 0)
+        close(fds[0]), close(fds[1]);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* A port nobody listens on: a listener's port, closed again. */
+static uint16_t free_port(rdmax_ctx *ctx)
+{
+    rdmax_listener *l;
+    if (rdmax_listen(ctx, NULL, 0, &l) != RDMAX_OK)
+        return 1;
+    uint16_t p = rdmax_listener_port(l);
+    rdmax_listener_close(l);
+    return p;
+}
+
+static void connect_tests(const char *addr)
+{
+    rdmax_ctx *sctx = NULL, *ctx = NULL;
+    rdmax_ep *ep = NULL;
+    rdmax_listener *l = NULL;
+    struct rdma_event_channel *ch = NULL;
+    struct rdma_cm_id *lid = NULL;
+    tl_begin("cm/connect: nobody listens: RDMAX_ERR_CONNECT that says so, after retrying until the deadline");
+    REQUIRE((sctx = ctx_make(g_dev0, 1, 0, 0)) != NULL, "no device");
+    REQUIRE((ctx = ctx_make(g_dev1, 1, 0, 0)) != NULL, "no device");
+    uint16_t port = free_port(sctx);
+    int64_t t0 = now_ms();
+    rdmax_status st = rdmax_connect(ctx, addr, port, NULL, &ep, 600);
+    CHECK_ST(st, RDMAX_ERR_CONNECT);
+    CHECK(strstr(rdmax_ctx_last_error(ctx), "nobody listens") && strstr(rdmax_ctx_last_error(ctx), addr),
+          "error '%s' does not say that nobody listens at %s", rdmax_ctx_last_error(ctx), addr);
+    CHECK(now_ms() - t0 >= 500, "gave up after %lld ms, before its 600 ms deadline", (long long)(now_ms() - t0));
+    tl_end();
+
+    tl_begin("cm/connect: a listener that comes up later is reached by retrying");
+    {
+        pid_t pid = fork();
+        if (pid == 0) {
+            rdmax_ctx *c2 = ctx_make(g_dev1, 1, 0, 0);
+            rdmax_ep *e2;
+            _exit(c2 && rdmax_connect(c2, addr, port, NULL, &e2, 60000) == RDMAX_OK ? 0 : 3);
+        }
+        struct timespec ts = {0, 300 * 1000000L};  /* the client's first requests find nobody */
+        nanosleep(&ts, NULL);
+        REQUIRE(rdmax_listen(sctx, NULL, port, &l) == RDMAX_OK, "listen on %u", port);
+        CHECK_ST(rdmax_accept(l, NULL, &ep, 60000), RDMAX_OK);
+        CHECK(child_status(pid) == 0, "the client gave up instead of retrying");
+        rdmax_ep_destroy(ep);
+        ep = NULL;
+        rdmax_listener_close(l);
+        l = NULL;
+    }
+    tl_end();
+
+    tl_begin("cm/connect: a server that never answers the request: 'rdma_connect timed out after N ms'");
+    {
+        /* an rdma_cm listener of our own that never reads its events */
+        struct sockaddr_in sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sin_family = AF_INET;
+        REQUIRE((ch = rdma_create_event_channel()) && !rdma_create_id(ch, &lid, NULL, RDMA_PS_TCP) &&
+                !rdma_bind_addr(lid, (struct sockaddr *)&sa) && !rdma_listen(lid, 4), "raw listener");
+        port = ntohs(rdma_get_src_port(lid));
+        t0 = now_ms();
+        st = rdmax_connect(ctx, addr, port, NULL, &ep, 800);
+        CHECK_ST(st, RDMAX_ERR_TIMEOUT);
+        CHECK(strstr(rdmax_ctx_last_error(ctx), "rdma_connect timed out after"), "error '%s' does not name the step",
+              rdmax_ctx_last_error(ctx));
+        CHECK(now_ms() - t0 < 10000, "took %lld ms for an 800 ms deadline", (long long)(now_ms() - t0));
+    }
+    tl_end();
+
+    tl_begin("cm/connect: an address nobody has times out naming the rdma_cm step");
+    st = rdmax_connect(ctx, "192.0.2.99", 18515, NULL, &ep, 800);
+    CHECK_ST(st, RDMAX_ERR_TIMEOUT);
+    CHECK(strstr(rdmax_ctx_last_error(ctx), " timed out after ") && strstr(rdmax_ctx_last_error(ctx), "rdma_"),
+          "error '%s' does not name the step", rdmax_ctx_last_error(ctx));
+    tl_end();
+
+    tl_begin("cm/a UD endpoint is refused with RDMAX_ERR_UNSUPPORTED");
+    {
+        rdmax_ep_desc ed;
+        memset(&ed, 0, sizeof ed);
+        ed.transport = RDMAX_TRANSPORT_ID_UD;
+        CHECK_ST(rdmax_connect(ctx, addr, port, &ed, &ep, 500), RDMAX_ERR_UNSUPPORTED);
+    }
+    tl_end();
+out:
+    if (lid)
+        rdma_destroy_id(lid);
+    if (ch)
+        rdma_destroy_event_channel(ch);
+    rdmax_listener_close(l);
+    rdmax_ctx_destroy(ctx);
+    rdmax_ctx_destroy(sctx);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* A client that connects, says so through the pipe and waits to be killed. */
+static pid_t idle_client(const char *addr, uint16_t port, int cm, int fd)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        rdmax_ctx *c2 = ctx_make(g_dev1, cm, 0, 0);
+        rdmax_ep_desc ed;
+        memset(&ed, 0, sizeof ed);
+        ed.keepalive_ms = RDMAX_OFF;
+        rdmax_ep *e2;
+        if (!c2 || rdmax_connect(c2, addr, port, &ed, &e2, 30000) != RDMAX_OK)
+            _exit(3);
+        if (write(fd, "c", 1) != 1)
+            _exit(4);
+        pause();
+        _exit(0);
+    }
+    return pid;
+}
+
+/* A killed peer process: rdma_cm's DISCONNECTED closes the endpoint with no traffic and keepalive off.
+   The control (TCP record) shows that nothing else would have: it stays connected. */
+static void peer_killed_tests(const char *addr)
+{
+    for (int cm = 1; cm >= 0; cm--) {
+        rdmax_ctx *ctx = NULL;
+        rdmax_listener *l = NULL;
+        rdmax_ep *ep = NULL;
+        int fds[2] = {-1, -1};
+        if (cm)
+            tl_begin("cm/a peer process killed with SIGKILL: RDMAX_EP_CLOSED (DISCONNECTED), keepalive off, no "
+                     "traffic");
+        else
+            tl_begin("cm/control: the same with the TCP record stays connected (nothing tells it)");
+        REQUIRE(pipe(fds) == 0, "pipe");
+        REQUIRE((ctx = ctx_make(g_dev0, cm, 0, 0)) != NULL, "no device");
+        REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
+        pid_t pid = idle_client(addr, rdmax_listener_port(l), cm, fds[1]);
+        rdmax_ep_desc ed;
+        memset(&ed, 0, sizeof ed);
+        ed.keepalive_ms = RDMAX_OFF;
+        rdmax_status st = rdmax_accept(l, &ed, &ep, 60000);
+        char c;
+        REQUIRE(st == RDMAX_OK && read(fds[0], &c, 1) == 1, "connect: %s", rdmax_status_str(st));
+        kill(pid, SIGKILL);
+        child_status(pid);
+        int64_t t0 = now_ms(), end = t0 + (cm ? 30000 : 1500);
+        while (rdmax_ep_get_state(ep) == RDMAX_EP_CONNECTED && now_ms() < end)
+            rdmax_wait(ctx, 100);
+        if (cm) {
+            CHECK(rdmax_ep_get_state(ep) == RDMAX_EP_CLOSED && rdmax_ep_error(ep) == RDMAX_ERR_CLOSED,
+                  "state %d, error %s", (int)rdmax_ep_get_state(ep), rdmax_status_str(rdmax_ep_error(ep)));
+            printf("INFO cm/peer killed: endpoint closed %lld ms after the kill\n", (long long)(now_ms() - t0));
+        } else {
+            CHECK(rdmax_ep_get_state(ep) == RDMAX_EP_CONNECTED, "state %d: the control saw the kill",
+                  (int)rdmax_ep_get_state(ep));
+        }
+    out:
+        rdmax_ep_destroy(ep);
+        rdmax_listener_close(l);
+        rdmax_ctx_destroy(ctx);
+        if (fds[0] >= 0)
+            close(fds[0]), close(fds[1]);
+        tl_end();
+    }
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Connect time, median of N, TCP record and rdma_cm in the same boot; printed, not asserted. */
+static void connect_time(const char *addr)
+{
+    enum { N = 21 };
+    double med[2] = {0, 0};
+    for (int cm = 0; cm < 2; cm++) {
+        rdmax_ctx *ctx = NULL;
+        rdmax_listener *l = NULL;
+        int fds[2] = {-1, -1};
+        tl_begin("cm/connect time, %s: %d connects", cm ? "rdma_cm" : "TCP record", N);
+        REQUIRE(pipe(fds) == 0, "pipe");
+        REQUIRE((ctx = ctx_make(g_dev0, cm, 0, 0)) != NULL, "no device");
+        REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
+        uint16_t port = rdmax_listener_port(l);
+        pid_t pid = fork();
+        if (pid == 0) {
+            rdmax_ctx *c2 = ctx_make(g_dev1, cm, 0, 0);
+            int64_t us[N];
+            for (int i = 0; i < N; i++) {
+                rdmax_ep *e2;
+                struct timespec a, b;
+                clock_gettime(CLOCK_MONOTONIC, &a);
+                if (!c2 || rdmax_connect(c2, addr, port, NULL, &e2, 30000) != RDMAX_OK)
+                    _exit(3);
+                clock_gettime(CLOCK_MONOTONIC, &b);
+                us[i] = (b.tv_sec - a.tv_sec) * 1000000 + (b.tv_nsec - a.tv_nsec) / 1000;
+                rdmax_ep_destroy(e2);
+            }
+            if (write(fds[1], us, sizeof us) != (ssize_t)sizeof us)
+                _exit(4);
+            _exit(0);
+        }
+        int ok = 0;
+        for (int i = 0; i < N; i++) {
+            rdmax_ep *ep;
+            rdmax_status st = rdmax_accept(l, NULL, &ep, 60000);
+            if (st == RDMAX_OK) {
+                ok++;
+                rdmax_ep_destroy(ep);
+            } else if (st == RDMAX_ERR_TIMEOUT) {
+                break;
+            }
+        }
+        int cs = child_status(pid);
+        CHECK(cs == 0 && ok == N, "%d of %d connects (client exit %d)", ok, N, cs);
+        int64_t us[N];
+        if (cs == 0 && read(fds[0], us, sizeof us) == (ssize_t)sizeof us) {
+            qsort(us, N, sizeof us[0], cmp_i64);
+            med[cm] = us[N / 2] / 1000.0;
+            printf("INFO cm/connect time %s: median %.2f ms, min %.2f ms, max %.2f ms (%d connects, client "
+                   "%s -> server %s)\n", cm ? "rdma_cm" : "TCP record", med[cm], us[0] / 1000.0,
+                   us[N - 1] / 1000.0, N, g_dev1, g_dev0);
+        }
+    out:
+        rdmax_listener_close(l);
+        rdmax_ctx_destroy(ctx);
+        if (fds[0] >= 0)
+            close(fds[0]), close(fds[1]);
+        tl_end();
+    }
+    if (med[0] > 0 && med[1] > 0)
+        printf("INFO cm/connect time: rdma_cm / TCP record = %.2f\n", med[1] / med[0]);
+}
+
+int main(int argc, char **argv)
+{
+    signal(SIGPIPE, SIG_IGN);
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s IPV4_ADDR [IPV6_ADDR]\n", argv[0]);
+        return 2;
+    }
+    g_dev0 = getenv("RDMAX_TEST_DEV0");
+    g_dev1 = getenv("RDMAX_TEST_DEV1") ? getenv("RDMAX_TEST_DEV1") : g_dev0;
+    g_src4 = getenv("RDMAX_TEST_ADDR1");  /* two devices: the crafted clients leave through the second */
+    stream_test(argv[1], "ipv4");
+    if (argc > 2)
+        stream_test(argv[2], "ipv6");
+    bad_client_tests(argv[1]);
+    side_by_side_tests(argv[1]);
+    connect_tests(argv[1]);
+    peer_killed_tests(argv[1]);
+    connect_time(argv[1]);
+    return tl_failed_total ? 1 : 0;
+}
