@@ -5030,10 +5030,19 @@ static void rdmax__cm_events(rdmax_ctx *ctx)
         if (!ep)
             continue;
         switch (type) {
-        case RDMA_CM_EVENT_DISCONNECTED:
+        case RDMA_CM_EVENT_DISCONNECTED: {
             rdma_disconnect(id);  /* answers the peer's DREQ (fails harmlessly if we sent ours) */
-            rdmax__ep_peer_closed(ep);
+            /* The DREQ travels apart from the data, after the acks of what the peer sent: that is in our
+               CQs already. Deliver it before the endpoint reads as closed; a callback may destroy the
+               endpoint meanwhile, so look it up again after. */
+            uint64_t base = ep->wr_id_base;
+            uint32_t idx = (uint32_t)(base >> 32) & 0xffff;
+            for (int i = 0; i < 64 && rdmax__poll_recv(ctx) + rdmax__poll_send(ctx) > 0; i++)
+                ;
+            if (ctx->eps[idx].ep == ep && ctx->eps[idx].gen == (uint16_t)(base >> 48))
+                rdmax__ep_peer_closed(ep);
             break;
+        }
         case RDMA_CM_EVENT_DEVICE_REMOVAL:
             rdmax__ep_fail_why(ep, RDMAX_ERR_DEVICE, IBV_WC_FATAL_ERR, 1, "rdma_cm: the device was removed");
             break;
