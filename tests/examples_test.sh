@@ -62,6 +62,24 @@ assert j['results'][0]['bytes']==$s and j['results'][0]['t_typical']>0" "$out/$n
     done
 done
 
+# --cm: the same ping-pongs with the connection set up through rdma_cm
+for ts in send:64 put:4096 get:64 fadd:8; do
+    t=${ts%%:*}; s=${ts#*:}
+    name=rc-cm-$t-$s
+    port=$((port + 1))
+    slog=$out/$name-server.log; clog=$out/$name-client.log
+    rm -f "$slog" "$clog"
+    timeout 60 $pp --cm -t $t -s $s -n 200 -w 20 -p $port -d "$dev0" >"$slog" 2>&1 &
+    spid=$!
+    wait_listen "$slog"
+    timeout 60 $pp --cm -t $t -s $s -n 200 -w 20 -p $port -d "$dev1" "$addr0" >"$clog" 2>&1
+    crc=$?
+    wait $spid; src=$?
+    if [ $crc = 0 ] && [ $src = 0 ] && check_table "$clog" 1 && grep -q "listening on port $port (rdma_cm)" "$slog"
+    then ok "$name server+client --cm"
+    else no "$name server+client --cm" "client exit $crc, server exit $src" "$clog"; tail -3 "$slog" | sed 's/^/    server: /'; fi
+done
+
 ud=${RDMAX_BUILD:-build}/rdmax_pingpong_ud
 for s in 1 64 1024; do
     name=ud-send-$s
@@ -112,6 +130,17 @@ for t in put send get; do
     then ok "rdmax_bw -t $t server+client"; else no "rdmax_bw -t $t" "client exit $crc, server exit $src" "$clog"; fi
 done
 port=$((port + 1))
+slog=$out/bw-cm-server.log; clog=$out/bw-cm-client.log
+rm -f "$slog" "$clog"
+timeout 60 $bw --cm -p $port -d "$dev0" >"$slog" 2>&1 &
+spid=$!
+wait_listen "$slog"
+timeout 60 $bw --cm -t put -s 4096 -n 2000 -q 2 -p $port -d "$dev1" "$addr0" >"$clog" 2>&1
+crc=$?
+wait $spid; src=$?
+if [ $crc = 0 ] && [ $src = 0 ] && awk '/BW average/ { h = 1; next } h && $1 == 4096 && $3 > 0 && $4 > 0 && $5 > 0 { ok = 1 } END { exit !ok }' "$clog"
+then ok "rdmax_bw --cm -t put -q 2 server+client"; else no "rdmax_bw --cm" "client exit $crc, server exit $src" "$clog"; fi
+port=$((port + 1))
 slog=$out/ps-server.log; clog=$out/ps-client.log
 rm -f "$slog" "$clog"
 ps=${RDMAX_BUILD:-build}/rdmax_pageserver
@@ -133,14 +162,18 @@ log=$out/all.log
 if $pp --loopback -t put -a -n 20 -w 2 >"$log" 2>&1 && check_table "$log" 23; then ok "put -a has 23 rows (2 B .. 8 MiB)"
 else no "put -a" "expected 23 rows" "$log"; fi
 # bad input: clear error, non-zero exit, no hang
-for args in "-t nosuch" "-s 0" "-s 99999999999" "-n abc" "-p 70000" "--bogus" "-t fadd -s 16" "a b"; do
+for args in "-t nosuch" "-s 0" "-s 99999999999" "-n abc" "-p 70000" "--bogus" "-t fadd -s 16" "a b" "--cm --loopback"; do
     log=$out/bad.log
     timeout 10 $pp $args >"$log" 2>&1; rc=$?
     if [ $rc = 2 ] && [ -s "$log" ]; then ok "bad option '$args' rejected"
     else no "bad option '$args'" "exit $rc" "$log"; fi
 done
+log=$out/bad.log
+timeout 10 $ud --cm >"$log" 2>&1; rc=$?
+if [ $rc = 2 ] && grep -q "RC only" "$log"; then ok "rdmax_pingpong_ud --cm rejected (rdma_cm setup is RC only)"
+else no "rdmax_pingpong_ud --cm" "exit $rc" "$log"; fi
 log=$out/help.log
-if $pp -h >"$log" 2>&1 && grep -q -- "--loopback" "$log" && grep -q "\[1000\]" "$log"; then ok "-h lists options with defaults"
+if $pp -h >"$log" 2>&1 && grep -q -- "--loopback" "$log" && grep -q -- "--cm" "$log" && grep -q "\[1000\]" "$log"; then ok "-h lists options with defaults"
 else no "-h" "help text incomplete" "$log"; fi
 log=$out/unreachable.log
 start=$(date +%s)
