@@ -366,6 +366,8 @@ static void setup(fz_in *in)
     ctx->attr.port = 1;
     ctx->attr.max_sge = RDMAX_MAX_SGE;
     ctx->attr.max_msg_sz = 1u << 20;
+    ctx->attr.max_inline = MAXINL;
+    ctx->inl_stage = (char *)calloc(RDMAX_BATCH_MAX, MAXINL);  /* the context's batch staging */
     ctx->port_up = 1;
     g_ctx = ctx;
 
@@ -396,9 +398,7 @@ static void setup(fz_in *in)
         ep->slots = (rdmax__slot *)calloc(SQD, sizeof *ep->slots);
         ep->rq_free = (uint32_t *)calloc(ep->rq_depth, sizeof *ep->rq_free);
         ep->rbufs = (char *)calloc(ep->rq_depth, RSZ);
-        ep->inl_stage = (char *)calloc(RDMAX_BATCH_MAX, MAXINL);
-        for (uint32_t i = 0; i < RDMAX_BATCH_MAX; i++)
-            ep->wr[i].sg_list = ep->sge[i];
+        ep->wr.sg_list = ep->sge;
         snprintf(ep->peer, sizeof ep->peer, "fuzz-peer-%d", e);
         ep->peer_qpn = 0x200 + (uint32_t)e;
         ep->peer_gid[15] = 1;
@@ -437,11 +437,11 @@ static void teardown(void)
         free(ep->slots);
         free(ep->rq_free);
         free(ep->rbufs);
-        free(ep->inl_stage);
         free(ep);
     }
     rdmax__profile_ctx_fini(g_ctx);
     free(g_ctx->eps);
+    free(g_ctx->inl_stage);
     free(g_ctx);
 }
 
