@@ -5527,6 +5527,8 @@ static rdmax_status rdmax__cm_try(rdmax_ctx *ctx, const struct sockaddr *dst, co
     struct rdma_cm_event *ev = NULL;
     rdmax_status st = RDMAX_ERR_IO;
     char peer[64];
+    int bind_src;  /* declared before the first goto: C++ does not jump over an initialisation */
+    size_t n;
     rdmax__sockaddr_str(dst, peer, sizeof peer);
     struct rdma_event_channel *ch = rdma_create_event_channel();
     if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP)) {
@@ -5535,7 +5537,7 @@ static rdmax_status rdmax__cm_try(rdmax_ctx *ctx, const struct sockaddr *dst, co
     }
     rdmax__cm_nonblock(ch);
     struct sockaddr_storage src;
-    int bind_src = rdmax__cm_source(ctx, dst, &src);
+    bind_src = rdmax__cm_source(ctx, dst, &src);
     if (bind_src < 0) {
         RDMAX__WHY("device %s port %u has no %s address (no GID of that family) to reach %s from",
                    ctx->attr.name, ctx->attr.port, dst->sa_family == AF_INET ? "IPv4" : "IPv6", peer);
@@ -5593,7 +5595,7 @@ static rdmax_status rdmax__cm_try(rdmax_ctx *ctx, const struct sockaddr *dst, co
                              why_len)) != RDMAX_OK)
         goto out;
     uint8_t pd[RDMAX_CM_INFO_SIZE];
-    size_t n = ev->param.conn.private_data ? ev->param.conn.private_data_len : 0;
+    n = ev->param.conn.private_data ? ev->param.conn.private_data_len : 0;
     if (n > sizeof pd)
         n = sizeof pd;  /* the rest is rdma_cm's zero padding */
     memcpy(pd, ev->param.conn.private_data ? ev->param.conn.private_data : pd, n);
