@@ -136,7 +136,7 @@
    error, and rdmax_ep_flush() never returns RDMAX_OK over an operation that was flushed or failed.
    The RC retry time, how long a link cut an endpoint survives, is 4.096 us x 2^ep_desc.timeout x
    (ep_desc.retry_cnt + 1): 0.47 s with the defaults (timeout 14, retry_cnt 6); timeout 18 gives 7.5 s.
-   Keepalive (RC, ep_desc.keepalive_ms, default 2000, RDMAX_OFF to disable): an endpoint that posted
+   Keepalive (RC, ep_desc.keepalive_ms, default 4000, RDMAX_OFF to disable): an endpoint that posted
    nothing for that long sends one zero-length RDMA write, so a vanished peer is found within keepalive_ms
    + the RC retry time with no application traffic. Device events (port down/active, QP fatal, device
    fatal, CQ error, GID change) are read without blocking from the context's async fd. The watchdog,
@@ -836,7 +836,7 @@ typedef struct rdmax_ep_desc {
     uint32_t watchdog_ms;      /* RC: 0: 2 x the RC retry time + 2 s (see FAILURES); RDMAX_OFF: never.
                                   An endpoint whose oldest signaled operation has not completed for this
                                   long (while rdmax_progress runs) fails with RDMAX_ERR_STALLED */
-    uint32_t keepalive_ms;     /* RC: 0: 2000; RDMAX_OFF: never. An endpoint that posted nothing for this
+    uint32_t keepalive_ms;     /* RC: 0: 4000; RDMAX_OFF: never. An endpoint that posted nothing for this
                                   long sends a zero-length write, so a vanished peer is found within
                                   keepalive_ms + the RC retry time without application traffic */
 } rdmax_ep_desc;

@@ -3428,7 +3428,7 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
         d->watchdog_ms = (uint32_t)(2 * retry_ms + 2000);
     }
     if (!d->keepalive_ms)
-        d->keepalive_ms = 2000;
+        d->keepalive_ms = 4000;  /* found within 4 s + the RC retry time (0.47 s): under 5 s */
 }
 
 #define RDMAX__RECV_BATCH 16
