@@ -47,6 +47,8 @@
        RDMAX_GID_INDEX=n         GID index (default: the RoCE v2 IPv4-mapped GID, else index 0)
        RDMAX_NUMA_NODE=n         NUMA node for rdmax's buffers (default: the device's node, if known)
        RDMAX_LOG_LEVEL=error|warn|info|debug|trace   (default: warn)
+       RDMAX_RCACHE_MONITOR=off  no memory monitor in this process (raw buffers then registered per
+                                 operation, see REGISTRATION CACHE)
 
    STEP BY STEP
        rdmax_ctx_desc cd = {0};                 zero fields mean the documented defaults
@@ -165,6 +167,62 @@
                              (RDMA_CM_EVENT_DISCONNECTED, read by rdmax_progress's slow tick) with no
                              traffic needed. rdmax creates its own QP on the context's PD (the cm id has
                              none), so everything else about an endpoint is the same in both modes.
+   REGISTRATION CACHE
+   A buffer passed without an rdmax_mem ("raw") is registered through the context's cache, by its
+   rcache_mode: RDMAX_RCACHE_AUTO (default) caches a range only while a memory monitor sees every change
+   to it and registers anything else for the one operation (correct; a registration each);
+   RDMAX_RCACHE_MANUAL caches every range and trusts the program to call rdmax_rcache_invalidate before
+   the memory under it changes; RDMAX_RCACHE_UNCACHED never caches. rcache_disable refuses raw buffers.
+   The monitor: userfaultfd with its UNMAP, REMOVE and REMAP events. The first context opens it (also as
+   UFFD_USER_MODE_ONLY when vm.unprivileged_userfaultfd=0 and the process lacks CAP_SYS_PTRACE, then
+   /dev/userfaultfd); the first cache starts one thread, "rdmax-monitor", all signals blocked, that
+   lives as long as the process (an munmap of a registered mapping waits for it). A miss registers the
+   whole private anonymous mapping holding the buffer, in write-protect mode with no page protected:
+   nothing ever faults, and the kernel reports every munmap, mmap(MAP_FIXED), mremap, brk shrink and
+   madvise(DONTNEED/FREE/REMOVE) of it, whoever makes the call: the program, glibc inside itself, a
+   direct system call, a -static program. The thread claims a slot of a lock-free ring before each
+   read and fills it after, and a get waits for a claimed slot, so a get that follows an munmap always
+   sees it; the thread takes no lock and allocates nothing. Shared memory (memfd, tmpfs, SysV shm,
+   MAP_SHARED|MAP_ANONYMOUS) and files are never cached: they can be truncated or punched with no event.
+   Where userfaultfd cannot run (seccomp, an old kernel, RDMAX_RCACHE_MONITOR=off), the first context
+   logs one warning and every raw buffer is registered per operation; rdmax_rcache_monitor_query says
+   why. Side effects: the thread; a cached buffer's mapping stays registered (another userfaultfd in the
+   process gets EBUSY on it); its munmap waits for the thread. After fork() the parent's cache keeps
+   working; the child's mappings carry no registration and it has no monitor until it makes a cache.
+   Why this one (measured: bench/rcache_bench.c, tests/rcache_device_test.c; 2-core host, Linux 6.18;
+   rxe in a TCG guest, Linux 6.1):
+     - it covers every route below; the opt-in hooks + malloc policy miss three and cannot link -static;
+     - a hit is the same code either way (22 ns monitor on, 19-26 ns off, loaded host; 4.8 ns quiet); a
+       miss in a mapping already registered costs what it costs without the monitor (114 vs 123 ns with
+       no-op registration); the first miss in a new mapping adds 1.1 us (PROCMAP_QUERY, Linux 6.11+) or
+       a read of /proc/self/maps before 6.11 (~0.45 us per mapping of the process: 244 us with 550);
+     - per-operation registration (what is left without a monitor) costs ibv_reg_mr + ibv_dereg_mr:
+       42 us (4 KiB) to 56 us (1 MiB) per operation on rxe in the guest;
+     - the price: an munmap of a registered mapping waits for the monitor thread (two wakeups): 64 KiB,
+       35-63 us against 24 us without rdmax on the loaded host; the hooks cost a ring record per call
+       but change the whole program (embed_test shows what the malloc policy does);
+     - on-demand-paging MRs would need no monitor, but rxe has no ODP on 6.1 and many devices lack it.
+   ROUTES (tests/rcache_device_test.c: after the change the receiver must get the new bytes; the control
+   runs the route on a MANUAL cache, where the old registration's stale bytes arrive)
+     route                                      monitor (default)         hooks+malloc policy   control
+     free + malloc 16 KiB, malloc_trim          covered (REMOVE/UNMAP)    covered (pages kept)  stale
+     free + malloc 1 MiB, 64 MiB (glibc's own   covered (UNMAP)           covered (pages kept)  stale
+       munmap inside free)
+     munmap + mmap MAP_FIXED; MAP_FIXED over    covered (UNMAP)           covered               stale
+     mremap grow (moving), shrink, move         covered (REMAP, UNMAP)    covered               stale
+     madvise DONTNEED, refill                   covered (REMOVE)          covered               stale
+     madvise FREE (+PAGEOUT), refill            covered (REMOVE)          covered               none (1)
+     shmdt + shmat                              never cached (shared)     covered               stale
+     syscall(SYS_munmap) + syscall(SYS_mmap)    covered (UNMAP)           NOT covered: stale    stale
+     munmap by another thread                   covered (UNMAP)           covered               stale
+     file mapping replaced by another file's    never cached (file)       covered               stale
+     memfd MAP_SHARED ftruncate 0 and back      never cached (shared)     NOT covered: stale    stale
+     memfd MAP_SHARED fallocate PUNCH_HOLE      never cached (shared)     NOT covered: stale    stale
+     the same routes in a -static program       covered                   cannot link           stale
+     (1) 6.1 keeps pages a registration pins even on MADV_PAGEOUT: nothing goes stale to show; the test
+         checks that the REMOVE event dropped the region. Older kernels could discard them.
+   Not covered by either: another process changing memory this one maps shared (never cached by the
+   monitor), an MR registered by the program itself (rdmax_mem_reg: the program owns it).
 
    LICENSE: see the end of this file.
 */

@@ -1773,6 +1773,11 @@ out:
    Goal: once the memory under a cached region is unmapped or replaced, that registration is
    never handed out again (else a put silently sends the old pages).
 
+   Default mechanism (mode RDMAX_RCACHE_AUTO): the userfaultfd monitor (>>monitor below), chosen by
+   the route table and the measurements in the manual (rdmax.h, REGISTRATION CACHE). It feeds the
+   same ring as the hooks below; a range it cannot watch is registered per get. The opt-in hooks
+   remain for programs that want a cheaper munmap and accept what they change and miss.
+
    Opt-in mechanism (RDMAX_MEMHOOKS, RDMAX_MALLOPT): symbol interposition + a lock-free event ring +
    a malloc policy. Without those defines the implementation defines no libc name and changes no
    process-wide setting; the cache then relies on rdmax_rcache_invalidate().
@@ -1826,18 +1831,12 @@ out:
       still serves small sizes without the lock). RDMAX_MEMHOOKS without RDMAX_MALLOPT keeps glibc's
       behaviour and leaves that hole open.
 
-   Why not the alternatives:
-   - UCX (UCM) patches the GOT of every loaded object (and dlopen'ed ones later), or rewrites
-     function entry points, and may replace malloc with its own ptmalloc to see free(): powerful,
-     but a lot of fragile machinery, and its reported deadlocks and crashes come from there.
-   - userfaultfd (libfabric) sees even direct syscalls and libc's internal unmaps, but needs a
-     monitor thread, registering every range (only anonymous/shmem/hugetlbfs memory; it fails for
-     file mappings and ranges another uffd user owns), makes the unmapping thread wait for the
-     monitor, and is restricted for unprivileged users (vm.unprivileged_userfaultfd).
-   - MPI libraries' mallopt + interposition is what this is, plus the after/fresh records, the
-     arena limit, and a ring that never blocks.
+   Beside the monitor, UCX (UCM) patches the GOT of every loaded object (and dlopen'ed ones
+   later), or rewrites function entry points, and may replace malloc with its own ptmalloc to see
+   free(): powerful, but a lot of fragile machinery, and its reported deadlocks and crashes come
+   from there. MPI libraries' mallopt + interposition is what the opt-in hooks are.
 
-   Not covered (call rdmax_rcache_invalidate() for these):
+   Not covered by the hooks alone (the monitor covers the first three; see the route table):
    - statically linked programs: libc.a's own objects call its internal names, and defining
      munmap next to libc.a's munmap.o clashes; build those without RDMAX_MEMHOOKS;
    - calls made inside libc or ld.so: dlclose() unmapping a library, thread stacks unmapped by
