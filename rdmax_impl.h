@@ -2220,6 +2220,17 @@ typedef struct rdmax__mon_state {
 rdmax__mon_state rdmax__mon = {-1, -1, 0, 0, NULL, 0, 0, 0, {0}, {0, 0, 0, 0}, NULL, 0, 0, 0};
 pthread_mutex_t rdmax__mon_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Takes the monitor lock. A child forked while a thread of its parent held the lock would wait for
+   it forever: the first caller in the child (whose WIPEONFORK page reads 0) makes the lock anew. */
+static void rdmax__mon_lock_take(void)
+{
+    int *f = (int *)(uintptr_t)__atomic_load_n(&rdmax__mon.forked, __ATOMIC_ACQUIRE), zero = 0;
+    if (f && __atomic_load_n(f, __ATOMIC_ACQUIRE) == 0 &&
+        __atomic_compare_exchange_n(f, &zero, 2, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        pthread_mutex_init(&rdmax__mon_lock, NULL);
+    pthread_mutex_lock(&rdmax__mon_lock);
+}
+
 #if RDMAX__MON
 static void rdmax__mon_fail(int err, const char *what)
 {
@@ -2300,7 +2311,7 @@ static int rdmax__mon_open_locked(void)
                         -1, 0);
         if (pg != MAP_FAILED && madvise(pg, (size_t)sysconf(_SC_PAGESIZE), MADV_WIPEONFORK) == 0) {
             *(volatile int *)pg = 1;
-            m->forked = (volatile int *)pg;
+            __atomic_store_n(&m->forked, (volatile int *)pg, __ATOMIC_RELEASE);
         } else if (pg != MAP_FAILED) {
             munmap(pg, (size_t)sysconf(_SC_PAGESIZE));
         }
@@ -2537,9 +2548,9 @@ static int rdmax__mon_watch(uintptr_t s, uintptr_t e)
     size_t i;
     int ok = 0;
     if (!__atomic_load_n(&m->started, __ATOMIC_ACQUIRE)) return 0;
-    pthread_mutex_lock(&rdmax__mon_lock);
+    rdmax__mon_lock_take();
     /* a cache copied into a forked child: its mappings carry no registration and there is no thread */
-    if (!m->started || (m->forked ? !*m->forked : m->pid != (int)getpid())) goto out;
+    if (!m->started || (m->forked ? *m->forked != 1 : m->pid != (int)getpid())) goto out;
     rdmax__mon_prune_locked();
     for (i = 0; i < m->n_ext; i++)
         if (m->ext[i].s <= s && e <= m->ext[i].e) {
@@ -2587,7 +2598,7 @@ static int rdmax__mon_watch(uintptr_t s, uintptr_t e) { (void)s, (void)e; return
 
 RDMAX_API void rdmax_rcache_monitor_query(rdmax_rcache_monitor_info *out)
 {
-    pthread_mutex_lock(&rdmax__mon_lock);
+    rdmax__mon_lock_take();
     memset(out, 0, sizeof *out);
     out->running = rdmax__mon.started && rdmax__mon.pid == (int)getpid();
     out->usable = rdmax__mon_open_locked();
@@ -3213,7 +3224,7 @@ RDMAX_API int rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **
     }
     rdmax__rc_apply_malloc_policy();
     if (rc->rdmax__mode == RDMAX_RCACHE_AUTO) {
-        pthread_mutex_lock(&rdmax__mon_lock);
+        rdmax__mon_lock_take();
         rdmax__mon_start_locked(); /* if it cannot run, AUTO registers every get for itself */
         pthread_mutex_unlock(&rdmax__mon_lock);
     }

@@ -613,6 +613,42 @@ static int fork_child_uses(char *msg, size_t msz)
     return 0;
 }
 
+/* A child forked while another thread of the parent holds the monitor's lock still gets a monitor. */
+static volatile int g_lock_held, g_lock_release;
+static void *hold_monitor_lock(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&rdmax__mon_lock);
+    __atomic_store_n(&g_lock_held, 1, __ATOMIC_SEQ_CST);
+    while (!__atomic_load_n(&g_lock_release, __ATOMIC_SEQ_CST))
+        usleep(1000);
+    pthread_mutex_unlock(&rdmax__mon_lock);
+    return NULL;
+}
+static int fork_lock_held(char *msg, size_t msz)
+{
+    rdmax_rcache *rc = mk(RDMAX_RCACHE_AUTO, 0); /* the monitor runs in the parent */
+    pthread_t t;
+    pthread_create(&t, NULL, hold_monitor_lock, NULL);
+    while (!__atomic_load_n(&g_lock_held, __ATOMIC_SEQ_CST))
+        usleep(1000);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm(10);
+        static const route rt = {"munmap", MIB, 0, 64 * 1024, r_munmap};
+        char m[200];
+        _exit(route_once(&rt, RDMAX_RCACHE_AUTO, m, sizeof m) == 0 ? 0 : 2);
+    }
+    __atomic_store_n(&g_lock_release, 1, __ATOMIC_SEQ_CST);
+    pthread_join(t, NULL);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    rdmax_rcache_destroy(rc);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        CFAIL("child: %s (status %#x)", WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM ? "blocked on the lock" : "stale", st);
+    return 0;
+}
+
 /* ---- where the monitor cannot run ---- */
 static int deny_userfaultfd(void)
 {
@@ -729,6 +765,7 @@ int main(void)
     in_child("rule/300 unmap events, ring overflow, no malloc on the monitor thread", rule_many, 120);
     in_child("fork/child without rdmax unaffected, parent keeps working", fork_child_unaffected, 20);
     in_child("fork/child with its own cache gets its own monitor", fork_child_uses, 20);
+    in_child("fork/while another thread holds the monitor's lock", fork_lock_held, 20);
     in_child("off/seccomp denies userfaultfd: every get registers", off_seccomp, 10);
     in_child("off/RDMAX_RCACHE_MONITOR=off: every get registers", off_env, 10);
     if (getuid() == 0)
