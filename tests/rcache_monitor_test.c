@@ -533,7 +533,8 @@ static int rule_many(char *msg, size_t msz)
     if (cache(rc, keep, P) == kk)
         CFAIL("after lost events a cached region was handed out again");
     rdmax_rcache_stats s = stats(rc);
-    if (m1.unmap - m0.unmap < N || s.overflows != 1 || s.cached_regions != 1)
+    /* the monitor counts an event after the read that let its munmap return: the last may trail */
+    if (m1.unmap - m0.unmap < N - 1 || s.overflows != 1 || s.cached_regions != 1)
         CFAIL("%lu unmap events for %d unmaps, %lu overflows, %lu cached regions",
               (unsigned long)(m1.unmap - m0.unmap), N, (unsigned long)s.overflows, (unsigned long)s.cached_regions);
     if (g_mon_allocs)
