@@ -192,15 +192,15 @@
    Why this one (measured: bench/rcache_bench.c, tests/rcache_device_test.c; 2-core host, Linux 6.18;
    rxe in a TCG guest, Linux 6.1):
      - it covers every route below; the opt-in hooks + malloc policy miss three and cannot link -static;
-     - a hit is the same code either way (22 ns monitor on, 19-26 ns off, loaded host; 4.8 ns quiet); a
-       miss in a mapping already registered costs what it costs without the monitor (114 vs 123 ns with
-       no-op registration); the first miss in a new mapping adds 1.1 us (PROCMAP_QUERY, Linux 6.11+) or
-       a read of /proc/self/maps before 6.11 (~0.45 us per mapping of the process: 244 us with 550);
+     - a hit is the same code either way (5.6 ns monitor on and off; UCX's ucs_rcache 45 ns); a miss in
+       a mapping already registered costs what it costs without the monitor (96 vs 108 ns with no-op
+       registration); the first miss in a new mapping adds 0.8 us (PROCMAP_QUERY, Linux 6.11+) or a
+       read of /proc/self/maps before 6.11 (~0.45 us per mapping of the process: 244 us with 550);
      - per-operation registration (what is left without a monitor) costs ibv_reg_mr + ibv_dereg_mr:
        42 us (4 KiB) to 56 us (1 MiB) per operation on rxe in the guest;
      - the price: an munmap of a registered mapping waits for the monitor thread (two wakeups): 64 KiB,
-       35-63 us against 24 us without rdmax on the loaded host; the hooks cost a ring record per call
-       but change the whole program (embed_test shows what the malloc policy does);
+       10.4 us against 6.9 us without rdmax (24 vs 35-63 us on a host loaded with other VMs); the hooks
+       cost a ring record per call but change the whole program (embed_test shows the malloc policy);
      - on-demand-paging MRs would need no monitor, but rxe has no ODP on 6.1 and many devices lack it.
    ROUTES (tests/rcache_device_test.c: after the change the receiver must get the new bytes; the control
    runs the route on a MANUAL cache, where the old registration's stale bytes arrive)
