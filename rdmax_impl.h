@@ -1782,8 +1782,8 @@ out:
    a malloc policy. Without those defines the implementation defines no libc name and changes no
    process-wide setting; the cache then relies on rdmax_rcache_invalidate().
 
-   1. With RDMAX_MEMHOOKS this TU defines mmap, mmap64, munmap, mremap, madvise, shmat, shmdt, brk and sbrk. Being
-      defined in the executable (or in a library loaded before libc), they win symbol lookup for
+   1. With RDMAX_MEMHOOKS this TU defines mmap, mmap64, munmap, mremap, madvise, shmat, shmdt, brk
+      and sbrk. Defined in the executable (or in a library loaded before libc), they win symbol lookup for
       every call made through the PLT/GOT by the program and its libraries. Each hook:
         - records the range that is about to change into the ring, then a full fence,
         - performs the real operation with syscall(2) (no dlsym(RTLD_NEXT): it can allocate and
