@@ -1129,7 +1129,8 @@ RDMAX_API rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc
 RDMAX_API void rdmax_ep_local_info(const rdmax_ep *ep, rdmax_conn_info *info);
 RDMAX_API rdmax_status rdmax_ep_connect_info(rdmax_ep *ep, const rdmax_conn_info *remote);
 /* Wait until every operation posted on ep has completed (posts a signaled zero-length write if the last
-   post was unsignaled). RDMAX_ERR_TIMEOUT after timeout_ms. */
+   post was unsignaled). RDMAX_ERR_TIMEOUT after timeout_ms; a negative timeout_ms is
+   RDMAX_ERR_INVALID_PARAM (also for rdmax_ep_disconnect). Never RDMAX_OK over a failed operation. */
 RDMAX_API rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms);
 /* Operations still in flight complete with RDMAX_ERR_CANCELED. */
 RDMAX_API void rdmax_ep_destroy(rdmax_ep *ep);

@@ -4132,6 +4132,11 @@ struct ibv_qp *rdmax_ep_qp(const rdmax_ep *ep)
 rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
 {
     rdmax_ctx *ctx = ep->ctx;
+    if (timeout_ms < 0) {  /* as accept and connect: a wait has a bound */
+        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: flush with a negative timeout %d ms", ctx->attr.name,
+                   timeout_ms);
+        return RDMAX_ERR_INVALID_PARAM;
+    }
     if (ep->batching && rdmax_batch_end(ep) != RDMAX_OK)
         return RDMAX_ERR_IO;
     if (ep->state == RDMAX_EP_CLOSED && ep->sq_head == ep->sq_tail) {
@@ -4254,6 +4259,8 @@ static void rdmax__ep_peer_closed(rdmax_ep *ep)
 rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms)
 {
     rdmax_ctx *ctx = ep->ctx;
+    if (timeout_ms < 0)
+        return rdmax_ep_flush(ep, timeout_ms);  /* RDMAX_ERR_INVALID_PARAM, logged */
     if (ep->state != RDMAX_EP_CONNECTED)
         return ep->state == RDMAX_EP_CLOSED ? RDMAX_OK : rdmax_ep_error(ep);
     rdmax_status st = rdmax_ep_flush(ep, timeout_ms);

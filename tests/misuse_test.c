@@ -491,7 +491,7 @@ static const struct mcase cases[] = {
     C(accept_zero, RDMAX_ERR_TIMEOUT),
     C(connect_negative, RDMAX_ERR_INVALID_PARAM),
     C(connect_zero, RDMAX_ERR_TIMEOUT),
-    C(flush_negative, RDMAX_ERR_TIMEOUT),
+    C(flush_negative, RDMAX_ERR_INVALID_PARAM),
     C(flush_zero_idle, RDMAX_OK),
     C(batch_end_without_begin, RDMAX_OK),
     C(batch_end_twice, RDMAX_OK),
