@@ -5094,6 +5094,8 @@ static int rdmax__cm_source(rdmax_ctx *ctx, const struct sockaddr *dst, struct s
     int dst_ll = !want4 && IN6_IS_ADDR_LINKLOCAL(&((const struct sockaddr_in6 *)(const void *)dst)->sin6_addr);
     struct ibv_gid_entry tab[256], best;
     ssize_t n = ibv_query_gid_table(ctx->verbs, tab, 256, 0);
+    if (n < 0)
+        return 0;  /* no table to choose from: let the route choose, the device check still holds */
     int best_score = -1;
     for (ssize_t i = 0; i < n; i++) {
         const struct ibv_gid_entry *e = &tab[i];
