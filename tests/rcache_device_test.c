@@ -149,6 +149,10 @@ static int rig_open(rig *r, const rdmax_ctx_desc *sender, size_t dst_len)
     memset(&da, 0, sizeof da);
     memset(&db, 0, sizeof db);
     db.expose = r->dst;
+    /* The pair idles while the host part of a case runs (munmap storms, forks): under a loaded host that
+       is long enough for keepalives and the default 0.47 s retry time to call the idle peer dead. */
+    da.keepalive_ms = db.keepalive_ms = RDMAX_OFF;
+    da.timeout = db.timeout = 18;
     if (rdmax_ep_create(r->cs, &da, &r->a) != RDMAX_OK || rdmax_ep_create(r->cr, &db, &r->b) != RDMAX_OK)
         return -1;
     rdmax_conn_info ia, ib;
