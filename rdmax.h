@@ -994,6 +994,7 @@ struct rdmax_ctx {
     struct rdmax_rcache *rcache; /* NULL when disabled */
     struct rdmax__prof *prof;   /* profile points, event callbacks, log dedupe; NULL until used */
     struct rdma_event_channel *cm_ch; /* RDMAX_SETUP_CM: events of the endpoints' rdma_cm ids */
+    rdmax_listener *listeners;  /* open listeners, closed by rdmax_ctx_destroy */
 #if RDMAX__HAS_UD
     struct rdmax__ud *ud;
 #endif
@@ -1118,6 +1119,8 @@ RDMAX_API uint16_t rdmax_listener_port(const rdmax_listener *l);
 /* A file descriptor that becomes readable when rdmax_accept has work: a new client or a handshake step.
    Wait on it (poll/epoll), then call rdmax_accept(l, desc, &ep, 0). */
 RDMAX_API int rdmax_listener_fd(const rdmax_listener *l);
+/* Closes the listener and ends its handshakes. rdmax_ctx_destroy closes the listeners still open on the
+   context (do not close those afterwards). */
 RDMAX_API void rdmax_listener_close(rdmax_listener *l);
 RDMAX_API rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep **out, int timeout_ms);
 RDMAX_API rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, const rdmax_ep_desc *desc,

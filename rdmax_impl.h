@@ -460,6 +460,8 @@ void rdmax_ctx_destroy(rdmax_ctx *ctx)
 {
     if (!ctx)
         return;
+    while (ctx->listeners)  /* first: their handshakes' endpoints are in ctx->eps */
+        rdmax_listener_close(ctx->listeners);
     for (uint32_t i = 0; ctx->eps && i < ctx->desc.max_eps; i++)
         if (ctx->eps[i].ep)
             rdmax_ep_destroy(ctx->eps[i].ep);
@@ -4607,7 +4609,23 @@ struct rdmax_listener {
     struct rdma_event_channel *cm_ch;
     struct rdma_cm_id *cm_id;
     struct rdmax__cm_hs *cm_hs;
+    rdmax_listener *next;       /* ctx->listeners */
 };
+
+static void rdmax__listener_link(rdmax_listener *l)
+{
+    l->next = l->ctx->listeners;
+    l->ctx->listeners = l;
+}
+
+static void rdmax__listener_unlink(rdmax_listener *l)
+{
+    for (rdmax_listener **p = &l->ctx->listeners; *p; p = &(*p)->next)
+        if (*p == l) {
+            *p = l->next;
+            return;
+        }
+}
 
 static void rdmax__sockaddr_str(const struct sockaddr *sa, char *out, size_t n)
 {
@@ -4683,6 +4701,7 @@ rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax
                                       : ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
     l->ctx = ctx;
     l->fd = fd;
+    rdmax__listener_link(l);
     *out = l;
     return RDMAX_OK;
 }
@@ -4714,6 +4733,7 @@ void rdmax_listener_close(rdmax_listener *l)
 {
     if (!l)
         return;
+    rdmax__listener_unlink(l);
     if (l->cm_ch) {
         rdmax__cm_listener_close(l);
         return;
@@ -5260,6 +5280,7 @@ static rdmax_status rdmax__cm_listen(rdmax_ctx *ctx, const char *host, uint16_t 
         goto fail;
     freeaddrinfo(res);
     l->port = ntohs(rdma_get_src_port(l->cm_id));
+    rdmax__listener_link(l);
     *out = l;
     return RDMAX_OK;
 fail:

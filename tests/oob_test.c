@@ -553,6 +553,53 @@ out:
     }
     tl_end();
 
+    tl_begin("listener/a context destroyed with its listener open, a handshake in flight, closes it once");
+    {
+        /* In a child, so a double destroy (abort, or a signal) is seen as its exit status. */
+        pid_t pid = fork();
+        if (pid == 0) {
+            rdmax_ctx *c2 = NULL;
+            rdmax_listener *l2 = NULL;
+            rdmax_ep *cli = NULL, *got = NULL;
+            rdmax_ctx_desc d2;
+            memset(&d2, 0, sizeof d2);
+            d2.handshake_ms = 600000;
+            if (rdmax_ctx_create(&d2, &c2) != RDMAX_OK || rdmax_listen(c2, "127.0.0.1", 0, &l2) != RDMAX_OK ||
+                rdmax_ep_create(c2, NULL, &cli) != RDMAX_OK)
+                _exit(2);
+            uint16_t p2 = rdmax_listener_port(l2);
+            /* a client that sends a good record and never confirms: the listener's endpoint exists */
+            uint8_t rec[RDMAX_CONN_INFO_SIZE];
+            rdmax_conn_info me;
+            rdmax_ep_local_info(cli, &me);
+            rdmax_conn_info_encode(&me, rec);
+            int fd = tcp_connect(AF_INET, p2);
+            if (fd < 0 || write(fd, rec, sizeof rec) != (ssize_t)sizeof rec)
+                _exit(3);
+            uint8_t theirs[RDMAX_CONN_INFO_SIZE + 1];
+            size_t n = 0;
+            for (int tries = 0; n < sizeof theirs; tries++) {
+                if (tries == 6000)  /* 60 s */
+                    _exit(5);  /* the listener's record and ready byte: its endpoint was made */
+                if (rdmax_accept(l2, NULL, &got, 10) == RDMAX_OK)
+                    _exit(4);
+                ssize_t k = recv(fd, theirs + n, sizeof theirs - n, MSG_DONTWAIT);
+                if (k == 0 || (k < 0 && errno != EAGAIN))
+                    _exit(5);
+                n += k > 0 ? (size_t)k : 0;
+            }
+            rdmax_ctx_destroy(c2);  /* listener still open */
+            int again = tcp_connect(AF_INET, p2);
+            _exit(again >= 0 ? 6 : 0);  /* its socket is closed: refused */
+        }
+        int status = -1;
+        waitpid(pid, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child %s %d (2-5: setup, 6: listener still open)",
+              WIFSIGNALED(status) ? "died of signal" : "exited with", WIFSIGNALED(status) ? WTERMSIG(status)
+                                                                                         : WEXITSTATUS(status));
+    }
+    tl_end();
+
     tl_begin("connect/retries a refused peer until it listens");
     {
         /* a port that nobody listens on yet */
