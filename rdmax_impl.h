@@ -4644,23 +4644,32 @@ static void rdmax__sockaddr_str(const struct sockaddr *sa, char *out, size_t n)
     }
 }
 
-rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out)
+/* The address a listener binds: host NULL is IPv6 any, which serves IPv4 too. */
+static rdmax_status rdmax__passive_addr(rdmax_ctx *ctx, const char *host, uint16_t port, struct addrinfo **res)
 {
-    *out = NULL;
-    if (ctx->desc.conn_setup == RDMAX_SETUP_CM)
-        return rdmax__cm_listen(ctx, host, port, out);
-    struct addrinfo hints, *res = NULL;
+    struct addrinfo hints;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = host ? AF_UNSPEC : AF_INET6;
     hints.ai_socktype = SOCK_STREAM;
     hints.ai_flags = AI_PASSIVE;
     char ps[8];
     snprintf(ps, sizeof ps, "%u", port);
-    int rc = getaddrinfo(host, ps, &hints, &res);
+    int rc = getaddrinfo(host, ps, &hints, res);
     if (rc) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, "listen: cannot resolve %s: %s", host ? host : "(any)", gai_strerror(rc));
         return RDMAX_ERR_INVALID_PARAM;
     }
+    return RDMAX_OK;
+}
+
+rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out)
+{
+    *out = NULL;
+    if (ctx->desc.conn_setup == RDMAX_SETUP_CM)
+        return rdmax__cm_listen(ctx, host, port, out);
+    struct addrinfo *res = NULL;
+    if (rdmax__passive_addr(ctx, host, port, &res) != RDMAX_OK)
+        return RDMAX_ERR_INVALID_PARAM;
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int one = 1, zero = 0;
     if (fd >= 0) {
@@ -5229,18 +5238,9 @@ static void rdmax__cm_reject(struct rdma_cm_id *id, rdmax_status st)
 
 static rdmax_status rdmax__cm_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out)
 {
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = host ? AF_UNSPEC : AF_INET6;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_PASSIVE;
-    char ps[8];
-    snprintf(ps, sizeof ps, "%u", port);
-    int rc = getaddrinfo(host, ps, &hints, &res);
-    if (rc) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "listen: cannot resolve %s: %s", host ? host : "(any)", gai_strerror(rc));
+    struct addrinfo *res = NULL;
+    if (rdmax__passive_addr(ctx, host, port, &res) != RDMAX_OK)
         return RDMAX_ERR_INVALID_PARAM;
-    }
     rdmax_listener *l = (rdmax_listener *)rdmax__alloc(ctx, sizeof *l);
     struct rdmax__cm_hs *hs = (struct rdmax__cm_hs *)rdmax__alloc(ctx, RDMAX__HS_MAX * sizeof *hs);
     if (!l || !hs) {
