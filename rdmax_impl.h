@@ -39,6 +39,7 @@ const char RDMAX__SELECTION = 1;
 static void rdmax__grant(rdmax_ep *ep);
 static int64_t rdmax__now_ms(void);
 static void rdmax__ep_peer_closed(rdmax_ep *ep);
+static void rdmax__ep_fail_why(rdmax_ep *ep, rdmax_status err, int wc_status, int kill_qp, const char *fmt, ...);
 #define RDMAX__TICK_MS 100  /* period of the watchdog and keepalive pass */
 /* rdma_cm connection setup (>>cm) */
 static rdmax_status rdmax__cm_ctx_open(rdmax_ctx *ctx);
@@ -58,6 +59,7 @@ static rdmax_status rdmax__ud_ep_create(rdmax_ctx *ctx, rdmax_ep_desc *d, rdmax_
 static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, enum ibv_qp_type type,
                                     rdmax_ep **out);
 static int rdmax__ud_poll_recv(rdmax_ctx *ctx);
+static void rdmax__ud_fail_all(rdmax_ctx *ctx, const char *why);
 #endif
 
 /* >>strings ========================================================================================== */
@@ -1247,6 +1249,18 @@ static rdmax_status rdmax__ud_ep_create(rdmax_ctx *ctx, rdmax_ep_desc *d, rdmax_
     return rdmax__ep_alloc(ctx, d, IBV_QPT_UD, out);
 }
 
+/* The context's one UD QP failed (an error receive completion or an asynchronous QP error): nothing
+   will arrive or leave through it again, so every UD endpoint fails, idle receivers too. */
+static void rdmax__ud_fail_all(rdmax_ctx *ctx, const char *why)
+{
+    struct ibv_qp *qp = ctx->ud->qp;
+    for (uint32_t i = 0; i < ctx->desc.max_eps; i++) {
+        rdmax_ep *ep = ctx->eps[i].ep;
+        if (ep && ep->qp == qp)
+            rdmax__ep_fail_why(ep, RDMAX_ERR_DEVICE, IBV_WC_FATAL_ERR, 0, "the context's UD QP failed: %s", why);
+    }
+}
+
 /* The multicast group a datagram was sent to, from the GRH rxe puts in front of it (RoCE v2 over IPv4:
    an IPv4 header in the last 20 of its 40 bytes), as a GID; 0 if it was unicast. */
 static int rdmax__ud_group(const uint8_t *grh, uint8_t gid[16])
@@ -1281,12 +1295,12 @@ static int rdmax__ud_poll_recv(rdmax_ctx *ctx)
         }
         u->rq_free[u->rq_unposted++] = idx;
         if (rdmax_unlikely(wc[i].status != IBV_WC_SUCCESS)) {
-            /* the shared QP failed: every UD endpoint learns it from its own flushed sends */
             if (wc[i].status == IBV_WC_WR_FLUSH_ERR)
                 ctx->cnt.recv_flushed++;
             else
                 ctx->cnt.err_cqes++;
             u->rq_unposted--;  /* not reposted: the QP is in error */
+            rdmax__ud_fail_all(ctx, ibv_wc_status_str(wc[i].status));
             continue;
         }
         uint8_t *data = (uint8_t *)u->rbufs + (size_t)idx * u->recv_size;
@@ -4313,6 +4327,10 @@ static void rdmax__async_events(rdmax_ctx *ctx)
             if (ep)
                 rdmax__ep_fail_why(ep, RDMAX_ERR_DEVICE, IBV_WC_FATAL_ERR, 1, "asynchronous QP error: %s",
                                    ibv_event_type_str(ev.event_type));
+#if RDMAX__HAS_UD
+            else if (ctx->ud && ev.element.qp == ctx->ud->qp)
+                rdmax__ud_fail_all(ctx, ibv_event_type_str(ev.event_type));
+#endif
             break;
         case IBV_EVENT_PORT_ERR:
         case IBV_EVENT_PORT_ACTIVE:

@@ -127,6 +127,50 @@ out:
         tl_end();
 }
 
+/* The context's one UD QP forced to the error state (what an asynchronous QP error leaves): every UD
+   endpoint fails, also one that never sends, which would otherwise wait for datagrams forever. */
+static void shared_qp_failure(const char *dev)
+{
+    rdmax_ctx *c = open_ctx(dev);
+    rdmax_ep *a = NULL, *b = NULL, *idle = NULL;
+    struct rx r;
+    memset(&r, 0, sizeof r);
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.recv_cb = on_recv;
+    d.user = &r;
+    tl_begin("ud/loopback/the shared UD QP in error fails every UD endpoint, idle receivers too");
+    REQUIRE(rdmax_ep_create(c, &d, &a) == RDMAX_OK && rdmax_ep_create(c, &d, &b) == RDMAX_OK &&
+            rdmax_ep_create(c, &d, &idle) == RDMAX_OK, "endpoints");
+    rdmax_conn_info ia, ib;
+    rdmax_ep_local_info(a, &ia);
+    rdmax_ep_local_info(b, &ib);
+    REQUIRE(rdmax_ep_connect_info(a, &ib) == RDMAX_OK && rdmax_ep_connect_info(b, &ia) == RDMAX_OK &&
+            rdmax_ep_connect_info(idle, &ia) == RDMAX_OK, "connect");
+    REQUIRE(rdmax_ep_qp(a) == rdmax_ep_qp(idle), "the endpoints do not share one UD QP");
+    struct ibv_qp_attr qa;
+    memset(&qa, 0, sizeof qa);
+    qa.qp_state = IBV_QPS_ERR;
+    REQUIRE(ibv_modify_qp(rdmax_ep_qp(a), &qa, IBV_QP_STATE) == 0, "ibv_modify_qp(ERR)");
+    for (long i = 0; i < 1000000 && rdmax_ep_get_state(idle) == RDMAX_EP_CONNECTED; i++)
+        rdmax_progress(c);  /* the posted receives come back flushed */
+    rdmax_ep *eps[3] = {a, b, idle};
+    for (int i = 0; i < 3; i++) {
+        CHECK(rdmax_ep_get_state(eps[i]) == RDMAX_EP_ERROR, "endpoint %d is in state %d, not failed", i,
+              (int)rdmax_ep_get_state(eps[i]));
+        CHECK_ST(rdmax_ep_error(eps[i]), RDMAX_ERR_DEVICE);
+    }
+    CHECK_ST(rdmax_send(a, "x", 1, NULL, NULL), RDMAX_ERR_ENDPOINT);
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_ep_destroy(idle);
+    rdmax_ctx_destroy(c);
+    if (tl_case_failed)
+        tl_end();
+}
+
 /* A receiving process: join, say ready, count phase-1 messages, maybe leave, count phase 2, report. */
 static void receiver(const char *dev, int leave_after_phase1, int ready_fd, int go_fd, int report_fd)
 {
@@ -388,8 +432,10 @@ int main(int argc, char **argv)
     const char *topo = cross ? "cross" : "loopback";
     unicast(topo, cs, cr);
     multicast(topo, cs, d0);
-    if (!cross)
+    if (!cross) {
         scale(d0, 10000);
+        shared_qp_failure(d0);
+    }
     if (cr != cs)
         rdmax_ctx_destroy(cr);
     rdmax_ctx_destroy(cs);
