@@ -4,6 +4,7 @@
    - a requester that never hears back (ack timeout of hours): the watchdog fails it;
    - an idle endpoint whose peer vanished: keepalive finds it, and only with keepalive on;
    - graceful disconnect: the peer sees RDMAX_EP_CLOSED and says so;
+   - a peer process killed and restarted ten times: the same context reconnects and leaks nothing;
    - (veth) a link cut during a put stream: every operation completes once, no hang; reconnect works.
    - (veth, mode devices) the netdev taken down and up, and rxe1's link deleted, under running endpoints.
    Usage: failure_test loopback | linkcut | devices (linkcut and devices need the veth topology: rxe0 on
@@ -18,6 +19,7 @@
 #include <spawn.h>
 #include <unistd.h>
 #include <sys/wait.h>
+#include <fcntl.h>
 
 #define GUARD_MS 60000 /* a hang guard, not a timing assertion: the expected times are a few seconds */
 
@@ -920,6 +922,133 @@ static int devices_mode(void)
     return tl_failed_total != 0;
 }
 
+/* Resources of this process as the kernel counts them (`rdma resource show qp|mr`); -1 if unreadable. */
+static int kernel_count(const char *what)
+{
+    char cmd[96], line[512], pid[32];
+    snprintf(cmd, sizeof cmd, "rdma resource show %s 2>/dev/null", what);
+    snprintf(pid, sizeof pid, " pid %d ", (int)getpid());
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return -1;
+    int n = 0, any = 0;
+    while (fgets(line, sizeof line, f)) {
+        any = 1;
+        line[strcspn(line, "\n")] = ' ';
+        n += strstr(line, pid) != NULL;
+    }
+    pclose(f);
+    return any ? n : -1;
+}
+
+static int open_fds(void)
+{
+    int n = 0;
+    for (int fd = 0; fd < 4096; fd++)
+        n += fcntl(fd, F_GETFD) != -1;
+    return n;
+}
+
+/* A server process: listens, writes its port to `out`, accepts one client and serves it until killed. */
+static pid_t reconnect_server(int out)
+{
+    pid_t pid = fork();
+    if (pid)
+        return pid;
+    rdmax_ctx *c = open_ctx(getenv("RDMAX_TEST_DEV0"));
+    rdmax_listener *l = NULL;
+    rdmax_ep *ep = NULL;
+    if (rdmax_listen(c, "127.0.0.1", 0, &l) != RDMAX_OK)
+        _exit(2);
+    uint16_t port = rdmax_listener_port(l);
+    if (write(out, &port, sizeof port) != (ssize_t)sizeof port || rdmax_accept(l, NULL, &ep, GUARD_MS) != RDMAX_OK)
+        _exit(3);
+    for (;;)
+        rdmax_progress(c);
+}
+
+/* Reconnect: a peer process killed under a stream of sends (some waiting in the pending queue, buffers
+   registered through the cache), restarted, and the same context connects to it again, ten times. Each
+   round every operation completes once; what the dead endpoints held (the kernel's QPs and MRs of this
+   process, file descriptors, cached registrations in use) is the same after the last round as after the
+   first. */
+static void case_reconnect(rdmax_ctx *c)
+{
+    enum { ROUNDS = 10, N = 256, LEN = 8192 };
+    tl_begin("failure/reconnect to a restarted peer %d times: every operation completes once, nothing leaks",
+             ROUNDS);
+    static rdmax_comp comp[N];
+    char *buf = (char *)malloc((size_t)N * LEN);
+    int first[4] = {0}, last[4] = {0}, fail_ms_max = 0;
+    REQUIRE(buf != NULL, "malloc");
+    memset(buf, 0x5c, (size_t)N * LEN);
+    for (int round = 0; round < ROUNDS; round++) {
+        int pfd[2];
+        REQUIRE(pipe(pfd) == 0, "pipe");
+        pid_t pid = reconnect_server(pfd[1]);
+        close(pfd[1]);
+        uint16_t port = 0;
+        REQUIRE(read(pfd[0], &port, sizeof port) == (ssize_t)sizeof port, "round %d: the server did not start",
+                round);
+        close(pfd[0]);
+        rdmax_ep *ep = NULL;
+        rdmax_ep_desc d;
+        memset(&d, 0, sizeof d);
+        d.keepalive_ms = 500;  /* the kill may find nothing in flight: keepalive finds the dead peer then */
+        REQUIRE(rdmax_connect(c, "127.0.0.1", port, &d, &ep, GUARD_MS) == RDMAX_OK, "round %d: connect", round);
+        memset(comp, 0, sizeof comp);
+        int posted = 0;
+        for (int i = 0; i < N; i++) {  /* more than the send queue and the credits hold: some wait */
+            rdmax_status st = rdmax_send(ep, buf + (size_t)i * LEN, LEN, NULL, &comp[i]);
+            if (st != RDMAX_INPROGRESS && st != RDMAX_OK)
+                break;
+            posted++;
+        }
+        for (int i = 0; i < 100; i++)
+            rdmax_progress(c);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        int64_t t0 = now_ms();
+        int done = 0;
+        while (now_ms() - t0 < GUARD_MS) {
+            rdmax_progress(c);
+            done = 0;
+            for (int i = 0; i < posted; i++)
+                done += comp[i].done;
+            if (done == posted && rdmax_ep_get_state(ep) != RDMAX_EP_CONNECTED)
+                break;
+        }
+        int ms = (int)(now_ms() - t0);
+        fail_ms_max = ms > fail_ms_max ? ms : fail_ms_max;
+        CHECK(done == posted, "round %d: %d of %d sends completed within %d ms", round, done, posted, GUARD_MS);
+        CHECK(rdmax_ep_get_state(ep) == RDMAX_EP_ERROR, "round %d: the endpoint did not fail", round);
+        rdmax_ep_destroy(ep);
+        for (int i = 0; i < 100; i++)
+            rdmax_progress(c);  /* late completions of the dead endpoint are dropped, not kept */
+        rdmax_rcache_stats rs;
+        memset(&rs, 0, sizeof rs);
+        if (rdmax_ctx_rcache(c))
+            rdmax_rcache_query_stats(rdmax_ctx_rcache(c), &rs);
+        int *now = round == 0 ? first : last;
+        now[0] = kernel_count("qp");
+        now[1] = kernel_count("mr");
+        now[2] = open_fds();
+        now[3] = (int)rs.regions;
+        if (tl_case_failed)
+            break;
+    }
+    REQUIRE(first[0] >= 0 && first[1] >= 0, "cannot read the kernel's resource lists (rdma resource show)");
+    const char *name[4] = {"QPs", "MRs", "file descriptors", "registrations"};
+    for (int k = 0; k < 4; k++)
+        CHECK(last[k] == first[k], "%s: %d after round 1, %d after round %d", name[k], first[k], last[k], ROUNDS);
+    printf("    reconnect: %d rounds, QPs %d, MRs %d, fds %d, registrations %d after the first and the last; a "
+           "killed peer failed the endpoint within %d ms\n", ROUNDS, last[0], last[1], last[2], last[3],
+           fail_ms_max);
+out:
+    free(buf);
+    tl_end();
+}
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "loopback";
@@ -954,6 +1083,7 @@ int main(int argc, char **argv)
         case_watchdog(c, mem);
         case_keepalive(c, mem);
         case_disconnect(c, mem);
+        case_reconnect(c);
     }
     rdmax_mem_free(mem);
     rdmax_ctx_destroy(c);
