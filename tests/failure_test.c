@@ -404,6 +404,70 @@ out:
     tl_end();
 }
 
+/* veth: a cut shorter than the RC retry time under a stream of checked puts: survived, nothing lost. The
+   endpoints' retry time is 4.096 us x 2^18 x 7 = 7.5 s; the cut lasts CUT_MS. Holds on make test's 6.1
+   kernel; 6.12's rxe moves the QPs of a port that goes down (here rxe0, whose veth peer went down) to the
+   error state, so there a cut of any length fails the endpoints at once ("flushed ... the link is down"). */
+static void case_short_cut(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_mem *m1, const char *netdev)
+{
+    enum { CUT_MS = 500, N = 64, LEN = 4096 };
+    tl_begin("failure/link cut %s for %d ms (retry time 7.5 s) under a put stream: survived, every put lands",
+             netdev, CUT_MS);
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.timeout = 18;
+    d.retry_cnt = 6;
+    d.keepalive_ms = RDMAX_OFF;
+    d.expose = m1;
+    rdmax_ep *a = NULL, *b = NULL;
+    rdmax_comp comp[N];
+    memset(comp, 0, sizeof comp);
+    char cmd[128];
+    REQUIRE(pair(c0, c1, &d, &a, &b) == RDMAX_OK, "pair");
+    rdmax_conn_info ib;
+    rdmax_ep_local_info(b, &ib);
+    memset(m1->addr, 0, (size_t)N * LEN);
+    for (size_t i = 0; i < (size_t)N * LEN; i++)
+        ((uint8_t *)m0->addr)[i] = (uint8_t)(i * 13 + 7);
+    snprintf(cmd, sizeof cmd, "ip link set %s down", netdev);
+    REQUIRE(system(cmd) == 0, "%s failed", cmd);
+    int posted = 0;
+    for (int i = 0; i < N; i++) {
+        rdmax_status st = rdmax_put(a, (char *)m0->addr + (size_t)i * LEN, LEN, m0, ib.buf.addr + (size_t)i * LEN,
+                                    ib.buf.rkey, &comp[i]);
+        if (st != RDMAX_INPROGRESS)
+            break;
+        posted++;
+    }
+    int64_t t0 = now_ms();
+    while (now_ms() - t0 < CUT_MS) {
+        rdmax_progress(c0);
+        rdmax_progress(c1);
+    }
+    snprintf(cmd, sizeof cmd, "ip link set %s up", netdev);
+    CHECK(system(cmd) == 0, "%s failed", cmd);
+    int done = 0, ok = 0;
+    while (done < posted && now_ms() - t0 < GUARD_MS) {
+        rdmax_progress(c0);
+        rdmax_progress(c1);
+        done = ok = 0;
+        for (int i = 0; i < posted; i++) {
+            done += comp[i].done;
+            ok += comp[i].done && comp[i].status == RDMAX_OK;
+        }
+    }
+    REQUIRE(done == posted, "%d of %d puts completed within %d ms: a hang", done, posted, GUARD_MS);
+    printf("    short cut: %d of %d puts succeeded, endpoint %s, %lld ms after the cut began\n", ok, posted,
+           rdmax_status_str(rdmax_ep_error(a)), (long long)(now_ms() - t0));
+    CHECK(ok == posted && rdmax_ep_error(a) == RDMAX_OK, "%d of %d puts failed: %s", posted - ok, posted,
+          rdmax_status_str(rdmax_ep_error(a)));
+    CHECK(!memcmp(m0->addr, m1->addr, (size_t)posted * LEN), "the data that landed differs");
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    tl_end();
+}
+
 /* >>devices (veth): the netdev taken down and up, and an rxe link deleted, under running endpoints.
    Two contexts (rxe0, rxe1), three pairs across them: a put stream rxe0 -> rxe1, a get stream of checked
    data by rxe1 from rxe0, an idle pair with keepalive. Each operation must complete exactly once, no get
@@ -1073,6 +1137,7 @@ int main(int argc, char **argv)
             printf("FAIL setup: rdmax_mem_alloc\n");
             return 1;
         }
+        case_short_cut(c, c1, mem, m1, "veth1");
         case_linkcut(c, c1, mem, m1, "veth1");
         rdmax_mem_free(m1);
         rdmax_ctx_destroy(c1);
