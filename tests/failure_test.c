@@ -418,12 +418,13 @@ static void case_short_cut(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_me
     d.timeout = 18;
     d.retry_cnt = 6;
     d.keepalive_ms = RDMAX_OFF;
-    d.expose = m1;
+    rdmax_ep_desc db = d;
+    db.expose = m1;
     rdmax_ep *a = NULL, *b = NULL;
     rdmax_comp comp[N];
     memset(comp, 0, sizeof comp);
     char cmd[128];
-    REQUIRE(pair(c0, c1, &d, &a, &b) == RDMAX_OK, "pair");
+    REQUIRE(pair2(c0, c1, &d, &db, &a, &b) == RDMAX_OK, "pair");
     rdmax_conn_info ib;
     rdmax_ep_local_info(b, &ib);
     memset(m1->addr, 0, (size_t)N * LEN);
