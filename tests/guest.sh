@@ -46,6 +46,7 @@ run() {
 }
 
 if [ "$topo" = twohost ]; then
+    run twohost_cm tests/twohost_cm.sh
     # host 0 prints the verdicts; host 1 serves until host 0 crashes it
     run twohost $B/twohost_test
 elif [ "$topo" = veth ]; then
