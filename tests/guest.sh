@@ -56,6 +56,9 @@ elif [ "$topo" = veth ]; then
     run rcache_device_cross $B/rcache_device_test
     run examples_veth tests/examples_test.sh veth
     run cm_veth tests/cm_test.sh veth
+    # each netem fault once, one RC operation type each, and UD under loss and duplicates: 20,000
+    # operations per stream, 2,000 under 'delay' (go-back-N); make soak: every type under every setting
+    run netem $B/netem_test -n ${RDMAX_NETEM_OPS:-20000} -D ${RDMAX_NETEM_DELAY_OPS:-2000} --rotate
     # last: it deletes rxe1 (and adds it back)
     run failure_devices $B/failure_test devices
 else
