@@ -16,7 +16,7 @@ EXAMPLES := $(B)/rdmax_pingpong_rc $(B)/rdmax_pingpong_ud $(B)/rdmax_bw $(B)/rdm
 TESTS := $(B)/failure_test $(B)/oob_test $(B)/cm_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test $(B)/pending_test \
          $(B)/rcache_device_test $(B)/rcache_device_hooks_test $(B)/rcache_device_static_test \
          $(B)/profile_test $(B)/profile_points_test $(B)/misuse_test \
-         $(B)/misuse_rcud_test $(B)/twohost_test $(B)/netem_test
+         $(B)/misuse_rcud_test $(B)/twohost_test $(B)/netem_test $(B)/kill_test
 FUZZ_TARGETS := conn recv arbiter rcache
 # Host tests of pure parts (wire format over TCP, arbiter, rcache bookkeeping, the fuzz corpora) run under
 # ASan and UBSan;

@@ -80,5 +80,7 @@ else
     run examples_dummy tests/examples_test.sh dummy
     run readme tests/readme_test.sh
     run cm_dummy tests/cm_test.sh dummy
+    # peers SIGKILLed at random points of their life (make soak: 100 rounds)
+    run kill $B/kill_test -n ${RDMAX_KILL_ROUNDS:-10}
 fi
 exit $status
