@@ -1,7 +1,8 @@
 #!/bin/sh
 # The device tests of one topology; runs where an RDMA device is (inside the test VM, or on a host with
 # its own device). Prints PASS/FAIL lines; logs go to build/test-results/TOPO/.
-# Usage: tests/guest.sh dummy|veth|twohost (twohost: in both guests at once, RDMAX_HOST 0 or 1)
+# Usage: tests/guest.sh dummy|veth|twohost|san (twohost: in both guests at once, RDMAX_HOST 0 or 1;
+# san: on dummy, the device tests built with ASan+UBSan and an example under valgrind)
 topo=${1:-dummy}
 cd "$(dirname "$0")/.." || exit 1
 out=build/test-results/$topo
@@ -45,7 +46,45 @@ run() {
     fi
 }
 
-if [ "$topo" = twohost ]; then
+# run_san NAME CMD...: the same for a program built with ASan+UBSan (make san-tests); its lines read
+# "PASS asan+ubsan/...". A sanitizer report fails it even where the exit status does not show it (a
+# report from a child process such as kill_test's peer).
+run_san() {
+    name=$1; shift
+    log=$out/$name.log
+    timeout 900 env ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1} \
+        "$@" > "$log" 2>&1
+    rc=$?
+    grep -E '^(PASS|FAIL) ' "$log" | sed -E 's#^(PASS|FAIL) #\1 asan+ubsan/#'
+    if grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$log"; then
+        status=1
+        echo "FAIL asan+ubsan/$name: sanitizer report (log $log)"
+        grep -m3 -E 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:|SUMMARY:' "$log" | sed 's/^/    /'
+    elif [ $rc -ne 0 ]; then
+        status=1
+        grep -q '^FAIL ' "$log" || { echo "FAIL asan+ubsan/$name: exited with status $rc"; tail -5 "$log" | sed 's/^/    /'; }
+    fi
+}
+
+if [ "$topo" = san ]; then
+    S=$B/san
+    run_san datapath_loopback $S/datapath_test loopback
+    run_san failure $S/failure_test loopback
+    run_san oob_device $S/oob_test device
+    run_san ud_loopback $S/ud_test loopback
+    run_san numa $S/numa_test
+    run_san profile $S/profile_test
+    run_san misuse_rc $S/misuse_test
+    run_san kill $S/kill_test -n ${RDMAX_SAN_KILL_ROUNDS:-3}
+    # make soak (RDMAX_SAN_LONG=1) adds the slow ones: the RC+UD misuse table (46 s under ASan in the
+    # VM) and the pending-queue stress (72 s)
+    if [ "${RDMAX_SAN_LONG:-0}" = 1 ]; then
+        run_san misuse_rcud $S/misuse_rcud_test
+        run_san pending $S/pending_test
+    fi
+    # one example under valgrind memcheck (make soak: every example, in one process and as two)
+    [ "${RDMAX_VALGRIND:-1}" = 0 ] || run valgrind tests/valgrind_examples.sh short
+elif [ "$topo" = twohost ]; then
     run twohost_cm tests/twohost_cm.sh
     # host 0 prints the verdicts; host 1 serves until host 0 crashes it
     run twohost $B/twohost_test

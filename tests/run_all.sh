@@ -31,17 +31,21 @@ host rcache_monitor build/host/rcache_monitor_test
 host embed build/host/embed_test build/host/embed_impl.o build/host/embed_impl_cxx.o
 host profile_objcode tests/profile_objcode.sh
 
-for topo in dummy veth twohost; do
-    echo "== device tests, topology $topo"
-    tests/vm/run --topo $topo --timeout 1800 -- tests/guest.sh $topo > "$res/vm-$topo.log" 2>&1
+# san: the device tests built with ASan+UBSan (make san-tests) and valgrind, on the dummy topology
+for sec in dummy veth twohost san; do
+    case $sec in
+    san) topo=dummy; echo "== device tests built with ASan+UBSan, and an example under valgrind, topology dummy";;
+    *) topo=$sec; echo "== device tests, topology $topo";;
+    esac
+    tests/vm/run --topo $topo --timeout 1800 -- tests/guest.sh $sec > "$res/vm-$sec.log" 2>&1
     rc=$?
-    grep -E '^(h[01]: )?INFO device ' "$res/vm-$topo.log" | tee -a "$log"
+    grep -E '^(h[01]: )?INFO device ' "$res/vm-$sec.log" | tee -a "$log"
     # (twohost tags each line of a guest's output with h0: or h1:)
-    sed -n -E 's/^(h[01]: )?((PASS|FAIL) )/\2/p' "$res/vm-$topo.log" | tee -a "$log"
-    grep '^vm: ' "$res/vm-$topo.log"
-    if [ $rc -ne 0 ] && ! grep -q -E '^(h[01]: )?FAIL ' "$res/vm-$topo.log"; then
-        echo "FAIL vm/$topo: the run failed (status $rc)" | tee -a "$log"
-        tail -40 "$res/vm-$topo.log"
+    sed -n -E 's/^(h[01]: )?((PASS|FAIL) )/\2/p' "$res/vm-$sec.log" | tee -a "$log"
+    grep '^vm: ' "$res/vm-$sec.log"
+    if [ $rc -ne 0 ] && ! grep -q -E '^(h[01]: )?FAIL ' "$res/vm-$sec.log"; then
+        echo "FAIL vm/$sec: the run failed (status $rc)" | tee -a "$log"
+        tail -40 "$res/vm-$sec.log"
     fi
 done
 
