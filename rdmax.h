@@ -935,6 +935,9 @@ typedef struct rdmax_counters {
     uint64_t no_resource;       /* posts refused with RDMAX_ERR_NO_RESOURCE */
     uint64_t ep_errors;
     uint64_t dispatched;        /* pending requests the arbiter ran */
+    uint64_t ud_skipped;        /* UD: datagrams a connected peer numbered that were skipped over */
+    uint64_t ud_late;           /* UD: datagrams that came after a later one (counted in ud_skipped) */
+    uint64_t ud_duplicates;     /* UD: datagrams that came twice */
 } rdmax_counters;
 
 
@@ -1047,6 +1050,8 @@ struct rdmax_ep {
     struct ibv_ah *ah;          /* UD: the peer's address handle (from the context's cache) */
     uint32_t ud_qpn, ud_qkey;
     struct rdmax__mcast *mcast; /* UD: groups this endpoint joined */
+    uint16_t ud_rx_next;        /* UD: the number of the peer's next datagram (see rdmax_send) */
+    uint64_t ud_rx_seen;        /* UD: bit k: datagram ud_rx_next - 1 - k came */
 #endif
 };
 
@@ -1575,7 +1580,11 @@ typedef struct rdmax_profile_var {
     X(RCACHE_REGIONS, "rcache.regions", LEVEL, "registration cache: live registrations now")               \
     X(RCACHE_BYTES, "rcache.bytes", LEVEL, "registration cache: bytes registered now")                     \
     X(PENDING_LENGTH, "pending.length", LEVEL, "requests waiting in the pending queue now")                \
-    X(PENDING_DISPATCHES, "pending.dispatches", COUNTER, "pending requests the arbiter posted")
+    X(PENDING_DISPATCHES, "pending.dispatches", COUNTER, "pending requests the arbiter posted")          \
+    X(UD_SKIPPED, "ud.skipped", COUNTER,                                                                   \
+      "UD datagrams of a connected peer skipped in its numbering: lost, or late (ud.late)")                \
+    X(UD_LATE, "ud.late", COUNTER, "UD datagrams that came after a later one (already in ud.skipped)")     \
+    X(UD_DUPLICATES, "ud.duplicates", COUNTER, "UD datagrams that came twice")
 
 enum rdmax_profile_var_id {
     RDMAX__PROF_VAR_BEFORE_FIXED = 3 * RDMAX_OP__COUNT - 1,
@@ -1989,8 +1998,12 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
 #endif
     st = rdmax__ep_contig(ep, wr, RDMAX_OP_SEND, buf, len, mem, 0, comp);
 #if RDMAX__HAS_UD
-    if (ep->ah != NULL)  /* UD has no credits: the device drops what finds no buffer */
+    if (ep->ah != NULL) {  /* UD has no credits: the device drops what finds no buffer */
+        /* The immediate data is the peer endpoint's index (low 16 bits) and this datagram's number (high
+           16, wrapping), so that the receiver sees loss: ud.skipped, ud.late, ud.duplicates. */
+        ep->rx_unreturned += (uint32_t)(st >= 0) << 16;
         return st;
+    }
 #endif
     if (rdmax_likely(st >= 0)) {
         ep->tx_credits--;

@@ -1104,7 +1104,7 @@ static rdmax_status rdmax__ud_connect(rdmax_ep *ep, const rdmax_conn_info *r)
     ep->ud_qkey = r->qkey;
     ep->peer_qpn = r->qpn;
     memcpy(ep->peer_gid, r->gid, 16);
-    ep->rx_unreturned = r->credits;  /* UD: the peer endpoint's index, our datagrams' immediate data */
+    ep->rx_unreturned = r->credits;  /* UD: the peer endpoint's index; the top 16 bits number datagrams */
     ep->remote = r->buf;
     /* one datagram: the path MTU, and no more than the peer can take after its GRH */
     uint32_t mtu = rdmax__mtu_bytes((enum ibv_mtu)(r->mtu < ctx->attr.active_mtu ? r->mtu : (unsigned)ctx->attr.active_mtu));
@@ -1279,6 +1279,28 @@ static int rdmax__ud_group(const uint8_t *grh, uint8_t gid[16])
     return 1;
 }
 
+/* A datagram out of its sender's numbering (rdmax__ud_poll_recv counts the in-order case). Ahead: the
+   ones in between are skipped (lost, or late). Behind, within the last 64: late if not seen yet, else a
+   duplicate; further back it cannot be told apart and counts as late. */
+static void rdmax__ud_seq(rdmax_ctx *ctx, rdmax_ep *ep, uint16_t seq)
+{
+    uint16_t ahead = (uint16_t)(seq - ep->ud_rx_next);
+    if (ahead < 0x8000) {
+        ctx->cnt.ud_skipped += ahead;
+        ep->ud_rx_seen = ahead >= 63 ? 1 : (ep->ud_rx_seen << (ahead + 1)) | 1;
+        ep->ud_rx_next = (uint16_t)(seq + 1);
+        return;
+    }
+    uint16_t back = (uint16_t)(ep->ud_rx_next - 1 - seq);
+    if (back < 64 && (ep->ud_rx_seen >> back & 1)) {
+        ctx->cnt.ud_duplicates++;
+    } else {
+        ctx->cnt.ud_late++;
+        if (back < 64)
+            ep->ud_rx_seen |= 1ull << back;
+    }
+}
+
 static int rdmax__ud_poll_recv(rdmax_ctx *ctx)
 {
     struct rdmax__ud *u = ctx->ud;
@@ -1319,9 +1341,16 @@ static int rdmax__ud_poll_recv(rdmax_ctx *ctx)
                 if (!memcmp(u->groups[k].gid, g, 16) && ctx->eps[u->groups[k].ep_idx].gen == u->groups[k].gen)
                     ep = ctx->eps[u->groups[k].ep_idx].ep;
         } else if (wc[i].wc_flags & IBV_WC_WITH_IMM) {
-            uint32_t e = ntohl(wc[i].imm_data);
-            if (e < ctx->desc.max_eps && ctx->eps[e].ep && ctx->eps[e].ep->ud_qpn == wc[i].src_qp)
+            uint32_t imm = ntohl(wc[i].imm_data), e = imm & 0xffff;  /* our index, the datagram's number */
+            if (e < ctx->desc.max_eps && ctx->eps[e].ep && ctx->eps[e].ep->ud_qpn == wc[i].src_qp) {
                 ep = ctx->eps[e].ep;
+                if (rdmax_likely((uint16_t)(imm >> 16) == ep->ud_rx_next)) {
+                    ep->ud_rx_next++;
+                    ep->ud_rx_seen = ep->ud_rx_seen << 1 | 1;
+                } else {
+                    rdmax__ud_seq(ctx, ep, (uint16_t)(imm >> 16));
+                }
+            }
         }
         if (!ep || !ep->recv_cb) {  /* a group member need not be connected to anyone */
             ctx->cnt.recv_drops++;  /* no endpoint of ours for this sender */
@@ -5900,6 +5929,9 @@ static void rdmax__prof_collect(rdmax_ctx *ctx, uint64_t *v)
     v[RDMAX_PROFILE_VAR_RCACHE_BYTES] = rs.bytes;
     v[RDMAX_PROFILE_VAR_PENDING_LENGTH] = RDMAX__PROF_LOAD(ctx->arb.pending);
     v[RDMAX_PROFILE_VAR_PENDING_DISPATCHES] = RDMAX__PROF_LOAD(ctx->cnt.dispatched);
+    v[RDMAX_PROFILE_VAR_UD_SKIPPED] = RDMAX__PROF_LOAD(c->ud_skipped);
+    v[RDMAX_PROFILE_VAR_UD_LATE] = RDMAX__PROF_LOAD(c->ud_late);
+    v[RDMAX_PROFILE_VAR_UD_DUPLICATES] = RDMAX__PROF_LOAD(c->ud_duplicates);
 }
 
 /* ---- profile objects ---- */
