@@ -413,7 +413,8 @@ struct result {
     size_t size;
     uint32_t n, completed, errors, mismatches, hangs, not_run, reconnects;
     double secs, ops_s, mb_s;
-    uint32_t ud_missing, ud_dups, ud_reordered;
+    uint32_t ud_missing, ud_dups, ud_reordered, ud_inner_missing;
+    uint64_t rdmax_skipped, rdmax_late, rdmax_dups;  /* what rdmax saw: its ud.* counters on the receiver */
     char err[200];
     char hw[2][400];
     uint64_t sent[2], rcvd[2];
@@ -446,6 +447,8 @@ static int run_ud(rdmax_ctx *c0, rdmax_ctx *c1, uint32_t n, size_t size, struct 
     rdmax_ep_local_info(b, &ib);
     rdmax_ep_connect_info(a, &ib);
     rdmax_ep_connect_info(b, &ia);
+    rdmax_counters k0, k1;
+    rdmax_counters_get(c1, &k0);
     int64_t t0 = now_us();
     uint32_t sent = 0;
     enum { BURST = 32 };
@@ -498,9 +501,15 @@ static int run_ud(rdmax_ctx *c0, rdmax_ctx *c1, uint32_t n, size_t size, struct 
     }
 out:
     res->secs = (double)(now_us() - t0) / 1e6;
+    rdmax_counters_get(c1, &k1);
+    res->rdmax_skipped = k1.ud_skipped - k0.ud_skipped;
+    res->rdmax_late = k1.ud_late - k0.ud_late;
+    res->rdmax_dups = k1.ud_duplicates - k0.ud_duplicates;
     res->completed = sent;
     res->mismatches += r.bad;
     res->ud_missing = n - r.unique;
+    for (uint32_t q = 0; r.any && q < r.max_seq; q++)
+        res->ud_inner_missing += !r.seen[q];
     res->ud_dups = r.dups;
     res->ud_reordered = r.reordered;
     res->ops_s = r.unique / res->secs;
@@ -588,7 +597,9 @@ static void row(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *lmem, rdmax_mem *rmem, 
            res.size, n, res.completed, res.errors, res.mismatches, res.hangs, res.not_run, res.reconnects, res.secs,
            res.ops_s, res.mb_s, g_clean_ops[type]);
     if (type == T_UD)
-        printf(" missing=%u duplicated=%u reordered=%u", res.ud_missing, res.ud_dups, res.ud_reordered);
+        printf(" missing=%u duplicated=%u reordered=%u rdmax_skipped=%llu rdmax_late=%llu rdmax_duplicates=%llu",
+               res.ud_missing, res.ud_dups, res.ud_reordered, (unsigned long long)res.rdmax_skipped,
+               (unsigned long long)res.rdmax_late, (unsigned long long)res.rdmax_dups);
     printf("\n");
     for (int i = 0; i < 2; i++)
         printf("    %s: sent_pkts=%llu rcvd_pkts=%llu%s\n", dev[i], (unsigned long long)res.sent[i],
@@ -607,6 +618,20 @@ static void row(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *lmem, rdmax_mem *rmem, 
     if (type == T_UD && !set->netem)
         CHECK(res.ud_missing == 0 && res.ud_dups == 0, "the clean link lost %u and duplicated %u datagrams",
               res.ud_missing, res.ud_dups);
+    /* rdmax's own view (profile ud.skipped, ud.late, ud.duplicates, on the receiving context): every
+       datagram that came twice is a duplicate or (more than 64 back) late; and where nothing reorders or
+       duplicates (the clean link, loss), what it skipped is exactly what never came before the last one
+       that did (a loss at the very end has nothing after it to show it). */
+    if (type == T_UD) {
+        CHECK(res.rdmax_dups <= res.ud_dups && res.rdmax_dups + res.rdmax_late >= res.ud_dups,
+              "rdmax counted %llu duplicates and %llu late, the receiver %u duplicates",
+              (unsigned long long)res.rdmax_dups, (unsigned long long)res.rdmax_late, res.ud_dups);
+        if (!set->netem || !strncmp(set->netem, "loss", 4))
+            CHECK(res.rdmax_skipped == res.ud_inner_missing && res.rdmax_late == 0 && res.rdmax_dups == 0,
+                  "rdmax: %llu skipped, %llu late, %llu duplicates; the receiver: %u missing before its last",
+                  (unsigned long long)res.rdmax_skipped, (unsigned long long)res.rdmax_late,
+                  (unsigned long long)res.rdmax_dups, res.ud_inner_missing);
+    }
     tl_end();
 }
 

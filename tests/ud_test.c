@@ -64,6 +64,66 @@ static void progress_until(rdmax_ctx *a, rdmax_ctx *b, const int *count, int wan
     }
 }
 
+/* The loss counters (ud.skipped, ud.late, ud.duplicates): a clean stream moves none; then a loss, a late
+   and a duplicate datagram are forced by moving the sender's datagram number (the top 16 bits of its
+   immediate data, rx_unreturned on a UD endpoint) as the wire would: deterministic, nothing lost. */
+static void numbering(const char *topo, rdmax_ep *a, rdmax_ep *b, rdmax_ctx *ca, rdmax_ctx *cb, struct rx *r,
+                      int sent_before)
+{
+    (void)b;
+    rdmax_profile *p = NULL;
+    uint64_t v0[3], v[3];
+    static const uint32_t ids[3] = {RDMAX_PROFILE_VAR_UD_SKIPPED, RDMAX_PROFILE_VAR_UD_LATE,
+                                    RDMAX_PROFILE_VAR_UD_DUPLICATES};
+    tl_begin("ud/%s/numbering: a clean stream counts no loss; a forced gap, late and duplicate datagram "
+             "count once each", topo);
+    progress_until(ca, cb, &r->count, sent_before);  /* the earlier cases' datagrams are all in */
+    REQUIRE(rdmax_profile_open(cb, &p) == RDMAX_OK, "profile");
+    for (int k = 0; k < 3; k++)
+        REQUIRE(rdmax_profile_read_u64(p, ids[k], &v0[k]) == RDMAX_OK, "read");
+#define UD_SEND_ONE()                                                                                    \
+    do {                                                                                                 \
+        int before_ = r->count;                                                                          \
+        REQUIRE(rdmax_send(a, "num.", 4, NULL, NULL) == RDMAX_OK, "send");                                \
+        progress_until(ca, cb, &r->count, before_ + 1);                                                  \
+        REQUIRE(r->count == before_ + 1, "datagram not received");                                       \
+    } while (0)
+#define UD_DELTAS()                                                                                      \
+    for (int k = 0; k < 3; k++) {                                                                        \
+        rdmax_profile_read_u64(p, ids[k], &v[k]);                                                        \
+        v[k] -= v0[k];                                                                                   \
+    }
+    for (int i = 0; i < 50; i++)
+        UD_SEND_ONE();
+    UD_DELTAS();
+    CHECK(v[0] == 0 && v[1] == 0 && v[2] == 0, "clean: skipped %llu late %llu duplicates %llu",
+          (unsigned long long)v[0], (unsigned long long)v[1], (unsigned long long)v[2]);
+    uint32_t at = a->rx_unreturned;    /* the next datagram's number is at >> 16 */
+    a->rx_unreturned += 5u << 16;      /* 5 datagrams lost on the wire */
+    UD_SEND_ONE();
+    UD_DELTAS();
+    CHECK(v[0] == 5 && v[1] == 0 && v[2] == 0, "gap of 5: skipped %llu late %llu duplicates %llu",
+          (unsigned long long)v[0], (unsigned long long)v[1], (unsigned long long)v[2]);
+    a->rx_unreturned = at + (2u << 16);  /* one of the five comes late */
+    UD_SEND_ONE();
+    a->rx_unreturned = at + (2u << 16);  /* and again: a duplicate */
+    UD_SEND_ONE();
+    a->rx_unreturned = at + (6u << 16);  /* back in sequence */
+    for (int i = 0; i < 10; i++)
+        UD_SEND_ONE();
+    UD_DELTAS();
+    CHECK(v[0] == 5 && v[1] == 1 && v[2] == 1, "after a late one and its duplicate: skipped %llu late %llu "
+          "duplicates %llu (want 5, 1, 1)", (unsigned long long)v[0], (unsigned long long)v[1],
+          (unsigned long long)v[2]);
+    CHECK((a->rx_unreturned & 0xffff) == (at & 0xffff), "the peer's index changed: 0x%x, was 0x%x",
+          a->rx_unreturned & 0xffff, at & 0xffff);
+#undef UD_SEND_ONE
+#undef UD_DELTAS
+out:
+    rdmax_profile_close(p);
+    tl_end();
+}
+
 static void unicast(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
 {
     rdmax_ep *a = NULL, *b = NULL;
@@ -119,6 +179,7 @@ static void unicast(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     CHECK_ST(rdmax_ep_flush(a, 5000), RDMAX_OK);
     CHECK(a->sq_head == a->sq_tail, "operations outstanding after flush");
     tl_end();
+    numbering(topo, a, b, ca, cb, &r, 3 + 100);
 out:
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
