@@ -1,6 +1,7 @@
 # rdmax: plain GNU Make. `make` builds the examples and tests; `make test` runs them (host tests, then
-# the device tests on soft-RoCE in a VM, or on the host's own RDMA device); `make demo` shows the RC
-# ping-pong beside ib_send_lat; `make bench` runs the side-by-side benchmark.
+# the device tests on soft-RoCE in a VM, or on the host's own RDMA device); `make soak` the long fault
+# tests; `make fuzz` the fuzzers; `make demo` shows the RC ping-pong beside ib_send_lat; `make bench`
+# runs the side-by-side benchmark.
 CC ?= cc
 CXX ?= c++
 CFLAGS ?= -O2 -g
@@ -37,7 +38,7 @@ FUZZ_SECONDS ?= 120
 FUZZ_CC ?= clang
 FUZZ_SAN := -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 
-.PHONY: all examples tests san-tests test check demo bench asan ubsan clean install deps fuzz
+.PHONY: all examples tests san-tests test check soak demo bench asan ubsan clean install deps fuzz
 all: examples tests
 
 examples: $(EXAMPLES)
@@ -115,6 +116,11 @@ test: deps
 	@tests/run_all.sh
 
 check: test
+
+# The long forms of the fault tests (README, "Faults, fuzzing and sanitizers"; tests/soak.sh).
+soak: deps
+	@$(MAKE) --no-print-directory all san-tests
+	@tests/soak.sh
 
 fuzz:
 	@tests/deps.sh fuzz

@@ -1,6 +1,7 @@
 #!/bin/sh
 # The device tests of one topology; runs where an RDMA device is (inside the test VM, or on a host with
-# its own device). Prints PASS/FAIL lines; logs go to build/test-results/TOPO/.
+# its own device). Prints PASS/FAIL lines and each test's seconds ("# NAME: N s"); logs go to
+# build/test-results/TOPO/.
 # Usage: tests/guest.sh dummy|veth|twohost|san (twohost: in both guests at once, RDMAX_HOST 0 or 1;
 # san: on dummy, the device tests built with ASan+UBSan and an example under valgrind)
 topo=${1:-dummy}
@@ -37,8 +38,10 @@ done
 # without a FAIL line is a failure too.
 run() {
     name=$1; shift
+    t0=$(date +%s)
     timeout 600 "$@" > "$out/$name.log" 2>&1
     rc=$?
+    echo "# $name: $(( $(date +%s) - t0 )) s"
     grep -E '^(PASS|FAIL) ' "$out/$name.log"
     if [ $rc -ne 0 ]; then
         status=1
@@ -52,9 +55,11 @@ run() {
 run_san() {
     name=$1; shift
     log=$out/$name.log
+    t0=$(date +%s)
     timeout 900 env ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1} UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1} \
         "$@" > "$log" 2>&1
     rc=$?
+    echo "# asan+ubsan/$name: $(( $(date +%s) - t0 )) s"
     grep -E '^(PASS|FAIL) ' "$log" | sed -E 's#^(PASS|FAIL) #\1 asan+ubsan/#'
     if grep -qE 'ERROR: (AddressSanitizer|LeakSanitizer)|runtime error:' "$log"; then
         status=1
@@ -86,6 +91,12 @@ if [ "$topo" = san ]; then
     [ "${RDMAX_VALGRIND:-1}" = 0 ] || run valgrind tests/valgrind_examples.sh short
 elif [ "$topo" = twohost ]; then
     run twohost_cm tests/twohost_cm.sh
+    # make soak: the same under netem on the two-host link (RDMAX_NETEM, e.g. "loss 1%", on each side)
+    if [ -n "${RDMAX_NETEM:-}" ]; then
+        tc qdisc replace dev "${RDMAX_TEST_NETDEV0:-eth0}" root netem $RDMAX_NETEM ||
+            { echo "FAIL twohost/netem: tc qdisc replace dev ${RDMAX_TEST_NETDEV0:-eth0} root netem $RDMAX_NETEM"; exit 1; }
+        echo "# netem $RDMAX_NETEM on ${RDMAX_TEST_NETDEV0:-eth0}"
+    fi
     # host 0 prints the verdicts; host 1 serves until host 0 crashes it
     run twohost $B/twohost_test
 elif [ "$topo" = veth ]; then
