@@ -1584,7 +1584,17 @@ typedef struct rdmax_profile_var {
     X(UD_SKIPPED, "ud.skipped", COUNTER,                                                                   \
       "UD datagrams of a connected peer skipped in its numbering: lost, or late (ud.late)")                \
     X(UD_LATE, "ud.late", COUNTER, "UD datagrams that came after a later one (already in ud.skipped)")     \
-    X(UD_DUPLICATES, "ud.duplicates", COUNTER, "UD datagrams that came twice")
+    X(UD_DUPLICATES, "ud.duplicates", COUNTER, "UD datagrams that came twice")                             \
+    X(PORT_RETRANSMITS, "port.retransmits", COUNTER, "device port: RC retransmissions after an ack timeout")  \
+    X(PORT_RETRY_EXCEEDED, "port.retry_exceeded", COUNTER, "device port: RC requests that ran out of retries") \
+    X(PORT_RNR_NAKS_RECEIVED, "port.rnr_naks_received", COUNTER,                                           \
+      "device port: receiver-not-ready NAKs received (the peer had no receive buffer)")                    \
+    X(PORT_RNR_NAKS_SENT, "port.rnr_naks_sent", COUNTER, "device port: receiver-not-ready NAKs sent")      \
+    X(PORT_SEQ_NAKS_RECEIVED, "port.seq_naks_received", COUNTER,                                           \
+      "device port: PSN sequence-error NAKs received (the peer missed a packet)")                          \
+    X(PORT_OUT_OF_SEQ, "port.out_of_seq", COUNTER, "device port: requests received ahead of their PSN")    \
+    X(PORT_DUPLICATE_REQUESTS, "port.duplicate_requests", COUNTER,                                         \
+      "device port: duplicate requests received (a retransmission of what had arrived)")
 
 enum rdmax_profile_var_id {
     RDMAX__PROF_VAR_BEFORE_FIXED = 3 * RDMAX_OP__COUNT - 1,
@@ -1675,7 +1685,12 @@ RDMAX_API rdmax_status rdmax_profile_query_vars(rdmax_profile *prof, const rdmax
                                                 size_t *count);
 
 /* rdmax_profile_read_u64: the variable's value now, or in the snapshot while one is open.
-   Return Value: RDMAX_OK, RDMAX_ERR_INVALID_PARAM (unknown id). */
+   The port.* variables are the device's own port counters (sysfs ports/N/hw_counters, opened by
+   rdmax_profile_open, read by start_reads or by a read outside a snapshot: never on the fast path). They
+   count for the whole port, every process's QPs, since the counter was reset. A device without the
+   counter (names differ: rxe's completer_retry_err is mlx5's local_ack_timeout_err, some have none) or
+   with unreadable sysfs reads as RDMAX_ERR_UNSUPPORTED with *out 0, not as a silent 0.
+   Return Value: RDMAX_OK, RDMAX_ERR_INVALID_PARAM (unknown id), RDMAX_ERR_UNSUPPORTED (not available). */
 RDMAX_API rdmax_status rdmax_profile_read_u64(rdmax_profile *prof, uint32_t id, uint64_t *out);
 
 /* rdmax_profile_start_reads / _end_reads: start takes a snapshot of every variable; reads until end
@@ -1692,7 +1707,8 @@ RDMAX_API rdmax_status rdmax_profile_reg_event(rdmax_profile *prof, rdmax_profil
 RDMAX_API const char *rdmax_profile_event_str(rdmax_profile_event type);
 
 /* rdmax_profile_print: the profile points as a table (status on/off, name, total seconds, count, average
-   ns), then every variable as "name: value". Needs no profile object. */
+   ns), then every variable as "name: value" ("name: unavailable" for a port counter the device lacks).
+   Needs no profile object. */
 RDMAX_API void rdmax_profile_print(rdmax_ctx *ctx, FILE *f);
 
 /* ---- private ---- */

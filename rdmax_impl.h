@@ -5779,6 +5779,22 @@ static rdmax_status rdmax__cm_connect(rdmax_ctx *ctx, const char *host, uint16_t
 extern "C" {
 #endif
 
+/* The device's port counters behind the port.* variables: the sysfs name on rxe, then on mlx5 (real
+   hardware names them differently; NULL: none). Slow path only: files opened with the profile. */
+#define RDMAX__PROF_PORT_N 7
+static const struct {
+    uint32_t var;
+    const char *file[2];
+} rdmax__prof_port[RDMAX__PROF_PORT_N] = {
+    {RDMAX_PROFILE_VAR_PORT_RETRANSMITS, {"completer_retry_err", "local_ack_timeout_err"}},
+    {RDMAX_PROFILE_VAR_PORT_RETRY_EXCEEDED, {"retry_exceeded_err", NULL}},
+    {RDMAX_PROFILE_VAR_PORT_RNR_NAKS_RECEIVED, {"rcvd_rnr_err", "rnr_nak_retry_err"}},
+    {RDMAX_PROFILE_VAR_PORT_RNR_NAKS_SENT, {"send_rnr_err", NULL}},
+    {RDMAX_PROFILE_VAR_PORT_SEQ_NAKS_RECEIVED, {"rcvd_seq_err", "packet_seq_err"}},
+    {RDMAX_PROFILE_VAR_PORT_OUT_OF_SEQ, {"out_of_seq_request", "out_of_sequence"}},
+    {RDMAX_PROFILE_VAR_PORT_DUPLICATE_REQUESTS, {"duplicate_request", NULL}},
+};
+
 struct rdmax_profile {
     rdmax_ctx *ctx;
     rdmax_profile *next;        /* the context's open profiles */
@@ -5786,6 +5802,8 @@ struct rdmax_profile {
     void *cb_user[RDMAX_PROFILE_EVENT__COUNT];
     int in_snapshot;
     uint64_t snap[RDMAX_PROFILE_VAR__COUNT];
+    int port_fd[RDMAX__PROF_PORT_N];  /* sysfs counter files, -1: the device has none */
+    uint32_t snap_port_ok;            /* bit i: port_fd[i] was read in the snapshot */
 };
 
 /* ---- per-context state ---- */
@@ -5932,6 +5950,59 @@ static void rdmax__prof_collect(rdmax_ctx *ctx, uint64_t *v)
     v[RDMAX_PROFILE_VAR_UD_SKIPPED] = RDMAX__PROF_LOAD(c->ud_skipped);
     v[RDMAX_PROFILE_VAR_UD_LATE] = RDMAX__PROF_LOAD(c->ud_late);
     v[RDMAX_PROFILE_VAR_UD_DUPLICATES] = RDMAX__PROF_LOAD(c->ud_duplicates);
+    for (int i = 0; i < RDMAX__PROF_PORT_N; i++)  /* sysfs: read by the callers that want them */
+        v[rdmax__prof_port[i].var] = 0;
+}
+
+/* ---- device port counters (sysfs) ---- */
+static int rdmax__prof_port_index(uint32_t id)
+{
+    for (int i = 0; i < RDMAX__PROF_PORT_N; i++)
+        if (rdmax__prof_port[i].var == id)
+            return i;
+    return -1;
+}
+
+static void rdmax__prof_port_open(rdmax_ctx *ctx, int *fd)
+{
+    for (int i = 0; i < RDMAX__PROF_PORT_N; i++) {
+        fd[i] = -1;
+        for (int k = 0; k < 2 && fd[i] < 0 && rdmax__prof_port[i].file[k]; k++) {
+            char path[256];
+            snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%u/hw_counters/%s", ctx->attr.name,
+                     (unsigned)ctx->attr.port, rdmax__prof_port[i].file[k]);
+            fd[i] = open(path, O_RDONLY | O_CLOEXEC);
+        }
+    }
+}
+
+static void rdmax__prof_port_close(int *fd)
+{
+    for (int i = 0; i < RDMAX__PROF_PORT_N; i++)
+        if (fd[i] >= 0) {
+            close(fd[i]);
+            fd[i] = -1;
+        }
+}
+
+/* One counter: 0 and its value, or -1 (no file, or sysfs refused the read). pread from 0: sysfs
+   formats the value afresh on each read from the start. */
+static int rdmax__prof_port_read(int fd, uint64_t *v)
+{
+    char buf[32];
+    *v = 0;
+    if (fd < 0)
+        return -1;
+    ssize_t n = pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    char *end;
+    unsigned long long x = strtoull(buf, &end, 10);
+    if (end == buf)
+        return -1;
+    *v = x;
+    return 0;
 }
 
 /* ---- profile objects ---- */
@@ -5952,6 +6023,7 @@ rdmax_status rdmax_profile_open(rdmax_ctx *ctx, rdmax_profile **out)
     if (!p)
         return RDMAX_ERR_NO_MEMORY;
     p->ctx = ctx;
+    rdmax__prof_port_open(ctx, p->port_fd);
     p->next = st->profs;
     st->profs = p;
     *out = p;
@@ -5987,6 +6059,7 @@ void rdmax_profile_close(rdmax_profile *prof)
             }
         rdmax__prof_set_mask(ctx, st, rdmax__prof_union(st));
     }
+    rdmax__prof_port_close(prof->port_fd);
     rdmax__free(ctx, prof);
 }
 
@@ -6003,10 +6076,13 @@ rdmax_status rdmax_profile_read_u64(rdmax_profile *prof, uint32_t id, uint64_t *
 {
     if (id >= RDMAX_PROFILE_VAR__COUNT)
         return RDMAX_ERR_INVALID_PARAM;
+    int pi = rdmax__prof_port_index(id);
     if (prof->in_snapshot) {
         *out = prof->snap[id];
-        return RDMAX_OK;
+        return pi < 0 || (prof->snap_port_ok >> pi & 1u) ? RDMAX_OK : RDMAX_ERR_UNSUPPORTED;
     }
+    if (pi >= 0)
+        return rdmax__prof_port_read(prof->port_fd[pi], out) ? RDMAX_ERR_UNSUPPORTED : RDMAX_OK;
     uint64_t v[RDMAX_PROFILE_VAR__COUNT];
     rdmax__prof_collect(prof->ctx, v);
     *out = v[id];
@@ -6016,6 +6092,10 @@ rdmax_status rdmax_profile_read_u64(rdmax_profile *prof, uint32_t id, uint64_t *
 void rdmax_profile_start_reads(rdmax_profile *prof)
 {
     rdmax__prof_collect(prof->ctx, prof->snap);
+    prof->snap_port_ok = 0;
+    for (int i = 0; i < RDMAX__PROF_PORT_N; i++)
+        if (!rdmax__prof_port_read(prof->port_fd[i], &prof->snap[rdmax__prof_port[i].var]))
+            prof->snap_port_ok |= 1u << i;
     prof->in_snapshot = 1;
 }
 
@@ -6140,8 +6220,20 @@ void rdmax_profile_print(rdmax_ctx *ctx, FILE *f)
     pthread_once(&rdmax__prof_vars_once, rdmax__prof_vars_init);
     uint64_t v[RDMAX_PROFILE_VAR__COUNT];
     rdmax__prof_collect(ctx, v);
-    for (unsigned i = 0; i < RDMAX_PROFILE_VAR__COUNT; i++)
-        fprintf(f, "%s: %llu\n", rdmax__prof_vars[i].name, (unsigned long long)v[i]);
+    int fd[RDMAX__PROF_PORT_N];
+    uint32_t port_ok = 0;
+    rdmax__prof_port_open(ctx, fd);
+    for (int i = 0; i < RDMAX__PROF_PORT_N; i++)
+        if (!rdmax__prof_port_read(fd[i], &v[rdmax__prof_port[i].var]))
+            port_ok |= 1u << i;
+    rdmax__prof_port_close(fd);
+    for (unsigned i = 0; i < RDMAX_PROFILE_VAR__COUNT; i++) {
+        int pi = rdmax__prof_port_index(i);
+        if (pi >= 0 && !(port_ok >> pi & 1u))
+            fprintf(f, "%s: unavailable\n", rdmax__prof_vars[i].name);
+        else
+            fprintf(f, "%s: %llu\n", rdmax__prof_vars[i].name, (unsigned long long)v[i]);
+    }
 }
 
 /* ---- log dedupe ---- */
@@ -6218,6 +6310,7 @@ void rdmax__profile_ctx_fini(rdmax_ctx *ctx)
     while (st->profs) {  /* left open: the handles die with the context */
         rdmax_profile *p = st->profs;
         st->profs = p->next;
+        rdmax__prof_port_close(p->port_fd);
         rdmax__free(ctx, p);
     }
     rdmax__prof_set_mask(ctx, st, 0);

@@ -633,6 +633,126 @@ out:
         tl_end();
 }
 
+/* The device's own counter, read here without the library: -1 when the file is missing. */
+static long long sysfs_counter(rdmax_ctx *c, const char *file)
+{
+    char path[256], buf[32];
+    snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%u/hw_counters/%s", c->attr.name,
+             (unsigned)c->attr.port, file);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    long long v = -1;
+    if (fgets(buf, sizeof buf, f))
+        v = strtoll(buf, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+/* port.*: a peer killed mid-stream makes the requester retransmit until it gives up, which moves the
+   device's completer_retry_err and retry_exceeded_err (rxe): the profile's snapshot shows the sysfs values. */
+static void port_counters_case(void)
+{
+    rdmax_ctx *c = open_ctx();
+    rdmax_profile *p = NULL;
+    rdmax_listener *l = NULL;
+    rdmax_ep *ep = NULL;
+    rdmax_mem *m = NULL;
+    pid_t pid = -1;
+    tl_begin("vars/port counters: retransmits and retry_exceeded move with a killed peer, equal to sysfs");
+    REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
+    static const struct {
+        uint32_t id;
+        const char *rxe;
+    } pv[] = {{RDMAX_PROFILE_VAR_PORT_RETRANSMITS, "completer_retry_err"},
+              {RDMAX_PROFILE_VAR_PORT_RETRY_EXCEEDED, "retry_exceeded_err"},
+              {RDMAX_PROFILE_VAR_PORT_RNR_NAKS_RECEIVED, "rcvd_rnr_err"},
+              {RDMAX_PROFILE_VAR_PORT_RNR_NAKS_SENT, "send_rnr_err"},
+              {RDMAX_PROFILE_VAR_PORT_SEQ_NAKS_RECEIVED, "rcvd_seq_err"},
+              {RDMAX_PROFILE_VAR_PORT_OUT_OF_SEQ, "out_of_seq_request"},
+              {RDMAX_PROFILE_VAR_PORT_DUPLICATE_REQUESTS, "duplicate_request"}};
+    enum { NPV = sizeof pv / sizeof pv[0] };
+    uint64_t before[NPV], after[NPV];
+    const rdmax_profile_var *vars;
+    size_t nvars;
+    REQUIRE(rdmax_profile_query_vars(p, &vars, &nvars) == RDMAX_OK, "query");
+    rdmax_profile_start_reads(p);
+    for (int i = 0; i < NPV; i++) {
+        rdmax_status st = rdmax_profile_read_u64(p, pv[i].id, &before[i]);
+        long long s = sysfs_counter(c, pv[i].rxe);
+        /* a missing file reads as unsupported, never as a silent 0 */
+        CHECK(st == (s < 0 ? RDMAX_ERR_UNSUPPORTED : RDMAX_OK), "%s: %s with sysfs %lld", pv[i].rxe,
+              rdmax_status_str(st), s);
+        if (s >= 0)
+            CHECK(before[i] == (uint64_t)s, "%s: profile %llu, sysfs %lld", pv[i].rxe,
+                  (unsigned long long)before[i], s);
+    }
+    rdmax_profile_end_reads(p);
+    REQUIRE(sysfs_counter(c, "retry_exceeded_err") >= 0, "device %s has no rxe hw_counters", c->attr.name);
+    REQUIRE(rdmax_listen(c, "127.0.0.1", 0, &l) == RDMAX_OK, "listen");
+    uint16_t port = rdmax_listener_port(l);
+    int pipefd[2];
+    REQUIRE(pipe(pipefd) == 0, "pipe");
+    pid = fork();
+    if (pid == 0) {
+        rdmax_ctx *cc = open_ctx();
+        rdmax_ep *ce;
+        rdmax_mem *pm;
+        if (rdmax_mem_alloc(cc, 65536, RDMAX_ACCESS_REMOTE_WRITE, &pm) != RDMAX_OK)
+            _exit(2);
+        rdmax_ep_desc d;
+        memset(&d, 0, sizeof d);
+        d.expose = pm;
+        if (rdmax_connect(cc, "127.0.0.1", port, &d, &ce, 5000) != RDMAX_OK)
+            _exit(3);
+        if (write(pipefd[1], "c", 1) != 1)
+            _exit(4);
+        for (;;)
+            rdmax_progress(cc);
+    }
+    REQUIRE(rdmax_accept(l, NULL, &ep, 5000) == RDMAX_OK, "accept: %s", g_lastlog);
+    char ch;
+    REQUIRE(read(pipefd[0], &ch, 1) == 1, "child did not connect");
+    REQUIRE(rdmax_mem_alloc(c, 65536, RDMAX_ACCESS_LOCAL, &m) == RDMAX_OK, "alloc");
+    rdmax_comp comp;
+    memset(&comp, 0, sizeof comp);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    pid = -1;
+    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, ep->remote.addr, ep->remote.rkey, &comp), RDMAX_INPROGRESS);
+    CHECK(wait_comp(c, &comp) == 0, "no completion");
+    CHECK_ST(comp.status, RDMAX_ERR_RETRY_EXCEEDED);
+    rdmax_profile_start_reads(p);
+    for (int i = 0; i < NPV; i++) {
+        CHECK_ST(rdmax_profile_read_u64(p, pv[i].id, &after[i]), RDMAX_OK);
+        long long s = sysfs_counter(c, pv[i].rxe);
+        CHECK(after[i] == (uint64_t)s, "%s after: profile %llu, sysfs %lld", pv[i].rxe,
+              (unsigned long long)after[i], s);
+        printf("INFO port counter %s (%s): %llu -> %llu\n", pv[i].rxe, vars[pv[i].id].name,
+               (unsigned long long)before[i], (unsigned long long)after[i]);
+    }
+    rdmax_profile_end_reads(p);
+    CHECK(after[0] > before[0], "port.retransmits did not move: %llu", (unsigned long long)after[0]);
+    CHECK(after[1] > before[1], "port.retry_exceeded did not move: %llu", (unsigned long long)after[1]);
+    uint64_t x;
+    CHECK_ST(rdmax_profile_read_u64(p, RDMAX_PROFILE_VAR_PORT_RETRY_EXCEEDED, &x), RDMAX_OK);
+    CHECK(x == after[1], "a read outside the snapshot: %llu, snapshot %llu", (unsigned long long)x,
+          (unsigned long long)after[1]);
+    tl_end();
+out:
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    rdmax_profile_close(p);
+    rdmax_ep_destroy(ep);
+    rdmax_mem_free(m);
+    rdmax_listener_close(l);
+    destroy_ctx(c);
+    if (tl_case_failed)
+        tl_end();
+}
+
 /* Send queue full: one event per refused post, naming the resource. */
 static void events_sq_full_case(void)
 {
@@ -1015,6 +1135,7 @@ int main(int argc, char **argv)
         events_dispatch_case();
         events_connected_case();
         events_killed_peer_case();
+        port_counters_case();
         events_sq_full_case();
         events_rcache_case();
         dedupe_logic_case();
