@@ -15,6 +15,8 @@
    ib_atomic_lat do. Every iteration's payload is checked by whoever receives it; a mismatch stops the run
    with a non-zero exit. Multicast (-g, UD only): the client sends each message to the group, every server
    joined to it checks it, and one server (the one the client connected to) answers by unicast.
+   UD datagrams are numbered (the first 8 bytes, or below 8 bytes the pattern's tag byte): each end prints
+   how many were missing, duplicated or out of order, beside rdmax's own ud.skipped, ud.late, ud.duplicates.
 */
 #ifndef RDMAX_PINGPONG_TRANSPORT_UD
 #define RDMAX_TRANSPORT_RC
@@ -77,7 +79,15 @@ struct side {
     int reply;               /* server: answer each message */
     double t_arrive;         /* when the last answer was seen, before its payload check */
     uint64_t reply_limit;    /* ... up to this many; the client's final message is not answered */
+    uint64_t seen;           /* UD: bit k set: datagram expect_tag - 1 - k arrived (tells late from twice) */
 };
+
+/* UD: datagrams are numbered (the iteration's tag; in the first 8 bytes from 8 bytes on, else its low byte
+   in the pattern) and each end counts, over the whole run, what did not arrive in order. */
+#ifdef RDMAX_TRANSPORT_UD
+static uint64_t g_ud_missing, g_ud_dups, g_ud_late;
+static int g_dup_first;  /* env RDMAX_PINGPONG_TEST_DUPLICATE=1: send the first ping twice (a test control) */
+#endif
 
 static const struct opts *g_opt;
 
@@ -150,25 +160,80 @@ static void fill(unsigned char *b, size_t n, uint64_t tag)
         b[j] = pattern(tag, j);
 }
 
-static int check(const unsigned char *b, size_t n, uint64_t tag)
+/* b: n bytes of the payload from its byte `off` on. */
+static int check(const unsigned char *b, size_t n, uint64_t tag, size_t off)
 {
+    const unsigned char *base = g_base + off;
     uint64_t t = (uint64_t)(unsigned char)tag * 0x0101010101010101ull, w, x, diff = 0;
     size_t j = 0;
     for (; j + 8 <= n; j += 8) {
         memcpy(&w, b + j, 8);
-        memcpy(&x, g_base + j, 8);
+        memcpy(&x, base + j, 8);
         diff |= w ^ x ^ t;
     }
     for (; j < n; j++)
-        diff |= (uint64_t)(b[j] ^ pattern(tag, j));
+        diff |= (uint64_t)(b[j] ^ pattern(tag, off + j));
     if (rdmax_likely(diff == 0))
         return 0;
-    for (j = 0; j < n && b[j] == pattern(tag, j); j++)
+    for (j = 0; j < n && b[j] == pattern(tag, off + j); j++)
         ;
-    fprintf(stderr, "payload mismatch at byte %zu of %zu (iteration %llu): got 0x%02x, expected 0x%02x\n", j, n,
-            (unsigned long long)tag, b[j], pattern(tag, j));
+    fprintf(stderr, "payload mismatch at byte %zu of %zu (iteration %llu): got 0x%02x, expected 0x%02x\n",
+            off + j, off + n, (unsigned long long)tag, b[j], pattern(tag, off + j));
     return -1;
 }
+
+/* The sender's number in the datagram: a store over the pattern's first word. */
+static void stamp(unsigned char *b, size_t n, uint64_t tag)
+{
+#ifdef RDMAX_TRANSPORT_UD
+    if (n >= 8)
+        memcpy(b, &tag, 8);
+#else
+    (void)b, (void)n, (void)tag;
+#endif
+}
+
+#ifdef RDMAX_TRANSPORT_UD
+/* The datagram's number; below 8 bytes only its low byte came, taken nearest to `expect`. */
+static uint64_t datagram_seq(const unsigned char *b, size_t n, uint64_t expect)
+{
+    uint64_t seq;
+    if (n >= 8) {
+        memcpy(&seq, b, 8);
+        return seq;
+    }
+    if (n == 0)
+        return expect;
+    unsigned char low = (unsigned char)(b[0] ^ g_base[0]);
+    return expect + (uint64_t)(int64_t)(signed char)(unsigned char)(low - (unsigned char)expect);
+}
+
+/* Out of the fast path: a datagram that is not the next one. Returns 1 if it is new (later than
+   expected: the ones between are missing), 0 if it came late or twice. */
+static int seq_slow(struct side *s, uint64_t seq)
+{
+    uint64_t next = s->expect_tag;
+    if (seq > next) {
+        uint64_t gap = seq - next;
+        g_ud_missing += gap;
+        s->seen = gap + 1 >= 64 ? 0 : s->seen << (gap + 1);
+        s->seen |= 1;
+        s->expect_tag = seq + 1;
+        return 1;
+    }
+    uint64_t k = next - 1 - seq;
+    if (k < 64 && (s->seen >> k & 1)) {
+        g_ud_dups++;
+    } else {  /* counted missing when a later one came; older than the window counts as late too */
+        g_ud_late++;
+        if (g_ud_missing)
+            g_ud_missing--;
+        if (k < 64)
+            s->seen |= 1ull << k;
+    }
+    return 0;
+}
+#endif
 
 static int post_retry(struct side *s, int (*post)(struct side *, uint64_t), uint64_t tag)
 {
@@ -186,6 +251,7 @@ static int post_retry(struct side *s, int (*post)(struct side *, uint64_t), uint
 static int do_send(struct side *s, uint64_t tag)
 {
     fill(s->sbuf, s->size, tag);
+    stamp(s->sbuf, s->size, tag);
     int st = rdmax_send(s->tx ? s->tx : s->ep, s->sbuf, s->size, s->smem, NULL);
     return st == RDMAX_INPROGRESS ? RDMAX_OK : st;
 }
@@ -195,13 +261,34 @@ static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
     struct side *s = (struct side *)user;
     (void)ep;
     s->t_arrive = now_us();
-    uint64_t tag = s->expect_tag++;
+    uint64_t tag = s->expect_tag;
+#ifdef RDMAX_TRANSPORT_UD
+    uint64_t seq = datagram_seq((const unsigned char *)data, len, tag);
+    if (rdmax_unlikely(seq != tag)) {
+        if (!seq_slow(s, seq)) {  /* late or twice: checked, not answered, not counted as an answer */
+            if (len >= 8 && len == s->size && check((const unsigned char *)data + 8, len - 8, seq, 8))
+                s->bad = 1;
+            return;
+        }
+        tag = seq;
+    } else {
+        s->expect_tag++;
+        s->seen = s->seen << 1 | 1;
+    }
+#else
+    s->expect_tag++;
+#endif
     s->got++;
     /* The server answers first and checks after: the check is done on every message, but not while
        the client waits; the client's check comes after its timestamp. */
     if (s->is_server && s->reply && s->got <= s->reply_limit && post_retry(s, do_send, tag) != RDMAX_OK)
         s->bad = 1;
-    if (len != s->size || check((const unsigned char *)data, len, tag)) {
+#ifdef RDMAX_TRANSPORT_UD
+    size_t from = len >= 8 ? 8 : 0;  /* the number is checked above */
+#else
+    size_t from = 0;
+#endif
+    if (len != s->size || check((const unsigned char *)data + from, len - from, tag, from)) {
         if (len != s->size)
             fprintf(stderr, "message of %zu bytes, expected %zu\n", len, s->size);
         s->bad = 1;
@@ -229,7 +316,7 @@ static int put_arrived(struct side *s, uint64_t tag)
 
 static void put_check(struct side *s, uint64_t tag)
 {
-    if (check(s->buf, s->size, tag))
+    if (check(s->buf, s->size, tag, 0))
         s->bad = 1;
 }
 #endif
@@ -241,6 +328,7 @@ static int send_final(struct side *s, uint64_t tag)
     rdmax_comp c;
     memset(&c, 0, sizeof c);
     fill(s->sbuf, s->size, tag);
+    stamp(s->sbuf, s->size, tag);
     rdmax_status st;
     double deadline = now_us() + TIMEOUT_MS * 1000.0;
     while ((st = rdmax_send(s->ep, s->sbuf, s->size, s->smem, &c)) == RDMAX_ERR_NO_RESOURCE && now_us() < deadline)
@@ -361,7 +449,7 @@ static int one_sided(struct side *cli, uint64_t i)
         return -1;
     }
     if (g_opt->test == T_GET)
-        return check(cli->sbuf, cli->size, 0);
+        return check(cli->sbuf, cli->size, 0, 0);
     if (*res != i) {  /* the server's counter starts at 0 and only we change it */
         fprintf(stderr, "%s returned %llu, expected %llu\n", test_names[g_opt->test], (unsigned long long)*res,
                 (unsigned long long)i);
@@ -417,7 +505,13 @@ static int client_run(struct side *cli, struct side *srv, size_t size, struct ro
         } else
 #endif
         {
-            rc = post_retry(cli, do_send, tag) == RDMAX_OK ? wait_reply(cli, srv, tag) : -1;
+            rc = post_retry(cli, do_send, tag);
+#ifdef RDMAX_TRANSPORT_UD
+            /* the suite's control: the first ping twice, so the receiver's duplicate count must show 1 */
+            if (rc == RDMAX_OK && i == 0 && g_dup_first)
+                rc = post_retry(cli, do_send, tag);
+#endif
+            rc = rc == RDMAX_OK ? wait_reply(cli, srv, tag) : -1;
         }
         double dt = cli->t_arrive - t0;  /* taken when the answer was seen, before its check */
         if (i >= g_opt->warmup)
@@ -664,6 +758,7 @@ static int mcast_setup(rdmax_ctx *ctx, const struct opts *o, struct side *cli, s
         }
         cli->got = 0;
         cli->expect_tag = 0;
+        cli->seen = 0;
     }
     return 0;
 #else
@@ -735,6 +830,9 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     clock_init();
     pattern_init();
+#ifdef RDMAX_TRANSPORT_UD
+    g_dup_first = getenv("RDMAX_PINGPONG_TEST_DUPLICATE") && !strcmp(getenv("RDMAX_PINGPONG_TEST_DUPLICATE"), "1");
+#endif
     rdmax_ctx_desc cd;
     memset(&cd, 0, sizeof cd);
     cd.device = o.device;
@@ -850,6 +948,17 @@ int main(int argc, char **argv)
         if (write_files(&o, rows, nsizes))
             rc = 1;
     }
+#ifdef RDMAX_TRANSPORT_UD
+    {
+        rdmax_counters cnt;
+        rdmax_counters_get(ctx, &cnt);
+        printf("%s: datagrams missing %llu, duplicated %llu, out of order %llu; rdmax ud.skipped %llu, "
+               "ud.late %llu, ud.duplicates %llu\n",
+               o.host || o.loopback ? "client" : "server", (unsigned long long)g_ud_missing,
+               (unsigned long long)g_ud_dups, (unsigned long long)g_ud_late, (unsigned long long)cnt.ud_skipped,
+               (unsigned long long)cnt.ud_late, (unsigned long long)cnt.ud_duplicates);
+    }
+#endif
     if (o.profile)  /* the variables; with -DRDMAX_PROFILE also the timed points */
         rdmax_profile_print(ctx, stdout);
     rdmax_listener_close(l);

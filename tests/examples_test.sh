@@ -81,12 +81,17 @@ for ts in send:64 put:4096 get:64 fadd:8; do
 done
 
 ud=${RDMAX_BUILD:-build}/rdmax_pingpong_ud
+# check_seq FILE WHO: the UD summary line, every count 0 (a clean link loses, repeats and reorders nothing)
+zero_seq="datagrams missing 0, duplicated 0, out of order 0; rdmax ud.skipped 0, ud.late 0, ud.duplicates 0"
+check_seq() { grep -q "^$2: $zero_seq\$" "$1"; }
 for s in 1 64 1024; do
     name=ud-send-$s
     if [ "$topo" = dummy ]; then
         log=$out/$name-loop.log
         if $ud --loopback -s $s -n 200 -w 20 -d "$dev0" >"$log" 2>&1 && check_table "$log" 1; then ok "$name loopback"
         else no "$name loopback" "run failed or table malformed" "$log"; fi
+        if check_seq "$log" client; then ok "$name loopback: datagram counts printed, all 0"
+        else no "$name loopback: datagram counts" "no line '$zero_seq'" "$log"; fi
     fi
     port=$((port + 1))
     slog=$out/$name-server.log; clog=$out/$name-client.log
@@ -99,7 +104,25 @@ for s in 1 64 1024; do
     wait $spid; src=$?
     if [ $crc = 0 ] && [ $src = 0 ] && check_table "$clog" 1; then ok "$name server+client"
     else no "$name server+client" "client exit $crc, server exit $src" "$clog"; fi
+    if check_seq "$clog" client && check_seq "$slog" server; then ok "$name server+client: datagram counts printed, all 0"
+    else no "$name server+client: datagram counts" "no line '$zero_seq' from both" "$slog"; tail -2 "$clog"; fi
 done
+
+# control: the client sends its first ping twice (RDMAX_PINGPONG_TEST_DUPLICATE=1): the server counts one
+# duplicate and answers once; rdmax sees two datagrams of its own numbering, so its counts stay 0
+port=$((port + 1))
+slog=$out/ud-dup-server.log; clog=$out/ud-dup-client.log
+rm -f "$slog" "$clog"
+timeout 60 $ud -s 64 -n 200 -w 20 -p $port -d "$dev0" >"$slog" 2>&1 &
+spid=$!
+wait_listen "$slog" $spid
+RDMAX_PINGPONG_TEST_DUPLICATE=1 timeout 60 $ud -s 64 -n 200 -w 20 -p $port -d "$dev1" "$addr0" >"$clog" 2>&1
+crc=$?
+wait $spid; src=$?
+if [ $crc = 0 ] && [ $src = 0 ] && check_seq "$clog" client &&
+    grep -q "^server: datagrams missing 0, duplicated 1, out of order 0; rdmax ud.skipped 0, ud.late 0, ud.duplicates 0\$" "$slog"
+then ok "ud control: a ping sent twice counts 1 duplicate at the server"
+else no "ud control: a ping sent twice" "client exit $crc, server exit $src" "$slog"; fi
 
 # UD multicast (-g): pings to a group, answers by unicast
 port=$((port + 1))
