@@ -1686,7 +1686,8 @@ RDMAX_API rdmax_status rdmax_profile_query_vars(rdmax_profile *prof, const rdmax
 
 /* rdmax_profile_read_u64: the variable's value now, or in the snapshot while one is open.
    The port.* variables are the device's own port counters (sysfs ports/N/hw_counters, opened by
-   rdmax_profile_open, read by start_reads or by a read outside a snapshot: never on the fast path). They
+   rdmax_profile_open; within a snapshot each is read at its first read, as sysfs costs microseconds,
+   so a snapshot nobody reads them from costs nothing more: never on the fast path). They
    count for the whole port, every process's QPs, since the counter was reset. A device without the
    counter (names differ: rxe's completer_retry_err is mlx5's local_ack_timeout_err, some have none) or
    with unreadable sysfs reads as RDMAX_ERR_UNSUPPORTED with *out 0, not as a silent 0.

@@ -5803,7 +5803,8 @@ struct rdmax_profile {
     int in_snapshot;
     uint64_t snap[RDMAX_PROFILE_VAR__COUNT];
     int port_fd[RDMAX__PROF_PORT_N];  /* sysfs counter files, -1: the device has none */
-    uint32_t snap_port_ok;            /* bit i: port_fd[i] was read in the snapshot */
+    uint32_t snap_port_read;          /* bit i: port_fd[i] was read in this snapshot */
+    uint32_t snap_port_ok;            /* bit i: and that read worked */
 };
 
 /* ---- per-context state ---- */
@@ -6078,6 +6079,11 @@ rdmax_status rdmax_profile_read_u64(rdmax_profile *prof, uint32_t id, uint64_t *
         return RDMAX_ERR_INVALID_PARAM;
     int pi = rdmax__prof_port_index(id);
     if (prof->in_snapshot) {
+        if (pi >= 0 && !(prof->snap_port_read >> pi & 1u)) {  /* sysfs costs microseconds: only if asked */
+            prof->snap_port_read |= 1u << pi;
+            if (!rdmax__prof_port_read(prof->port_fd[pi], &prof->snap[id]))
+                prof->snap_port_ok |= 1u << pi;
+        }
         *out = prof->snap[id];
         return pi < 0 || (prof->snap_port_ok >> pi & 1u) ? RDMAX_OK : RDMAX_ERR_UNSUPPORTED;
     }
@@ -6092,10 +6098,7 @@ rdmax_status rdmax_profile_read_u64(rdmax_profile *prof, uint32_t id, uint64_t *
 void rdmax_profile_start_reads(rdmax_profile *prof)
 {
     rdmax__prof_collect(prof->ctx, prof->snap);
-    prof->snap_port_ok = 0;
-    for (int i = 0; i < RDMAX__PROF_PORT_N; i++)
-        if (!rdmax__prof_port_read(prof->port_fd[i], &prof->snap[rdmax__prof_port[i].var]))
-            prof->snap_port_ok |= 1u << i;
+    prof->snap_port_read = prof->snap_port_ok = 0;
     prof->in_snapshot = 1;
 }
 
