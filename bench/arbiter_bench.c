@@ -6,6 +6,10 @@
                                  (a request that is immediately replaced), and returns STOP after a budget
                                  of 64 per dispatch (a send queue's worth), like a transport would
      ratio_10k_10                dispatch_10k / dispatch_10 (goal: <= 1.2)
+     dispatch_1000               the same with 1,000 groups
+     ucs_dispatch_10, ucs_dispatch_1000, ucs_dispatch_10k, ucs_ratio_10k_10
+                                 the same workload on UCX's ucs_arbiter (libucs), when built with
+                                 -DRDMAX_BENCH_UCS and linked with -lucs (Debian: libucx-dev)
      dispatch_10_deep            10 groups with 1,000 elements each: the same 10,000 pending elements as
                                  dispatch_10k, so only the number of groups differs
      ratio_10k_10_deep           dispatch_10k / dispatch_10_deep
@@ -24,6 +28,7 @@
    ru_nivcsw) is run again, since on a shared machine it would time the other process.
 
    Build:  cc -std=c11 -O2 -g -DNDEBUG -I. bench/arbiter_bench.c -o arbiter_bench
+           (add -DRDMAX_BENCH_UCS ... -lucs for the ucs_arbiter cases)
    Run:    ./arbiter_bench [--case NAME] [--reps N] [--n ELEMENTS] [--seq] [--once]
            --n is the operations per repetition (1,000,000; the empty checks run 10 times as many).
            --case runs one case alone; with --once (one repetition, no warm-up, no re-runs) it suits
@@ -359,6 +364,210 @@ static double case_empty(int check)
     return measure(rep_empty, &e, g_n * 10, CHUNK * 10);
 }
 
+#ifdef RDMAX_BENCH_UCS
+/* ---- UCX's ucs_arbiter, the same workload ---------------------------------------------------------
+   Debian 12's libucx-dev (1.13.1) ships libucs with the arbiter's functions exported but not
+   ucs/datastruct/arbiter.h, so the types and the two inline wrappers used here are declared below as
+   UCX 1.13's header has them (src/ucs/datastruct/arbiter.h, list.h). Debian builds libucs with
+   assertions (UCS_ENABLE_ASSERT): a group then carries a guard and its arbiter after the tail, and
+   dispatch checks them; that is the ucs_arbiter measured here, as Debian ships it.
+   ucs_check() proves at run time that the layout matches the library: it pushes, schedules and
+   dispatches a known pattern and compares the order, and the bench stops if it differs. */
+typedef struct ucs_list_link {
+    struct ucs_list_link *prev, *next;
+} ucs_list_link_t;
+typedef struct ucs_arbiter {
+    ucs_list_link_t list;
+} ucs_arbiter_t;
+typedef struct ucs_arbiter_elem ucs_arbiter_elem_t;
+typedef struct ucs_arbiter_group {
+    ucs_arbiter_elem_t *tail;
+    int guard;                  /* the assertion build's fields */
+    struct ucs_arbiter *arbiter;
+} ucs_arbiter_group_t;
+struct ucs_arbiter_elem {
+    ucs_list_link_t list;
+    ucs_arbiter_elem_t *next;
+    ucs_arbiter_group_t *group;
+};
+typedef enum {
+    UCS_ARBITER_CB_RESULT_REMOVE_ELEM,
+    UCS_ARBITER_CB_RESULT_NEXT_GROUP,
+    UCS_ARBITER_CB_RESULT_DESCHED_GROUP,
+    UCS_ARBITER_CB_RESULT_RESCHED_GROUP,
+    UCS_ARBITER_CB_RESULT_STOP
+} ucs_arbiter_cb_result_t;
+typedef ucs_arbiter_cb_result_t (*ucs_arbiter_callback_t)(ucs_arbiter_t *, ucs_arbiter_group_t *,
+                                                          ucs_arbiter_elem_t *, void *);
+void ucs_arbiter_init(ucs_arbiter_t *arbiter);
+void ucs_arbiter_group_init(ucs_arbiter_group_t *group);
+void ucs_arbiter_group_push_elem_always(ucs_arbiter_group_t *group, ucs_arbiter_elem_t *elem);
+void ucs_arbiter_group_schedule_nonempty(ucs_arbiter_t *arbiter, ucs_arbiter_group_t *group);
+void ucs_arbiter_dispatch_nonempty(ucs_arbiter_t *arbiter, unsigned per_group, ucs_arbiter_callback_t cb,
+                                   void *cb_arg);
+size_t ucs_arbiter_group_num_elems(ucs_arbiter_group_t *group);
+
+/* the header's inline wrappers, as UCX 1.13 has them */
+static inline void ucs_arbiter_group_push_elem(ucs_arbiter_group_t *g, ucs_arbiter_elem_t *e)
+{
+    if (e->group == NULL)
+        ucs_arbiter_group_push_elem_always(g, e);
+}
+static inline void ucs_arbiter_group_schedule(ucs_arbiter_t *a, ucs_arbiter_group_t *g)
+{
+    if (rdmax_unlikely(g->tail != NULL))
+        ucs_arbiter_group_schedule_nonempty(a, g);
+}
+static inline void ucs_arbiter_dispatch(ucs_arbiter_t *a, unsigned per_group, ucs_arbiter_callback_t cb, void *arg)
+{
+    if (rdmax_unlikely(a->list.next != &a->list))
+        ucs_arbiter_dispatch_nonempty(a, per_group, cb, arg);
+}
+
+typedef struct u_ep {
+    ucs_arbiter_group_t grp;
+    char rest[EP_SIZE - sizeof(ucs_arbiter_group_t)];
+} u_ep;
+
+typedef struct u_req {
+    ucs_arbiter_elem_t link;
+    uint64_t runs;
+    char rest[REQ_SIZE - sizeof(ucs_arbiter_elem_t) - sizeof(uint64_t)];
+} u_req;
+
+typedef struct u_world {
+    ucs_arbiter_t arb;
+    u_ep *eps;
+    u_req *reqs;
+    size_t ngroups, depth, done;
+    unsigned budget;
+} u_world;
+
+static void u_world_init(u_world *w, size_t ngroups, size_t depth)
+{
+    size_t i, j, *order = (size_t *)malloc(ngroups * sizeof *order);
+    if (order == NULL)
+        exit(2);
+    ucs_arbiter_init(&w->arb);
+    w->ngroups = ngroups;
+    w->depth = depth;
+    w->done = 0;
+    w->eps = (u_ep *)xaligned(ngroups * sizeof(u_ep));
+    w->reqs = (u_req *)xaligned(ngroups * depth * sizeof(u_req));
+    for (i = 0; i < ngroups; i++)
+        order[i] = i;
+    for (i = ngroups; i > 1 && !g_seq; i--) {  /* the same shuffle as rdmax's world */
+        size_t k = (size_t)(rnd64() % i), t = order[i - 1];
+        order[i - 1] = order[k];
+        order[k] = t;
+    }
+    for (i = 0; i < ngroups; i++) {
+        u_ep *ep = &w->eps[order[i]];
+        ucs_arbiter_group_init(&ep->grp);
+        for (j = 0; j < depth; j++) {
+            u_req *r = &w->reqs[order[i] * depth + j];
+            r->link.group = NULL;
+            ucs_arbiter_group_push_elem(&ep->grp, &r->link);
+        }
+        ucs_arbiter_group_schedule(&w->arb, &ep->grp);
+    }
+    free(order);
+}
+
+static void u_world_free(u_world *w)
+{
+    /* no ucs_arbiter_group_cleanup: it asserts an empty group, and these still hold their element */
+    free(w->eps);
+    free(w->reqs);
+}
+
+static ucs_arbiter_cb_result_t u_steady_cb(ucs_arbiter_t *arb, ucs_arbiter_group_t *g, ucs_arbiter_elem_t *e,
+                                           void *arg)
+{
+    u_world *w = (u_world *)arg;
+    (void)arb;
+    if (w->budget == 0)
+        return UCS_ARBITER_CB_RESULT_STOP;
+    w->budget--;
+    w->done++;
+    ((u_req *)(void *)e)->runs++;
+    ucs_arbiter_group_push_elem(g, e);
+    return UCS_ARBITER_CB_RESULT_REMOVE_ELEM;
+}
+
+BENCH_LOOP static size_t bench_ucs_steady_loop(u_world *w, size_t n)
+{
+    size_t start = w->done;
+    while (w->done - start < n) {
+        w->budget = BUDGET;
+        ucs_arbiter_dispatch(&w->arb, 1, u_steady_cb, w);
+    }
+    return w->done - start;
+}
+
+static double rep_ucs_steady(void *ctx, size_t n)
+{
+    double t0 = now_ns();
+    bench_ucs_steady_loop((u_world *)ctx, n);
+    return now_ns() - t0;
+}
+
+static double case_ucs_steady(size_t ngroups, size_t depth)
+{
+    u_world w;
+    u_world_init(&w, ngroups, depth);
+    if (!g_once)
+        bench_ucs_steady_loop(&w, g_n / 4 + ngroups * depth);
+    double v = measure(rep_ucs_steady, &w, g_n, CHUNK);
+    size_t pending = 0;
+    for (size_t i = 0; i < ngroups; i++)
+        pending += ucs_arbiter_group_num_elems(&w.eps[i].grp);
+    if (pending != ngroups * depth) {
+        fprintf(stderr, "arbiter_bench: ucs_arbiter has %zu pending, want %zu\n", pending, ngroups * depth);
+        exit(3);
+    }
+    u_world_free(&w);
+    return v;
+}
+
+/* The declarations above against the library: three groups of two elements, per_group 1, must come out
+   round-robin (a0 b0 c0 a1 b1 c1); a wrong layout gives another order or crashes here, never a number. */
+static int u_check_seen[6], u_check_n;
+static ucs_arbiter_cb_result_t u_check_cb(ucs_arbiter_t *arb, ucs_arbiter_group_t *g, ucs_arbiter_elem_t *e,
+                                          void *arg)
+{
+    (void)arb;
+    (void)g;
+    if (u_check_n < 6)
+        u_check_seen[u_check_n++] = (int)((u_req *)(void *)e - (u_req *)arg);
+    return UCS_ARBITER_CB_RESULT_REMOVE_ELEM;
+}
+
+static int ucs_check(void)
+{
+    static const int want[6] = {0, 2, 4, 1, 3, 5};
+    u_ep eps[3];
+    u_req *reqs = (u_req *)xaligned(6 * sizeof(u_req));
+    for (int g = 0; g < 3; g++) {
+        ucs_arbiter_group_init(&eps[g].grp);
+        for (int j = 0; j < 2; j++)
+            ucs_arbiter_group_push_elem(&eps[g].grp, &reqs[g * 2 + j].link);
+    }
+    ucs_arbiter_t arb;
+    ucs_arbiter_init(&arb);
+    for (int g = 0; g < 3; g++)
+        ucs_arbiter_group_schedule(&arb, &eps[g].grp);
+    ucs_arbiter_dispatch(&arb, 1, u_check_cb, reqs);
+    if (u_check_n != 6 || memcmp(u_check_seen, want, sizeof want) || arb.list.next != &arb.list) {
+        fprintf(stderr, "arbiter_bench: libucs's arbiter does not behave as the declared UCX 1.13 layout "
+                        "expects (%d elements dispatched): no ucs_arbiter numbers\n", u_check_n);
+        return -1;  /* rdmax's cases still run */
+    }
+    free(reqs);
+    return 0;
+}
+#endif /* RDMAX_BENCH_UCS */
+
 static void line(const char *name, double value, const char *unit)
 {
     printf("bench arbiter case=%s value=%.3f unit=%s\n", name, value, unit);
@@ -373,8 +582,10 @@ static int want(const char *only, const char *name)
 static void usage(void)
 {
     printf("usage: arbiter_bench [--case NAME] [--reps N (7)] [--n ELEMENTS (1000000)] [--seq] [--once]\n"
-           "cases: dispatch_10 dispatch_10k ratio_10k_10 dispatch_10_deep ratio_10k_10_deep\n"
-           "       add_dispatch add_dispatch_10k empty_check empty_loop\n");
+           "cases: dispatch_10 dispatch_10k ratio_10k_10 dispatch_1000 dispatch_10_deep ratio_10k_10_deep\n"
+           "       add_dispatch add_dispatch_10k empty_check empty_loop\n"
+           "       ucs_dispatch_10 ucs_dispatch_1000 ucs_dispatch_10k ucs_ratio_10k_10 (built with\n"
+           "       -DRDMAX_BENCH_UCS -lucs: UCX's ucs_arbiter, the same workload as dispatch_N)\n");
 }
 
 int main(int argc, char **argv)
@@ -417,6 +628,30 @@ int main(int argc, char **argv)
     if (want(only, "ratio_10k_10")) {
         line("ratio_10k_10", d10k / d10, "ratio");
     }
+    if (want(only, "dispatch_1000")) {
+        line("dispatch_1000", case_steady(1000, 1), "ns");
+    }
+#ifdef RDMAX_BENCH_UCS
+    if (want(only, "ucs_dispatch_10") || want(only, "ucs_dispatch_1000") || want(only, "ucs_dispatch_10k") ||
+        want(only, "ucs_ratio_10k_10")) {
+        double u10 = 0, u10k = 0;
+        int ucs_ok = ucs_check() == 0;
+        if (ucs_ok && (want(only, "ucs_dispatch_10") || want(only, "ucs_ratio_10k_10"))) {
+            u10 = case_ucs_steady(10, 1);
+            line("ucs_dispatch_10", u10, "ns");
+        }
+        if (ucs_ok && want(only, "ucs_dispatch_1000")) {
+            line("ucs_dispatch_1000", case_ucs_steady(1000, 1), "ns");
+        }
+        if (ucs_ok && (want(only, "ucs_dispatch_10k") || want(only, "ucs_ratio_10k_10"))) {
+            u10k = case_ucs_steady(10000, 1);
+            line("ucs_dispatch_10k", u10k, "ns");
+        }
+        if (ucs_ok && want(only, "ucs_ratio_10k_10")) {
+            line("ucs_ratio_10k_10", u10k / u10, "ratio");
+        }
+    }
+#endif
     if (want(only, "dispatch_10_deep") || want(only, "ratio_10k_10_deep")) {
         d10deep = case_steady(10, 1000);
         line("dispatch_10_deep", d10deep, "ns");
