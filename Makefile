@@ -18,8 +18,9 @@ TESTS := $(B)/failure_test $(B)/oob_test $(B)/cm_test $(B)/datapath_test $(B)/ud
          $(B)/rcache_device_test $(B)/rcache_device_hooks_test $(B)/rcache_device_static_test \
          $(B)/profile_test $(B)/profile_points_test $(B)/misuse_test \
          $(B)/misuse_rcud_test $(B)/twohost_test $(B)/netem_test $(B)/kill_test
-# The raw-verbs floor of the benchmark (no rdmax in it; bench/run.sh builds its own copy too).
-BENCH_TOOLS := $(B)/floor
+# The benchmark's raw-verbs floor (no rdmax in it) and instruction counter (bench/run.sh builds its own
+# copies too).
+BENCH_TOOLS := $(B)/floor $(B)/instr
 FUZZ_TARGETS := conn recv arbiter rcache
 # Host tests of pure parts (wire format over TCP, arbiter, rcache bookkeeping, the fuzz corpora) run under
 # ASan and UBSan;
@@ -66,6 +67,8 @@ $(B)/readme_example: $(B)/readme_example.c $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
 $(B)/floor: bench/floor.c | $(B)
 	$(CC) $(CFLAGS) -std=c11 -pedantic $(WARN) -o $@ $< -libverbs -lm
+$(B)/instr: bench/instr.c $(HDRS) | $(B)
+	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
 $(B)/%_test: tests/%_test.c tests/testlib.h $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) $(TFLAGS) -o $@ $< $(LIBS)
 $(B)/rcache_device_hooks_test: tests/rcache_device_test.c tests/testlib.h $(HDRS) | $(B)

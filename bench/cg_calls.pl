@@ -10,10 +10,17 @@
 # Reads the name-compressed format callgrind writes by default ("fn=(12) name", later "fn=(12)").
 # Used by bench/run.sh to count instructions per operation; needs only perl (callgrind_annotate's own
 # dependency).
+#
+# cg_calls.pl --own FILE FUNC REGEX: one line "own=IR incl=IR provider=IR calls=N" where incl is the
+# inclusive cost of the calls to FUNC, provider the inclusive cost of every call from an object that
+# does not match REGEX into one that does (the verbs provider, e.g. 'librxe|libibverbs'), and own the
+# difference. Meant for a part that collected only calls to FUNC (bench/instr.c): every provider call
+# in it was made under FUNC.
 use strict;
 use warnings;
 
-my $file = shift @ARGV or die "usage: $0 callgrind.out FUNC...\n";
+my $own = @ARGV && $ARGV[0] eq '--own' ? shift @ARGV : undef;
+my $file = shift @ARGV or die "usage: $0 [--own] callgrind.out FUNC...\n";
 open(my $fh, '<', $file) or die "$file: $!\n";
 
 my (%fn_name, %ob_name);      # compressed id -> name
@@ -74,6 +81,21 @@ while (my $l = <$fh>) {
     # other lines (fl=, fi=, fe=, cfi=, cfl=, headers) do not change the function
 }
 close $fh;
+
+if ($own) {
+    my ($want, $re) = @ARGV;
+    die "usage: $0 --own callgrind.out FUNC REGEX\n" unless defined $re;
+    my $prov = 0;
+    for my $k (keys %edge_calls) {
+        my ($caller, $callee) = split /\0/, $k, 2;
+        my $cobj = $fn_obj{$caller} // '';
+        next if $cobj =~ /$re/ || $edge_obj{$k} !~ /$re/;
+        $prov += $edge_incl{$k};
+    }
+    my $i = $incl_to{$want} // 0;
+    printf "own=%d incl=%d provider=%d calls=%d\n", $i - $prov, $i, $prov, $calls_to{$want} // 0;
+    exit 0;
+}
 
 for my $want (@ARGV) {
     my $n = $calls_to{$want} // 0;

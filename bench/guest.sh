@@ -11,7 +11,8 @@
 #                                 reference (ib_write_lat, ucx_put_lat, ib_write_bw_l16, ...)
 #   rN/CASE__TOOL.srv.txt         the server's output of that run
 #   sweep/KIND_OP_SIZE__TOOL.txt  the size sweep for the plots (one round, fewer iterations)
-#   cg_*.out, cg_*.txt            callgrind profiles and the client's output
+#   cg_*.out, cg_*.txt            callgrind profiles and the client's output (cg_instr.out.N: one part
+#                                 per case of bench/instr.c)
 # Each output ends with a line "# rxe: COUNTER+DELTA ..." (hw_counters that moved during the run, e.g.
 # completer_retry_err: retransmissions after an ack timeout, the usual sign of a disturbed run) and
 # "# status: N" (the client's exit status; 124 = timeout).
@@ -200,6 +201,12 @@ if [ "${RDMAX_BENCH_CALLGRIND:-1}" = 1 ] && command -v valgrind >/dev/null; then
 	cg cg_rdmax_l1 18515 $BW -- $BW -t put -s 8 -n 2000 -l 1 --profile
 	cg cg_rdmax_l32 18515 $BW -- $BW -t put -s 8 -n 2000 -l 32 --profile
 	cg cg_ib_write_lat 18515 ib_write_lat $(pt) -s 8 -n 1000 -- ib_write_lat $(pt) -s 8 -n 1000
+	# rdmax's own instructions per operation: bench/instr.c, one callgrind part per case
+	say "callgrind: own instructions per operation (bench/instr.c: put, send, get, fadd, cswap, post list, progress, retire)"
+	rm -f "$RAW"/cg_instr.out*
+	timeout -k 5 600 $CLI valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$RAW/cg_instr.out" \
+		$B/instr -d "$DEV" >"$RAW/cg_instr.txt" 2>&1
+	echo "# status: $?" >>"$RAW/cg_instr.txt"
 fi
 
 # ---- size sweep for the plots: one pass, fewer iterations ------------------------------------------

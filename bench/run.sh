@@ -46,6 +46,8 @@ $CC -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -I. -DRDMAX_PROFILE -o $B/rd
 	die "build of examples/rdmax_pingpong.c with RDMAX_PROFILE failed"
 $CC -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -I. -DRDMAX_PROFILE -o $B/rdmax_bw_prof examples/rdmax_bw.c $LIBS ||
 	die "build of examples/rdmax_bw.c with RDMAX_PROFILE failed"
+$CC -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -I. -o $B/instr bench/instr.c $LIBS ||
+	die "build of bench/instr.c failed"
 $CC -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -o $B/floor bench/floor.c -libverbs -lm ||
 	die "build of bench/floor.c failed"
 # the arbiter beside UCX's ucs_arbiter (libucs, Debian's libucx-dev); without libucs rdmax's cases alone
@@ -196,6 +198,22 @@ row instr_put 8 "instructions_per_put (post list 1, minus provider post_send)" "
 row instr_put 8 "instructions_per_put (post list 32, provider included)" "${l32_total:-}" "$ref_tool" "$pt_post" "le 1.0"
 row instr_put 8 "instructions_per_put (post list 32, minus provider post_send)" "$l32_own" "$ref_tool" "$pt_post" "-"
 
+# rdmax's own instructions per operation (bench/instr.c under callgrind, one part per case): the
+# inclusive cost of the case's function minus its calls into the provider (librxe, libibverbs), per
+# operation. Reference: the budget of issue 15.
+instr_own() { # CASE -> own instructions per operation
+	local f ops
+	ops=$(sed -n "s/^instr case=$1 ops=\([0-9]*\).*/\1/p" "$RAW/cg_instr.txt" 2>/dev/null)
+	[ -n "$ops" ] || return 0
+	f=$(grep -l "^desc: Trigger: Client Request: $1\$" "$RAW"/cg_instr.out.* 2>/dev/null | head -1)
+	[ -n "$f" ] || return 0
+	perl bench/cg_calls.pl --own "$f" "cg_$1" 'librxe|libibverbs' |
+		awk -v n="$ops" '{ split($1, o, "="); printf "%.1f\n", o[2] / n }'
+}
+for c in put:40 send:40 get:45 fadd:45 cswap:45 put_list:40 progress:25 retire:60; do
+	row "instr_${c%%:*}" 8 own_instructions "$(instr_own "${c%%:*}")" "budget (issue 15)" "${c#*:}" "le 1.0"
+done
+
 # host cases
 hv() { sed -n "s/^bench $1 case=$2 value=\([^ ]*\) .*/\1/p" "$RAW/host_$1.txt" 2>/dev/null | head -1; }
 row arbiter 10000_groups dispatch_ns_per_element "$(hv arbiter dispatch_10k)" "rdmax arbiter, 10 groups" "$(hv arbiter dispatch_10)" "le 1.2"
@@ -340,6 +358,14 @@ elapsed=$((SECONDS - T0))
 	echo "and a 10,000/10 cost ratio no worse than ucs_arbiter's (the same workload: one element per group,"
 	echo "REMOVE and push back, STOP after 64 per dispatch, shuffled groups). The rcache goal is"
 	echo "to be no slower than UCX's."
+	echo
+	echo "Own instructions (instr_* own_instructions): bench/instr.c under callgrind in the guest, two endpoints"
+	echo "of one context connected to each other; each case's operation runs through an out-of-line function"
+	echo "with collection on only around those calls (one dump per case); own = the function's inclusive"
+	echo "count minus its calls into the verbs provider (librxe, libibverbs), per operation, the call itself"
+	echo "included. put/send 8 B inline and get/fadd/cswap into registered memory, all without a comp;"
+	echo "put_list: per put of a 32-put batch; progress: an idle rdmax_progress; retire: the rdmax_progress"
+	echo "call that retires one completed get with a comp. The reference is the issue's budget."
 	echo
 	echo "How the instructions were counted: callgrind in the guest, user space only. rdmax: rdmax_bw -t put"
 	echo "-s 8 -n 2000 (8 B puts go inline) with post list 1 and 32; the put is the out-of-line function"

@@ -1,0 +1,283 @@
+/* bench/instr.c - rdmax's own instructions per operation, for callgrind (`make bench`, in the guest).
+
+       valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file=OUT build-bench/instr [-d DEV]
+       perl bench/cg_calls.pl --own OUT.N cg_CASE 'librxe|libibverbs'   (what bench/run.sh does per part)
+
+   Two endpoints of one context connected to each other (rdmax_ep_create_pair) on the device. Each case
+   calls its operation through an out-of-line function (cg_put, cg_send, ...) with callgrind collecting
+   only around those calls (CALLGRIND_TOGGLE_COLLECT), then dumps the counts as a part of its own named
+   after the case (CALLGRIND_DUMP_STATS_AT). Whatever the case needs between the measured calls
+   (progress to get credits back, waiting for a completion) runs with collection off. In a part, the
+   case's own instructions are the inclusive cost of its function minus what the calls into the verbs
+   provider cost (librxe's post_send and poll_cq, whatever they call: the provider is not rdmax), divided
+   by the operations the program reports. The cases:
+
+     put        8-byte rdmax_put, inline, no comp (as rdmax_bw posts it): per put
+     send       8-byte rdmax_send, inline, no comp: per send
+     get        8-byte rdmax_get into registered memory, no comp: per get
+     fadd       rdmax_fadd, no comp: per operation; cswap likewise
+     put_list   rdmax_batch_begin, 32 puts as above, rdmax_batch_end: per put
+     progress   rdmax_progress with nothing to do (its every-1024th tick included): per call
+     retire     rdmax_progress that retires one completed get with a comp (the get's data has landed and
+                the process slept 2 ms before the call): per call, i.e. per completion
+
+   Prints "instr case=NAME ops=N part=NAME" per case, then "instr done". Without valgrind the program
+   runs the same loops (the client requests do nothing), so it doubles as a quick functional check.
+*/
+#define RDMAX_TRANSPORT_RC
+#define RDMAX_IMPLEMENTATION
+#include "../rdmax.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <valgrind/callgrind.h>
+
+/* noipa: cg_progress and cg_retire are the same code, and must stay two functions */
+#if defined(__GNUC__) && !defined(__clang__)
+#define CG_FN __attribute__((noipa))
+#else
+#define CG_FN __attribute__((noinline))
+#endif
+
+#define BATCH 32        /* measured calls between two collection toggles */
+#define ROUNDS 64       /* batches per case */
+
+static rdmax_ctx *ctx;
+static rdmax_ep *a, *b;
+static rdmax_mem *lmem, *rmem;
+static unsigned char sbuf[64];
+static volatile unsigned long received;
+
+CG_FN static rdmax_status cg_put(rdmax_ep *ep, const void *buf, uint64_t raddr, uint32_t rkey)
+{
+    return rdmax_put(ep, buf, 8, NULL, raddr, rkey, NULL);
+}
+
+CG_FN static rdmax_status cg_send(rdmax_ep *ep, const void *buf)
+{
+    return rdmax_send(ep, buf, 8, NULL, NULL);
+}
+
+CG_FN static rdmax_status cg_get(rdmax_ep *ep, void *buf, const rdmax_mem *mem, uint64_t raddr, uint32_t rkey)
+{
+    return rdmax_get(ep, buf, 8, mem, raddr, rkey, NULL);
+}
+
+CG_FN static rdmax_status cg_fadd(rdmax_ep *ep, uint64_t *res, const rdmax_mem *mem, uint64_t raddr, uint32_t rkey)
+{
+    return rdmax_fadd(ep, res, mem, raddr, rkey, 1, NULL);
+}
+
+CG_FN static rdmax_status cg_cswap(rdmax_ep *ep, uint64_t *res, const rdmax_mem *mem, uint64_t raddr, uint32_t rkey)
+{
+    return rdmax_cswap(ep, res, mem, raddr, rkey, 0, 1, NULL);
+}
+
+CG_FN static rdmax_status cg_put_list(rdmax_ep *ep, const void *buf, uint64_t raddr, uint32_t rkey)
+{
+    rdmax_status st = RDMAX_OK;
+    rdmax_batch_begin(ep);
+    for (int i = 0; i < 32 && st >= 0; i++)
+        st = rdmax_put(ep, buf, 8, NULL, raddr, rkey, NULL);
+    rdmax_status se = rdmax_batch_end(ep);
+    return st < 0 ? st : se;
+}
+
+CG_FN static int cg_progress(rdmax_ctx *c)
+{
+    return rdmax_progress(c);
+}
+
+CG_FN static int cg_retire(rdmax_ctx *c)
+{
+    return rdmax_progress(c);
+}
+
+static void fail(const char *what, rdmax_status st)
+{
+    fprintf(stderr, "instr: %s: %s (%s)\n", what, rdmax_status_str(st), rdmax_ctx_last_error(ctx));
+    exit(1);
+}
+
+static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep, (void)data, (void)len, (void)user;
+    received++;
+}
+
+/* Everything posted so far completes (collection off). */
+static void drain(void)
+{
+    rdmax_status st = rdmax_ep_flush(a, 10000);
+    if (st != RDMAX_OK)
+        fail("flush", st);
+    for (int i = 0; i < 64; i++)
+        rdmax_progress(ctx);
+}
+
+static void report(const char *name, unsigned long ops)
+{
+    char part[64];
+    snprintf(part, sizeof part, "%s", name);
+    CALLGRIND_DUMP_STATS_AT(part);
+    printf("instr case=%s ops=%lu part=%s\n", name, ops, part);
+    fflush(stdout);
+}
+
+enum { C_PUT, C_SEND, C_GET, C_FADD, C_CSWAP };
+
+static void case_post(int which, const char *name)
+{
+    uint64_t raddr = (uintptr_t)rmem->addr, res_addr;
+    uint32_t rkey = rmem->rkey;
+    unsigned char *lbuf = (unsigned char *)lmem->addr;
+    res_addr = (uintptr_t)lbuf;
+    unsigned long ops = 0;
+    CALLGRIND_ZERO_STATS;
+    for (int r = 0; r < ROUNDS; r++) {
+        rdmax_status st[BATCH];
+        CALLGRIND_TOGGLE_COLLECT;
+        for (int k = 0; k < BATCH; k++) {
+            switch (which) {
+            case C_PUT: st[k] = cg_put(a, sbuf, raddr, rkey); break;
+            case C_SEND: st[k] = cg_send(a, sbuf); break;
+            case C_GET: st[k] = cg_get(a, lbuf, lmem, raddr, rkey); break;
+            case C_FADD: st[k] = cg_fadd(a, (uint64_t *)(uintptr_t)res_addr, lmem, raddr, rkey); break;
+            default: st[k] = cg_cswap(a, (uint64_t *)(uintptr_t)res_addr, lmem, raddr, rkey); break;
+            }
+        }
+        CALLGRIND_TOGGLE_COLLECT;
+        for (int k = 0; k < BATCH; k++)
+            if (st[k] < 0)
+                fail(name, st[k]);
+        ops += BATCH;
+        drain();  /* credits, read budget and send slots back before the next batch */
+    }
+    report(name, ops);
+}
+
+static void case_put_list(void)
+{
+    uint64_t raddr = (uintptr_t)rmem->addr;
+    unsigned long ops = 0;
+    CALLGRIND_ZERO_STATS;
+    for (int r = 0; r < ROUNDS; r++) {
+        rdmax_status st[4];
+        CALLGRIND_TOGGLE_COLLECT;
+        for (int k = 0; k < 4; k++)
+            st[k] = cg_put_list(a, sbuf, raddr, rmem->rkey);
+        CALLGRIND_TOGGLE_COLLECT;
+        for (int k = 0; k < 4; k++)
+            if (st[k] < 0)
+                fail("put_list", st[k]);
+        ops += 4 * 32;
+        drain();
+    }
+    report("put_list", ops);
+}
+
+static void case_progress(void)
+{
+    drain();
+    for (int i = 0; i < 10000; i++)  /* what the flushes left (their grants, the peer's reposts) */
+        rdmax_progress(ctx);
+    unsigned long ops = 0;
+    int n = 0;
+    CALLGRIND_ZERO_STATS;
+    for (int r = 0; r < 64; r++) {
+        CALLGRIND_TOGGLE_COLLECT;
+        for (int k = 0; k < 1024; k++)
+            n += cg_progress(ctx);
+        CALLGRIND_TOGGLE_COLLECT;
+        ops += 1024;
+    }
+    if (n != 0)
+        fprintf(stderr, "instr: idle progress found %d completions\n", n);
+    report("progress", ops);
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {0, ms * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void case_retire(void)
+{
+    uint64_t raddr = (uintptr_t)rmem->addr;
+    unsigned char *lbuf = (unsigned char *)lmem->addr;
+    unsigned long ops = 0, one = 0;
+    CALLGRIND_ZERO_STATS;
+    for (int r = 0; r < 256; r++) {
+        rdmax_comp c;
+        memset(&c, 0, sizeof c);
+        volatile unsigned char *last = lbuf + 7;
+        *last = 0;
+        ((unsigned char *)rmem->addr)[7] = (unsigned char)(r % 255 + 1);
+        rdmax_status st = rdmax_get(a, lbuf, 8, lmem, raddr, rmem->rkey, &c);
+        if (st != RDMAX_INPROGRESS)
+            fail("retire: get", st);
+        for (long spin = 0; *last != (unsigned char)(r % 255 + 1); spin++)
+            if (spin > 2000000000L)
+                fail("retire: the get's data never landed", RDMAX_ERR_TIMEOUT);
+        sleep_ms(2);  /* the completion follows the data */
+        CALLGRIND_TOGGLE_COLLECT;
+        int n = cg_retire(ctx);
+        CALLGRIND_TOGGLE_COLLECT;
+        ops++;
+        one += n == 1 && c.done;
+        while (!c.done)
+            rdmax_progress(ctx);
+    }
+    if (one != ops)
+        fprintf(stderr, "instr: retire: %lu of %lu calls retired exactly one completion\n", one, ops);
+    report("retire", ops);
+    printf("instr retire_exact=%lu of %lu\n", one, ops);
+}
+
+int main(int argc, char **argv)
+{
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    if (argc == 3 && !strcmp(argv[1], "-d"))
+        cd.device = argv[2];
+    rdmax_status st = rdmax_ctx_create(&cd, &ctx);
+    if (st != RDMAX_OK) {
+        fprintf(stderr, "instr: no RDMA device: %s\n", rdmax_status_str(st));
+        return 1;
+    }
+    if ((st = rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_LOCAL, &lmem)) != RDMAX_OK ||
+        (st = rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_ATOMIC,
+                              &rmem)) != RDMAX_OK)
+        fail("mem_alloc", st);
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.recv_size = 64;
+    d.recv_cb = on_recv;
+    d.expose = rmem;
+    if ((st = rdmax_ep_create_pair(ctx, &d, &a, &b)) != RDMAX_OK)
+        fail("ep_create_pair", st);
+    memset(sbuf, 0x5a, sizeof sbuf);
+    case_post(C_PUT, "put");
+    case_post(C_SEND, "send");
+    case_post(C_GET, "get");
+    case_post(C_FADD, "fadd");
+    case_post(C_CSWAP, "cswap");
+    case_put_list();
+    case_progress();
+    case_retire();
+    /* the sends all arrived (the flushes waited for their acknowledgements, the receiver polled since) */
+    for (int i = 0; i < 1000 && received < (unsigned long)ROUNDS * BATCH; i++)
+        rdmax_progress(ctx);
+    if (received != (unsigned long)ROUNDS * BATCH)
+        fprintf(stderr, "instr: %lu of %d sends received\n", received, ROUNDS * BATCH);
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(lmem);
+    rdmax_mem_free(rmem);
+    rdmax_ctx_destroy(ctx);
+    printf("instr done\n");
+    return 0;
+}
