@@ -60,7 +60,7 @@ static struct {
     enum test test;
     size_t size;
     unsigned long iters, warmup;
-    unsigned post_list, outstanding, cq_mod;
+    unsigned post_list, outstanding, cq_mod, rx_depth;
     int ud;
     const char *dev;
     int gid;
@@ -741,6 +741,7 @@ static void usage(void)
             "  -O N       bw: send-queue depth                            [128]\n"
             "  -Q N       bw: one signaled request every N                [64, at most -O/2]\n"
             "  -c RC|UD   bw: transport                                   [RC]\n"
+            "  -R N       bw: receive buffers (send test)                 [512, at most 64 MiB]\n"
             "  -d DEV     device                                          [first]\n"
             "  -x N       GID index                                       [1]\n"
             "  -p PORT    TCP port of the exchange                        [18515]\n");
@@ -763,7 +764,7 @@ int main(int argc, char **argv)
     o.port = 18515;
     int c;
     optind = 2;
-    while ((c = getopt(argc, argv, "t:s:n:w:l:O:Q:c:d:x:p:")) != -1) {
+    while ((c = getopt(argc, argv, "t:s:n:w:l:O:Q:c:d:x:p:R:")) != -1) {
         switch (c) {
         case 't': {
             int k;
@@ -784,6 +785,7 @@ int main(int argc, char **argv)
         case 'd': o.dev = optarg; break;
         case 'x': o.gid = atoi(optarg); break;
         case 'p': o.port = (unsigned)strtoul(optarg, NULL, 0); break;
+        case 'R': o.rx_depth = (unsigned)strtoul(optarg, NULL, 0); break;
         default: usage();
         }
     }
@@ -792,6 +794,7 @@ int main(int argc, char **argv)
     if (o.test == T_FADD || o.test == T_CSWAP)
         o.size = 8;
     if (o.size == 0 || o.iters == 0 || o.post_list == 0 || o.post_list > 256 || o.outstanding < 2 || o.cq_mod == 0 ||
+        (o.rx_depth && (o.rx_depth < 16 || o.rx_depth > 4096)) ||
         (o.ud && (o.mode != M_BW || o.test != T_SEND)))
         usage();
     if (o.cq_mod > o.outstanding / 2)
@@ -805,6 +808,8 @@ int main(int argc, char **argv)
     if (o.mode == M_BW) {
         size_t k = (64u << 20) / o.size;
         rdepth = o.test == T_SEND ? (unsigned)(k > 512 ? 512 : k < 32 ? 32 : k) : 32;
+        if (o.rx_depth)
+            rdepth = o.rx_depth;
         if (o.test != T_SEND)
             rsize = 64;
     }
