@@ -20,6 +20,8 @@
      progress   rdmax_progress with nothing to do (its every-1024th tick included): per call
      retire     rdmax_progress that retires one completed get with a comp (the get's data has landed and
                 the process slept 2 ms before the call): per call, i.e. per completion
+     recv       rdmax_progress calls that deliver 16 8-byte messages (sent inline, landed while the process
+                slept 2 ms) to the receive callback, reposts and grants included: per message
 
    Prints "instr case=NAME ops=N part=NAME" per case, then "instr done". Without valgrind the program
    runs the same loops (the client requests do nothing), so it doubles as a quick functional check.
@@ -91,6 +93,11 @@ CG_FN static int cg_progress(rdmax_ctx *c)
 }
 
 CG_FN static int cg_retire(rdmax_ctx *c)
+{
+    return rdmax_progress(c);
+}
+
+CG_FN static int cg_recv(rdmax_ctx *c)
 {
     return rdmax_progress(c);
 }
@@ -237,6 +244,36 @@ static void case_retire(void)
     printf("instr retire_exact=%lu of %lu\n", one, ops);
 }
 
+#define RECV_BURST 16
+
+static void case_recv(void)
+{
+    unsigned long ops = 0, calls = 0;
+    drain();
+    CALLGRIND_ZERO_STATS;
+    for (int r = 0; r < ROUNDS; r++) {
+        unsigned long want = received + RECV_BURST;
+        for (int k = 0; k < RECV_BURST; k++) {
+            rdmax_status st = rdmax_send(a, sbuf, 8, NULL, NULL);
+            if (st < 0)
+                fail("recv: send", st);
+        }
+        sleep_ms(2);  /* the messages land in the receive CQ; nothing polls it meanwhile */
+        for (long spin = 0; received < want; spin++) {
+            if (spin > 100000000L)
+                fail("recv: the messages never arrived", RDMAX_ERR_TIMEOUT);
+            CALLGRIND_TOGGLE_COLLECT;
+            cg_recv(ctx);
+            CALLGRIND_TOGGLE_COLLECT;
+            calls++;
+        }
+        ops += RECV_BURST;
+        drain();  /* credits back to the sender (collection off) */
+    }
+    report("recv", ops);
+    printf("instr recv_calls=%lu for %lu messages\n", calls, ops);
+}
+
 int main(int argc, char **argv)
 {
     rdmax_ctx_desc cd;
@@ -273,6 +310,7 @@ int main(int argc, char **argv)
         rdmax_progress(ctx);
     if (received != (unsigned long)ROUNDS * BATCH)
         fprintf(stderr, "instr: %lu of %d sends received\n", received, ROUNDS * BATCH);
+    case_recv();
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
     rdmax_mem_free(lmem);

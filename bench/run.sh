@@ -210,7 +210,7 @@ instr_own() { # CASE -> own instructions per operation
 	perl bench/cg_calls.pl --own "$f" "cg_$1" 'librxe|libibverbs' |
 		awk -v n="$ops" '{ split($1, o, "="); printf "%.1f\n", o[2] / n }'
 }
-for c in put:40 send:40 get:45 fadd:45 cswap:45 put_list:40 progress:25 retire:60; do
+for c in put:40 send:40 get:45 fadd:45 cswap:45 put_list:40 progress:25 retire:60 recv:80; do
 	row "instr_${c%%:*}" 8 own_instructions "$(instr_own "${c%%:*}")" "budget (issue 15)" "${c#*:}" "le 1.0"
 done
 
@@ -365,7 +365,9 @@ elapsed=$((SECONDS - T0))
 	echo "count minus its calls into the verbs provider (librxe, libibverbs), per operation, the call itself"
 	echo "included. put/send 8 B inline and get/fadd/cswap into registered memory, all without a comp;"
 	echo "put_list: per put of a 32-put batch; progress: an idle rdmax_progress; retire: the rdmax_progress"
-	echo "call that retires one completed get with a comp. The reference is the issue's budget."
+	echo "call that retires one completed get with a comp; recv: the rdmax_progress calls that deliver 16 landed"
+	echo "8 B messages to the callback, reposts and grants included, per message. The reference is the issue's"
+	echo "budget."
 	echo
 	echo "How the instructions were counted: callgrind in the guest, user space only. rdmax: rdmax_bw -t put"
 	echo "-s 8 -n 2000 (8 B puts go inline) with post list 1 and 32; the put is the out-of-line function"
