@@ -119,8 +119,10 @@
    Every function returns an rdmax_status. Failures of setup calls are logged (through the logger, default
    stderr) with the device, port, endpoint and call that failed, and the text is kept:
    rdmax_ctx_last_error(). A failed completion moves only its own endpoint to RDMAX_EP_ERROR; its first
-   error is logged once with the ibv_wc_status text, the operation and the remote address; flushed
-   completions after it are counted, not logged, and complete their operations with RDMAX_ERR_FLUSHED.
+   error is logged once with the ibv_wc_status text, the operation and, for a signaled one (given a comp,
+   or one in signal_interval), its length and remote address (the fast path keeps them only for those
+   that report); flushed completions after it are counted, not logged, and complete their operations
+   with RDMAX_ERR_FLUSHED.
 
    FAILURES, WATCHDOG, KEEPALIVE, DISCONNECT
    No endpoint outlives its QP in silence. An endpoint moves to RDMAX_EP_ERROR, with a reason that
@@ -951,6 +953,20 @@ typedef struct rdmax__slot {
     uint64_t raddr;             /* for the error report */
 } rdmax__slot;
 
+/* An operation for the general path (rdmax__op_slow), in the context's scratch (rdmax_ctx.slow): the
+   inline fast paths then call it without a stack frame of their own. */
+typedef struct rdmax__opd {
+    uint8_t op;                 /* rdmax_op */
+    uint8_t iov;                /* buf is an rdmax_iov array of len entries */
+    const void *buf;
+    size_t len;
+    const rdmax_mem *mem;
+    uint64_t raddr;
+    uint32_t rkey;
+    uint64_t a, b;              /* fadd: add; cswap: compare, swap */
+    rdmax_comp *comp;
+} rdmax__opd;
+
 typedef struct rdmax__ep_ref {
     rdmax_ep *ep;
     uint16_t gen;
@@ -991,6 +1007,7 @@ struct rdmax_ctx {
        every endpoint. */
     rdmax_ep *batch_ep;
     uint32_t batch_n;
+    rdmax__opd slow;            /* the operation an inline fast path hands to rdmax__op_slow */
     char *inl_stage;            /* [RDMAX_BATCH_MAX][attr.max_inline]: inline data of chained requests */
     struct ibv_send_wr bwr[RDMAX_BATCH_MAX];
     struct ibv_sge bsge[RDMAX_BATCH_MAX][RDMAX_MAX_SGE];
@@ -1009,11 +1026,11 @@ struct rdmax_ep {
     struct ibv_qp *qp;
     uint64_t wr_id_base;        /* generation << 48 | table index << 32 */
     uint8_t state;              /* rdmax_ep_state */
-    uint8_t batching;           /* chaining into the context's staging (rdmax_batch_begin) */
+    uint8_t blocked;            /* RDMAX__BLK_*: why a direct post may not take the fast path */
     uint32_t sq_mask;           /* sq_depth - 1 (power of two) */
     uint32_t sq_head, sq_tail;  /* next slot to fill, oldest outstanding */
-    uint32_t sq_avail;
-    uint32_t unsignaled;        /* posts since the last signaled one */
+    uint32_t sq_stop;           /* the fast gate: sq_tail + sq_depth, or sq_head while blocked */
+    uint32_t sig_left;          /* posts until the next signaled one */
     uint32_t signal_interval;
     uint32_t max_inline;
     uint32_t rd_avail;          /* RDMA reads and atomics that may still be issued */
@@ -1022,7 +1039,10 @@ struct rdmax_ep {
     uint32_t rx_unreturned;     /* receive buffers reposted but not yet granted back to the peer */
     rdmax_req grant_req;        /* a grant that could not be posted waits at the head of the queue */
     rdmax__slot *slots;
-    struct ibv_send_wr wr;      /* the request of a direct post */
+    struct ibv_send_wr wr;      /* the request of a direct post: sg_list, num_sge 1 and next NULL are
+                                   set at creation, and a general-path post that changes them puts them
+                                   back */
+    struct ibv_send_wr *post_bad;
     struct ibv_sge sge[RDMAX_MAX_SGE];
     rdmax_rbuf remote;          /* the peer's exposed buffer */
     rdmax_recv_cb recv_cb;
@@ -1853,134 +1873,95 @@ RDMAX_INLINE rdmax_status rdmax__rcache_lkey(rdmax_ctx *ctx, const void *buf, si
     return RDMAX_OK;
 }
 
-/* Reserve one send slot and post (or chain) the request the caller filled in (rdmax__ep_wr). */
-RDMAX_INLINE rdmax_status rdmax__ep_check(rdmax_ep *ep)
+/* The fast paths. A direct post of the common case (inline put or send without a comp, get and atomics
+   into registered memory without a comp) fills only what changes in the endpoint's work request (sg_list,
+   num_sge and next are set at creation and kept), stores its op in its slot, posts and counts.
+   Whether it may is one compare of sq_head against sq_stop: sq_stop is sq_tail + the send-queue depth
+   while nothing blocks the endpoint, and sq_head (no room) while anything does (rdmax_ep.blocked: not
+   connected, requests pending, chaining), kept right wherever those change (rdmax__ep_regate); plus the
+   context's CQ entries. Everything else - errors, a full queue, pending requests, chained posts, comps,
+   registration-cache buffers, scatter/gather, UD - takes rdmax__op_slow, out of line. */
+#define RDMAX__BLK_STATE 1u    /* not RDMAX_EP_CONNECTED */
+#define RDMAX__BLK_PENDING 2u  /* requests wait in the pending queue: a direct post would overtake them */
+#define RDMAX__BLK_BATCH 4u    /* chaining (rdmax_batch_begin): requests go to the context's staging */
+
+/* Send-queue slots free. */
+RDMAX_INLINE uint32_t rdmax__ep_sq_avail(const rdmax_ep *ep)
 {
-    if (rdmax_unlikely(ep->state != RDMAX_EP_CONNECTED))
-        return ep->state == RDMAX_EP_ERROR ? RDMAX_ERR_ENDPOINT
-               : ep->state == RDMAX_EP_CLOSED ? RDMAX_ERR_CLOSED : RDMAX_ERR_NOT_CONNECTED;
-    /* Out of send-queue or CQ entries, or requests are waiting: a direct post would overtake them. */
-    if (rdmax_unlikely(ep->sq_avail == 0 || ep->ctx->scq_credits == 0 ||
-                       (ep->group.count != 0 && ep->ctx->disp_ep != ep))) {
-        ep->ctx->cnt.no_resource++;
-        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep,
-                             ep->sq_avail == 0 ? RDMAX_PROFILE_NORES_SQ
-                             : ep->ctx->scq_credits == 0 ? RDMAX_PROFILE_NORES_CQ : RDMAX_PROFILE_NORES_PENDING);
-        return RDMAX_ERR_NO_RESOURCE;
-    }
-    return RDMAX_OK;
+    return ep->sq_mask + 1 - (ep->sq_head - ep->sq_tail);
 }
 
-RDMAX_INLINE rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_comp *comp, rdmax_op op,
-                                         uint32_t len, uint64_t raddr, struct rdmax_rcache_region *region)
+/* sq_stop after a change of blocked, sq_head (out of line) or sq_tail. */
+RDMAX_INLINE void rdmax__ep_regate(rdmax_ep *ep)
 {
-    rdmax_ctx *ctx = ep->ctx;
-    uint32_t slot = ep->sq_head & ep->sq_mask;
+    ep->sq_stop = ep->blocked ? ep->sq_head : ep->sq_tail + ep->sq_mask + 1;
+}
+
+RDMAX_API rdmax_status rdmax__op_slow(rdmax_ep *ep);
+RDMAX_API rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc);
+RDMAX_API rdmax_status rdmax__put_chained(rdmax_ep *ep, const void *buf, size_t len, uint64_t raddr, uint32_t rkey);
+
+RDMAX_INLINE rdmax_status rdmax__slow(rdmax_ep *ep, rdmax_op op, const void *buf, size_t len, const rdmax_mem *mem,
+                                      uint64_t raddr, uint32_t rkey, uint64_t a, uint64_t b, rdmax_comp *comp,
+                                      int iov)
+{
+    rdmax__opd *o = &ep->ctx->slow;
+    o->op = (uint8_t)op;
+    o->iov = (uint8_t)iov;
+    o->buf = buf;
+    o->len = len;
+    o->mem = mem;
+    o->raddr = raddr;
+    o->rkey = rkey;
+    o->a = a;
+    o->b = b;
+    o->comp = comp;
+    return rdmax__op_slow(ep);
+}
+
+/* Post ep->wr, which the caller filled (opcode, sge, remote fields): the slot gets its op, one post in
+   signal_interval is signaled (and keeps its length and address for an error report; the others are
+   covered by it), and only an accepted post moves the queue and the counters, so a refusal has nothing
+   to undo but the signal count (rdmax__post_refused). */
+RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, rdmax_op op, uint32_t len,
+                                              unsigned flags, uint64_t raddr)
+{
+    uint32_t slot = head & ep->sq_mask;
     rdmax__slot *s = &ep->slots[slot];
-    uint32_t unsignaled = ep->unsignaled;  /* restored if the post is refused */
-    /* Signal when asked for a completion, every signal_interval posts, and on the last free slot or CQ
-       entries so that a completion always comes back to free them. */
-    int sig = comp != NULL || ++ep->unsignaled >= ep->signal_interval || ep->sq_avail <= 1 ||
-              ctx->scq_credits <= 1;
-    s->comp = comp;
-    ctx->comps_out += comp != NULL;
-    s->region = region;
-    s->len = len;
-    s->op = (uint8_t)op;
-    s->signaled = (uint8_t)sig;
-    s->raddr = raddr;
+    struct ibv_send_wr *wr = &ep->wr;
     wr->wr_id = ep->wr_id_base | slot;
-    if (sig) {
-        wr->send_flags |= IBV_SEND_SIGNALED;
-        ep->unsignaled = 0;
+    s->op = (uint8_t)op;  /* s->signaled is 0 in a free slot (rdmax__ep_retire clears it) */
+    if (rdmax_likely(--ep->sig_left != 0)) {
+        wr->send_flags = flags;
+    } else {
+        ep->sig_left = ep->signal_interval;
+        wr->send_flags = flags | IBV_SEND_SIGNALED;
+        s->signaled = 1;
+        s->len = len;
+        s->raddr = raddr;
     }
+    RDMAX__PROF_BEGIN(ctx, POST);
+    int rc = ibv_post_send(ep->qp, wr, &ep->post_bad);
+    RDMAX__PROF_END(ctx, POST);
+    if (rdmax_unlikely(rc != 0))
+        return rdmax__post_refused(ep, rc);
     ep->sq_head++;
-    ep->sq_avail--;
+    ctx = ep->ctx;  /* reloaded: one register less across the call */
     ctx->scq_credits--;
     ctx->cnt.posted[op]++;
     ctx->cnt.bytes[op] += len;
-    if (ep->batching) {
-        if (ctx->batch_n > 0)
-            ctx->bwr[ctx->batch_n - 1].next = wr;
-        if (++ctx->batch_n == RDMAX_BATCH_MAX)
-            return rdmax__post_chain(ep, 1);  /* on failure the caller undoes its own request */
-        return RDMAX_OK;
-    }
-    struct ibv_send_wr *bad;
-    wr->next = NULL;
     ctx->cnt.post_calls++;
-    RDMAX__PROF_BEGIN(ctx, POST);
-    int rc = ibv_post_send(ep->qp, wr, &bad);
-    RDMAX__PROF_END(ctx, POST);
-    if (rdmax_unlikely(rc != 0)) {
-        /* nothing was posted: give the slot back */
-        ep->sq_head--;
-        ep->sq_avail++;
-        ctx->scq_credits++;
-        ctx->comps_out -= comp != NULL;
-        s->comp = NULL;
-        s->region = NULL;
-        ctx->cnt.posted[op]--;
-        ctx->cnt.bytes[op] -= len;
-        ep->unsignaled = unsignaled;
-        ep->last_errno = rc;
-        return RDMAX_ERR_IO;
-    }
     return RDMAX_OK;
 }
 
-RDMAX_INLINE struct ibv_send_wr *rdmax__ep_wr(rdmax_ep *ep, enum ibv_wr_opcode opcode)
-{
-    struct ibv_send_wr *wr = &ep->wr;
-    if (rdmax_unlikely(ep->batching)) {
-        rdmax_ctx *ctx = ep->ctx;
-        wr = &ctx->bwr[ctx->batch_n];
-        wr->sg_list = ctx->bsge[ctx->batch_n];
-    }
-    wr->opcode = opcode;
-    wr->send_flags = 0;
-    return wr;
-}
-
-/* Contiguous send, put: inline when len <= max_inline and (mem NULL or comp NULL): the data is copied
-   at the call, so the buffer is free when it returns; zero-copy from mem (or the rcache) otherwise.
-   Returns RDMAX_INPROGRESS whenever comp is given, RDMAX_OK for inline data without a comp. The caller
-   checked resources and set the remote fields. */
-RDMAX_INLINE rdmax_status rdmax__ep_contig(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_op op, const void *buf,
-                                           size_t len, const rdmax_mem *mem, uint64_t raddr, rdmax_comp *comp)
-{
-    struct ibv_sge *sge = wr->sg_list;
-    sge->addr = (uintptr_t)buf;
-    sge->length = (uint32_t)len;
-    wr->num_sge = len ? 1 : 0;
-    if (len <= ep->max_inline && (mem == NULL || comp == NULL)) {
-        wr->send_flags = IBV_SEND_INLINE;
-        sge->lkey = 0;
-        /* A chained request is posted later, but the buffer is promised free now: copy it. */
-        if (ep->batching) {
-            char *stage = ep->ctx->inl_stage + (size_t)ep->ctx->batch_n * ep->ctx->attr.max_inline;
-            memcpy(stage, buf, len);
-            sge->addr = (uintptr_t)stage;
-        }
-        /* The completion contract: given a comp, the operation reports through it, inline or not (the
-           post is then signaled); without one, inline data is done at once. */
-        rdmax_status ist = rdmax__ep_post(ep, wr, comp, op, (uint32_t)len, raddr, NULL);
-        return ist == RDMAX_OK && comp != NULL ? RDMAX_INPROGRESS : ist;
-    }
-    struct rdmax_rcache_region *region = NULL;
-    if (mem != NULL) {
-        sge->lkey = mem->lkey;
-    } else {
-        rdmax_status rs = rdmax__rcache_lkey(ep->ctx, buf, len, RDMAX_ACCESS_LOCAL, &region);
-        if (rdmax_unlikely(rs != RDMAX_OK))
-            return rs;
-        sge->lkey = region->lkey;
-    }
-    rdmax_status st = rdmax__ep_post(ep, wr, comp, op, (uint32_t)len, raddr, region);
-    if (rdmax_unlikely(st != RDMAX_OK) && region)
-        rdmax_rcache_put(ep->ctx->rcache, region);
-    return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
-}
+/* The fast gate: connected, nothing pending, not chaining, a send slot free; and CQ entries beyond the
+   last one (the post that takes the last one must be signaled: rdmax__op_slow does that). */
+#if RDMAX__HAS_UD
+#define RDMAX__FAST_RC(ep) ((ep)->ah == NULL) /* UD endpoints take the general path */
+#else
+#define RDMAX__FAST_RC(ep) 1
+#endif
+#define RDMAX__FAST_OPEN(ep, ctx, head) ((head) != (ep)->sq_stop && (ctx)->scq_credits > 1 && RDMAX__FAST_RC(ep))
 
 /* rdmax_send: send len bytes to the peer's receive callback.
    Parameters: buf, len: the message; mem: its registration, or NULL (inline if len <= max_inline, else
@@ -1993,63 +1974,29 @@ RDMAX_INLINE rdmax_status rdmax__ep_contig(rdmax_ep *ep, struct ibv_send_wr *wr,
 RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                      rdmax_comp *comp)
 {
-    rdmax_status st = rdmax__ep_check(ep);
-    if (rdmax_unlikely(st != RDMAX_OK))
-        return st;
-    /* NULL data: the inline path would copy from it (one test covers both; peer_recv_size < 2^32). */
-    if (rdmax_unlikely(len > ep->peer_recv_size || (buf == NULL && len != 0)))
-        return buf == NULL && len != 0 ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
+    rdmax_ctx *ctx = ep->ctx;
+    uint32_t head = ep->sq_head;
     /* RC: never more sends in flight than the peer has receive buffers (no RNR in steady state); the
-       last credit is kept for a grant. Credits we owe the peer ride along in the immediate data. */
-    if (rdmax_unlikely(ep->tx_credits <= 1)) {
-        ep->ctx->cnt.no_resource++;
-        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_CREDITS);
-        return RDMAX_ERR_NO_RESOURCE;
-    }
-    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND_WITH_IMM);
-    wr->imm_data = htonl(ep->rx_unreturned);
-#if RDMAX__HAS_UD
-    wr->wr.ud.ah = ep->ah;  /* never NULL on a UD endpoint: creation fails without one */
-    wr->wr.ud.remote_qpn = ep->ud_qpn;
-    wr->wr.ud.remote_qkey = ep->ud_qkey;
-#endif
-    st = rdmax__ep_contig(ep, wr, RDMAX_OP_SEND, buf, len, mem, 0, comp);
-#if RDMAX__HAS_UD
-    if (ep->ah != NULL) {  /* UD has no credits: the device drops what finds no buffer */
-        /* The immediate data is the peer endpoint's index (low 16 bits) and this datagram's number (high
-           16, wrapping), so that the receiver sees loss: ud.skipped, ud.late, ud.duplicates. */
-        ep->rx_unreturned += (uint32_t)(st >= 0) << 16;
+       last credit is kept for a grant. Credits we owe the peer ride along in the immediate data. The
+       length is checked against the peer's receive buffers (it protects the peer). */
+    if (rdmax_likely(len - 1 < ep->max_inline && comp == NULL && buf != NULL && len <= ep->peer_recv_size &&
+                     ep->tx_credits > 1 && RDMAX__FAST_OPEN(ep, ctx, head))) {
+        struct ibv_send_wr *wr = &ep->wr;
+        wr->opcode = IBV_WR_SEND_WITH_IMM;
+        wr->imm_data = htonl(ep->rx_unreturned);
+        ep->sge[0].addr = (uintptr_t)buf;
+        ep->sge[0].length = (uint32_t)len;
+        rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, RDMAX_OP_SEND, (uint32_t)len, IBV_SEND_INLINE, 0);
+        if (rdmax_likely(st == RDMAX_OK)) {
+            ep->tx_credits--;
+            ep->rx_unreturned = 0;
+        }
         return st;
     }
-#endif
-    if (rdmax_likely(st >= 0)) {
-        ep->tx_credits--;
-        ep->rx_unreturned = 0;
-    }
-    return st;
+    return rdmax__slow(ep, RDMAX_OP_SEND, buf, len, mem, 0, 0, 0, 0, comp, 0);
 }
 
 #if RDMAX__HAS_RC
-/* The checks of an operation only RC has (put, get, atomics): a UD endpoint is refused (its work request
-   has no remote address: the provider would take the address handle from where it lies). That test is
-   compiled only when both transports are; `read` (get, atomics) also needs the read budget. */
-RDMAX_INLINE rdmax_status rdmax__ep_check_rc(rdmax_ep *ep, int read)
-{
-#if RDMAX__HAS_UD
-    if (rdmax_unlikely(ep->qp->qp_type != IBV_QPT_RC))
-        return RDMAX_ERR_UNSUPPORTED;
-#endif
-    rdmax_status st = rdmax__ep_check(ep);
-    if (rdmax_unlikely(st != RDMAX_OK))
-        return st;
-    if (read && rdmax_unlikely(ep->rd_avail == 0)) {
-        ep->ctx->cnt.no_resource++;
-        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_READS);
-        return RDMAX_ERR_NO_RESOURCE;
-    }
-    return RDMAX_OK;
-}
-
 /* rdmax_put: RDMA write of len bytes to raddr/rkey of the peer.
    Parameters and results as rdmax_send: with a comp RDMAX_INPROGRESS, inline or not; RDMAX_OK only for
    inline data without a comp. RDMAX_ERR_INVALID_PARAM if buf is NULL and len is not 0, RDMAX_ERR_SIZE
@@ -2057,53 +2004,30 @@ RDMAX_INLINE rdmax_status rdmax__ep_check_rc(rdmax_ep *ep, int read)
 RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                     uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
 {
-    /* max_msg_sz <= UINT32_MAX (the context clamps it): the length fits the 32-bit SGE */
-    if (rdmax_unlikely(len > ep->ctx->attr.max_msg_sz || (buf == NULL && len != 0)))
-        return buf == NULL && len != 0 ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
-    rdmax_status st = rdmax__ep_check_rc(ep, 0);
-    if (rdmax_unlikely(st != RDMAX_OK))
-        return st;
-    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_WRITE);
-    wr->wr.rdma.remote_addr = raddr;
-    wr->wr.rdma.rkey = rkey;
-    return rdmax__ep_contig(ep, wr, RDMAX_OP_PUT, buf, len, mem, raddr, comp);
+    rdmax_ctx *ctx = ep->ctx;
+    uint32_t head = ep->sq_head;
+    if (rdmax_likely(len - 1 < ep->max_inline && comp == NULL && buf != NULL)) {
+        if (rdmax_likely(RDMAX__FAST_OPEN(ep, ctx, head))) {
+            struct ibv_send_wr *wr = &ep->wr;
+            wr->opcode = IBV_WR_RDMA_WRITE;
+            ep->sge[0].addr = (uintptr_t)buf;
+            ep->sge[0].length = (uint32_t)len;
+            wr->wr.rdma.remote_addr = raddr;
+            wr->wr.rdma.rkey = rkey;
+            return rdmax__ep_fast_post(ep, ctx, head, RDMAX_OP_PUT, (uint32_t)len, IBV_SEND_INLINE, raddr);
+        }
+        if (ep->blocked == RDMAX__BLK_BATCH)  /* a post list: chained, out of line (rdmax__put_chain_fast) */
+            return rdmax__put_chained(ep, buf, len, raddr, rkey);
+    }
+    return rdmax__slow(ep, RDMAX_OP_PUT, buf, len, mem, raddr, rkey, 0, 0, comp, 0);
 }
 
 /* Gather/scatter variants: iov entries carry their own lkey; at most min(device max SGE, RDMAX_MAX_SGE).
    RDMAX_ERR_INVALID_PARAM for a NULL iov, a bad iovcnt or an entry with a NULL addr and a length. */
-RDMAX_INLINE rdmax_status rdmax__ep_iov(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax_op op, const rdmax_iov *iov,
-                                        size_t iovcnt, uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
-{
-    if (rdmax_unlikely(iov == NULL || iovcnt == 0 || iovcnt > ep->ctx->attr.max_sge || iovcnt > RDMAX_MAX_SGE))
-        return RDMAX_ERR_INVALID_PARAM;
-    struct ibv_send_wr *wr = rdmax__ep_wr(ep, opcode);  /* filled, but posted only after the checks */
-    uint64_t total = 0;
-    int null_addr = 0;
-    for (size_t i = 0; i < iovcnt; i++) {
-        wr->sg_list[i].addr = (uintptr_t)iov[i].addr;
-        wr->sg_list[i].length = iov[i].len;
-        wr->sg_list[i].lkey = iov[i].lkey;
-        total += iov[i].len;
-        null_addr |= iov[i].addr == NULL && iov[i].len != 0;
-    }
-    if (rdmax_unlikely(null_addr || total > ep->ctx->attr.max_msg_sz || (opcode == IBV_WR_RDMA_READ && total == 0)))
-        return null_addr ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
-    rdmax_status st = rdmax__ep_check_rc(ep, op == RDMAX_OP_GET);
-    if (rdmax_unlikely(st != RDMAX_OK))
-        return st;
-    wr->num_sge = (int)iovcnt;
-    wr->wr.rdma.remote_addr = raddr;
-    wr->wr.rdma.rkey = rkey;
-    st = rdmax__ep_post(ep, wr, comp, op, (uint32_t)total, raddr, NULL);
-    if (st == RDMAX_OK && op == RDMAX_OP_GET)
-        ep->rd_avail--;
-    return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
-}
-
 RDMAX_INLINE rdmax_status rdmax_put_iov(rdmax_ep *ep, const rdmax_iov *iov, size_t iovcnt, uint64_t raddr,
                                         uint32_t rkey, rdmax_comp *comp)
 {
-    return rdmax__ep_iov(ep, IBV_WR_RDMA_WRITE, RDMAX_OP_PUT, iov, iovcnt, raddr, rkey, comp);
+    return rdmax__slow(ep, RDMAX_OP_PUT, iov, iovcnt, NULL, raddr, rkey, 0, 0, comp, 1);
 }
 
 /* rdmax_get: RDMA read of len bytes from raddr/rkey into buf (inside mem). Counts against the
@@ -2115,80 +2039,59 @@ RDMAX_INLINE rdmax_status rdmax_put_iov(rdmax_ep *ep, const rdmax_iov *iov, size
 RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
                                     uint32_t rkey, rdmax_comp *comp)
 {
-    /* one test for len 0, len too long and a NULL buffer (len - 1 wraps for 0) */
-    if (rdmax_unlikely(len - 1 >= ep->ctx->attr.max_msg_sz || buf == NULL)) {
-#if RDMAX__HAS_UD
-        if (ep->qp->qp_type != IBV_QPT_RC)
-            return RDMAX_ERR_UNSUPPORTED;
-#endif
-        if (len == 0) {
-            if (comp == NULL)
-                return RDMAX_OK;
-            rdmax_iov none;
-            none.addr = buf;
-            none.len = 0;
-            none.lkey = 0;
-            return rdmax__ep_iov(ep, IBV_WR_RDMA_WRITE, RDMAX_OP_GET, &none, 1, raddr, rkey, comp);
+    rdmax_ctx *ctx = ep->ctx;
+    uint32_t head = ep->sq_head;
+    /* one test for len 0 and len too long (len - 1 wraps for 0) */
+    if (rdmax_likely(len - 1 < ctx->attr.max_msg_sz && mem != NULL && comp == NULL && buf != NULL &&
+                     ep->rd_avail != 0 && RDMAX__FAST_OPEN(ep, ctx, head))) {
+        struct ibv_send_wr *wr = &ep->wr;
+        wr->opcode = IBV_WR_RDMA_READ;
+        ep->sge[0].addr = (uintptr_t)buf;
+        ep->sge[0].length = (uint32_t)len;
+        ep->sge[0].lkey = mem->lkey;
+        wr->wr.rdma.remote_addr = raddr;
+        wr->wr.rdma.rkey = rkey;
+        rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, RDMAX_OP_GET, (uint32_t)len, 0, raddr);
+        if (rdmax_likely(st == RDMAX_OK)) {
+            ep->rd_avail--;
+            return RDMAX_INPROGRESS;
         }
-        return buf == NULL ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
-    }
-    rdmax_status st = rdmax__ep_check_rc(ep, 1);
-    if (rdmax_unlikely(st != RDMAX_OK))
         return st;
-    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_READ);
-    struct ibv_sge *sge = wr->sg_list;
-    struct rdmax_rcache_region *region = NULL;
-    if (mem != NULL) {
-        sge->lkey = mem->lkey;
-    } else {
-        st = rdmax__rcache_lkey(ep->ctx, buf, len, RDMAX__ACCESS_LOCAL_WRITE, &region);
-        if (rdmax_unlikely(st != RDMAX_OK))
-            return st;
-        sge->lkey = region->lkey;
     }
-    sge->addr = (uintptr_t)buf;
-    sge->length = (uint32_t)len;
-    wr->num_sge = 1;
-    wr->wr.rdma.remote_addr = raddr;
-    wr->wr.rdma.rkey = rkey;
-    st = rdmax__ep_post(ep, wr, comp, RDMAX_OP_GET, (uint32_t)len, raddr, region);
-    if (rdmax_likely(st == RDMAX_OK)) {
-        ep->rd_avail--;
-        return RDMAX_INPROGRESS;
-    }
-    if (region)
-        rdmax_rcache_put(ep->ctx->rcache, region);
-    return st;
+    return rdmax__slow(ep, RDMAX_OP_GET, buf, len, mem, raddr, rkey, 0, 0, comp, 0);
 }
 
 RDMAX_INLINE rdmax_status rdmax_get_iov(rdmax_ep *ep, const rdmax_iov *iov, size_t iovcnt, uint64_t raddr,
                                         uint32_t rkey, rdmax_comp *comp)
 {
-    return rdmax__ep_iov(ep, IBV_WR_RDMA_READ, RDMAX_OP_GET, iov, iovcnt, raddr, rkey, comp);
+    return rdmax__slow(ep, RDMAX_OP_GET, iov, iovcnt, NULL, raddr, rkey, 0, 0, comp, 1);
 }
 
 RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax_op op, uint64_t *result,
                                            const rdmax_mem *mem, uint64_t raddr, uint32_t rkey, uint64_t a,
                                            uint64_t b, rdmax_comp *comp)
 {
-    if (rdmax_unlikely((raddr & 7) || mem == NULL || result == NULL))
-        return result == NULL ? RDMAX_ERR_INVALID_PARAM : (raddr & 7) ? RDMAX_ERR_UNALIGNED : RDMAX_ERR_NO_MEMH;
-    rdmax_status st = rdmax__ep_check_rc(ep, 1);
-    if (rdmax_unlikely(st != RDMAX_OK))
+    rdmax_ctx *ctx = ep->ctx;
+    uint32_t head = ep->sq_head;
+    if (rdmax_likely(!(raddr & 7) && mem != NULL && result != NULL && comp == NULL && ep->rd_avail != 0 &&
+                     RDMAX__FAST_OPEN(ep, ctx, head))) {
+        struct ibv_send_wr *wr = &ep->wr;
+        wr->opcode = opcode;
+        ep->sge[0].addr = (uintptr_t)result;
+        ep->sge[0].length = 8;
+        ep->sge[0].lkey = mem->lkey;
+        wr->wr.atomic.remote_addr = raddr;
+        wr->wr.atomic.rkey = rkey;
+        wr->wr.atomic.compare_add = a;
+        wr->wr.atomic.swap = b;
+        rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, op, 8, 0, raddr);
+        if (rdmax_likely(st == RDMAX_OK)) {
+            ep->rd_avail--;
+            return RDMAX_INPROGRESS;
+        }
         return st;
-    struct ibv_send_wr *wr = rdmax__ep_wr(ep, opcode);
-    wr->sg_list[0].addr = (uintptr_t)result;
-    wr->sg_list[0].length = 8;
-    wr->sg_list[0].lkey = mem->lkey;
-    wr->num_sge = 1;
-    wr->wr.atomic.remote_addr = raddr;
-    wr->wr.atomic.rkey = rkey;
-    wr->wr.atomic.compare_add = a;
-    wr->wr.atomic.swap = b;
-    st = rdmax__ep_post(ep, wr, comp, op, 8, raddr, NULL);
-    if (st == RDMAX_OK)
-        ep->rd_avail--;
-    return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
+    }
+    return rdmax__slow(ep, op, result, 8, mem, raddr, rkey, a, b, comp, 0);
 }
 
 /* Fetch-and-add of add to the 8 bytes at raddr; the old value lands in *result (inside mem).
@@ -2217,16 +2120,18 @@ RDMAX_INLINE void rdmax_batch_begin(rdmax_ep *ep)
     if (rdmax_unlikely(ctx->batch_ep != NULL && ctx->batch_ep != ep))
         rdmax_batch_end(ctx->batch_ep);
     ctx->batch_ep = ep;
-    ep->batching = 1;
+    ep->blocked |= RDMAX__BLK_BATCH;
+    ep->sq_stop = ep->sq_head;
 }
 
 /* Post what was chained since rdmax_batch_begin. */
 RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep)
 {
     rdmax_ctx *ctx = ep->ctx;
-    if (!ep->batching)
+    if (!(ep->blocked & RDMAX__BLK_BATCH))
         return RDMAX_OK;
-    ep->batching = 0;
+    ep->blocked &= (uint8_t)~RDMAX__BLK_BATCH;
+    rdmax__ep_regate(ep);
     ctx->batch_ep = NULL;
     return ctx->batch_n ? rdmax__post_chain(ep, 0) : RDMAX_OK;
 }
@@ -2242,11 +2147,12 @@ RDMAX_INLINE int rdmax_progress(rdmax_ctx *ctx)
        spins faster and sees a reply sooner); every call when someone waits on a completion object or
        CQ entries run low. */
     uint32_t tick = ++ctx->tick;
-    if (ctx->comps_out || (tick & 3) == 0 || ctx->scq_credits < ctx->scq_low)
+    if (ctx->comps_out || (tick & 3) == 0 || ctx->scq_credits < ctx->scq_low) {
         n += rdmax__poll_send(ctx);
-    /* Device events, the watchdog and keepalives: out of line, every 1024th call. */
-    if (rdmax_unlikely((tick & 1023) == 0))
-        rdmax__tick(ctx);
+        /* Device events, the watchdog and keepalives: out of line, every 1024th call (a 4th one). */
+        if (rdmax_unlikely((tick & 1023) == 0))
+            rdmax__tick(ctx);
+    }
     if (rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
         rdmax__dispatch(ctx);
     RDMAX__PROF_END(ctx, PROGRESS);

@@ -440,6 +440,11 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
         st = RDMAX_ERR_NO_MEMORY;
         goto fail;
     }
+    /* The staging requests come chained and with their SGE: a chained put fills only what changes. */
+    for (uint32_t i = 0; i < RDMAX_BATCH_MAX; i++) {
+        ctx->bwr[i].sg_list = ctx->bsge[i];
+        ctx->bwr[i].next = i + 1 < RDMAX_BATCH_MAX ? &ctx->bwr[i + 1] : NULL;
+    }
     if ((st = rdmax__rcache_check(ctx)) != RDMAX_OK)
         goto fail;
     if (d.conn_setup == RDMAX_SETUP_CM && (st = rdmax__cm_ctx_open(ctx)) != RDMAX_OK)
@@ -1111,6 +1116,8 @@ static rdmax_status rdmax__ud_connect(rdmax_ep *ep, const rdmax_conn_info *r)
     ep->peer_recv_size = r->recv_size > RDMAX_UD_GRH && r->recv_size - RDMAX_UD_GRH < mtu ? r->recv_size - RDMAX_UD_GRH : mtu;
     ep->tx_credits = UINT32_MAX;
     ep->state = RDMAX_EP_CONNECTED;
+    ep->blocked &= (uint8_t)~RDMAX__BLK_STATE;
+    rdmax__ep_regate(ep);
     RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_EP_CONNECTED, ep, r->qpn);
     return RDMAX_OK;
 }
@@ -3486,6 +3493,431 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
         d->keepalive_ms = 4000;  /* found within 4 s + the RC retry time (0.47 s): under 5 s */
 }
 
+/* >>post: the general path of the operations (rdmax__op_slow) and the post list's lean put */
+/* Reserve one send slot and post (or chain) the request the caller filled in (rdmax__ep_wr). */
+static rdmax_status rdmax__ep_check(rdmax_ep *ep)
+{
+    if (rdmax_unlikely(ep->state != RDMAX_EP_CONNECTED))
+        return ep->state == RDMAX_EP_ERROR ? RDMAX_ERR_ENDPOINT
+               : ep->state == RDMAX_EP_CLOSED ? RDMAX_ERR_CLOSED : RDMAX_ERR_NOT_CONNECTED;
+    /* Out of send-queue or CQ entries, or requests are waiting: a direct post would overtake them. */
+    if (rdmax_unlikely(rdmax__ep_sq_avail(ep) == 0 || ep->ctx->scq_credits == 0 ||
+                       (ep->group.count != 0 && ep->ctx->disp_ep != ep))) {
+        ep->ctx->cnt.no_resource++;
+        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep,
+                             rdmax__ep_sq_avail(ep) == 0 ? RDMAX_PROFILE_NORES_SQ
+                             : ep->ctx->scq_credits == 0 ? RDMAX_PROFILE_NORES_CQ : RDMAX_PROFILE_NORES_PENDING);
+        return RDMAX_ERR_NO_RESOURCE;
+    }
+    return RDMAX_OK;
+}
+
+/* The general path's post (or chain) of a request the caller filled in (rdmax__ep_wr). */
+static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_comp *comp, rdmax_op op, uint32_t len,
+                                   uint64_t raddr, struct rdmax_rcache_region *region)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    uint32_t slot = ep->sq_head & ep->sq_mask;
+    rdmax__slot *s = &ep->slots[slot];
+    uint32_t sig_left = ep->sig_left;  /* restored if the post is refused */
+    /* Signal when asked for a completion, every signal_interval posts, and on the last free slot or CQ
+       entries so that a completion always comes back to free them. */
+    int sig = comp != NULL || --ep->sig_left == 0 || rdmax__ep_sq_avail(ep) <= 1 || ctx->scq_credits <= 1;
+    s->comp = comp;
+    ctx->comps_out += comp != NULL;
+    s->region = region;
+    s->len = len;
+    s->op = (uint8_t)op;
+    s->signaled = (uint8_t)sig;
+    s->raddr = raddr;
+    wr->wr_id = ep->wr_id_base | slot;
+    if (sig) {
+        wr->send_flags |= IBV_SEND_SIGNALED;
+        ep->sig_left = ep->signal_interval;
+    }
+    ep->sq_head++;
+    ctx->scq_credits--;
+    ctx->cnt.posted[op]++;
+    ctx->cnt.bytes[op] += len;
+    if (ep->blocked & RDMAX__BLK_BATCH) {
+        ep->sq_stop = ep->sq_head;
+        if (ctx->batch_n > 0)
+            ctx->bwr[ctx->batch_n - 1].next = wr;
+        if (++ctx->batch_n == RDMAX_BATCH_MAX)
+            return rdmax__post_chain(ep, 1);  /* on failure the caller undoes its own request */
+        return RDMAX_OK;
+    }
+    struct ibv_send_wr *bad;
+    wr->next = NULL;
+    ctx->cnt.post_calls++;
+    RDMAX__PROF_BEGIN(ctx, POST);
+    int rc = ibv_post_send(ep->qp, wr, &bad);
+    RDMAX__PROF_END(ctx, POST);
+    /* the fast path's request keeps one SGE in ep->sge */
+    ep->wr.num_sge = 1;
+    ep->wr.sg_list = ep->sge;
+    if (rdmax_unlikely(rc != 0)) {
+        /* nothing was posted: give the slot back */
+        ep->sq_head--;
+        ctx->scq_credits++;
+        ctx->comps_out -= comp != NULL;
+        s->comp = NULL;
+        s->region = NULL;
+        s->signaled = 0;
+        ctx->cnt.posted[op]--;
+        ctx->cnt.bytes[op] -= len;
+        ctx->cnt.post_calls--;
+        ep->sig_left = sig_left;
+        ep->last_errno = rc;
+        rdmax__ep_regate(ep);
+        return RDMAX_ERR_IO;
+    }
+    rdmax__ep_regate(ep);
+    return RDMAX_OK;
+}
+
+static struct ibv_send_wr *rdmax__ep_wr(rdmax_ep *ep, enum ibv_wr_opcode opcode)
+{
+    struct ibv_send_wr *wr = &ep->wr;
+    if (rdmax_unlikely(ep->blocked & RDMAX__BLK_BATCH)) {
+        rdmax_ctx *ctx = ep->ctx;
+        wr = &ctx->bwr[ctx->batch_n];
+        wr->sg_list = ctx->bsge[ctx->batch_n];
+    }
+    wr->opcode = opcode;
+    wr->send_flags = 0;
+    return wr;
+}
+
+/* Contiguous send, put: inline when len <= max_inline and (mem NULL or comp NULL): the data is copied
+   at the call, so the buffer is free when it returns; zero-copy from mem (or the rcache) otherwise.
+   Returns RDMAX_INPROGRESS whenever comp is given, RDMAX_OK for inline data without a comp. The caller
+   checked resources and set the remote fields. */
+static rdmax_status rdmax__ep_contig(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_op op, const void *buf,
+                                           size_t len, const rdmax_mem *mem, uint64_t raddr, rdmax_comp *comp)
+{
+    struct ibv_sge *sge = wr->sg_list;
+    sge->addr = (uintptr_t)buf;
+    sge->length = (uint32_t)len;
+    wr->num_sge = len ? 1 : 0;
+    if (len <= ep->max_inline && (mem == NULL || comp == NULL)) {
+        wr->send_flags = IBV_SEND_INLINE;
+        sge->lkey = 0;
+        /* A chained request is posted later, but the buffer is promised free now: copy it. */
+        if (ep->blocked & RDMAX__BLK_BATCH) {
+            char *stage = ep->ctx->inl_stage + (size_t)ep->ctx->batch_n * ep->ctx->attr.max_inline;
+            memcpy(stage, buf, len);
+            sge->addr = (uintptr_t)stage;
+        }
+        /* The completion contract: given a comp, the operation reports through it, inline or not (the
+           post is then signaled); without one, inline data is done at once. */
+        rdmax_status ist = rdmax__ep_post(ep, wr, comp, op, (uint32_t)len, raddr, NULL);
+        return ist == RDMAX_OK && comp != NULL ? RDMAX_INPROGRESS : ist;
+    }
+    struct rdmax_rcache_region *region = NULL;
+    if (mem != NULL) {
+        sge->lkey = mem->lkey;
+    } else {
+        rdmax_status rs = rdmax__rcache_lkey(ep->ctx, buf, len, RDMAX_ACCESS_LOCAL, &region);
+        if (rdmax_unlikely(rs != RDMAX_OK))
+            return rs;
+        sge->lkey = region->lkey;
+    }
+    rdmax_status st = rdmax__ep_post(ep, wr, comp, op, (uint32_t)len, raddr, region);
+    if (rdmax_unlikely(st != RDMAX_OK) && region)
+        rdmax_rcache_put(ep->ctx->rcache, region);
+    return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
+}
+
+/* rdmax_send's general path. */
+static rdmax_status rdmax__g_send(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
+                                  rdmax_comp *comp)
+{
+    rdmax_status st = rdmax__ep_check(ep);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    /* NULL data: the inline path would copy from it (one test covers both; peer_recv_size < 2^32). */
+    if (rdmax_unlikely(len > ep->peer_recv_size || (buf == NULL && len != 0)))
+        return buf == NULL && len != 0 ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
+    /* RC: never more sends in flight than the peer has receive buffers (no RNR in steady state); the
+       last credit is kept for a grant. Credits we owe the peer ride along in the immediate data. */
+    if (rdmax_unlikely(ep->tx_credits <= 1)) {
+        ep->ctx->cnt.no_resource++;
+        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_CREDITS);
+        return RDMAX_ERR_NO_RESOURCE;
+    }
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND_WITH_IMM);
+    wr->imm_data = htonl(ep->rx_unreturned);
+#if RDMAX__HAS_UD
+    wr->wr.ud.ah = ep->ah;  /* never NULL on a UD endpoint: creation fails without one */
+    wr->wr.ud.remote_qpn = ep->ud_qpn;
+    wr->wr.ud.remote_qkey = ep->ud_qkey;
+#endif
+    st = rdmax__ep_contig(ep, wr, RDMAX_OP_SEND, buf, len, mem, 0, comp);
+#if RDMAX__HAS_UD
+    if (ep->ah != NULL) {  /* UD has no credits: the device drops what finds no buffer */
+        /* The immediate data is the peer endpoint's index (low 16 bits) and this datagram's number (high
+           16, wrapping), so that the receiver sees loss: ud.skipped, ud.late, ud.duplicates. */
+        ep->rx_unreturned += (uint32_t)(st >= 0) << 16;
+        return st;
+    }
+#endif
+    if (rdmax_likely(st >= 0)) {
+        ep->tx_credits--;
+        ep->rx_unreturned = 0;
+    }
+    return st;
+}
+
+#if RDMAX__HAS_RC
+/* The checks of an operation only RC has (put, get, atomics): a UD endpoint is refused (its work request
+   has no remote address: the provider would take the address handle from where it lies). That test is
+   compiled only when both transports are; `read` (get, atomics) also needs the read budget. */
+static rdmax_status rdmax__ep_check_rc(rdmax_ep *ep, int read)
+{
+#if RDMAX__HAS_UD
+    if (rdmax_unlikely(ep->qp->qp_type != IBV_QPT_RC))
+        return RDMAX_ERR_UNSUPPORTED;
+#endif
+    rdmax_status st = rdmax__ep_check(ep);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    if (read && rdmax_unlikely(ep->rd_avail == 0)) {
+        ep->ctx->cnt.no_resource++;
+        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_READS);
+        return RDMAX_ERR_NO_RESOURCE;
+    }
+    return RDMAX_OK;
+}
+
+/* rdmax_put's general path. */
+static rdmax_status rdmax__g_put(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
+                                 uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
+{
+    /* max_msg_sz <= UINT32_MAX (the context clamps it): the length fits the 32-bit SGE */
+    if (rdmax_unlikely(len > ep->ctx->attr.max_msg_sz || (buf == NULL && len != 0)))
+        return buf == NULL && len != 0 ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
+    rdmax_status st = rdmax__ep_check_rc(ep, 0);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_WRITE);
+    wr->wr.rdma.remote_addr = raddr;
+    wr->wr.rdma.rkey = rkey;
+    return rdmax__ep_contig(ep, wr, RDMAX_OP_PUT, buf, len, mem, raddr, comp);
+}
+
+static rdmax_status rdmax__ep_iov(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax_op op, const rdmax_iov *iov,
+                                        size_t iovcnt, uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
+{
+    if (rdmax_unlikely(iov == NULL || iovcnt == 0 || iovcnt > ep->ctx->attr.max_sge || iovcnt > RDMAX_MAX_SGE))
+        return RDMAX_ERR_INVALID_PARAM;
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, opcode);  /* filled, but posted only after the checks */
+    uint64_t total = 0;
+    int null_addr = 0;
+    for (size_t i = 0; i < iovcnt; i++) {
+        wr->sg_list[i].addr = (uintptr_t)iov[i].addr;
+        wr->sg_list[i].length = iov[i].len;
+        wr->sg_list[i].lkey = iov[i].lkey;
+        total += iov[i].len;
+        null_addr |= iov[i].addr == NULL && iov[i].len != 0;
+    }
+    if (rdmax_unlikely(null_addr || total > ep->ctx->attr.max_msg_sz || (opcode == IBV_WR_RDMA_READ && total == 0)))
+        return null_addr ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
+    rdmax_status st = rdmax__ep_check_rc(ep, op == RDMAX_OP_GET);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    wr->num_sge = (int)iovcnt;
+    wr->wr.rdma.remote_addr = raddr;
+    wr->wr.rdma.rkey = rkey;
+    st = rdmax__ep_post(ep, wr, comp, op, (uint32_t)total, raddr, NULL);
+    if (st == RDMAX_OK && op == RDMAX_OP_GET)
+        ep->rd_avail--;
+    return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
+}
+
+/* rdmax_get's general path. */
+static rdmax_status rdmax__g_get(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
+                                 uint32_t rkey, rdmax_comp *comp)
+{
+    /* one test for len 0, len too long and a NULL buffer (len - 1 wraps for 0) */
+    if (rdmax_unlikely(len - 1 >= ep->ctx->attr.max_msg_sz || buf == NULL)) {
+#if RDMAX__HAS_UD
+        if (ep->qp->qp_type != IBV_QPT_RC)
+            return RDMAX_ERR_UNSUPPORTED;
+#endif
+        if (len == 0) {
+            if (comp == NULL)
+                return RDMAX_OK;
+            rdmax_iov none;
+            none.addr = buf;
+            none.len = 0;
+            none.lkey = 0;
+            return rdmax__ep_iov(ep, IBV_WR_RDMA_WRITE, RDMAX_OP_GET, &none, 1, raddr, rkey, comp);
+        }
+        return buf == NULL ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
+    }
+    rdmax_status st = rdmax__ep_check_rc(ep, 1);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_READ);
+    struct ibv_sge *sge = wr->sg_list;
+    struct rdmax_rcache_region *region = NULL;
+    if (mem != NULL) {
+        sge->lkey = mem->lkey;
+    } else {
+        st = rdmax__rcache_lkey(ep->ctx, buf, len, RDMAX__ACCESS_LOCAL_WRITE, &region);
+        if (rdmax_unlikely(st != RDMAX_OK))
+            return st;
+        sge->lkey = region->lkey;
+    }
+    sge->addr = (uintptr_t)buf;
+    sge->length = (uint32_t)len;
+    wr->num_sge = 1;
+    wr->wr.rdma.remote_addr = raddr;
+    wr->wr.rdma.rkey = rkey;
+    st = rdmax__ep_post(ep, wr, comp, RDMAX_OP_GET, (uint32_t)len, raddr, region);
+    if (rdmax_likely(st == RDMAX_OK)) {
+        ep->rd_avail--;
+        return RDMAX_INPROGRESS;
+    }
+    if (region)
+        rdmax_rcache_put(ep->ctx->rcache, region);
+    return st;
+}
+
+static rdmax_status rdmax__g_atomic(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax_op op, uint64_t *result,
+                                    const rdmax_mem *mem, uint64_t raddr, uint32_t rkey, uint64_t a, uint64_t b,
+                                    rdmax_comp *comp)
+{
+    if (rdmax_unlikely((raddr & 7) || mem == NULL || result == NULL))
+        return result == NULL ? RDMAX_ERR_INVALID_PARAM : (raddr & 7) ? RDMAX_ERR_UNALIGNED : RDMAX_ERR_NO_MEMH;
+    rdmax_status st = rdmax__ep_check_rc(ep, 1);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, opcode);
+    wr->sg_list[0].addr = (uintptr_t)result;
+    wr->sg_list[0].length = 8;
+    wr->sg_list[0].lkey = mem->lkey;
+    wr->num_sge = 1;
+    wr->wr.atomic.remote_addr = raddr;
+    wr->wr.atomic.rkey = rkey;
+    wr->wr.atomic.compare_add = a;
+    wr->wr.atomic.swap = b;
+    st = rdmax__ep_post(ep, wr, comp, op, 8, raddr, NULL);
+    if (st == RDMAX_OK)
+        ep->rd_avail--;
+    return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
+}
+
+#endif /* RDMAX__HAS_RC */
+
+
+rdmax_status rdmax__op_slow(rdmax_ep *ep)
+{
+    /* a copy: what this posts may complete a comp whose callback posts again through the scratch */
+    const rdmax__opd od = ep->ctx->slow, *o = &od;
+    /* The pending bit goes lazily: the first post after the queue drained comes here and opens the gate. */
+    if (rdmax_unlikely((ep->blocked & RDMAX__BLK_PENDING) && ep->group.count == 0)) {
+        ep->blocked &= (uint8_t)~RDMAX__BLK_PENDING;
+        rdmax__ep_regate(ep);
+    }
+    switch (o->op) {
+    case RDMAX_OP_SEND:
+        return rdmax__g_send(ep, o->buf, o->len, o->mem, o->comp);
+#if RDMAX__HAS_RC
+    case RDMAX_OP_PUT:
+        if (o->iov)
+            return rdmax__ep_iov(ep, IBV_WR_RDMA_WRITE, RDMAX_OP_PUT, (const rdmax_iov *)o->buf, o->len, o->raddr,
+                                 o->rkey, o->comp);
+        return rdmax__g_put(ep, o->buf, o->len, o->mem, o->raddr, o->rkey, o->comp);
+    case RDMAX_OP_GET:
+        if (o->iov)
+            return rdmax__ep_iov(ep, IBV_WR_RDMA_READ, RDMAX_OP_GET, (const rdmax_iov *)o->buf, o->len, o->raddr,
+                                 o->rkey, o->comp);
+        return rdmax__g_get(ep, (void *)(uintptr_t)o->buf, o->len, o->mem, o->raddr, o->rkey, o->comp);
+    case RDMAX_OP_FADD:
+        return rdmax__g_atomic(ep, IBV_WR_ATOMIC_FETCH_AND_ADD, RDMAX_OP_FADD, (uint64_t *)(uintptr_t)o->buf, o->mem,
+                               o->raddr, o->rkey, o->a, 0, o->comp);
+    case RDMAX_OP_CSWAP:
+        return rdmax__g_atomic(ep, IBV_WR_ATOMIC_CMP_AND_SWP, RDMAX_OP_CSWAP, (uint64_t *)(uintptr_t)o->buf, o->mem,
+                               o->raddr, o->rkey, o->a, o->b, o->comp);
+#endif
+    default:
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+}
+
+/* The provider refused a fast-path post: nothing moved but the signal count. */
+rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc)
+{
+    rdmax__slot *s = &ep->slots[ep->sq_head & ep->sq_mask];
+    ep->sig_left = s->signaled ? 1 : ep->sig_left + 1;
+    s->signaled = 0;
+    ep->last_errno = rc;
+    return RDMAX_ERR_IO;
+}
+
+#if RDMAX__HAS_RC
+/* A put of a post list (rdmax_batch_begin; rdmax_put saw blocked == RDMAX__BLK_BATCH: connected,
+   nothing pending) with 8 to 16 bytes of inline data and no comp: copied into the context's staging
+   (the buffer is promised free at once) in two words, into a staging request that is chained and points
+   at its SGE already. Other lengths, a full queue or few CQ entries: the general path, which chains too. */
+static rdmax_status rdmax__put_chain_general(rdmax_ep *ep, const void *buf, size_t len, uint64_t raddr,
+                                             uint32_t rkey);
+static inline __attribute__((always_inline)) rdmax_status rdmax__put_chain_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf, size_t len,
+                                                uint64_t raddr, uint32_t rkey)
+{
+    if (rdmax_unlikely(len - 8 > 8 || head - ep->sq_tail >= ep->sq_mask || ctx->scq_credits <= 1 ||
+                       !RDMAX__FAST_RC(ep)))
+        return rdmax__put_chain_general(ep, buf, len, raddr, rkey);
+    uint32_t n = ctx->batch_n, slot = head & ep->sq_mask;
+    struct ibv_send_wr *wr = &ctx->bwr[n];
+    struct ibv_sge *sge = ctx->bsge[n];
+    char *stage = ctx->inl_stage + (size_t)n * ctx->attr.max_inline;
+    uint64_t w0, w1;
+    memcpy(&w0, buf, 8);
+    memcpy(&w1, (const char *)buf + len - 8, 8);
+    memcpy(stage, &w0, 8);
+    memcpy(stage + len - 8, &w1, 8);
+    sge->addr = (uintptr_t)stage;
+    sge->length = (uint32_t)len;
+    wr->num_sge = 1;
+    wr->opcode = IBV_WR_RDMA_WRITE;
+    wr->wr.rdma.remote_addr = raddr;
+    wr->wr.rdma.rkey = rkey;
+    wr->wr_id = ep->wr_id_base | slot;
+    rdmax__slot *s = &ep->slots[slot];
+    s->op = RDMAX_OP_PUT;
+    if (rdmax_likely(--ep->sig_left != 0)) {
+        wr->send_flags = IBV_SEND_INLINE;
+    } else {
+        ep->sig_left = ep->signal_interval;
+        wr->send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
+        s->signaled = 1;
+        s->len = (uint32_t)len;
+        s->raddr = raddr;
+    }
+    ep->sq_head = ep->sq_stop = head + 1;
+    ctx->scq_credits--;
+    ctx->cnt.posted[RDMAX_OP_PUT]++;
+    ctx->cnt.bytes[RDMAX_OP_PUT] += len;
+    if (rdmax_unlikely(++ctx->batch_n == RDMAX_BATCH_MAX))
+        return rdmax__post_chain(ep, 1);
+    return RDMAX_OK;
+}
+
+static rdmax_status rdmax__put_chain_general(rdmax_ep *ep, const void *buf, size_t len, uint64_t raddr, uint32_t rkey)
+{
+    return rdmax__slow(ep, RDMAX_OP_PUT, buf, len, NULL, raddr, rkey, 0, 0, NULL, 0);
+}
+
+/* Out of line, without a stack frame of its own: rdmax_put's direct path stays as lean as it was. */
+rdmax_status rdmax__put_chained(rdmax_ep *ep, const void *buf, size_t len, uint64_t raddr, uint32_t rkey)
+{
+    return rdmax__put_chain_fast(ep, ep->ctx, ep->sq_head, buf, len, raddr, rkey);
+}
+#endif
+
 #define RDMAX__RECV_BATCH 16
 
 static rdmax_status rdmax__post_recvs(rdmax_ep *ep, uint32_t n)
@@ -3541,7 +3973,9 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     rdmax_ep_desc *d = &ep->desc;
     rdmax_status st = RDMAX_ERR_NO_MEMORY;
     ep->sq_mask = d->sq_depth - 1;
-    ep->sq_avail = d->sq_depth;
+    ep->sig_left = d->signal_interval;
+    ep->blocked = RDMAX__BLK_STATE;  /* until connected; sq_stop == sq_head == 0 */
+    ep->wr.num_sge = 1;              /* the fast path's request: one SGE, ep->sge (below), next NULL */
     ep->signal_interval = d->signal_interval;
     ep->max_inline = d->max_inline;
     ep->rd_avail = d->max_rd_atomic;
@@ -3750,6 +4184,8 @@ static void rdmax__ep_connected(rdmax_ep *ep, const rdmax_conn_info *r, enum ibv
     ep->tx_credits = r->credits;
     ep->wd_ms = ep->ka_ms = rdmax__now_ms();
     ep->state = RDMAX_EP_CONNECTED;
+    ep->blocked &= (uint8_t)~RDMAX__BLK_STATE;
+    rdmax__ep_regate(ep);
     RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_EP_CONNECTED, ep, r->qpn);
     rdmax__log(ctx, RDMAX_LOG_DEBUG, "device %s: endpoint qpn 0x%x connected to peer %s qpn 0x%x, mtu %u",
                ctx->attr.name, ep->qp->qp_num, ep->peer, r->qpn, rdmax__mtu_bytes(mtu));
@@ -3841,9 +4277,9 @@ static void rdmax__ep_retire(rdmax_ep *ep, uint32_t upto, rdmax_status st)
         uint32_t slot = ep->sq_tail & ep->sq_mask;
         rdmax__slot *s = &ep->slots[slot];
         ep->sq_tail++;
-        ep->sq_avail++;
         ctx->scq_credits++;
         ctx->cnt.completed[s->op]++;
+        s->signaled = 0;  /* a free slot is unsignaled: the fast path stores only the op */
         if (s->op == RDMAX_OP_GET || s->op == RDMAX_OP_FADD || s->op == RDMAX_OP_CSWAP)
             ep->rd_avail++;
         rdmax_comp *c = s->comp;
@@ -3861,6 +4297,7 @@ static void rdmax__ep_retire(rdmax_ep *ep, uint32_t upto, rdmax_status st)
     /* Room again: requests waiting on this endpoint get their turn in the next dispatch. */
     if (ep->group.count)
         rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+    rdmax__ep_regate(ep);
 }
 
 static rdmax_status rdmax__wc_status(enum ibv_wc_status s)
@@ -3897,6 +4334,8 @@ static void rdmax__ep_fail_why(rdmax_ep *ep, rdmax_status err, int wc_status, in
     if (ep->state == RDMAX_EP_ERROR || ep->state == RDMAX_EP_CLOSED)
         return;
     ep->state = RDMAX_EP_ERROR;
+    ep->blocked |= RDMAX__BLK_STATE;
+    rdmax__ep_regate(ep);
     ep->err = (int16_t)err;
     ep->last_wc_status = wc_status;
     if (kill_qp && ep->qp) {
@@ -3929,11 +4368,18 @@ static void rdmax__ep_fail_why(rdmax_ep *ep, rdmax_status err, int wc_status, in
 /* The first error completion of an endpoint fails it; the flushed ones after it are only counted. */
 static void rdmax__ep_fail(rdmax_ep *ep, const struct ibv_wc *wc, const rdmax__slot *s)
 {
-    rdmax__ep_fail_why(ep, rdmax__wc_status(wc->status), wc->status, 0,
-                       "%s of %u bytes to remote address 0x%llx failed: %s (wc status %d, vendor error 0x%x)",
-                       s ? rdmax_op_str((rdmax_op)s->op) : "receive", s ? s->len : 0,
-                       s ? (unsigned long long)s->raddr : 0ull, ibv_wc_status_str(wc->status), wc->status,
-                       wc->vendor_err);
+    /* The fast path keeps the length and the remote address of signaled requests only. */
+    if (s && !s->signaled)
+        rdmax__ep_fail_why(ep, rdmax__wc_status(wc->status), wc->status, 0,
+                           "%s (unsignaled: its length and remote address are not kept) failed: %s (wc status %d, "
+                           "vendor error 0x%x)", rdmax_op_str((rdmax_op)s->op), ibv_wc_status_str(wc->status),
+                           wc->status, wc->vendor_err);
+    else
+        rdmax__ep_fail_why(ep, rdmax__wc_status(wc->status), wc->status, 0,
+                           "%s of %u bytes to remote address 0x%llx failed: %s (wc status %d, vendor error 0x%x)",
+                           s ? rdmax_op_str((rdmax_op)s->op) : "receive", s ? s->len : 0,
+                           s ? (unsigned long long)s->raddr : 0ull, ibv_wc_status_str(wc->status), wc->status,
+                           wc->vendor_err);
 }
 
 /* A flushed completion on an endpoint that has not failed: its QP went to the error state without an
@@ -4124,6 +4570,8 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
     RDMAX__PROF_BEGIN(ep->ctx, POST);
     int rc = ibv_post_send(ep->qp, ctx->bwr, &bad);
     RDMAX__PROF_END(ep->ctx, POST);
+    if (n < RDMAX_BATCH_MAX)
+        ctx->bwr[n - 1].next = &ctx->bwr[n];  /* the staging stays chained */
     if (rdmax_unlikely(rc != 0)) {
         /* Take back the requests that were not posted (from `bad` on), newest first. */
         uint32_t first_bad = (uint32_t)(bad ? bad - ctx->bwr : 0);
@@ -4133,7 +4581,6 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
                the others were accepted earlier, so their completions report it. */
             int callers = last_is_callers && i == n;
             ep->sq_head--;
-            ep->sq_avail++;
             ep->ctx->scq_credits++;
             ep->ctx->cnt.posted[s->op]--;
             ep->ctx->cnt.bytes[s->op] -= s->len;
@@ -4148,12 +4595,14 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
             if (s->region && !callers)
                 rdmax_rcache_put(ep->ctx->rcache, s->region);
             s->region = NULL;
+            s->signaled = 0;
             ep->ctx->comps_out -= s->comp != NULL;
             if (s->comp && !callers)
                 rdmax__complete(s->comp, RDMAX_ERR_IO);
             s->comp = NULL;
         }
         ep->last_errno = rc;
+        rdmax__ep_regate(ep);
         return RDMAX_ERR_IO;
     }
     return RDMAX_OK;
@@ -4182,7 +4631,7 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
                    timeout_ms);
         return RDMAX_ERR_INVALID_PARAM;
     }
-    if (ep->batching && rdmax_batch_end(ep) != RDMAX_OK)
+    if ((ep->blocked & RDMAX__BLK_BATCH) && rdmax_batch_end(ep) != RDMAX_OK)
         return RDMAX_ERR_IO;
     if (ep->state == RDMAX_EP_CLOSED && ep->sq_head == ep->sq_tail) {
         rdmax__log(ctx, RDMAX_LOG_INFO, "device %s, endpoint qpn 0x%x peer %s: flush of a closed endpoint: %s",
@@ -4202,7 +4651,7 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
             /* Failed or closed: an unsignaled request that ran has no completion coming and nothing
                behind it to bring one. The marker is flushed (a failed QP is in the error state) or
                completes, and either way its completion retires everything before it. */
-            st = ep->sq_avail && ctx->scq_credits ? RDMAX_OK : RDMAX_ERR_NO_RESOURCE;
+            st = rdmax__ep_sq_avail(ep) && ctx->scq_credits ? RDMAX_OK : RDMAX_ERR_NO_RESOURCE;
         else
             while ((st = rdmax__ep_check(ep)) == RDMAX_ERR_NO_RESOURCE && rdmax__now_ms() < deadline)
                 rdmax_progress(ctx);
@@ -4226,10 +4675,8 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
                 wr->wr.rdma.rkey = ep->remote.rkey;
             }
             wr->num_sge = 0;
-            uint32_t saved = ep->signal_interval;
-            ep->signal_interval = 1;  /* force this one signaled */
+            ep->sig_left = 1;  /* force this one signaled */
             st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_FLUSH, 0, ep->remote.addr, NULL);
-            ep->signal_interval = saved;
         }
     }
     int64_t deadline = rdmax__now_ms() + timeout_ms;
@@ -4288,6 +4735,8 @@ static void rdmax__ep_closed(rdmax_ep *ep, int by_peer)
     if (ep->state != RDMAX_EP_CONNECTED)
         return;
     ep->state = RDMAX_EP_CLOSED;
+    ep->blocked |= RDMAX__BLK_STATE;
+    rdmax__ep_regate(ep);
     ep->err = by_peer ? RDMAX_ERR_CLOSED : RDMAX_OK;
     if (ep->group.count)  /* waiting requests now fail, in order */
         rdmax_arb_group_schedule(&ctx->arb, &ep->group);
@@ -4321,10 +4770,8 @@ rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms)
             struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND_WITH_IMM);
             wr->num_sge = 0;
             wr->imm_data = htonl(RDMAX__IMM_GRANT | RDMAX__IMM_CLOSE | ep->rx_unreturned);
-            uint32_t saved = ep->signal_interval;
-            ep->signal_interval = 1;
+            ep->sig_left = 1;  /* force this one signaled */
             st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_CLOSE, 0, 0, NULL);
-            ep->signal_interval = saved;
             if (st == RDMAX_OK) {
                 ep->tx_credits--;
                 ep->rx_unreturned = 0;
@@ -4419,10 +4866,8 @@ static void rdmax__keepalive(rdmax_ep *ep)
     wr->wr.rdma.remote_addr = ep->remote.addr;
     wr->wr.rdma.rkey = ep->remote.rkey;
     wr->num_sge = 0;
-    uint32_t saved = ep->signal_interval;
-    ep->signal_interval = 1;
+    ep->sig_left = 1;  /* force this one signaled */
     rdmax__ep_post(ep, wr, NULL, RDMAX_OP_KEEPALIVE, 0, ep->remote.addr, NULL);
-    ep->signal_interval = saved;
 }
 
 void rdmax__tick(rdmax_ctx *ctx)
@@ -4474,7 +4919,7 @@ static rdmax_status rdmax__grant_post(rdmax_ep *ep)
     rdmax_ctx *ctx = ep->ctx;
     if (ep->state != RDMAX_EP_CONNECTED)
         return RDMAX_ERR_ENDPOINT;
-    if (ep->sq_avail == 0 || ctx->scq_credits == 0 || ep->tx_credits == 0)
+    if (rdmax__ep_sq_avail(ep) == 0 || ctx->scq_credits == 0 || ep->tx_credits == 0)
         return RDMAX_ERR_NO_RESOURCE;
     if (ep->rx_unreturned == 0)
         return RDMAX_OK;  /* a send took them along meanwhile */
@@ -4483,10 +4928,8 @@ static rdmax_status rdmax__grant_post(rdmax_ep *ep)
     wr->imm_data = htonl(RDMAX__IMM_GRANT | ep->rx_unreturned);
     /* Always signaled: a grant posted from inside progress may be the newest request with nothing
        behind it, and a flush waiting on it would otherwise never see it complete. */
-    uint32_t saved = ep->signal_interval;
-    ep->signal_interval = 1;
+    ep->sig_left = 1;  /* force this one signaled */
     rdmax_status st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_GRANT, 0, 0, NULL);
-    ep->signal_interval = saved;
     if (st == RDMAX_OK) {
         ep->tx_credits--;
         ep->rx_unreturned = 0;
@@ -4514,6 +4957,8 @@ static void rdmax__grant(rdmax_ep *ep)
     ep->grant_req.rdmax__ep = ep;
     rdmax_arb_group_push_head(&ctx->arb, &ep->group, &ep->grant_req.rdmax__elem);
     rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+    ep->blocked |= RDMAX__BLK_PENDING;  /* direct posts go behind it */
+    rdmax__ep_regate(ep);
 }
 
 /* The operation a request describes, posted directly. */
@@ -4570,7 +5015,7 @@ size_t rdmax__dispatch(rdmax_ctx *ctx)
 
 static int rdmax__req_has_room(const rdmax_ep *ep, const rdmax_req *req)
 {
-    if (ep->sq_avail == 0 || ep->ctx->scq_credits == 0)
+    if (rdmax__ep_sq_avail(ep) == 0 || ep->ctx->scq_credits == 0)
         return 0;
     if (req->op == RDMAX_OP_SEND)
         return ep->tx_credits > 1;
@@ -4585,6 +5030,8 @@ static void rdmax__req_queue(rdmax_ep *ep, rdmax_req *req)
     rdmax_arb_elem_init(&req->rdmax__elem);
     rdmax_arb_group_push(&ep->ctx->arb, &ep->group, &req->rdmax__elem);
     rdmax_arb_group_schedule(&ep->ctx->arb, &ep->group);
+    ep->blocked |= RDMAX__BLK_PENDING;  /* direct posts go behind it */
+    rdmax__ep_regate(ep);
 }
 
 rdmax_status rdmax_ep_pending_add(rdmax_ep *ep, rdmax_req *req)
@@ -5884,8 +6331,9 @@ static void rdmax__prof_vars_init(void)
 
    Why completed <= posted holds in every snapshot: the owner increments posted[op] before the
    ibv_post_send that hands the request to the device (or, for a chained request, before the
-   rdmax__post_chain that posts it), and increments completed[op] only after an ibv_poll_cq returned
-   the completion (or when rdmax_ep_destroy cancels a request posted earlier). Both increments are plain
+   rdmax__post_chain that posts it; the inline fast path right after its ibv_post_send returned, still
+   before any poll of this thread could see the completion), and increments completed[op] only after an
+   ibv_poll_cq returned the completion (or when rdmax_ep_destroy cancels a request posted earlier). Both increments are plain
    read-modify-writes of 8-byte aligned fields, i.e. one 8-byte store each on a 64-bit CPU: a reader
    sees the old or the new value, never a torn one. Between the two stores the owner calls opaque
    functions (ibv_post_send, ibv_poll_cq: calls through the provider's function table) that could read

@@ -331,7 +331,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         uint64_t cqes = c1.cqes - c0.cqes;
         CHECK(posted == 10000 && done == 10000, "posted %llu, completed %llu", (unsigned long long)posted,
               (unsigned long long)done);
-        CHECK(a->sq_head == a->sq_tail && a->sq_avail == a->desc.sq_depth, "send queue not empty after flush");
+        CHECK(a->sq_head == a->sq_tail && rdmax__ep_sq_avail(a) == a->desc.sq_depth, "send queue not empty after flush");
         CHECK(cqes < 10000 / 8, "%llu completions for 10000 unsignaled puts", (unsigned long long)cqes);
         CHECK(((uint32_t *)(void *)d)[(9999 % 1024)] == 9999, "last put not visible");
     }

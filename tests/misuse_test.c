@@ -361,17 +361,19 @@ static int refused_post_rolls_back(struct env *e)
         rdmax_status st = rdmax_put(a, e->src->addr, 8, NULL, e->raddr, e->rkey, NULL);
         EXPECT(st == RDMAX_OK, "put %d: %s", i, rdmax_status_str(st));
     }
-    EXPECT(a->unsignaled == 3, "%u unsignaled posts after 3 (interval %u)", a->unsignaled, a->signal_interval);
+    EXPECT(a->signal_interval - a->sig_left == 3, "%u unsignaled posts after 3 (interval %u)",
+           a->signal_interval - a->sig_left, a->signal_interval);
     rdmax_counters c0, c1;
     rdmax_counters_get(e->ctx, &c0);
-    uint32_t avail = a->sq_avail, real = a->max_inline;
+    uint32_t avail = rdmax__ep_sq_avail(a), real = a->max_inline;
     a->max_inline = real + 64;
     rdmax_status st = rdmax_put(a, e->src->addr, real + 32, NULL, e->raddr, e->rkey, NULL);
     a->max_inline = real;
     rdmax_counters_get(e->ctx, &c1);
     if (st == RDMAX_ERR_IO) {
-        EXPECT(a->unsignaled == 3, "unsignaled count %u after the refused post, 3 before", a->unsignaled);
-        EXPECT(a->sq_avail == avail, "send slots %u after the refused post, %u before", a->sq_avail, avail);
+        EXPECT(a->signal_interval - a->sig_left == 3, "unsignaled count %u after the refused post, 3 before",
+               a->signal_interval - a->sig_left);
+        EXPECT(rdmax__ep_sq_avail(a) == avail, "send slots %u after the refused post, %u before", rdmax__ep_sq_avail(a), avail);
         EXPECT(c1.posted[RDMAX_OP_PUT] == c0.posted[RDMAX_OP_PUT], "put.posted moved");
         EXPECT(c1.bytes[RDMAX_OP_PUT] == c0.bytes[RDMAX_OP_PUT], "put.bytes moved");
         /* the endpoint still works and its flush covers the three */

@@ -272,7 +272,7 @@ static void case_disabled(void)
         memset(buf, 0x11, 64 * 1024);
         rdmax_counters c0, c1;
         rdmax_counters_get(r.cs, &c0);
-        uint32_t avail0 = r.a->sq_avail;
+        uint32_t avail0 = rdmax__ep_sq_avail(r.a);
         rdmax_comp c;
         memset(&c, 0, sizeof c);
         CHECK_ST(rdmax_put(r.a, buf, 64 * 1024, NULL, r.raddr, r.rkey, &c), RDMAX_ERR_NO_MEMH);
@@ -285,7 +285,7 @@ static void case_disabled(void)
               "something was posted: put %llu->%llu post_calls %llu->%llu",
               (unsigned long long)c0.posted[RDMAX_OP_PUT], (unsigned long long)c1.posted[RDMAX_OP_PUT],
               (unsigned long long)c0.post_calls, (unsigned long long)c1.post_calls);
-        CHECK(r.a->sq_avail == avail0, "a send slot was consumed (%u -> %u)", avail0, r.a->sq_avail);
+        CHECK(rdmax__ep_sq_avail(r.a) == avail0, "a send slot was consumed (%u -> %u)", avail0, rdmax__ep_sq_avail(r.a));
         for (int i = 0; i < 1000; i++)
             progress(&r);
         CHECK(!c.done, "the refused operation's completion fired");
@@ -539,7 +539,7 @@ static void case_batch_fail(void)
     }
     rdmax_counters_get(r.cs, &c0);
     rd0 = r.a->rd_avail;
-    sq0 = r.a->sq_avail;
+    sq0 = rdmax__ep_sq_avail(r.a);
     REQUIRE(rd0 >= 1, "no read budget");
     /* 1. RDMAX_BATCH_MAX puts of the region: the last one posts the chain, which fails */
     rdmax_batch_begin(r.a);
@@ -560,7 +560,7 @@ out:
             CHECK(comps[k].done && comps[k].status == RDMAX_ERR_IO, "chained put %d: done %d status %s", k,
                   comps[k].done, rdmax_status_str(comps[k].status));
         rdmax_counters_get(r.cs, &c1);
-        CHECK(c1.posted[RDMAX_OP_PUT] == c0.posted[RDMAX_OP_PUT] && r.a->sq_avail == sq0,
+        CHECK(c1.posted[RDMAX_OP_PUT] == c0.posted[RDMAX_OP_PUT] && rdmax__ep_sq_avail(r.a) == sq0,
               "send slots or counters not given back");
         tl_end();
 

@@ -386,8 +386,8 @@ static void setup(fz_in *in)
         ep->desc.timeout = 14;
         ep->desc.retry_cnt = 6;
         ep->sq_mask = SQD - 1;
-        ep->sq_avail = SQD;
         ep->signal_interval = 1 + fz_below(in, SQD / 2);
+        ep->sig_left = ep->signal_interval;
         ep->max_inline = MAXINL;
         ep->rd_avail = 4;
         ep->peer_recv_size = RSZ;
@@ -399,6 +399,7 @@ static void setup(fz_in *in)
         ep->rq_free = (uint32_t *)calloc(ep->rq_depth, sizeof *ep->rq_free);
         ep->rbufs = (char *)calloc(ep->rq_depth, RSZ);
         ep->wr.sg_list = ep->sge;
+        ep->wr.num_sge = 1;  /* as rdmax_ep_create: the fast path's request keeps one SGE */
         snprintf(ep->peer, sizeof ep->peer, "fuzz-peer-%d", e);
         ep->peer_qpn = 0x200 + (uint32_t)e;
         ep->peer_gid[15] = 1;
@@ -425,6 +426,8 @@ static void setup(fz_in *in)
         ep->rx_unreturned = 0;  /* the record told the peer about the first batch */
         g_m[e].owed = 0;
         ep->state = RDMAX_EP_CONNECTED;
+        ep->blocked = 0;  /* as connect: the fast gate opens */
+        rdmax__ep_regate(ep);
     }
 }
 
@@ -602,16 +605,19 @@ static void check_step(void)
     for (int e = 0; e < NEP; e++) {
         rdmax_ep *ep = g_ep[e];
         uint32_t out = ep->sq_head - ep->sq_tail;
-        FZ_CHECK(out <= SQD && ep->sq_avail + out == SQD, "endpoint %d: %u outstanding, %u slots free of %u", e,
-                 out, ep->sq_avail, SQD);
+        FZ_CHECK(out <= SQD && rdmax__ep_sq_avail(ep) + out == SQD, "endpoint %d: %u outstanding, %u slots free of %u",
+                 e, out, rdmax__ep_sq_avail(ep), SQD);
+        /* the fast gate: open only while nothing blocks the endpoint, and then at the queue's end */
+        FZ_CHECK(ep->sq_stop == (ep->blocked ? ep->sq_head : ep->sq_tail + SQD), "endpoint %d: gate at %u, head %u "
+                 "tail %u, blocked %u", e, ep->sq_stop, ep->sq_head, ep->sq_tail, ep->blocked);
         outstanding += out;
-        if (ep->qp->qp_type == IBV_QPT_RC && !ep->batching)
+        if (ep->qp->qp_type == IBV_QPT_RC && !(ep->blocked & RDMAX__BLK_BATCH))
             FZ_CHECK(ep->tx_credits == g_m[e].tx, "endpoint %d: %u send credits, the peer granted %u net", e,
                      ep->tx_credits, g_m[e].tx);
         if (ep->qp->qp_type == IBV_QPT_UD)
             FZ_CHECK(ep->tx_credits == UINT32_MAX, "UD endpoint %d: send credits %u (UD counts none)", e,
                      ep->tx_credits);
-        if (ep->qp->qp_type == IBV_QPT_RC && !ep->batching)
+        if (ep->qp->qp_type == IBV_QPT_RC && !(ep->blocked & RDMAX__BLK_BATCH))
             FZ_CHECK(ep->rx_unreturned == g_m[e].owed, "endpoint %d owes %u credits, it reposted %u unreturned", e,
                      ep->rx_unreturned, g_m[e].owed);
         if (ep->state != RDMAX_EP_CONNECTED)
