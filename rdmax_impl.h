@@ -4432,14 +4432,12 @@ static rdmax_ep *rdmax__wr_ep(rdmax_ctx *ctx, uint64_t wr_id)
 
 int rdmax__poll_send(rdmax_ctx *ctx)
 {
-    RDMAX__PROF_BEGIN(ctx, POLL);
-    int n = ibv_poll_cq(ctx->scq, 16, ctx->wc);
-    RDMAX__PROF_END(ctx, POLL);
-    ctx->cnt.polls++;
-    if (n <= 0) {
-        ctx->cnt.empty_polls++;
-        return 0;
-    }
+    return rdmax__poll_send_fast(ctx);
+}
+
+/* The n send completions in ctx->wc (rdmax__poll_send_fast polled them). */
+int rdmax__send_cqes(rdmax_ctx *ctx, int n)
+{
     ctx->cnt.cqes += (uint64_t)n;
     /* profile snapshots from another thread: posted[] stores before completed[] stores (nothing on
        x86, dmb ish on arm64) */
