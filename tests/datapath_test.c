@@ -310,6 +310,34 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     }
     tl_end();
 
+    /* Chained puts of every inline length around the two-word copy (8 to 16 bytes) and past the
+       RDMAX_BATCH_MAX chain, from one buffer rewritten after each call: each put's data is its own. */
+    tl_begin("%s/batch of 70 puts of 1 to 40 bytes from a reused buffer", topo);
+    {
+        unsigned char src[40];
+        memset(d, 0, 70 * 40);
+        rdmax_batch_begin(a);
+        for (unsigned i = 0; i < 70; i++) {
+            size_t n = 1 + i % 40;
+            for (size_t k = 0; k < n; k++)
+                src[k] = (unsigned char)(i * 7 + k + 1);
+            rdmax_status st;
+            while ((st = rdmax_put(a, src, n, NULL, raddr + i * 40, dst->rkey, NULL)) == RDMAX_ERR_NO_RESOURCE)
+                progress2(ca, cb);
+            CHECK_ST(st, RDMAX_OK);
+            memset(src, 0xee, sizeof src);
+        }
+        CHECK_ST(rdmax_batch_end(a), RDMAX_OK);
+        CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush");
+        int bad = -1;
+        for (unsigned i = 0; i < 70 && bad < 0; i++)
+            for (size_t k = 0; k < 1 + i % 40; k++)
+                if (d[i * 40 + k] != (unsigned char)(i * 7 + k + 1))
+                    bad = (int)i;
+        CHECK(bad < 0, "put %d landed wrong", bad);
+    }
+    tl_end();
+
     tl_begin("%s/10000 unsignaled puts and one flush", topo);
     {
         rdmax_counters c0, c1;
