@@ -4581,7 +4581,10 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
             ep->sq_head--;
             ep->ctx->scq_credits++;
             ep->ctx->cnt.posted[s->op]--;
-            ep->ctx->cnt.bytes[s->op] -= s->len;
+            /* its length from its SGEs: a chained put keeps s->len only when signaled */
+            const struct ibv_send_wr *w = &ctx->bwr[i - 1];
+            for (int k = 0; k < w->num_sge; k++)
+                ep->ctx->cnt.bytes[s->op] -= w->sg_list[k].length;
             if (!callers && (s->op == RDMAX_OP_GET || s->op == RDMAX_OP_FADD || s->op == RDMAX_OP_CSWAP))
                 ep->rd_avail++;
             /* An RC send gets its send credit back, and the receive credits its immediate data carried

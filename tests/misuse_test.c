@@ -383,6 +383,43 @@ static int refused_post_rolls_back(struct env *e)
     return st;
 }
 
+/* A chain the provider refuses at its first request (inline data over the QP's limit, as above): the
+   8-byte puts chained behind it keep no length in their slots (only signaled ones do), and still give
+   back exactly the bytes they counted. The free slots' lengths are poisoned first, so a rollback that
+   read them would show. */
+static int refused_chain_rolls_back(struct env *e)
+{
+    rdmax_ep *a = e->a;
+    rdmax_status st;
+    EXPECT((st = rdmax_ep_flush(a, 60000)) == RDMAX_OK, "flush before: %s", rdmax_status_str(st));
+    for (uint32_t i = 0; i <= a->sq_mask; i++)
+        a->slots[i].len = 0xdead;
+    rdmax_counters c0, c1;
+    rdmax_counters_get(e->ctx, &c0);
+    uint32_t avail = rdmax__ep_sq_avail(a), real = a->max_inline;
+    rdmax_batch_begin(a);
+    a->max_inline = real + 64;
+    st = rdmax_put(a, e->src->addr, real + 32, NULL, e->raddr, e->rkey, NULL);
+    a->max_inline = real;
+    EXPECT(st == RDMAX_OK, "first chained put: %s", rdmax_status_str(st));
+    for (int i = 0; i < 4; i++) {
+        st = rdmax_put(a, e->src->addr, 8, NULL, e->raddr, e->rkey, NULL);
+        EXPECT(st == RDMAX_OK, "chained put %d: %s", i, rdmax_status_str(st));
+    }
+    st = rdmax_batch_end(a);
+    rdmax_counters_get(e->ctx, &c1);
+    if (st == RDMAX_ERR_IO) {
+        EXPECT(rdmax__ep_sq_avail(a) == avail, "send slots %u after the refused chain, %u before",
+               rdmax__ep_sq_avail(a), avail);
+        EXPECT(c1.posted[RDMAX_OP_PUT] == c0.posted[RDMAX_OP_PUT], "put.posted moved");
+        EXPECT(c1.bytes[RDMAX_OP_PUT] == c0.bytes[RDMAX_OP_PUT], "put.bytes moved by %lld",
+               (long long)(c1.bytes[RDMAX_OP_PUT] - c0.bytes[RDMAX_OP_PUT]));
+        EXPECT((st = rdmax_ep_flush(a, 60000)) == RDMAX_OK, "flush after: %s", rdmax_status_str(st));
+        return RDMAX_ERR_IO;
+    }
+    return st;
+}
+
 #if RDMAX__HAS_UD
 /* ---- operations only RC has, on a UD endpoint (they used to crash in the provider) ---- */
 static int ud_put(struct env *e) { return rdmax_put(e->ua, e->src->addr, 64, NULL, e->raddr, e->rkey, NULL); }
@@ -507,6 +544,7 @@ static const struct mcase cases[] = {
     C(mem_reg_len0, RDMAX_ERR_INVALID_PARAM),
     C(mem_alloc_len0, RDMAX_ERR_INVALID_PARAM),
     C(refused_post_rolls_back, RDMAX_ERR_IO),
+    C(refused_chain_rolls_back, RDMAX_ERR_IO),
 #if RDMAX__HAS_UD
     C(ud_put, RDMAX_ERR_UNSUPPORTED),
     C(ud_put_big, RDMAX_ERR_UNSUPPORTED),
