@@ -176,10 +176,13 @@ instr_rdmax() { # FILE.out FILE.txt -> "total provider_per_put provider_fn"
 	[ -s "$out" ] || return 0
 	n=$(posted_puts "$txt")
 	[ -n "$n" ] && [ "$n" -gt 0 ] || return 0
-	p=$(cgv "$out" bw_put rdmax__post_chain)
+	p=$(cgv "$out" bw_put rdmax__post_chain rdmax__put_chained)
 	incl=$(echo "$p" | grep '^fn=bw_put ' | field incl)
 	chain=$(echo "$p" | grep '^fn=rdmax__post_chain ' | field incl)
-	chain_in=$(echo "$p" | awk '/^fn=bw_put /{ f = 1; next } /^fn=/{ f = 0 } f && /^callee=rdmax__post_chain /' | field incl)
+	# chains posted from inside bw_put (its batch_end, or a chained put that filled the staging through
+	# rdmax__put_chained, which only rdmax_put calls) are in bw_put's count already
+	chain_in=$(echo "$p" | awk '/^fn=(bw_put|rdmax__put_chained) /{ f = 1; next } /^fn=/{ f = 0 }
+		f && /^callee=rdmax__post_chain / { sub(/.* incl=/, ""); s += $1 } END { print s + 0 }')
 	prov_fn=$(echo "$p" | awk '/^fn=/{ f = ($1 == "fn=bw_put") } f && /^callee=/ && /librxe/ { sub("callee=", "", $1); print $1; exit }')
 	[ -n "$prov_fn" ] || prov_fn=$(echo "$p" | awk '/^fn=rdmax__post_chain /{ f = 1; next } /^fn=/{ f = 0 } f && /librxe/ { sub("callee=", "", $1); print $1; exit }')
 	prov_incl=$(cgv "$out" "$prov_fn" | grep "^fn=" | field incl)
