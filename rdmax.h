@@ -58,9 +58,12 @@
        client: rdmax_connect(ctx, "host", 18515, &ed, &ep, 10000);
        (cd.conn_setup = RDMAX_SETUP_CM: the same three calls set up through rdma_cm; see CONNECTION SETUP)
        one process: rdmax_ep_create_pair(ctx, &ed, &a, &b);
+       ed.expose / ed.expose_list: regions the peer may access; it reads them with rdmax_ep_remote(ep, i)
        rdmax_send(ep, buf, len, mem, NULL);  rdmax_put(...);  rdmax_get(...);
        while (...) rdmax_progress(ctx);         drives completions and received messages
        rdmax_ep_flush(ep, 1000);  rdmax_ep_destroy(ep);  rdmax_ctx_destroy(ctx);
+       applied settings and state: rdmax_ctx_query_desc, rdmax_ep_query_desc, rdmax_ep_query_state,
+       rdmax_ep_query_info, rdmax_ctx_attr, rdmax_counters_get
 
    FAST-PATH RULES
    rdmax_send/put/get/fadd/cswap and rdmax_progress never allocate, never log and take no lock. Results:
@@ -381,10 +384,14 @@ typedef enum rdmax_op {
     RDMAX_OP_CLOSE,            /* internal: the goodbye of rdmax_ep_disconnect */
     RDMAX_OP__COUNT
 } rdmax_op;
-#define RDMAX_CONN_INFO_SIZE 64       /* bytes of the out-of-band record, version 1 */
+#define RDMAX_MAX_REGIONS 16          /* most memory regions one endpoint advertises to its peer */
+#define RDMAX_CONN_INFO_HEAD 64       /* bytes of the out-of-band record without extra regions */
+#define RDMAX_CONN_INFO_REGION 20     /* bytes of each region after the first */
+#define RDMAX_CONN_INFO_SIZE (RDMAX_CONN_INFO_HEAD + RDMAX_CONN_INFO_REGION * (RDMAX_MAX_REGIONS - 1))
+                                      /* the largest record, version 2 */
 #define RDMAX_CONN_INFO_MAGIC 0x52444d58u /* "RDMX" */
-#define RDMAX_CONN_INFO_VERSION 1
-#define RDMAX_CM_INFO_SIZE 36         /* bytes of the compact record in rdma_cm's private data */
+#define RDMAX_CONN_INFO_VERSION 2
+#define RDMAX_CM_INFO_SIZE 36         /* bytes of the compact record in rdma_cm's private data (one region) */
 #define RDMAX_SETUP_TCP 0             /* rdmax_ctx_desc.conn_setup: rdmax's record over TCP */
 #define RDMAX_SETUP_CM 1              /* rdmax_ctx_desc.conn_setup: rdma_cm (librdmacm) */
 #define RDMAX_TRANSPORT_ID_RC 1
@@ -781,7 +788,7 @@ struct rdmax_comp {
 typedef struct rdmax_req rdmax_req;
 typedef rdmax_status (*rdmax_pending_cb)(rdmax_req *req);
 struct rdmax_req {
-    rdmax_arb_elem rdmax__elem; /* the arbiter's link (private) */
+    rdmax_arb_elem rdmax__elem; /* the arbiter's link (private; rdmax_req_ep() gives the endpoint) */
     rdmax_pending_cb cb;
     rdmax_comp *comp;
     void *user;
@@ -795,6 +802,12 @@ struct rdmax_req {
     uint64_t arg0, arg1;        /* fadd: add; cswap: compare, swap */
     struct rdmax_ep *rdmax__ep;
 };
+
+/* rdmax_req_ep: the endpoint a request was queued on or posted to (for a pending callback). */
+RDMAX_INLINE rdmax_ep *rdmax_req_ep(const rdmax_req *req)
+{
+    return req->rdmax__ep;
+}
 
 /* A message received on an endpoint: `data` is valid only during the callback. */
 typedef void (*rdmax_recv_cb)(rdmax_ep *ep, void *data, size_t len, void *user);
@@ -828,25 +841,29 @@ typedef struct rdmax_iov {
     uint32_t lkey;
 } rdmax_iov;
 
-/* The peer's buffer, as it was handed over in the connection record. */
+/* A peer's memory region, as it was handed over in the connection record (rdmax_ep_remote). */
 typedef struct rdmax_rbuf {
     uint64_t addr;
     uint64_t len;
     uint32_t rkey;
 } rdmax_rbuf;
 
-/* The connection record, decoded. On the wire it is RDMAX_CONN_INFO_SIZE bytes in network order:
-     0 magic u32 | 4 version u16 | 6 length u16 | 8 transport u8 | 9 mtu u8 (ibv_mtu 1..5)
+/* The connection record, decoded. On the wire, in network order, RDMAX_CONN_INFO_HEAD bytes:
+     0 magic u32 | 4 version u16 | 6 length u16 (of the whole record) | 8 transport u8 | 9 mtu u8 (1..5)
     10 credits u16 (receive buffers the sender of the record has posted; RC: >= 2)
     12 qpn u32 (24 bits, != 0) | 16 psn u32 (24 bits) | 20 qkey u32 (UD; 0 for RC) | 24 rkey u32
     28 recv_size u32 (largest message the sender of the record accepts) | 32 gid[16]
-    48 buffer address u64 | 56 buffer length u64 */
+    48 region 0 address u64 | 56 region 0 length u64 (0: no region; then address and rkey are 0)
+   then regions 1..n-1 packed, RDMAX_CONN_INFO_REGION bytes each: address u64 | length u64 | rkey u32
+   (length != 0). length = RDMAX_CONN_INFO_HEAD + RDMAX_CONN_INFO_REGION * (n - 1), at most
+   RDMAX_CONN_INFO_SIZE; n_regions is 0 or 1 for a record of RDMAX_CONN_INFO_HEAD bytes. */
 typedef struct rdmax_conn_info {
     uint8_t transport, mtu;
     uint16_t credits;
     uint32_t qpn, psn, qkey, recv_size;
     uint8_t gid[16];
-    rdmax_rbuf buf;
+    uint32_t n_regions;         /* 0..RDMAX_MAX_REGIONS */
+    rdmax_rbuf regions[RDMAX_MAX_REGIONS];
 } rdmax_conn_info;
 
 typedef struct rdmax_ctx_desc {
@@ -899,8 +916,29 @@ typedef struct rdmax_ep_desc {
     uint32_t keepalive_ms;     /* RC: 0: 4000; RDMAX_OFF: never. An endpoint that posted nothing for this
                                   long sends a zero-length write, so a vanished peer is found within
                                   keepalive_ms + the RC retry time without application traffic */
+    const rdmax_mem *const *expose_list; /* more buffers to advertise, after expose: the peer reads them */
+    uint32_t expose_count;     /* back with rdmax_ep_remote(ep, i); at most RDMAX_MAX_REGIONS in all. Read
+                                  by the create call (copied), so the list need not outlive it. rdma_cm
+                                  setup (RDMAX_SETUP_CM) carries one region: connect and accept refuse
+                                  more with RDMAX_ERR_INVALID_PARAM */
 } rdmax_ep_desc;
 #define RDMAX_OFF UINT32_MAX
+
+/* What an endpoint looks like now (rdmax_ep_query_info): for tests, diagnostics and flow control. */
+typedef struct rdmax_ep_info {
+    rdmax_ep_state state;
+    uint32_t sq_free;           /* send-queue slots free now */
+    uint32_t outstanding;       /* operations posted and not yet completed (0 after a flush) */
+    uint32_t reads_free;        /* RDMA reads and atomics that may still be issued */
+    uint32_t send_credits;      /* RC: sends the peer has receive buffers for (UD: UINT32_MAX) */
+    size_t pending;             /* requests waiting in the endpoint's pending queue */
+    uint32_t qp_num, peer_qp_num;
+    uint32_t n_remote;          /* regions the peer advertised (rdmax_ep_remote) */
+    void *recv_pool;            /* the receive buffers (recv_pool_bytes): for NUMA placement checks */
+    size_t recv_pool_bytes;
+    struct ibv_qp *qp;          /* the verbs QP, for diagnostics and fault injection only: changing its
+                                   state or posting to it behind rdmax's back breaks the endpoint */
+} rdmax_ep_info;
 
 /* Limits probed on the opened device and port. */
 typedef struct rdmax_dev_attr {
@@ -1044,7 +1082,9 @@ struct rdmax_ep {
                                    back */
     struct ibv_send_wr *post_bad;
     struct ibv_sge sge[RDMAX_MAX_SGE];
-    rdmax_rbuf remote;          /* the peer's exposed buffer */
+    rdmax_rbuf *remote;         /* the peer's advertised regions (n_remote of them; NULL: none) */
+    rdmax_rbuf *local;          /* ours, copied from the desc at creation (n_local of them) */
+    uint32_t n_remote, n_local;
     rdmax_recv_cb recv_cb;
     void *user;
     /* receive pool */
@@ -1087,6 +1127,8 @@ RDMAX_API rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc, rdmax_ctx **
 RDMAX_API void rdmax_ctx_destroy(rdmax_ctx *ctx);
 RDMAX_API const char *rdmax_ctx_last_error(const rdmax_ctx *ctx);
 RDMAX_API const rdmax_dev_attr *rdmax_ctx_attr(const rdmax_ctx *ctx);
+/* rdmax_ctx_query_desc: the desc as applied (defaults, environment and device limits filled in). */
+RDMAX_API rdmax_ctx_desc rdmax_ctx_query_desc(const rdmax_ctx *ctx);
 /* File descriptor that becomes readable when a completion arrives after rdmax_ctx_arm(). */
 RDMAX_API int rdmax_ctx_fd(const rdmax_ctx *ctx);
 RDMAX_API rdmax_status rdmax_ctx_arm(rdmax_ctx *ctx);
@@ -1106,15 +1148,17 @@ RDMAX_API void rdmax_mem_free(rdmax_mem *mem);
 RDMAX_API void *rdmax_numa_alloc(rdmax_ctx *ctx, size_t len);
 RDMAX_API void rdmax_numa_free(rdmax_ctx *ctx, void *p, size_t len);
 
-/* Wire format of the connection record (pure functions, usable without a device). decode validates every
-   field and returns the RDMAX_ERR_OOB_* status of the first one that is wrong; `why` (may be NULL) gets a
-   sentence naming the field and the value seen. */
-RDMAX_API void rdmax_conn_info_encode(const rdmax_conn_info *info, uint8_t out[RDMAX_CONN_INFO_SIZE]);
+/* Wire format of the connection record (pure functions, usable without a device). encode writes the
+   record and returns its length (RDMAX_CONN_INFO_HEAD .. RDMAX_CONN_INFO_SIZE; regions past
+   RDMAX_MAX_REGIONS are not written). decode takes exactly one record (len equal to its length field),
+   validates every field and returns the RDMAX_ERR_OOB_* status of the first one that is wrong; `why`
+   (may be NULL) gets a sentence naming the field and the value seen. */
+RDMAX_API size_t rdmax_conn_info_encode(const rdmax_conn_info *info, uint8_t out[RDMAX_CONN_INFO_SIZE]);
 RDMAX_API rdmax_status rdmax_conn_info_decode(const uint8_t *buf, size_t len, rdmax_conn_info *out,
                                               char *why, size_t why_len);
 /* The compact record of rdma_cm setup (RDMAX_SETUP_CM), in the connect request's and reply's private data:
      0 magic u32 | 4 version u16 | 6 length u16 (RDMAX_CM_INFO_SIZE) | 8 transport u8 | 9 zero u8
-    10 credits u16 | 12 rkey u32 | 16 recv_size u32 | 20 buffer address u64 | 28 buffer length u64
+    10 credits u16 | 12 rkey u32 | 16 recv_size u32 | 20 region 0 address u64 | 28 region 0 length u64
    The QP number, PSN, MTU and GID are rdma_cm's (the request, the route): decode takes them in `cm` and
    checks the whole record as rdmax_conn_info_decode does, with the same statuses and sentences. len may
    exceed the record (rdma_cm pads private data with zeros). */
@@ -1163,16 +1207,30 @@ RDMAX_API rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms);
 /* Operations still in flight complete with RDMAX_ERR_CANCELED. */
 RDMAX_API void rdmax_ep_destroy(rdmax_ep *ep);
 RDMAX_API rdmax_status rdmax_ep_error(const rdmax_ep *ep); /* first error, RDMAX_OK if none */
-RDMAX_API rdmax_ep_state rdmax_ep_get_state(const rdmax_ep *ep);
 /* rdmax_ep_disconnect: graceful close. Waits (up to timeout_ms) for what is in flight, tells the peer (RC:
    a zero-length message the peer's rdmax_progress turns into RDMAX_EP_CLOSED and an EP_CLOSED event),
    and leaves ep in RDMAX_EP_CLOSED: later posts return RDMAX_ERR_CLOSED. Destroy it afterwards.
    Returns RDMAX_OK, or the error that stopped the drain (the endpoint is closed either way). */
 RDMAX_API rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms);
-/* The verbs QP under ep, for tools and tests. Moving it to another state fails the endpoint. */
-RDMAX_API struct ibv_qp *rdmax_ep_qp(const rdmax_ep *ep);
 /* rdmax__tick: the low-rate slow path of rdmax_progress (device events, watchdog, keepalive). */
 RDMAX_API void rdmax__tick(rdmax_ctx *ctx);
+
+/* Endpoint accessors. Thread safety: the context's thread.
+   rdmax_ep_remote: region `index` the peer advertised (its desc's expose, then expose_list, in order),
+   NULL if it advertised fewer. Valid until the endpoint is destroyed. Example:
+       const rdmax_rbuf *r = rdmax_ep_remote(ep, 0);
+       if (r) rdmax_put(ep, buf, len, NULL, r->addr, r->rkey, &comp);
+   rdmax_ep_remote_count: how many it advertised.
+   rdmax_ep_query_desc: the desc as applied (sq_depth a power of two under the device limit, max_inline
+   probed, max_rd_atomic negotiated, ...). rdmax_ep_query_state: RDMAX_EP_INIT, _CONNECTED, _ERROR,
+   _CLOSED. rdmax_ep_query_info: resources and identity now (rdmax_ep_info; its qp is the verbs QP, for
+   tools and tests: moving it to another state fails the endpoint). rdmax_ep_ctx: the endpoint's context. */
+RDMAX_API const rdmax_rbuf *rdmax_ep_remote(const rdmax_ep *ep, uint32_t index);
+RDMAX_API uint32_t rdmax_ep_remote_count(const rdmax_ep *ep);
+RDMAX_API rdmax_ep_desc rdmax_ep_query_desc(const rdmax_ep *ep);
+RDMAX_API rdmax_ep_state rdmax_ep_query_state(const rdmax_ep *ep);
+RDMAX_API void rdmax_ep_query_info(const rdmax_ep *ep, rdmax_ep_info *out);
+RDMAX_API rdmax_ctx *rdmax_ep_ctx(const rdmax_ep *ep);
 
 #if RDMAX__HAS_UD
 /* UD multicast. rdmax_mcast_join attaches ep's QP to the IPv4 group `group` (e.g. "239.1.2.3") on the

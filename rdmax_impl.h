@@ -51,6 +51,8 @@ static rdmax_status rdmax__cm_accept(rdmax_listener *l, const rdmax_ep_desc *des
 static void rdmax__cm_listener_close(rdmax_listener *l);
 static rdmax_status rdmax__cm_connect(rdmax_ctx *ctx, const char *host, uint16_t port, const rdmax_ep_desc *desc,
                                       rdmax_ep **out, int timeout_ms);
+static rdmax_status rdmax__ep_set_remote(rdmax_ep *ep, const rdmax_conn_info *r);
+static rdmax_status rdmax__ep_set_local(rdmax_ep *ep, const rdmax_rbuf *r, uint32_t n);
 #if RDMAX__HAS_UD
 static void rdmax__ud_ctx_cleanup(rdmax_ctx *ctx);
 static void rdmax__ud_ep_cleanup(rdmax_ep *ep);
@@ -507,6 +509,11 @@ const rdmax_dev_attr *rdmax_ctx_attr(const rdmax_ctx *ctx)
     return &ctx->attr;
 }
 
+rdmax_ctx_desc rdmax_ctx_query_desc(const rdmax_ctx *ctx)
+{
+    return ctx->desc;
+}
+
 int rdmax_ctx_fd(const rdmax_ctx *ctx)
 {
     return ctx->channel->fd;
@@ -722,30 +729,42 @@ static uint16_t rdmax__get16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p
 static uint32_t rdmax__get32(const uint8_t *p) { return (uint32_t)rdmax__get16(p) << 16 | rdmax__get16(p + 2); }
 static uint64_t rdmax__get64(const uint8_t *p) { return (uint64_t)rdmax__get32(p) << 32 | rdmax__get32(p + 4); }
 
-void rdmax_conn_info_encode(const rdmax_conn_info *in, uint8_t out[RDMAX_CONN_INFO_SIZE])
+size_t rdmax_conn_info_encode(const rdmax_conn_info *in, uint8_t out[RDMAX_CONN_INFO_SIZE])
 {
-    memset(out, 0, RDMAX_CONN_INFO_SIZE);
+    uint32_t n = in->n_regions < RDMAX_MAX_REGIONS ? in->n_regions : RDMAX_MAX_REGIONS;
+    size_t len = RDMAX_CONN_INFO_HEAD + (n > 1 ? (size_t)(n - 1) * RDMAX_CONN_INFO_REGION : 0);
+    memset(out, 0, len);
     rdmax__put32(out + 0, RDMAX_CONN_INFO_MAGIC);
     rdmax__put16(out + 4, RDMAX_CONN_INFO_VERSION);
-    rdmax__put16(out + 6, RDMAX_CONN_INFO_SIZE);
+    rdmax__put16(out + 6, (uint16_t)len);
     out[8] = in->transport;
     out[9] = in->mtu;
     rdmax__put16(out + 10, in->credits);
     rdmax__put32(out + 12, in->qpn);
     rdmax__put32(out + 16, in->psn);
     rdmax__put32(out + 20, in->qkey);
-    rdmax__put32(out + 24, in->buf.rkey);
     rdmax__put32(out + 28, in->recv_size);
     memcpy(out + 32, in->gid, 16);
-    rdmax__put64(out + 48, in->buf.addr);
-    rdmax__put64(out + 56, in->buf.len);
+    if (n > 0) {
+        rdmax__put32(out + 24, in->regions[0].rkey);
+        rdmax__put64(out + 48, in->regions[0].addr);
+        rdmax__put64(out + 56, in->regions[0].len);
+    }
+    for (uint32_t i = 1; i < n; i++) {
+        uint8_t *r = out + RDMAX_CONN_INFO_HEAD + (size_t)(i - 1) * RDMAX_CONN_INFO_REGION;
+        rdmax__put64(r, in->regions[i].addr);
+        rdmax__put64(r + 8, in->regions[i].len);
+        rdmax__put32(r + 16, in->regions[i].rkey);
+    }
+    return len;
 }
 
 #define RDMAX__WHY(...) (why ? (void)snprintf(why, why_len, __VA_ARGS__) : (void)0)
 
 /* Checks the 8-byte head: magic, version, then length (only after the version, whose record it is).
-   size: the record's size (the TCP record's, or rdma_cm's compact one). */
-static rdmax_status rdmax__record_head_check(const uint8_t *b, uint16_t size, char *why, size_t why_len)
+   head..max: the record's sizes (the TCP record: head plus whole regions; rdma_cm's compact one: one size). */
+static rdmax_status rdmax__record_head_check(const uint8_t *b, unsigned head, unsigned max, char *why,
+                                             size_t why_len)
 {
     uint32_t magic = rdmax__get32(b);
     if (magic != RDMAX_CONN_INFO_MAGIC) {
@@ -759,12 +778,20 @@ static rdmax_status rdmax__record_head_check(const uint8_t *b, uint16_t size, ch
         return RDMAX_ERR_OOB_VERSION;
     }
     uint16_t len = rdmax__get16(b + 6);
-    if (len > size) {
-        RDMAX__WHY("connection record: length field %u, larger than the %u-byte record", len, size);
+    if (len > max) {
+        if (max == head)
+            RDMAX__WHY("connection record: length field %u, larger than the %u-byte record", len, max);
+        else
+            RDMAX__WHY("connection record: length field %u, larger than the largest record (%u bytes, %u regions)",
+                       len, max, RDMAX_MAX_REGIONS);
         return RDMAX_ERR_OOB_LONG;
     }
-    if (len < size) {
-        RDMAX__WHY("connection record: length field %u, smaller than the %u-byte record", len, size);
+    if (len < head || (len - head) % RDMAX_CONN_INFO_REGION) {
+        if (max == head)
+            RDMAX__WHY("connection record: length field %u, smaller than the %u-byte record", len, head);
+        else
+            RDMAX__WHY("connection record: length field %u is not %u bytes plus whole %u-byte regions", len, head,
+                       RDMAX_CONN_INFO_REGION);
         return RDMAX_ERR_OOB_LENGTH;
     }
     return RDMAX_OK;
@@ -772,7 +799,7 @@ static rdmax_status rdmax__record_head_check(const uint8_t *b, uint16_t size, ch
 
 static rdmax_status rdmax__conn_head_check(const uint8_t *b, char *why, size_t why_len)
 {
-    return rdmax__record_head_check(b, RDMAX_CONN_INFO_SIZE, why, why_len);
+    return rdmax__record_head_check(b, RDMAX_CONN_INFO_HEAD, RDMAX_CONN_INFO_SIZE, why, why_len);
 }
 
 static rdmax_status rdmax__conn_fields_check(const rdmax_conn_info *o, char *why, size_t why_len);
@@ -780,18 +807,19 @@ static rdmax_status rdmax__conn_fields_check(const rdmax_conn_info *o, char *why
 rdmax_status rdmax_conn_info_decode(const uint8_t *b, size_t n, rdmax_conn_info *o, char *why, size_t why_len)
 {
     if (n < 8) {
-        RDMAX__WHY("connection record: %zu bytes, need %u", n, RDMAX_CONN_INFO_SIZE);
+        RDMAX__WHY("connection record: %zu bytes, need at least %u", n, RDMAX_CONN_INFO_HEAD);
         return RDMAX_ERR_OOB_SHORT;
     }
     rdmax_status st = rdmax__conn_head_check(b, why, why_len);
     if (st != RDMAX_OK)
         return st;
-    if (n < RDMAX_CONN_INFO_SIZE) {
-        RDMAX__WHY("connection record: %zu bytes, need %u", n, RDMAX_CONN_INFO_SIZE);
+    size_t want = rdmax__get16(b + 6);
+    if (n < want) {
+        RDMAX__WHY("connection record: %zu bytes, need %zu", n, want);
         return RDMAX_ERR_OOB_SHORT;
     }
-    if (n > RDMAX_CONN_INFO_SIZE) {
-        RDMAX__WHY("connection record: %zu bytes, expected %u", n, RDMAX_CONN_INFO_SIZE);
+    if (n > want) {
+        RDMAX__WHY("connection record: %zu bytes, its length field says %zu", n, want);
         return RDMAX_ERR_OOB_LONG;
     }
     memset(o, 0, sizeof *o);
@@ -801,11 +829,20 @@ rdmax_status rdmax_conn_info_decode(const uint8_t *b, size_t n, rdmax_conn_info 
     o->qpn = rdmax__get32(b + 12);
     o->psn = rdmax__get32(b + 16);
     o->qkey = rdmax__get32(b + 20);
-    o->buf.rkey = rdmax__get32(b + 24);
     o->recv_size = rdmax__get32(b + 28);
     memcpy(o->gid, b + 32, 16);
-    o->buf.addr = rdmax__get64(b + 48);
-    o->buf.len = rdmax__get64(b + 56);
+    rdmax_rbuf *r0 = &o->regions[0];
+    r0->rkey = rdmax__get32(b + 24);
+    r0->addr = rdmax__get64(b + 48);
+    r0->len = rdmax__get64(b + 56);
+    uint32_t extra = (uint32_t)((want - RDMAX_CONN_INFO_HEAD) / RDMAX_CONN_INFO_REGION);
+    for (uint32_t i = 1; i <= extra; i++) {
+        const uint8_t *p = b + RDMAX_CONN_INFO_HEAD + (size_t)(i - 1) * RDMAX_CONN_INFO_REGION;
+        o->regions[i].addr = rdmax__get64(p);
+        o->regions[i].len = rdmax__get64(p + 8);
+        o->regions[i].rkey = rdmax__get32(p + 16);
+    }
+    o->n_regions = r0->len || extra ? 1 + extra : 0;  /* an empty region 0 before others is refused below */
     return rdmax__conn_fields_check(o, why, why_len);
 }
 
@@ -842,10 +879,21 @@ static rdmax_status rdmax__conn_fields_check(const rdmax_conn_info *o, char *why
         RDMAX__WHY("connection record: receive size %u outside 1..2^30", o->recv_size);
         return RDMAX_ERR_OOB_RECV_SIZE;
     }
-    if (o->buf.len == 0 ? (o->buf.addr != 0 || o->buf.rkey != 0) : (o->buf.addr + o->buf.len < o->buf.addr)) {
-        RDMAX__WHY("connection record: buffer 0x%llx+%llu (rkey 0x%x) is not a valid region",
-                   (unsigned long long)o->buf.addr, (unsigned long long)o->buf.len, o->buf.rkey);
+    const rdmax_rbuf *r0 = &o->regions[0];
+    uint32_t extra = o->n_regions > 1 ? o->n_regions - 1 : 0;
+    if (r0->len == 0 ? (r0->addr != 0 || r0->rkey != 0 || extra != 0) : (r0->addr + r0->len < r0->addr)) {
+        RDMAX__WHY("connection record: region 0 0x%llx+%llu (rkey 0x%x)%s is not a valid region",
+                   (unsigned long long)r0->addr, (unsigned long long)r0->len, r0->rkey,
+                   extra ? ", with more regions after it," : "");
         return RDMAX_ERR_OOB_BUFFER;
+    }
+    for (uint32_t i = 1; i <= extra; i++) {
+        const rdmax_rbuf *r = &o->regions[i];
+        if (r->len == 0 || r->addr + r->len < r->addr) {
+            RDMAX__WHY("connection record: region %u 0x%llx+%llu (rkey 0x%x) is not a valid region", i,
+                       (unsigned long long)r->addr, (unsigned long long)r->len, r->rkey);
+            return RDMAX_ERR_OOB_BUFFER;
+        }
     }
     return RDMAX_OK;
 }
@@ -858,10 +906,12 @@ void rdmax_cm_info_encode(const rdmax_conn_info *in, uint8_t out[RDMAX_CM_INFO_S
     rdmax__put16(out + 6, RDMAX_CM_INFO_SIZE);
     out[8] = in->transport;
     rdmax__put16(out + 10, in->credits);
-    rdmax__put32(out + 12, in->buf.rkey);
     rdmax__put32(out + 16, in->recv_size);
-    rdmax__put64(out + 20, in->buf.addr);
-    rdmax__put64(out + 28, in->buf.len);
+    if (in->n_regions > 0) {  /* one region: rdmax__cm_connect and _accept refuse an endpoint with more */
+        rdmax__put32(out + 12, in->regions[0].rkey);
+        rdmax__put64(out + 20, in->regions[0].addr);
+        rdmax__put64(out + 28, in->regions[0].len);
+    }
 }
 
 rdmax_status rdmax_cm_info_decode(const uint8_t *b, size_t n, const rdmax_conn_info *cm, rdmax_conn_info *o,
@@ -871,7 +921,7 @@ rdmax_status rdmax_cm_info_decode(const uint8_t *b, size_t n, const rdmax_conn_i
         RDMAX__WHY("connection record: %zu bytes, need %u", b ? n : 0, RDMAX_CM_INFO_SIZE);
         return RDMAX_ERR_OOB_SHORT;
     }
-    rdmax_status st = rdmax__record_head_check(b, RDMAX_CM_INFO_SIZE, why, why_len);
+    rdmax_status st = rdmax__record_head_check(b, RDMAX_CM_INFO_SIZE, RDMAX_CM_INFO_SIZE, why, why_len);
     if (st != RDMAX_OK)
         return st;
     if (n < RDMAX_CM_INFO_SIZE) {
@@ -886,11 +936,12 @@ rdmax_status rdmax_cm_info_decode(const uint8_t *b, size_t n, const rdmax_conn_i
     o->qpn = cm->qpn;
     o->psn = cm->psn;
     o->qkey = cm->qkey;
-    o->buf.rkey = rdmax__get32(b + 12);
+    o->regions[0].rkey = rdmax__get32(b + 12);
     o->recv_size = rdmax__get32(b + 16);
     memcpy(o->gid, cm->gid, 16);
-    o->buf.addr = rdmax__get64(b + 20);
-    o->buf.len = rdmax__get64(b + 28);
+    o->regions[0].addr = rdmax__get64(b + 20);
+    o->regions[0].len = rdmax__get64(b + 28);
+    o->n_regions = o->regions[0].len ? 1 : 0;
     return rdmax__conn_fields_check(o, why, why_len);
 }
 
@@ -961,10 +1012,10 @@ rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, rdmax_conn
 {
     int64_t deadline = rdmax__now_ms() + (timeout_ms < 0 ? 3600000 : timeout_ms);
     uint8_t mine[RDMAX_CONN_INFO_SIZE], theirs[RDMAX_CONN_INFO_SIZE];
-    rdmax_conn_info_encode(local, mine);
+    size_t mine_len = rdmax_conn_info_encode(local, mine);
     /* A failed send is reported only after reading what the peer sent: a peer that closed after a bad
        record is better described by its record than by our EPIPE. */
-    int send_err = rdmax__write_full(fd, mine, sizeof mine, deadline) ? errno : 0;
+    int send_err = rdmax__write_full(fd, mine, mine_len, deadline) ? errno : 0;
     if (send_err == ETIMEDOUT) {
         RDMAX__WHY("connection record: sending ours timed out after %d ms", timeout_ms);
         return RDMAX_ERR_TIMEOUT;
@@ -978,23 +1029,24 @@ rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, rdmax_conn
         return errno == ETIMEDOUT ? RDMAX_ERR_TIMEOUT : RDMAX_ERR_IO;
     }
     if (k < 8) {
-        RDMAX__WHY("connection record: peer closed after %zd of %u bytes", k, RDMAX_CONN_INFO_SIZE);
+        RDMAX__WHY("connection record: peer closed after %zd of at least %u bytes", k, RDMAX_CONN_INFO_HEAD);
         return RDMAX_ERR_OOB_SHORT;
     }
     rdmax_status st = rdmax__conn_head_check(theirs, why, why_len);
     if (st != RDMAX_OK)
         return st;
-    k = rdmax__read_full(fd, theirs + 8, RDMAX_CONN_INFO_SIZE - 8, deadline);
+    size_t theirs_len = rdmax__get16(theirs + 6);  /* checked: HEAD .. SIZE */
+    k = rdmax__read_full(fd, theirs + 8, theirs_len - 8, deadline);
     if (k < 0) {
         RDMAX__WHY("connection record: reading the peer's record: %s",
                    errno == ETIMEDOUT ? "timed out" : strerror(errno));
         return errno == ETIMEDOUT ? RDMAX_ERR_TIMEOUT : RDMAX_ERR_IO;
     }
-    if (k < RDMAX_CONN_INFO_SIZE - 8) {
-        RDMAX__WHY("connection record: peer closed after %zd of %u bytes", k + 8, RDMAX_CONN_INFO_SIZE);
+    if ((size_t)k < theirs_len - 8) {
+        RDMAX__WHY("connection record: peer closed after %zd of %zu bytes", k + 8, theirs_len);
         return RDMAX_ERR_OOB_SHORT;
     }
-    st = rdmax_conn_info_decode(theirs, sizeof theirs, remote, why, why_len);
+    st = rdmax_conn_info_decode(theirs, theirs_len, remote, why, why_len);
     if (st == RDMAX_OK && send_err) {
         RDMAX__WHY("connection record: sending ours failed: %s", strerror(send_err));
         return RDMAX_ERR_IO;
@@ -1110,7 +1162,9 @@ static rdmax_status rdmax__ud_connect(rdmax_ep *ep, const rdmax_conn_info *r)
     ep->peer_qpn = r->qpn;
     memcpy(ep->peer_gid, r->gid, 16);
     ep->rx_unreturned = r->credits;  /* UD: the peer endpoint's index; the top 16 bits number datagrams */
-    ep->remote = r->buf;
+    rdmax_status st = rdmax__ep_set_remote(ep, r);
+    if (st != RDMAX_OK)
+        return st;
     /* one datagram: the path MTU, and no more than the peer can take after its GRH */
     uint32_t mtu = rdmax__mtu_bytes((enum ibv_mtu)(r->mtu < ctx->attr.active_mtu ? r->mtu : (unsigned)ctx->attr.active_mtu));
     ep->peer_recv_size = r->recv_size > RDMAX_UD_GRH && r->recv_size - RDMAX_UD_GRH < mtu ? r->recv_size - RDMAX_UD_GRH : mtu;
@@ -4086,6 +4140,7 @@ static uint8_t rdmax__ep_transport(const rdmax_ep_desc *d)
 
 rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **out)
 {
+    *out = NULL;
     uint8_t t = rdmax__ep_transport(desc);
     if ((t == RDMAX_TRANSPORT_ID_RC && !RDMAX__HAS_RC) || (t == RDMAX_TRANSPORT_ID_UD && !RDMAX__HAS_UD) ||
         (t != RDMAX_TRANSPORT_ID_RC && t != RDMAX_TRANSPORT_ID_UD)) {
@@ -4098,14 +4153,48 @@ rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep
     else
         memset(&d, 0, sizeof d);
     d.transport = t;
+    /* The regions to advertise: expose, then expose_list; each must be a real region. */
+    rdmax_rbuf local[RDMAX_MAX_REGIONS];
+    uint32_t n_local = 0;
+    if (d.expose_count > RDMAX_MAX_REGIONS - (d.expose != NULL) || (d.expose_count && !d.expose_list)) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, "endpoint desc: %u regions in expose_list%s, at most %u in all",
+                   d.expose_count, d.expose ? " plus expose" : "", RDMAX_MAX_REGIONS);
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+    for (uint32_t i = 0; i <= d.expose_count; i++) {
+        const rdmax_mem *m = i == 0 ? d.expose : d.expose_list[i - 1];
+        if (i == 0 && !m)
+            continue;
+        if (!m || !m->len) {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, "endpoint desc: expose_list[%u] is %s", i - 1,
+                       m ? "an empty region" : "NULL");
+            return RDMAX_ERR_INVALID_PARAM;
+        }
+        local[n_local].addr = (uintptr_t)m->addr;
+        local[n_local].len = m->len;
+        local[n_local].rkey = m->rkey;
+        n_local++;
+    }
+    rdmax_status st;
 #if RDMAX__HAS_UD
-    if (t == RDMAX_TRANSPORT_ID_UD)
-        return rdmax__ud_ep_create(ctx, &d, out);
+    if (t == RDMAX_TRANSPORT_ID_UD) {
+        if ((st = rdmax__ud_ep_create(ctx, &d, out)) == RDMAX_OK &&
+            (st = rdmax__ep_set_local(*out, local, n_local)) != RDMAX_OK) {
+            rdmax_ep_destroy(*out);
+            *out = NULL;
+        }
+        return st;
+    }
 #endif
-    rdmax_status st = rdmax__ep_alloc(ctx, &d, IBV_QPT_RC, out);
+    st = rdmax__ep_alloc(ctx, &d, IBV_QPT_RC, out);
     if (st != RDMAX_OK)
         return st;
     rdmax_ep *ep = *out;
+    if ((st = rdmax__ep_set_local(ep, local, n_local)) != RDMAX_OK) {
+        rdmax_ep_destroy(ep);
+        *out = NULL;
+        return st;
+    }
     struct ibv_qp_attr a;
     memset(&a, 0, sizeof a);
     a.qp_state = IBV_QPS_INIT;
@@ -4156,11 +4245,9 @@ void rdmax_ep_local_info(const rdmax_ep *ep, rdmax_conn_info *info)
         info->credits = (uint16_t)(ep->wr_id_base >> 32);  /* our index: the immediate data the peer sends */
     }
 #endif
-    if (ep->desc.expose) {
-        info->buf.addr = (uintptr_t)ep->desc.expose->addr;
-        info->buf.len = ep->desc.expose->len;
-        info->buf.rkey = ep->desc.expose->rkey;
-    }
+    info->n_regions = ep->n_local;
+    if (ep->n_local)
+        memcpy(info->regions, ep->local, (size_t)ep->n_local * sizeof ep->local[0]);
 }
 
 static rdmax_status rdmax__ep_transport_check(rdmax_ep *ep, const rdmax_conn_info *r, uint8_t mine)
@@ -4174,10 +4261,12 @@ static rdmax_status rdmax__ep_transport_check(rdmax_ep *ep, const rdmax_conn_inf
 }
 
 /* The QP is in RTS: take the peer's record and go. Shared by the TCP record and rdma_cm setup. */
-static void rdmax__ep_connected(rdmax_ep *ep, const rdmax_conn_info *r, enum ibv_mtu mtu)
+static rdmax_status rdmax__ep_connected(rdmax_ep *ep, const rdmax_conn_info *r, enum ibv_mtu mtu)
 {
     rdmax_ctx *ctx = ep->ctx;
-    ep->remote = r->buf;
+    rdmax_status st = rdmax__ep_set_remote(ep, r);
+    if (st != RDMAX_OK)
+        return st;
     ep->peer_recv_size = r->recv_size;
     ep->peer_qpn = r->qpn;
     memcpy(ep->peer_gid, r->gid, 16);
@@ -4189,6 +4278,7 @@ static void rdmax__ep_connected(rdmax_ep *ep, const rdmax_conn_info *r, enum ibv
     RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_EP_CONNECTED, ep, r->qpn);
     rdmax__log(ctx, RDMAX_LOG_DEBUG, "device %s: endpoint qpn 0x%x connected to peer %s qpn 0x%x, mtu %u",
                ctx->attr.name, ep->qp->qp_num, ep->peer, r->qpn, rdmax__mtu_bytes(mtu));
+    return RDMAX_OK;
 }
 
 rdmax_status rdmax_ep_connect_info(rdmax_ep *ep, const rdmax_conn_info *r)
@@ -4231,8 +4321,7 @@ rdmax_status rdmax_ep_connect_info(rdmax_ep *ep, const rdmax_conn_info *r)
                        IBV_QP_MAX_QP_RD_ATOMIC, "RTS");
     if (st != RDMAX_OK)
         return st;
-    rdmax__ep_connected(ep, r, (enum ibv_mtu)(r->mtu < me.mtu ? r->mtu : me.mtu));
-    return RDMAX_OK;
+    return rdmax__ep_connected(ep, r, (enum ibv_mtu)(r->mtu < me.mtu ? r->mtu : me.mtu));
 }
 
 rdmax_status rdmax_ep_create_pair(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **a, rdmax_ep **b)
@@ -4614,14 +4703,81 @@ rdmax_status rdmax_ep_error(const rdmax_ep *ep)
     return (rdmax_status)ep->err;
 }
 
-rdmax_ep_state rdmax_ep_get_state(const rdmax_ep *ep)
+/* The regions in ep's own arrays, exactly as many as there are (an endpoint stays small: 10,000 UD
+   endpoints on one context advertise nothing and hold no region array). */
+static rdmax_status rdmax__ep_regions(rdmax_ep *ep, rdmax_rbuf **to, uint32_t *n_to, const rdmax_rbuf *from,
+                                      uint32_t n)
+{
+    n = n < RDMAX_MAX_REGIONS ? n : RDMAX_MAX_REGIONS;
+    rdmax_rbuf *a = n ? (rdmax_rbuf *)rdmax__alloc(ep->ctx, (size_t)n * sizeof *a) : NULL;
+    if (n && !a)
+        return RDMAX_ERR_NO_MEMORY;
+    if (n)
+        memcpy(a, from, (size_t)n * sizeof *a);
+    rdmax__free(ep->ctx, *to);
+    *to = a;
+    *n_to = n;
+    return RDMAX_OK;
+}
+
+static rdmax_status rdmax__ep_set_local(rdmax_ep *ep, const rdmax_rbuf *r, uint32_t n)
+{
+    return rdmax__ep_regions(ep, &ep->local, &ep->n_local, r, n);
+}
+
+static rdmax_status rdmax__ep_set_remote(rdmax_ep *ep, const rdmax_conn_info *r)
+{
+    return rdmax__ep_regions(ep, &ep->remote, &ep->n_remote, r->regions, r->n_regions);
+}
+
+/* Region 0 of the peer, or zeros: the target of zero-length writes (flush marker, keepalive), which
+   access no memory, so a peer that advertised nothing is fine. */
+static rdmax_rbuf rdmax__ep_remote0(const rdmax_ep *ep)
+{
+    rdmax_rbuf z = {0, 0, 0};
+    return ep->n_remote ? ep->remote[0] : z;
+}
+
+const rdmax_rbuf *rdmax_ep_remote(const rdmax_ep *ep, uint32_t index)
+{
+    return index < ep->n_remote ? &ep->remote[index] : NULL;
+}
+
+uint32_t rdmax_ep_remote_count(const rdmax_ep *ep)
+{
+    return ep->n_remote;
+}
+
+rdmax_ep_desc rdmax_ep_query_desc(const rdmax_ep *ep)
+{
+    return ep->desc;
+}
+
+rdmax_ep_state rdmax_ep_query_state(const rdmax_ep *ep)
 {
     return (rdmax_ep_state)ep->state;
 }
 
-struct ibv_qp *rdmax_ep_qp(const rdmax_ep *ep)
+void rdmax_ep_query_info(const rdmax_ep *ep, rdmax_ep_info *out)
 {
-    return ep->qp;
+    memset(out, 0, sizeof *out);
+    out->state = (rdmax_ep_state)ep->state;
+    out->sq_free = rdmax__ep_sq_avail(ep);
+    out->outstanding = ep->sq_head - ep->sq_tail;
+    out->reads_free = ep->rd_avail;
+    out->send_credits = ep->tx_credits;
+    out->pending = rdmax_arb_group_count(&ep->group);
+    out->qp_num = ep->qp->qp_num;
+    out->peer_qp_num = ep->peer_qpn;
+    out->n_remote = ep->n_remote;
+    out->recv_pool = ep->rbufs;
+    out->recv_pool_bytes = (size_t)ep->rq_depth * ep->recv_size;
+    out->qp = ep->qp;
+}
+
+rdmax_ctx *rdmax_ep_ctx(const rdmax_ep *ep)
+{
+    return ep->ctx;
 }
 
 rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
@@ -4658,6 +4814,7 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
                 rdmax_progress(ctx);
         if (st == RDMAX_OK) {
             struct ibv_send_wr *wr;
+            rdmax_rbuf r0 = rdmax__ep_remote0(ep);  /* zero length: never accessed */
 #if RDMAX__HAS_UD
             if (ep->qp->qp_type == IBV_QPT_UD) {
                 /* UD has no RDMA write: send an empty datagram to our own QP; the receive path knows it
@@ -4672,12 +4829,12 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
 #endif
             {
                 wr = rdmax__ep_wr(ep, IBV_WR_RDMA_WRITE);
-                wr->wr.rdma.remote_addr = ep->remote.addr;
-                wr->wr.rdma.rkey = ep->remote.rkey;
+                wr->wr.rdma.remote_addr = r0.addr;
+                wr->wr.rdma.rkey = r0.rkey;
             }
             wr->num_sge = 0;
             ep->sig_left = 1;  /* force this one signaled */
-            st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_FLUSH, 0, ep->remote.addr, NULL);
+            st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_FLUSH, 0, r0.addr, NULL);
         }
     }
     int64_t deadline = rdmax__now_ms() + timeout_ms;
@@ -4725,6 +4882,8 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     rdmax_numa_free(ctx, ep->rbufs, (size_t)ep->rq_depth * ep->recv_size);
     rdmax__free(ctx, ep->slots);
     rdmax__free(ctx, ep->rq_free);
+    rdmax__free(ctx, ep->local);
+    rdmax__free(ctx, ep->remote);
     rdmax__free(ctx, ep);
 }
 
@@ -4863,12 +5022,13 @@ static void rdmax__keepalive(rdmax_ep *ep)
 {
     if (rdmax__ep_check(ep) != RDMAX_OK)
         return;
+    rdmax_rbuf r0 = rdmax__ep_remote0(ep);
     struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_WRITE);
-    wr->wr.rdma.remote_addr = ep->remote.addr;
-    wr->wr.rdma.rkey = ep->remote.rkey;
+    wr->wr.rdma.remote_addr = r0.addr;
+    wr->wr.rdma.rkey = r0.rkey;
     wr->num_sge = 0;
     ep->sig_left = 1;  /* force this one signaled */
-    rdmax__ep_post(ep, wr, NULL, RDMAX_OP_KEEPALIVE, 0, ep->remote.addr, NULL);
+    rdmax__ep_post(ep, wr, NULL, RDMAX_OP_KEEPALIVE, 0, r0.addr, NULL);
 }
 
 void rdmax__tick(rdmax_ctx *ctx)
@@ -5317,26 +5477,27 @@ static rdmax_status rdmax__hs_step(rdmax_listener *l, struct rdmax__hs *h, const
     char why[200];
     size_t why_len = sizeof why;
     if (h->phase == 0) {
-        /* the head first, then the rest: never more than our record's size */
-        uint32_t want = h->got < 8 ? 8 : RDMAX_CONN_INFO_SIZE;
+        /* the head first, then the rest its length field (checked: at most the largest record) names */
+        uint32_t want = h->got < 8 ? 8 : rdmax__get16(h->rec + 6);
         ssize_t k = read(h->fd, h->rec + h->got, want - h->got);
         if (k < 0)
             return errno == EAGAIN || errno == EINTR ? RDMAX_INPROGRESS
                    : errno == ECONNRESET ? RDMAX_ERR_OOB_SHORT : RDMAX_ERR_IO;
         if (k == 0) {
             rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: connection record: peer closed after %u of %u "
-                       "bytes", ctx->attr.name, h->peer, h->got, RDMAX_CONN_INFO_SIZE);
+                       "bytes", ctx->attr.name, h->peer, h->got,
+                       h->got < 8 ? RDMAX_CONN_INFO_HEAD : rdmax__get16(h->rec + 6));
             return RDMAX_ERR_OOB_SHORT;
         }
         h->got += (uint32_t)k;
         rdmax_status st = RDMAX_OK;
         if (h->got == 8)
             st = rdmax__conn_head_check(h->rec, why, why_len);
-        if (st == RDMAX_OK && h->got < RDMAX_CONN_INFO_SIZE)
+        if (st == RDMAX_OK && (h->got < 8 || h->got < rdmax__get16(h->rec + 6)))
             return RDMAX_INPROGRESS;
         rdmax_conn_info them, me;
         if (st == RDMAX_OK)
-            st = rdmax_conn_info_decode(h->rec, sizeof h->rec, &them, why, why_len);
+            st = rdmax_conn_info_decode(h->rec, h->got, &them, why, why_len);
         if (st != RDMAX_OK) {
             rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: %s", ctx->attr.name, h->peer, why);
             return st;
@@ -5347,12 +5508,12 @@ static rdmax_status rdmax__hs_step(rdmax_listener *l, struct rdmax__hs *h, const
         snprintf(h->ep->peer, sizeof h->ep->peer, "%s", h->peer);
         if ((st = rdmax_ep_connect_info(h->ep, &them)) != RDMAX_OK)
             return st;
-        /* Our record and our ready byte in one write: a fresh socket's buffer takes 65 bytes. */
+        /* Our record and our ready byte in one write: a fresh socket's buffer takes the largest record. */
         uint8_t msg[RDMAX_CONN_INFO_SIZE + 1];
         rdmax_ep_local_info(h->ep, &me);
-        rdmax_conn_info_encode(&me, msg);
-        msg[RDMAX_CONN_INFO_SIZE] = 'R';
-        if (send(h->fd, msg, sizeof msg, MSG_NOSIGNAL) != (ssize_t)sizeof msg) {
+        size_t len = rdmax_conn_info_encode(&me, msg);
+        msg[len++] = 'R';
+        if (send(h->fd, msg, len, MSG_NOSIGNAL) != (ssize_t)len) {
             rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: sending our record failed: %s", ctx->attr.name,
                        h->peer, strerror(errno));
             return RDMAX_ERR_IO;
@@ -5714,8 +5875,7 @@ static rdmax_status rdmax__cm_ep_ready(rdmax_ep *ep, struct rdma_cm_id *id, cons
     st = rdmax__modify(ep, &a, mask | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY, "RTS");
     if (st != RDMAX_OK)
         return st;
-    rdmax__ep_connected(ep, r, mtu);
-    return RDMAX_OK;
+    return rdmax__ep_connected(ep, r, mtu);
 }
 
 /* A record that did not check out is rejected with its status, so the client can say what was wrong. */
@@ -5939,6 +6099,18 @@ static rdmax_status rdmax__cm_listener_event(rdmax_listener *l, struct rdma_cm_e
     return RDMAX_ERR_OOB_SYNC;
 }
 
+/* The compact record carries one region (an RC REQ's private data is 56 bytes): more is refused before
+   anything goes on the wire, rather than dropped. */
+static rdmax_status rdmax__cm_regions_check(rdmax_ctx *ctx, const rdmax_ep_desc *desc, const char *what)
+{
+    uint32_t n = desc ? (desc->expose != NULL) + desc->expose_count : 0;
+    if (n <= 1)
+        return RDMAX_OK;
+    rdmax__log(ctx, RDMAX_LOG_ERROR, "%s: rdma_cm setup (RDMAX_SETUP_CM) advertises one region; the endpoint desc "
+               "has %u (expose_list needs RDMAX_SETUP_TCP)", what, n);
+    return RDMAX_ERR_INVALID_PARAM;
+}
+
 static rdmax_status rdmax__cm_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep **out, int timeout_ms)
 {
     rdmax_ctx *ctx = l->ctx;
@@ -5946,6 +6118,8 @@ static rdmax_status rdmax__cm_accept(rdmax_listener *l, const rdmax_ep_desc *des
         rdmax__log(ctx, RDMAX_LOG_ERROR, "accept: rdma_cm setup (RDMAX_SETUP_CM) makes RC endpoints only");
         return RDMAX_ERR_UNSUPPORTED;
     }
+    if (rdmax__cm_regions_check(ctx, desc, "accept") != RDMAX_OK)
+        return RDMAX_ERR_INVALID_PARAM;
     int64_t deadline = timeout_ms < 0 ? INT64_MAX : rdmax__now_ms() + timeout_ms;
     for (;;) {
         struct rdma_cm_event *ev;
@@ -6172,6 +6346,8 @@ static rdmax_status rdmax__cm_connect(rdmax_ctx *ctx, const char *host, uint16_t
         rdmax__log(ctx, RDMAX_LOG_ERROR, "connect: rdma_cm setup (RDMAX_SETUP_CM) makes RC endpoints only");
         return RDMAX_ERR_UNSUPPORTED;
     }
+    if (rdmax__cm_regions_check(ctx, desc, "connect") != RDMAX_OK)
+        return RDMAX_ERR_INVALID_PARAM;
     struct addrinfo hints, *res = NULL;
     memset(&hints, 0, sizeof hints);
     hints.ai_family = AF_UNSPEC;

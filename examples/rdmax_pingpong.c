@@ -242,7 +242,7 @@ static int post_retry(struct side *s, int (*post)(struct side *, uint64_t), uint
         int st = post(s, tag);
         if (st != RDMAX_ERR_NO_RESOURCE)
             return st;
-        rdmax_progress(s->ep->ctx);
+        rdmax_progress(rdmax_ep_ctx(s->ep));
         if (now_us() > deadline)
             return RDMAX_ERR_TIMEOUT;
     }
@@ -299,7 +299,8 @@ static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
 static int do_put(struct side *s, uint64_t tag)
 {
     fill(s->sbuf, s->size, tag);
-    int st = rdmax_put(s->ep, s->sbuf, s->size, s->smem, s->ep->remote.addr, s->ep->remote.rkey, NULL);
+    const rdmax_rbuf *r = rdmax_ep_remote(s->ep, 0);  /* every side exposes s->mem (ep_desc_for) */
+    int st = rdmax_put(s->ep, s->sbuf, s->size, s->smem, r->addr, r->rkey, NULL);
     return st == RDMAX_INPROGRESS ? RDMAX_OK : st;
 }
 
@@ -332,11 +333,11 @@ static int send_final(struct side *s, uint64_t tag)
     rdmax_status st;
     double deadline = now_us() + TIMEOUT_MS * 1000.0;
     while ((st = rdmax_send(s->ep, s->sbuf, s->size, s->smem, &c)) == RDMAX_ERR_NO_RESOURCE && now_us() < deadline)
-        rdmax_progress(s->ep->ctx);
+        rdmax_progress(rdmax_ep_ctx(s->ep));
     if (st == RDMAX_OK)
         return 0;
     while (st == RDMAX_INPROGRESS && !c.done && now_us() < deadline)
-        rdmax_progress(s->ep->ctx);
+        rdmax_progress(rdmax_ep_ctx(s->ep));
     if (st != RDMAX_INPROGRESS || !c.done || c.status != RDMAX_OK) {
         fprintf(stderr, "final message to the server failed: %s\n",
                 rdmax_status_str(st != RDMAX_INPROGRESS ? st : c.done ? c.status : RDMAX_ERR_TIMEOUT));
@@ -385,7 +386,7 @@ static int wait_reply(struct side *cli, struct side *srv, uint64_t tag)
 {
     double deadline = 0;
     for (unsigned spin = 1;; spin++) {
-        rdmax_progress(cli->ep->ctx);
+        rdmax_progress(rdmax_ep_ctx(cli->ep));
         if (srv)
             serve_step(srv);
         if (cli->bad || (srv && srv->bad))
@@ -413,8 +414,9 @@ static int one_sided(struct side *cli, uint64_t i)
     memset(&c, 0, sizeof c);
     rdmax_status st;
     uint64_t *res = (uint64_t *)(void *)cli->sbuf;
-    uint64_t raddr = cli->ep->remote.addr;
-    uint32_t rkey = cli->ep->remote.rkey;
+    const rdmax_rbuf *r = rdmax_ep_remote(cli->ep, 0);  /* every side exposes s->mem (ep_desc_for) */
+    uint64_t raddr = r->addr;
+    uint32_t rkey = r->rkey;
     double deadline = now_us() + TIMEOUT_MS * 1000.0;
     do {
         switch (g_opt->test) {
@@ -430,14 +432,14 @@ static int one_sided(struct side *cli, uint64_t i)
             break;
         }
         if (st == RDMAX_ERR_NO_RESOURCE)
-            rdmax_progress(cli->ep->ctx);
+            rdmax_progress(rdmax_ep_ctx(cli->ep));
     } while (st == RDMAX_ERR_NO_RESOURCE && now_us() < deadline);
     if (st != RDMAX_INPROGRESS) {
         fprintf(stderr, "%s failed: %s\n", test_names[g_opt->test], rdmax_status_str(st));
         return -1;
     }
     while (!c.done) {
-        rdmax_progress(cli->ep->ctx);
+        rdmax_progress(rdmax_ep_ctx(cli->ep));
         if (now_us() > deadline) {
             fprintf(stderr, "%s: no completion within %d ms\n", test_names[g_opt->test], TIMEOUT_MS);
             return -1;
@@ -796,13 +798,13 @@ static int server_run(struct side *s)
            on the completion channel, and give up only after ten idle minutes. */
         double give_up = now_us() + 600e6;
         while (!s->bad && s->got < final_msg && now_us() < give_up)
-            rdmax_wait(s->ep->ctx, 100);
+            rdmax_wait(rdmax_ep_ctx(s->ep), 100);
         if (s->got < final_msg)
             fprintf(stderr, "server: no final message from the client\n");
         return s->bad || s->got < final_msg ? -1 : 0;
     }
     for (unsigned spin = 1; !s->bad && s->got < final_msg; spin++) {
-        rdmax_progress(s->ep->ctx);
+        rdmax_progress(rdmax_ep_ctx(s->ep));
 #ifdef RDMAX_TRANSPORT_RC
         if (g_opt->test == T_PUT && s->expect_tag < total)
             serve_step(s);
@@ -852,7 +854,7 @@ int main(int argc, char **argv)
     if (o.all) {
         size_t top = 8u << 20;
 #ifdef RDMAX_TRANSPORT_UD
-        top = ctx->attr.mtu_bytes;
+        top = rdmax_ctx_attr(ctx)->mtu_bytes;
 #endif
         for (size_t s = 2; s <= top; s *= 2)
             sizes[nsizes++] = s;
@@ -867,7 +869,7 @@ int main(int argc, char **argv)
             fprintf(stderr, "server: cannot listen on port %u: %s\n", o.port, rdmax_ctx_last_error(ctx));
             return 1;
         }
-        printf("server: device %s, listening on port %u%s\n", ctx->attr.name, o.port, o.cm ? " (rdma_cm)" : "");
+        printf("server: device %s, listening on port %u%s\n", rdmax_ctx_attr(ctx)->name, o.port, o.cm ? " (rdma_cm)" : "");
     }
     for (int k = 0; k < nsizes && rc == 0; k++) {
         size_t size = sizes[k];

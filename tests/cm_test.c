@@ -196,7 +196,8 @@ static int client_main(const char *host, uint16_t port)
         fprintf(stderr, "client: connect: %s: %s\n", rdmax_status_str(st), rdmax_ctx_last_error(ctx));
         return 12;
     }
-    if (ep->remote.len != EXPOSE)
+    const rdmax_rbuf *rr = rdmax_ep_remote(ep, 0);
+    if (!rr || rr->len != EXPOSE || rdmax_ep_remote_count(ep) != 1)
         return 13;  /* the server's buffer did not come through rdma_cm's private data */
     /* ping-pong, sizes cycling */
     for (int i = 0; i < PINGS; i++) {
@@ -229,7 +230,7 @@ static int client_main(const char *host, uint16_t port)
         uint8_t *src = b + (size_t)i * PUT_CHUNK;
         fill(src, PUT_CHUNK, 1000 + i);
         rdmax_status ps;
-        while ((ps = rdmax_put(ep, src, PUT_CHUNK, mem, ep->remote.addr + (uint64_t)i * PUT_CHUNK, ep->remote.rkey,
+        while ((ps = rdmax_put(ep, src, PUT_CHUNK, mem, rr->addr + (uint64_t)i * PUT_CHUNK, rr->rkey,
                                NULL)) == RDMAX_ERR_NO_RESOURCE)
             rdmax_progress(ctx);
         if (ps != RDMAX_OK && ps != RDMAX_INPROGRESS)
@@ -249,7 +250,7 @@ static int client_main(const char *host, uint16_t port)
     for (uint32_t i = 0; i < GETS; i++) {
         rdmax_status gs;
         while ((gs = rdmax_get(ep, b + (size_t)i * GET_CHUNK, GET_CHUNK, mem,
-                               ep->remote.addr + (1u << 20) + (uint64_t)i * GET_CHUNK, ep->remote.rkey, NULL)) ==
+                               rr->addr + (1u << 20) + (uint64_t)i * GET_CHUNK, rr->rkey, NULL)) ==
                RDMAX_ERR_NO_RESOURCE)
             rdmax_progress(ctx);
         if (gs != RDMAX_OK && gs != RDMAX_INPROGRESS)
@@ -263,7 +264,7 @@ static int client_main(const char *host, uint16_t port)
     put32(m, K_BYE);
     if (send_retry(ep, m, 8, mem) != RDMAX_OK)
         return 25;
-    if (rdmax_ep_disconnect(ep, 10000) != RDMAX_OK || rdmax_ep_get_state(ep) != RDMAX_EP_CLOSED)
+    if (rdmax_ep_disconnect(ep, 10000) != RDMAX_OK || rdmax_ep_query_state(ep) != RDMAX_EP_CLOSED)
         return 26;
     rdmax_ep_destroy(ep);
     rdmax_mem_free(mem);
@@ -290,7 +291,7 @@ static int child_status(pid_t pid)
 static void serve(rdmax_ctx *ctx, rdmax_ep *ep, struct srv *s, rdmax_mem *rmem)
 {
     int64_t end = now_ms() + 120000;
-    while (!s->bye && rdmax_ep_get_state(ep) == RDMAX_EP_CONNECTED && now_ms() < end) {
+    while (!s->bye && rdmax_ep_query_state(ep) == RDMAX_EP_CONNECTED && now_ms() < end) {
         rdmax_progress(ctx);
         if (s->reply_pending) {
             s->reply_pending = 0;
@@ -298,7 +299,7 @@ static void serve(rdmax_ctx *ctx, rdmax_ep *ep, struct srv *s, rdmax_mem *rmem)
                 break;
         }
     }
-    while (rdmax_ep_get_state(ep) == RDMAX_EP_CONNECTED && now_ms() < end)
+    while (rdmax_ep_query_state(ep) == RDMAX_EP_CONNECTED && now_ms() < end)
         rdmax_progress(ctx);
 }
 
@@ -338,8 +339,8 @@ static void stream_test(const char *addr, const char *fam)
     CHECK(s.data_ok == DATA_MSGS && s.data_bad == 0, "%d messages checked out, %d bad, of %d", s.data_ok,
           s.data_bad, DATA_MSGS);
     CHECK(s.put_ok, "the puts did not land as written");
-    CHECK(ep && rdmax_ep_get_state(ep) == RDMAX_EP_CLOSED && rdmax_ep_error(ep) == RDMAX_ERR_CLOSED,
-          "server endpoint: state %d, error %s (expected closed by the peer)", ep ? (int)rdmax_ep_get_state(ep) : -1,
+    CHECK(ep && rdmax_ep_query_state(ep) == RDMAX_EP_CLOSED && rdmax_ep_error(ep) == RDMAX_ERR_CLOSED,
+          "server endpoint: state %d, error %s (expected closed by the peer)", ep ? (int)rdmax_ep_query_state(ep) : -1,
           ep ? rdmax_status_str(rdmax_ep_error(ep)) : "-");
 out:
     rdmax_ep_destroy(ep);
@@ -790,15 +791,15 @@ static void peer_killed_tests(const char *addr)
         kill(pid, SIGKILL);
         child_status(pid);
         int64_t t0 = now_ms(), end = t0 + (cm ? 30000 : 1500);
-        while (rdmax_ep_get_state(ep) == RDMAX_EP_CONNECTED && now_ms() < end)
+        while (rdmax_ep_query_state(ep) == RDMAX_EP_CONNECTED && now_ms() < end)
             rdmax_wait(ctx, 100);
         if (cm) {
-            CHECK(rdmax_ep_get_state(ep) == RDMAX_EP_CLOSED && rdmax_ep_error(ep) == RDMAX_ERR_CLOSED,
-                  "state %d, error %s", (int)rdmax_ep_get_state(ep), rdmax_status_str(rdmax_ep_error(ep)));
+            CHECK(rdmax_ep_query_state(ep) == RDMAX_EP_CLOSED && rdmax_ep_error(ep) == RDMAX_ERR_CLOSED,
+                  "state %d, error %s", (int)rdmax_ep_query_state(ep), rdmax_status_str(rdmax_ep_error(ep)));
             printf("INFO cm/peer killed: endpoint closed %lld ms after the kill\n", (long long)(now_ms() - t0));
         } else {
-            CHECK(rdmax_ep_get_state(ep) == RDMAX_EP_CONNECTED, "state %d: the control saw the kill",
-                  (int)rdmax_ep_get_state(ep));
+            CHECK(rdmax_ep_query_state(ep) == RDMAX_EP_CONNECTED, "state %d: the control saw the kill",
+                  (int)rdmax_ep_query_state(ep));
         }
     out:
         rdmax_ep_destroy(ep);
@@ -855,12 +856,12 @@ static void close_order_test(const char *addr)
     CHECK(child_status(pid) == 0, "client failed");
     for (int64_t end = now_ms() + 30000; ep && now_ms() < end;) {
         rdmax_progress(ctx);
-        if (rdmax_ep_get_state(ep) != RDMAX_EP_CONNECTED) {
+        if (rdmax_ep_query_state(ep) != RDMAX_EP_CONNECTED) {
             at_close = got;
             break;
         }
     }
-    CHECK(ep && rdmax_ep_get_state(ep) == RDMAX_EP_CLOSED, "not closed: state %d", ep ? (int)rdmax_ep_get_state(ep) : -1);
+    CHECK(ep && rdmax_ep_query_state(ep) == RDMAX_EP_CLOSED, "not closed: state %d", ep ? (int)rdmax_ep_query_state(ep) : -1);
     CHECK(at_close == MSGS, "%d of %d messages delivered when the endpoint closed", at_close, MSGS);
 out:
     rdmax_ep_destroy(ep);

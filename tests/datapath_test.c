@@ -12,6 +12,22 @@
 
 #define T_MS 10000
 
+/* The context's post calls so far (rdmax_counters_get). */
+static uint64_t post_calls(const rdmax_ctx *ctx)
+{
+    rdmax_counters c;
+    rdmax_counters_get(ctx, &c);
+    return c.post_calls;
+}
+
+/* The verbs QP under ep (rdmax_ep_query_info), for fault injection and QP queries. */
+static struct ibv_qp *ep_qp(const rdmax_ep *ep)
+{
+    rdmax_ep_info i;
+    rdmax_ep_query_info(ep, &i);
+    return i.qp;
+}
+
 static int g_errlogs;  /* error messages the logger received */
 static char g_lastlog[512];
 
@@ -186,7 +202,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     }
 
     /* scatter/gather: 1, 2 and the maximum number of entries, each a different piece of src */
-    uint32_t maxsge = ca->attr.max_sge < RDMAX_MAX_SGE ? ca->attr.max_sge : RDMAX_MAX_SGE;
+    uint32_t maxsge = rdmax_ctx_attr(ca)->max_sge < RDMAX_MAX_SGE ? rdmax_ctx_attr(ca)->max_sge : RDMAX_MAX_SGE;
     uint32_t counts[] = {1, 2, maxsge};
     for (int k = 0; k < 3; k++) {
         uint32_t cnt = counts[k];
@@ -275,26 +291,26 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
 
     tl_begin("%s/misaligned atomic refused before posting", topo);
     {
-        uint64_t posted = ca->cnt.post_calls;
+        uint64_t posted = post_calls(ca);
         uint64_t *res = (uint64_t *)(void *)(s + 128);
         CHECK_ST(rdmax_fadd(a, res, src, raddr + 3, dst->rkey, 1, NULL), RDMAX_ERR_UNALIGNED);
         CHECK_ST(rdmax_cswap(a, res, src, raddr + 12, dst->rkey, 1, 2, NULL), RDMAX_ERR_UNALIGNED);
-        CHECK(ca->cnt.post_calls == posted, "something was posted");
-        CHECK(a->state == RDMAX_EP_CONNECTED, "endpoint left the connected state");
+        CHECK(post_calls(ca) == posted, "something was posted");
+        CHECK(rdmax_ep_query_state(a) == RDMAX_EP_CONNECTED, "endpoint left the connected state");
     }
     tl_end();
 
     tl_begin("%s/send larger than the peer's receive buffer refused", topo);
     {
-        uint64_t posted = ca->cnt.post_calls;
+        uint64_t posted = post_calls(ca);
         CHECK_ST(rdmax_send(a, s, BIG + 1, src, NULL), RDMAX_ERR_SIZE);
-        CHECK(ca->cnt.post_calls == posted, "something was posted");
+        CHECK(post_calls(ca) == posted, "something was posted");
     }
     tl_end();
 
     tl_begin("%s/batch of 32 puts is one post", topo);
     {
-        uint64_t calls = ca->cnt.post_calls;
+        uint64_t calls = post_calls(ca);
         memset(d, 0, 32 * 8);
         rdmax_batch_begin(a);
         for (uint64_t i = 0; i < 32; i++) {
@@ -303,8 +319,8 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         }
         CHECK_ST(rdmax_batch_end(a), RDMAX_OK);
         CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush");
-        CHECK(ca->cnt.post_calls - calls <= 2, "%llu post calls for a batch of 32 and a flush",
-              (unsigned long long)(ca->cnt.post_calls - calls));
+        CHECK(post_calls(ca) - calls <= 2, "%llu post calls for a batch of 32 and a flush",
+              (unsigned long long)(post_calls(ca) - calls));
         for (uint64_t i = 0; i < 32; i++)
             CHECK(((uint64_t *)(void *)d)[i] == (0x1111111100000000ull | i), "word %llu wrong", (unsigned long long)i);
     }
@@ -359,7 +375,9 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         uint64_t cqes = c1.cqes - c0.cqes;
         CHECK(posted == 10000 && done == 10000, "posted %llu, completed %llu", (unsigned long long)posted,
               (unsigned long long)done);
-        CHECK(a->sq_head == a->sq_tail && rdmax__ep_sq_avail(a) == a->desc.sq_depth, "send queue not empty after flush");
+        rdmax_ep_info info;
+        rdmax_ep_query_info(a, &info);
+        CHECK(info.outstanding == 0 && info.sq_free == rdmax_ep_query_desc(a).sq_depth, "send queue not empty after flush");
         CHECK(cqes < 10000 / 8, "%llu completions for 10000 unsignaled puts", (unsigned long long)cqes);
         CHECK(((uint32_t *)(void *)d)[(9999 % 1024)] == 9999, "last put not visible");
     }
@@ -413,7 +431,7 @@ static void error_case(const char *topo, const char *name, rdmax_ctx *ca, rdmax_
     CHECK_ST(st, RDMAX_INPROGRESS);
     CHECK(wait_comp(ca, cb, &c) == 0, "no completion");
     CHECK_ST(c.status, want);
-    CHECK(a->state == RDMAX_EP_ERROR, "endpoint not in the error state");
+    CHECK(rdmax_ep_query_state(a) == RDMAX_EP_ERROR, "endpoint not in the error state");
     CHECK_ST(rdmax_ep_error(a), want);
     CHECK(g_errlogs == logs + 1 || g_errlogs == logs + 2, "%d error log lines (one per failed endpoint expected)",
           g_errlogs - logs);
@@ -498,7 +516,7 @@ static void flood_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
           (unsigned long long)(c1.flushed_cqes - c0.flushed_cqes));
     /* The responder's QP goes to the error state too (IB spec for an R_Key violation): b fails on its own
        flushed receives, with one line of its own. */
-    for (long i = 0; rdmax_ep_get_state(b) == RDMAX_EP_CONNECTED && i < 100000000L; i++)
+    for (long i = 0; rdmax_ep_query_state(b) == RDMAX_EP_CONNECTED && i < 100000000L; i++)
         progress2(ca, cb);
     CHECK_ST(rdmax_ep_error(b), RDMAX_ERR_FLUSHED);
     CHECK(g_errlogs == logs + 2, "%d error log lines for one failure on each side", g_errlogs - logs);
@@ -586,14 +604,16 @@ static void killed_peer_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb, con
     REQUIRE(rdmax_mem_alloc(ca, 65536, RDMAX_ACCESS_REMOTE_WRITE, &m) == RDMAX_OK, "alloc");
     rdmax_comp c;
     memset(&c, 0, sizeof c);
-    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, ep->remote.addr, ep->remote.rkey, &c), RDMAX_INPROGRESS);
+    const rdmax_rbuf *rr = rdmax_ep_remote(ep, 0);
+    REQUIRE(rr != NULL && rdmax_ep_remote_count(ep) == 1, "the peer's region was not received");
+    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, rr->addr, rr->rkey, &c), RDMAX_INPROGRESS);
     CHECK(wait_comp(ca, ca, &c) == 0 && c.status == RDMAX_OK, "put to the live peer: %s", rdmax_status_str(c.status));
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     memset(&c, 0, sizeof c);
-    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, ep->remote.addr, ep->remote.rkey, &c), RDMAX_INPROGRESS);
+    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, rr->addr, rr->rkey, &c), RDMAX_INPROGRESS);
     CHECK(wait_comp(ca, ca, &c) == 0, "no completion");
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
@@ -603,10 +623,10 @@ static void killed_peer_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb, con
     printf("INFO %s/peer process killed: the error took %.0f ms\n", topo, ms);
     struct ibv_qp_attr qa;
     struct ibv_qp_init_attr qi;
-    CHECK(ibv_query_qp(ep->qp, &qa, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT, &qi) == 0, "ibv_query_qp");
+    CHECK(ibv_query_qp(ep_qp(ep), &qa, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT, &qi) == 0, "ibv_query_qp");
     CHECK(qa.timeout == 14 && qa.retry_cnt == 6, "QP ack timeout %u, retry count %u: expected 14 and 6",
           qa.timeout, qa.retry_cnt);
-    CHECK(ep->state == RDMAX_EP_ERROR, "endpoint not in error");
+    CHECK(rdmax_ep_query_state(ep) == RDMAX_EP_ERROR, "endpoint not in error");
     CHECK(rdmax_ep_flush(ep, 2000) != RDMAX_ERR_TIMEOUT, "flush of a dead endpoint hangs");
     REQUIRE(pair(ca, cb, NULL, NULL, &a2, &b2) == RDMAX_OK, "pair");
     REQUIRE(rdmax_mem_alloc(cb, 4096, RDMAX_ACCESS_REMOTE_READ, &m2) == RDMAX_OK, "alloc");
@@ -753,6 +773,7 @@ static void qp_wr_case(const char *topo, const char *dev)
     REQUIRE(rdmax_mem_alloc(c, (size_t)N * SZ, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc src");
     REQUIRE(rdmax_mem_alloc(c, (size_t)N * SZ, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc dst");
     REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    CHECK(rdmax_ep_query_desc(a).sq_depth == 64, "applied sq_depth %u", rdmax_ep_query_desc(a).sq_depth);
     {
         /* nothing polled in between: the queue takes exactly its depth */
         unsigned char one = 1;
@@ -797,6 +818,75 @@ out:
     free(comps);
 }
 
+/* Several regions advertised per endpoint (expose, then expose_list), read back with rdmax_ep_remote;
+   a put lands in each; too many regions are refused at creation. */
+static void regions_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
+{
+    rdmax_mem *src = NULL, *r[3] = {NULL, NULL, NULL};
+    rdmax_ep *a = NULL, *b = NULL;
+    tl_begin("%s/regions: three advertised, each reachable through rdmax_ep_remote", topo);
+    REQUIRE(rdmax_mem_alloc(ca, 4096, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc src");
+    for (int i = 0; i < 3; i++)
+        REQUIRE(rdmax_mem_alloc(cb, 4096u << i, RDMAX_ACCESS_REMOTE_WRITE, &r[i]) == RDMAX_OK, "alloc region %d", i);
+    {
+        rdmax_ep_desc da, db;
+        memset(&da, 0, sizeof da);
+        memset(&db, 0, sizeof db);
+        const rdmax_mem *list[2] = {r[1], r[2]};
+        db.expose = r[0];
+        db.expose_list = list;
+        db.expose_count = 2;
+        REQUIRE(pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+        CHECK(rdmax_ep_remote_count(a) == 3 && rdmax_ep_remote_count(b) == 0, "counts %u, %u",
+              rdmax_ep_remote_count(a), rdmax_ep_remote_count(b));
+        CHECK(rdmax_ep_remote(a, 3) == NULL && rdmax_ep_remote(b, 0) == NULL, "a region past the count");
+        for (uint32_t i = 0; i < 3; i++) {
+            const rdmax_rbuf *rb = rdmax_ep_remote(a, i);
+            REQUIRE(rb != NULL, "region %u missing", i);
+            CHECK(rb->addr == (uintptr_t)r[i]->addr && rb->len == r[i]->len && rb->rkey == r[i]->rkey,
+                  "region %u: 0x%llx+%llu rkey 0x%x", i, (unsigned long long)rb->addr, (unsigned long long)rb->len,
+                  rb->rkey);
+            fillp((unsigned char *)src->addr, 64, 60 + i);
+            rdmax_comp c;
+            memset(&c, 0, sizeof c);
+            CHECK_ST(rdmax_put(a, src->addr, 64, src, rb->addr + rb->len - 64, rb->rkey, &c), RDMAX_INPROGRESS);
+            CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "put to region %u: %s", i,
+                  rdmax_status_str(c.status));
+            CHECK(first_diff((unsigned char *)r[i]->addr + r[i]->len - 64, 64, 60 + i) == (size_t)-1,
+                  "region %u: data differs", i);
+        }
+    }
+out:
+    tl_end();
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    a = b = NULL;
+    tl_begin("%s/regions: more than RDMAX_MAX_REGIONS or a NULL entry refused", topo);
+    {
+        const rdmax_mem *list[RDMAX_MAX_REGIONS];
+        for (int i = 0; i < RDMAX_MAX_REGIONS; i++)
+            list[i] = r[0];
+        rdmax_ep_desc d;
+        memset(&d, 0, sizeof d);
+        d.expose_list = list;
+        d.expose_count = RDMAX_MAX_REGIONS;
+        CHECK_ST(rdmax_ep_create(cb, &d, &a), RDMAX_OK);  /* exactly the most */
+        rdmax_ep_destroy(a);
+        a = NULL;
+        d.expose = r[1];  /* one more */
+        CHECK_ST(rdmax_ep_create(cb, &d, &a), RDMAX_ERR_INVALID_PARAM);
+        CHECK(a == NULL, "an endpoint was returned");
+        d.expose = NULL;
+        list[3] = NULL;
+        CHECK_ST(rdmax_ep_create(cb, &d, &a), RDMAX_ERR_INVALID_PARAM);
+        CHECK(a == NULL, "an endpoint was returned");
+    }
+    tl_end();
+    rdmax_mem_free(src);
+    for (int i = 0; i < 3; i++)
+        rdmax_mem_free(r[i]);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -813,6 +903,7 @@ int main(int argc, char **argv)
     ops_suite(topo, ca, cb);
     contract_case(topo, ca, cb);
     qp_wr_case(topo, d0);
+    regions_case(topo, ca, cb);
     error_case(topo, "bad rkey", ca, cb, 0, RDMAX_ERR_REMOTE_ACCESS);
     error_case(topo, "put past the end of the region", ca, cb, 1, RDMAX_ERR_REMOTE_ACCESS);
     error_case(topo, "get from an unregistered address", ca, cb, 2, RDMAX_ERR_REMOTE_ACCESS);

@@ -23,6 +23,14 @@
 
 #define GUARD_MS 60000 /* a hang guard, not a timing assertion: the expected times are a few seconds */
 
+/* The verbs QP under ep (rdmax_ep_query_info), for fault injection and QP queries. */
+static struct ibv_qp *ep_qp(const rdmax_ep *ep)
+{
+    rdmax_ep_info i;
+    rdmax_ep_query_info(ep, &i);
+    return i.qp;
+}
+
 static int g_events[RDMAX_PROFILE_EVENT__COUNT];
 static uint64_t g_detail_sum[RDMAX_PROFILE_EVENT__COUNT];
 
@@ -90,7 +98,7 @@ static rdmax_status pair(rdmax_ctx *ca, rdmax_ctx *cb, const rdmax_ep_desc *d, r
 static int64_t wait_state(rdmax_ctx *c, rdmax_ctx *c2, rdmax_ep *ep)
 {
     int64_t t0 = now_ms();
-    while (rdmax_ep_get_state(ep) == RDMAX_EP_CONNECTED) {
+    while (rdmax_ep_query_state(ep) == RDMAX_EP_CONNECTED) {
         rdmax_progress(c);
         if (c2 && c2 != c)
             rdmax_progress(c2);
@@ -105,7 +113,7 @@ static void force_qp_error(rdmax_ep *ep)
     struct ibv_qp_attr a;
     memset(&a, 0, sizeof a);
     a.qp_state = IBV_QPS_ERR;
-    ibv_modify_qp(rdmax_ep_qp(ep), &a, IBV_QP_STATE);
+    ibv_modify_qp(ep_qp(ep), &a, IBV_QP_STATE);
 }
 
 /* A QP forced to the error state with nothing in flight: the flushed receive buffers tell rdmax. */
@@ -120,12 +128,12 @@ static void case_forced_error(rdmax_ctx *c, rdmax_mem *mem)
     REQUIRE(pair(c, c, &d, &a, &b) == RDMAX_OK, "pair");
     force_qp_error(a);
     REQUIRE(wait_state(c, NULL, a) >= 0, "endpoint still connected after %d ms", GUARD_MS);
-    CHECK(rdmax_ep_get_state(a) == RDMAX_EP_ERROR, "state %d", rdmax_ep_get_state(a));
+    CHECK(rdmax_ep_query_state(a) == RDMAX_EP_ERROR, "state %d", rdmax_ep_query_state(a));
     CHECK_ST(rdmax_ep_error(a), RDMAX_ERR_FLUSHED);
     CHECK_ST(rdmax_put(a, "x", 1, NULL, 0, 0, NULL), RDMAX_ERR_ENDPOINT);
     CHECK(g_events[RDMAX_PROFILE_EVENT_EP_ERROR] == before + 1, "%d EP_ERROR events, expected 1",
           g_events[RDMAX_PROFILE_EVENT_EP_ERROR] - before);
-    CHECK(rdmax_ep_get_state(b) == RDMAX_EP_CONNECTED, "the peer failed too");
+    CHECK(rdmax_ep_query_state(b) == RDMAX_EP_CONNECTED, "the peer failed too");
 out:
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
@@ -144,7 +152,7 @@ static void case_flush_after_forced_error(rdmax_ctx *c, rdmax_mem *mem)
     rdmax_rbuf rb;
     rdmax_conn_info ib;
     rdmax_ep_local_info(b, &ib);
-    rb = ib.buf;
+    rb = ib.regions[0];
     memset(mem->addr, 0, 64);
     force_qp_error(a);
     /* rdmax has not polled yet: the put is accepted, unsignaled, and the device flushes it */
@@ -176,7 +184,7 @@ static void case_responder_side(rdmax_ctx *c, rdmax_mem *mem)
     rdmax_comp comp;
     memset(&comp, 0, sizeof comp);
     static char src[4096];
-    REQUIRE(rdmax_put(a1, src, sizeof src, NULL, i2.buf.addr, i2.buf.rkey ^ 0x5a5a00u, &comp) == RDMAX_INPROGRESS,
+    REQUIRE(rdmax_put(a1, src, sizeof src, NULL, i2.regions[0].addr, i2.regions[0].rkey ^ 0x5a5a00u, &comp) == RDMAX_INPROGRESS,
             "bad-key put not posted");
     int64_t t0 = now_ms();
     while (!comp.done && now_ms() - t0 < GUARD_MS)
@@ -184,7 +192,7 @@ static void case_responder_side(rdmax_ctx *c, rdmax_mem *mem)
     REQUIRE(comp.done, "bad-key put never completed");
     CHECK(comp.status != RDMAX_OK, "bad-key put succeeded");
     memset((char *)mem->addr + 128, 0, 64);
-    rdmax_status st = rdmax_put(a2, "payload", 7, NULL, i1.buf.addr + 128, i1.buf.rkey, NULL);
+    rdmax_status st = rdmax_put(a2, "payload", 7, NULL, i1.regions[0].addr + 128, i1.regions[0].rkey, NULL);
     if (st == RDMAX_OK)
         st = rdmax_ep_flush(a2, 10000);
     if (memcmp((char *)mem->addr + 128, "payload", 7) == 0) {
@@ -221,7 +229,7 @@ static void case_watchdog(rdmax_ctx *c, rdmax_mem *mem)
     rdmax_ep_destroy(b);
     b = NULL;
     for (int i = 0; i < N; i++)
-        REQUIRE(rdmax_put(a, mem->addr, 64, mem, ib.buf.addr, ib.buf.rkey, &comp[i]) == RDMAX_INPROGRESS, "put %d", i);
+        REQUIRE(rdmax_put(a, mem->addr, 64, mem, ib.regions[0].addr, ib.regions[0].rkey, &comp[i]) == RDMAX_INPROGRESS, "put %d", i);
     int64_t ms = wait_state(c, NULL, a);
     REQUIRE(ms >= 0, "no failure after %d ms: the watchdog did not fire", GUARD_MS);
     CHECK_ST(rdmax_ep_error(a), RDMAX_ERR_STALLED);
@@ -269,7 +277,7 @@ static void case_keepalive(rdmax_ctx *c, rdmax_mem *mem)
     int64_t t0 = now_ms();
     while (now_ms() - t0 < 2 * ms + 1000)
         rdmax_progress(c);
-    CHECK(rdmax_ep_get_state(x) == RDMAX_EP_CONNECTED, "the endpoint without keepalive failed too: the check "
+    CHECK(rdmax_ep_query_state(x) == RDMAX_EP_CONNECTED, "the endpoint without keepalive failed too: the check "
           "does not show keepalive at work");
     printf("    keepalive: idle endpoint failed after %lld ms (keepalive %u ms + retry time)\n", (long long)ms,
            on.keepalive_ms);
@@ -311,10 +319,10 @@ static void case_disconnect(rdmax_ctx *c, rdmax_mem *mem)
     REQUIRE(pair2(c, c, &da, &db, &a, &b) == RDMAX_OK, "pair");
     REQUIRE(rdmax_send(a, "goodbye", 8, NULL, NULL) == RDMAX_OK, "send");
     CHECK_ST(rdmax_ep_disconnect(a, 10000), RDMAX_OK);
-    CHECK(rdmax_ep_get_state(a) == RDMAX_EP_CLOSED, "closer's state %d", rdmax_ep_get_state(a));
+    CHECK(rdmax_ep_query_state(a) == RDMAX_EP_CLOSED, "closer's state %d", rdmax_ep_query_state(a));
     CHECK_ST(rdmax_put(a, "x", 1, NULL, 0, 0, NULL), RDMAX_ERR_CLOSED);
     REQUIRE(wait_state(c, NULL, b) >= 0, "peer never saw the close");
-    CHECK(rdmax_ep_get_state(b) == RDMAX_EP_CLOSED, "peer's state %d", rdmax_ep_get_state(b));
+    CHECK(rdmax_ep_query_state(b) == RDMAX_EP_CLOSED, "peer's state %d", rdmax_ep_query_state(b));
     CHECK(rxb.count == 1 && !strcmp(rxb.last, "goodbye"), "the message before the close: %d received",
           rxb.count);
     CHECK_ST(rdmax_ep_error(b), RDMAX_ERR_CLOSED);
@@ -350,7 +358,7 @@ static void case_linkcut(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_mem 
     int64_t t0 = now_ms();
     int posted = 0;
     for (int i = 0; i < N; i++) {
-        rdmax_status st = rdmax_put(a, m0->addr, 1024, m0, ib.buf.addr, ib.buf.rkey, &comp[i]);
+        rdmax_status st = rdmax_put(a, m0->addr, 1024, m0, ib.regions[0].addr, ib.regions[0].rkey, &comp[i]);
         if (st != RDMAX_INPROGRESS)
             break;
         posted++;
@@ -389,7 +397,7 @@ static void case_linkcut(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_mem 
     memset(m0->addr, 0xab, 4096);
     rdmax_comp cc;
     memset(&cc, 0, sizeof cc);
-    REQUIRE(rdmax_put(a, m0->addr, 4096, m0, ib.buf.addr, ib.buf.rkey, &cc) == RDMAX_INPROGRESS, "put");
+    REQUIRE(rdmax_put(a, m0->addr, 4096, m0, ib.regions[0].addr, ib.regions[0].rkey, &cc) == RDMAX_INPROGRESS, "put");
     t0 = now_ms();
     while (!cc.done && now_ms() - t0 < GUARD_MS) {
         rdmax_progress(c0);
@@ -434,8 +442,8 @@ static void case_short_cut(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_me
     REQUIRE(system(cmd) == 0, "%s failed", cmd);
     int posted = 0;
     for (int i = 0; i < N; i++) {
-        rdmax_status st = rdmax_put(a, (char *)m0->addr + (size_t)i * LEN, LEN, m0, ib.buf.addr + (size_t)i * LEN,
-                                    ib.buf.rkey, &comp[i]);
+        rdmax_status st = rdmax_put(a, (char *)m0->addr + (size_t)i * LEN, LEN, m0,
+                                    ib.regions[0].addr + (size_t)i * LEN, ib.regions[0].rkey, &comp[i]);
         if (st != RDMAX_INPROGRESS)
             break;
         posted++;
@@ -658,9 +666,9 @@ static void dv_drive(int64_t ms, int (*done)(void))
         }
         int64_t now = now_ms() - g_dv_t0;
         for (int e = 0; e < DV_NEPS; e++) {
-            if (g_dv_ep[e] && !g_dv_fail[e] && rdmax_ep_get_state(g_dv_ep[e]) != RDMAX_EP_CONNECTED)
+            if (g_dv_ep[e] && !g_dv_fail[e] && rdmax_ep_query_state(g_dv_ep[e]) != RDMAX_EP_CONNECTED)
                 g_dv_fail[e] = now > 0 ? now : 1;
-            if (g_dv_peer[e] && !g_dv_peer_fail[e] && rdmax_ep_get_state(g_dv_peer[e]) != RDMAX_EP_CONNECTED)
+            if (g_dv_peer[e] && !g_dv_peer_fail[e] && rdmax_ep_query_state(g_dv_peer[e]) != RDMAX_EP_CONNECTED)
                 g_dv_peer_fail[e] = now > 0 ? now : 1;
         }
     }
@@ -714,10 +722,10 @@ static int dv_setup(void)
     rdmax_conn_info i;
     struct dv_stream *s = &g_dv_st[0];
     rdmax_ep_local_info(g_dv_peer[DV_PUT], &i);
-    s->ep = g_dv_ep[DV_PUT], s->mem = g_dv[0].m, s->raddr = i.buf.addr, s->rkey = i.buf.rkey;
+    s->ep = g_dv_ep[DV_PUT], s->mem = g_dv[0].m, s->raddr = i.regions[0].addr, s->rkey = i.regions[0].rkey;
     s = &g_dv_st[1];
     rdmax_ep_local_info(g_dv_peer[DV_GET], &i);
-    s->ep = g_dv_ep[DV_GET], s->mem = g_dv[1].m, s->raddr = i.buf.addr, s->rkey = i.buf.rkey, s->is_get = 1;
+    s->ep = g_dv_ep[DV_GET], s->mem = g_dv[1].m, s->raddr = i.regions[0].addr, s->rkey = i.regions[0].rkey, s->is_get = 1;
     g_dv_t0 = now_ms();
     return 1;
 }
@@ -748,10 +756,10 @@ static void dv_report(const char *what)
         if (!x)
             continue;
         printf("    %s: endpoint %s: %s after %lld ms (%s)", what, dv_name[e],
-               rdmax_ep_get_state(x) == RDMAX_EP_CONNECTED ? "still connected" : "failed",
+               rdmax_ep_query_state(x) == RDMAX_EP_CONNECTED ? "still connected" : "failed",
                (long long)g_dv_fail[e], rdmax_status_str(rdmax_ep_error(x)));
         if (g_dv_peer[e])
-            printf("; its peer: %s after %lld ms (%s)", rdmax_ep_get_state(g_dv_peer[e]) == RDMAX_EP_CONNECTED ?
+            printf("; its peer: %s after %lld ms (%s)", rdmax_ep_query_state(g_dv_peer[e]) == RDMAX_EP_CONNECTED ?
                    "still connected" : "failed", (long long)g_dv_peer_fail[e],
                    rdmax_status_str(rdmax_ep_error(g_dv_peer[e])));
         printf("\n");
@@ -806,7 +814,7 @@ static int dv_fresh_pair(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_mem 
         rdmax_ep_local_info(b, &ib);
         char *dst = (char *)m1->addr + (768u << 10);
         memset(dst, 0, DV_CHUNK);
-        if (rdmax_put(a, m0->addr, DV_CHUNK, m0, ib.buf.addr + (768u << 10), ib.buf.rkey, &cc) == RDMAX_INPROGRESS) {
+        if (rdmax_put(a, m0->addr, DV_CHUNK, m0, ib.regions[0].addr + (768u << 10), ib.regions[0].rkey, &cc) == RDMAX_INPROGRESS) {
             int64_t t0 = now_ms();
             while (!cc.done && now_ms() - t0 < GUARD_MS) {
                 rdmax_progress(c0);
@@ -1080,13 +1088,13 @@ static void case_reconnect(rdmax_ctx *c)
             done = 0;
             for (int i = 0; i < posted; i++)
                 done += comp[i].done;
-            if (done == posted && rdmax_ep_get_state(ep) != RDMAX_EP_CONNECTED)
+            if (done == posted && rdmax_ep_query_state(ep) != RDMAX_EP_CONNECTED)
                 break;
         }
         int ms = (int)(now_ms() - t0);
         fail_ms_max = ms > fail_ms_max ? ms : fail_ms_max;
         CHECK(done == posted, "round %d: %d of %d sends completed within %d ms", round, done, posted, GUARD_MS);
-        CHECK(rdmax_ep_get_state(ep) == RDMAX_EP_ERROR, "round %d: the endpoint did not fail", round);
+        CHECK(rdmax_ep_query_state(ep) == RDMAX_EP_ERROR, "round %d: the endpoint did not fail", round);
         rdmax_ep_destroy(ep);
         for (int i = 0; i < 100; i++)
             rdmax_progress(c);  /* late completions of the dead endpoint are dropped, not kept */

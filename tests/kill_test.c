@@ -40,6 +40,14 @@
 #define BUF 65536
 #define RSS_SLACK_KB 2048
 
+/* The verbs QP under ep (rdmax_ep_query_info), for fault injection. */
+static struct ibv_qp *ep_qp(const rdmax_ep *ep)
+{
+    rdmax_ep_info i;
+    rdmax_ep_query_info(ep, &i);
+    return i.qp;
+}
+
 static int64_t now_ms(void)
 {
     struct timespec ts;
@@ -123,9 +131,10 @@ static int peer_main(const char *addr, int port, int fd)
         rdmax_progress(c);
     }
     /* a backlog of 16 KiB puts into the survivor's buffer, so that the flush has something to wait for */
-    for (int i = 0; i < 64 && ep->remote.len >= BUF;) {
-        rdmax_status st = rdmax_put(ep, m->addr, BUF / 4, m, ep->remote.addr + (uint64_t)(i % 4) * (BUF / 4),
-                                    ep->remote.rkey, NULL);
+    const rdmax_rbuf *rr = rdmax_ep_remote(ep, 0);
+    for (int i = 0; i < 64 && rr && rr->len >= BUF;) {
+        rdmax_status st = rdmax_put(ep, m->addr, BUF / 4, m, rr->addr + (uint64_t)(i % 4) * (BUF / 4),
+                                    rr->rkey, NULL);
         if (st == RDMAX_OK || st == RDMAX_INPROGRESS)
             i++;
         else if (st != RDMAX_ERR_NO_RESOURCE)
@@ -341,7 +350,8 @@ static void round_run(int round, rdmax_ctx *c, rdmax_listener *l, rdmax_mem *lme
             REQUIRE(now_ms() - t0 < GUARD_MS, "no endpoint and no failure after %d ms: accept hangs", GUARD_MS);
             if (!s->ep)
                 continue;
-            s->rb = s->ep->remote;
+            const rdmax_rbuf *r0 = rdmax_ep_remote(s->ep, 0);
+            s->rb = r0 ? *r0 : (rdmax_rbuf){0, 0, 0};
             for (int i = 0; i < WINDOW; i++) {
                 s->ops[i].s = s;
                 s->ops[i].slot = i;
@@ -350,7 +360,7 @@ static void round_run(int round, rdmax_ctx *c, rdmax_listener *l, rdmax_mem *lme
             }
         }
         /* keep the window full while connected; every 4th round of posts adds an unsignaled put */
-        if (rdmax_ep_get_state(s->ep) == RDMAX_EP_CONNECTED) {
+        if (rdmax_ep_query_state(s->ep) == RDMAX_EP_CONNECTED) {
             struct sop *o = &s->ops[s->posted % WINDOW];
             if (!o->busy) {
                 o->kind = (int)(k++ % 4);
@@ -368,10 +378,10 @@ static void round_run(int round, rdmax_ctx *c, rdmax_listener *l, rdmax_mem *lme
             }
         }
         rdmax_progress(c);
-        if (rdmax_ep_get_state(s->ep) != RDMAX_EP_CONNECTED && s->completed == s->posted)
+        if (rdmax_ep_query_state(s->ep) != RDMAX_EP_CONNECTED && s->completed == s->posted)
             break;
         REQUIRE(now_ms() - t0 < GUARD_MS, "endpoint still %s with %u of %u operations complete after %d ms "
-                "(peer %s): a hang", rdmax_ep_get_state(s->ep) == RDMAX_EP_CONNECTED ? "connected" : "failed",
+                "(peer %s): a hang", rdmax_ep_query_state(s->ep) == RDMAX_EP_CONNECTED ? "connected" : "failed",
                 s->completed, s->posted, GUARD_MS, dead_at >= 0 ? "killed" : "alive");
     }
     if (pid > 0) {
@@ -446,7 +456,7 @@ static void case_unsignaled_flush(rdmax_ctx *c)
     rdmax_ep_local_info(b, &ib);
     REQUIRE(rdmax_ep_connect_info(a, &ib) == RDMAX_OK && rdmax_ep_connect_info(b, &ia) == RDMAX_OK, "connect");
     memset(m->addr, 0, 16);
-    REQUIRE(rdmax_put(a, "ran unsignaled", 14, NULL, ib.buf.addr, ib.buf.rkey, NULL) == RDMAX_OK, "put");
+    REQUIRE(rdmax_put(a, "ran unsignaled", 14, NULL, ib.regions[0].addr, ib.regions[0].rkey, NULL) == RDMAX_OK, "put");
     int64_t t0 = now_ms();
     while (memcmp(m->addr, "ran unsignaled", 14) && now_ms() - t0 < GUARD_MS)
         rdmax_progress(c);
@@ -456,10 +466,10 @@ static void case_unsignaled_flush(rdmax_ctx *c)
     struct ibv_qp_attr qa;
     memset(&qa, 0, sizeof qa);
     qa.qp_state = IBV_QPS_ERR;
-    REQUIRE(ibv_modify_qp(rdmax_ep_qp(a), &qa, IBV_QP_STATE) == 0, "modify to error");
-    while (rdmax_ep_get_state(a) == RDMAX_EP_CONNECTED && now_ms() - t0 < GUARD_MS)
+    REQUIRE(ibv_modify_qp(ep_qp(a), &qa, IBV_QP_STATE) == 0, "modify to error");
+    while (rdmax_ep_query_state(a) == RDMAX_EP_CONNECTED && now_ms() - t0 < GUARD_MS)
         rdmax_progress(c);
-    REQUIRE(rdmax_ep_get_state(a) == RDMAX_EP_ERROR, "the endpoint never saw its QP fail");
+    REQUIRE(rdmax_ep_query_state(a) == RDMAX_EP_ERROR, "the endpoint never saw its QP fail");
     uint32_t out = a->sq_head - a->sq_tail;
     rdmax_status st = rdmax_ep_flush(a, 10000);
     CHECK(st == RDMAX_ERR_FLUSHED, "flush: %s, expected the endpoint's error (%s)", rdmax_status_str(st),

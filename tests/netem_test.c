@@ -344,7 +344,7 @@ static int run_stream(struct stream *s)
             last = s->t_last = now_us();
         }
         int inflight = (int)(s->posted - s->completed);
-        if (rdmax_ep_get_state(s->a) != RDMAX_EP_CONNECTED && inflight == 0) {
+        if (rdmax_ep_query_state(s->a) != RDMAX_EP_CONNECTED && inflight == 0) {
             /* every operation of the failed pair has completed (with its error): a new pair goes on */
             rdmax_status why = rdmax_ep_error(s->a);
             if (!s->reconnects && !s->first_error[0])

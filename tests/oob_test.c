@@ -23,9 +23,23 @@ static void good_record(rdmax_conn_info *r)
     r->gid[10] = r->gid[11] = 0xff;
     r->gid[12] = 192;
     r->gid[15] = 1;
-    r->buf.addr = 0x7f0000001000ull;
-    r->buf.len = 4096;
-    r->buf.rkey = 0x99;
+    r->n_regions = 1;
+    r->regions[0].addr = 0x7f0000001000ull;
+    r->regions[0].len = 4096;
+    r->regions[0].rkey = 0x99;
+}
+
+/* good_record with three regions: the first in the head, two packed after it. */
+static void good_record3(rdmax_conn_info *r)
+{
+    good_record(r);
+    r->n_regions = 3;
+    r->regions[1].addr = 0x7f0000100000ull;
+    r->regions[1].len = 1u << 20;
+    r->regions[1].rkey = 0x1234;
+    r->regions[2].addr = 0x7f0000900000ull;
+    r->regions[2].len = 8;
+    r->regions[2].rkey = 0x5678;
 }
 
 /* A TCP listener on the loopback address of the given family; returns fd and port. */
@@ -135,19 +149,77 @@ static void host_tests(int family)
     rdmax_conn_info good, got;
     char why[256];
     good_record(&good);
-    rdmax_conn_info_encode(&good, rec);
+    size_t reclen = rdmax_conn_info_encode(&good, rec);
 
     tl_begin("oob/%s/good record round-trips", fam);
-    rdmax_status st = exchange_with(family, rec, sizeof rec, 500, 2000, &got, why, sizeof why);
+    CHECK(reclen == RDMAX_CONN_INFO_HEAD, "one region: %zu bytes", reclen);
+    rdmax_status st = exchange_with(family, rec, reclen, 500, 2000, &got, why, sizeof why);
     CHECK_ST(st, RDMAX_OK);
     CHECK(st != RDMAX_OK || !memcmp(&got, &good, sizeof got), "decoded record differs from the one sent");
     tl_end();
 
+    {
+        uint8_t rec3[RDMAX_CONN_INFO_SIZE];
+        rdmax_conn_info good3;
+        good_record3(&good3);
+        size_t len3 = rdmax_conn_info_encode(&good3, rec3);
+        tl_begin("oob/%s/record with three regions round-trips", fam);
+        CHECK(len3 == RDMAX_CONN_INFO_HEAD + 2 * RDMAX_CONN_INFO_REGION, "three regions: %zu bytes", len3);
+        st = exchange_with(family, rec3, len3, 500, 2000, &got, why, sizeof why);
+        CHECK_ST(st, RDMAX_OK);
+        CHECK(st != RDMAX_OK || !memcmp(&got, &good3, sizeof got), "decoded record differs from the one sent");
+        tl_end();
+        tl_begin("wire/%s/most regions round-trip, more are not written", fam);
+        rdmax_conn_info many;
+        good_record(&many);
+        many.n_regions = RDMAX_MAX_REGIONS + 3;
+        for (uint32_t i = 0; i < RDMAX_MAX_REGIONS; i++) {
+            many.regions[i].addr = 0x10000ull * (i + 1);
+            many.regions[i].len = 4096;
+            many.regions[i].rkey = i + 7;
+        }
+        uint8_t recm[RDMAX_CONN_INFO_SIZE];
+        size_t lenm = rdmax_conn_info_encode(&many, recm);
+        CHECK(lenm == RDMAX_CONN_INFO_SIZE, "%zu bytes", lenm);
+        many.n_regions = RDMAX_MAX_REGIONS;
+        CHECK_ST(rdmax_conn_info_decode(recm, lenm, &got, NULL, 0), RDMAX_OK);
+        CHECK(!memcmp(&got, &many, sizeof got), "decoded record differs");
+        tl_end();
+        /* each packed region wrong in turn */
+        static const struct field_case rcases[] = {
+            {"region 1 length 0", RDMAX_CONN_INFO_HEAD + 8, 8, 0, RDMAX_ERR_OOB_BUFFER},
+            {"region 2 wraps", RDMAX_CONN_INFO_HEAD + RDMAX_CONN_INFO_REGION + 8, 8, ~0ull, RDMAX_ERR_OOB_BUFFER},
+            {"regions after an empty region 0", 56, 8, 0, RDMAX_ERR_OOB_BUFFER},
+            {"length cuts a region", 6, 2, RDMAX_CONN_INFO_HEAD + 30, RDMAX_ERR_OOB_LENGTH},
+        };
+        for (size_t i = 0; i < sizeof rcases / sizeof rcases[0]; i++) {
+            const struct field_case *c = &rcases[i];
+            uint8_t bad[RDMAX_CONN_INFO_SIZE];
+            memcpy(bad, rec3, len3);
+            put_be(bad + c->off, c->width, c->value);
+            if (!strcmp(c->name, "regions after an empty region 0")) {
+                memset(bad + 48, 0, 8);
+                memset(bad + 24, 0, 4);
+            }
+            tl_begin("wire/%s/%s", fam, c->name);
+            why[0] = 0;
+            CHECK_ST(rdmax_conn_info_decode(bad, len3, &got, why, sizeof why), c->want);
+            CHECK(why[0] != 0, "no explanation given");
+            tl_end();
+            tl_begin("oob/%s/%s", fam, c->name);
+            st = exchange_with(family, bad, len3, 500, 2000, &got, why, sizeof why);
+            CHECK_ST(st, c->want);
+            tl_end();
+        }
+    }
+
     static const struct field_case cases[] = {
         {"magic", 0, 4, 0x12345678, RDMAX_ERR_OOB_MAGIC},
-        {"version", 4, 2, 2, RDMAX_ERR_OOB_VERSION},
-        {"length too small", 6, 2, 63, RDMAX_ERR_OOB_LENGTH},
-        {"length too large", 6, 2, 65, RDMAX_ERR_OOB_LONG},
+        {"version older", 4, 2, RDMAX_CONN_INFO_VERSION - 1, RDMAX_ERR_OOB_VERSION},
+        {"version newer", 4, 2, RDMAX_CONN_INFO_VERSION + 1, RDMAX_ERR_OOB_VERSION},
+        {"length too small", 6, 2, RDMAX_CONN_INFO_HEAD - 1, RDMAX_ERR_OOB_LENGTH},
+        {"length not whole regions", 6, 2, RDMAX_CONN_INFO_HEAD + 1, RDMAX_ERR_OOB_LENGTH},
+        {"length past the largest record", 6, 2, RDMAX_CONN_INFO_SIZE + RDMAX_CONN_INFO_REGION, RDMAX_ERR_OOB_LONG},
         {"transport", 8, 1, 3, RDMAX_ERR_OOB_TRANSPORT},
         {"mtu 0", 9, 1, 0, RDMAX_ERR_OOB_MTU},
         {"mtu 6", 9, 1, 6, RDMAX_ERR_OOB_MTU},
@@ -165,19 +237,19 @@ static void host_tests(int family)
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const struct field_case *c = &cases[i];
         uint8_t bad[RDMAX_CONN_INFO_SIZE];
-        memcpy(bad, rec, sizeof bad);
+        memcpy(bad, rec, reclen);
         put_be(bad + c->off, c->width, c->value);
         if (!strcmp(c->name, "gid zero"))
             memset(bad + 32, 0, 16);
         tl_begin("oob/%s/%s", fam, c->name);
         why[0] = 0;
-        st = exchange_with(family, bad, sizeof bad, 500, 2000, &got, why, sizeof why);
+        st = exchange_with(family, bad, reclen, 500, 2000, &got, why, sizeof why);
         CHECK_ST(st, c->want);
         CHECK(why[0] != 0, "no explanation given");
         tl_end();
         /* the same bytes through the pure decoder */
         tl_begin("wire/%s/%s", fam, c->name);
-        CHECK_ST(rdmax_conn_info_decode(bad, sizeof bad, &got, NULL, 0), c->want);
+        CHECK_ST(rdmax_conn_info_decode(bad, reclen, &got, NULL, 0), c->want);
         tl_end();
     }
 
@@ -201,14 +273,14 @@ static void host_tests(int family)
     {
         uint8_t big[4096];
         memset(big, 0xab, sizeof big);
-        memcpy(big, rec, sizeof rec);
-        put_be(big + 4, 2, 2);
+        memcpy(big, rec, reclen);
+        put_be(big + 4, 2, RDMAX_CONN_INFO_VERSION + 1);
         put_be(big + 6, 2, 4096 & 0xffff);
         tl_begin("oob/%s/newer version, 4 KiB record", fam);
         st = exchange_with(family, big, sizeof big, 500, 2000, &got, why, sizeof why);
         CHECK_ST(st, RDMAX_ERR_OOB_VERSION);
         tl_end();
-        put_be(big + 4, 2, 1);
+        put_be(big + 4, 2, RDMAX_CONN_INFO_VERSION);
         tl_begin("oob/%s/same version, 4 KiB record", fam);
         st = exchange_with(family, big, sizeof big, 500, 2000, &got, why, sizeof why);
         CHECK_ST(st, RDMAX_ERR_OOB_LONG);
@@ -253,7 +325,7 @@ static void cm_record_tests(void)
     good_record(&good);
     uint8_t tcp[RDMAX_CONN_INFO_SIZE], rec[56];  /* an RC REQ's private data is 56 bytes, zero padded */
     char why[256], why_tcp[256];
-    rdmax_conn_info_encode(&good, tcp);
+    size_t tcp_len = rdmax_conn_info_encode(&good, tcp);
     memset(rec, 0, sizeof rec);
     rdmax_cm_info_encode(&good, rec);
 
@@ -266,7 +338,7 @@ static void cm_record_tests(void)
 
     static const struct cm_case cases[] = {
         {"magic", 0, 0, 4, 0x12345678, RDMAX_ERR_OOB_MAGIC},
-        {"version", 4, 4, 2, 2, RDMAX_ERR_OOB_VERSION},
+        {"version", 4, 4, 2, RDMAX_CONN_INFO_VERSION + 1, RDMAX_ERR_OOB_VERSION},
         {"transport", 8, 8, 1, 3, RDMAX_ERR_OOB_TRANSPORT},
         {"mtu 0", 9, SIZE_MAX, 1, 0, RDMAX_ERR_OOB_MTU},
         {"mtu 6", 9, SIZE_MAX, 1, 6, RDMAX_ERR_OOB_MTU},
@@ -305,7 +377,7 @@ static void cm_record_tests(void)
         why[0] = why_tcp[0] = 0;
         rdmax_status st = rdmax_cm_info_decode(bc, sizeof bc, &cm, &got, why, sizeof why);
         CHECK_ST(st, c->want);
-        CHECK_ST(rdmax_conn_info_decode(bt, sizeof bt, &got, why_tcp, sizeof why_tcp), c->want);
+        CHECK_ST(rdmax_conn_info_decode(bt, tcp_len, &got, why_tcp, sizeof why_tcp), c->want);
         CHECK(why[0] && !strcmp(why, why_tcp), "sentence '%s', the TCP record says '%s'", why, why_tcp);
         tl_end();
     }
@@ -572,13 +644,13 @@ out:
             uint8_t rec[RDMAX_CONN_INFO_SIZE];
             rdmax_conn_info me;
             rdmax_ep_local_info(cli, &me);
-            rdmax_conn_info_encode(&me, rec);
+            size_t len = rdmax_conn_info_encode(&me, rec);
             int fd = tcp_connect(AF_INET, p2);
-            if (fd < 0 || write(fd, rec, sizeof rec) != (ssize_t)sizeof rec)
+            if (fd < 0 || write(fd, rec, len) != (ssize_t)len)
                 _exit(3);
             uint8_t theirs[RDMAX_CONN_INFO_SIZE + 1];
-            size_t n = 0;
-            for (int tries = 0; n < sizeof theirs; tries++) {
+            size_t n = 0, want = sizeof theirs;  /* the listener's record (its length field), then 'R' */
+            for (int tries = 0; n < want; tries++) {
                 if (tries == 6000)  /* 60 s */
                     _exit(5);  /* the listener's record and ready byte: its endpoint was made */
                 if (rdmax_accept(l2, NULL, &got, 10) == RDMAX_OK)
@@ -587,6 +659,8 @@ out:
                 if (k == 0 || (k < 0 && errno != EAGAIN))
                     _exit(5);
                 n += k > 0 ? (size_t)k : 0;
+                if (n >= 8)
+                    want = (size_t)(theirs[6] << 8 | theirs[7]) + 1;
             }
             rdmax_ctx_destroy(c2);  /* listener still open */
             int again = tcp_connect(AF_INET, p2);

@@ -287,9 +287,12 @@ static void snapshot_order_case(void)
 
     /* Control: the same interleaving, the halves read in the wrong order: the check must fire. */
     tl_begin("snapshot/control: posted read before completed breaks the invariant");
-    uint64_t wpo = __atomic_load_n(&c->cnt.posted[RDMAX_OP_PUT], __ATOMIC_RELAXED);
+    rdmax_counters k;
+    rdmax_counters_get(c, &k);
+    uint64_t wpo = k.posted[RDMAX_OP_PUT];
     one_put_completes();
-    uint64_t wco = __atomic_load_n(&c->cnt.completed[RDMAX_OP_PUT], __ATOMIC_RELAXED);
+    rdmax_counters_get(c, &k);
+    uint64_t wco = k.completed[RDMAX_OP_PUT];
     REQUIRE(g_hook_failed == 0, "the put did not complete");
     CHECK(snapshot_broken(wpo, wco), "posted %llu then completed %llu: the check did not fire",
           (unsigned long long)wpo, (unsigned long long)wco);
@@ -538,7 +541,10 @@ static void events_connected_case(void)
     REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     CHECK(e.total == 2 && e.n[RDMAX_PROFILE_EVENT_EP_CONNECTED] == 2, "%d events for one pair", e.total);
     CHECK(e.ep[0] == a && e.ep[1] == b, "events name the wrong endpoints");
-    CHECK(e.detail[0] == b->qp->qp_num && e.detail[1] == a->qp->qp_num, "detail is not the peer's QP number");
+    rdmax_ep_info ia, ib;
+    rdmax_ep_query_info(a, &ia);
+    rdmax_ep_query_info(b, &ib);
+    CHECK(e.detail[0] == ib.qp_num && e.detail[1] == ia.qp_num, "detail is not the peer's QP number");
     tl_end();
 out:
     rdmax_profile_close(p);
@@ -594,7 +600,7 @@ static void events_killed_peer_case(void)
     REQUIRE(rdmax_mem_alloc(c, 65536, RDMAX_ACCESS_LOCAL, &m) == RDMAX_OK, "alloc");
     rdmax_comp comp;
     memset(&comp, 0, sizeof comp);
-    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, ep->remote.addr, ep->remote.rkey, &comp), RDMAX_INPROGRESS);
+    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, rdmax_ep_remote(ep, 0)->addr, rdmax_ep_remote(ep, 0)->rkey, &comp), RDMAX_INPROGRESS);
     CHECK(wait_comp(c, &comp) == 0 && comp.status == RDMAX_OK, "put to the live peer: %s", rdmax_status_str(comp.status));
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
@@ -603,11 +609,11 @@ static void events_killed_peer_case(void)
     rdmax_comp cs[8];
     memset(cs, 0, sizeof cs);
     for (int i = 0; i < 8; i++)
-        CHECK_ST(rdmax_put(ep, m->addr, 4096, m, ep->remote.addr, ep->remote.rkey, &cs[i]), RDMAX_INPROGRESS);
+        CHECK_ST(rdmax_put(ep, m->addr, 4096, m, rdmax_ep_remote(ep, 0)->addr, rdmax_ep_remote(ep, 0)->rkey, &cs[i]), RDMAX_INPROGRESS);
     for (int i = 0; i < 8; i++)
         CHECK(wait_comp(c, &cs[i]) == 0, "no completion %d", i);
     CHECK_ST(cs[0].status, RDMAX_ERR_RETRY_EXCEEDED);
-    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, ep->remote.addr, ep->remote.rkey, NULL), RDMAX_ERR_ENDPOINT);
+    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, rdmax_ep_remote(ep, 0)->addr, rdmax_ep_remote(ep, 0)->rkey, NULL), RDMAX_ERR_ENDPOINT);
     rdmax_ep_flush(ep, 2000);
     for (int i = 0; i < 100; i++)
         rdmax_progress(c);
@@ -719,7 +725,9 @@ static void port_counters_case(void)
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     pid = -1;
-    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, ep->remote.addr, ep->remote.rkey, &comp), RDMAX_INPROGRESS);
+    const rdmax_rbuf *rr = rdmax_ep_remote(ep, 0);
+    REQUIRE(rr != NULL, "the peer advertised no region");
+    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, rr->addr, rr->rkey, &comp), RDMAX_INPROGRESS);
     CHECK(wait_comp(c, &comp) == 0, "no completion");
     CHECK_ST(comp.status, RDMAX_ERR_RETRY_EXCEEDED);
     rdmax_profile_start_reads(p);

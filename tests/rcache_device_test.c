@@ -134,6 +134,27 @@ static void rig_close(rig *r)
 
 /* Opens both contexts, allocates the receiver's exposed region (remote write and read) and connects
    the pair by trading connection records directly (as tests/datapath_test.c's pair()). */
+static uint32_t sq_free(const rdmax_ep *ep)
+{
+    rdmax_ep_info info;
+    rdmax_ep_query_info(ep, &info);
+    return info.sq_free;
+}
+
+static uint32_t reads_free(const rdmax_ep *ep)
+{
+    rdmax_ep_info info;
+    rdmax_ep_query_info(ep, &info);
+    return info.reads_free;
+}
+
+static struct ibv_qp *ep_qp(const rdmax_ep *ep)
+{
+    rdmax_ep_info info;
+    rdmax_ep_query_info(ep, &info);
+    return info.qp;
+}
+
 static int rig_open(rig *r, const rdmax_ctx_desc *sender, size_t dst_len)
 {
     memset(r, 0, sizeof *r);
@@ -161,10 +182,11 @@ static int rig_open(rig *r, const rdmax_ctx_desc *sender, size_t dst_len)
     if (rdmax_ep_connect_info(r->a, &ib) != RDMAX_OK || rdmax_ep_connect_info(r->b, &ia) != RDMAX_OK)
         return -1;
     /* the receiver advertised dst in its record: the sender writes where that says */
-    if (ib.buf.addr != (uintptr_t)r->dst->addr || ib.buf.rkey != r->dst->rkey)
+    const rdmax_rbuf *rr = rdmax_ep_remote(r->a, 0);
+    if (!rr || rr->addr != (uintptr_t)r->dst->addr || rr->rkey != r->dst->rkey)
         return -1;
-    r->raddr = ib.buf.addr;
-    r->rkey = ib.buf.rkey;
+    r->raddr = rr->addr;
+    r->rkey = rr->rkey;
     r->d = (unsigned char *)r->dst->addr;
     return 0;
 }
@@ -267,12 +289,12 @@ static void case_disabled(void)
     tl_begin("rcache_disable/raw buffer refused before posting");
     REQUIRE(rig_open(&r, &d, MIB) == 0, "rig: %s", g_lastlog);
     {
-        uint32_t mi = r.a->max_inline;
+        uint32_t mi = rdmax_ep_query_desc(r.a).max_inline;
         REQUIRE(64 * 1024 > mi, "max_inline %u is not below the test size", mi);
         memset(buf, 0x11, 64 * 1024);
         rdmax_counters c0, c1;
         rdmax_counters_get(r.cs, &c0);
-        uint32_t avail0 = rdmax__ep_sq_avail(r.a);
+        uint32_t avail0 = sq_free(r.a);
         rdmax_comp c;
         memset(&c, 0, sizeof c);
         CHECK_ST(rdmax_put(r.a, buf, 64 * 1024, NULL, r.raddr, r.rkey, &c), RDMAX_ERR_NO_MEMH);
@@ -285,7 +307,7 @@ static void case_disabled(void)
               "something was posted: put %llu->%llu post_calls %llu->%llu",
               (unsigned long long)c0.posted[RDMAX_OP_PUT], (unsigned long long)c1.posted[RDMAX_OP_PUT],
               (unsigned long long)c0.post_calls, (unsigned long long)c1.post_calls);
-        CHECK(rdmax__ep_sq_avail(r.a) == avail0, "a send slot was consumed (%u -> %u)", avail0, rdmax__ep_sq_avail(r.a));
+        CHECK(sq_free(r.a) == avail0, "a send slot was consumed (%u -> %u)", avail0, sq_free(r.a));
         for (int i = 0; i < 1000; i++)
             progress(&r);
         CHECK(!c.done, "the refused operation's completion fired");
@@ -535,11 +557,11 @@ static void case_batch_fail(void)
         struct ibv_qp_attr qa;
         memset(&qa, 0, sizeof qa);
         qa.qp_state = IBV_QPS_RESET;
-        REQUIRE(ibv_modify_qp(r.a->qp, &qa, IBV_QP_STATE) == 0, "ibv_modify_qp(RESET)");
+        REQUIRE(ibv_modify_qp(ep_qp(r.a), &qa, IBV_QP_STATE) == 0, "ibv_modify_qp(RESET)");
     }
     rdmax_counters_get(r.cs, &c0);
-    rd0 = r.a->rd_avail;
-    sq0 = rdmax__ep_sq_avail(r.a);
+    rd0 = reads_free(r.a);
+    sq0 = sq_free(r.a);
     REQUIRE(rd0 >= 1, "no read budget");
     /* 1. RDMAX_BATCH_MAX puts of the region: the last one posts the chain, which fails */
     rdmax_batch_begin(r.a);
@@ -560,7 +582,7 @@ out:
             CHECK(comps[k].done && comps[k].status == RDMAX_ERR_IO, "chained put %d: done %d status %s", k,
                   comps[k].done, rdmax_status_str(comps[k].status));
         rdmax_counters_get(r.cs, &c1);
-        CHECK(c1.posted[RDMAX_OP_PUT] == c0.posted[RDMAX_OP_PUT] && rdmax__ep_sq_avail(r.a) == sq0,
+        CHECK(c1.posted[RDMAX_OP_PUT] == c0.posted[RDMAX_OP_PUT] && sq_free(r.a) == sq0,
               "send slots or counters not given back");
         tl_end();
 
@@ -596,8 +618,8 @@ out:
               rdmax_status_str(gc.status));
         tl_end();
         tl_begin("batch_fail/get: read budget unchanged");
-        CHECK(r.a->rd_avail == rd0, "read budget %u after the failed chain, was %u before: a read slot was "
-              "returned that was never taken", r.a->rd_avail, rd0);
+        CHECK(reads_free(r.a) == rd0, "read budget %u after the failed chain, was %u before: a read slot was "
+              "returned that was never taken", reads_free(r.a), rd0);
         tl_end();
         tl_begin("batch_fail/get: region put back once");
         CHECK(mine->refcount == 1, "region refcount %u after the failed get, expected 1 (ours)", mine->refcount);

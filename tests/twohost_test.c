@@ -160,7 +160,7 @@ static int wait_for(int (*cond)(void), const char *what)
     int64_t t0 = now_ms();
     while (!cond()) {
         rdmax_progress(g_ctx);
-        if (rdmax_ep_get_state(g_ep[EP_CTL]) != RDMAX_EP_CONNECTED) {
+        if (rdmax_ep_query_state(g_ep[EP_CTL]) != RDMAX_EP_CONNECTED) {
             printf("    h%d: the peer went away while waiting for %s (%s)\n", g_host, what,
                    rdmax_status_str(rdmax_ep_error(g_ep[EP_CTL])));
             return 0;
@@ -420,10 +420,10 @@ static int host1(void)
     REQUIRE(ctl_recv("CRASH-NEXT", m, sizeof m), "CRASH-NEXT");
     printf("    h1: serving until host 0 crashes this host\n");
     int64_t t0 = now_ms();
-    while (now_ms() - t0 < 3 * GUARD_MS && rdmax_ep_get_state(g_ep[EP_CTL]) == RDMAX_EP_CONNECTED)
+    while (now_ms() - t0 < 3 * GUARD_MS && rdmax_ep_query_state(g_ep[EP_CTL]) == RDMAX_EP_CONNECTED)
         rdmax_progress(g_ctx);
     tl_fail(__FILE__, __LINE__, "still alive: host 0 %s",
-            rdmax_ep_get_state(g_ep[EP_CTL]) == RDMAX_EP_CONNECTED ? "never crashed this host" : "went away first");
+            rdmax_ep_query_state(g_ep[EP_CTL]) == RDMAX_EP_CONNECTED ? "never crashed this host" : "went away first");
 out:
     return tl_end();
 }
@@ -466,7 +466,7 @@ static void observe(void)
         g_w.max_gap = now - g_w.last;
     g_w.last = now;
     for (int k = 0; k < NEPS; k++)
-        if (!g_w.t_fail[k] && rdmax_ep_get_state(g_ep[k]) != RDMAX_EP_CONNECTED)
+        if (!g_w.t_fail[k] && rdmax_ep_query_state(g_ep[k]) != RDMAX_EP_CONNECTED)
             g_w.t_fail[k] = now;
     int status;
     if (g_w.pid > 0 && !g_w.t_dead && waitpid(g_w.pid, &status, WNOHANG) == g_w.pid) {
@@ -572,8 +572,8 @@ out:
 
     /* The control: nothing can tell an idle endpoint without keepalive that its peer is gone. */
     tl_begin("twohost/crash: an idle endpoint without keepalive still reads connected (keepalive found the others)");
-    CHECK(rdmax_ep_get_state(g_ep[EP_NOKA]) == RDMAX_EP_CONNECTED, "state %d (%s): something else than keepalive "
-          "finds a dead peer of an idle endpoint", rdmax_ep_get_state(g_ep[EP_NOKA]),
+    CHECK(rdmax_ep_query_state(g_ep[EP_NOKA]) == RDMAX_EP_CONNECTED, "state %d (%s): something else than keepalive "
+          "finds a dead peer of an idle endpoint", rdmax_ep_query_state(g_ep[EP_NOKA]),
           rdmax_status_str(rdmax_ep_error(g_ep[EP_NOKA])));
     tl_end();
 }
@@ -606,12 +606,12 @@ static void case_healthy(void)
     rdmax_ep_local_info(b, &ib);
     rdmax_comp c;
     memset(&c, 0, sizeof c);
-    REQUIRE(rdmax_put(a, base + SRC_OFF, CHUNK, g_mem, ib.buf.addr + DST_OFF, ib.buf.rkey, &c) == RDMAX_INPROGRESS,
+    REQUIRE(rdmax_put(a, base + SRC_OFF, CHUNK, g_mem, ib.regions[0].addr + DST_OFF, ib.regions[0].rkey, &c) == RDMAX_INPROGRESS,
             "put not posted");
     CHECK_ST(comp_wait(&c), RDMAX_OK);
     CHECK(check(base + DST_OFF, CHUNK, S_PUT, 7) < 0, "the put's data is wrong");
     memset(&c, 0, sizeof c);
-    REQUIRE(rdmax_get(a, base + DST_OFF + CHUNK, CHUNK, g_mem, ib.buf.addr + DST_OFF, ib.buf.rkey, &c) ==
+    REQUIRE(rdmax_get(a, base + DST_OFF + CHUNK, CHUNK, g_mem, ib.regions[0].addr + DST_OFF, ib.regions[0].rkey, &c) ==
             RDMAX_INPROGRESS, "get not posted");
     CHECK_ST(comp_wait(&c), RDMAX_OK);
     CHECK(check(base + DST_OFF + CHUNK, CHUNK, S_PUT, 7) < 0, "the get's data is wrong");

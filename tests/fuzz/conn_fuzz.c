@@ -7,7 +7,8 @@
    - `why` is written within why_len (an exact-size heap buffer: ASan sees one byte too many) and says
      something on every error;
    - rdmax_oob_exchange and the ready byte over a socketpair whose far end sends the input and closes:
-     the status is what the record decides (short, head, decode), never a hang or a read past 64 bytes.
+     the status is what the record decides (short, head, decode), never a hang or a read past the length
+     its head gives (a version-2 record: 64 bytes, then 20 per region after the first).
    Input: byte 0 picks why_len (0: why NULL); the rest is the record as sent. */
 #define RDMAX_TRANSPORT_RC
 #define RDMAX_TRANSPORT_UD
@@ -33,12 +34,20 @@ static rdmax_status ref_head(const uint8_t *b)
     if ((b[4] << 8 | b[5]) != RDMAX_CONN_INFO_VERSION)
         return RDMAX_ERR_OOB_VERSION;
     unsigned len = (unsigned)(b[6] << 8 | b[7]);
-    return len > RDMAX_CONN_INFO_SIZE ? RDMAX_ERR_OOB_LONG : len < RDMAX_CONN_INFO_SIZE ? RDMAX_ERR_OOB_LENGTH : RDMAX_OK;
+    if (len > RDMAX_CONN_INFO_SIZE)
+        return RDMAX_ERR_OOB_LONG;
+    if (len < RDMAX_CONN_INFO_HEAD || (len - RDMAX_CONN_INFO_HEAD) % RDMAX_CONN_INFO_REGION)
+        return RDMAX_ERR_OOB_LENGTH;
+    return RDMAX_OK;
 }
 
-/* Which field rules a 64-byte record breaks (bits R_*), written from the wire layout in rdmax.h. */
+/* The record length a good head gives. */
+static size_t ref_len(const uint8_t *b) { return (size_t)(b[6] << 8 | b[7]); }
+
+/* Which field rules a whole record breaks (bits R_*), written from the wire layout in rdmax.h. */
 static unsigned ref_broken(const uint8_t *b)
 {
+    size_t extra = (ref_len(b) - RDMAX_CONN_INFO_HEAD) / RDMAX_CONN_INFO_REGION;
     unsigned bad = 0;
     uint8_t tr = b[8], mtu = b[9];
     unsigned credits = (unsigned)(b[10] << 8 | b[11]);
@@ -61,8 +70,14 @@ static unsigned ref_broken(const uint8_t *b)
         bad |= BIT(R_GID);
     if (rs == 0 || rs > (1u << 30))
         bad |= BIT(R_RECV_SIZE);
-    if (len == 0 ? (addr != 0 || rkey != 0) : addr + len < addr)
+    if (len == 0 ? (addr != 0 || rkey != 0 || extra != 0) : addr + len < addr)
         bad |= BIT(R_BUFFER);
+    for (size_t i = 0; i < extra; i++) {
+        const uint8_t *r = b + RDMAX_CONN_INFO_HEAD + i * RDMAX_CONN_INFO_REGION;
+        uint64_t ra = be64(r), rl = be64(r + 8);
+        if (rl == 0 || ra + rl < ra)
+            bad |= BIT(R_BUFFER);
+    }
     return bad;
 }
 
@@ -93,8 +108,8 @@ static void check_decode_status(const uint8_t *b, size_t n, rdmax_status st)
         FZ_CHECK(st == h, "bad head: decode says %s, the head rules %s", rdmax_status_str(st), rdmax_status_str(h));
         return;
     }
-    if (n != RDMAX_CONN_INFO_SIZE) {
-        FZ_CHECK(st == (n < RDMAX_CONN_INFO_SIZE ? RDMAX_ERR_OOB_SHORT : RDMAX_ERR_OOB_LONG), "%zu bytes: %s", n,
+    if (n != ref_len(b)) {
+        FZ_CHECK(st == (n < ref_len(b) ? RDMAX_ERR_OOB_SHORT : RDMAX_ERR_OOB_LONG), "%zu bytes: %s", n,
                  rdmax_status_str(st));
         return;
     }
@@ -141,24 +156,25 @@ static void check_exchange(const uint8_t *b, size_t n)
     rdmax_status want;
     if (n < 8)
         want = RDMAX_ERR_OOB_SHORT;
-    else if ((want = ref_head(b)) == RDMAX_OK && n < RDMAX_CONN_INFO_SIZE)
+    else if ((want = ref_head(b)) == RDMAX_OK && n < ref_len(b))
         want = RDMAX_ERR_OOB_SHORT;
-    if (n >= RDMAX_CONN_INFO_SIZE && want == RDMAX_OK) {
+    size_t len = n >= 8 && want == RDMAX_OK ? ref_len(b) : 0;
+    if (want == RDMAX_OK) {
         /* the exchange reads exactly one record; what follows is the ready byte's business */
-        check_decode_status(b, RDMAX_CONN_INFO_SIZE, st);
+        check_decode_status(b, len, st);
     } else {
         FZ_CHECK(st == want, "exchange of %zu bytes: %s, expected %s", n, rdmax_status_str(st), rdmax_status_str(want));
     }
     check_why(why, sizeof why, st);
     if (st == RDMAX_OK) {
         rdmax_status s2 = rdmax__oob_sync(sv[0], 5000, why, sizeof why);
-        int ready = n == RDMAX_CONN_INFO_SIZE + 1 && b[RDMAX_CONN_INFO_SIZE] == 'R';
+        int ready = n == len + 1 && b[len] == 'R';
         /* more than the ready byte is not seen by the sync itself (it reads one byte) */
-        int ready_first = n > RDMAX_CONN_INFO_SIZE && b[RDMAX_CONN_INFO_SIZE] == 'R';
+        int ready_first = n > len && b[len] == 'R';
         if (ready)
             FZ_CHECK(s2 == RDMAX_OK, "ready byte refused: %s", rdmax_status_str(s2));
         else if (!ready_first)
-            FZ_CHECK(s2 == RDMAX_ERR_OOB_SYNC, "%zu bytes after the record: sync says %s", n - RDMAX_CONN_INFO_SIZE,
+            FZ_CHECK(s2 == RDMAX_ERR_OOB_SYNC, "%zu bytes after the record: sync says %s", n - len,
                      rdmax_status_str(s2));
     }
     close(sv[0]);
@@ -192,8 +208,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     check_why(why, why_len, st);
     if (st == RDMAX_OK) {
         uint8_t again[RDMAX_CONN_INFO_SIZE];
-        rdmax_conn_info_encode(&o, again);
-        FZ_CHECK(!memcmp(again, b, RDMAX_CONN_INFO_SIZE), "a decoded record does not re-encode to its bytes");
+        size_t len = rdmax_conn_info_encode(&o, again);
+        FZ_CHECK(len == n && !memcmp(again, b, n), "a decoded record does not re-encode to its bytes");
     }
 
     /* the encode side: a record built from the input bytes read as fields */
@@ -210,14 +226,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         e.recv_size = fz_u32(&in);
         for (int i = 0; i < 16; i++)
             e.gid[i] = fz_u8(&in);
-        e.buf.addr = fz_u64(&in);
-        e.buf.len = fz_below(&in, 4) == 0 ? 0 : fz_u64(&in);
-        e.buf.rkey = fz_u32(&in);
+        /* 0..RDMAX_MAX_REGIONS + 2 regions: encode writes at most RDMAX_MAX_REGIONS */
+        e.n_regions = fz_below(&in, 4) == 0 ? 0 : 1 + fz_below(&in, RDMAX_MAX_REGIONS + 2);
+        for (uint32_t i = 0; i < e.n_regions && i < RDMAX_MAX_REGIONS; i++) {
+            e.regions[i].addr = fz_u64(&in);
+            e.regions[i].len = fz_below(&in, 8) == 0 ? 0 : fz_u64(&in);
+            e.regions[i].rkey = fz_u32(&in);
+        }
         uint8_t wire[RDMAX_CONN_INFO_SIZE];
-        rdmax_conn_info_encode(&e, wire);
-        FZ_CHECK(ref_head(wire) == RDMAX_OK, "encode wrote a bad head");
-        rdmax_status s = rdmax_conn_info_decode(wire, sizeof wire, &d, NULL, 0);
-        check_decode_status(wire, sizeof wire, s);
+        size_t len = rdmax_conn_info_encode(&e, wire);
+        uint32_t nw = e.n_regions < RDMAX_MAX_REGIONS ? e.n_regions : RDMAX_MAX_REGIONS;
+        FZ_CHECK(ref_head(wire) == RDMAX_OK && len == ref_len(wire) &&
+                 len == RDMAX_CONN_INFO_HEAD + (nw > 1 ? nw - 1 : 0) * RDMAX_CONN_INFO_REGION,
+                 "encode wrote a bad head or length (%zu bytes for %u regions)", len, e.n_regions);
+        rdmax_status s = rdmax_conn_info_decode(wire, len, &d, NULL, 0);
+        check_decode_status(wire, len, s);
+        e.n_regions = nw == 1 && e.regions[0].len == 0 ? 0 : nw;  /* one empty region reads back as none */
         if (s == RDMAX_OK)
             FZ_CHECK(!memcmp(&e, &d, sizeof e), "encode then decode changed a valid record");
     }
