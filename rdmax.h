@@ -94,8 +94,8 @@
    A receive callback (rdmax_ep_desc.recv_cb) may post, and may destroy its own endpoint: the receive
    loop checks for that before it touches the endpoint again. Its data is valid only during the call.
    rdmax_wait(ctx, timeout_ms) blocks on the completion channel until a completion arrives or timeout_ms
-   passes (-1: forever), progresses, and returns the number of completions handled: > 0 something
-   happened, 0 the timeout passed, -1 the CQs could not be armed (verbs error).
+   passes (-1: forever), progresses, and returns RDMAX_OK (completions were handled), RDMAX_ERR_TIMEOUT
+   (nothing within timeout_ms) or RDMAX_ERR_IO (the CQs could not be armed).
 
    ORDERING AND DELIVERY (RC)
    Operations of one endpoint are executed at the peer in the order they were posted, and their
@@ -119,13 +119,21 @@
    thread-safe.
 
    ERROR HANDLING
-   Every function returns an rdmax_status. Failures of setup calls are logged (through the logger, default
-   stderr) with the device, port, endpoint and call that failed, and the text is kept:
-   rdmax_ctx_last_error(). A failed completion moves only its own endpoint to RDMAX_EP_ERROR; its first
-   error is logged once with the ibv_wc_status text, the operation and, for a signaled one (given a comp,
-   or one in signal_interval), its length and remote address (the fast path keeps them only for those
-   that report); flushed completions after it are counted, not logged, and complete their operations
-   with RDMAX_ERR_FLUSHED.
+   Functions that can fail return an rdmax_status (RDMAX_OK 0, RDMAX_INPROGRESS 1, RDMAX_BUSY 2, errors
+   negative; rdmax_status_str() gives each a sentence). Not yet: the registration cache's own functions
+   (rdmax_rcache_*) return 0 or -errno ints and counts. Counts and handles are returned as such
+   (rdmax_progress: completions handled).
+   Every message rdmax logs is a log item (RDMAX_LOG_ITEM_*, one X-macro list) with a text that names the
+   device, port, endpoint and call; the logger gets both. Setup failures are logged once, at
+   RDMAX_LOG_ERROR, through the logger (default: one line on stderr), and kept: rdmax_ctx_last_error(ctx)
+   and rdmax_ctx_last_error_item(ctx); with ctx NULL the calling thread's last error, which outlives a
+   failed rdmax_ctx_create. Print the status, not the kept text, if the logger already printed it.
+   A failed completion moves only its own endpoint to RDMAX_EP_ERROR; its first error is logged once
+   (RDMAX_LOG_ITEM_EP_FAILED) with the ibv_wc_status text, the operation and, for a signaled one (given a
+   comp, or one in signal_interval), its length and remote address (the fast path keeps them only for
+   those that report); flushed completions after it are counted, not logged, and complete their
+   operations with RDMAX_ERR_FLUSHED.
+   Identical messages in a row are printed once, then summarised (RDMAX_LOG_ITEM_LOG_REPEATED).
 
    FAILURES, WATCHDOG, KEEPALIVE, DISCONNECT
    No endpoint outlives its QP in silence. An endpoint moves to RDMAX_EP_ERROR, with a reason that
@@ -374,6 +382,62 @@ enum {
 typedef enum rdmax_log_level {
     RDMAX_LOG_ERROR = 0, RDMAX_LOG_WARN, RDMAX_LOG_INFO, RDMAX_LOG_DEBUG, RDMAX_LOG_TRACE
 } rdmax_log_level;
+
+/* Log items: every message rdmax logs is one of these, and the logger receives its id beside the text,
+   so a program (or a test) tells errors apart by id, never by parsing text. rdmax_log_item_str() gives
+   the sentence below; the message itself adds the device, endpoint, call and errno. */
+#define RDMAX__LOG_ITEMS(X)                                                                                \
+    X(NONE, "no message")                                                                                  \
+    X(LOG_REPEATED, "the previous message repeated (a summary of a run of identical messages)")           \
+    X(NO_DEVICE, "no RDMA device found")                                                                   \
+    X(DEVICE_OPEN, "ibv_open_device failed")                                                               \
+    X(DEVICE_QUERY, "ibv_query_device or ibv_query_port failed")                                          \
+    X(PORT_INACTIVE, "a port is not active")                                                               \
+    X(NO_ACTIVE_PORT, "no active port on the device asked for")                                           \
+    X(CTX_DESC, "invalid context desc (conn_setup, rcache_mode)")                                          \
+    X(ENV_GID_INDEX, "RDMAX_GID_INDEX is not a GID index")                                                 \
+    X(GID_QUERY, "ibv_query_gid failed (no such GID index?)")                                             \
+    X(ENV_NUMA_NODE, "RDMAX_NUMA_NODE is not a node number")                                               \
+    X(NUMA_UNAVAILABLE, "the NUMA node asked for is not available: allocating locally")                   \
+    X(DEVICE_SETUP, "creating the protection domain, completion channel or CQs failed")                   \
+    X(DEVICE_OPENED, "device opened (its limits)")                                                         \
+    X(NO_MEMORY, "allocating rdmax's own memory failed")                                                   \
+    X(RCACHE_CREATE, "creating the registration cache failed")                                             \
+    X(RCACHE_MONITOR, "the registration cache's memory monitor: which one, or none and what that costs")   \
+    X(RCACHE_REG, "the registration cache could not register a buffer")                                  \
+    X(RCACHE_BUSY, "cached registrations were still in use when the context was destroyed")              \
+    X(MEM_REG, "ibv_reg_mr failed")                                                                        \
+    X(MEM_ALLOC, "allocating registered memory on the NUMA node failed")                                  \
+    X(AH_CREATE, "ibv_create_ah failed")                                                                   \
+    X(UD_QP, "creating the context's UD QP failed")                                                        \
+    X(MCAST, "a multicast join, attach, detach or leave failed, or was asked of the wrong endpoint")     \
+    X(EP_SLOTS, "all endpoint slots of the context are in use (rdmax_ctx_desc.max_eps)")                   \
+    X(EP_SETUP, "creating an endpoint failed (receive buffers, receive CQ, QP)")                           \
+    X(QP_MODIFY, "ibv_modify_qp failed")                                                                   \
+    X(EP_DESC, "invalid endpoint desc (transport not selected, regions to expose)")                       \
+    X(PEER_TRANSPORT, "the peer's transport differs from ours")                                           \
+    X(EP_CONNECTED, "endpoint connected")                                                                  \
+    X(EP_FAILED, "an endpoint failed (error completion, watchdog, device or port event): first error only") \
+    X(EP_CLOSED, "an endpoint was closed, by this side or the peer")                                       \
+    X(NEGATIVE_TIMEOUT, "a negative timeout given to flush, accept or connect")                            \
+    X(FLUSH_TIMEOUT, "rdmax_ep_flush timed out")                                                           \
+    X(DEVICE_EVENT, "a port went down or came up, or another asynchronous device event")                  \
+    X(DEVICE_FATAL, "the device reported a fatal error: every endpoint fails")                            \
+    X(LISTEN, "rdmax_listen failed (resolve, socket, bind, listen, rdma_cm), or its listener did")       \
+    X(ACCEPT, "rdmax_accept: no client in time, or accept failed")                                        \
+    X(CONNECT, "rdmax_connect: the peer's address cannot be resolved or reached")                         \
+    X(CONNECT_RETRY, "rdmax_connect: refused or unreachable, tried again until the deadline")              \
+    X(HANDSHAKE, "the connection exchange with a peer failed (record, or its ready byte)")               \
+    X(HANDSHAKE_TIMEOUT, "a client's handshake did not finish within handshake_ms")                        \
+    X(CM_SETUP, "rdma_cm setup failed (event channel, QP attributes)")                                     \
+    X(PROFILE_MISUSE, "a profile call from an event callback, or an unknown event type")
+
+typedef enum rdmax_log_item {
+#define RDMAX__X(id, text) RDMAX_LOG_ITEM_##id,
+    RDMAX__LOG_ITEMS(RDMAX__X)
+#undef RDMAX__X
+    RDMAX_LOG_ITEM__COUNT
+} rdmax_log_item;
 typedef enum rdmax_ep_state {
     RDMAX_EP_INIT = 0, RDMAX_EP_CONNECTED, RDMAX_EP_ERROR, RDMAX_EP_CLOSED
 } rdmax_ep_state;
@@ -819,8 +883,9 @@ typedef struct rdmax_allocator {
 } rdmax_allocator;
 
 typedef struct rdmax_logger {
-    /* msg names the device, endpoint and call; it has no trailing newline */
-    void (*func)(rdmax_log_level level, const char *msg, void *user);
+    /* item says which message it is (RDMAX_LOG_ITEM_*); msg names the device, endpoint and call, and has
+       no trailing newline. Called on the thread of the rdmax call that logs. */
+    void (*func)(rdmax_log_level level, rdmax_log_item item, const char *msg, void *user);
     void *user;
 } rdmax_logger;
 
@@ -1039,6 +1104,7 @@ struct rdmax_ctx {
     rdmax_ctx_desc desc;        /* applied values */
     rdmax_dev_attr attr;
     rdmax_log_level log_level;
+    rdmax_log_item last_error_item;
     char last_error[512];
     struct ibv_wc wc[16];
     /* Chained requests of the one endpoint that batches (rdmax_batch_begin), staged here rather than in
@@ -1125,15 +1191,24 @@ RDMAX_API const char *rdmax_op_str(rdmax_op op);
    verbs call and errno). */
 RDMAX_API rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc, rdmax_ctx **ctx_out);
 RDMAX_API void rdmax_ctx_destroy(rdmax_ctx *ctx);
+/* rdmax_ctx_last_error / _last_error_item: the text and item of the last error logged on ctx (also when
+   the log level hid it); "" and RDMAX_LOG_ITEM_NONE if none. With ctx NULL: the last error logged on the
+   calling thread, by any context, so the reason a rdmax_ctx_create failed survives it (the context is
+   gone). Thread safety: ctx's thread; with NULL, any thread (thread-local). */
 RDMAX_API const char *rdmax_ctx_last_error(const rdmax_ctx *ctx);
+RDMAX_API rdmax_log_item rdmax_ctx_last_error_item(const rdmax_ctx *ctx);
+/* rdmax_log_item_str: the sentence of a log item. Thread-safe. */
+RDMAX_API const char *rdmax_log_item_str(rdmax_log_item item);
 RDMAX_API const rdmax_dev_attr *rdmax_ctx_attr(const rdmax_ctx *ctx);
 /* rdmax_ctx_query_desc: the desc as applied (defaults, environment and device limits filled in). */
 RDMAX_API rdmax_ctx_desc rdmax_ctx_query_desc(const rdmax_ctx *ctx);
 /* File descriptor that becomes readable when a completion arrives after rdmax_ctx_arm(). */
 RDMAX_API int rdmax_ctx_fd(const rdmax_ctx *ctx);
 RDMAX_API rdmax_status rdmax_ctx_arm(rdmax_ctx *ctx);
-/* Block until a completion arrives or timeout_ms passes (-1: forever), then progress. */
-RDMAX_API int rdmax_wait(rdmax_ctx *ctx, int timeout_ms);
+/* rdmax_wait: block on the completion channel until a completion arrives or timeout_ms passes (-1:
+   forever), then progress. Returns RDMAX_OK (completions were handled), RDMAX_ERR_TIMEOUT (none within
+   timeout_ms) or RDMAX_ERR_IO (the CQs could not be armed). Thread safety: the context's thread. */
+RDMAX_API rdmax_status rdmax_wait(rdmax_ctx *ctx, int timeout_ms);
 RDMAX_API void rdmax_counters_get(const rdmax_ctx *ctx, rdmax_counters *out);
 /* The context's registration cache (NULL if disabled): for its stats, invalidate and drain. */
 RDMAX_API struct rdmax_rcache *rdmax_ctx_rcache(const rdmax_ctx *ctx);

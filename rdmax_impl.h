@@ -110,32 +110,53 @@ static void rdmax__free(rdmax_ctx *ctx, void *p)
 /* >>log ============================================================================================== */
 static const char *const rdmax__level_names[] = {"error", "warn", "info", "debug", "trace"};
 
+/* The calling thread's last error, whatever context logged it: it outlives a failed rdmax_ctx_create. */
+static __thread rdmax_log_item rdmax__tls_error_item;
+static __thread char rdmax__tls_error[512];
+
+static void rdmax__log_emit(const rdmax_logger *lg, rdmax_log_level lvl, rdmax_log_item item, const char *msg);
+
 static void rdmax__vlog(rdmax_ctx *ctx, const rdmax_logger *lg, rdmax_log_level lvl, rdmax_log_level max,
-                        const char *fmt, va_list ap)
+                        rdmax_log_item item, const char *fmt, va_list ap)
 {
     char msg[512];
     vsnprintf(msg, sizeof msg, fmt, ap);
-    if (ctx && lvl == RDMAX_LOG_ERROR)
-        memcpy(ctx->last_error, msg, sizeof ctx->last_error);
+    if (lvl == RDMAX_LOG_ERROR) {
+        memcpy(rdmax__tls_error, msg, sizeof rdmax__tls_error);
+        rdmax__tls_error_item = item;
+        if (ctx) {
+            memcpy(ctx->last_error, msg, sizeof ctx->last_error);
+            ctx->last_error_item = item;
+        }
+    }
     if (lvl > max)
         return;
     if (ctx && !rdmax__log_dedupe(ctx, lg, lvl, msg))
         return;  /* repeats the previous message: counted, summarised later */
-    if (lg && lg->func)
-        lg->func(lvl, msg, lg->user);
-    else
-        fprintf(stderr, "rdmax %s: %s\n", rdmax__level_names[lvl], msg);
+    rdmax__log_emit(lg, lvl, item, msg);
 }
 
 #if defined(__GNUC__)
-__attribute__((format(printf, 3, 4)))
+__attribute__((format(printf, 4, 5)))
 #endif
-static void rdmax__log(rdmax_ctx *ctx, rdmax_log_level lvl, const char *fmt, ...)
+static void rdmax__log(rdmax_ctx *ctx, rdmax_log_level lvl, rdmax_log_item item, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    rdmax__vlog(ctx, ctx ? &ctx->desc.logger : NULL, lvl, ctx ? ctx->log_level : RDMAX_LOG_WARN, fmt, ap);
+    rdmax__vlog(ctx, ctx ? &ctx->desc.logger : NULL, lvl, ctx ? ctx->log_level : RDMAX_LOG_WARN, item, fmt, ap);
     va_end(ap);
+}
+
+const char *rdmax_log_item_str(rdmax_log_item item)
+{
+    switch (item) {
+#define RDMAX__X(id, text) case RDMAX_LOG_ITEM_##id: return text;
+        RDMAX__LOG_ITEMS(RDMAX__X)
+#undef RDMAX__X
+    case RDMAX_LOG_ITEM__COUNT:
+        break;
+    }
+    return "unknown log item";
 }
 
 static int rdmax__env_int(const char *name, int *out)
@@ -163,7 +184,12 @@ static rdmax_log_level rdmax__env_log_level(void)
 
 const char *rdmax_ctx_last_error(const rdmax_ctx *ctx)
 {
-    return ctx->last_error;
+    return ctx ? ctx->last_error : rdmax__tls_error;
+}
+
+rdmax_log_item rdmax_ctx_last_error_item(const rdmax_ctx *ctx)
+{
+    return ctx ? ctx->last_error_item : rdmax__tls_error_item;
 }
 
 /* >>numa ============================================================================================= */
@@ -257,7 +283,7 @@ static rdmax_status rdmax__open_device(rdmax_ctx *ctx, const char *want)
     int n = 0;
     struct ibv_device **list = ibv_get_device_list(&n);
     if (!list || n == 0) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "no RDMA device found (ibv_get_device_list: %s)",
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_NO_DEVICE, "no RDMA device found (ibv_get_device_list: %s)",
                    list ? "empty list" : strerror(errno));
         if (list)
             ibv_free_device_list(list);
@@ -270,12 +296,14 @@ static rdmax_status rdmax__open_device(rdmax_ctx *ctx, const char *want)
             continue;
         struct ibv_context *v = ibv_open_device(list[i]);
         if (!v) {
-            rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: ibv_open_device failed: %s", name, strerror(errno));
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_OPEN,
+                       "device %s: ibv_open_device failed: %s", name, strerror(errno));
             continue;
         }
         struct ibv_device_attr da;
         if (ibv_query_device(v, &da)) {
-            rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: ibv_query_device failed: %s", name, strerror(errno));
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_QUERY,
+                       "device %s: ibv_query_device failed: %s", name, strerror(errno));
             ibv_close_device(v);
             continue;
         }
@@ -284,12 +312,14 @@ static rdmax_status rdmax__open_device(rdmax_ctx *ctx, const char *want)
                 continue;
             struct ibv_port_attr pa;
             if (ibv_query_port(v, p, &pa)) {
-                rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s port %u: ibv_query_port failed: %s", name, p,
+                rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_QUERY,
+                           "device %s port %u: ibv_query_port failed: %s", name, p,
                            strerror(errno));
                 continue;
             }
             if (pa.state != IBV_PORT_ACTIVE) {
-                rdmax__log(ctx, RDMAX_LOG_INFO, "device %s port %u: not active (%s)", name, p,
+                rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_PORT_INACTIVE,
+                           "device %s port %u: not active (%s)", name, p,
                            ibv_port_state_str(pa.state));
                 continue;
             }
@@ -315,7 +345,8 @@ static rdmax_status rdmax__open_device(rdmax_ctx *ctx, const char *want)
     }
     ibv_free_device_list(list);
     if (st != RDMAX_OK)
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "no active port on %s%s (port %s)", want ? "device " : "any device",
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_NO_ACTIVE_PORT,
+                   "no active port on %s%s (port %s)", want ? "device " : "any device",
                    want ? want : "", ctx->desc.port ? "as requested" : "any");
     return st;
 }
@@ -348,7 +379,8 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
     if (!d.max_eps)
         d.max_eps = 1024;
     if (d.conn_setup != RDMAX_SETUP_TCP && d.conn_setup != RDMAX_SETUP_CM) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "rdmax_ctx_desc.conn_setup %u is neither RDMAX_SETUP_TCP (0) nor "
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CTX_DESC,
+                   "rdmax_ctx_desc.conn_setup %u is neither RDMAX_SETUP_TCP (0) nor "
                    "RDMAX_SETUP_CM (1)", d.conn_setup);
         st_early = RDMAX_ERR_INVALID_PARAM;
     }
@@ -369,14 +401,16 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
     if (d.gid_index_set)
         gi = d.gid_index;
     else if ((r = rdmax__env_int("RDMAX_GID_INDEX", &gi)) < 0) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "RDMAX_GID_INDEX=%s is not a GID index", getenv("RDMAX_GID_INDEX"));
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_ENV_GID_INDEX,
+                   "RDMAX_GID_INDEX=%s is not a GID index", getenv("RDMAX_GID_INDEX"));
         st = RDMAX_ERR_INVALID_PARAM;
         goto fail;
     }
     if (gi == -2)
         gi = rdmax__pick_gid(ctx->verbs, a->port, a->link_layer);
     if (gi < 0 || ibv_query_gid(ctx->verbs, a->port, gi, &a->gid)) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s port %u: ibv_query_gid(index %d) failed: %s", a->name, a->port,
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_GID_QUERY,
+                   "device %s port %u: ibv_query_gid(index %d) failed: %s", a->name, a->port,
                    gi, strerror(errno));
         st = RDMAX_ERR_NO_DEVICE;
         goto fail;
@@ -390,13 +424,15 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
     if (d.numa_node_set)
         node = d.numa_node;
     else if ((r = rdmax__env_int("RDMAX_NUMA_NODE", &node)) < 0) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "RDMAX_NUMA_NODE=%s is not a node number", getenv("RDMAX_NUMA_NODE"));
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_ENV_NUMA_NODE,
+                   "RDMAX_NUMA_NODE=%s is not a node number", getenv("RDMAX_NUMA_NODE"));
         st = RDMAX_ERR_INVALID_PARAM;
         goto fail;
     } else if (r == 0)
         node = a->numa_node;
     if (node >= 0 && (numa_available() < 0 || node > numa_max_node())) {
-        rdmax__log(ctx, RDMAX_LOG_WARN, "device %s: NUMA node %d not available; allocating locally", a->name, node);
+        rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_NUMA_UNAVAILABLE,
+                   "device %s: NUMA node %d not available; allocating locally", a->name, node);
         node = -1;
     }
     a->numa_node = node;
@@ -404,12 +440,14 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
     ctx->desc.numa_node_set = true;
 
     if (!(ctx->pd = ibv_alloc_pd(ctx->verbs))) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: ibv_alloc_pd failed: %s", a->name, strerror(errno));
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_SETUP,
+                   "device %s: ibv_alloc_pd failed: %s", a->name, strerror(errno));
         st = RDMAX_ERR_IO;
         goto fail;
     }
     if (!(ctx->channel = ibv_create_comp_channel(ctx->verbs))) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: ibv_create_comp_channel failed: %s", a->name, strerror(errno));
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_SETUP,
+                   "device %s: ibv_create_comp_channel failed: %s", a->name, strerror(errno));
         st = RDMAX_ERR_IO;
         goto fail;
     }
@@ -418,7 +456,8 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
     ctx->scq = ibv_create_cq(ctx->verbs, (int)d.cq_depth, NULL, ctx->channel, 0);
     ctx->rcq = ibv_create_cq(ctx->verbs, (int)d.cq_depth, NULL, ctx->channel, 0);
     if (!ctx->scq || !ctx->rcq) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: ibv_create_cq(%u) failed: %s", a->name, d.cq_depth,
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_SETUP,
+                   "device %s: ibv_create_cq(%u) failed: %s", a->name, d.cq_depth,
                    strerror(errno));
         st = RDMAX_ERR_IO;
         goto fail;
@@ -453,15 +492,14 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
         goto fail;
     char gid[INET6_ADDRSTRLEN];
     inet_ntop(AF_INET6, a->gid.raw, gid, sizeof gid);
-    rdmax__log(ctx, RDMAX_LOG_INFO, "device %s port %u: gid[%d] %s, mtu %u, max_inline %u, max_qp_rd_atom %u, "
+    rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_DEVICE_OPENED,
+               "device %s port %u: gid[%d] %s, mtu %u, max_inline %u, max_qp_rd_atom %u, "
                "max_sge %u, numa node %d", a->name, a->port, gi, gid, a->mtu_bytes, a->max_inline,
                a->max_qp_rd_atom, a->max_sge, node);
     *out = ctx;
     return RDMAX_OK;
 fail:
-    if (desc_in && desc_in->logger.func == NULL && st != RDMAX_OK && ctx->log_level < RDMAX_LOG_ERROR)
-        fprintf(stderr, "rdmax error: %s\n", ctx->last_error);
-    rdmax_ctx_destroy(ctx);
+    rdmax_ctx_destroy(ctx);  /* its error stays readable: rdmax_ctx_last_error(NULL) */
     return st;
 }
 
@@ -481,7 +519,8 @@ void rdmax_ctx_destroy(rdmax_ctx *ctx)
     if (ctx->rcache) {
         int busy = rdmax_rcache_destroy(ctx->rcache);
         if (busy > 0)
-            rdmax__log(ctx, RDMAX_LOG_WARN, "device %s: %d cached registrations were still in use at destroy",
+            rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_RCACHE_BUSY,
+                       "device %s: %d cached registrations were still in use at destroy",
                        ctx->attr.name, busy);
     }
     if (ctx->scq)
@@ -526,16 +565,14 @@ rdmax_status rdmax_ctx_arm(rdmax_ctx *ctx)
     return RDMAX_OK;
 }
 
-int rdmax_wait(rdmax_ctx *ctx, int timeout_ms)
+rdmax_status rdmax_wait(rdmax_ctx *ctx, int timeout_ms)
 {
-    int n = rdmax_progress(ctx);
-    if (n)
-        return n;
+    if (rdmax_progress(ctx))
+        return RDMAX_OK;
     if (rdmax_ctx_arm(ctx) != RDMAX_OK)
-        return -1;
-    n = rdmax_progress(ctx);  /* a completion that raced with arming */
-    if (n)
-        return n;
+        return RDMAX_ERR_IO;
+    if (rdmax_progress(ctx))  /* a completion that raced with arming */
+        return RDMAX_OK;
     /* Sleep in slices of the tick period, so the watchdog and keepalives run while the caller blocks;
        a device event wakes us too. */
     int64_t deadline = timeout_ms < 0 ? INT64_MAX : rdmax__now_ms() + timeout_ms;
@@ -555,7 +592,7 @@ int rdmax_wait(rdmax_ctx *ctx, int timeout_ms)
         if (slice == (int)left || left <= 0)
             break;
     }
-    return rdmax_progress(ctx);
+    return rdmax_progress(ctx) ? RDMAX_OK : RDMAX_ERR_TIMEOUT;
 }
 
 void rdmax_counters_get(const rdmax_ctx *ctx, rdmax_counters *out)
@@ -593,7 +630,8 @@ static int rdmax__mr_reg(void *arg, void *addr, size_t len, unsigned access, rdm
     struct ibv_mr *mr = ibv_reg_mr(ctx->pd, addr, len, f);
     if (!mr) {
         int e = errno ? errno : EIO;
-        rdmax__log(ctx, RDMAX_LOG_DEBUG, "device %s: rcache ibv_reg_mr(%p, %zu) failed: %s", ctx->attr.name, addr,
+        rdmax__log(ctx, RDMAX_LOG_DEBUG, RDMAX_LOG_ITEM_RCACHE_REG,
+                   "device %s: rcache ibv_reg_mr(%p, %zu) failed: %s", ctx->attr.name, addr,
                    len, strerror(e));
         return -e;
     }
@@ -626,7 +664,8 @@ rdmax_status rdmax__rcache_open(rdmax_ctx *ctx)
     rd.mode = ctx->desc.rcache_mode;
     int rc = rdmax_rcache_create(&rd, &ctx->rcache);
     if (rc != RDMAX_RCACHE_OK) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: creating the registration cache failed: %s", ctx->attr.name,
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_RCACHE_CREATE,
+                   "device %s: creating the registration cache failed: %s", ctx->attr.name,
                    rdmax_rcache_status_str(rc));
         ctx->rcache = NULL;
         return rc == RDMAX_RCACHE_ERR_INVAL ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_NO_MEMORY;
@@ -643,7 +682,8 @@ rdmax_status rdmax__rcache_check(rdmax_ctx *ctx)
 {
     static int told;
     if (ctx->desc.rcache_mode > RDMAX_RCACHE_UNCACHED) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "rcache_mode %u is not RDMAX_RCACHE_AUTO, _MANUAL or _UNCACHED",
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CTX_DESC,
+                   "rcache_mode %u is not RDMAX_RCACHE_AUTO, _MANUAL or _UNCACHED",
                    (unsigned)ctx->desc.rcache_mode);
         return RDMAX_ERR_INVALID_PARAM;
     }
@@ -655,10 +695,12 @@ rdmax_status rdmax__rcache_check(rdmax_ctx *ctx)
     int hooks = (m & (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT)) ==
                 (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT);
     if (!mi.usable && !hooks && !__atomic_exchange_n(&told, 1, __ATOMIC_RELAXED))
-        rdmax__log(ctx, RDMAX_LOG_WARN, "registration cache: no memory monitor (%s): buffers passed without an "
+        rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_RCACHE_MONITOR,
+                   "registration cache: no memory monitor (%s): buffers passed without an "
                    "rdmax_mem are registered per operation", mi.why);
     else
-        rdmax__log(ctx, RDMAX_LOG_DEBUG, "registration cache: memory monitor %s%s", mi.usable ? mi.why : "none",
+        rdmax__log(ctx, RDMAX_LOG_DEBUG, RDMAX_LOG_ITEM_RCACHE_MONITOR,
+                   "registration cache: memory monitor %s%s", mi.usable ? mi.why : "none",
                    hooks ? ", memory hooks and malloc policy" : "");
     return RDMAX_OK;
 }
@@ -673,7 +715,8 @@ rdmax_status rdmax_mem_reg(rdmax_ctx *ctx, void *addr, size_t len, unsigned acce
         return RDMAX_ERR_NO_MEMORY;
     m->mr = ibv_reg_mr(ctx->pd, addr, len, rdmax__ibv_access(access));
     if (!m->mr) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: ibv_reg_mr(%p, %zu) failed: %s", ctx->attr.name, addr, len,
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MEM_REG,
+                   "device %s: ibv_reg_mr(%p, %zu) failed: %s", ctx->attr.name, addr, len,
                    strerror(errno));
         rdmax__free(ctx, m);
         return errno == ENOMEM ? RDMAX_ERR_NO_MEMORY : RDMAX_ERR_IO;
@@ -695,7 +738,8 @@ rdmax_status rdmax_mem_alloc(rdmax_ctx *ctx, size_t len, unsigned access, rdmax_
         return RDMAX_ERR_INVALID_PARAM;
     void *p = rdmax_numa_alloc(ctx, len);
     if (!p) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: allocating %zu bytes on NUMA node %d failed", ctx->attr.name,
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MEM_ALLOC,
+                   "device %s: allocating %zu bytes on NUMA node %d failed", ctx->attr.name,
                    len, ctx->attr.numa_node);
         return RDMAX_ERR_NO_MEMORY;
     }
@@ -1142,7 +1186,8 @@ static struct ibv_ah *rdmax__ah_get(rdmax_ctx *ctx, const uint8_t gid[16])
     if (!ah) {
         char g[INET6_ADDRSTRLEN];
         inet_ntop(AF_INET6, gid, g, sizeof g);
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s port %u: ibv_create_ah(gid %s) failed: %s", ctx->attr.name,
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_AH_CREATE,
+                   "device %s port %u: ibv_create_ah(gid %s) failed: %s", ctx->attr.name,
                    ctx->attr.port, g, strerror(errno));
         return NULL;
     }
@@ -1287,7 +1332,8 @@ static rdmax_status rdmax__ud_open(rdmax_ctx *ctx)
         rc = rdmax__ud_post_recvs(ctx) == RDMAX_OK ? 0 : EIO;
     }
     if (rc || !u->rcq || !u->rmr) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: the context's UD QP: %s failed: %s", ctx->attr.name, what,
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_UD_QP,
+                   "device %s: the context's UD QP: %s failed: %s", ctx->attr.name, what,
                    strerror(rc ? rc : errno));
         if (u->qp)
             ibv_destroy_qp(u->qp);
@@ -1439,7 +1485,8 @@ static int rdmax__gid_ipv4(const rdmax_ctx *ctx, struct in_addr *out)
 static rdmax_status rdmax__mcast_gid(rdmax_ctx *ctx, const char *group, struct in_addr *ga, union ibv_gid *mgid)
 {
     if (inet_pton(AF_INET, group, ga) != 1 || !IN_MULTICAST(ntohl(ga->s_addr))) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "multicast: '%s' is not an IPv4 multicast address (224.0.0.0/4)", group);
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
+                   "multicast: '%s' is not an IPv4 multicast address (224.0.0.0/4)", group);
         return RDMAX_ERR_INVALID_PARAM;
     }
     memset(mgid, 0, sizeof *mgid);  /* RoCE v2 carries IPv4 groups as IPv4-mapped GIDs */
@@ -1457,11 +1504,13 @@ rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group)
     if (st != RDMAX_OK)
         return st;
     if (ep->qp->qp_type != IBV_QPT_UD) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "multicast: endpoint qpn 0x%x is not UD", ep->qp->qp_num);
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
+                   "multicast: endpoint qpn 0x%x is not UD", ep->qp->qp_num);
         return RDMAX_ERR_UNSUPPORTED;
     }
     if (rdmax__gid_ipv4(ctx, &ifa)) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "multicast: device %s GID %d is not IPv4-mapped", ctx->attr.name,
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
+                   "multicast: device %s GID %d is not IPv4-mapped", ctx->attr.name,
                    ctx->attr.gid_index);
         return RDMAX_ERR_UNSUPPORTED;
     }
@@ -1476,7 +1525,8 @@ rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group)
     mr.imr_multiaddr = ga;
     mr.imr_interface = ifa;
     if (fd < 0 || setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &mr, sizeof mr)) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "multicast: joining %s on device %s: IP_ADD_MEMBERSHIP failed: %s", group,
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
+                   "multicast: joining %s on device %s: IP_ADD_MEMBERSHIP failed: %s", group,
                    ctx->attr.name, strerror(errno));
         if (fd >= 0)
             close(fd);
@@ -1485,7 +1535,8 @@ rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group)
     struct rdmax__ud *u = ctx->ud;
     for (uint32_t k = 0; k < u->n_groups; k++)
         if (!memcmp(u->groups[k].gid, mgid.raw, 16)) {
-            rdmax__log(ctx, RDMAX_LOG_ERROR, "multicast: %s is already joined by another endpoint of this context "
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
+                       "multicast: %s is already joined by another endpoint of this context "
                        "(datagrams to a group go to one endpoint)", group);
             close(fd);
             return RDMAX_ERR_INVALID_PARAM;
@@ -1496,7 +1547,8 @@ rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group)
     }
     int rc = ibv_attach_mcast(ep->qp, &mgid, 0);
     if (rc) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "multicast: ibv_attach_mcast(%s) on device %s qpn 0x%x failed: %s", group,
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
+                   "multicast: ibv_attach_mcast(%s) on device %s qpn 0x%x failed: %s", group,
                    ctx->attr.name, ep->qp->qp_num, strerror(rc));
         close(fd);
         return RDMAX_ERR_IO;
@@ -1540,12 +1592,13 @@ rdmax_status rdmax_mcast_leave(rdmax_ep *ep, const char *group)
         close(m->g[i].fd);  /* closing the socket leaves the IP group */
         m->g[i] = m->g[--m->n];
         if (rc) {
-            rdmax__log(ep->ctx, RDMAX_LOG_ERROR, "multicast: ibv_detach_mcast(%s) failed: %s", group, strerror(rc));
+            rdmax__log(ep->ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
+                       "multicast: ibv_detach_mcast(%s) failed: %s", group, strerror(rc));
             return RDMAX_ERR_IO;
         }
         return RDMAX_OK;
     }
-    rdmax__log(ep->ctx, RDMAX_LOG_ERROR, "multicast: endpoint has not joined %s", group);
+    rdmax__log(ep->ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST, "multicast: endpoint has not joined %s", group);
     return RDMAX_ERR_INVALID_PARAM;
 }
 
@@ -4015,7 +4068,8 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     for (idx = 0; idx < ctx->desc.max_eps && ctx->eps[idx].ep; idx++)
         ;
     if (idx == ctx->desc.max_eps) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: all %u endpoint slots in use (rdmax_ctx_desc.max_eps)",
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_SLOTS,
+                   "device %s: all %u endpoint slots in use (rdmax_ctx_desc.max_eps)",
                    ctx->attr.name, ctx->desc.max_eps);
         return RDMAX_ERR_NO_RESOURCE;
     }
@@ -4057,7 +4111,8 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
         goto fail;
     ep->rmr = ibv_reg_mr(ctx->pd, ep->rbufs, rbytes, IBV_ACCESS_LOCAL_WRITE);
     if (!ep->rmr) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: ibv_reg_mr of %zu receive bytes failed: %s", ctx->attr.name,
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_SETUP,
+                   "device %s: ibv_reg_mr of %zu receive bytes failed: %s", ctx->attr.name,
                    rbytes, strerror(errno));
         st = RDMAX_ERR_IO;
         goto fail;
@@ -4068,7 +4123,8 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
         while (want < ctx->rq_total + d->rq_depth)
             want *= 2;
         if (want > ctx->attr.max_cqe || ibv_resize_cq(ctx->rcq, (int)want)) {
-            rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: receive CQ cannot grow to %u entries for %u more "
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_SETUP,
+                       "device %s: receive CQ cannot grow to %u entries for %u more "
                        "receive buffers (max_cqe %u)", ctx->attr.name, want, d->rq_depth, ctx->attr.max_cqe);
             st = RDMAX_ERR_NO_RESOURCE;
             goto fail;
@@ -4089,7 +4145,8 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     qa.qp_context = ep;  /* async QP events name their endpoint */
     ep->qp = ibv_create_qp(ctx->pd, &qa);
     if (!ep->qp) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: ibv_create_qp(%s, sq %u, rq %u, inline %u) failed: %s",
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_SETUP,
+                   "device %s: ibv_create_qp(%s, sq %u, rq %u, inline %u) failed: %s",
                    ctx->attr.name, type == IBV_QPT_RC ? "RC" : "UD", d->sq_depth, d->rq_depth, d->max_inline,
                    strerror(errno));
         st = RDMAX_ERR_IO;
@@ -4123,7 +4180,8 @@ static rdmax_status rdmax__modify(rdmax_ep *ep, struct ibv_qp_attr *a, int mask,
 {
     int rc = ibv_modify_qp(ep->qp, a, mask);
     if (rc) {
-        rdmax__log(ep->ctx, RDMAX_LOG_ERROR, "device %s port %u, endpoint qpn 0x%x peer %s: ibv_modify_qp(%s) "
+        rdmax__log(ep->ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_QP_MODIFY,
+                   "device %s port %u, endpoint qpn 0x%x peer %s: ibv_modify_qp(%s) "
                    "failed: %s", ep->ctx->attr.name, ep->ctx->attr.port, ep->qp->qp_num, ep->peer, what,
                    strerror(rc));
         return RDMAX_ERR_IO;
@@ -4144,7 +4202,8 @@ rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep
     uint8_t t = rdmax__ep_transport(desc);
     if ((t == RDMAX_TRANSPORT_ID_RC && !RDMAX__HAS_RC) || (t == RDMAX_TRANSPORT_ID_UD && !RDMAX__HAS_UD) ||
         (t != RDMAX_TRANSPORT_ID_RC && t != RDMAX_TRANSPORT_ID_UD)) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "endpoint transport %u was not selected at compile time", t);
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_DESC,
+                   "endpoint transport %u was not selected at compile time", t);
         return RDMAX_ERR_UNSUPPORTED;
     }
     rdmax_ep_desc d;
@@ -4157,7 +4216,8 @@ rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep
     rdmax_rbuf local[RDMAX_MAX_REGIONS];
     uint32_t n_local = 0;
     if (d.expose_count > RDMAX_MAX_REGIONS - (d.expose != NULL) || (d.expose_count && !d.expose_list)) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "endpoint desc: %u regions in expose_list%s, at most %u in all",
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_DESC,
+                   "endpoint desc: %u regions in expose_list%s, at most %u in all",
                    d.expose_count, d.expose ? " plus expose" : "", RDMAX_MAX_REGIONS);
         return RDMAX_ERR_INVALID_PARAM;
     }
@@ -4166,7 +4226,7 @@ rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep
         if (i == 0 && !m)
             continue;
         if (!m || !m->len) {
-            rdmax__log(ctx, RDMAX_LOG_ERROR, "endpoint desc: expose_list[%u] is %s", i - 1,
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_DESC, "endpoint desc: expose_list[%u] is %s", i - 1,
                        m ? "an empty region" : "NULL");
             return RDMAX_ERR_INVALID_PARAM;
         }
@@ -4253,7 +4313,8 @@ void rdmax_ep_local_info(const rdmax_ep *ep, rdmax_conn_info *info)
 static rdmax_status rdmax__ep_transport_check(rdmax_ep *ep, const rdmax_conn_info *r, uint8_t mine)
 {
     if (r->transport != mine) {
-        rdmax__log(ep->ctx, RDMAX_LOG_ERROR, "endpoint qpn 0x%x peer %s: peer's transport %u differs from ours %u",
+        rdmax__log(ep->ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_PEER_TRANSPORT,
+                   "endpoint qpn 0x%x peer %s: peer's transport %u differs from ours %u",
                    ep->qp->qp_num, ep->peer, r->transport, mine);
         return RDMAX_ERR_OOB_TRANSPORT;
     }
@@ -4276,7 +4337,8 @@ static rdmax_status rdmax__ep_connected(rdmax_ep *ep, const rdmax_conn_info *r, 
     ep->blocked &= (uint8_t)~RDMAX__BLK_STATE;
     rdmax__ep_regate(ep);
     RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_EP_CONNECTED, ep, r->qpn);
-    rdmax__log(ctx, RDMAX_LOG_DEBUG, "device %s: endpoint qpn 0x%x connected to peer %s qpn 0x%x, mtu %u",
+    rdmax__log(ctx, RDMAX_LOG_DEBUG, RDMAX_LOG_ITEM_EP_CONNECTED,
+               "device %s: endpoint qpn 0x%x connected to peer %s qpn 0x%x, mtu %u",
                ctx->attr.name, ep->qp->qp_num, ep->peer, r->qpn, rdmax__mtu_bytes(mtu));
     return RDMAX_OK;
 }
@@ -4449,7 +4511,8 @@ static void rdmax__ep_fail_why(rdmax_ep *ep, rdmax_status err, int wc_status, in
                  ibv_port_state_str(pa.state));
     char gid[INET6_ADDRSTRLEN] = "?";
     inet_ntop(AF_INET6, ep->peer_gid, gid, sizeof gid);
-    rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s port %u, endpoint qpn 0x%x, peer %s (gid %s qpn 0x%x): %s%s",
+    rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_FAILED,
+               "device %s port %u, endpoint qpn 0x%x, peer %s (gid %s qpn 0x%x): %s%s",
                ctx->attr.name, ctx->attr.port, ep->qp ? ep->qp->qp_num : 0, ep->peer, gid, ep->peer_qpn, why,
                link);
 }
@@ -4784,14 +4847,16 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
 {
     rdmax_ctx *ctx = ep->ctx;
     if (timeout_ms < 0) {  /* as accept and connect: a wait has a bound */
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: flush with a negative timeout %d ms", ctx->attr.name,
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_NEGATIVE_TIMEOUT,
+                   "device %s: flush with a negative timeout %d ms", ctx->attr.name,
                    timeout_ms);
         return RDMAX_ERR_INVALID_PARAM;
     }
     if ((ep->blocked & RDMAX__BLK_BATCH) && rdmax_batch_end(ep) != RDMAX_OK)
         return RDMAX_ERR_IO;
     if (ep->state == RDMAX_EP_CLOSED && ep->sq_head == ep->sq_tail) {
-        rdmax__log(ctx, RDMAX_LOG_INFO, "device %s, endpoint qpn 0x%x peer %s: flush of a closed endpoint: %s",
+        rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_EP_CLOSED,
+                   "device %s, endpoint qpn 0x%x peer %s: flush of a closed endpoint: %s",
                    ctx->attr.name, ep->qp->qp_num, ep->peer,
                    ep->err == RDMAX_ERR_CLOSED ? "the peer disconnected" : "this side disconnected");
         return RDMAX_ERR_CLOSED;
@@ -4840,7 +4905,8 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
     int64_t deadline = rdmax__now_ms() + timeout_ms;
     while (ep->sq_head != ep->sq_tail) {
         if (rdmax__now_ms() > deadline) {
-            rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s, endpoint qpn 0x%x peer %s: flush timed out after %d ms "
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_FLUSH_TIMEOUT,
+                       "device %s, endpoint qpn 0x%x peer %s: flush timed out after %d ms "
                        "with %u operations outstanding", ctx->attr.name, ep->qp->qp_num, ep->peer, timeout_ms,
                        ep->sq_head - ep->sq_tail);
             return RDMAX_ERR_TIMEOUT;
@@ -4901,7 +4967,8 @@ static void rdmax__ep_closed(rdmax_ep *ep, int by_peer)
     if (ep->group.count)  /* waiting requests now fail, in order */
         rdmax_arb_group_schedule(&ctx->arb, &ep->group);
     RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_EP_CLOSED, ep, (uint64_t)by_peer);
-    rdmax__log(ctx, RDMAX_LOG_INFO, "device %s, endpoint qpn 0x%x peer %s: %s", ctx->attr.name, ep->qp->qp_num,
+    rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_EP_CLOSED,
+               "device %s, endpoint qpn 0x%x peer %s: %s", ctx->attr.name, ep->qp->qp_num,
                ep->peer, by_peer ? "the peer disconnected" : "disconnected");
 }
 
@@ -4977,13 +5044,15 @@ static void rdmax__async_events(rdmax_ctx *ctx)
                 ctx->port_down_ms = rdmax__now_ms();
             RDMAX__PROFILE_EVENT(ctx, ctx->port_up ? RDMAX_PROFILE_EVENT_PORT_ACTIVE : RDMAX_PROFILE_EVENT_PORT_DOWN,
                                  NULL, ctx->attr.port);
-            rdmax__log(ctx, ctx->port_up ? RDMAX_LOG_INFO : RDMAX_LOG_WARN, "device %s port %u: %s", ctx->attr.name,
+            rdmax__log(ctx, ctx->port_up ? RDMAX_LOG_INFO : RDMAX_LOG_WARN, RDMAX_LOG_ITEM_DEVICE_EVENT,
+                       "device %s port %u: %s", ctx->attr.name,
                        ctx->attr.port, ctx->port_up ? "port active again" : "port down (link cut?)");
             break;
         case IBV_EVENT_DEVICE_FATAL:
             ctx->dev_dead = 1;
             RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_DEVICE, NULL, (uint64_t)ev.event_type);
-            rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: device fatal error: every endpoint fails", ctx->attr.name);
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_FATAL,
+                       "device %s: device fatal error: every endpoint fails", ctx->attr.name);
             for (uint32_t i = 0; i < ctx->desc.max_eps; i++)
                 if (ctx->eps[i].ep)
                     rdmax__ep_fail_why(ctx->eps[i].ep, RDMAX_ERR_DEVICE, IBV_WC_FATAL_ERR, 1, "device fatal error");
@@ -4996,7 +5065,8 @@ static void rdmax__async_events(rdmax_ctx *ctx)
         case IBV_EVENT_SM_CHANGE:
         case IBV_EVENT_CLIENT_REREGISTER:
             RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_DEVICE, NULL, (uint64_t)ev.event_type);
-            rdmax__log(ctx, ev.event_type == IBV_EVENT_CQ_ERR ? RDMAX_LOG_ERROR : RDMAX_LOG_INFO,
+            rdmax__log(ctx, ev.event_type == IBV_EVENT_CQ_ERR ? RDMAX_LOG_ERROR : RDMAX_LOG_INFO, RDMAX_LOG_ITEM_DEVICE_EVENT,
+                       
                        "device %s port %u: %s", ctx->attr.name, ctx->attr.port, ibv_event_type_str(ev.event_type));
             break;
         default:  /* COMM_EST, SQ_DRAINED, LAST_WQE_REACHED, SRQ_LIMIT_REACHED: nothing to do */
@@ -5311,7 +5381,8 @@ static rdmax_status rdmax__passive_addr(rdmax_ctx *ctx, const char *host, uint16
     snprintf(ps, sizeof ps, "%u", port);
     int rc = getaddrinfo(host, ps, &hints, res);
     if (rc) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "listen: cannot resolve %s: %s", host ? host : "(any)", gai_strerror(rc));
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LISTEN,
+                   "listen: cannot resolve %s: %s", host ? host : "(any)", gai_strerror(rc));
         return RDMAX_ERR_INVALID_PARAM;
     }
     return RDMAX_OK;
@@ -5333,7 +5404,8 @@ rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax
             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
     }
     if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, RDMAX__HS_MAX)) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "listen: %s port %u: %s", host ? host : "(any)", port, strerror(errno));
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LISTEN,
+                   "listen: %s port %u: %s", host ? host : "(any)", port, strerror(errno));
         if (fd >= 0)
             close(fd);
         freeaddrinfo(res);
@@ -5426,9 +5498,9 @@ static rdmax_status rdmax__ep_handshake(rdmax_ctx *ctx, int fd, const char *peer
     if (st == RDMAX_OK)
         st = rdmax_ep_connect_info(ep, &them);
     else
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s, peer %s: %s", ctx->attr.name, peer, why);
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_HANDSHAKE, "device %s, peer %s: %s", ctx->attr.name, peer, why);
     if (st == RDMAX_OK && (st = rdmax__oob_sync(fd, timeout_ms, why, sizeof why)) != RDMAX_OK)
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s, peer %s: %s", ctx->attr.name, peer, why);
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_HANDSHAKE, "device %s, peer %s: %s", ctx->attr.name, peer, why);
     if (st != RDMAX_OK) {
         rdmax_ep_destroy(ep);
         return st;
@@ -5447,7 +5519,8 @@ static void rdmax__hs_accept(rdmax_listener *l)
         int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0) {
             if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
-                rdmax__log(ctx, RDMAX_LOG_WARN, "accept on port %u: %s", l->port, strerror(errno));
+                rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_ACCEPT,
+                           "accept on port %u: %s", l->port, strerror(errno));
             return;
         }
         uint32_t i = 0;
@@ -5484,7 +5557,8 @@ static rdmax_status rdmax__hs_step(rdmax_listener *l, struct rdmax__hs *h, const
             return errno == EAGAIN || errno == EINTR ? RDMAX_INPROGRESS
                    : errno == ECONNRESET ? RDMAX_ERR_OOB_SHORT : RDMAX_ERR_IO;
         if (k == 0) {
-            rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: connection record: peer closed after %u of %u "
+            rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
+                       "device %s, client %s: connection record: peer closed after %u of %u "
                        "bytes", ctx->attr.name, h->peer, h->got,
                        h->got < 8 ? RDMAX_CONN_INFO_HEAD : rdmax__get16(h->rec + 6));
             return RDMAX_ERR_OOB_SHORT;
@@ -5499,7 +5573,8 @@ static rdmax_status rdmax__hs_step(rdmax_listener *l, struct rdmax__hs *h, const
         if (st == RDMAX_OK)
             st = rdmax_conn_info_decode(h->rec, h->got, &them, why, why_len);
         if (st != RDMAX_OK) {
-            rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: %s", ctx->attr.name, h->peer, why);
+            rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
+                       "device %s, client %s: %s", ctx->attr.name, h->peer, why);
             return st;
         }
         /* The record checked out: now the endpoint is worth making. */
@@ -5514,7 +5589,8 @@ static rdmax_status rdmax__hs_step(rdmax_listener *l, struct rdmax__hs *h, const
         size_t len = rdmax_conn_info_encode(&me, msg);
         msg[len++] = 'R';
         if (send(h->fd, msg, len, MSG_NOSIGNAL) != (ssize_t)len) {
-            rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: sending our record failed: %s", ctx->attr.name,
+            rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
+                       "device %s, client %s: sending our record failed: %s", ctx->attr.name,
                        h->peer, strerror(errno));
             return RDMAX_ERR_IO;
         }
@@ -5526,7 +5602,8 @@ static rdmax_status rdmax__hs_step(rdmax_listener *l, struct rdmax__hs *h, const
     if (k < 0 && (errno == EAGAIN || errno == EINTR))
         return RDMAX_INPROGRESS;
     if (k != 1 || c[0] != 'R') {
-        rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: connection: expected the ready byte from the peer, "
+        rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
+                   "device %s, client %s: connection: expected the ready byte from the peer, "
                    "got %s", ctx->attr.name, h->peer, k >= 1 ? "other bytes" : "end of stream");
         return RDMAX_ERR_OOB_SYNC;
     }
@@ -5538,7 +5615,8 @@ rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep
     rdmax_ctx *ctx = l->ctx;
     *out = NULL;
     if (timeout_ms < 0) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "accept on port %u: negative timeout %d ms", l->port, timeout_ms);
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_NEGATIVE_TIMEOUT,
+                   "accept on port %u: negative timeout %d ms", l->port, timeout_ms);
         return RDMAX_ERR_INVALID_PARAM;
     }
     if (l->cm_ch)
@@ -5553,7 +5631,8 @@ rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep
                 continue;
             rdmax_status st = rdmax__hs_step(l, h, desc);
             if (st == RDMAX_INPROGRESS && now >= h->deadline) {
-                rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: handshake did not finish within %u ms (%s)",
+                rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE_TIMEOUT,
+                           "device %s, client %s: handshake did not finish within %u ms (%s)",
                            ctx->attr.name, h->peer, ctx->desc.handshake_ms,
                            h->phase ? "no ready byte" : "no whole connection record");
                 st = RDMAX_ERR_OOB_TIMEOUT;
@@ -5570,7 +5649,8 @@ rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep
             return st;
         }
         if (now >= deadline) {
-            rdmax__log(ctx, RDMAX_LOG_DEBUG, "accept: no client connected on port %u within %d ms", l->port,
+            rdmax__log(ctx, RDMAX_LOG_DEBUG, RDMAX_LOG_ITEM_ACCEPT,
+                       "accept: no client connected on port %u within %d ms", l->port,
                        timeout_ms);
             return RDMAX_ERR_TIMEOUT;
         }
@@ -5585,7 +5665,8 @@ rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, cons
 {
     *out = NULL;
     if (timeout_ms < 0) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "connect to %s port %u: negative timeout %d ms", host, port, timeout_ms);
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_NEGATIVE_TIMEOUT,
+                   "connect to %s port %u: negative timeout %d ms", host, port, timeout_ms);
         return RDMAX_ERR_INVALID_PARAM;
     }
     if (ctx->desc.conn_setup == RDMAX_SETUP_CM)
@@ -5598,7 +5679,8 @@ rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, cons
     snprintf(ps, sizeof ps, "%u", port);
     int rc = getaddrinfo(host, ps, &hints, &res);
     if (rc) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "connect: cannot resolve %s: %s", host, gai_strerror(rc));
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CONNECT,
+                   "connect: cannot resolve %s: %s", host, gai_strerror(rc));
         return RDMAX_ERR_CONNECT;
     }
     int64_t deadline = rdmax__now_ms() + timeout_ms;
@@ -5642,12 +5724,14 @@ rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, cons
         err = refused;  /* the deadline ran out between refusals: report the refusal */
     if (fd >= 0 || !retry || left <= 0)
         break;
-    rdmax__log(ctx, RDMAX_LOG_DEBUG, "connect: %s port %u: %s; again in %d ms", host, port, strerror(err), backoff);
+    rdmax__log(ctx, RDMAX_LOG_DEBUG, RDMAX_LOG_ITEM_CONNECT_RETRY,
+               "connect: %s port %u: %s; again in %d ms", host, port, strerror(err), backoff);
     usleep((useconds_t)(left < backoff ? left : backoff) * 1000);
     }
     freeaddrinfo(res);
     if (fd < 0) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "connect: %s port %u (%s): %s", host, port, peer, strerror(err));
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CONNECT,
+                   "connect: %s port %u (%s): %s", host, port, peer, strerror(err));
         return err == ETIMEDOUT ? RDMAX_ERR_TIMEOUT : RDMAX_ERR_CONNECT;
     }
     int one = 1;
@@ -5698,7 +5782,8 @@ static void rdmax__cm_nonblock(struct rdma_event_channel *ch)
 static rdmax_status rdmax__cm_ctx_open(rdmax_ctx *ctx)
 {
     if (!(ctx->cm_ch = rdma_create_event_channel())) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: rdma_create_event_channel failed: %s (rdma_cm needs the "
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CM_SETUP,
+                   "device %s: rdma_create_event_channel failed: %s (rdma_cm needs the "
                    "rdma_ucm kernel module and /dev/infiniband/rdma_cm)", ctx->attr.name, strerror(errno));
         return RDMAX_ERR_NO_DEVICE;
     }
@@ -5845,7 +5930,8 @@ static rdmax_status rdmax__cm_ep_ready(rdmax_ep *ep, struct rdma_cm_id *id, cons
     memset(&a, 0, sizeof a);
     a.qp_state = IBV_QPS_RTR;
     if (rdma_init_qp_attr(id, &a, &mask)) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s, endpoint qpn 0x%x peer %s: rdma_init_qp_attr(RTR) failed: %s",
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CM_SETUP,
+                   "device %s, endpoint qpn 0x%x peer %s: rdma_init_qp_attr(RTR) failed: %s",
                    ctx->attr.name, ep->qp->qp_num, ep->peer, strerror(errno));
         return RDMAX_ERR_IO;
     }
@@ -5861,7 +5947,8 @@ static rdmax_status rdmax__cm_ep_ready(rdmax_ep *ep, struct rdma_cm_id *id, cons
     memset(&a, 0, sizeof a);
     a.qp_state = IBV_QPS_RTS;
     if (rdma_init_qp_attr(id, &a, &mask)) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s, endpoint qpn 0x%x peer %s: rdma_init_qp_attr(RTS) failed: %s",
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CM_SETUP,
+                   "device %s, endpoint qpn 0x%x peer %s: rdma_init_qp_attr(RTS) failed: %s",
                    ctx->attr.name, ep->qp->qp_num, ep->peer, strerror(errno));
         return RDMAX_ERR_IO;
     }
@@ -5926,7 +6013,7 @@ static rdmax_status rdmax__cm_listen(rdmax_ctx *ctx, const char *host, uint16_t 
     if (rdma_bind_addr(l->cm_id, res->ai_addr))
         goto fail;
     if (l->cm_id->verbs && !rdmax__cm_same_device(ctx, l->cm_id, why, sizeof why)) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "listen: %s port %u: %s", host, port, why);
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LISTEN, "listen: %s port %u: %s", host, port, why);
         st = RDMAX_ERR_INVALID_PARAM;
         goto out;
     }
@@ -5939,7 +6026,8 @@ static rdmax_status rdmax__cm_listen(rdmax_ctx *ctx, const char *host, uint16_t 
     *out = l;
     return RDMAX_OK;
 fail:
-    rdmax__log(ctx, RDMAX_LOG_ERROR, "listen: %s port %u: %s failed: %s", host ? host : "(any)", port, step,
+    rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LISTEN,
+               "listen: %s port %u: %s failed: %s", host ? host : "(any)", port, step,
                strerror(errno));
 out:
     freeaddrinfo(res);
@@ -5992,24 +6080,28 @@ static rdmax_status rdmax__cm_request(rdmax_listener *l, struct rdma_cm_event *e
     rdmax_conn_info cm, them, me;
     rdmax_ep *ep = NULL;
     if (!h) {
-        rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: %u handshakes already in progress; rejected",
+        rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
+                   "device %s, client %s: %u handshakes already in progress; rejected",
                    ctx->attr.name, peer, RDMAX__HS_MAX);
         st = RDMAX_ERR_NO_RESOURCE;
         goto reject;
     }
     if (!rdmax__cm_same_device(ctx, id, why, sizeof why)) {
-        rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: %s", ctx->attr.name, peer, why);
+        rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
+                   "device %s, client %s: %s", ctx->attr.name, peer, why);
         st = RDMAX_ERR_NO_DEVICE;
         goto reject;
     }
     if (rdmax__cm_peer(id, &cm)) {
-        rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: rdma_init_qp_attr(RTR) failed: %s", ctx->attr.name,
+        rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
+                   "device %s, client %s: rdma_init_qp_attr(RTR) failed: %s", ctx->attr.name,
                    peer, strerror(errno));
         st = RDMAX_ERR_IO;
         goto reject;
     }
     if ((st = rdmax_cm_info_decode(pd, n, &cm, &them, why, sizeof why)) != RDMAX_OK) {
-        rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: %s", ctx->attr.name, peer, why);
+        rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
+                   "device %s, client %s: %s", ctx->attr.name, peer, why);
         goto reject;
     }
     /* The record checked out: now the endpoint is worth making. */
@@ -6031,7 +6123,8 @@ static rdmax_status rdmax__cm_request(rdmax_listener *l, struct rdma_cm_event *e
     p.private_data = mine;
     p.private_data_len = sizeof mine;
     if (rdma_accept(id, &p)) {
-        rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: rdma_accept failed: %s", ctx->attr.name, peer,
+        rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
+                   "device %s, client %s: rdma_accept failed: %s", ctx->attr.name, peer,
                    strerror(errno));
         st = RDMAX_ERR_IO;
         goto destroy;
@@ -6070,7 +6163,8 @@ static rdmax_status rdmax__cm_listener_event(rdmax_listener *l, struct rdma_cm_e
             h = &l->cm_hs[i];
     if (!h) {  /* the listening id's own: the device went away, the address changed */
         if (type == RDMA_CM_EVENT_DEVICE_REMOVAL || type == RDMA_CM_EVENT_ADDR_CHANGE)
-            rdmax__log(ctx, RDMAX_LOG_WARN, "device %s: listener on port %u: %s", ctx->attr.name, l->port,
+            rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_LISTEN,
+                       "device %s: listener on port %u: %s", ctx->attr.name, l->port,
                        rdma_event_str(type));
         return RDMAX_INPROGRESS;
     }
@@ -6078,7 +6172,8 @@ static rdmax_status rdmax__cm_listener_event(rdmax_listener *l, struct rdma_cm_e
         rdmax_ep *ep = h->ep;
         h->ep = NULL;
         if (rdma_migrate_id(id, ctx->cm_ch)) {
-            rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: rdma_migrate_id failed: %s", ctx->attr.name,
+            rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
+                       "device %s, client %s: rdma_migrate_id failed: %s", ctx->attr.name,
                        h->peer, strerror(errno));
             rdmax_ep_destroy(ep);
             rdmax__cm_hs_end(l, h);
@@ -6093,7 +6188,8 @@ static rdmax_status rdmax__cm_listener_event(rdmax_listener *l, struct rdma_cm_e
         *out = ep;
         return RDMAX_OK;
     }
-    rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: connection: the client did not confirm it is ready "
+    rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE_TIMEOUT,
+               "device %s, client %s: connection: the client did not confirm it is ready "
                "(%s, status %d)", ctx->attr.name, h->peer, rdma_event_str(type), status);
     rdmax__cm_hs_end(l, h);
     return RDMAX_ERR_OOB_SYNC;
@@ -6106,7 +6202,8 @@ static rdmax_status rdmax__cm_regions_check(rdmax_ctx *ctx, const rdmax_ep_desc 
     uint32_t n = desc ? (desc->expose != NULL) + desc->expose_count : 0;
     if (n <= 1)
         return RDMAX_OK;
-    rdmax__log(ctx, RDMAX_LOG_ERROR, "%s: rdma_cm setup (RDMAX_SETUP_CM) advertises one region; the endpoint desc "
+    rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_DESC,
+               "%s: rdma_cm setup (RDMAX_SETUP_CM) advertises one region; the endpoint desc "
                "has %u (expose_list needs RDMAX_SETUP_TCP)", what, n);
     return RDMAX_ERR_INVALID_PARAM;
 }
@@ -6115,7 +6212,8 @@ static rdmax_status rdmax__cm_accept(rdmax_listener *l, const rdmax_ep_desc *des
 {
     rdmax_ctx *ctx = l->ctx;
     if (rdmax__ep_transport(desc) != RDMAX_TRANSPORT_ID_RC) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "accept: rdma_cm setup (RDMAX_SETUP_CM) makes RC endpoints only");
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_DESC,
+                   "accept: rdma_cm setup (RDMAX_SETUP_CM) makes RC endpoints only");
         return RDMAX_ERR_UNSUPPORTED;
     }
     if (rdmax__cm_regions_check(ctx, desc, "accept") != RDMAX_OK)
@@ -6134,7 +6232,8 @@ static rdmax_status rdmax__cm_accept(rdmax_listener *l, const rdmax_ep_desc *des
             if (!h->id)
                 continue;
             if (now >= h->deadline) {
-                rdmax__log(ctx, RDMAX_LOG_WARN, "device %s, client %s: handshake did not finish within %u ms (no "
+                rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE_TIMEOUT,
+                           "device %s, client %s: handshake did not finish within %u ms (no "
                            "RTU: the client did not confirm the connection)", ctx->attr.name, h->peer,
                            ctx->desc.handshake_ms);
                 rdmax__cm_hs_end(l, h);
@@ -6143,7 +6242,8 @@ static rdmax_status rdmax__cm_accept(rdmax_listener *l, const rdmax_ep_desc *des
             next = h->deadline < next ? h->deadline : next;
         }
         if (now >= deadline) {
-            rdmax__log(ctx, RDMAX_LOG_DEBUG, "accept: no client connected on port %u within %d ms", l->port,
+            rdmax__log(ctx, RDMAX_LOG_DEBUG, RDMAX_LOG_ITEM_ACCEPT,
+                       "accept: no client connected on port %u within %d ms", l->port,
                        timeout_ms);
             return RDMAX_ERR_TIMEOUT;
         }
@@ -6343,7 +6443,8 @@ static rdmax_status rdmax__cm_connect(rdmax_ctx *ctx, const char *host, uint16_t
                                       rdmax_ep **out, int timeout_ms)
 {
     if (rdmax__ep_transport(desc) != RDMAX_TRANSPORT_ID_RC) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "connect: rdma_cm setup (RDMAX_SETUP_CM) makes RC endpoints only");
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_DESC,
+                   "connect: rdma_cm setup (RDMAX_SETUP_CM) makes RC endpoints only");
         return RDMAX_ERR_UNSUPPORTED;
     }
     if (rdmax__cm_regions_check(ctx, desc, "connect") != RDMAX_OK)
@@ -6356,7 +6457,8 @@ static rdmax_status rdmax__cm_connect(rdmax_ctx *ctx, const char *host, uint16_t
     snprintf(ps, sizeof ps, "%u", port);
     int rc = getaddrinfo(host, ps, &hints, &res);
     if (rc) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "connect: cannot resolve %s: %s", host, gai_strerror(rc));
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CONNECT,
+                   "connect: cannot resolve %s: %s", host, gai_strerror(rc));
         return RDMAX_ERR_CONNECT;
     }
     int64_t deadline = rdmax__now_ms() + (timeout_ms < 0 ? 3600000 : timeout_ms);
@@ -6385,12 +6487,14 @@ static rdmax_status rdmax__cm_connect(rdmax_ctx *ctx, const char *host, uint16_t
         int64_t left = deadline - rdmax__now_ms();
         if (st == RDMAX_OK || !retry || left <= 0)
             break;
-        rdmax__log(ctx, RDMAX_LOG_DEBUG, "connect: %s port %u: %s; again in %d ms", host, port, why, backoff);
+        rdmax__log(ctx, RDMAX_LOG_DEBUG, RDMAX_LOG_ITEM_CONNECT_RETRY,
+                   "connect: %s port %u: %s; again in %d ms", host, port, why, backoff);
         usleep((useconds_t)(left < backoff ? left : backoff) * 1000);
     }
     freeaddrinfo(res);
     if (st != RDMAX_OK)
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "connect: %s port %u (%s, rdma_cm): %s", host, port, peer, why);
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CONNECT,
+                   "connect: %s port %u (%s, rdma_cm): %s", host, port, peer, why);
     return st;
 }
 
@@ -6641,7 +6745,8 @@ rdmax_status rdmax_profile_open(rdmax_ctx *ctx, rdmax_profile **out)
         return RDMAX_ERR_NO_MEMORY;
     }
     if (st->in_event) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: rdmax_profile_open called from an event callback",
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_PROFILE_MISUSE,
+                   "device %s: rdmax_profile_open called from an event callback",
                    ctx->attr.name);
         return RDMAX_ERR_INVALID_PARAM;
     }
@@ -6673,7 +6778,8 @@ void rdmax_profile_close(rdmax_profile *prof)
     rdmax_ctx *ctx = prof->ctx;
     struct rdmax__prof *st = rdmax__prof_state(ctx);
     if (st && st->in_event) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: rdmax_profile_close called from an event callback: "
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_PROFILE_MISUSE,
+                   "device %s: rdmax_profile_close called from an event callback: "
                    "not closed", ctx->attr.name);
         return;
     }
@@ -6750,12 +6856,14 @@ rdmax_status rdmax_profile_reg_event(rdmax_profile *prof, rdmax_profile_event ty
     rdmax_ctx *ctx = prof->ctx;
     struct rdmax__prof *st = rdmax__prof_state(ctx);
     if ((unsigned)type >= RDMAX_PROFILE_EVENT__COUNT || !st) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: rdmax_profile_reg_event: unknown event type %d",
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_PROFILE_MISUSE,
+                   "device %s: rdmax_profile_reg_event: unknown event type %d",
                    ctx->attr.name, (int)type);
         return RDMAX_ERR_INVALID_PARAM;
     }
     if (st->in_event) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, "device %s: rdmax_profile_reg_event called from an event callback",
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_PROFILE_MISUSE,
+                   "device %s: rdmax_profile_reg_event called from an event callback",
                    ctx->attr.name);
         return RDMAX_ERR_INVALID_PARAM;
     }
@@ -6865,10 +6973,10 @@ void rdmax_profile_print(rdmax_ctx *ctx, FILE *f)
 }
 
 /* ---- log dedupe ---- */
-static void rdmax__log_emit(const rdmax_logger *lg, rdmax_log_level lvl, const char *msg)
+static void rdmax__log_emit(const rdmax_logger *lg, rdmax_log_level lvl, rdmax_log_item item, const char *msg)
 {
     if (lg && lg->func)
-        lg->func(lvl, msg, lg->user);
+        lg->func(lvl, item, msg, lg->user);
     else
         fprintf(stderr, "rdmax %s: %s\n", rdmax__level_names[lvl], msg);
 }
@@ -6921,7 +7029,7 @@ int rdmax__log_dedupe(rdmax_ctx *ctx, const rdmax_logger *lg, rdmax_log_level lv
     int f = rdmax__log_dd_step(&st->log, ctx->attr.name, (int)lvl, msg, rdmax__prof_now_ns(), summary,
                                sizeof summary, &slvl);
     if (f & RDMAX__LOG_DD_SUMMARY)
-        rdmax__log_emit(lg, (rdmax_log_level)slvl, summary);
+        rdmax__log_emit(lg, (rdmax_log_level)slvl, RDMAX_LOG_ITEM_LOG_REPEATED, summary);
     return f & RDMAX__LOG_DD_PRINT;
 }
 
@@ -6933,7 +7041,7 @@ void rdmax__profile_ctx_fini(rdmax_ctx *ctx)
     if (st->log.repeats > 0 && st->log.lvl >= 0) {
         char summary[160];
         rdmax__log_dd_summary(summary, sizeof summary, ctx->attr.name, st->log.repeats);
-        rdmax__log_emit(&ctx->desc.logger, (rdmax_log_level)st->log.lvl, summary);
+        rdmax__log_emit(&ctx->desc.logger, (rdmax_log_level)st->log.lvl, RDMAX_LOG_ITEM_LOG_REPEATED, summary);
     }
     while (st->profs) {  /* left open: the handles die with the context */
         rdmax_profile *p = st->profs;

@@ -71,6 +71,12 @@
 #endif
 
 enum test { T_PUT, T_SEND, T_GET };
+/* What failed, in one sentence: the logger has already printed the details (device, call, errno). */
+static const char *last_item(const rdmax_ctx *ctx)
+{
+    return rdmax_log_item_str(rdmax_ctx_last_error_item(ctx));
+}
+
 static const char *const test_names[] = {"put", "send", "get"};
 
 struct opts {
@@ -104,9 +110,10 @@ struct row {
 static struct opts o;
 static int quiet_log;             /* hide rdmax's error lines while retrying (connect, flush steps) */
 
-static void on_log(rdmax_log_level lvl, const char *msg, void *user)
+static void on_log(rdmax_log_level lvl, rdmax_log_item item, const char *msg, void *user)
 {
     (void)user;
+    (void)item;
     if (!quiet_log || lvl > RDMAX_LOG_ERROR)
         fprintf(stderr, "rdmax %s: %s\n", lvl == RDMAX_LOG_ERROR ? "error" : lvl == RDMAX_LOG_WARN ? "warning" : "info",
                 msg);
@@ -191,7 +198,7 @@ static rdmax_mem *ctl_mem;
 static int ctl_send(rdmax_ctx *ctx, rdmax_ep *ep, uint64_t type, uint64_t a, uint64_t b, uint64_t c, uint64_t d)
 {
     if (!ctl_mem && rdmax_mem_alloc(ctx, CTL_BYTES, RDMAX_ACCESS_LOCAL, &ctl_mem) != RDMAX_OK) {
-        fprintf(stderr, "registering the control buffer: %s\n", rdmax_ctx_last_error(ctx));
+        fprintf(stderr, "registering the control buffer: %s\n", last_item(ctx));
         return -1;
     }
     uint64_t w[CTL_WORDS] = {CTL_MAGIC, type, a, b, c, d, 0, 0};
@@ -677,7 +684,7 @@ static int tx_buffers(rdmax_ctx *ctx, struct run *r, size_t size, rdmax_mem **me
         }
     } else {
         if (rdmax_mem_alloc(ctx, bytes, RDMAX_ACCESS_LOCAL, mem) != RDMAX_OK) {
-            fprintf(stderr, "registering %zu local bytes: %s\n", bytes, rdmax_ctx_last_error(ctx));
+            fprintf(stderr, "registering %zu local bytes: %s\n", bytes, last_item(ctx));
             return -1;
         }
         base = (unsigned char *)(*mem)->addr;
@@ -698,7 +705,7 @@ static int rx_buffer(rdmax_ctx *ctx, int test, size_t size, unsigned qps, rdmax_
 {
     size_t bytes = size * qps;
     if (rdmax_mem_alloc(ctx, bytes, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, mem) != RDMAX_OK) {
-        fprintf(stderr, "registering %zu bytes to expose: %s\n", bytes, rdmax_ctx_last_error(ctx));
+        fprintf(stderr, "registering %zu bytes to expose: %s\n", bytes, last_item(ctx));
         return -1;
     }
     for (unsigned i = 0; i < qps; i++) {
@@ -788,7 +795,7 @@ static int server(rdmax_ctx *ctx)
 {
     rdmax_listener *l = NULL;
     if (rdmax_listen(ctx, NULL, (uint16_t)o.port, &l) != RDMAX_OK) {
-        fprintf(stderr, "server: cannot listen on port %u (option -p): %s\n", o.port, rdmax_ctx_last_error(ctx));
+        fprintf(stderr, "server: cannot listen on port %u (option -p): %s\n", o.port, last_item(ctx));
         return 1;
     }
     printf("server: device %s, listening on port %u%s\n", rdmax_ctx_attr(ctx)->name, o.port, o.cm ? " (rdma_cm)" : "");
@@ -910,7 +917,7 @@ static rdmax_status connect_retry(rdmax_ctx *ctx, const rdmax_ep_desc *d, rdmax_
     quiet_log = 0;
     if (st != RDMAX_OK)
         fprintf(stderr, "client: cannot connect to %s port %u: %s (%s)\n", o.host, o.port, rdmax_status_str(st),
-                rdmax_ctx_last_error(ctx));
+                rdmax_ctx_last_error(ctx));  /* hidden while retrying: printed once, here */
     return st;
 }
 
@@ -950,7 +957,7 @@ static int one_size(rdmax_ctx *ctx, rdmax_ep *ctl, struct mailbox *mb, size_t si
             rx_desc(&dr, x, o.test, size, smem);
             rdmax_conn_info it, ir;
             if (rdmax_ep_create(ctx, &dt, &r.tx[i].ep) || rdmax_ep_create(ctx, &dr, &x->ep)) {
-                fprintf(stderr, "loopback endpoints: %s\n", rdmax_ctx_last_error(ctx));
+                fprintf(stderr, "loopback endpoints: %s\n", last_item(ctx));
                 rc = -1;
                 goto out;
             }
@@ -958,7 +965,7 @@ static int one_size(rdmax_ctx *ctx, rdmax_ep *ctl, struct mailbox *mb, size_t si
             rdmax_ep_local_info(r.tx[i].ep, &it);
             rdmax_ep_local_info(x->ep, &ir);
             if (rdmax_ep_connect_info(r.tx[i].ep, &ir) || rdmax_ep_connect_info(x->ep, &it)) {
-                fprintf(stderr, "loopback connect: %s\n", rdmax_ctx_last_error(ctx));
+                fprintf(stderr, "loopback connect: %s\n", last_item(ctx));
                 rc = -1;
                 goto out;
             }

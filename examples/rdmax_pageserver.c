@@ -49,6 +49,12 @@
 #define MAX_OUTSTANDING 128
 #define HELLO_MAGIC 0x5047535652444d58ull /* "PGSVRDMX" */
 
+/* What failed, in one sentence: the logger has already printed the details (device, call, errno). */
+static const char *last_item(const rdmax_ctx *ctx)
+{
+    return rdmax_log_item_str(rdmax_ctx_last_error_item(ctx));
+}
+
 static struct {
     unsigned pages, outstanding, read_pct;
     uint64_t ops, seed;
@@ -126,7 +132,7 @@ static rdmax_mem *make_pages(rdmax_ctx *ctx)
     size_t bytes = (size_t)o.pages * PAGE;
     if (rdmax_mem_alloc(ctx, bytes, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &m) != RDMAX_OK) {
         fprintf(stderr, "server: cannot register %zu bytes of pages (option -N): %s\n", bytes,
-                rdmax_ctx_last_error(ctx));
+                last_item(ctx));
         return NULL;
     }
     for (uint32_t p = 0; p < o.pages; p++)
@@ -160,7 +166,7 @@ static int server(rdmax_ctx *ctx)
         return 1;
     rdmax_listener *l;
     if (rdmax_listen(ctx, NULL, (uint16_t)o.port, &l) != RDMAX_OK) {
-        fprintf(stderr, "server: cannot listen on port %u (option -p): %s\n", o.port, rdmax_ctx_last_error(ctx));
+        fprintf(stderr, "server: cannot listen on port %u (option -p): %s\n", o.port, last_item(ctx));
         rdmax_mem_free(m);
         return 1;
     }
@@ -371,7 +377,7 @@ static int client_run(rdmax_ctx *ctx, rdmax_ep *ep, uint64_t raddr, uint32_t rke
         goto out;
     }
     if (rdmax_mem_alloc(ctx, (size_t)o.outstanding * PAGE, RDMAX_ACCESS_LOCAL, &c.pool) != RDMAX_OK) {
-        fprintf(stderr, "registering %u local frames: %s\n", o.outstanding, rdmax_ctx_last_error(ctx));
+        fprintf(stderr, "registering %u local frames: %s\n", o.outstanding, last_item(ctx));
         goto out;
     }
     for (unsigned i = 0; i < o.outstanding; i++) {
@@ -471,7 +477,7 @@ static int loopback(rdmax_ctx *ctx)
     d.expose = m;
     rdmax_ep *a, *b;
     if (rdmax_ep_create_pair(ctx, &d, &a, &b) != RDMAX_OK) {
-        fprintf(stderr, "loopback endpoints: %s\n", rdmax_ctx_last_error(ctx));
+        fprintf(stderr, "loopback endpoints: %s\n", last_item(ctx));
         rdmax_mem_free(m);
         return 1;
     }

@@ -39,6 +39,12 @@
 #define TIMEOUT_MS 10000
 
 enum test { T_SEND, T_PUT, T_GET, T_FADD, T_CSWAP };
+/* What failed, in one sentence: the logger has already printed the details (device, call, errno). */
+static const char *last_item(const rdmax_ctx *ctx)
+{
+    return rdmax_log_item_str(rdmax_ctx_last_error_item(ctx));
+}
+
 static const char *const test_names[] = {"send", "put", "get", "fadd", "cswap"};
 
 struct opts {
@@ -711,7 +717,7 @@ static int side_setup(rdmax_ctx *ctx, struct side *s, size_t size)
     if (rdmax_mem_alloc(ctx, n, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_ATOMIC,
                         &s->mem) != RDMAX_OK ||
         rdmax_mem_alloc(ctx, n, RDMAX_ACCESS_LOCAL, &s->smem) != RDMAX_OK) {
-        fprintf(stderr, "registering %zu bytes: %s\n", n, rdmax_ctx_last_error(ctx));
+        fprintf(stderr, "registering %zu bytes: %s\n", n, last_item(ctx));
         return -1;
     }
     s->buf = (unsigned char *)s->mem->addr;
@@ -740,11 +746,11 @@ static int mcast_setup(rdmax_ctx *ctx, const struct opts *o, struct side *cli, s
         return 0;
 #ifdef RDMAX_TRANSPORT_UD
     if (srv && rdmax_mcast_join(srv->ep, o->group) != RDMAX_OK) {
-        fprintf(stderr, "option -g: cannot join %s: %s\n", o->group, rdmax_ctx_last_error(ctx));
+        fprintf(stderr, "option -g: cannot join %s: %s\n", o->group, last_item(ctx));
         return -1;
     }
     if (cli && rdmax_mcast_ep_create(ctx, NULL, o->group, &cli->tx) != RDMAX_OK) {
-        fprintf(stderr, "option -g: cannot send to %s: %s\n", o->group, rdmax_ctx_last_error(ctx));
+        fprintf(stderr, "option -g: cannot send to %s: %s\n", o->group, last_item(ctx));
         return -1;
     }
     /* Two processes: a ping sent before the server joined would be lost, so the server says "joined"
@@ -866,7 +872,7 @@ int main(int argc, char **argv)
     rdmax_listener *l = NULL;
     if (!o.host && !o.loopback) {
         if (rdmax_listen(ctx, NULL, (uint16_t)o.port, &l) != RDMAX_OK) {
-            fprintf(stderr, "server: cannot listen on port %u: %s\n", o.port, rdmax_ctx_last_error(ctx));
+            fprintf(stderr, "server: cannot listen on port %u: %s\n", o.port, last_item(ctx));
             return 1;
         }
         printf("server: device %s, listening on port %u%s\n", rdmax_ctx_attr(ctx)->name, o.port, o.cm ? " (rdma_cm)" : "");
@@ -887,7 +893,7 @@ int main(int argc, char **argv)
             rdmax_ep *ea, *eb;
             /* both ends get their own desc (callback user pointers) */
             if (rdmax_ep_create(ctx, &da, &ea) || rdmax_ep_create(ctx, &db, &eb)) {
-                fprintf(stderr, "loopback endpoints: %s\n", rdmax_ctx_last_error(ctx));
+                fprintf(stderr, "loopback endpoints: %s\n", last_item(ctx));
                 rc = 1;
                 break;
             }
@@ -895,7 +901,7 @@ int main(int argc, char **argv)
             rdmax_ep_local_info(ea, &ia);
             rdmax_ep_local_info(eb, &ib);
             if (rdmax_ep_connect_info(ea, &ib) || rdmax_ep_connect_info(eb, &ia)) {
-                fprintf(stderr, "loopback connect: %s\n", rdmax_ctx_last_error(ctx));
+                fprintf(stderr, "loopback connect: %s\n", last_item(ctx));
                 rc = 1;
                 break;
             }
@@ -912,8 +918,8 @@ int main(int argc, char **argv)
         } else if (o.host) {
             rdmax_status st = rdmax_connect(ctx, o.host, (uint16_t)o.port, &da, &a.ep, TIMEOUT_MS);
             if (st != RDMAX_OK) {
-                fprintf(stderr, "client: cannot connect to %s port %u: %s (%s)\n", o.host, o.port,
-                        rdmax_status_str(st), rdmax_ctx_last_error(ctx));
+                fprintf(stderr, "client: cannot connect to %s port %u: %s\n", o.host, o.port,
+                        rdmax_status_str(st));  /* the logger has printed the details */
                 rc = 1;
                 break;
             }

@@ -31,14 +31,23 @@ static int64_t now_ms(void)
 
 /* ---- log capture: the server's messages at warn level and above ---- */
 static char g_log[64][512];
+static rdmax_log_item g_items[64];
 static int g_nlog, g_loud;
-static void capture(rdmax_log_level lvl, const char *msg, void *user)
+static void capture(rdmax_log_level lvl, rdmax_log_item item, const char *msg, void *user)
 {
     (void)user;
     if (lvl > RDMAX_LOG_WARN)
         return;
     g_loud++;
+    g_items[g_nlog % 64] = item;
     snprintf(g_log[g_nlog++ % 64], sizeof g_log[0], "%s", msg);
+}
+static int logged_item(rdmax_log_item item)
+{
+    for (int i = 0; i < 64 && i < g_nlog; i++)
+        if (g_items[i] == item)
+            return 1;
+    return 0;
 }
 static int logged(const char *needle)
 {
@@ -516,6 +525,7 @@ static void bad_client_tests(const char *addr)
         CHECK(ep == NULL, "an endpoint was returned for a bad client");
         CHECK(logged(recs[i].sentence), "the log lacks '%s' (last: '%s')", recs[i].sentence,
               g_nlog ? g_log[(g_nlog - 1) % 64] : "");
+        CHECK(logged_item(RDMAX_LOG_ITEM_HANDSHAKE), "no log line with the item RDMAX_LOG_ITEM_HANDSHAKE");
         rdmax_status rej = RDMAX_OK;
         int what = raw_report(fds[0], &rej);
         CHECK(what == 'R' && rej == recs[i].want, "the client saw '%c', reject status %d (expected 'R', %d)",
@@ -531,7 +541,8 @@ static void bad_client_tests(const char *addr)
         pid_t pid = raw_client(addr, port, good, sizeof good, RAW_HOLD, fds[1]);
         rdmax_status st = rdmax_accept(l, NULL, &ep, 60000);
         CHECK_ST(st, RDMAX_ERR_OOB_TIMEOUT);
-        CHECK(logged("handshake did not finish within 1000 ms"), "no log line names the handshake deadline");
+        CHECK(logged_item(RDMAX_LOG_ITEM_HANDSHAKE_TIMEOUT) && logged("within 1000 ms"),
+              "no log line names the handshake deadline");
         rdmax_status rej;
         CHECK(raw_report(fds[0], &rej) == 'P', "the crafted client did not get the server's reply");
         kill(pid, SIGKILL);
@@ -674,6 +685,8 @@ static void connect_tests(const char *addr)
     int64_t t0 = now_ms();
     rdmax_status st = rdmax_connect(ctx, addr, port, NULL, &ep, 600);
     CHECK_ST(st, RDMAX_ERR_CONNECT);
+    CHECK(rdmax_ctx_last_error_item(ctx) == RDMAX_LOG_ITEM_CONNECT, "last error item %s",
+          rdmax_log_item_str(rdmax_ctx_last_error_item(ctx)));
     CHECK(strstr(rdmax_ctx_last_error(ctx), "nobody listens") && strstr(rdmax_ctx_last_error(ctx), addr),
           "error '%s' does not say that nobody listens at %s", rdmax_ctx_last_error(ctx), addr);
     CHECK(now_ms() - t0 >= 500, "gave up after %lld ms, before its 600 ms deadline", (long long)(now_ms() - t0));

@@ -208,3 +208,21 @@ else no "unreachable peer" "exit $rc after ${el}s" "$log"; fi
 log=$out/nodevice.log
 if ! $pp --loopback -d nosuchdev >"$log" 2>&1 && grep -q "nosuchdev" "$log"; then ok "unknown device named in the error"
 else no "unknown device" "no clear error" "$log"; fi
+# a setup error after the device opened (listen on a port in use) is printed once: by the logger, and
+# the program's own line names the option, not the library's text again
+# (a port of its own: the earlier cases' servers may still hold theirs)
+port=$((port + 100))
+slog=$out/busy-first.log; log=$out/busy-second.log
+rm -f "$slog" "$log"
+timeout 30 $pp -p $port -d "$dev0" >"$slog" 2>&1 &
+spid=$!
+wait_listen "$slog" $spid
+rc=none; grep -q listening "$slog" || echo "the first server did not listen on port $port" >"$log"
+grep -q listening "$slog" && { timeout 30 $pp -p $port -d "$dev0" >"$log" 2>&1; rc=$?; }
+kill $spid 2>/dev/null; wait $spid 2>/dev/null
+n=$(grep -c 'rdmax error: ' "$log")
+text=$(grep 'rdmax error: ' "$log" | head -1 | sed 's/.*rdmax error: //')
+again=0; [ -n "$text" ] && again=$(grep -cF -- "$text" "$log")
+if [ $rc = 1 ] && [ "$n" = 1 ] && [ "$again" = 1 ] && grep -q "cannot listen on port $port" "$log"; then
+    ok "listen on a busy port: the error printed once"
+else no "listen on a busy port" "exit $rc, $n library error lines, its text $again times" "$log"; fi

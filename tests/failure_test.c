@@ -41,8 +41,9 @@ static void on_event(rdmax_profile *p, rdmax_profile_event type, rdmax_ep *ep, u
     g_detail_sum[type] += detail;
 }
 
-static void quiet_log(rdmax_log_level lvl, const char *msg, void *user)
+static void quiet_log(rdmax_log_level lvl, rdmax_log_item item, const char *msg, void *user)
 {
+    (void)item;
     (void)user;
     if (lvl <= RDMAX_LOG_WARN)
         printf("    log: %s\n", msg);

@@ -66,9 +66,9 @@ static uint64_t rnd(uint64_t n)
 
 static unsigned char pat(uint32_t seq, size_t i) { return (unsigned char)(seq * 29u + i * 13u + 5); }
 
-static void quiet_log(rdmax_log_level lvl, const char *msg, void *user)
+static void quiet_log(rdmax_log_level lvl, rdmax_log_item item, const char *msg, void *user)
 {
-    (void)lvl, (void)msg, (void)user;  /* the failures are expected; the checks say what matters */
+    (void)lvl, (void)item, (void)msg, (void)user;  /* the failures are expected; the checks say what matters */
 }
 
 static rdmax_ctx *open_ctx(const char *dev, uint32_t handshake_ms)

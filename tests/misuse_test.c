@@ -41,8 +41,9 @@ struct env {
 };
 
 static char g_lastlog[200];
-static void keep_log(rdmax_log_level lvl, const char *msg, void *user)
+static void keep_log(rdmax_log_level lvl, rdmax_log_item item, const char *msg, void *user)
 {
+    (void)item;
     (void)lvl;
     (void)user;
     snprintf(g_lastlog, sizeof g_lastlog, "%s", msg);

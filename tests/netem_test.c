@@ -646,9 +646,9 @@ static int in_list(const char *list, const char *name)
     return 0;
 }
 
-static void quiet_log(rdmax_log_level lvl, const char *msg, void *user)
+static void quiet_log(rdmax_log_level lvl, rdmax_log_item item, const char *msg, void *user)
 {
-    (void)user;
+    (void)user, (void)item;
     if (lvl <= RDMAX_LOG_ERROR)
         printf("    log: %s\n", msg);
 }

@@ -66,13 +66,13 @@
 static int g_errlogs, g_nomon_logs;
 static char g_lastlog[512];
 
-static void count_log(rdmax_log_level lvl, const char *msg, void *user)
+static void count_log(rdmax_log_level lvl, rdmax_log_item item, const char *msg, void *user)
 {
     (void)user;
     if (lvl <= RDMAX_LOG_WARN) {
         if (lvl == RDMAX_LOG_ERROR)
             g_errlogs++;
-        if (strstr(msg, "no memory monitor"))
+        if (item == RDMAX_LOG_ITEM_RCACHE_MONITOR)  /* at warn level: there is no monitor */
             g_nomon_logs++;
         snprintf(g_lastlog, sizeof g_lastlog, "%s", msg);
         printf("# log: %s\n", msg);

@@ -30,6 +30,8 @@ host fuzz_replay tests/fuzz/replay.sh
 host rcache_monitor build/host/rcache_monitor_test
 host embed build/host/embed_test build/host/embed_impl.o build/host/embed_impl_cxx.o
 host profile_objcode tests/profile_objcode.sh
+host errors build/host/errors_test
+host errors_once tests/errors_once.sh
 
 # san: the device tests built with ASan+UBSan (make san-tests) and valgrind, on the dummy topology
 for sec in dummy veth twohost san; do

@@ -68,8 +68,9 @@ static int64_t now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static void log_fn(rdmax_log_level lvl, const char *msg, void *user)
+static void log_fn(rdmax_log_level lvl, rdmax_log_item item, const char *msg, void *user)
 {
+    (void)item;
     (void)user;
     if (lvl <= RDMAX_LOG_WARN)
         printf("    h%d log: %s\n", g_host, msg);

@@ -328,8 +328,9 @@ static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
         FZ_CHECK(((uint8_t *)data)[i] == pat(x->seed, i + off), "endpoint %d: byte %u of a message differs", e, i);
 }
 
-static void quiet(rdmax_log_level lvl, const char *msg, void *user)
+static void quiet(rdmax_log_level lvl, rdmax_log_item item, const char *msg, void *user)
 {
+    (void)item;
     (void)lvl, (void)msg, (void)user;
 }
 
