@@ -745,6 +745,28 @@ static void connect_tests(const char *addr)
         CHECK_ST(rdmax_connect(ctx, addr, port, &ed, &ep, 500), RDMAX_ERR_UNSUPPORTED);
     }
     tl_end();
+
+    tl_begin("cm/an endpoint desc with two regions is refused (the compact record carries one)");
+    {
+        rdmax_mem *m1 = NULL, *m2 = NULL;
+        REQUIRE(rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_REMOTE_WRITE, &m1) == RDMAX_OK &&
+                    rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_REMOTE_WRITE, &m2) == RDMAX_OK, "mem_alloc");
+        const rdmax_mem *more[1] = {m2};
+        rdmax_ep_desc ed;
+        memset(&ed, 0, sizeof ed);
+        ed.expose = m1;
+        ed.expose_list = more;
+        ed.expose_count = 1;
+        CHECK_ST(rdmax_connect(ctx, addr, port, &ed, &ep, 500), RDMAX_ERR_INVALID_PARAM);
+        CHECK(rdmax_ctx_last_error_item(ctx) == RDMAX_LOG_ITEM_EP_DESC, "last error item %s",
+              rdmax_log_item_str(rdmax_ctx_last_error_item(ctx)));
+        /* control: the same desc with one region gets past the check (nobody listens: a connect error) */
+        ed.expose_count = 0;
+        CHECK(rdmax_connect(ctx, addr, port, &ed, &ep, 300) != RDMAX_ERR_INVALID_PARAM, "one region refused");
+        rdmax_mem_free(m2);
+        rdmax_mem_free(m1);
+    }
+    tl_end();
 out:
     if (lid)
         rdma_destroy_id(lid);
