@@ -6,6 +6,10 @@ CC ?= cc
 CXX ?= c++
 CFLAGS ?= -O2 -g
 PREFIX ?= /usr/local
+INCLUDEDIR ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(PREFIX)/lib/pkgconfig
+# The version comes from rdmax.h's macros, so the .pc never disagrees with the header.
+VERSION := $(shell sed -n 's/^\#define RDMAX_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9]*\)$$/\2/p' rdmax.h | paste -sd.)
 WARN := -Wall -Wextra -Werror
 REQ_CFLAGS := -std=c11 -pedantic $(WARN) -I.
 LIBS := -libverbs -lrdmacm -lnuma -lm -lpthread
@@ -42,8 +46,8 @@ FUZZ_SECONDS ?= 120
 FUZZ_CC ?= clang
 FUZZ_SAN := -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 
-.PHONY: all examples tests san-tests test check soak demo bench asan ubsan clean install deps fuzz
-all: examples tests $(BENCH_TOOLS)
+.PHONY: all examples tests san-tests bench-progs test check soak demo bench asan ubsan clean install uninstall deps fuzz
+all: examples tests $(BENCH_TOOLS) $(B)/arbiter_bench
 
 examples: $(EXAMPLES)
 tests: $(TESTS) $(HOST_TESTS)
@@ -112,6 +116,27 @@ $(B)/fuzz:
 $(B)/fuzz/%: tests/fuzz/%_fuzz.c tests/fuzz/fuzz.h $(HDRS) | $(B)/fuzz
 	$(FUZZ_CC) $(FUZZ_SAN) $(REQ_CFLAGS) -o $@ $< $(LIBS)
 
+# Benchmark programs (bench/run.sh runs them from build-bench/): the examples as measured, the same with
+# the profile points compiled in, the arbiter benchmark, and the rcache one (needs libucx-dev: -lucs).
+BB := build-bench
+bench-progs: $(BB)/rdmax_bw $(BB)/rdmax_pageserver $(BB)/rdmax_pingpong_rc $(BB)/rdmax_pingpong_rc_prof \
+             $(BB)/rdmax_bw_prof $(BB)/arbiter_bench
+$(BB):
+	mkdir -p $(BB)
+$(BB)/rdmax_%: examples/rdmax_%.c $(HDRS) | $(BB)
+	$(CC) -O2 -g $(REQ_CFLAGS) -o $@ $< $(LIBS)
+$(BB)/rdmax_pingpong_rc: examples/rdmax_pingpong.c $(HDRS) | $(BB)
+	$(CC) -O2 -g $(REQ_CFLAGS) -o $@ $< $(LIBS)
+$(BB)/rdmax_pingpong_rc_prof: examples/rdmax_pingpong.c $(HDRS) | $(BB)
+	$(CC) -O2 -g $(REQ_CFLAGS) -DRDMAX_PROFILE -o $@ $< $(LIBS)
+$(BB)/rdmax_bw_prof: examples/rdmax_bw.c $(HDRS) | $(BB)
+	$(CC) -O2 -g $(REQ_CFLAGS) -DRDMAX_PROFILE -o $@ $< $(LIBS)
+$(BB)/arbiter_bench $(B)/arbiter_bench: bench/arbiter_bench.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -DNDEBUG $(REQ_CFLAGS) -o $@ $< $(LIBS)
+$(BB)/rcache_bench: bench/rcache_bench.c $(HDRS) | $(BB)
+	$(CC) -O2 -g $(REQ_CFLAGS) -o $@ $< -lucs $(LIBS)
+
 # Installs the Debian packages the build and the tests need (as root; prints the line otherwise).
 deps:
 	@tests/deps.sh
@@ -140,7 +165,7 @@ demo: deps
 	@tests/demo.sh
 
 bench: deps
-	@$(MAKE) --no-print-directory all
+	@$(MAKE) --no-print-directory all bench-progs
 	@bench/run.sh
 
 asan:
@@ -148,10 +173,28 @@ asan:
 ubsan:
 	$(MAKE) B=build-ubsan CFLAGS="-O1 -g -fsanitize=undefined -fno-sanitize-recover=all" all
 
-install:
-	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig
-	install -m 644 $(HDRS) $(DESTDIR)$(PREFIX)/include/
-	printf 'prefix=%s\nincludedir=$${prefix}/include\n\nName: rdmax\nDescription: header-only RDMA transport\nVersion: 0.1.0\nCflags: -I$${includedir}\nLibs: -libverbs -lrdmacm -lnuma\n' '$(PREFIX)' > $(DESTDIR)$(PREFIX)/lib/pkgconfig/rdmax.pc
+# make install [PREFIX=/usr/local] [DESTDIR=]: the two headers in $(INCLUDEDIR)/rdmax/ (rdmax.h includes
+# rdmax_impl.h from beside itself) and rdmax.pc. The implementation is compiled into the program that
+# includes rdmax.h, so the program itself calls verbs, rdma_cm and libnuma: they are Requires, not
+# Requires.private, or `pkg-config --libs rdmax` would leave them out (tests/install_test.sh links with it).
+# (Written on every install: PREFIX may differ from the last one.) includedir follows ${prefix} when it is
+# the default, so `pkg-config --define-variable=prefix=...` relocates a DESTDIR copy.
+PC_INCLUDEDIR = $(if $(filter $(PREFIX)/include,$(INCLUDEDIR)),$${prefix}/include,$(INCLUDEDIR))
+.PHONY: $(B)/rdmax.pc
+$(B)/rdmax.pc: | $(B)
+	@test -n '$(VERSION)' || { echo "no RDMAX_VERSION_* macros in rdmax.h"; exit 1; }
+	printf '%s\n' 'prefix=$(PREFIX)' 'includedir=$(PC_INCLUDEDIR)' '' 'Name: rdmax' \
+	    'Description: header-only RDMA transport (verbs RC and UD: send, put, get, atomics)' \
+	    'Version: $(VERSION)' 'Requires: libibverbs librdmacm numa' 'Cflags: -I$${includedir}/rdmax' > $@
+
+install: $(B)/rdmax.pc
+	install -d $(DESTDIR)$(INCLUDEDIR)/rdmax $(DESTDIR)$(PKGCONFIGDIR)
+	install -m 644 $(HDRS) $(DESTDIR)$(INCLUDEDIR)/rdmax/
+	install -m 644 $(B)/rdmax.pc $(DESTDIR)$(PKGCONFIGDIR)/rdmax.pc
+
+uninstall:
+	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/rdmax/,$(HDRS)) $(DESTDIR)$(PKGCONFIGDIR)/rdmax.pc
+	-rmdir $(DESTDIR)$(INCLUDEDIR)/rdmax 2>/dev/null
 
 clean:
-	rm -rf build build-asan build-ubsan
+	rm -rf build build-asan build-ubsan $(BB)

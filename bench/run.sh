@@ -26,7 +26,6 @@ RES=bench/results
 RAW=$RES/raw
 B=build-bench
 CC=${CC:-cc}
-LIBS="-libverbs -lrdmacm -lnuma -lm -lpthread"
 say() { printf '[bench %4ds] %s\n' $((SECONDS - T0)) "$*"; }
 die() { say "ERROR: $*"; exit 1; }
 
@@ -59,7 +58,7 @@ $CC -O2 -DNDEBUG -std=c11 -I. -DRDMAX_BENCH_UCS bench/arbiter_bench.c -o $B/arbi
 		die "build of bench/arbiter_bench.c failed"
 }
 have_rcache=1
-$CC -O2 -g -I. bench/rcache_bench.c -o $B/rcache_bench -lucs $LIBS || {
+make --no-print-directory -C . CC="$CC" $B/rcache_bench >>"$RAW/build.log" 2>&1 || {
 	say "rcache_bench does not build (libucx-dev missing?): its rows stay empty"
 	have_rcache=0
 }

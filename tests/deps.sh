@@ -2,7 +2,7 @@
 # Installs what building and testing rdmax needs, from Debian's packages (`deps.sh fuzz`: what make fuzz
 # needs). Root runs apt-get; anyone else is told the exact line.
 pkgs="gcc g++ make libibverbs-dev librdmacm-dev libnuma-dev rdma-core ibverbs-providers ibverbs-utils
-rdmacm-utils perftest ucx-utils libucx-dev qemu-system-x86 busybox-static kmod xz-utils iproute2 python3
+rdmacm-utils perftest ucx-utils libucx-dev qemu-system-x86 busybox-static kmod xz-utils iproute2 python3 pkgconf
 valgrind gnuplot-nox"
 # make fuzz: clang and its libFuzzer runtime (make test replays the corpora with the compiler above)
 [ "${1:-}" = fuzz ] && pkgs="clang libclang-rt-dev"

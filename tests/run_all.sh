@@ -32,6 +32,7 @@ host embed build/host/embed_test build/host/embed_impl.o build/host/embed_impl_c
 host profile_objcode tests/profile_objcode.sh
 host errors build/host/errors_test
 host errors_once tests/errors_once.sh
+host install tests/install_test.sh
 
 # san: the device tests built with ASan+UBSan (make san-tests) and valgrind, on the dummy topology
 for sec in dummy veth twohost san; do
