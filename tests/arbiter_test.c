@@ -17,49 +17,20 @@
 #endif
 #include "rdmax.h"
 
-#include <setjmp.h>
-#include <stdarg.h>
+#include "testlib.h"
+
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 
 #define CONTAINER_OF(ptr, type, member) ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
-/* ---- failure reporting: CHECK prints "FAIL name: why" and abandons the current test --------------- */
-static jmp_buf g_jmp;
-static const char *g_name;
-static char g_where[160];  /* extra context for the random test: seed and step */
-static int g_failed;
-
-static void failf(int line, const char *fmt, ...)
-{
-    va_list ap;
-    printf("FAIL %s: ", g_name);
-    va_start(ap, fmt);
-    vprintf(fmt, ap);
-    va_end(ap);
-    printf(" (line %d%s)\n", line, g_where);
-    fflush(stdout);
-    g_failed = 1;
+/* Failures: ASSERT (tests/testlib.h) prints "FAIL name: why" and abandons the current test, since the
+   arbiter's state after a failed check is not worth walking; tl_where carries the random test's seed. */
 #ifdef ARB_FUZZ
-    abort();  /* tests/fuzz/arbiter_fuzz.c: libFuzzer keeps the input */
+/* tests/fuzz/arbiter_fuzz.c: a failed check aborts, so libFuzzer keeps the input */
+#undef ASSERT
+#define ASSERT(c, ...) do { if (!(c)) { tl_fail(__FILE__, __LINE__, __VA_ARGS__); abort(); } } while (0)
 #endif
-    longjmp(g_jmp, 1);
-}
-#define CHECK(c, ...) do { if (!(c)) failf(__LINE__, __VA_ARGS__); } while (0)
-
-static void run_test(const char *name, void (*fn)(void))
-{
-    g_name = name;
-    g_where[0] = '\0';
-    if (setjmp(g_jmp) == 0) {
-        fn();
-        printf("PASS %s\n", name);
-        fflush(stdout);
-    }
-}
 
 /* ---- objects: an "endpoint" embeds a group, a "request" embeds an element ------------------------ */
 typedef struct t_ep {
@@ -117,7 +88,7 @@ static rdmax_arb_result script_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_
     script *s = (script *)arg;
     int i = s->ncalls++;
     rdmax_arb_result r;
-    CHECK(i < MAXLOG, "callback called more than %d times (dispatch does not stop)", MAXLOG);
+    ASSERT(i < MAXLOG, "callback called more than %d times (dispatch does not stop)", MAXLOG);
     s->slot[i] = ep_of(g)->slot;
     s->id[i] = el_of(e)->id;
     r = i < s->nres ? s->res[i] : RDMAX_ARB_REMOVE;
@@ -193,8 +164,8 @@ static void teardown(rdmax_arb *arb, t_ep **eps, int n)
             eps[i] = NULL;
         }
     }
-    CHECK(rdmax_arb_pending(arb) == 0, "pending %zu after purging everything", rdmax_arb_pending(arb));
-    CHECK(rdmax_arb_is_empty(arb), "arbiter not empty after purging everything");
+    ASSERT(rdmax_arb_pending(arb) == 0, "pending %zu after purging everything", rdmax_arb_pending(arb));
+    ASSERT(rdmax_arb_is_empty(arb), "arbiter not empty after purging everything");
 }
 
 static void test_empty_dispatch(void)
@@ -207,27 +178,27 @@ static void test_empty_dispatch(void)
 
     memset(&s, 0, sizeof s);
     memset(&zeroed, 0, sizeof zeroed);
-    CHECK(rdmax_arb_is_empty(&zeroed), "zeroed arbiter not empty");
-    CHECK(rdmax_arb_dispatch(&zeroed, 1, script_cb, &s) == 0, "dispatch of a zeroed arbiter removed something");
+    ASSERT(rdmax_arb_is_empty(&zeroed), "zeroed arbiter not empty");
+    ASSERT(rdmax_arb_dispatch(&zeroed, 1, script_cb, &s) == 0, "dispatch of a zeroed arbiter removed something");
     rdmax_arb_init(&arb);
-    CHECK(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0, "dispatch of an empty arbiter returned non-zero");
-    CHECK(s.ncalls == 0, "empty arbiter called back %d times", s.ncalls);
+    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0, "dispatch of an empty arbiter returned non-zero");
+    ASSERT(s.ncalls == 0, "empty arbiter called back %d times", s.ncalls);
 
     /* pushing does not schedule: still nothing to dispatch */
     setup(&arb, eps, 1, k, 0);
-    CHECK(rdmax_arb_pending(&arb) == 2, "pending %zu, want 2", rdmax_arb_pending(&arb));
-    CHECK(rdmax_arb_is_empty(&arb), "push scheduled the group");
-    CHECK(!rdmax_arb_group_is_scheduled(&eps[0]->grp), "push scheduled the group (state)");
-    CHECK(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0 && s.ncalls == 0, "unscheduled group dispatched");
+    ASSERT(rdmax_arb_pending(&arb) == 2, "pending %zu, want 2", rdmax_arb_pending(&arb));
+    ASSERT(rdmax_arb_is_empty(&arb), "push scheduled the group");
+    ASSERT(!rdmax_arb_group_is_scheduled(&eps[0]->grp), "push scheduled the group (state)");
+    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0 && s.ncalls == 0, "unscheduled group dispatched");
     rdmax_arb_group_schedule(&arb, &eps[0]->grp);
-    CHECK(!rdmax_arb_is_empty(&arb), "schedule did not schedule");
+    ASSERT(!rdmax_arb_is_empty(&arb), "schedule did not schedule");
     s.free_removed = 1;
-    CHECK(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 2, "dispatch did not drain one group");
-    CHECK(strcmp(log_str(&s), "A1 A2") == 0, "order %s, want A1 A2", log_str(&s));
-    CHECK(rdmax_arb_is_empty(&arb) && !rdmax_arb_group_is_scheduled(&eps[0]->grp), "drained group stays");
+    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 2, "dispatch did not drain one group");
+    ASSERT(strcmp(log_str(&s), "A1 A2") == 0, "order %s, want A1 A2", log_str(&s));
+    ASSERT(rdmax_arb_is_empty(&arb) && !rdmax_arb_group_is_scheduled(&eps[0]->grp), "drained group stays");
     /* scheduling an empty group does nothing */
     rdmax_arb_group_schedule(&arb, &eps[0]->grp);
-    CHECK(rdmax_arb_is_empty(&arb), "empty group got scheduled");
+    ASSERT(rdmax_arb_is_empty(&arb), "empty group got scheduled");
     teardown(&arb, eps, 1);
 }
 
@@ -246,17 +217,17 @@ static void test_stop_leaves_group_at_head(void)
     s.res[0] = RDMAX_ARB_REMOVE;
     s.res[1] = RDMAX_ARB_STOP;
     n = rdmax_arb_dispatch(&arb, 1, script_cb, &s);
-    CHECK(n == 1, "dispatch returned %zu, want 1", n);
-    CHECK(strcmp(log_str(&s), "A1 B1") == 0, "calls %s, want A1 B1 (STOP must return)", log_str(&s));
-    CHECK(rdmax_arb_group_count(&eps[1]->grp) == 2 && strcmp(queue_str(&eps[1]->grp), "101 102") == 0,
+    ASSERT(n == 1, "dispatch returned %zu, want 1", n);
+    ASSERT(strcmp(log_str(&s), "A1 B1") == 0, "calls %s, want A1 B1 (STOP must return)", log_str(&s));
+    ASSERT(rdmax_arb_group_count(&eps[1]->grp) == 2 && strcmp(queue_str(&eps[1]->grp), "101 102") == 0,
           "STOP element not kept at the head: B = %s", queue_str(&eps[1]->grp));
-    CHECK(rdmax_arb_pending(&arb) == 5, "pending %zu, want 5", rdmax_arb_pending(&arb));
+    ASSERT(rdmax_arb_pending(&arb) == 5, "pending %zu, want 5", rdmax_arb_pending(&arb));
 
     memset(&s, 0, sizeof s);
     s.free_removed = 1;
     n = rdmax_arb_dispatch(&arb, 1, script_cb, &s);
-    CHECK(n == 5, "second dispatch returned %zu, want 5", n);
-    CHECK(strcmp(log_str(&s), "B1 C1 A2 B2 C2") == 0, "calls %s, want B1 C1 A2 B2 C2", log_str(&s));
+    ASSERT(n == 5, "second dispatch returned %zu, want 5", n);
+    ASSERT(strcmp(log_str(&s), "B1 C1 A2 B2 C2") == 0, "calls %s, want B1 C1 A2 B2 C2", log_str(&s));
     teardown(&arb, eps, 3);
 }
 
@@ -275,14 +246,14 @@ static void test_resched_not_revisited(void)
     s.nres = 1;
     s.res[0] = RDMAX_ARB_RESCHED;
     n = rdmax_arb_dispatch(&arb, 1, script_cb, &s);
-    CHECK(n == 3 && strcmp(log_str(&s), "A1 B1 B2 B3") == 0, "calls %s (n=%zu), want A1 B1 B2 B3",
+    ASSERT(n == 3 && strcmp(log_str(&s), "A1 B1 B2 B3") == 0, "calls %s (n=%zu), want A1 B1 B2 B3",
           log_str(&s), n);
-    CHECK(rdmax_arb_group_is_scheduled(&eps[0]->grp) && !rdmax_arb_is_empty(&arb),
+    ASSERT(rdmax_arb_group_is_scheduled(&eps[0]->grp) && !rdmax_arb_is_empty(&arb),
           "RESCHED group not scheduled after dispatch");
     memset(&s, 0, sizeof s);
     s.free_removed = 1;
     n = rdmax_arb_dispatch(&arb, 1, script_cb, &s);
-    CHECK(n == 3 && strcmp(log_str(&s), "A1 A2 A3") == 0, "calls %s, want A1 A2 A3", log_str(&s));
+    ASSERT(n == 3 && strcmp(log_str(&s), "A1 A2 A3") == 0, "calls %s, want A1 A2 A3", log_str(&s));
     teardown(&arb, eps, 2);
 
     /* NEXT_GROUP, for contrast: the group comes back in the next lap of the same dispatch */
@@ -292,7 +263,7 @@ static void test_resched_not_revisited(void)
     s.nres = 1;
     s.res[0] = RDMAX_ARB_NEXT_GROUP;
     n = rdmax_arb_dispatch(&arb, 1, script_cb, &s);
-    CHECK(n == 6 && strcmp(log_str(&s), "A1 B1 A1 B2 A2 B3 A3") == 0, "calls %s, want A1 B1 A1 B2 A2 B3 A3",
+    ASSERT(n == 6 && strcmp(log_str(&s), "A1 B1 A1 B2 A2 B3 A3") == 0, "calls %s, want A1 B1 A1 B2 A2 B3 A3",
           log_str(&s));
     teardown(&arb, eps, 2);
 }
@@ -322,7 +293,7 @@ static void destroy_hook(script *s, rdmax_arb *arb, rdmax_arb_group *g, rdmax_ar
         rdmax_arb_group_cleanup(arb, g);
         while (nkeep > 0) {
             x = keep[--nkeep];
-            CHECK(!rdmax_arb_elem_is_queued(x), "element still queued after cleanup");
+            ASSERT(!rdmax_arb_elem_is_queued(x), "element still queued after cleanup");
             free(el_of(x));
             d->cancelled++;
         }
@@ -374,20 +345,20 @@ static void test_destroy_own_group_in_callback(void)
         s.res[0] = variant == 1 ? RDMAX_ARB_REMOVE : RDMAX_ARB_NEXT_GROUP;
         n = rdmax_arb_dispatch(&arb, 1, script_cb, &s);
         if (variant == 2) {
-            CHECK(d.cancelled == 4, "variant %d: %d dropped/cancelled, want 4", variant, d.cancelled);
-            CHECK(n == 2 && strcmp(log_str(&s), "A1 C1 C2") == 0, "variant 2: calls %s (n=%zu), want A1 C1 C2",
+            ASSERT(d.cancelled == 4, "variant %d: %d dropped/cancelled, want 4", variant, d.cancelled);
+            ASSERT(n == 2 && strcmp(log_str(&s), "A1 C1 C2") == 0, "variant 2: calls %s (n=%zu), want A1 C1 C2",
                   log_str(&s), n);
         } else if (variant == 3) {
-            CHECK(d.cancelled == 2, "variant 3: %d cancelled, want 2", d.cancelled);
-            CHECK(n == 5 && strcmp(log_str(&s), "A1 B1 C1 A99 B2 C2") == 0,
+            ASSERT(d.cancelled == 2, "variant 3: %d cancelled, want 2", d.cancelled);
+            ASSERT(n == 5 && strcmp(log_str(&s), "A1 B1 C1 A99 B2 C2") == 0,
                   "variant 3: calls %s (n=%zu), want A1 B1 C1 A99 B2 C2", log_str(&s), n);
         } else {
-            CHECK(d.cancelled == 2, "variant %d: %d dropped/cancelled, want 2", variant, d.cancelled);
-            CHECK(n == (variant == 1 ? 5u : 4u) && strcmp(log_str(&s), "A1 B1 C1 B2 C2") == 0,
+            ASSERT(d.cancelled == 2, "variant %d: %d dropped/cancelled, want 2", variant, d.cancelled);
+            ASSERT(n == (variant == 1 ? 5u : 4u) && strcmp(log_str(&s), "A1 B1 C1 B2 C2") == 0,
                   "variant %d: calls %s (n=%zu), want A1 B1 C1 B2 C2", variant, log_str(&s), n);
         }
-        CHECK(rdmax_arb_pending(&arb) == 0, "variant %d: pending %zu, want 0", variant, rdmax_arb_pending(&arb));
-        CHECK(rdmax_arb_is_empty(&arb), "variant %d: arbiter not empty", variant);
+        ASSERT(rdmax_arb_pending(&arb) == 0, "variant %d: pending %zu, want 0", variant, rdmax_arb_pending(&arb));
+        ASSERT(rdmax_arb_is_empty(&arb), "variant %d: arbiter not empty", variant);
         teardown(&arb, eps, 3);
     }
 }
@@ -430,11 +401,11 @@ static void test_push_head(void)
         s.res[1] = RDMAX_ARB_STOP;
         rdmax_arb_dispatch(&arb, 1, script_cb, &s);
         if (cases[c].r == RDMAX_ARB_DESCHED) {
-            CHECK(s.ncalls == 1, "case %zu: %d calls after DESCHED, want 1", c, s.ncalls);
+            ASSERT(s.ncalls == 1, "case %zu: %d calls after DESCHED, want 1", c, s.ncalls);
         }
-        CHECK(strcmp(queue_str(&eps[0]->grp), cases[c].want) == 0, "case %zu: queue '%s', want '%s'", c,
+        ASSERT(strcmp(queue_str(&eps[0]->grp), cases[c].want) == 0, "case %zu: queue '%s', want '%s'", c,
               queue_str(&eps[0]->grp), cases[c].want);
-        CHECK(rdmax_arb_group_count(&eps[0]->grp) == (size_t)(cases[c].r == RDMAX_ARB_REMOVE ? 1 : 2) +
+        ASSERT(rdmax_arb_group_count(&eps[0]->grp) == (size_t)(cases[c].r == RDMAX_ARB_REMOVE ? 1 : 2) +
                                                          (size_t)cases[c].nheads,
               "case %zu: count %zu", c, rdmax_arb_group_count(&eps[0]->grp));
         teardown(&arb, eps, 1);
@@ -448,7 +419,7 @@ static void test_push_head(void)
         rdmax_arb_group_push_head(&arb, &eps[0]->grp, &el_new(7, 0)->link);
         rdmax_arb_group_push(&arb, &eps[0]->grp, &el_new(8, 0)->link);
         rdmax_arb_group_push_head(&arb, &eps[0]->grp, &el_new(6, 0)->link);
-        CHECK(strcmp(queue_str(&eps[0]->grp), "6 7 8") == 0, "queue '%s', want '6 7 8'", queue_str(&eps[0]->grp));
+        ASSERT(strcmp(queue_str(&eps[0]->grp), "6 7 8") == 0, "queue '%s', want '6 7 8'", queue_str(&eps[0]->grp));
         teardown(&arb, eps, 1);
     }
 }
@@ -471,7 +442,7 @@ static void test_per_group(void)
         memset(&s, 0, sizeof s);
         s.free_removed = 1;
         n = rdmax_arb_dispatch(&arb, cases[c].pg, script_cb, &s);
-        CHECK(n == 9 && strcmp(log_str(&s), cases[c].want) == 0, "per_group %u: calls %s, want %s",
+        ASSERT(n == 9 && strcmp(log_str(&s), cases[c].want) == 0, "per_group %u: calls %s, want %s",
               cases[c].pg, log_str(&s), cases[c].want);
         teardown(&arb, eps, 2);
     }
@@ -490,29 +461,29 @@ static void test_desched_and_push(void)
     s.nres = 2;
     s.res[0] = RDMAX_ARB_DESCHED;
     s.res[1] = RDMAX_ARB_DESCHED;
-    CHECK(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0 && s.ncalls == 2, "DESCHED: %d calls", s.ncalls);
-    CHECK(rdmax_arb_is_empty(&arb), "arbiter not empty after both groups DESCHED");
-    CHECK(rdmax_arb_group_is_desched(&eps[0]->grp) && !rdmax_arb_group_is_scheduled(&eps[0]->grp),
+    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0 && s.ncalls == 2, "DESCHED: %d calls", s.ncalls);
+    ASSERT(rdmax_arb_is_empty(&arb), "arbiter not empty after both groups DESCHED");
+    ASSERT(rdmax_arb_group_is_desched(&eps[0]->grp) && !rdmax_arb_group_is_scheduled(&eps[0]->grp),
           "group state after DESCHED");
     rdmax_arb_group_push(&arb, &eps[0]->grp, &el_new(2, 0)->link);
-    CHECK(rdmax_arb_group_is_desched(&eps[0]->grp) && rdmax_arb_is_empty(&arb),
+    ASSERT(rdmax_arb_group_is_desched(&eps[0]->grp) && rdmax_arb_is_empty(&arb),
           "push rescheduled a desched group");
     memset(&s, 0, sizeof s);
     s.free_removed = 1;
-    CHECK(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0 && s.ncalls == 0, "desched group dispatched");
+    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0 && s.ncalls == 0, "desched group dispatched");
     rdmax_arb_group_schedule(&arb, &eps[1]->grp);
     rdmax_arb_group_schedule(&arb, &eps[0]->grp);
-    CHECK(!rdmax_arb_group_is_desched(&eps[0]->grp) && rdmax_arb_group_is_scheduled(&eps[0]->grp),
+    ASSERT(!rdmax_arb_group_is_desched(&eps[0]->grp) && rdmax_arb_group_is_scheduled(&eps[0]->grp),
           "schedule did not clear desched");
-    CHECK(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 3 && strcmp(log_str(&s), "B1 A1 A2") == 0,
+    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 3 && strcmp(log_str(&s), "B1 A1 A2") == 0,
           "calls %s, want B1 A1 A2 (schedule order)", log_str(&s));
     /* rdmax_arb_group_desched on a scheduled group, and on an idle one (no effect) */
     rdmax_arb_group_push(&arb, &eps[0]->grp, &el_new(3, 0)->link);
     rdmax_arb_group_desched(&arb, &eps[0]->grp);
-    CHECK(!rdmax_arb_group_is_desched(&eps[0]->grp), "desched of an idle group changed its state");
+    ASSERT(!rdmax_arb_group_is_desched(&eps[0]->grp), "desched of an idle group changed its state");
     rdmax_arb_group_schedule(&arb, &eps[0]->grp);
     rdmax_arb_group_desched(&arb, &eps[0]->grp);
-    CHECK(rdmax_arb_group_is_desched(&eps[0]->grp) && rdmax_arb_is_empty(&arb), "desched did not deschedule");
+    ASSERT(rdmax_arb_group_is_desched(&eps[0]->grp) && rdmax_arb_is_empty(&arb), "desched did not deschedule");
     teardown(&arb, eps, 2);
 }
 
@@ -530,10 +501,10 @@ static void test_lap_without_progress(void)
     for (i = 0; i < MAXLOG; i++) {
         s.res[i] = RDMAX_ARB_NEXT_GROUP;
     }
-    CHECK(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0, "NEXT_GROUP removed something");
-    CHECK(strcmp(log_str(&s), "A1 B1") == 0, "calls %s, want A1 B1 (a lap without removal ends dispatch)",
+    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0, "NEXT_GROUP removed something");
+    ASSERT(strcmp(log_str(&s), "A1 B1") == 0, "calls %s, want A1 B1 (a lap without removal ends dispatch)",
           log_str(&s));
-    CHECK(rdmax_arb_group_is_scheduled(&eps[0]->grp) && rdmax_arb_group_is_scheduled(&eps[1]->grp),
+    ASSERT(rdmax_arb_group_is_scheduled(&eps[0]->grp) && rdmax_arb_group_is_scheduled(&eps[1]->grp),
           "NEXT_GROUP descheduled a group");
     teardown(&arb, eps, 2);
 }
@@ -569,9 +540,9 @@ static void test_callback_reentry(void)
     s.free_removed = 1;
     s.user = &nested;
     s.hook = nested_hook;
-    CHECK(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 2 && s.ncalls == 2, "nested dispatch: %d calls",
+    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 2 && s.ncalls == 2, "nested dispatch: %d calls",
           s.ncalls);
-    CHECK(nested == 2000, "nested dispatch returned %zu, want 0", nested - 2000);
+    ASSERT(nested == 2000, "nested dispatch returned %zu, want 0", nested - 2000);
     teardown(&arb, eps, 1);
 
     /* a group scheduled from a callback joins the tail of the running lap */
@@ -582,8 +553,8 @@ static void test_callback_reentry(void)
     s.free_removed = 1;
     s.user = eps;
     s.hook = schedule_hook;
-    CHECK(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 4, "dispatch returned wrong count");
-    CHECK(strcmp(log_str(&s), "A1 B1 C1 A2") == 0, "calls %s, want A1 B1 C1 A2", log_str(&s));
+    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 4, "dispatch returned wrong count");
+    ASSERT(strcmp(log_str(&s), "A1 B1 C1 A2") == 0, "calls %s, want A1 B1 C1 A2", log_str(&s));
     teardown(&arb, eps, 3);
 
     /* an unknown result is a STOP */
@@ -592,8 +563,8 @@ static void test_callback_reentry(void)
     s.free_removed = 1;
     s.nres = 1;
     s.res[0] = (rdmax_arb_result)42;
-    CHECK(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0 && s.ncalls == 1, "unknown result: %d calls", s.ncalls);
-    CHECK(rdmax_arb_group_count(&eps[0]->grp) == 2, "unknown result lost the element");
+    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0 && s.ncalls == 1, "unknown result: %d calls", s.ncalls);
+    ASSERT(rdmax_arb_group_count(&eps[0]->grp) == 2, "unknown result lost the element");
     teardown(&arb, eps, 2);
 }
 
@@ -707,27 +678,27 @@ static void check_all(void)
         }
         g = &m->ep->grp;
         cnt = (size_t)(m->n + m->inflight);
-        CHECK(rdmax_arb_group_count(g) == cnt, "group %d count %zu, model %zu", s, rdmax_arb_group_count(g), cnt);
-        CHECK(rdmax_arb_group_is_empty(g) == (cnt == 0), "group %d is_empty wrong", s);
-        CHECK(rdmax_arb_group_is_scheduled(g) == (m->state == M_SCHED || m->state == M_RESCHED),
+        ASSERT(rdmax_arb_group_count(g) == cnt, "group %d count %zu, model %zu", s, rdmax_arb_group_count(g), cnt);
+        ASSERT(rdmax_arb_group_is_empty(g) == (cnt == 0), "group %d is_empty wrong", s);
+        ASSERT(rdmax_arb_group_is_scheduled(g) == (m->state == M_SCHED || m->state == M_RESCHED),
               "group %d is_scheduled %d, model state %d", s, (int)rdmax_arb_group_is_scheduled(g), m->state);
-        CHECK(rdmax_arb_group_is_desched(g) == (m->state == M_DESCHED), "group %d is_desched %d, model state %d",
+        ASSERT(rdmax_arb_group_is_desched(g) == (m->state == M_DESCHED), "group %d is_desched %d, model state %d",
               s, (int)rdmax_arb_group_is_desched(g), m->state);
         for (i = 0, e = rdmax_arb_group_first(g); i < m->n; i++, e = rdmax_arb_elem_next(e)) {
-            CHECK(e != NULL, "group %d: element %d of %d missing (lost)", s, i, m->n);
-            CHECK(el_of(e)->id == m->q[i], "group %d position %d: id %ld, model %ld (order)", s, i, el_of(e)->id,
+            ASSERT(e != NULL, "group %d: element %d of %d missing (lost)", s, i, m->n);
+            ASSERT(el_of(e)->id == m->q[i], "group %d position %d: id %ld, model %ld (order)", s, i, el_of(e)->id,
                   m->q[i]);
-            CHECK(rdmax_arb_elem_is_queued(e), "queued element %ld reports not queued", el_of(e)->id);
-            CHECK(R.est[m->q[i]] == ES_QUEUED, "element %ld in group %d but model state %d", m->q[i], s,
+            ASSERT(rdmax_arb_elem_is_queued(e), "queued element %ld reports not queued", el_of(e)->id);
+            ASSERT(R.est[m->q[i]] == ES_QUEUED, "element %ld in group %d but model state %d", m->q[i], s,
                   R.est[m->q[i]]);
         }
-        CHECK(e == NULL, "group %d has more elements than the model's %d", s, m->n);
+        ASSERT(e == NULL, "group %d has more elements than the model's %d", s, m->n);
         total += (int)cnt;
         any_sched |= m->state == M_SCHED;
     }
-    CHECK(total == R.total, "model total %d != sum %d (test bug)", R.total, total);
-    CHECK(rdmax_arb_pending(&R.arb) == (size_t)total, "pending %zu, model %d", rdmax_arb_pending(&R.arb), total);
-    CHECK(rdmax_arb_is_empty(&R.arb) == !any_sched, "is_empty %d but model has%s scheduled groups",
+    ASSERT(total == R.total, "model total %d != sum %d (test bug)", R.total, total);
+    ASSERT(rdmax_arb_pending(&R.arb) == (size_t)total, "pending %zu, model %d", rdmax_arb_pending(&R.arb), total);
+    ASSERT(rdmax_arb_is_empty(&R.arb) == !any_sched, "is_empty %d but model has%s scheduled groups",
           (int)rdmax_arb_is_empty(&R.arb), any_sched ? "" : " no");
 }
 
@@ -804,12 +775,12 @@ static void purge_check_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e
 {
     t_elem *el = el_of(e);
     (void)arg;
-    CHECK(arb == &R.arb, "purge callback got another arbiter");
-    CHECK(g == &R.m[R.pslot].ep->grp, "purge callback got another group");
-    CHECK(!rdmax_arb_elem_is_queued(e), "cancelled element still marked queued");
-    CHECK(R.pi < R.pn, "purge cancelled more than the %d queued elements", R.pn);
-    CHECK(el->id == R.pq[R.pi], "purge cancelled %ld at position %d, model %ld", el->id, R.pi, R.pq[R.pi]);
-    CHECK(R.est[el->id] == ES_QUEUED, "purge cancelled element %ld in state %d", el->id, R.est[el->id]);
+    ASSERT(arb == &R.arb, "purge callback got another arbiter");
+    ASSERT(g == &R.m[R.pslot].ep->grp, "purge callback got another group");
+    ASSERT(!rdmax_arb_elem_is_queued(e), "cancelled element still marked queued");
+    ASSERT(R.pi < R.pn, "purge cancelled more than the %d queued elements", R.pn);
+    ASSERT(el->id == R.pq[R.pi], "purge cancelled %ld at position %d, model %ld", el->id, R.pi, R.pq[R.pi]);
+    ASSERT(R.est[el->id] == ES_QUEUED, "purge cancelled element %ld in state %d", el->id, R.est[el->id]);
     R.est[el->id] = ES_CANCELLED;
     R.pi++;
     R.st_cancelled++;
@@ -845,7 +816,7 @@ static void op_purge(int s)
     R.pslot = s;
     TRACE("purge %d\n", s);
     rdmax_arb_group_purge(&R.arb, &m->ep->grp, purge_check_cb, NULL);
-    CHECK(R.pi == R.pn, "purge of group %d cancelled %d of %d queued elements", s, R.pi, R.pn);
+    ASSERT(R.pi == R.pn, "purge of group %d cancelled %d of %d queued elements", s, R.pi, R.pn);
     m_drop_all(s);
 }
 
@@ -866,12 +837,12 @@ static void op_destroy(int s, int recreate)
     for (e = rdmax_arb_group_first(&ep->grp); e != NULL && n < MAXQ; e = rdmax_arb_elem_next(e)) {
         dropped[n++] = el_of(e);
     }
-    CHECK(n == m->n, "group %d: walked %d elements, model %d", s, n, m->n);
+    ASSERT(n == m->n, "group %d: walked %d elements, model %d", s, n, m->n);
     rdmax_arb_group_cleanup(&R.arb, &ep->grp);
-    CHECK(rdmax_arb_group_first(&ep->grp) == NULL && rdmax_arb_group_count(&ep->grp) == 0,
+    ASSERT(rdmax_arb_group_first(&ep->grp) == NULL && rdmax_arb_group_count(&ep->grp) == 0,
           "group %d not empty after cleanup", s);
     for (i = 0; i < n; i++) {
-        CHECK(!rdmax_arb_elem_is_queued(&dropped[i]->link), "element %ld still queued after cleanup",
+        ASSERT(!rdmax_arb_elem_is_queued(&dropped[i]->link), "element %ld still queued after cleanup",
               dropped[i]->id);
         R.est[dropped[i]->id] = ES_DROPPED;
         free(dropped[i]);
@@ -924,25 +895,25 @@ static rdmax_arb_result rand_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_el
     unsigned x;
     (void)arg;
 
-    CHECK(arb == &R.arb, "callback got another arbiter");
-    CHECK(!R.stopped, "callback after a STOP in the same dispatch");
-    CHECK(s >= 0 && s < NG && R.m[s].ep == ep, "callback on a destroyed group (slot %d)", s);
+    ASSERT(arb == &R.arb, "callback got another arbiter");
+    ASSERT(!R.stopped, "callback after a STOP in the same dispatch");
+    ASSERT(s >= 0 && s < NG && R.m[s].ep == ep, "callback on a destroyed group (slot %d)", s);
     m = &R.m[s];
-    CHECK(m->state == M_SCHED, "callback on group %d in model state %d (not scheduled, or RESCHED revisited)", s,
+    ASSERT(m->state == M_SCHED, "callback on group %d in model state %d (not scheduled, or RESCHED revisited)", s,
           m->state);
-    CHECK(el->slot == s, "element %ld of group %d dispatched on group %d", id, el->slot, s);
-    CHECK(id >= 0 && id < R.nid && R.est[id] == ES_QUEUED,
+    ASSERT(el->slot == s, "element %ld of group %d dispatched on group %d", id, el->slot, s);
+    ASSERT(id >= 0 && id < R.nid && R.est[id] == ES_QUEUED,
           "element %ld dispatched in model state %d (run twice or never queued)", id,
           id >= 0 && id < R.nid ? R.est[id] : -1);
-    CHECK(m->n > 0 && m->q[0] == id, "group %d: dispatched %ld, model head %ld (order)", s, id,
+    ASSERT(m->n > 0 && m->q[0] == id, "group %d: dispatched %ld, model head %ld (order)", s, id,
           m->n ? m->q[0] : -1);
-    CHECK(!rdmax_arb_elem_is_queued(e), "element in callback reports queued");
+    ASSERT(!rdmax_arb_elem_is_queued(e), "element in callback reports queued");
     if (R.cb_calls == 0 && R.first_slot >= 0) {
-        CHECK(s == R.first_slot, "dispatch after STOP started with group %d, not the stopped group %d", s,
+        ASSERT(s == R.first_slot, "dispatch after STOP started with group %d, not the stopped group %d", s,
               R.first_slot);
     }
     if (R.expect_slot >= 0) {
-        CHECK(s == R.expect_slot, "group %d served %d of per_group %d and non-empty, but next call is group %d",
+        ASSERT(s == R.expect_slot, "group %d served %d of per_group %d and non-empty, but next call is group %d",
               R.expect_slot, R.run, R.pg, s);
         R.st_cont++;
     }
@@ -961,7 +932,7 @@ static rdmax_arb_result rand_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_el
             for (t = 0; t < NG; t++) {
                 if (t != s && R.m[t].ep != NULL && R.m[t].state == M_SCHED && R.m[t].elig_since >= 0 &&
                     R.m[t].elig_since <= p && R.m[t].last_visit < p) {
-                    CHECK(0, "fairness: group %d (in ring since turn %ld, last visit %ld) passed over twice: "
+                    ASSERT(0, "fairness: group %d (in ring since turn %ld, last visit %ld) passed over twice: "
                              "group %d served at turn %ld and again at %ld", t, R.m[t].elig_since,
                           R.m[t].last_visit, s, p, R.seq);
                 }
@@ -1055,7 +1026,7 @@ static rdmax_arb_result rand_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_el
             }
         } else if (!repushed) {
             /* kept: back in front, behind whatever was push_head'ed during the callback */
-            CHECK(m->n < MAXQ, "model queue overflow (test bug)");
+            ASSERT(m->n < MAXQ, "model queue overflow (test bug)");
             memmove(m->q + R.nheads + 1, m->q + R.nheads, (size_t)(m->n - R.nheads) * sizeof m->q[0]);
             m->q[R.nheads] = id;
             m->n++;
@@ -1115,10 +1086,10 @@ static void step_dispatch(void)
     TRACE("dispatch per_group %u\n", per_group);
     n = rdmax_arb_dispatch(&R.arb, per_group, rand_cb, NULL);
     R.in_dispatch = 0;
-    CHECK(n == R.removes, "dispatch returned %zu, callbacks returned REMOVE %zu times", n, R.removes);
-    CHECK(R.expect_slot < 0, "dispatch returned although group %d had per_group budget and elements left",
+    ASSERT(n == R.removes, "dispatch returned %zu, callbacks returned REMOVE %zu times", n, R.removes);
+    ASSERT(R.expect_slot < 0, "dispatch returned although group %d had per_group budget and elements left",
           R.expect_slot);
-    CHECK((R.cb_calls > 0) == any_sched, "dispatch made %d calls with%s scheduled groups", R.cb_calls,
+    ASSERT((R.cb_calls > 0) == any_sched, "dispatch made %d calls with%s scheduled groups", R.cb_calls,
           any_sched ? "" : " no");
     if (!R.stopped) {
         /* Returning without STOP is allowed once a whole round removed nothing: every group that was
@@ -1126,7 +1097,7 @@ static void step_dispatch(void)
         for (s = 0; s < NG; s++) {
             m_group *m = &R.m[s];
             if (m->ep != NULL && m->state == M_SCHED && m->elig_cb <= R.last_rm_cb) {
-                CHECK(m->visit_cb > R.last_rm_cb, "dispatch returned early: group %d (in ring since callback "
+                ASSERT(m->visit_cb > R.last_rm_cb, "dispatch returned early: group %d (in ring since callback "
                       "%ld) not tried after the last removal (callback %ld)", s, m->elig_cb, R.last_rm_cb);
                 R.st_early++;
             }
@@ -1164,7 +1135,7 @@ static void test_random(void)
 #endif
         unsigned x = rnd(100);
         s = (int)rnd(NG);
-        snprintf(g_where, sizeof g_where, ", seed %llu, step %ld; replay: ./arbiter_test %llu", g_seed, step,
+        snprintf(tl_where, sizeof tl_where, ", seed %llu, step %ld; replay: ./arbiter_test %llu", g_seed, step,
                  g_seed);
         if (R.m[s].ep == NULL && x < 80) {
             m_reset(s, ep_new(s));
@@ -1189,11 +1160,11 @@ static void test_random(void)
             R.m[s].ep = NULL;
         }
     }
-    CHECK(rdmax_arb_pending(&R.arb) == 0 && rdmax_arb_is_empty(&R.arb), "arbiter not empty at the end");
+    ASSERT(rdmax_arb_pending(&R.arb) == 0 && rdmax_arb_is_empty(&R.arb), "arbiter not empty at the end");
     {
         long id, done = 0, canc = 0, other = 0;
         for (id = 0; id < R.nid; id++) {
-            CHECK(R.est[id] >= ES_DONE, "element %ld never finished (state %d): lost", id, R.est[id]);
+            ASSERT(R.est[id] >= ES_DONE, "element %ld never finished (state %d): lost", id, R.est[id]);
             done += R.est[id] == ES_DONE;
             canc += R.est[id] == ES_CANCELLED;
             other += R.est[id] > ES_CANCELLED;
@@ -1213,13 +1184,13 @@ static void test_random(void)
     }
     /* the run must have exercised what it claims to check (each of these can fail with a weak run) */
     if (g_steps >= 100000 && step == g_steps) {
-        CHECK(R.st_fair > 1000 && R.st_cont > 100, "too few fairness checks (%ld) or continuations (%ld)",
+        ASSERT(R.st_fair > 1000 && R.st_cont > 100, "too few fairness checks (%ld) or continuations (%ld)",
               R.st_fair, R.st_cont);
-        CHECK(R.st_purge_own > 10 && R.st_destroy_own > 10 && R.st_purge_other > 10 && R.st_destroy_other > 10,
+        ASSERT(R.st_purge_own > 10 && R.st_destroy_own > 10 && R.st_purge_other > 10 && R.st_destroy_other > 10,
               "too few purge/destroy inside callbacks");
-        CHECK(R.st_head_cb > 10 && R.st_repush > 10 && R.st_self_moved > 10,
+        ASSERT(R.st_head_cb > 10 && R.st_repush > 10 && R.st_self_moved > 10,
               "too few push_head/re-push/self-desched");
-        CHECK(R.st_resched > 100 && R.st_stop > 100 && R.st_desched > 100, "too few RESCHED/STOP/DESCHED");
+        ASSERT(R.st_resched > 100 && R.st_stop > 100 && R.st_desched > 100, "too few RESCHED/STOP/DESCHED");
     }
     free(R.est);
     R.est = NULL;
@@ -1239,17 +1210,17 @@ int main(int argc, char **argv)
         g_steps = strtol(argv[2], NULL, 0);
     }
     g_trace = getenv("RDMAX_ARB_TRACE") != NULL && atoi(getenv("RDMAX_ARB_TRACE")) != 0;
-    run_test("empty_dispatch", test_empty_dispatch);
-    run_test("stop_leaves_group_at_head", test_stop_leaves_group_at_head);
-    run_test("resched_not_revisited", test_resched_not_revisited);
-    run_test("destroy_own_group_in_callback", test_destroy_own_group_in_callback);
-    run_test("push_head", test_push_head);
-    run_test("per_group", test_per_group);
-    run_test("desched_and_push", test_desched_and_push);
-    run_test("lap_without_progress", test_lap_without_progress);
-    run_test("callback_reentry", test_callback_reentry);
-    run_test("random_model", test_random);
-    if (g_failed) {
+    tl_run("empty_dispatch", test_empty_dispatch);
+    tl_run("stop_leaves_group_at_head", test_stop_leaves_group_at_head);
+    tl_run("resched_not_revisited", test_resched_not_revisited);
+    tl_run("destroy_own_group_in_callback", test_destroy_own_group_in_callback);
+    tl_run("push_head", test_push_head);
+    tl_run("per_group", test_per_group);
+    tl_run("desched_and_push", test_desched_and_push);
+    tl_run("lap_without_progress", test_lap_without_progress);
+    tl_run("callback_reentry", test_callback_reentry);
+    tl_run("random_model", test_random);
+    if (tl_failed_total) {
         printf("# arbiter_test: FAILED (seed %llu)\n", g_seed);
         return 1;
     }

@@ -58,23 +58,6 @@ static rdmax_ctx *open_ctx(const char *dev)
     return c;
 }
 
-/* Connect two endpoints (possibly on different contexts) by trading records directly. */
-static rdmax_status pair(rdmax_ctx *ca, rdmax_ctx *cb, const rdmax_ep_desc *da, const rdmax_ep_desc *db,
-                         rdmax_ep **a, rdmax_ep **b)
-{
-    rdmax_status st = rdmax_ep_create(ca, da, a);
-    if (st != RDMAX_OK)
-        return st;
-    if ((st = rdmax_ep_create(cb, db, b)) != RDMAX_OK)
-        return st;
-    rdmax_conn_info ia, ib;
-    rdmax_ep_local_info(*a, &ia);
-    rdmax_ep_local_info(*b, &ib);
-    if ((st = rdmax_ep_connect_info(*a, &ib)) != RDMAX_OK)
-        return st;
-    return rdmax_ep_connect_info(*b, &ia);
-}
-
 static void progress2(rdmax_ctx *a, rdmax_ctx *b)
 {
     rdmax_progress(a);
@@ -151,7 +134,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     db.user = &rxb;
     da.expose = src;
     db.expose = dst;
-    REQUIRE(pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    REQUIRE(tl_pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     tl_end();
     unsigned char *s = (unsigned char *)src->addr, *d = (unsigned char *)dst->addr;
     uint64_t raddr = (uintptr_t)dst->addr;
@@ -424,8 +407,8 @@ static void error_case(const char *topo, const char *name, rdmax_ctx *ca, rdmax_
     memset(&d, 0, sizeof d);
     d.timeout = 8;  /* ~1 ms: a lost peer is found quickly */
     d.retry_cnt = 2;
-    REQUIRE(pair(ca, cb, &d, &d, &a, &b) == RDMAX_OK, "pair");
-    REQUIRE(pair(ca, cb, &d, &d, &a2, &b2) == RDMAX_OK, "second pair");
+    REQUIRE(tl_pair(ca, cb, &d, &d, &a, &b) == RDMAX_OK, "pair");
+    REQUIRE(tl_pair(ca, cb, &d, &d, &a2, &b2) == RDMAX_OK, "second pair");
     int logs = g_errlogs;
     rdmax_comp c;
     memset(&c, 0, sizeof c);
@@ -497,7 +480,7 @@ static void flood_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
     d.sq_depth = 1024;
-    REQUIRE(pair(ca, cb, &d, &d, &a, &b) == RDMAX_OK, "pair");
+    REQUIRE(tl_pair(ca, cb, &d, &d, &a, &b) == RDMAX_OK, "pair");
     int logs = g_errlogs;
     rdmax_counters c0, c1;
     rdmax_counters_get(ca, &c0);
@@ -549,7 +532,7 @@ static void destroy_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     tl_begin("%s/destroy with operations in flight", topo);
     REQUIRE(rdmax_mem_alloc(ca, 1 << 20, RDMAX_ACCESS_REMOTE_READ, &src) == RDMAX_OK &&
             rdmax_mem_alloc(cb, 1 << 20, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
-    REQUIRE(pair(ca, cb, NULL, NULL, &a, &b) == RDMAX_OK, "pair");
+    REQUIRE(tl_pair(ca, cb, NULL, NULL, &a, &b) == RDMAX_OK, "pair");
     memset(comps, 0, sizeof comps);
     for (int i = 0; i < 64; i++)
         CHECK_ST(rdmax_put(a, src->addr, 1 << 20, src, (uintptr_t)dst->addr, dst->rkey, &comps[i]), RDMAX_INPROGRESS);
@@ -636,7 +619,7 @@ static void killed_peer_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb, con
           qa.timeout, qa.retry_cnt);
     CHECK(rdmax_ep_query_state(ep) == RDMAX_EP_ERROR, "endpoint not in error");
     CHECK(rdmax_ep_flush(ep, 2000) != RDMAX_ERR_TIMEOUT, "flush of a dead endpoint hangs");
-    REQUIRE(pair(ca, cb, NULL, NULL, &a2, &b2) == RDMAX_OK, "pair");
+    REQUIRE(tl_pair(ca, cb, NULL, NULL, &a2, &b2) == RDMAX_OK, "pair");
     REQUIRE(rdmax_mem_alloc(cb, 4096, RDMAX_ACCESS_REMOTE_READ, &m2) == RDMAX_OK, "alloc");
     memset(&c, 0, sizeof c);
     CHECK_ST(rdmax_get(a2, m->addr, 64, m, (uintptr_t)m2->addr, m2->rkey, &c), RDMAX_INPROGRESS);
@@ -676,7 +659,7 @@ static void contract_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     db.recv_cb = on_recv;
     db.user = &rxb;
     db.recv_size = 8192;
-    REQUIRE(pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    REQUIRE(tl_pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     tl_end();
     {
         const size_t lens[] = {0, 8, mi, (size_t)mi + 1, 4096};
@@ -844,7 +827,7 @@ static void regions_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         db.expose = r[0];
         db.expose_list = list;
         db.expose_count = 2;
-        REQUIRE(pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+        REQUIRE(tl_pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
         CHECK(rdmax_ep_remote_count(a) == 3 && rdmax_ep_remote_count(b) == 0, "counts %u, %u",
               rdmax_ep_remote_count(a), rdmax_ep_remote_count(b));
         CHECK(rdmax_ep_remote(a, 3) == NULL && rdmax_ep_remote(b, 0) == NULL, "a region past the count");

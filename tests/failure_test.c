@@ -74,25 +74,9 @@ static rdmax_ctx *open_ctx(const char *dev)
     return c;
 }
 
-static rdmax_status pair2(rdmax_ctx *ca, rdmax_ctx *cb, const rdmax_ep_desc *da, const rdmax_ep_desc *db,
-                          rdmax_ep **a, rdmax_ep **b)
-{
-    rdmax_status st = rdmax_ep_create(ca, da, a);
-    if (st == RDMAX_OK)
-        st = rdmax_ep_create(cb, db, b);
-    if (st != RDMAX_OK)
-        return st;
-    rdmax_conn_info ia, ib;
-    rdmax_ep_local_info(*a, &ia);
-    rdmax_ep_local_info(*b, &ib);
-    if ((st = rdmax_ep_connect_info(*a, &ib)) != RDMAX_OK)
-        return st;
-    return rdmax_ep_connect_info(*b, &ia);
-}
-
 static rdmax_status pair(rdmax_ctx *ca, rdmax_ctx *cb, const rdmax_ep_desc *d, rdmax_ep **a, rdmax_ep **b)
 {
-    return pair2(ca, cb, d, d, a, b);
+    return tl_pair(ca, cb, d, d, a, b);
 }
 
 /* Progress until ep leaves RDMAX_EP_CONNECTED or the guard passes; returns the ms it took, -1 on guard. */
@@ -317,7 +301,7 @@ static void case_disconnect(rdmax_ctx *c, rdmax_mem *mem)
     rdmax_ep *a = NULL, *b = NULL;
     int closed_before = g_events[RDMAX_PROFILE_EVENT_EP_CLOSED];
     uint64_t by_peer_before = g_detail_sum[RDMAX_PROFILE_EVENT_EP_CLOSED];
-    REQUIRE(pair2(c, c, &da, &db, &a, &b) == RDMAX_OK, "pair");
+    REQUIRE(tl_pair(c, c, &da, &db, &a, &b) == RDMAX_OK, "pair");
     REQUIRE(rdmax_send(a, "goodbye", 8, NULL, NULL) == RDMAX_OK, "send");
     CHECK_ST(rdmax_ep_disconnect(a, 10000), RDMAX_OK);
     CHECK(rdmax_ep_query_state(a) == RDMAX_EP_CLOSED, "closer's state %d", rdmax_ep_query_state(a));
@@ -433,7 +417,7 @@ static void case_short_cut(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_me
     rdmax_comp comp[N];
     memset(comp, 0, sizeof comp);
     char cmd[128];
-    REQUIRE(pair2(c0, c1, &d, &db, &a, &b) == RDMAX_OK, "pair");
+    REQUIRE(tl_pair(c0, c1, &d, &db, &a, &b) == RDMAX_OK, "pair");
     rdmax_conn_info ib;
     rdmax_ep_local_info(b, &ib);
     memset(m1->addr, 0, (size_t)N * LEN);
@@ -714,9 +698,9 @@ static int dv_setup(void)
     rdmax_ep_desc d0 = d, d1 = d;
     d0.expose = g_dv[0].m;
     d1.expose = g_dv[1].m;
-    if (pair2(c0, c1, &d0, &d1, &g_dv_ep[DV_PUT], &g_dv_peer[DV_PUT]) != RDMAX_OK ||
-        pair2(c1, c0, &d1, &d0, &g_dv_ep[DV_GET], &g_dv_peer[DV_GET]) != RDMAX_OK ||
-        pair2(c0, c1, &d0, &d1, &g_dv_ep[DV_IDLE0], &g_dv_peer[DV_IDLE0]) != RDMAX_OK)
+    if (tl_pair(c0, c1, &d0, &d1, &g_dv_ep[DV_PUT], &g_dv_peer[DV_PUT]) != RDMAX_OK ||
+        tl_pair(c1, c0, &d1, &d0, &g_dv_ep[DV_GET], &g_dv_peer[DV_GET]) != RDMAX_OK ||
+        tl_pair(c0, c1, &d0, &d1, &g_dv_ep[DV_IDLE0], &g_dv_peer[DV_IDLE0]) != RDMAX_OK)
         return 0;
     g_dv_ep[DV_IDLE1] = g_dv_peer[DV_IDLE0]; /* the idle pair: each end is reported on its own */
     g_dv_peer[DV_IDLE0] = NULL;
@@ -810,7 +794,7 @@ static int dv_fresh_pair(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_mem 
     rdmax_comp cc;
     memset(&cc, 0, sizeof cc);
     int ok = 0;
-    if (pair2(c0, c1, &d0, &d1, &a, &b) == RDMAX_OK) {
+    if (tl_pair(c0, c1, &d0, &d1, &a, &b) == RDMAX_OK) {
         rdmax_conn_info ib;
         rdmax_ep_local_info(b, &ib);
         char *dst = (char *)m1->addr + (768u << 10);

@@ -160,13 +160,8 @@ static void mixed(const char *dev)
         db = da;
         db.recv_cb = on_recv;
         db.user = &E[i];
-        REQUIRE(rdmax_ep_create(ctx, &da, &E[i].a) == RDMAX_OK && rdmax_ep_create(ctx, &db, &E[i].b) == RDMAX_OK,
-                "endpoint %d: %s", i, rdmax_ctx_last_error(ctx));
-        rdmax_conn_info ia, ib;
-        rdmax_ep_local_info(E[i].a, &ia);
-        rdmax_ep_local_info(E[i].b, &ib);
-        REQUIRE(rdmax_ep_connect_info(E[i].a, &ib) == RDMAX_OK && rdmax_ep_connect_info(E[i].b, &ia) == RDMAX_OK,
-                "connect %d", i);
+        REQUIRE(tl_pair(ctx, ctx, &da, &db, &E[i].a, &E[i].b) == RDMAX_OK, "endpoint pair %d: %s", i,
+                rdmax_ctx_last_error(ctx));
         for (int k = 0; k < WINDOW; k++)
             E[i].free_slots[E[i].nfree++] = k;
     }

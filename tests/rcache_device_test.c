@@ -174,12 +174,7 @@ static int rig_open(rig *r, const rdmax_ctx_desc *sender, size_t dst_len)
        is long enough for keepalives and the default 0.47 s retry time to call the idle peer dead. */
     da.keepalive_ms = db.keepalive_ms = RDMAX_OFF;
     da.timeout = db.timeout = 18;
-    if (rdmax_ep_create(r->cs, &da, &r->a) != RDMAX_OK || rdmax_ep_create(r->cr, &db, &r->b) != RDMAX_OK)
-        return -1;
-    rdmax_conn_info ia, ib;
-    rdmax_ep_local_info(r->a, &ia);
-    rdmax_ep_local_info(r->b, &ib);
-    if (rdmax_ep_connect_info(r->a, &ib) != RDMAX_OK || rdmax_ep_connect_info(r->b, &ia) != RDMAX_OK)
+    if (tl_pair(r->cs, r->cr, &da, &db, &r->a, &r->b) != RDMAX_OK)
         return -1;
     /* the receiver advertised dst in its record: the sender writes where that says */
     const rdmax_rbuf *rr = rdmax_ep_remote(r->a, 0);

@@ -1,7 +1,16 @@
-/* A small test helper: each case prints "PASS name" or "FAIL name: why" on its own line, which
-   tests/run_all.sh counts; the program exits non-zero if any case failed. */
+/* The one test harness of rdmax's tests: each case prints "PASS name" or "FAIL name: why" on its own
+   line, which tests/run_all.sh counts; the program exits non-zero if any case failed.
+     tl_begin("fmt", ...) ... tl_end()     a case; CHECK records a failure and goes on, REQUIRE records it
+                                           and jumps to the function's `out:` label (cleanup)
+     tl_run("name", fn)                    a case in a function of its own; ASSERT records a failure and
+                                           abandons the case at once (longjmp), for code that would crash
+                                           or loop on corrupted state after a failed check
+     tl_where                              extra context for failure messages (a seed and step to replay)
+     tl_pair(...)                          the two-endpoint fixture (when rdmax.h is included first)
+   Return tl_failed_total ? 1 : 0 from main. */
 #ifndef RDMAX_TESTLIB_H
 #define RDMAX_TESTLIB_H
+#include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdarg.h>
@@ -9,6 +18,8 @@
 
 static int tl_failed_total, tl_case_failed;
 static char tl_case[160];
+static char tl_where[160];     /* appended to failure messages; cleared by tl_begin */
+static jmp_buf *tl_jmp;        /* set while tl_run runs a case: where ASSERT jumps */
 
 static void tl_begin(const char *fmt, ...)
 {
@@ -17,6 +28,7 @@ static void tl_begin(const char *fmt, ...)
     vsnprintf(tl_case, sizeof tl_case, fmt, ap);
     va_end(ap);
     tl_case_failed = 0;
+    tl_where[0] = 0;
 }
 
 static void tl_fail(const char *file, int line, const char *fmt, ...)
@@ -27,7 +39,7 @@ static void tl_fail(const char *file, int line, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     if (!tl_case_failed)
-        printf("FAIL %s: %s (%s:%d)\n", tl_case, msg, file, line);
+        printf("FAIL %s: %s (%s:%d%s)\n", tl_case, msg, file, line, tl_where);
     fflush(stdout);
     tl_case_failed = 1;
 }
@@ -42,8 +54,58 @@ static int tl_end(void)
     return !tl_case_failed;
 }
 
+/* tl_run: run fn as the case `name`; an ASSERT in it ends the case there. */
+static inline int tl_run(const char *name, void (*fn)(void))
+{
+    jmp_buf here;
+    tl_begin("%s", name);
+    tl_jmp = &here;
+    if (setjmp(here) == 0)
+        fn();
+    tl_jmp = NULL;
+    return tl_end();
+}
+
+/* ASSERT outside tl_run: nothing to jump to, so the program stops (its case reported as failed). */
+static inline void tl_abandon(void)
+{
+    if (tl_jmp)
+        longjmp(*tl_jmp, 1);
+    tl_end();
+    exit(1);
+}
+
 #define CHECK(c, ...) do { if (!(c)) { tl_fail(__FILE__, __LINE__, __VA_ARGS__); } } while (0)
+#define ASSERT(c, ...) do { if (!(c)) { tl_fail(__FILE__, __LINE__, __VA_ARGS__); tl_abandon(); } } while (0)
 #define REQUIRE(c, ...) do { if (!(c)) { tl_fail(__FILE__, __LINE__, __VA_ARGS__); goto out; } } while (0)
 #define CHECK_ST(st, want) CHECK((st) == (want), "status %d (%s), expected %d (%s)", (int)(st), \
                                  rdmax_status_str((rdmax_status)(st)), (int)(want), rdmax_status_str(want))
+
+#ifdef RDMAX_H_INCLUDED
+/* tl_pair: two endpoints connected to each other by trading their records directly (no TCP), on one
+   context or two (ca, cb: loopback or across devices). da/db may be NULL. On failure nothing is left:
+   both are destroyed and *a, *b are NULL. */
+static inline rdmax_status tl_pair(rdmax_ctx *ca, rdmax_ctx *cb, const rdmax_ep_desc *da, const rdmax_ep_desc *db,
+                                   rdmax_ep **a, rdmax_ep **b)
+{
+    rdmax_conn_info ia, ib;
+    *a = *b = NULL;
+    rdmax_status st = rdmax_ep_create(ca, da, a);
+    if (st == RDMAX_OK)
+        st = rdmax_ep_create(cb, db, b);
+    if (st == RDMAX_OK) {
+        rdmax_ep_local_info(*a, &ia);
+        rdmax_ep_local_info(*b, &ib);
+        st = rdmax_ep_connect_info(*a, &ib);
+        if (st == RDMAX_OK)
+            st = rdmax_ep_connect_info(*b, &ia);
+    }
+    if (st != RDMAX_OK) {
+        rdmax_ep_destroy(*a);
+        rdmax_ep_destroy(*b);
+        *a = *b = NULL;
+    }
+    return st;
+}
+#endif
 #endif

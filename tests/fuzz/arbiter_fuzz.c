@@ -18,8 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     static char name[256];
     snprintf(name, sizeof name, "fuzz/arbiter: %s: random_model", fz_input);
-    g_name = name;
-    g_where[0] = '\0';
+    tl_begin("%s", name);  /* also clears tl_where */
     g_fz_p = data;
     g_fz_n = size;
     g_steps = 1000000;
