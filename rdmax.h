@@ -7,7 +7,8 @@
        #include "rdmax.h"
 
    and in every other file that uses it, the same transport selection without RDMAX_IMPLEMENTATION.
-   Copy rdmax.h and rdmax_impl.h side by side; link with -libverbs -lrdmacm -lnuma.
+   Copy rdmax.h and rdmax_impl.h side by side and link with -libverbs -lrdmacm -lnuma, or `make install`
+   them (include/rdmax/ and rdmax.pc) and build with `pkg-config --cflags --libs rdmax`.
 
    TRANSPORT SELECTION
    Define RDMAX_TRANSPORT_RC, RDMAX_TRANSPORT_UD or both before including. With neither the header stops
@@ -115,8 +116,8 @@
 
    THREAD SAFETY
    A context and everything made from it belong to one thread at a time. Different contexts may be used
-   from different threads concurrently. rdmax_status_str() and the pure wire-format functions are
-   thread-safe.
+   from different threads concurrently. rdmax_status_str(), rdmax_log_item_str() and the pure wire-format
+   functions are thread-safe; rdmax_ctx_last_error(NULL) is per thread.
 
    ERROR HANDLING
    Functions that can fail return an rdmax_status (RDMAX_OK 0, RDMAX_INPROGRESS 1, RDMAX_BUSY 2, errors
@@ -1297,9 +1298,11 @@ RDMAX_API void rdmax__tick(rdmax_ctx *ctx);
        if (r) rdmax_put(ep, buf, len, NULL, r->addr, r->rkey, &comp);
    rdmax_ep_remote_count: how many it advertised.
    rdmax_ep_query_desc: the desc as applied (sq_depth a power of two under the device limit, max_inline
-   probed, max_rd_atomic negotiated, ...). rdmax_ep_query_state: RDMAX_EP_INIT, _CONNECTED, _ERROR,
-   _CLOSED. rdmax_ep_query_info: resources and identity now (rdmax_ep_info; its qp is the verbs QP, for
-   tools and tests: moving it to another state fails the endpoint). rdmax_ep_ctx: the endpoint's context. */
+   probed, max_rd_atomic negotiated, ...); its pointers (expose, expose_list, user) are as given (the
+   list was read at creation: it need not point anywhere now). rdmax_ep_query_state: RDMAX_EP_INIT,
+   _CONNECTED, _ERROR, _CLOSED. rdmax_ep_query_info: resources and identity now (rdmax_ep_info; its qp is
+   the verbs QP, for tools and tests: moving it to another state fails the endpoint). rdmax_ep_ctx: the
+   endpoint's context. */
 RDMAX_API const rdmax_rbuf *rdmax_ep_remote(const rdmax_ep *ep, uint32_t index);
 RDMAX_API uint32_t rdmax_ep_remote_count(const rdmax_ep *ep);
 RDMAX_API rdmax_ep_desc rdmax_ep_query_desc(const rdmax_ep *ep);
