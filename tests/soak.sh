@@ -6,7 +6,7 @@
 #            and gets, 2,000 each, under every setting, and 1 KiB gets under delay (veth); on each kernel of
 #            RDMAX_SOAK_KERNELS
 #   twohost  the two-host test (checked streams, then a host crashed) under netem loss 1% and
-#            duplicate 1% on both hosts' link
+#            duplicate 1% on both hosts' link, and with its connections set up through rdma_cm
 #   kill     100 rounds of a peer SIGKILLed at a random point (dummy), on each kernel
 #   san      the device tests built with ASan+UBSan, the slow ones too, and 20 killed-peer rounds
 #   valgrind every example under memcheck, in one process and as server and client (dummy)
@@ -51,6 +51,8 @@ for n in "loss 1%" "duplicate 1%"; do
     echo "== soak: two hosts under netem $n"
     RDMAX_NETEM=$n vm "twohost-$(echo "$n" | tr -d ' %')" twohost 6.1 tests/guest.sh twohost
 done
+echo "== soak: two hosts, connections set up through rdma_cm"
+RDMAX_TWOHOST_SETUP=cm vm twohost-cm twohost 6.1 tests/guest.sh twohost
 echo "== soak: the device tests built with ASan+UBSan, all of them, 20 killed-peer rounds (dummy)"
 RDMAX_SAN_LONG=1 RDMAX_SAN_KILL_ROUNDS=20 RDMAX_VALGRIND=0 vm san dummy 6.1 tests/guest.sh san
 echo "== soak: valgrind memcheck over every example (dummy)"

@@ -725,6 +725,12 @@ int main(void)
     memset(&cd, 0, sizeof cd);
     cd.device = dev;
     cd.logger.func = log_fn;
+    /* RDMAX_TWOHOST_SETUP=cm: the same over rdma_cm connection setup (make soak) */
+    const char *setup = getenv("RDMAX_TWOHOST_SETUP");
+    if (setup && !strcmp(setup, "cm"))
+        cd.conn_setup = RDMAX_SETUP_CM;
+    if (g_host == 0)
+        printf("INFO twohost: connection setup through %s\n", cd.conn_setup == RDMAX_SETUP_CM ? "rdma_cm" : "the TCP record");
     if (rdmax_ctx_create(&cd, &g_ctx) != RDMAX_OK ||
         rdmax_mem_alloc(g_ctx, MEM_SIZE, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &g_mem) != RDMAX_OK) {
         printf("FAIL twohost/h%d/setup: device %s: %s\n", g_host, dev ? dev : "(default)",
