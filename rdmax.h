@@ -10,6 +10,18 @@
    Copy rdmax.h and rdmax_impl.h side by side and link with -libverbs -lrdmacm -lnuma, or `make install`
    them (include/rdmax/ and rdmax.pc) and build with `pkg-config --cflags --libs rdmax`.
 
+   CONTENTS (search for a heading in capitals; code sections open with a ---- banner or a >>tag)
+     Manual:  TRANSPORT SELECTION, OPTIONAL DEFINES, ENVIRONMENT, STEP BY STEP, FAST-PATH RULES,
+              COMPLETION OBJECTS, ORDERING AND DELIVERY, CONNECTING, PENDING QUEUE, UD AND MULTICAST,
+              THREAD SAFETY, ERROR HANDLING, LOGGING, FAILURES, WATCHDOG, KEEPALIVE, DISCONNECT,
+              CONNECTION SETUP, REGISTRATION CACHE, LICENSE (end of file)
+     Code:    status codes, constants, arbiter: the pending queue, types (rdmax_comp, rdmax_req,
+              rdmax_mem, rdmax_rbuf, descs, counters), out-of-line API (context, memory, endpoints,
+              connecting, operations, UD multicast, pending queue), >>rcache (the registration cache),
+              profile (variables, events, points), inline fast paths (send, put, get, atomics, progress)
+     rdmax_impl.h: >>strings, >>alloc, >>log, >>numa, >>context, >>memory, >>wire, >>ud, >>arbiter, >>rcache,
+              >>rc, >>post, >>health, >>pending, >>oob, >>cm, >>profile
+
    TRANSPORT SELECTION
    Define RDMAX_TRANSPORT_RC, RDMAX_TRANSPORT_UD or both before including. With neither the header stops
    with #error. Code of a transport that was not selected is not compiled, so a fast path never pays for it.
@@ -114,6 +126,23 @@
    rdmax_accept: timeout_ms is only the wait; each client's handshake has its own deadline
    (rdmax_ctx_desc.handshake_ms), see rdmax_accept.
 
+   PENDING QUEUE
+   An operation that finds no room (send queue, CQ, credits, read budget) returns RDMAX_ERR_NO_RESOURCE
+   and posts nothing. To have it wait instead, hand it over as an rdmax_req: rdmax_req_post (the request
+   names the operation; posted now or queued) or rdmax_ep_pending_add (your callback posts). Each
+   endpoint's requests wait in its own FIFO group; rdmax_progress serves the groups with work round-robin,
+   one request per group per turn, as completions return resources, so one busy endpoint cannot starve
+   the others. While requests wait, direct posts on that endpoint are refused (order holds).
+   rdmax_ep_query_info(ep, &i).pending counts them; rdmax_ep_pending_purge cancels them.
+
+   UD AND MULTICAST (RDMAX_TRANSPORT_UD)
+   A UD endpoint is an address (peer GID, QPN, Q_Key) on the context's one UD QP: thousands cost no
+   QP each. Connect it like RC (records or rdmax_connect); send only, up to the path MTU, unordered and
+   unreliable (rdmax counts datagrams lost, late and duplicated: profile ud.skipped, ud.late,
+   ud.duplicates). Multicast: rdmax_mcast_join(ep, "239.1.2.3") makes ep receive the IPv4 group
+   (joined at the IP level too); rdmax_mcast_ep_create makes an endpoint that sends to the group;
+   rdmax_mcast_leave leaves.
+
    THREAD SAFETY
    A context and everything made from it belong to one thread at a time. Different contexts may be used
    from different threads concurrently. rdmax_status_str(), rdmax_log_item_str() and the pure wire-format
@@ -135,6 +164,11 @@
    those that report); flushed completions after it are counted, not logged, and complete their
    operations with RDMAX_ERR_FLUSHED.
    Identical messages in a row are printed once, then summarised (RDMAX_LOG_ITEM_LOG_REPEATED).
+
+   LOGGING
+   rdmax_ctx_desc.logger.func receives every message (level, RDMAX_LOG_ITEM_* id, text, logger.user); zero
+   means one line on stderr. rdmax_ctx_desc.log_level (with log_level_set) or RDMAX_LOG_LEVEL chooses how
+   much (default warn). The fast paths never log.
 
    FAILURES, WATCHDOG, KEEPALIVE, DISCONNECT
    No endpoint outlives its QP in silence. An endpoint moves to RDMAX_EP_ERROR, with a reason that
