@@ -558,6 +558,29 @@ out:
         tl_end();
 }
 
+/* A peer process for the killed-peer cases: connects to port exposing 64 KiB, writes one byte to wfd once
+   connected, then progresses until it is killed. */
+static pid_t killable_peer(uint16_t port, int wfd)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    rdmax_ctx *cc = open_ctx();
+    rdmax_ep *ce;
+    rdmax_mem *pm;
+    if (rdmax_mem_alloc(cc, 65536, RDMAX_ACCESS_REMOTE_WRITE, &pm) != RDMAX_OK)
+        _exit(2);
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.expose = pm;
+    if (rdmax_connect(cc, "127.0.0.1", port, &d, &ce, 5000) != RDMAX_OK)
+        _exit(3);
+    if (write(wfd, "c", 1) != 1)
+        _exit(4);
+    for (;;)
+        rdmax_progress(cc);
+}
+
 /* A peer process killed: exactly one endpoint-error event, however many operations fail after it. */
 static void events_killed_peer_case(void)
 {
@@ -578,23 +601,7 @@ static void events_killed_peer_case(void)
     uint16_t port = rdmax_listener_port(l);
     int pipefd[2];
     REQUIRE(pipe(pipefd) == 0, "pipe");
-    pid = fork();
-    if (pid == 0) {
-        rdmax_ctx *cc = open_ctx();
-        rdmax_ep *ce;
-        rdmax_mem *pm;
-        if (rdmax_mem_alloc(cc, 65536, RDMAX_ACCESS_REMOTE_WRITE, &pm) != RDMAX_OK)
-            _exit(2);
-        rdmax_ep_desc d;
-        memset(&d, 0, sizeof d);
-        d.expose = pm;
-        if (rdmax_connect(cc, "127.0.0.1", port, &d, &ce, 5000) != RDMAX_OK)
-            _exit(3);
-        if (write(pipefd[1], "c", 1) != 1)
-            _exit(4);
-        for (;;)
-            rdmax_progress(cc);
-    }
+    pid = killable_peer(port, pipefd[1]);
     REQUIRE(rdmax_accept(l, NULL, &ep, 5000) == RDMAX_OK, "accept: %s", g_lastlog);
     char ch;
     REQUIRE(read(pipefd[0], &ch, 1) == 1, "child did not connect");
@@ -702,23 +709,7 @@ static void port_counters_case(void)
     uint16_t port = rdmax_listener_port(l);
     int pipefd[2];
     REQUIRE(pipe(pipefd) == 0, "pipe");
-    pid = fork();
-    if (pid == 0) {
-        rdmax_ctx *cc = open_ctx();
-        rdmax_ep *ce;
-        rdmax_mem *pm;
-        if (rdmax_mem_alloc(cc, 65536, RDMAX_ACCESS_REMOTE_WRITE, &pm) != RDMAX_OK)
-            _exit(2);
-        rdmax_ep_desc d;
-        memset(&d, 0, sizeof d);
-        d.expose = pm;
-        if (rdmax_connect(cc, "127.0.0.1", port, &d, &ce, 5000) != RDMAX_OK)
-            _exit(3);
-        if (write(pipefd[1], "c", 1) != 1)
-            _exit(4);
-        for (;;)
-            rdmax_progress(cc);
-    }
+    pid = killable_peer(port, pipefd[1]);
     REQUIRE(rdmax_accept(l, NULL, &ep, 5000) == RDMAX_OK, "accept: %s", g_lastlog);
     char ch;
     REQUIRE(read(pipefd[0], &ch, 1) == 1, "child did not connect");
