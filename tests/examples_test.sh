@@ -1,7 +1,8 @@
 #!/bin/sh
 # The example programs on a device: each ping-pong test in one process (--loopback) and as server and
 # client processes, sizes 1, 64 and 4096; output parsed (perftest's columns, CSV, JSON) and the numbers
-# checked to be positive; bad options and an unreachable peer fail with a clear error (after the connect deadline: refusals are retried).
+# checked to be positive; the small ex_* examples check their own data (dummy); bad options and an
+# unreachable peer fail with a clear error (after the connect deadline: refusals are retried).
 # Usage: tests/examples_test.sh dummy|veth
 topo=${1:-dummy}
 cd "$(dirname "$0")/.." || exit 1
@@ -177,6 +178,18 @@ if [ $crc = 0 ] && [ $src = 0 ]; then ok "rdmax_pageserver server+client (pages 
 else no "rdmax_pageserver" "client exit $crc, server exit $src" "$clog"; fi
 
 [ "$topo" = dummy ] || exit 0
+
+# The small one-topic examples (examples/ex_*.c): each checks its own data and exits 0 only if it is right
+# (and says "ok" last); with an unknown device each fails with the status named.
+for x in ex_put ex_multicast ex_pending ex_rcache; do
+    log=$out/$x.log
+    timeout 120 ${RDMAX_BUILD:-build}/$x "$dev0" >"$log" 2>&1; rc=$?
+    if [ $rc = 0 ] && [ "$(tail -1 "$log")" = ok ]; then ok "$x"; else no "$x" "exit $rc" "$log"; fi
+    log=$out/$x-nodevice.log
+    timeout 60 ${RDMAX_BUILD:-build}/$x nosuchdev >"$log" 2>&1; rc=$?
+    if [ $rc = 1 ] && grep -q "^$x: rdmax_ctx_create: " "$log"; then ok "$x: unknown device, a clear error"
+    else no "$x unknown device" "exit $rc" "$log"; fi
+done
 log=$out/ud-mcast-loop.log
 if $ud --loopback -g 239.7.7.8 -s 64 -n 200 -w 20 >"$log" 2>&1 && check_table "$log" 1; then ok "ud multicast -g loopback"
 else no "ud multicast -g loopback" "run failed or table malformed" "$log"; fi
