@@ -143,10 +143,38 @@
    (joined at the IP level too); rdmax_mcast_ep_create makes an endpoint that sends to the group;
    rdmax_mcast_leave leaves.
 
+   RECEIVING (RC): SHARED RECEIVE QUEUES AND CREDITS
+   A context's RC endpoints receive into shared receive queues, one per buffer size in use (ep desc
+   recv_size, default the context's recv_size, 4096): buffers come from one pool per size, refilled in
+   batches by rdmax_progress, so an endpoint costs no buffers of its own. Each endpoint gives its peer a
+   window of rq_depth credits (default 16, at least 4); a send or put with immediate data spends one and
+   is refused with RDMAX_ERR_NO_RESOURCE when none is left (one is always kept back for a grant). The pool
+   holds the sum of all windows and a consumed buffer is posted again before its credit goes back, so a
+   sender never meets receiver-not-ready (RNR). Credits return in the immediate data of the receiver's
+   sends, or in a grant sent from the receive path as soon as half a window is owed, however busy the
+   receiver is: a refused post waits a few round trips, not for the receiver to go idle. Memory: the pool
+   costs rq_depth x recv_size per endpoint (16 x 4 KiB = 64 KiB by default), rdmax's own state under
+   2 KiB per endpoint (without the batch staging), the provider's send queue grows with sq_depth and
+   max_inline. The receive CQ holds every credit of the context: its max_cqe (32767 on rxe) / rq_depth
+   endpoints per context (2047 at the default window, 8191 at 4); more endpoints need more contexts.
+
+   LIMITS
+   An endpoint past a limit fails with RDMAX_ERR_LIMIT and a log line that names the limit and its value
+   (rdmax_ctx_desc.max_eps, the device's max_qp, max_cqe or max_srq_wr, RLIMIT_MEMLOCK for the pool);
+   nothing of it remains (buffers already registered stay in the pool for the next endpoint).
+
    THREAD SAFETY
    A context and everything made from it belong to one thread at a time. Different contexts may be used
    from different threads concurrently. rdmax_status_str(), rdmax_log_item_str() and the pure wire-format
    functions are thread-safe; rdmax_ctx_last_error(NULL) is per thread.
+   THREADS AND SHARED REGISTRATIONS: a context made with rdmax_ctx_desc.parent = another context shares
+   its device and protection domain, so a region registered in either (rdmax_mem_reg / rdmax_mem_alloc)
+   works with the lkey and rkey on the endpoints of both: give each thread its own context, all children
+   of one, and serve one registered region from every thread. Create a child on the parent's thread (or
+   while the parent is not in use); after that each context is used by its own thread only, and device
+   events are shared out between them by rdmax. Each context keeps its own CQs, endpoints, receive queues
+   and registration cache. The device closes with the last of them, so a parent may go before its
+   children; free a region before the context it was registered with.
 
    ERROR HANDLING
    Functions that can fail return an rdmax_status (RDMAX_OK 0, RDMAX_INPROGRESS 1, RDMAX_BUSY 2, errors
@@ -373,6 +401,7 @@ extern "C" {
     X(RDMAX_ERR_CANCELED, -12, "operation canceled (endpoint destroyed or pending queue purged)")           \
     X(RDMAX_ERR_NO_MEMH, -13, "buffer needs a memory registration (pass an rdmax_mem)")                   \
     X(RDMAX_ERR_UNSUPPORTED, -14, "operation not supported by this transport or device")                  \
+    X(RDMAX_ERR_LIMIT, -15, "a device or process limit was reached (the log names the limit and its value)") \
     X(RDMAX_ERR_OOB_SHORT, -20, "connection record: peer closed before a whole record arrived")           \
     X(RDMAX_ERR_OOB_LONG, -21, "connection record: length field larger than this version's record")       \
     X(RDMAX_ERR_OOB_MAGIC, -22, "connection record: wrong magic (not an rdmax peer)")                      \
@@ -465,7 +494,9 @@ typedef enum rdmax_log_level {
     X(HANDSHAKE, "the connection exchange with a peer failed (record, or its ready byte)")               \
     X(HANDSHAKE_TIMEOUT, "a client's handshake did not finish within handshake_ms")                        \
     X(CM_SETUP, "rdma_cm setup failed (event channel, QP attributes)")                                     \
-    X(PROFILE_MISUSE, "a profile call from an event callback, or an unknown event type")
+    X(PROFILE_MISUSE, "a profile call from an event callback, or an unknown event type")                  \
+    X(LIMIT, "a device or process limit was reached (max_eps, max_qp, max_cqe, max_srq_wr, RLIMIT_MEMLOCK)") \
+    X(SRQ, "a shared receive queue or its pool: creation, refill, low-water event, dropped receive")
 
 typedef enum rdmax_log_item {
 #define RDMAX__X(id, text) RDMAX_LOG_ITEM_##id,
@@ -481,6 +512,7 @@ typedef enum rdmax_op {
     RDMAX_OP_GRANT,            /* internal: a credit grant for RC send flow control */
     RDMAX_OP_KEEPALIVE,        /* internal: a zero-length write that finds out whether an idle peer lives */
     RDMAX_OP_CLOSE,            /* internal: the goodbye of rdmax_ep_disconnect */
+    RDMAX_OP_PUT_IMM,          /* rdmax_put_imm: a put whose 32-bit notice reaches the peer's imm_cb */
     RDMAX_OP__COUNT
 } rdmax_op;
 #define RDMAX_MAX_REGIONS 16          /* most memory regions one endpoint advertises to its peer */
@@ -892,13 +924,13 @@ struct rdmax_req {
     rdmax_comp *comp;
     void *user;
     /* the operation, for rdmax_req_post */
-    uint8_t op;                 /* rdmax_op: SEND, PUT, GET, FADD, CSWAP */
+    uint8_t op;                 /* rdmax_op: SEND, PUT, PUT_IMM, GET, FADD, CSWAP */
     const void *buf;            /* source (send, put), destination (get), 8-byte result (atomics) */
     size_t len;
     const struct rdmax_mem *mem;
     uint64_t raddr;
     uint32_t rkey;
-    uint64_t arg0, arg1;        /* fadd: add; cswap: compare, swap */
+    uint64_t arg0, arg1;        /* fadd: add; cswap: compare, swap; put_imm: arg0 is the immediate */
     struct rdmax_ep *rdmax__ep;
 };
 
@@ -910,6 +942,9 @@ RDMAX_INLINE rdmax_ep *rdmax_req_ep(const rdmax_req *req)
 
 /* A message received on an endpoint: `data` is valid only during the callback. */
 typedef void (*rdmax_recv_cb)(rdmax_ep *ep, void *data, size_t len, void *user);
+/* A put with immediate data (rdmax_put_imm) landed: its len bytes are in place in the memory it
+   targeted, and imm is the sender's 32 bits, untouched by rdmax. */
+typedef void (*rdmax_imm_cb)(rdmax_ep *ep, uint32_t imm, size_t len, void *user);
 
 typedef struct rdmax_allocator {
     void *(*alloc)(size_t size, void *user);
@@ -974,7 +1009,8 @@ typedef struct rdmax_ctx_desc {
     bool numa_node_set;        /* false: $RDMAX_NUMA_NODE, else the device's node (-1 = local) */
     int numa_node;
     uint32_t cq_depth;         /* 0: 4096: send CQ entries (the receive CQ grows with the endpoints) */
-    uint32_t max_eps;          /* 0: 1024 endpoints per context */
+    uint32_t max_eps;          /* 0: 65535 endpoints per context (the most a wr_id can name); the table
+                                  grows as endpoints are made */
     uint32_t max_qp_wr;        /* 0: the device's max_qp_wr; else a lower cap on every endpoint's send and
                                   receive queue (rdmax_dev_attr.max_qp_wr reports the cap applied). A send
                                   queue is a power of two: sq_depth is rounded down to fit under it */
@@ -992,16 +1028,29 @@ typedef struct rdmax_ctx_desc {
                                   rest per operation); RDMAX_RCACHE_MANUAL; RDMAX_RCACHE_UNCACHED */
     uint8_t conn_setup;        /* 0: RDMAX_SETUP_TCP; RDMAX_SETUP_CM: listen/accept/connect through rdma_cm
                                   (see CONNECTION SETUP) */
+    uint32_t recv_size;        /* 0: 4096: the recv_size of RC endpoints that do not set one. RC endpoints
+                                  with the same recv_size share one receive queue and pool of buffers;
+                                  this size's pool lives as long as the context */
+    rdmax_ctx *parent;         /* NULL: open the device. Else share the parent's device and protection domain
+                                  (see THREADS AND SHARED REGISTRATIONS); device, port, GID and NUMA node
+                                  are the parent's, the fields above that choose them are ignored */
 } rdmax_ctx_desc;
 
 typedef struct rdmax_ep_desc {
     uint8_t transport;         /* 0: RC when selected, else UD; or RDMAX_TRANSPORT_ID_RC / _UD */
-    uint32_t sq_depth;         /* 0: 256 send-queue slots; rounded up to a power of two, then down to
-                                  one that fits the device's (or rdmax_ctx_desc's) max_qp_wr */
-    uint32_t rq_depth;         /* 0: 128 posted receive buffers (min 32) */
-    uint32_t recv_size;        /* 0: 4096 bytes per receive buffer (RC); UD: path MTU + GRH */
-    uint32_t signal_interval;  /* 0: one signaled request in 64 */
-    uint32_t max_inline;       /* 0: the probed device maximum; larger values are clamped to it */
+    uint32_t sq_depth;         /* 0: 32 send-queue slots (the provider's queue memory grows with it: on rxe
+                                  36 KiB per endpoint at 32, 260 KiB at 256); rounded up to a power of two,
+                                  then down to one that fits the device's (or rdmax_ctx_desc's) max_qp_wr */
+    uint32_t rq_depth;         /* RC: 0: 16 receive credits for this peer (min 4): sends and puts with
+                                  immediate it may have in flight to us, backed by buffers of the shared
+                                  receive pool. UD: unused (the context's ud_rq_depth) */
+    uint32_t recv_size;        /* RC: 0: the context's recv_size: the largest message the peer may send (its
+                                  rdmax_send refuses more), and the size of the shared buffers it lands in
+                                  (one pool per size in use). UD: path MTU + GRH */
+    uint32_t signal_interval;  /* 0: one signaled request in 64 (at most half the send queue) */
+    uint32_t max_inline;       /* 0: the probed device maximum, at most 256 (on rxe a larger cap makes
+                                  every send-queue entry twice as big); larger values are clamped to the
+                                  device maximum */
     uint8_t timeout;           /* 0: 14 (4.096 us * 2^14 = 67 ms ack timeout) */
     uint8_t retry_cnt;         /* 0: 6 (rxe retries forever at 7; 6 reports a lost peer in ~0.5 s) */
     uint8_t rnr_retry;         /* 0: 6 (7 would retry forever, which has locked up rxe) */
@@ -1009,6 +1058,8 @@ typedef struct rdmax_ep_desc {
     uint8_t max_rd_atomic;     /* 0: device max_qp_rd_atom, negotiated down to the peer's */
     rdmax_recv_cb recv_cb;     /* called from rdmax_progress for each received message */
     void *user;
+    rdmax_imm_cb imm_cb;       /* RC: called from rdmax_progress for each put with immediate data the peer
+                                  made (rdmax_put_imm); NULL: such notices are counted as recv_drops */
     const rdmax_mem *expose;   /* buffer advertised to the peer (address, rkey, length); may be NULL */
     uint32_t watchdog_ms;      /* RC: 0: 2 x the RC retry time + 2 s (see FAILURES); RDMAX_OFF: never.
                                   An endpoint whose oldest signaled operation has not completed for this
@@ -1053,6 +1104,8 @@ typedef struct rdmax_dev_attr {
     uint32_t max_sge;
     uint32_t max_cqe;
     uint32_t max_qp_wr;
+    uint32_t max_qp;           /* QPs of the whole device (all processes) */
+    uint32_t max_srq_wr;       /* receive buffers one shared receive queue can hold */
     uint64_t max_msg_sz;
     int link_layer;
     int numa_node;             /* node the device sits on, -1 unknown */
@@ -1078,6 +1131,8 @@ typedef struct rdmax_counters {
     uint64_t ud_skipped;        /* UD: datagrams a connected peer numbered that were skipped over */
     uint64_t ud_late;           /* UD: datagrams that came after a later one (counted in ud_skipped) */
     uint64_t ud_duplicates;     /* UD: datagrams that came twice */
+    uint64_t recv_imms;         /* puts with immediate data received (handed to imm_cb or dropped) */
+    uint64_t srq_limit_events;  /* the shared receive queue fell below its low-water mark (diagnostic) */
 } rdmax_counters;
 
 
@@ -1134,7 +1189,12 @@ struct rdmax_ctx {
     uint8_t dev_dead;           /* the device reported a fatal error */
     uint8_t flush_check;        /* an endpoint saw a flushed completion before failing (rdmax__flush_check) */
     uint8_t in_flush_check;
-    rdmax__ep_ref *eps;         /* table that wr_ids index: [max_eps] */
+    rdmax__ep_ref *eps;         /* table that wr_ids index: [eps_cap], grows up to max_eps */
+    uint32_t eps_cap, eps_hint; /* table size; where the search for a free slot starts */
+    uint64_t ep_bytes;          /* rdmax's own bytes of the live endpoints (malloc and mmap) */
+    struct rdmax__rx *rx;       /* RC: shared receive queues and their pools; NULL until the first RC endpoint */
+    struct rdmax__dev *dev;     /* the device and protection domain, shared with parent and children */
+    rdmax_ctx *dev_next;        /* the next context sharing dev (under dev->lock) */
     rdmax_counters cnt;
     rdmax_ctx_desc desc;        /* applied values */
     rdmax_dev_attr attr;
@@ -1188,7 +1248,11 @@ struct rdmax_ep {
     uint32_t n_remote, n_local;
     rdmax_recv_cb recv_cb;
     void *user;
-    /* receive pool */
+    rdmax_imm_cb imm_cb;
+    uint32_t grant_at;          /* RC: grant when this many credits are owed (half the window) */
+    uint32_t pool;              /* RC: the shared receive queue its peer's messages land in */
+    /* a receive pool of its own: none (rbufs NULL) on the shared receive queue (RC: rq_depth is the
+       credit window) or the context's UD QP */
     char *rbufs;
     struct ibv_mr *rmr;
     uint32_t rq_depth, recv_size, rq_unposted, *rq_free;
@@ -1771,7 +1835,7 @@ typedef struct rdmax_profile_var {
     X(RCACHE_REGIONS, "rcache.regions", LEVEL, "registration cache: live registrations now")               \
     X(RCACHE_BYTES, "rcache.bytes", LEVEL, "registration cache: bytes registered now")                     \
     X(PENDING_LENGTH, "pending.length", LEVEL, "requests waiting in the pending queue now")                \
-    X(PENDING_DISPATCHES, "pending.dispatches", COUNTER, "pending requests the arbiter posted")          \
+    X(PENDING_DISPATCHES, "pending.dispatches", COUNTER, "pending requests the arbiter posted")            \
     X(UD_SKIPPED, "ud.skipped", COUNTER,                                                                   \
       "UD datagrams of a connected peer skipped in its numbering: lost, or late (ud.late)")                \
     X(UD_LATE, "ud.late", COUNTER, "UD datagrams that came after a later one (already in ud.skipped)")     \
@@ -1785,7 +1849,12 @@ typedef struct rdmax_profile_var {
       "device port: PSN sequence-error NAKs received (the peer missed a packet)")                          \
     X(PORT_OUT_OF_SEQ, "port.out_of_seq", COUNTER, "device port: requests received ahead of their PSN")    \
     X(PORT_DUPLICATE_REQUESTS, "port.duplicate_requests", COUNTER,                                         \
-      "device port: duplicate requests received (a retransmission of what had arrived)")
+      "device port: duplicate requests received (a retransmission of what had arrived)")  \
+    X(RECV_IMMS, "recv_imms", COUNTER, "puts with immediate data received")                                \
+    X(EP_BYTES, "endpoint_bytes", LEVEL, "rdmax's own bytes of the live endpoints (malloc and mmap)")      \
+    X(RECV_POOL_BYTES, "recv_pool.bytes", LEVEL, "bytes of the shared receive pool (RC)")                  \
+    X(RECV_POOL_POSTED, "recv_pool.posted", LEVEL, "buffers of the shared receive pool posted now")        \
+    X(SRQ_LIMIT_EVENTS, "srq_limit_events", COUNTER, "the shared receive queue fell below its low-water mark")
 
 enum rdmax_profile_var_id {
     RDMAX__PROF_VAR_BEFORE_FIXED = 3 * RDMAX_OP__COUNT - 1,
@@ -2191,6 +2260,17 @@ RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, c
             return rdmax__put_chained(ep, buf, len, raddr, rkey);
     }
     return rdmax__slow(ep, RDMAX_OP_PUT, buf, len, mem, raddr, rkey, 0, 0, comp, 0);
+}
+
+/* rdmax_put_imm: RDMA write with immediate data: the len bytes land at raddr/rkey of the peer, then the
+   peer's imm_cb (rdmax_ep_desc.imm_cb) gets imm and len, in order with the endpoint's other operations.
+   imm is yours: rdmax's credits ride elsewhere. The notice uses a receive buffer at the peer, so it takes
+   a send credit like rdmax_send (RDMAX_ERR_NO_RESOURCE when none is left); len may be 0 (a notice only).
+   Results as rdmax_put. Thread safety: the context's thread. */
+RDMAX_INLINE rdmax_status rdmax_put_imm(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
+                                        uint64_t raddr, uint32_t rkey, uint32_t imm, rdmax_comp *comp)
+{
+    return rdmax__slow(ep, RDMAX_OP_PUT_IMM, buf, len, mem, raddr, rkey, imm, 0, comp, 0);
 }
 
 /* Gather/scatter variants: iov entries carry their own lkey; at most min(device max SGE, RDMAX_MAX_SGE).

@@ -21,6 +21,8 @@
 #include <sys/socket.h>
 #include <sys/mman.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
+#include <pthread.h>
 #include <numa.h>
 #include <rdma/rdma_cma.h>
 
@@ -40,6 +42,8 @@ static void rdmax__grant(rdmax_ep *ep);
 static int64_t rdmax__now_ms(void);
 static void rdmax__ep_peer_closed(rdmax_ep *ep);
 static void rdmax__ep_fail_why(rdmax_ep *ep, rdmax_status err, int wc_status, int kill_qp, const char *fmt, ...);
+static void rdmax__dev_release(rdmax_ctx *ctx);
+static void rdmax__srq_close(rdmax_ctx *ctx);
 #define RDMAX__TICK_MS 100  /* period of the watchdog and keepalive pass */
 /* rdma_cm connection setup (>>cm) */
 static rdmax_status rdmax__cm_ctx_open(rdmax_ctx *ctx);
@@ -78,7 +82,7 @@ const char *rdmax_status_str(rdmax_status s)
 const char *rdmax_op_str(rdmax_op op)
 {
     static const char *const names[RDMAX_OP__COUNT] = {"send", "put", "get", "fadd", "cswap", "flush", "grant",
-                                                               "keepalive", "close"};
+                                                               "keepalive", "close", "put_imm"};
     return (unsigned)op < RDMAX_OP__COUNT ? names[op] : "unknown";
 }
 
@@ -332,6 +336,8 @@ static rdmax_status rdmax__open_device(rdmax_ctx *ctx, const char *want)
             a->max_sge = (uint32_t)da.max_sge;
             a->max_cqe = (uint32_t)da.max_cqe;
             a->max_qp_wr = (uint32_t)da.max_qp_wr;
+            a->max_qp = (uint32_t)da.max_qp;
+            a->max_srq_wr = da.max_srq > 0 ? (uint32_t)da.max_srq_wr : 0;
             /* at most 2^32 - 1: the fast paths compare lengths with it and then use 32-bit SGE
                lengths (0, which no device should report, wraps to that limit too) */
             a->max_msg_sz = pa.max_msg_sz - 1 < UINT32_MAX ? pa.max_msg_sz : UINT32_MAX;
@@ -349,6 +355,96 @@ static rdmax_status rdmax__open_device(rdmax_ctx *ctx, const char *want)
                    "no active port on %s%s (port %s)", want ? "device " : "any device",
                    want ? want : "", ctx->desc.port ? "as requested" : "any");
     return st;
+}
+
+/* The device and protection domain of a context, shared with the contexts made with desc.parent (one PD,
+   so every registration works on all of their endpoints). The last context to go closes it. The lock
+   guards the list of contexts, the async fd (one reader at a time) and the events read for other
+   contexts; it is taken only on slow paths (create, destroy, the tick's device events). */
+#define RDMAX__DEV_EVQ 64
+struct rdmax__dev {
+    struct ibv_context *verbs;
+    struct ibv_pd *pd;
+    rdmax_allocator allocator;  /* of the context that opened it */
+    pthread_mutex_t lock;
+    uint32_t refs;
+    rdmax_ctx *ctxs;            /* contexts sharing it, linked by ctx->dev_next */
+    uint32_t n_ev;              /* events read by one context for another: */
+    struct { rdmax_ctx *to; int type; uint32_t arg; void *obj; } ev[RDMAX__DEV_EVQ];
+    uint64_t ev_lost;           /* events that found the queue full */
+};
+
+static rdmax_status rdmax__dev_make(rdmax_ctx *ctx)
+{
+    const rdmax_allocator *al = &ctx->desc.allocator;
+    struct rdmax__dev *d = (struct rdmax__dev *)(al->alloc ? al->alloc(sizeof *d, al->user) : RDMAX_MALLOC(sizeof *d));
+    if (!d)
+        return RDMAX_ERR_NO_MEMORY;
+    memset(d, 0, sizeof *d);
+    if (pthread_mutex_init(&d->lock, NULL)) {
+        if (al->free)
+            al->free(d, al->user);
+        else
+            RDMAX_FREE(d);
+        return RDMAX_ERR_NO_MEMORY;
+    }
+    d->verbs = ctx->verbs;
+    d->pd = ctx->pd;
+    d->allocator = *al;
+    d->refs = 1;
+    d->ctxs = ctx;
+    ctx->dev = d;
+    return RDMAX_OK;
+}
+
+static void rdmax__dev_join(rdmax_ctx *ctx, rdmax_ctx *parent)
+{
+    struct rdmax__dev *d = parent->dev;
+    pthread_mutex_lock(&d->lock);
+    d->refs++;
+    ctx->dev_next = d->ctxs;
+    d->ctxs = ctx;
+    pthread_mutex_unlock(&d->lock);
+    ctx->dev = d;
+    ctx->verbs = d->verbs;
+    ctx->pd = d->pd;
+}
+
+/* Leave the shared device; the last context closes it. Events queued for ctx are dropped. */
+static void rdmax__dev_release(rdmax_ctx *ctx)
+{
+    struct rdmax__dev *d = ctx->dev;
+    if (!d) {
+        if (ctx->pd)
+            ibv_dealloc_pd(ctx->pd);
+        if (ctx->verbs)
+            ibv_close_device(ctx->verbs);
+        return;
+    }
+    pthread_mutex_lock(&d->lock);
+    for (rdmax_ctx **pp = &d->ctxs; *pp; pp = &(*pp)->dev_next)
+        if (*pp == ctx) {
+            *pp = ctx->dev_next;
+            break;
+        }
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < d->n_ev; i++)
+        if (d->ev[i].to != ctx)
+            d->ev[k++] = d->ev[i];
+    d->n_ev = k;
+    int last = --d->refs == 0;
+    pthread_mutex_unlock(&d->lock);
+    ctx->dev = NULL;
+    if (!last)
+        return;
+    ibv_dealloc_pd(d->pd);
+    ibv_close_device(d->verbs);
+    pthread_mutex_destroy(&d->lock);
+    rdmax_allocator al = d->allocator;
+    if (al.free)
+        al.free(d, al.user);
+    else
+        RDMAX_FREE(d);
 }
 
 rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
@@ -376,21 +472,42 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
         d.handshake_ms = 10000;
     if (!d.ud_rq_depth)
         d.ud_rq_depth = 512;
-    if (!d.max_eps)
-        d.max_eps = 1024;
+    if (!d.max_eps || d.max_eps > 65535)
+        d.max_eps = 65535;  /* the wr_id has 16 bits for the endpoint index (0xffff names the shared pool) */
+    if (!d.recv_size)
+        d.recv_size = 4096;
     if (d.conn_setup != RDMAX_SETUP_TCP && d.conn_setup != RDMAX_SETUP_CM) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CTX_DESC,
                    "rdmax_ctx_desc.conn_setup %u is neither RDMAX_SETUP_TCP (0) nor "
                    "RDMAX_SETUP_CM (1)", d.conn_setup);
         st_early = RDMAX_ERR_INVALID_PARAM;
     }
-    if (d.max_eps > 65535)
-        d.max_eps = 65535;  /* the wr_id has 16 bits for the endpoint index */
     ctx->desc = d;
     /* declared before the first goto: C++ does not jump over an initialisation */
     rdmax_dev_attr *a = &ctx->attr;
     int gi = -2, r, node = -1;
-    rdmax_status st = st_early != RDMAX_OK ? st_early : rdmax__open_device(ctx, d.device);
+    rdmax_status st = st_early;
+    if (st != RDMAX_OK)
+        goto fail;
+    if (d.parent) {
+        /* Share the parent's device and PD: what it probed holds here too. */
+        rdmax_ctx *p = d.parent;
+        rdmax__dev_join(ctx, p);
+        *a = p->attr;
+        gi = a->gid_index;
+        node = a->numa_node;
+        ctx->desc.device = p->desc.device;
+        ctx->desc.port = p->desc.port;
+        ctx->desc.gid_index = p->desc.gid_index;
+        ctx->desc.gid_index_set = true;
+        ctx->desc.numa_node = p->desc.numa_node;
+        ctx->desc.numa_node_set = true;
+        if (d.max_qp_wr && d.max_qp_wr < a->max_qp_wr)
+            a->max_qp_wr = d.max_qp_wr;
+        ctx->desc.max_qp_wr = a->max_qp_wr;
+        goto queues;
+    }
+    st = rdmax__open_device(ctx, d.device);
     if (st != RDMAX_OK)
         goto fail;
     if (d.max_qp_wr && d.max_qp_wr < a->max_qp_wr)
@@ -445,6 +562,12 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
         st = RDMAX_ERR_IO;
         goto fail;
     }
+    if ((st = rdmax__dev_make(ctx)) != RDMAX_OK)
+        goto fail;
+    /* Device events are read by rdmax__tick without blocking. The fd belongs to rdmax's own ibv_context,
+       so the flag changes nothing outside rdmax. */
+    fcntl(ctx->verbs->async_fd, F_SETFL, fcntl(ctx->verbs->async_fd, F_GETFL) | O_NONBLOCK);
+queues:
     if (!(ctx->channel = ibv_create_comp_channel(ctx->verbs))) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_SETUP,
                    "device %s: ibv_create_comp_channel failed: %s", a->name, strerror(errno));
@@ -453,8 +576,9 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
     }
     if (d.cq_depth > a->max_cqe)
         ctx->desc.cq_depth = d.cq_depth = a->max_cqe;
-    ctx->scq = ibv_create_cq(ctx->verbs, (int)d.cq_depth, NULL, ctx->channel, 0);
-    ctx->rcq = ibv_create_cq(ctx->verbs, (int)d.cq_depth, NULL, ctx->channel, 0);
+    /* cq_context names the context: a CQ error event finds its owner among contexts sharing the device */
+    ctx->scq = ibv_create_cq(ctx->verbs, (int)d.cq_depth, ctx, ctx->channel, 0);
+    ctx->rcq = ibv_create_cq(ctx->verbs, (int)d.cq_depth, ctx, ctx->channel, 0);
     if (!ctx->scq || !ctx->rcq) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_SETUP,
                    "device %s: ibv_create_cq(%u) failed: %s", a->name, d.cq_depth,
@@ -463,19 +587,20 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
         goto fail;
     }
     fcntl(ctx->channel->fd, F_SETFL, fcntl(ctx->channel->fd, F_GETFL) | O_NONBLOCK);
-    /* Device events are read by rdmax__tick without blocking. The fd belongs to this context's own
-       ibv_context, so the flag changes nothing outside rdmax. */
-    fcntl(ctx->verbs->async_fd, F_SETFL, fcntl(ctx->verbs->async_fd, F_GETFL) | O_NONBLOCK);
     ctx->port_up = 1;
     ctx->scq_credits = d.cq_depth;
     ctx->scq_low = d.cq_depth / 2;
     ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
-    ctx->eps = (rdmax__ep_ref *)rdmax__alloc(ctx, d.max_eps * sizeof *ctx->eps);
+    ctx->eps_cap = ctx->desc.max_eps < 64 ? ctx->desc.max_eps : 64;  /* grows with the endpoints */
+    ctx->eps = (rdmax__ep_ref *)rdmax__alloc(ctx, ctx->eps_cap * sizeof *ctx->eps);
     if (!ctx->eps) {
         st = RDMAX_ERR_NO_MEMORY;
         goto fail;
     }
-    a->max_inline = rdmax__probe_inline(ctx);
+    if (ctx->desc.recv_size > a->max_msg_sz)
+        ctx->desc.recv_size = (uint32_t)a->max_msg_sz;
+    if (!d.parent)  /* a child has the parent's figure */
+        a->max_inline = rdmax__probe_inline(ctx);
     ctx->inl_stage = (char *)rdmax__alloc(ctx, (size_t)RDMAX_BATCH_MAX * (a->max_inline ? a->max_inline : 1));
     if (!ctx->inl_stage) {
         st = RDMAX_ERR_NO_MEMORY;
@@ -493,9 +618,11 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
     char gid[INET6_ADDRSTRLEN];
     inet_ntop(AF_INET6, a->gid.raw, gid, sizeof gid);
     rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_DEVICE_OPENED,
-               "device %s port %u: gid[%d] %s, mtu %u, max_inline %u, max_qp_rd_atom %u, "
-               "max_sge %u, numa node %d", a->name, a->port, gi, gid, a->mtu_bytes, a->max_inline,
-               a->max_qp_rd_atom, a->max_sge, node);
+               "device %s port %u%s: gid[%d] %s, mtu %u, max_inline %u, max_qp_rd_atom %u, "
+               "max_sge %u, max_qp %u, max_cqe %u, max_srq_wr %u, numa node %d", a->name, a->port,
+               d.parent ? " (shared with the parent context)" : "", gi, gid,
+               a->mtu_bytes, a->max_inline, a->max_qp_rd_atom, a->max_sge, a->max_qp, a->max_cqe, a->max_srq_wr,
+               node);
     *out = ctx;
     return RDMAX_OK;
 fail:
@@ -509,10 +636,11 @@ void rdmax_ctx_destroy(rdmax_ctx *ctx)
         return;
     while (ctx->listeners)  /* first: their handshakes' endpoints are in ctx->eps */
         rdmax_listener_close(ctx->listeners);
-    for (uint32_t i = 0; ctx->eps && i < ctx->desc.max_eps; i++)
+    for (uint32_t i = 0; ctx->eps && i < ctx->eps_cap; i++)
         if (ctx->eps[i].ep)
             rdmax_ep_destroy(ctx->eps[i].ep);
     rdmax__cm_ctx_cleanup(ctx);  /* after the endpoints: their rdma_cm ids are on its channel */
+    rdmax__srq_close(ctx);
 #if RDMAX__HAS_UD
     rdmax__ud_ctx_cleanup(ctx);
 #endif
@@ -529,10 +657,7 @@ void rdmax_ctx_destroy(rdmax_ctx *ctx)
         ibv_destroy_cq(ctx->rcq);
     if (ctx->channel)
         ibv_destroy_comp_channel(ctx->channel);
-    if (ctx->pd)
-        ibv_dealloc_pd(ctx->pd);
-    if (ctx->verbs)
-        ibv_close_device(ctx->verbs);
+    rdmax__dev_release(ctx);
     rdmax__free(ctx, ctx->eps);
     rdmax__free(ctx, ctx->inl_stage);
     rdmax__profile_ctx_fini(ctx);
@@ -1361,7 +1486,7 @@ static rdmax_status rdmax__ud_ep_create(rdmax_ctx *ctx, rdmax_ep_desc *d, rdmax_
 static void rdmax__ud_fail_all(rdmax_ctx *ctx, const char *why)
 {
     struct ibv_qp *qp = ctx->ud->qp;
-    for (uint32_t i = 0; i < ctx->desc.max_eps; i++) {
+    for (uint32_t i = 0; i < ctx->eps_cap; i++) {
         rdmax_ep *ep = ctx->eps[i].ep;
         if (ep && ep->qp == qp)
             rdmax__ep_fail_why(ep, RDMAX_ERR_DEVICE, IBV_WC_FATAL_ERR, 0, "the context's UD QP failed: %s", why);
@@ -1449,7 +1574,7 @@ static int rdmax__ud_poll_recv(rdmax_ctx *ctx)
                     ep = ctx->eps[u->groups[k].ep_idx].ep;
         } else if (wc[i].wc_flags & IBV_WC_WITH_IMM) {
             uint32_t imm = ntohl(wc[i].imm_data), e = imm & 0xffff;  /* our index, the datagram's number */
-            if (e < ctx->desc.max_eps && ctx->eps[e].ep && ctx->eps[e].ep->ud_qpn == wc[i].src_qp) {
+            if (e < ctx->eps_cap && ctx->eps[e].ep && ctx->eps[e].ep->ud_qpn == wc[i].src_qp) {
                 ep = ctx->eps[e].ep;
                 if (rdmax_likely((uint16_t)(imm >> 16) == ep->ud_rx_next)) {
                     ep->ud_rx_next++;
@@ -3556,26 +3681,48 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
         *d = *in;
     else
         memset(d, 0, sizeof *d);
+    /* 32 slots keep an endpoint small: rdmax's slot array is 1 KiB and rxe's send queue 36 KiB (256 slots
+       cost 8 KiB and 260 KiB); a flow that needs more in flight asks for it. */
     if (!d->sq_depth)
-        d->sq_depth = 256;
+        d->sq_depth = 32;
     d->sq_depth = rdmax__pow2(d->sq_depth);
     /* Slots are indexed with sq_mask = sq_depth - 1, so the depth must stay a power of two: clamp to
        the largest one under max_qp_wr, which need not be one itself. */
     while (d->sq_depth > 1 && d->sq_depth > ctx->attr.max_qp_wr)
         d->sq_depth >>= 1;
-    if (!d->rq_depth)
-        d->rq_depth = 128;
-    if (d->rq_depth < 32)
-        d->rq_depth = 32;  /* reposts go in batches of 16: keep at least two batches */
-    if (d->rq_depth > ctx->attr.max_qp_wr)
-        d->rq_depth = ctx->attr.max_qp_wr;
-    if (!d->recv_size)
-        d->recv_size = 4096;
+    if (d->transport == RDMAX_TRANSPORT_ID_RC) {
+        /* RC: rq_depth is the credit window of this peer, backed by the context's shared pool. Four is the
+           least: a grant goes at half the window, and a grant also uses a buffer at the peer, so with a
+           threshold of one each grant would answer the other's forever (see >>srq). */
+        if (!d->rq_depth)
+            d->rq_depth = 16;
+        if (d->rq_depth < 4)
+            d->rq_depth = 4;
+        if (d->rq_depth > 65535)
+            d->rq_depth = 65535;  /* the connection record's credits field */
+        if (!d->recv_size)
+            d->recv_size = ctx->desc.recv_size;
+        if (d->recv_size > ctx->attr.max_msg_sz)
+            d->recv_size = (uint32_t)ctx->attr.max_msg_sz;
+    } else {  /* UD: the context's QP and pool (>>ud) */
+        if (!d->rq_depth)
+            d->rq_depth = 128;
+        if (d->rq_depth < 32)
+            d->rq_depth = 32;  /* reposts go in batches of 16: keep at least two batches */
+        if (d->rq_depth > ctx->attr.max_qp_wr)
+            d->rq_depth = ctx->attr.max_qp_wr;
+        if (!d->recv_size)
+            d->recv_size = 4096;
+    }
     if (!d->signal_interval)
         d->signal_interval = 64;
     if (d->signal_interval > d->sq_depth / 2)
         d->signal_interval = d->sq_depth / 2 ? d->sq_depth / 2 : 1;
-    if (!d->max_inline || d->max_inline > ctx->attr.max_inline)
+    /* rxe sizes every send-queue entry for the inline cap (256 fits the entry that 8 SGEs need anyway; its
+       probed 400 doubles the entry), so the default stays at 256 unless asked. */
+    if (!d->max_inline)
+        d->max_inline = ctx->attr.max_inline < 256 ? ctx->attr.max_inline : 256;
+    if (d->max_inline > ctx->attr.max_inline)
         d->max_inline = ctx->attr.max_inline;
     if (!d->timeout)
         d->timeout = 14;
@@ -3797,6 +3944,31 @@ static rdmax_status rdmax__ep_check_rc(rdmax_ep *ep, int read)
     return RDMAX_OK;
 }
 
+/* rdmax_put_imm's path (always out of line): the notice takes a receive buffer at the peer, so a send
+   credit, as rdmax_send; the last one is kept for a grant. */
+static rdmax_status rdmax__g_put_imm(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
+                                     uint64_t raddr, uint32_t rkey, uint32_t imm, rdmax_comp *comp)
+{
+    if (rdmax_unlikely(len > ep->ctx->attr.max_msg_sz || (buf == NULL && len != 0)))
+        return buf == NULL && len != 0 ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
+    rdmax_status st = rdmax__ep_check_rc(ep, 0);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    if (rdmax_unlikely(ep->tx_credits <= 1)) {
+        ep->ctx->cnt.no_resource++;
+        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_CREDITS);
+        return RDMAX_ERR_NO_RESOURCE;
+    }
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_WRITE_WITH_IMM);
+    wr->imm_data = htonl(imm);
+    wr->wr.rdma.remote_addr = raddr;
+    wr->wr.rdma.rkey = rkey;
+    st = rdmax__ep_contig(ep, wr, RDMAX_OP_PUT_IMM, buf, len, mem, raddr, comp);
+    if (rdmax_likely(st >= 0))
+        ep->tx_credits--;
+    return st;
+}
+
 /* rdmax_put's general path. */
 static rdmax_status rdmax__g_put(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                  uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
@@ -3937,6 +4109,8 @@ rdmax_status rdmax__op_slow(rdmax_ep *ep)
             return rdmax__ep_iov(ep, IBV_WR_RDMA_WRITE, RDMAX_OP_PUT, (const rdmax_iov *)o->buf, o->len, o->raddr,
                                  o->rkey, o->comp);
         return rdmax__g_put(ep, o->buf, o->len, o->mem, o->raddr, o->rkey, o->comp);
+    case RDMAX_OP_PUT_IMM:
+        return rdmax__g_put_imm(ep, o->buf, o->len, o->mem, o->raddr, o->rkey, (uint32_t)o->a, o->comp);
     case RDMAX_OP_GET:
         if (o->iov)
             return rdmax__ep_iov(ep, IBV_WR_RDMA_READ, RDMAX_OP_GET, (const rdmax_iov *)o->buf, o->len, o->raddr,
@@ -4061,17 +4235,510 @@ static rdmax_status rdmax__post_recvs(rdmax_ep *ep, uint32_t n)
     return RDMAX_OK;
 }
 
+/* >>srq: shared receive queues of a context's RC endpoints ===========================================
+   RC endpoints receive from shared receive queues: one per buffer size in use (endpoints with the same
+   recv_size share one SRQ and its pool; the context's recv_size is the default, and its pool stays for
+   the context's life; a pool of another size goes once its last endpoint is gone and the CQ was drained).
+
+     pool     chunks of per_chunk buffers of recv_size bytes (about 256 KiB, at most 256 buffers, at
+              least one); each chunk is one NUMA-placed allocation and one MR. A buffer is named by its
+              pool and index (chunk * per_chunk + slot), the low bits of its wr_id, whose endpoint field
+              is 0xffff (never a real endpoint index): pool << 25 | index.
+     posted   buffers in the SRQ now; free[0, n_free): the others, except those in a callback right now
+     target   the sum of the credit windows (ep desc rq_depth) of the pool's endpoints
+
+   Flow control without RNR, by construction. An endpoint with window W gives its peer W credits; the
+   peer spends one per send or put with immediate data (each consumes a buffer of the pool) and gets it
+   back in the immediate data of our next send, or in a grant. A consumed buffer is reposted (at the end
+   of the poll batch that saw it) before its credit can go back, so for every endpoint
+       peer's credits + its messages in flight + consumed and not yet reposted + owed = W,
+   and summed over a pool's endpoints, what their peers can still send is at most target, which is at
+   most posted + consumed-and-not-yet-reposted: the SRQ never runs dry, no sender meets RNR, and a
+   receive CQ of the targets' sum (plus UD's own receives) cannot overflow. Grants go from the receive
+   path as soon as owed >= W/2 (ep->grant_at); one credit is kept back on each side for a grant, so two
+   peers out of credits can always hand each other credits back (a grant carries at least grant_at
+   credits, so two grants that cross leave both sides with credits). A grant uses a buffer too, owed
+   back like any other: with W >= 4 one grant received (owed 1 < grant_at 2) never triggers a grant in
+   return, which is why 4 is the smallest window (with 2, grants would answer grants forever). A sender
+   out of credits has W - 1 of them owed by a peer that drained its queue, and W - 1 >= W/2: it is
+   granted without asking. Destroying an endpoint lowers target; its buffers stay in the pool.
+
+   A receive completion names its QP (wc->qp_num); a small open-addressing map gives the endpoint. A
+   destroyed endpoint leaves a tombstone stamped with the receive CQ's drain epoch (how many polls found
+   the CQ empty): its completions still queued are counted (stale_wr_ids) and dropped, their buffers
+   recycled. The tombstone dies once the CQ was seen empty after the destroy (nothing of a destroyed QP
+   can arrive later); until then a new QP that happens to get the same number is not used.
+
+   Each SRQ's limit (low-water mark: a quarter of target) is armed from the tick; the device's
+   IBV_EVENT_SRQ_LIMIT_REACHED then says that most buffers were consumed at once and not yet reposted
+   (the program did not progress for a while): counted (srq_limit_events) and logged at debug level. */
+#define RDMAX__SRQ_CHUNK_BYTES (256u << 10)  /* small enough for a context of one endpoint */
+#define RDMAX__POOLS 32                       /* buffer sizes in use at once per context */
+#define RDMAX__WR_SRQ (0xffffull << 32)
+#define RDMAX__WR_POOL_SHIFT 25
+#define RDMAX__WR_BUF_MASK ((1u << RDMAX__WR_POOL_SHIFT) - 1)
+#define RDMAX__MAP_LIVE 0x80000000u  /* map value: endpoint index in the low 16 bits */
+#define RDMAX__MAP_TOMB 0x40000000u  /* map value: drain epoch in the low 30 bits */
+
+struct rdmax__srq {
+    struct ibv_srq *srq;
+    uint32_t recv_size;
+    uint32_t per_chunk;         /* buffers per chunk, a power of two */
+    uint32_t cap;               /* buffers the SRQ can hold (max_wr as the device applied it) */
+    uint32_t target, posted;
+    uint32_t n_bufs, n_free;
+    uint32_t *free;             /* [n_bufs] */
+    struct { char *base; struct ibv_mr *mr; } *chunks;
+    uint32_t n_chunks, chunks_cap;
+    uint32_t limit;             /* the limit armed now; 0: not armed */
+    uint32_t users;             /* endpoints attached */
+    uint32_t idle_epoch;        /* the drain epoch when the last one left */
+};
+
+struct rdmax__rx {
+    struct rdmax__srq *pool[RDMAX__POOLS];  /* [0]: the context's recv_size */
+    uint32_t epoch;             /* receive-CQ polls that found it drained */
+    uint32_t target;            /* all pools' targets */
+    struct { uint32_t qpn, v; } *map;
+    uint32_t map_cap, map_used; /* slots (a power of two); live entries and tombstones */
+};
+
+static uint32_t rdmax__map_hash(const struct rdmax__rx *x, uint32_t qpn)
+{
+    return (qpn * 2654435761u) & (x->map_cap - 1);
+}
+
+static int rdmax__tomb_live(const struct rdmax__rx *x, uint32_t v)
+{
+    return (v & RDMAX__MAP_TOMB) && (v & 0x3fffffffu) == (x->epoch & 0x3fffffffu);
+}
+
+/* The live endpoint of qpn, or NULL (destroyed, or not one of ours). */
+static rdmax_ep *rdmax__map_ep(rdmax_ctx *ctx, uint32_t qpn)
+{
+    const struct rdmax__rx *x = ctx->rx;
+    for (uint32_t i = rdmax__map_hash(x, qpn);; i = (i + 1) & (x->map_cap - 1)) {
+        uint32_t v = x->map[i].v;
+        if (v == 0)
+            return NULL;
+        if (x->map[i].qpn == qpn && (v & RDMAX__MAP_LIVE)) {
+            rdmax_ep *ep = ctx->eps[v & 0xffff].ep;
+            return ep && ep->qp->qp_num == qpn ? ep : NULL;
+        }
+    }
+}
+
+/* A tombstone of qpn whose completions may still be queued. */
+static int rdmax__map_tomb_live(const struct rdmax__rx *x, uint32_t qpn)
+{
+    for (uint32_t i = rdmax__map_hash(x, qpn); x->map[i].v; i = (i + 1) & (x->map_cap - 1))
+        if (x->map[i].qpn == qpn && (x->map[i].v & RDMAX__MAP_TOMB))
+            return rdmax__tomb_live(x, x->map[i].v);
+    return 0;
+}
+
+/* Rebuild with room for twice the live entries, dropping dead tombstones. */
+static rdmax_status rdmax__map_rebuild(rdmax_ctx *ctx)
+{
+    struct rdmax__rx *x = ctx->rx;
+    uint32_t keep = 0;
+    for (uint32_t i = 0; i < x->map_cap; i++)
+        keep += (x->map[i].v & RDMAX__MAP_LIVE) || rdmax__tomb_live(x, x->map[i].v);
+    uint32_t cap = 64;
+    while (cap < 4 * (keep + 1))
+        cap *= 2;
+    __typeof__(x->map) m = (__typeof__(x->map))rdmax__alloc(ctx, cap * sizeof *m);
+    if (!m)
+        return RDMAX_ERR_NO_MEMORY;
+    __typeof__(x->map) old = x->map;
+    uint32_t old_cap = x->map_cap;
+    x->map = m;
+    x->map_cap = cap;
+    x->map_used = 0;
+    for (uint32_t i = 0; i < old_cap; i++) {
+        if (!(old[i].v & RDMAX__MAP_LIVE) && !rdmax__tomb_live(x, old[i].v))
+            continue;
+        uint32_t j = rdmax__map_hash(x, old[i].qpn);
+        while (m[j].v)
+            j = (j + 1) & (cap - 1);
+        m[j] = old[i];
+        x->map_used++;
+    }
+    rdmax__free(ctx, old);
+    return RDMAX_OK;
+}
+
+/* qpn -> endpoint index; an entry of the same qpn (a dead tombstone) is reused. */
+static rdmax_status rdmax__map_put(rdmax_ctx *ctx, uint32_t qpn, uint32_t idx)
+{
+    struct rdmax__rx *x = ctx->rx;
+    if (2 * (x->map_used + 1) > x->map_cap && rdmax__map_rebuild(ctx) != RDMAX_OK)
+        return RDMAX_ERR_NO_MEMORY;
+    uint32_t i = rdmax__map_hash(x, qpn);
+    while (x->map[i].v && x->map[i].qpn != qpn)
+        i = (i + 1) & (x->map_cap - 1);
+    x->map_used += x->map[i].v == 0;
+    x->map[i].qpn = qpn;
+    x->map[i].v = RDMAX__MAP_LIVE | idx;
+    return RDMAX_OK;
+}
+
+static void rdmax__map_kill(rdmax_ctx *ctx, uint32_t qpn)
+{
+    struct rdmax__rx *x = ctx->rx;
+    for (uint32_t i = rdmax__map_hash(x, qpn); x->map[i].v; i = (i + 1) & (x->map_cap - 1))
+        if (x->map[i].qpn == qpn && (x->map[i].v & RDMAX__MAP_LIVE)) {
+            x->map[i].v = RDMAX__MAP_TOMB | (x->epoch & 0x3fffffffu);
+            return;
+        }
+}
+
+static char *rdmax__srq_buf(const struct rdmax__srq *s, uint32_t b)
+{
+    return s->chunks[b / s->per_chunk].base + (size_t)(b % s->per_chunk) * s->recv_size;
+}
+
+/* Post free buffers of pool p until its target are posted. Called from the poll path (no allocation). */
+static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
+{
+    struct rdmax__srq *s = ctx->rx->pool[p];
+    struct ibv_recv_wr wr[RDMAX__RECV_BATCH], *bad;
+    struct ibv_sge sge[RDMAX__RECV_BATCH];
+    while (s->posted < s->target && s->n_free > 0) {
+        uint32_t k = s->target - s->posted;
+        k = k < s->n_free ? k : s->n_free;
+        k = k < RDMAX__RECV_BATCH ? k : RDMAX__RECV_BATCH;
+        for (uint32_t i = 0; i < k; i++) {
+            uint32_t b = s->free[--s->n_free];
+            sge[i].addr = (uintptr_t)rdmax__srq_buf(s, b);
+            sge[i].length = s->recv_size;
+            sge[i].lkey = s->chunks[b / s->per_chunk].mr->lkey;
+            wr[i].wr_id = RDMAX__WR_SRQ | RDMAX__WR_RECV | p << RDMAX__WR_POOL_SHIFT | b;
+            wr[i].sg_list = &sge[i];
+            wr[i].num_sge = 1;
+            wr[i].next = i + 1 < k ? &wr[i + 1] : NULL;
+        }
+        ctx->cnt.recv_post_calls++;
+        int rc = ibv_post_srq_recv(s->srq, wr, &bad);
+        if (rdmax_unlikely(rc != 0)) {
+            uint32_t back = 0;
+            for (struct ibv_recv_wr *w = bad; w; w = w->next, back++)
+                s->free[s->n_free++] = (uint32_t)(w->wr_id & RDMAX__WR_BUF_MASK);
+            s->posted += k - back;
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ, "device %s: ibv_post_srq_recv of %u buffers failed: %s (%u of %u "
+                       "posted, SRQ holds %u)", ctx->attr.name, back, strerror(rc), s->posted, s->target, s->cap);
+            return RDMAX_ERR_IO;
+        }
+        s->posted += k;
+    }
+    return RDMAX_OK;
+}
+
+/* One more chunk of buffers, registered. Registration is where the locked-memory limit bites. */
+static rdmax_status rdmax__srq_chunk(rdmax_ctx *ctx, struct rdmax__srq *s)
+{
+    size_t bytes = (size_t)s->per_chunk * s->recv_size;
+    if ((uint64_t)s->n_bufs + s->per_chunk > RDMAX__WR_BUF_MASK)
+        return RDMAX_ERR_LIMIT;  /* not reached: max_srq_wr bounds target first */
+    if (s->n_chunks == s->chunks_cap) {
+        uint32_t cap = s->chunks_cap ? 2 * s->chunks_cap : 16;
+        __typeof__(s->chunks) c = (__typeof__(s->chunks))rdmax__alloc(ctx, cap * sizeof *c);
+        uint32_t *f = (uint32_t *)rdmax__alloc(ctx, (size_t)cap * s->per_chunk * sizeof *f);
+        if (!c || !f) {
+            rdmax__free(ctx, c);
+            rdmax__free(ctx, f);
+            return RDMAX_ERR_NO_MEMORY;
+        }
+        if (s->n_chunks) {
+            memcpy(c, s->chunks, s->n_chunks * sizeof *c);
+            memcpy(f, s->free, s->n_free * sizeof *f);
+        }
+        rdmax__free(ctx, s->chunks);
+        rdmax__free(ctx, s->free);
+        s->chunks = c;
+        s->free = f;
+        s->chunks_cap = cap;
+    }
+    char *p = (char *)rdmax_numa_alloc(ctx, bytes);
+    if (!p) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_NO_MEMORY, "device %s: allocating %zu bytes of receive buffers on NUMA node %d failed",
+                   ctx->attr.name, bytes, ctx->attr.numa_node);
+        return RDMAX_ERR_NO_MEMORY;
+    }
+    struct ibv_mr *mr = ibv_reg_mr(ctx->pd, p, bytes, IBV_ACCESS_LOCAL_WRITE);
+    if (!mr) {
+        int e = errno;
+        rdmax_numa_free(ctx, p, bytes);
+        struct rlimit rl;
+        char lim[32] = "unlimited";
+        if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+            snprintf(lim, sizeof lim, "%llu bytes", (unsigned long long)rl.rlim_cur);
+        if (e == ENOMEM || e == EPERM || e == EAGAIN) {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LIMIT, "device %s: registering %zu more bytes of receive buffers failed: %s; "
+                       "the locked memory limit (RLIMIT_MEMLOCK, ulimit -l) is %s, and this pool has %zu bytes "
+                       "registered for %u credits (rq_depth x recv_size %u decides it)", ctx->attr.name, bytes,
+                       strerror(e), lim, (size_t)s->n_bufs * s->recv_size, s->target, s->recv_size);
+            return RDMAX_ERR_LIMIT;
+        }
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_SETUP, "device %s: ibv_reg_mr of %zu receive bytes failed: %s", ctx->attr.name,
+                   bytes, strerror(e));
+        return RDMAX_ERR_IO;
+    }
+    s->chunks[s->n_chunks].base = p;
+    s->chunks[s->n_chunks].mr = mr;
+    for (uint32_t i = s->per_chunk; i-- > 0;)  /* low indexes are posted first */
+        s->free[s->n_free++] = s->n_chunks * s->per_chunk + i;
+    s->n_chunks++;
+    s->n_bufs += s->per_chunk;
+    return RDMAX_OK;
+}
+
+/* The receive CQ must hold every receive that may complete before the next poll. */
+static rdmax_status rdmax__rcq_fit(rdmax_ctx *ctx, uint64_t need, const char *why)
+{
+    if (need <= ctx->rcq_size)
+        return RDMAX_OK;
+    uint64_t want = ctx->rcq_size;
+    while (want < need)
+        want *= 2;
+    if (want > ctx->attr.max_cqe && need <= ctx->attr.max_cqe)
+        want = ctx->attr.max_cqe;
+    if (want > ctx->attr.max_cqe) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LIMIT, "device %s: the receive CQ would need %llu entries for %s, more than the "
+                   "device's max_cqe %u (each RC endpoint needs rq_depth entries, each UD endpoint rq_depth: "
+                   "lower them, or spread the endpoints over more contexts)", ctx->attr.name,
+                   (unsigned long long)need, why, ctx->attr.max_cqe);
+        return RDMAX_ERR_LIMIT;
+    }
+    int rc = ibv_resize_cq(ctx->rcq, (int)want);
+    if (rc) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_SETUP, "device %s: ibv_resize_cq(receive CQ, %llu entries) failed: %s (max_cqe %u)",
+                   ctx->attr.name, (unsigned long long)want, strerror(rc), ctx->attr.max_cqe);
+        return rc == ENOMEM ? RDMAX_ERR_NO_MEMORY : RDMAX_ERR_IO;
+    }
+    ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
+    return RDMAX_OK;
+}
+
+static void rdmax__pool_free(rdmax_ctx *ctx, uint32_t p)
+{
+    struct rdmax__srq *s = ctx->rx->pool[p];
+    if (s->srq)
+        ibv_destroy_srq(s->srq);
+    for (uint32_t i = 0; i < s->n_chunks; i++) {
+        ibv_dereg_mr(s->chunks[i].mr);
+        rdmax_numa_free(ctx, s->chunks[i].base, (size_t)s->per_chunk * s->recv_size);
+    }
+    rdmax__free(ctx, s->chunks);
+    rdmax__free(ctx, s->free);
+    rdmax__free(ctx, s);
+    ctx->rx->pool[p] = NULL;
+}
+
+/* The pool of buffers of recv_size bytes: found, or made (pool 0 is the context's recv_size). */
+static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t *out)
+{
+    struct rdmax__rx *x = ctx->rx;
+    if (!x) {
+        if (!(x = (struct rdmax__rx *)rdmax__alloc(ctx, sizeof *x)))
+            return RDMAX_ERR_NO_MEMORY;
+        x->map_cap = 64;
+        if (!(x->map = (__typeof__(x->map))rdmax__alloc(ctx, x->map_cap * sizeof *x->map))) {
+            rdmax__free(ctx, x);
+            return RDMAX_ERR_NO_MEMORY;
+        }
+        ctx->rx = x;
+    }
+    uint32_t p = recv_size == ctx->desc.recv_size ? 0 : RDMAX__POOLS, hole = RDMAX__POOLS;
+    for (uint32_t i = 1; p == RDMAX__POOLS && i < RDMAX__POOLS; i++) {
+        if (x->pool[i] && x->pool[i]->recv_size == recv_size)
+            p = i;
+        else if (!x->pool[i] && hole == RDMAX__POOLS)
+            hole = i;
+    }
+    if (p == RDMAX__POOLS && hole == RDMAX__POOLS) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LIMIT, "device %s: RC endpoints of this context already use %u receive sizes, the "
+                   "most it keeps shared receive queues for (endpoint recv_size %u)", ctx->attr.name,
+                   RDMAX__POOLS - 1, recv_size);
+        return RDMAX_ERR_LIMIT;
+    }
+    if (p == RDMAX__POOLS)
+        p = hole;
+    if (x->pool[p]) {
+        *out = p;
+        return RDMAX_OK;
+    }
+    struct rdmax__srq *s = (struct rdmax__srq *)rdmax__alloc(ctx, sizeof *s);
+    if (!s)
+        return RDMAX_ERR_NO_MEMORY;
+    s->recv_size = recv_size;
+    for (s->per_chunk = 1; s->per_chunk < 256 && (size_t)2 * s->per_chunk * recv_size <= RDMAX__SRQ_CHUNK_BYTES;)
+        s->per_chunk *= 2;
+    struct ibv_srq_init_attr a;
+    memset(&a, 0, sizeof a);
+    a.srq_context = ctx;  /* names the owner of an SRQ event among contexts sharing the device */
+    a.attr.max_wr = ctx->attr.max_srq_wr < 256 ? ctx->attr.max_srq_wr : 256;
+    a.attr.max_sge = 1;
+    if (!ctx->attr.max_srq_wr) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ, "device %s has no shared receive queues (max_srq 0): RC endpoints need one",
+                   ctx->attr.name);
+        rdmax__free(ctx, s);
+        return RDMAX_ERR_UNSUPPORTED;
+    }
+    if (!(s->srq = ibv_create_srq(ctx->pd, &a))) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ, "device %s: ibv_create_srq(%u) failed: %s", ctx->attr.name, a.attr.max_wr,
+                   strerror(errno));
+        rdmax__free(ctx, s);
+        return RDMAX_ERR_IO;
+    }
+    s->cap = a.attr.max_wr;
+    x->pool[p] = s;
+    *out = p;
+    return RDMAX_OK;
+}
+
+/* Room for one more RC endpoint with window w in pool p: limits first (nothing changes when one is in
+   the way), then buffers, SRQ size, receive CQ; target grows by w and the buffers are posted. */
+static rdmax_status rdmax__srq_reserve(rdmax_ctx *ctx, uint32_t p, uint32_t w)
+{
+    struct rdmax__rx *x = ctx->rx;
+    struct rdmax__srq *s = x->pool[p];
+    rdmax_status st;
+    uint64_t need = (uint64_t)s->target + w;
+    if (need > ctx->attr.max_srq_wr) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LIMIT, "device %s: the shared receive queue would need %llu buffers (%u endpoints' "
+                   "credits so far plus %u), more than the device's max_srq_wr %u: lower rdmax_ep_desc.rq_depth or "
+                   "spread the endpoints over more contexts", ctx->attr.name, (unsigned long long)need, s->target, w,
+                   ctx->attr.max_srq_wr);
+        return RDMAX_ERR_LIMIT;
+    }
+    char why[96];
+    snprintf(why, sizeof why, "%llu RC receive credits and %u UD receives", (unsigned long long)x->target + w,
+             ctx->rq_total);
+    if ((st = rdmax__rcq_fit(ctx, (uint64_t)ctx->rq_total + x->target + w, why)) != RDMAX_OK)
+        return st;
+    while (s->posted + s->n_free < need)
+        if ((st = rdmax__srq_chunk(ctx, s)) != RDMAX_OK)
+            return st;
+    if (need > s->cap) {
+        struct ibv_srq_attr a;
+        memset(&a, 0, sizeof a);
+        a.max_wr = 2 * (uint64_t)s->cap > need ? 2 * s->cap : (uint32_t)need;
+        if (a.max_wr > ctx->attr.max_srq_wr)
+            a.max_wr = ctx->attr.max_srq_wr;
+        int rc = ibv_modify_srq(s->srq, &a, IBV_SRQ_MAX_WR);
+        if (rc == 0 && ibv_query_srq(s->srq, &a) == 0 && a.max_wr >= need) {
+            s->cap = a.max_wr;
+        } else {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ, "device %s: growing the shared receive queue from %u to %u buffers "
+                       "failed: %s (max_srq_wr %u)", ctx->attr.name, s->cap, a.max_wr,
+                       rc ? strerror(rc) : "the device kept it smaller", ctx->attr.max_srq_wr);
+            return RDMAX_ERR_LIMIT;
+        }
+    }
+    s->target = (uint32_t)need;
+    x->target += w;
+    s->users++;
+    return rdmax__srq_fill(ctx, p);
+}
+
+/* An endpoint leaves pool p: its credits leave the target, its buffers stay. */
+static void rdmax__srq_release(rdmax_ctx *ctx, uint32_t p, uint32_t w)
+{
+    struct rdmax__srq *s = ctx->rx->pool[p];
+    s->target -= w;
+    ctx->rx->target -= w;
+    if (--s->users == 0)
+        s->idle_epoch = ctx->rx->epoch;
+}
+
+static void rdmax__srq_close(rdmax_ctx *ctx)
+{
+    struct rdmax__rx *x = ctx->rx;
+    if (!x)
+        return;
+    for (uint32_t p = 0; p < RDMAX__POOLS; p++)
+        if (x->pool[p])
+            rdmax__pool_free(ctx, p);
+    rdmax__free(ctx, x->map);
+    rdmax__free(ctx, x);
+    ctx->rx = NULL;
+}
+
+/* From the tick (system calls, not on the poll path): arm each pool's low-water mark again once it is
+   back above it, and free pools of other sizes than the context's that nobody has used since the
+   receive CQ was last drained (no completion can name their buffers any more). */
+static void rdmax__srq_tick(rdmax_ctx *ctx)
+{
+    struct rdmax__rx *x = ctx->rx;
+    for (uint32_t p = 0; x && p < RDMAX__POOLS; p++) {
+        struct rdmax__srq *s = x->pool[p];
+        if (!s)
+            continue;
+        if (p > 0 && s->users == 0 && s->idle_epoch != x->epoch) {
+            rdmax__pool_free(ctx, p);
+            continue;
+        }
+        if (s->limit || s->target < 8 || s->posted < s->target / 2)
+            continue;
+        struct ibv_srq_attr a;
+        memset(&a, 0, sizeof a);
+        a.srq_limit = s->target / 4;
+        if (ibv_modify_srq(s->srq, &a, IBV_SRQ_LIMIT) == 0)
+            s->limit = a.srq_limit;
+    }
+}
+
+/* rdmax's own bytes for one endpoint: its struct and slot array (the batch staging is the context's),
+   and a receive pool of its own if it has one. */
+static size_t rdmax__ep_own_bytes(const rdmax_ep *ep)
+{
+    size_t b = sizeof *ep + (size_t)ep->desc.sq_depth * sizeof *ep->slots;
+    if (ep->rbufs)
+        b += (size_t)ep->rq_depth * (sizeof *ep->rq_free + ep->recv_size);
+    return b;
+}
+
+/* A free slot in the endpoint table, which grows (doubling) up to max_eps. */
+static rdmax_status rdmax__ep_slot(rdmax_ctx *ctx, uint32_t *out)
+{
+    for (uint32_t k = 0; k < ctx->eps_cap; k++) {
+        uint32_t i = ctx->eps_hint + k < ctx->eps_cap ? ctx->eps_hint + k : ctx->eps_hint + k - ctx->eps_cap;
+        if (!ctx->eps[i].ep) {
+            *out = i;
+            ctx->eps_hint = i + 1 < ctx->eps_cap ? i + 1 : 0;
+            return RDMAX_OK;
+        }
+    }
+    if (ctx->eps_cap >= ctx->desc.max_eps) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_SLOTS, "device %s: all %u endpoint slots in use (rdmax_ctx_desc.max_eps %u)",
+                   ctx->attr.name, ctx->eps_cap, ctx->desc.max_eps);
+        return RDMAX_ERR_LIMIT;
+    }
+    uint32_t cap = 2 * ctx->eps_cap < ctx->desc.max_eps ? 2 * ctx->eps_cap : ctx->desc.max_eps;
+    rdmax__ep_ref *t = (rdmax__ep_ref *)rdmax__alloc(ctx, cap * sizeof *t);
+    if (!t)
+        return RDMAX_ERR_NO_MEMORY;
+    memcpy(t, ctx->eps, ctx->eps_cap * sizeof *t);
+    rdmax__free(ctx, ctx->eps);
+    ctx->eps = t;
+    *out = ctx->eps_cap;
+    ctx->eps_hint = ctx->eps_cap + 1;
+    ctx->eps_cap = cap;
+    return RDMAX_OK;
+}
+
 static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, enum ibv_qp_type type, rdmax_ep **out)
 {
     *out = NULL;
     uint32_t idx;
-    for (idx = 0; idx < ctx->desc.max_eps && ctx->eps[idx].ep; idx++)
-        ;
-    if (idx == ctx->desc.max_eps) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_SLOTS,
-                   "device %s: all %u endpoint slots in use (rdmax_ctx_desc.max_eps)",
-                   ctx->attr.name, ctx->desc.max_eps);
-        return RDMAX_ERR_NO_RESOURCE;
+    rdmax_status st = rdmax__ep_slot(ctx, &idx);
+    if (st != RDMAX_OK)
+        return st;
+    if (type == IBV_QPT_RC && ctx->attr.max_qp && ctx->n_eps >= ctx->attr.max_qp) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LIMIT, "device %s: this context has %u endpoints, the device's max_qp", ctx->attr.name,
+                   ctx->n_eps);
+        return RDMAX_ERR_LIMIT;
     }
     rdmax_ep *ep = (rdmax_ep *)rdmax__alloc(ctx, sizeof *ep);
     if (!ep)
@@ -4079,7 +4746,13 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     ep->ctx = ctx;
     rdmax__ep_desc_defaults(ctx, desc, &ep->desc);
     rdmax_ep_desc *d = &ep->desc;
-    rdmax_status st = RDMAX_ERR_NO_MEMORY;
+    /* RC endpoints receive from the context's shared queue (>>srq); UD ones from the context's UD QP. */
+    int shared = type == IBV_QPT_RC;
+    int reserved = 0;
+    struct ibv_qp *parked[4];
+    int n_parked = 0;
+    size_t rbytes = shared ? 0 : (size_t)d->rq_depth * d->recv_size;
+    st = RDMAX_ERR_NO_MEMORY;
     ep->sq_mask = d->sq_depth - 1;
     ep->sig_left = d->signal_interval;
     ep->blocked = RDMAX__BLK_STATE;  /* until connected; sq_stop == sq_head == 0 */
@@ -4088,10 +4761,11 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     ep->max_inline = d->max_inline;
     ep->rd_avail = d->max_rd_atomic;
     ep->recv_cb = d->recv_cb;
+    ep->imm_cb = d->imm_cb;
     ep->user = d->user;
     ep->rq_depth = d->rq_depth;
     ep->recv_size = d->recv_size;
-    size_t rbytes = (size_t)d->rq_depth * d->recv_size;  /* 0 for UD: the context's pool */
+    ep->grant_at = d->rq_depth / 2 ? d->rq_depth / 2 : 1;
     ep->slots = (rdmax__slot *)rdmax__alloc(ctx, d->sq_depth * sizeof *ep->slots);
     ep->wr.sg_list = ep->sge;
     if (!ep->slots)
@@ -4105,68 +4779,88 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
         goto registered;
     }
 #endif
-    ep->rq_free = (uint32_t *)rdmax__alloc(ctx, d->rq_depth * sizeof *ep->rq_free);
-    ep->rbufs = (char *)rdmax_numa_alloc(ctx, rbytes);
-    if (!ep->rq_free || !ep->rbufs)
-        goto fail;
-    ep->rmr = ibv_reg_mr(ctx->pd, ep->rbufs, rbytes, IBV_ACCESS_LOCAL_WRITE);
-    if (!ep->rmr) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_SETUP,
-                   "device %s: ibv_reg_mr of %zu receive bytes failed: %s", ctx->attr.name,
-                   rbytes, strerror(errno));
-        st = RDMAX_ERR_IO;
-        goto fail;
-    }
-    /* Every posted receive may complete before we poll: the receive CQ must hold them all. */
-    if (ctx->rq_total + d->rq_depth > ctx->rcq_size) {
-        uint32_t want = ctx->rcq_size;
-        while (want < ctx->rq_total + d->rq_depth)
-            want *= 2;
-        if (want > ctx->attr.max_cqe || ibv_resize_cq(ctx->rcq, (int)want)) {
-            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_SETUP,
-                       "device %s: receive CQ cannot grow to %u entries for %u more "
-                       "receive buffers (max_cqe %u)", ctx->attr.name, want, d->rq_depth, ctx->attr.max_cqe);
-            st = RDMAX_ERR_NO_RESOURCE;
+    if (shared) {
+        if ((st = rdmax__pool_get(ctx, d->recv_size, &ep->pool)) != RDMAX_OK ||
+            (st = rdmax__srq_reserve(ctx, ep->pool, d->rq_depth)) != RDMAX_OK)
+            goto fail;
+        reserved = 1;
+    } else {
+        ep->rq_free = (uint32_t *)rdmax__alloc(ctx, d->rq_depth * sizeof *ep->rq_free);
+        ep->rbufs = (char *)rdmax_numa_alloc(ctx, rbytes);
+        if (!ep->rq_free || !ep->rbufs)
+            goto fail;
+        ep->rmr = ibv_reg_mr(ctx->pd, ep->rbufs, rbytes, IBV_ACCESS_LOCAL_WRITE);
+        if (!ep->rmr) {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_SETUP, "device %s: ibv_reg_mr of %zu receive bytes failed: %s", ctx->attr.name,
+                       rbytes, strerror(errno));
+            st = RDMAX_ERR_IO;
             goto fail;
         }
-        ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
+        /* Every posted receive may complete before we poll: the receive CQ must hold them all. */
+        if ((st = rdmax__rcq_fit(ctx, (uint64_t)ctx->rq_total + d->rq_depth + (ctx->rx ? ctx->rx->target : 0),
+                                 "UD receive buffers and RC receive credits")) != RDMAX_OK)
+            goto fail;
     }
     struct ibv_qp_init_attr qa;
     memset(&qa, 0, sizeof qa);
     qa.send_cq = ctx->scq;
     qa.recv_cq = ctx->rcq;
+    qa.srq = shared ? ctx->rx->pool[ep->pool]->srq : NULL;
     qa.qp_type = type;
     qa.cap.max_send_wr = d->sq_depth;
-    qa.cap.max_recv_wr = d->rq_depth;
+    qa.cap.max_recv_wr = shared ? 0 : d->rq_depth;
     qa.cap.max_send_sge = ctx->attr.max_sge < RDMAX_MAX_SGE ? ctx->attr.max_sge : RDMAX_MAX_SGE;
-    qa.cap.max_recv_sge = 1;
+    qa.cap.max_recv_sge = shared ? 0 : 1;
     qa.cap.max_inline_data = d->max_inline;
     qa.sq_sig_all = 0;
     qa.qp_context = ep;  /* async QP events name their endpoint */
-    ep->qp = ibv_create_qp(ctx->pd, &qa);
-    if (!ep->qp) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_SETUP,
-                   "device %s: ibv_create_qp(%s, sq %u, rq %u, inline %u) failed: %s",
-                   ctx->attr.name, type == IBV_QPT_RC ? "RC" : "UD", d->sq_depth, d->rq_depth, d->max_inline,
-                   strerror(errno));
-        st = RDMAX_ERR_IO;
+    for (;;) {
+        ep->qp = ibv_create_qp(ctx->pd, &qa);
+        /* A QP number whose previous owner's receives may still be queued is set aside (>>srq). */
+        if (!ep->qp || !shared || !rdmax__map_tomb_live(ctx->rx, ep->qp->qp_num) || n_parked == 4)
+            break;
+        parked[n_parked++] = ep->qp;
+    }
+    if (!ep->qp || (shared && rdmax__map_tomb_live(ctx->rx, ep->qp->qp_num))) {
+        int e = errno;
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_SETUP, "device %s: ibv_create_qp(%s, sq %u, rq %u%s, inline %u) failed: %s (this "
+                   "context has %u endpoints; the device's max_qp is %u)", ctx->attr.name,
+                   type == IBV_QPT_RC ? "RC" : "UD", d->sq_depth, shared ? 0 : d->rq_depth, shared ? " + SRQ" : "",
+                   d->max_inline, ep->qp ? "only reused QP numbers" : strerror(e), ctx->n_eps, ctx->attr.max_qp);
+        if (ep->qp)
+            ibv_destroy_qp(ep->qp);
+        ep->qp = NULL;
+        st = e == ENOMEM && ctx->n_eps > 0 ? RDMAX_ERR_LIMIT : RDMAX_ERR_IO;
         goto fail;
     }
+    if (shared && (st = rdmax__map_put(ctx, ep->qp->qp_num, idx)) != RDMAX_OK) {
+        ibv_destroy_qp(ep->qp);
+        ep->qp = NULL;
+        goto fail;
+    }
+    while (n_parked)
+        ibv_destroy_qp(parked[--n_parked]);
 #if RDMAX__HAS_UD
 registered:
 #endif
     ctx->eps[idx].ep = ep;
     ctx->eps[idx].gen++;
     ctx->n_eps++;
-    ctx->rq_total += d->rq_depth;
+    if (!shared)
+        ctx->rq_total += d->rq_depth;
+    ctx->ep_bytes += rdmax__ep_own_bytes(ep);
     ep->wr_id_base = (uint64_t)ctx->eps[idx].gen << 48 | (uint64_t)idx << 32;
-    for (uint32_t i = 0; i < d->rq_depth; i++)
+    for (uint32_t i = 0; !shared && i < d->rq_depth; i++)
         ep->rq_free[i] = i;
-    ep->rq_unposted = d->rq_depth;
+    ep->rq_unposted = shared ? 0 : d->rq_depth;
     snprintf(ep->peer, sizeof ep->peer, "(not connected)");
     *out = ep;
     return RDMAX_OK;
 fail:
+    while (n_parked)
+        ibv_destroy_qp(parked[--n_parked]);
+    if (reserved)
+        rdmax__srq_release(ctx, ep->pool, d->rq_depth);  /* its buffers stay in the pool */
     if (ep->rmr)
         ibv_dereg_mr(ep->rmr);
     rdmax_numa_free(ctx, ep->rbufs, rbytes);
@@ -4277,7 +4971,7 @@ rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep
             st = rdmax__modify(ep, &a, IBV_QP_STATE | IBV_QP_SQ_PSN, "RTS");
         }
     }
-    if (st == RDMAX_OK)
+    if (st == RDMAX_OK && ep->rq_unposted)  /* a pool of its own (shared buffers were posted for it already) */
         st = rdmax__post_recvs(ep, ep->rq_unposted);
     ep->rx_unreturned = 0;  /* the first buffers are the peer's initial credits, in our record */
     if (st != RDMAX_OK) {
@@ -4555,7 +5249,7 @@ static void rdmax__flush_check(rdmax_ctx *ctx)
         if (rdmax__poll_send(ctx) + rdmax__poll_recv(ctx) == 0)
             break;
     ctx->flush_check = 0;
-    for (uint32_t i = 0; i < ctx->desc.max_eps; i++) {
+    for (uint32_t i = 0; i < ctx->eps_cap; i++) {
         rdmax_ep *ep = ctx->eps[i].ep;
         if (ep && ep->flush_seen) {
             ep->flush_seen = 0;
@@ -4575,7 +5269,7 @@ static rdmax_ep *rdmax__wr_ep(rdmax_ctx *ctx, uint64_t wr_id)
 {
     uint32_t idx = (uint32_t)(wr_id >> 32) & 0xffff;
     uint16_t gen = (uint16_t)(wr_id >> 48);
-    if (rdmax_unlikely(idx >= ctx->desc.max_eps || ctx->eps[idx].ep == NULL || ctx->eps[idx].gen != gen)) {
+    if (rdmax_unlikely(idx >= ctx->eps_cap || ctx->eps[idx].ep == NULL || ctx->eps[idx].gen != gen)) {
         ctx->cnt.stale_wr_ids++;
         return NULL;
     }
@@ -4625,6 +5319,85 @@ int rdmax__send_cqes(rdmax_ctx *ctx, int n)
     return n;
 }
 
+/* One completion of a shared receive queue (>>srq). Returns the endpoint that consumed the buffer, as
+   table index | generation << 16, for the credit it is owed once the buffer is posted again; UINT32_MAX
+   when nobody is owed one (a destroyed endpoint, a failed one). The buffer goes back to its pool's free
+   list. */
+static uint32_t rdmax__srq_recv(rdmax_ctx *ctx, const struct ibv_wc *wc)
+{
+    uint32_t p = (uint32_t)(wc->wr_id & RDMAX__WR_SLOT_MASK) >> RDMAX__WR_POOL_SHIFT;
+    uint32_t b = (uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK;
+    struct rdmax__srq *s = ctx->rx && p < RDMAX__POOLS ? ctx->rx->pool[p] : NULL;
+    if (rdmax_unlikely(s == NULL || b >= s->n_bufs)) {
+        ctx->cnt.stale_wr_ids++;
+        return UINT32_MAX;
+    }
+    s->posted--;
+    rdmax_ep *ep = rdmax__map_ep(ctx, wc->qp_num);
+    uint32_t who = UINT32_MAX;
+    if (rdmax_unlikely(ep == NULL)) {
+        ctx->cnt.stale_wr_ids++;  /* its endpoint was destroyed: dropped, the buffer recycled */
+    } else if (rdmax_unlikely(wc->status != IBV_WC_SUCCESS)) {
+        if (wc->status == IBV_WC_WR_FLUSH_ERR) {
+            ctx->cnt.recv_flushed++;
+            rdmax__ep_flush_seen(ep);
+        } else {
+            ctx->cnt.err_cqes++;
+            rdmax__ep_fail(ep, wc, NULL);
+        }
+    } else {
+        uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
+        who = idx | (uint32_t)ctx->eps[idx].gen << 16;
+        if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+            /* rdmax_put_imm: the data is in place; the immediate is the user's, no credits in it. */
+            ctx->cnt.recv_imms++;
+            if (ep->imm_cb)
+                ep->imm_cb(ep, ntohl(wc->imm_data), wc->byte_len, ep->user);
+            else
+                ctx->cnt.recv_drops++;
+        } else {
+            uint32_t imm = (wc->wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc->imm_data) : 0;
+            if (imm & RDMAX__IMM_CREDITS) {
+                ep->tx_credits += imm & RDMAX__IMM_CREDITS;
+                if (ep->group.count)
+                    rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+            }
+            if (rdmax_unlikely(imm & RDMAX__IMM_CLOSE))
+                rdmax__ep_peer_closed(ep);
+            if (!(imm & RDMAX__IMM_GRANT)) {  /* a grant only carries credits */
+                ctx->cnt.recv_msgs++;
+                ctx->cnt.recv_bytes += wc->byte_len;
+                if (ep->recv_cb)  /* may destroy ep: the caller checks the generation before the credit */
+                    ep->recv_cb(ep, rdmax__srq_buf(s, b), wc->byte_len, ep->user);
+                else
+                    ctx->cnt.recv_drops++;
+            }
+        }
+    }
+    s->free[s->n_free++] = b;
+    return who;
+}
+
+/* End of a poll batch: post the consumed buffers again, then owe their endpoints the credits (never
+   before: see >>srq), and grant as soon as half a window is owed, busy or not. */
+static void rdmax__srq_settle(rdmax_ctx *ctx, const uint32_t *who, int n, uint32_t pools)
+{
+    for (uint32_t p = 0; pools; p++, pools >>= 1)
+        if (pools & 1)
+            rdmax__srq_fill(ctx, p);
+    for (int i = 0; i < n; i++) {
+        rdmax__ep_ref *r = &ctx->eps[who[i] & 0xffff];
+        if (r->ep && r->gen == (uint16_t)(who[i] >> 16))
+            r->ep->rx_unreturned++;
+    }
+    for (int i = 0; i < n; i++) {
+        rdmax__ep_ref *r = &ctx->eps[who[i] & 0xffff];
+        if (r->ep && r->gen == (uint16_t)(who[i] >> 16) && r->ep->rx_unreturned >= r->ep->grant_at &&
+            r->ep->state == RDMAX_EP_CONNECTED)
+            rdmax__grant(r->ep);
+    }
+}
+
 int rdmax__poll_recv(rdmax_ctx *ctx)
 {
     struct ibv_wc wc[16];
@@ -4636,10 +5409,21 @@ int rdmax__poll_recv(rdmax_ctx *ctx)
     RDMAX__PROF_BEGIN(ctx, POLL);
     int n = ibv_poll_cq(ctx->rcq, 16, wc);
     RDMAX__PROF_END(ctx, POLL);
+    if (ctx->rx && n < 16)
+        ctx->rx->epoch++;  /* the CQ was drained: tombstones made before now are dead (>>srq) */
     if (n <= 0)
         return ud;
     ctx->cnt.cqes += (uint64_t)n;
+    uint32_t who[16], pools = 0;
+    int n_who = 0;
     for (int i = 0; i < n; i++) {
+        if ((wc[i].wr_id >> 32) == (RDMAX__WR_SRQ >> 32)) {
+            uint32_t w = rdmax__srq_recv(ctx, &wc[i]);
+            pools |= 1u << (((uint32_t)wc[i].wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1));
+            if (w != UINT32_MAX)
+                who[n_who++] = w;
+            continue;
+        }
         rdmax_ep *ep = rdmax__wr_ep(ctx, wc[i].wr_id);
         if (!ep)
             continue;
@@ -4704,6 +5488,8 @@ int rdmax__poll_recv(rdmax_ctx *ctx)
                 rdmax__grant(ep);
         }
     }
+    if (pools)
+        rdmax__srq_settle(ctx, who, n_who, pools);
     if (rdmax_unlikely(ctx->flush_check))
         rdmax__flush_check(ctx);
     return n + ud;
@@ -4740,11 +5526,14 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
             if (!callers && (s->op == RDMAX_OP_GET || s->op == RDMAX_OP_FADD || s->op == RDMAX_OP_CSWAP))
                 ep->rd_avail++;
             /* An RC send gets its send credit back, and the receive credits its immediate data carried
-               to the peer are owed again (else the peer's credits shrink for good). UD counts none. */
+               to the peer are owed again (else the peer's credits shrink for good). A put with immediate
+               data gets its credit back; its immediate is the user's. UD counts none. */
             if (!callers && (s->op == RDMAX_OP_SEND || s->op == RDMAX_OP_GRANT) && ep->qp->qp_type == IBV_QPT_RC) {
                 ep->tx_credits++;
                 ep->rx_unreturned += ntohl(ctx->bwr[i - 1].imm_data) & RDMAX__IMM_CREDITS;
             }
+            if (!callers && s->op == RDMAX_OP_PUT_IMM)
+                ep->tx_credits++;
             if (s->region && !callers)
                 rdmax_rcache_put(ep->ctx->rcache, s->region);
             s->region = NULL;
@@ -4935,7 +5724,14 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     if (ep->qp && ctx->eps[idx].ep == ep) {
         ctx->eps[idx].ep = NULL;
         ctx->n_eps--;
-        ctx->rq_total -= ep->rq_depth;
+        ctx->ep_bytes -= rdmax__ep_own_bytes(ep);
+        if (ep->rbufs) {
+            ctx->rq_total -= ep->rq_depth;
+        } else if (ep->qp->qp_type == IBV_QPT_RC) {
+            /* its receives still queued are dropped by number; its credits leave the pool's target */
+            rdmax__map_kill(ctx, ep->qp->qp_num);
+            rdmax__srq_release(ctx, ep->pool, ep->rq_depth);
+        }
     }
 #if RDMAX__HAS_UD
     rdmax__ud_ep_cleanup(ep);
@@ -5013,66 +5809,160 @@ rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms)
     return st;
 }
 
-/* Asynchronous events of the device, read without blocking. A QP event names its endpoint through
-   qp_context; ibv_destroy_qp waits for the events of its QP to be acknowledged, and each is
-   acknowledged here before the next is read, so the endpoint is alive while we look at it. */
-static void rdmax__async_events(rdmax_ctx *ctx)
+/* One device event for ctx. ep: the endpoint of a QP event (NULL: find it by the QP number in arg, for an
+   event another context read); arg: the port of a port event; srq: the SRQ of an SRQ event (compared,
+   never dereferenced: its pool may be gone). */
+static void rdmax__dev_event(rdmax_ctx *ctx, enum ibv_event_type type, rdmax_ep *ep, uint32_t arg, void *srq)
 {
-    struct ibv_async_event ev;
-    while (ibv_get_async_event(ctx->verbs, &ev) == 0) {
-        rdmax_ep *ep = NULL;
-        switch (ev.event_type) {
-        case IBV_EVENT_QP_FATAL:
-        case IBV_EVENT_QP_REQ_ERR:
-        case IBV_EVENT_QP_ACCESS_ERR:
-        case IBV_EVENT_PATH_MIG_ERR:
-            ep = (rdmax_ep *)ev.element.qp->qp_context;
-            if (ep)
-                rdmax__ep_fail_why(ep, RDMAX_ERR_DEVICE, IBV_WC_FATAL_ERR, 1, "asynchronous QP error: %s",
-                                   ibv_event_type_str(ev.event_type));
+    switch (type) {
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_PATH_MIG_ERR:
 #if RDMAX__HAS_UD
-            else if (ctx->ud && ev.element.qp == ctx->ud->qp)
-                rdmax__ud_fail_all(ctx, ibv_event_type_str(ev.event_type));
-#endif
-            break;
-        case IBV_EVENT_PORT_ERR:
-        case IBV_EVENT_PORT_ACTIVE:
-            if ((uint8_t)ev.element.port_num != ctx->attr.port)
-                break;
-            ctx->port_up = ev.event_type == IBV_EVENT_PORT_ACTIVE;
-            if (!ctx->port_up)
-                ctx->port_down_ms = rdmax__now_ms();
-            RDMAX__PROFILE_EVENT(ctx, ctx->port_up ? RDMAX_PROFILE_EVENT_PORT_ACTIVE : RDMAX_PROFILE_EVENT_PORT_DOWN,
-                                 NULL, ctx->attr.port);
-            rdmax__log(ctx, ctx->port_up ? RDMAX_LOG_INFO : RDMAX_LOG_WARN, RDMAX_LOG_ITEM_DEVICE_EVENT,
-                       "device %s port %u: %s", ctx->attr.name,
-                       ctx->attr.port, ctx->port_up ? "port active again" : "port down (link cut?)");
-            break;
-        case IBV_EVENT_DEVICE_FATAL:
-            ctx->dev_dead = 1;
-            RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_DEVICE, NULL, (uint64_t)ev.event_type);
-            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_FATAL,
-                       "device %s: device fatal error: every endpoint fails", ctx->attr.name);
-            for (uint32_t i = 0; i < ctx->desc.max_eps; i++)
-                if (ctx->eps[i].ep)
-                    rdmax__ep_fail_why(ctx->eps[i].ep, RDMAX_ERR_DEVICE, IBV_WC_FATAL_ERR, 1, "device fatal error");
-            break;
-        case IBV_EVENT_CQ_ERR:
-        case IBV_EVENT_SRQ_ERR:
-        case IBV_EVENT_GID_CHANGE:
-        case IBV_EVENT_LID_CHANGE:
-        case IBV_EVENT_PKEY_CHANGE:
-        case IBV_EVENT_SM_CHANGE:
-        case IBV_EVENT_CLIENT_REREGISTER:
-            RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_DEVICE, NULL, (uint64_t)ev.event_type);
-            rdmax__log(ctx, ev.event_type == IBV_EVENT_CQ_ERR ? RDMAX_LOG_ERROR : RDMAX_LOG_INFO, RDMAX_LOG_ITEM_DEVICE_EVENT,
-                       
-                       "device %s port %u: %s", ctx->attr.name, ctx->attr.port, ibv_event_type_str(ev.event_type));
-            break;
-        default:  /* COMM_EST, SQ_DRAINED, LAST_WQE_REACHED, SRQ_LIMIT_REACHED: nothing to do */
+        if (!ep && ctx->ud && ctx->ud->qp && ctx->ud->qp->qp_num == arg) {
+            rdmax__ud_fail_all(ctx, ibv_event_type_str(type));
             break;
         }
-        ibv_ack_async_event(&ev);
+#endif
+        for (uint32_t i = 0; !ep && i < ctx->eps_cap; i++)
+            if (ctx->eps[i].ep && ctx->eps[i].ep->qp && ctx->eps[i].ep->qp->qp_num == arg)
+                ep = ctx->eps[i].ep;
+        if (ep)
+            rdmax__ep_fail_why(ep, RDMAX_ERR_DEVICE, IBV_WC_FATAL_ERR, 1, "asynchronous QP error: %s",
+                               ibv_event_type_str(type));
+        break;
+    case IBV_EVENT_PORT_ERR:
+    case IBV_EVENT_PORT_ACTIVE:
+        if ((uint8_t)arg != ctx->attr.port)
+            break;
+        ctx->port_up = type == IBV_EVENT_PORT_ACTIVE;
+        if (!ctx->port_up)
+            ctx->port_down_ms = rdmax__now_ms();
+        RDMAX__PROFILE_EVENT(ctx, ctx->port_up ? RDMAX_PROFILE_EVENT_PORT_ACTIVE : RDMAX_PROFILE_EVENT_PORT_DOWN,
+                             NULL, ctx->attr.port);
+        rdmax__log(ctx, ctx->port_up ? RDMAX_LOG_INFO : RDMAX_LOG_WARN, RDMAX_LOG_ITEM_DEVICE_EVENT, "device %s port %u: %s", ctx->attr.name,
+                   ctx->attr.port, ctx->port_up ? "port active again" : "port down (link cut?)");
+        break;
+    case IBV_EVENT_DEVICE_FATAL:
+        ctx->dev_dead = 1;
+        RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_DEVICE, NULL, (uint64_t)type);
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_FATAL, "device %s: device fatal error: every endpoint fails", ctx->attr.name);
+        for (uint32_t i = 0; i < ctx->eps_cap; i++)
+            if (ctx->eps[i].ep)
+                rdmax__ep_fail_why(ctx->eps[i].ep, RDMAX_ERR_DEVICE, IBV_WC_FATAL_ERR, 1, "device fatal error");
+        break;
+    case IBV_EVENT_SRQ_LIMIT_REACHED:
+        /* the pool fell below a quarter of its target: progress lagged (see >>srq); re-armed by the tick */
+        ctx->cnt.srq_limit_events++;
+        for (uint32_t p = 0; ctx->rx && p < RDMAX__POOLS; p++) {
+            struct rdmax__srq *s = ctx->rx->pool[p];
+            if (s && (void *)s->srq == srq) {
+                rdmax__log(ctx, RDMAX_LOG_DEBUG, RDMAX_LOG_ITEM_SRQ, "device %s: shared receive queue of %u-byte buffers below its "
+                           "limit %u (%u of %u posted)", ctx->attr.name, s->recv_size, s->limit, s->posted,
+                           s->target);
+                s->limit = 0;
+            }
+        }
+        break;
+    case IBV_EVENT_CQ_ERR:
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_GID_CHANGE:
+    case IBV_EVENT_LID_CHANGE:
+    case IBV_EVENT_PKEY_CHANGE:
+    case IBV_EVENT_SM_CHANGE:
+    case IBV_EVENT_CLIENT_REREGISTER:
+        RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_DEVICE, NULL, (uint64_t)type);
+        rdmax__log(ctx, type == IBV_EVENT_CQ_ERR || type == IBV_EVENT_SRQ_ERR ? RDMAX_LOG_ERROR : RDMAX_LOG_INFO, RDMAX_LOG_ITEM_DEVICE_EVENT,
+                   "device %s port %u: %s", ctx->attr.name, ctx->attr.port, ibv_event_type_str(type));
+        break;
+    default:  /* COMM_EST, SQ_DRAINED, LAST_WQE_REACHED: nothing to do */
+        break;
+    }
+}
+
+/* Asynchronous events of the device, read without blocking. A QP event names its endpoint through
+   qp_context, an SRQ or CQ event its context through srq_context / cq_context; ibv_destroy_qp waits for
+   the events of its QP to be acknowledged, so the endpoint is alive while we look at it. Contexts that
+   share the device (desc.parent) share its async fd: whichever reads an event handles its own and queues
+   the others' (by QP number, never by pointer: the owner may destroy the endpoint before it looks), and
+   each context takes its queued events here. Port and device events go to every context. */
+static void rdmax__async_events(rdmax_ctx *ctx)
+{
+    struct rdmax__dev *dv = ctx->dev;
+    struct { int type; rdmax_ep *ep; uint32_t arg; void *obj; } mine[16];
+    int more = dv != NULL;  /* NULL: a context that failed before it had a device */
+    while (more) {
+        int n = 0;
+        more = 0;
+        pthread_mutex_lock(&dv->lock);
+        for (uint32_t i = 0; i < dv->n_ev && n < 16;) {  /* events another context read for us */
+            if (dv->ev[i].to != ctx) {
+                i++;
+                continue;
+            }
+            mine[n].type = dv->ev[i].type;
+            mine[n].ep = NULL;
+            mine[n].obj = dv->ev[i].obj;
+            mine[n++].arg = dv->ev[i].arg;
+            dv->ev[i] = dv->ev[--dv->n_ev];
+        }
+        struct ibv_async_event ev;
+        while (n < 16 && ibv_get_async_event(ctx->verbs, &ev) == 0) {
+            rdmax_ctx *owner = NULL;  /* NULL: every context */
+            rdmax_ep *ep = NULL;
+            void *obj = NULL;
+            uint32_t arg = ev.element.port_num;
+            switch (ev.event_type) {
+            case IBV_EVENT_COMM_EST:
+            case IBV_EVENT_SQ_DRAINED:
+            case IBV_EVENT_QP_LAST_WQE_REACHED:
+                ibv_ack_async_event(&ev);  /* nothing to do for anyone */
+                continue;
+            case IBV_EVENT_QP_FATAL:
+            case IBV_EVENT_QP_REQ_ERR:
+            case IBV_EVENT_QP_ACCESS_ERR:
+            case IBV_EVENT_PATH_MIG_ERR:
+                ep = (rdmax_ep *)ev.element.qp->qp_context;
+                arg = ev.element.qp->qp_num;
+                owner = ep ? ep->ctx : NULL;  /* a UD QP (no endpoint of its own): its context knows the number */
+                break;
+            case IBV_EVENT_SRQ_ERR:
+            case IBV_EVENT_SRQ_LIMIT_REACHED:
+                owner = (rdmax_ctx *)ev.element.srq->srq_context;
+                obj = ev.element.srq;
+                break;
+            case IBV_EVENT_CQ_ERR:
+                owner = (rdmax_ctx *)ev.element.cq->cq_context;
+                break;
+            default:
+                break;
+            }
+            for (rdmax_ctx *c = dv->ctxs; c; c = c->dev_next) {
+                if (owner && c != owner)
+                    continue;
+                if (c == ctx) {
+                    mine[n].type = ev.event_type;
+                    mine[n].ep = ep;
+                    mine[n].obj = obj;
+                    mine[n++].arg = arg;
+                } else if (dv->n_ev < RDMAX__DEV_EVQ) {
+                    dv->ev[dv->n_ev].to = c;
+                    dv->ev[dv->n_ev].type = ev.event_type;
+                    dv->ev[dv->n_ev].obj = obj;
+                    dv->ev[dv->n_ev++].arg = arg;
+                } else {
+                    dv->ev_lost++;
+                }
+            }
+            ibv_ack_async_event(&ev);
+            more = n == 16;
+        }
+        pthread_mutex_unlock(&dv->lock);
+        /* Handled outside the lock (logging and profile callbacks). An endpoint named by pointer is ours:
+           only this thread could destroy it. */
+        for (int i = 0; i < n; i++)
+            rdmax__dev_event(ctx, (enum ibv_event_type)mine[i].type, mine[i].ep, mine[i].arg, mine[i].obj);
     }
 }
 
@@ -5105,6 +5995,7 @@ void rdmax__tick(rdmax_ctx *ctx)
 {
     rdmax__async_events(ctx);
     rdmax__cm_events(ctx);
+    rdmax__srq_tick(ctx);
     int64_t now = rdmax__now_ms();
     if (now < ctx->next_tick_ms)
         return;
@@ -5116,7 +6007,7 @@ void rdmax__tick(rdmax_ctx *ctx)
     if (!paused)
         while (rdmax__poll_send(ctx) > 0)  /* what already completed is not stalled */
             ;
-    for (uint32_t i = 0; i < ctx->desc.max_eps; i++) {
+    for (uint32_t i = 0; i < ctx->eps_cap; i++) {
         rdmax_ep *ep = ctx->eps[i].ep;
         if (!ep || ep->state != RDMAX_EP_CONNECTED || ep->qp->qp_type != IBV_QPT_RC)
             continue;
@@ -5202,6 +6093,8 @@ static rdmax_status rdmax__req_exec(rdmax_req *req)
 #if RDMAX__HAS_RC
     case RDMAX_OP_PUT:
         return rdmax_put(ep, req->buf, req->len, req->mem, req->raddr, req->rkey, req->comp);
+    case RDMAX_OP_PUT_IMM:
+        return rdmax_put_imm(ep, req->buf, req->len, req->mem, req->raddr, req->rkey, (uint32_t)req->arg0, req->comp);
     case RDMAX_OP_GET:
         return rdmax_get(ep, (void *)(uintptr_t)req->buf, req->len, req->mem, req->raddr, req->rkey, req->comp);
     case RDMAX_OP_FADD:
@@ -5248,7 +6141,7 @@ static int rdmax__req_has_room(const rdmax_ep *ep, const rdmax_req *req)
 {
     if (rdmax__ep_sq_avail(ep) == 0 || ep->ctx->scq_credits == 0)
         return 0;
-    if (req->op == RDMAX_OP_SEND)
+    if (req->op == RDMAX_OP_SEND || req->op == RDMAX_OP_PUT_IMM)
         return ep->tx_credits > 1;
     if (req->op == RDMAX_OP_GET || req->op == RDMAX_OP_FADD || req->op == RDMAX_OP_CSWAP)
         return ep->rd_avail > 0;
@@ -6680,6 +7573,20 @@ static void rdmax__prof_collect(rdmax_ctx *ctx, uint64_t *v)
     v[RDMAX_PROFILE_VAR_UD_SKIPPED] = RDMAX__PROF_LOAD(c->ud_skipped);
     v[RDMAX_PROFILE_VAR_UD_LATE] = RDMAX__PROF_LOAD(c->ud_late);
     v[RDMAX_PROFILE_VAR_UD_DUPLICATES] = RDMAX__PROF_LOAD(c->ud_duplicates);
+    v[RDMAX_PROFILE_VAR_RECV_IMMS] = RDMAX__PROF_LOAD(c->recv_imms);
+    v[RDMAX_PROFILE_VAR_SRQ_LIMIT_EVENTS] = RDMAX__PROF_LOAD(c->srq_limit_events);
+    v[RDMAX_PROFILE_VAR_EP_BYTES] = RDMAX__PROF_LOAD(ctx->ep_bytes);
+    /* Pools change on the context's thread (a pool of another size than the context's may be freed
+       while this runs): read them there, or accept an approximate figure from another thread. */
+    struct rdmax__rx *rx = __atomic_load_n(&ctx->rx, __ATOMIC_ACQUIRE);
+    v[RDMAX_PROFILE_VAR_RECV_POOL_BYTES] = v[RDMAX_PROFILE_VAR_RECV_POOL_POSTED] = 0;
+    for (uint32_t p = 0; rx && p < RDMAX__POOLS; p++) {
+        struct rdmax__srq *s = __atomic_load_n(&rx->pool[p], __ATOMIC_ACQUIRE);
+        if (s) {
+            v[RDMAX_PROFILE_VAR_RECV_POOL_BYTES] += (uint64_t)RDMAX__PROF_LOAD(s->n_bufs) * s->recv_size;
+            v[RDMAX_PROFILE_VAR_RECV_POOL_POSTED] += RDMAX__PROF_LOAD(s->posted);
+        }
+    }
     for (int i = 0; i < RDMAX__PROF_PORT_N; i++)  /* sysfs: read by the callers that want them */
         v[rdmax__prof_port[i].var] = 0;
 }
