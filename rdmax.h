@@ -1085,7 +1085,8 @@ typedef struct rdmax_ep_info {
     size_t pending;             /* requests waiting in the endpoint's pending queue */
     uint32_t qp_num, peer_qp_num;
     uint32_t n_remote;          /* regions the peer advertised (rdmax_ep_remote) */
-    void *recv_pool;            /* the receive buffers (recv_pool_bytes): for NUMA placement checks */
+    void *recv_pool;            /* the receive buffers (recv_pool_bytes): for NUMA placement checks (RC:
+                                   the first chunk of the shared pool it receives into) */
     size_t recv_pool_bytes;
     struct ibv_qp *qp;          /* the verbs QP, for diagnostics and fault injection only: changing its
                                    state or posting to it behind rdmax's back breaks the endpoint */

@@ -5624,6 +5624,14 @@ void rdmax_ep_query_info(const rdmax_ep *ep, rdmax_ep_info *out)
     out->n_remote = ep->n_remote;
     out->recv_pool = ep->rbufs;
     out->recv_pool_bytes = (size_t)ep->rq_depth * ep->recv_size;
+#if RDMAX__HAS_RC
+    if (!ep->rbufs && !ep->shared_qp && ep->ctx->rx && ep->ctx->rx->pool[ep->pool] &&
+        ep->ctx->rx->pool[ep->pool]->n_chunks) {  /* RC: the first chunk of the shared pool it receives into */
+        const struct rdmax__srq *s = ep->ctx->rx->pool[ep->pool];
+        out->recv_pool = s->chunks[0].base;
+        out->recv_pool_bytes = (size_t)s->per_chunk * s->recv_size;
+    }
+#endif
     out->qp = ep->qp;
 }
 

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 
 #define T_MS 10000
+#define BIG (1u << 20)
 
 /* The context's post calls so far (rdmax_counters_get). */
 static uint64_t post_calls(const rdmax_ctx *ctx)
@@ -112,7 +113,6 @@ static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
 
 static const size_t sizes[] = {1, 7, 8, 63, 64, 4095, 4096, 65536, 1u << 20};
 #define NSIZES (sizeof sizes / sizeof sizes[0])
-#define BIG (1u << 20)
 
 static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
 {
@@ -532,7 +532,10 @@ static void destroy_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     tl_begin("%s/destroy with operations in flight", topo);
     REQUIRE(rdmax_mem_alloc(ca, 1 << 20, RDMAX_ACCESS_REMOTE_READ, &src) == RDMAX_OK &&
             rdmax_mem_alloc(cb, 1 << 20, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
-    REQUIRE(tl_pair(ca, cb, NULL, NULL, &a, &b) == RDMAX_OK, "pair");
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.sq_depth = 64;  /* all 64 in flight at once */
+    REQUIRE(tl_pair(ca, cb, &d, &d, &a, &b) == RDMAX_OK, "pair");
     memset(comps, 0, sizeof comps);
     for (int i = 0; i < 64; i++)
         CHECK_ST(rdmax_put(a, src->addr, 1 << 20, src, (uintptr_t)dst->addr, dst->rkey, &comps[i]), RDMAX_INPROGRESS);
@@ -763,7 +766,10 @@ static void qp_wr_case(const char *topo, const char *dev)
     CHECK(rdmax_ctx_attr(c)->max_qp_wr == 100, "applied max_qp_wr %u", rdmax_ctx_attr(c)->max_qp_wr);
     REQUIRE(rdmax_mem_alloc(c, (size_t)N * SZ, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc src");
     REQUIRE(rdmax_mem_alloc(c, (size_t)N * SZ, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc dst");
-    REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    rdmax_ep_desc ed;
+    memset(&ed, 0, sizeof ed);
+    ed.sq_depth = 256;  /* more than the cap: rounded down to 64 (the default, 32, would fit under it) */
+    REQUIRE(rdmax_ep_create_pair(c, &ed, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     CHECK(rdmax_ep_query_desc(a).sq_depth == 64, "applied sq_depth %u", rdmax_ep_query_desc(a).sq_depth);
     {
         /* nothing polled in between: the queue takes exactly its depth */

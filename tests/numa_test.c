@@ -1,4 +1,4 @@
-/* NUMA placement on a real device: buffers rdmax allocates (rdmax_mem_alloc, endpoints' receive pools)
+/* NUMA placement on a real device: buffers rdmax allocates (rdmax_mem_alloc, the shared receive pool)
    land on the node the context was told to use, by desc or by $RDMAX_NUMA_NODE; a device without a
    sysfs node (rxe) means local allocation. Needs two nodes (the test VM boots with two). */
 #define RDMAX_TRANSPORT_RC
