@@ -360,6 +360,7 @@ static void setup(fz_in *in)
     ctx->scq_credits = SCQ_CREDITS;
     ctx->scq_low = 8;
     ctx->desc.max_eps = MAXEP;
+    ctx->eps_cap = MAXEP;  /* the endpoint table's size (it grows up to max_eps in rdmax) */
     ctx->desc.logger.func = quiet;
     ctx->log_level = RDMAX_LOG_ERROR;
     ctx->eps = (rdmax__ep_ref *)calloc(MAXEP, sizeof *ctx->eps);
