@@ -127,6 +127,7 @@ else
     run profile_points $B/profile_points_test
     run misuse_rc $B/misuse_test
     run misuse_rcud $B/misuse_rcud_test
+    run srq $B/srq_test
     run examples_dummy tests/examples_test.sh dummy
     run readme tests/readme_test.sh
     run cm_dummy tests/cm_test.sh dummy

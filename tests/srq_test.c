@@ -1,0 +1,771 @@
+/* The shared receive queue of RC endpoints on a real device (rxe in the test VM): puts with immediate
+   data, credits that flow with tiny windows and never meet RNR, the context's recv_size, receives of a
+   destroyed endpoint dropped and their buffers recycled, the SRQ's low-water event, limits that fail
+   with a status and a message naming them (nothing half-made left), and two threads whose contexts
+   share one protection domain and serve one registered region.
+   Usage: srq_test */
+#define RDMAX_TRANSPORT_RC
+#define RDMAX_IMPLEMENTATION
+#include "../rdmax.h"
+#include "testlib.h"
+
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <linux/capability.h>
+
+static char g_lastlog[512];
+
+static void keep_log(rdmax_log_level lvl, rdmax_log_item item, const char *msg, void *user)
+{
+    (void)user;
+    (void)item;
+    if (lvl == RDMAX_LOG_ERROR)
+        snprintf(g_lastlog, sizeof g_lastlog, "%s", msg);
+}
+
+static rdmax_ctx *open_ctx(uint32_t recv_size, rdmax_ctx *parent)
+{
+    rdmax_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    d.recv_size = recv_size;
+    d.parent = parent;
+    d.logger.func = keep_log;
+    d.log_level = RDMAX_LOG_ERROR;
+    d.log_level_set = true;
+    rdmax_ctx *c = NULL;
+    if (rdmax_ctx_create(&d, &c) != RDMAX_OK) {
+        printf("FAIL setup: cannot open the device: %s\n", g_lastlog);
+        exit(1);
+    }
+    return c;
+}
+
+static rdmax_status pair(rdmax_ctx *ca, rdmax_ctx *cb, const rdmax_ep_desc *da, const rdmax_ep_desc *db,
+                         rdmax_ep **a, rdmax_ep **b)
+{
+    rdmax_status st = rdmax_ep_create(ca, da, a);
+    if (st != RDMAX_OK)
+        return st;
+    if ((st = rdmax_ep_create(cb, db, b)) != RDMAX_OK)
+        return st;
+    rdmax_conn_info ia, ib;
+    rdmax_ep_local_info(*a, &ia);
+    rdmax_ep_local_info(*b, &ib);
+    if ((st = rdmax_ep_connect_info(*a, &ib)) != RDMAX_OK)
+        return st;
+    return rdmax_ep_connect_info(*b, &ia);
+}
+
+/* RNR as the device counts it: any of these moving means a sender met an empty receive queue. */
+static uint64_t rnr_count(const char *dev)
+{
+    static const char *const names[] = {"rcvd_rnr_err", "send_rnr_err", "retry_rnr_exceeded_err"};
+    uint64_t sum = 0;
+    for (int i = 0; i < 3; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/1/hw_counters/%s", dev, names[i]);
+        FILE *f = fopen(path, "r");
+        unsigned long long v = 0;
+        if (f) {
+            if (fscanf(f, "%llu", &v) != 1)
+                v = 0;
+            fclose(f);
+        }
+        sum += v;
+    }
+    return sum;
+}
+
+/* ---- puts with immediate data, sends both ways, windows of 2 ---- */
+struct side {
+    uint32_t next_seq;      /* expected in the next message */
+    uint32_t imms, imm_bad, msgs, bad;
+    uint32_t big, big_bad;  /* messages of another length than 64: 13 * i in byte i */
+    uint32_t last_imm;
+    size_t last_len;
+    const uint64_t *watch;  /* the put target of the notices: checked when each notice arrives */
+    int data_bad;
+};
+
+static void on_msg(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep;
+    struct side *s = (struct side *)user;
+    uint32_t seq;
+    if (len != 64) {
+        for (size_t i = 0; i < len; i++)
+            s->big_bad += ((unsigned char *)data)[i] != (unsigned char)(i * 13);
+        s->big++;
+        return;
+    }
+    memcpy(&seq, data, 4);
+    for (size_t i = 4; i < len; i++)
+        if (((unsigned char *)data)[i] != (unsigned char)(seq + i))
+            s->bad++;
+    s->bad += seq != s->next_seq;
+    s->next_seq = seq + 1;
+    s->msgs++;
+}
+
+static void on_imm(rdmax_ep *ep, uint32_t imm, size_t len, void *user)
+{
+    (void)ep;
+    struct side *s = (struct side *)user;
+    s->imm_bad += imm != (0xabc00000u | s->imms);
+    /* the put's data is in place when its notice arrives */
+    if (s->watch && len == 8 && s->watch[s->imms % 64] != (0x5eed000000000000ull | s->imms))
+        s->data_bad++;
+    s->imms++;
+    s->last_imm = imm;
+    s->last_len = len;
+}
+
+static int spin_until(rdmax_ctx *a, rdmax_ctx *b, const volatile uint32_t *v, uint32_t want)
+{
+    for (long i = 0; *v < want; i++) {
+        rdmax_progress(a);
+        if (b && b != a)
+            rdmax_progress(b);
+        if (i > 50000000L)
+            return -1;
+    }
+    return 0;
+}
+
+static void imm_case(rdmax_ctx *ctx)
+{
+    rdmax_ep *a = NULL, *b = NULL;
+    rdmax_mem *dst = NULL;
+    struct side sa, sb;
+    memset(&sa, 0, sizeof sa);
+    memset(&sb, 0, sizeof sb);
+    tl_begin("srq/put_imm: data in place, the user's 32 bits reach imm_cb, zero length works");
+    REQUIRE(rdmax_mem_alloc(ctx, 64 * 8, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
+    sb.watch = (const uint64_t *)dst->addr;
+    rdmax_ep_desc da, db;
+    memset(&da, 0, sizeof da);
+    da.recv_cb = on_msg;
+    da.imm_cb = on_imm;
+    da.user = &sa;
+    db = da;
+    db.user = &sb;
+    REQUIRE(pair(ctx, ctx, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    uint64_t v = 0x5eed000000000000ull;
+    CHECK_ST(rdmax_put_imm(a, &v, 8, NULL, (uintptr_t)dst->addr, dst->rkey, 0xabc00000u, NULL), RDMAX_OK);
+    REQUIRE(spin_until(ctx, NULL, &sb.imms, 1) == 0, "notice never arrived");
+    CHECK(sb.last_imm == 0xabc00000u && sb.last_len == 8 && sb.imm_bad == 0 && sb.data_bad == 0,
+          "imm 0x%x len %zu (data %s)", sb.last_imm, sb.last_len, sb.data_bad ? "not in place" : "in place");
+    rdmax_comp c;
+    memset(&c, 0, sizeof c);
+    CHECK_ST(rdmax_put_imm(a, NULL, 0, NULL, (uintptr_t)dst->addr, dst->rkey, 0xabc00001u, &c), RDMAX_INPROGRESS);
+    REQUIRE(spin_until(ctx, NULL, &sb.imms, 2) == 0, "zero-length notice never arrived");
+    for (long i = 0; !c.done && i < 10000000L; i++)
+        rdmax_progress(ctx);
+    CHECK(c.done && c.status == RDMAX_OK, "comp of the zero-length put_imm: done %d %s", c.done,
+          rdmax_status_str(c.status));
+    CHECK(sb.last_len == 0 && sb.last_imm == 0xabc00001u, "len %zu imm 0x%x", sb.last_len, sb.last_imm);
+    rdmax_counters cnt;
+    rdmax_counters_get(ctx, &cnt);
+    CHECK(cnt.recv_imms == 2 && cnt.posted[RDMAX_OP_PUT_IMM] == 2, "recv_imms %llu, put_imm posted %llu",
+          (unsigned long long)cnt.recv_imms, (unsigned long long)cnt.posted[RDMAX_OP_PUT_IMM]);
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(dst);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* The smallest window (4, a request for 2 is raised to it): 2,000 sends each way and 2,000 puts with
+   immediate data must all arrive, in order, with no RNR and no grant storm. */
+static void tiny_window_case(rdmax_ctx *ctx, const char *dev)
+{
+    enum { N = 2000 };
+    rdmax_ep *a = NULL, *b = NULL;
+    rdmax_mem *dst = NULL;
+    struct side sa, sb;
+    memset(&sa, 0, sizeof sa);
+    memset(&sb, 0, sizeof sb);
+    tl_begin("srq/windows of 4: %d sends each way and %d puts with immediate data, in order, no RNR", N, N);
+    REQUIRE(rdmax_mem_alloc(ctx, 64 * 8, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
+    uint64_t *words = (uint64_t *)dst->addr;
+    rdmax_ep_desc da, db;
+    memset(&da, 0, sizeof da);
+    da.rq_depth = 2;
+    da.recv_size = 64;
+    da.recv_cb = on_msg;
+    da.imm_cb = on_imm;
+    da.user = &sa;
+    db = da;
+    db.user = &sb;
+    REQUIRE(pair(ctx, ctx, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    CHECK(a->desc.rq_depth == 4 && a->tx_credits == 4, "window %u, credits %u", a->desc.rq_depth, a->tx_credits);
+    uint64_t rnr0 = rnr_count(dev);
+    uint32_t sent_a = 0, sent_b = 0, imm_a = 0;
+    long refused = 0;
+    time_t t_end = time(NULL) + 120;
+    for (long spin = 0; (sent_a < N || sent_b < N || imm_a < N || sa.msgs < N || sb.msgs < N || sb.imms < N) &&
+                        ((spin & 1023) || time(NULL) < t_end); spin++) {
+        unsigned char m[64];
+        for (int burst = 0; burst < 8 && sent_a < N; burst++) {  /* more than the window: some are refused */
+            memcpy(m, &sent_a, 4);
+            for (size_t i = 4; i < 64; i++)
+                m[i] = (unsigned char)(sent_a + i);
+            rdmax_status st = rdmax_send(a, m, 64, NULL, NULL);
+            refused += st == RDMAX_ERR_NO_RESOURCE;
+            if (st != RDMAX_OK)
+                break;
+            sent_a++;
+        }
+        for (int burst = 0; burst < 8 && sent_b < N; burst++) {
+            memcpy(m, &sent_b, 4);
+            for (size_t i = 4; i < 64; i++)
+                m[i] = (unsigned char)(sent_b + i);
+            if (rdmax_send(b, m, 64, NULL, NULL) != RDMAX_OK)
+                break;
+            sent_b++;
+        }
+        if (imm_a < N && imm_a == sb.imms) {  /* one notice at a time, so each finds its word in place */
+            uint64_t v = 0x5eed000000000000ull | imm_a;
+            rdmax_status st = rdmax_put_imm(a, &v, 8, NULL, (uintptr_t)&words[imm_a % 64], dst->rkey,
+                                            0xabc00000u | imm_a, NULL);
+            if (st == RDMAX_OK)
+                imm_a++;
+        }
+        sb.watch = words;
+        rdmax_progress(ctx);
+    }
+    CHECK(sa.msgs == N && sb.msgs == N && sb.imms == N, "received %u and %u messages, %u notices (a: credits %u "
+          "owed %u pending %zu; b: credits %u owed %u pending %zu)", sa.msgs, sb.msgs, sb.imms, a->tx_credits,
+          a->rx_unreturned, a->group.count, b->tx_credits, b->rx_unreturned, b->group.count);
+    CHECK(sa.bad == 0 && sb.bad == 0 && sb.imm_bad == 0 && sb.data_bad == 0,
+          "%u/%u bad messages, %u bad notices, %u notices before their data", sa.bad, sb.bad, sb.imm_bad,
+          sb.data_bad);
+    CHECK(refused > 0, "a window of 4 never refused a send: credits were not enforced");
+    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+    rdmax_counters cnt;
+    rdmax_counters_get(ctx, &cnt);
+    /* grants answering grants would make thousands per message */
+    CHECK(cnt.posted[RDMAX_OP_GRANT] < 4 * N, "%llu grants for %d messages", 
+          (unsigned long long)cnt.posted[RDMAX_OP_GRANT], 3 * N);
+    printf("# windows of 4: %ld refused posts, %llu grants\n", refused,
+           (unsigned long long)cnt.posted[RDMAX_OP_GRANT]);
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(dst);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* ---- recv_size of the context and of an endpoint ---- */
+static void recv_size_case(void)
+{
+    rdmax_ctx *ctx = open_ctx(1024, NULL);
+    rdmax_ep *a = NULL, *b = NULL, *c = NULL, *e = NULL;
+    struct side sb;
+    memset(&sb, 0, sizeof sb);
+    tl_begin("srq/recv_size: one pool per size; the peer may send up to it; a pool of another size than the "
+             "context's goes with its last endpoint");
+    rdmax_ep_desc d, db;
+    memset(&d, 0, sizeof d);
+    d.recv_size = 64;  /* a's peer may send 64 bytes: a's buffers are 64 bytes */
+    memset(&db, 0, sizeof db);
+    db.recv_size = 2048;  /* b's buffers are 2048 bytes, more than the context's 1024 */
+    db.recv_cb = on_msg;
+    db.user = &sb;
+    REQUIRE(pair(ctx, ctx, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    REQUIRE(rdmax_ep_create(ctx, NULL, &c) == RDMAX_OK, "endpoint of the context's size: %s", g_lastlog);
+    struct rdmax__rx *x = ctx->rx;
+    CHECK(x->pool[0]->recv_size == 1024 && c->pool == 0, "pool 0 has %u-byte buffers", x->pool[0]->recv_size);
+    CHECK(a->pool != b->pool && a->pool && b->pool && x->pool[a->pool]->recv_size == 64 &&
+          x->pool[b->pool]->recv_size == 2048, "pools %u and %u", a->pool, b->pool);
+    CHECK(a->peer_recv_size == 2048 && b->peer_recv_size == 64, "a may send %u, b %u", a->peer_recv_size,
+          b->peer_recv_size);
+    static unsigned char m[4096];
+    CHECK_ST(rdmax_send(b, m, 65, NULL, NULL), RDMAX_ERR_SIZE);
+    CHECK_ST(rdmax_send(a, m, 2049, NULL, NULL), RDMAX_ERR_SIZE);
+    for (uint32_t i = 0; i < 2048; i++)
+        m[i] = (unsigned char)(i * 13);
+    rdmax_comp k;
+    memset(&k, 0, sizeof k);
+    CHECK_ST(rdmax_send(a, m, 2048, NULL, &k), RDMAX_INPROGRESS);
+    for (long i = 0; (!k.done || sb.big == 0) && i < 10000000L; i++)
+        rdmax_progress(ctx);
+    CHECK(k.done && k.status == RDMAX_OK && sb.big == 1 && sb.big_bad == 0, "2048 bytes: %s, %u arrived, %u "
+          "bytes differ", rdmax_status_str(k.status), sb.big, sb.big_bad);
+    uint32_t pa = a->pool, pb = b->pool;
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    a = b = NULL;
+    for (int i = 0; i < 10; i++)
+        rdmax_progress(ctx);  /* the receive CQ seen empty */
+    rdmax__tick(ctx);
+    CHECK(x->pool[pa] == NULL && x->pool[pb] == NULL && x->pool[0] != NULL,
+          "pools after their endpoints went: 64 %s, 2048 %s, context's %s", x->pool[pa] ? "kept" : "freed",
+          x->pool[pb] ? "kept" : "freed", x->pool[0] ? "kept" : "freed");
+    rdmax_ep_destroy(c);
+    c = NULL;
+    for (int i = 0; i < 10; i++)
+        rdmax_progress(ctx);
+    rdmax__tick(ctx);
+    CHECK(x->pool[0] != NULL, "the context's pool was freed");
+    /* 31 sizes at once: the 32nd is refused by name */
+    rdmax_ep *many[32];
+    memset(many, 0, sizeof many);
+    rdmax_status st = RDMAX_OK;
+    int made = 0;
+    for (int i = 0; i < 32 && st == RDMAX_OK; i++) {
+        rdmax_ep_desc dm;
+        memset(&dm, 0, sizeof dm);
+        dm.recv_size = 128 + (uint32_t)i;
+        g_lastlog[0] = 0;
+        st = rdmax_ep_create(ctx, &dm, &many[i]);
+        made += st == RDMAX_OK;
+    }
+    CHECK(made == 31 && st == RDMAX_ERR_LIMIT && strstr(g_lastlog, "receive sizes"),
+          "%d sizes, then %s: %s", made, rdmax_status_str(st), g_lastlog);
+    for (int i = 0; i < 32; i++)
+        rdmax_ep_destroy(many[i]);
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_ep_destroy(c);
+    rdmax_ep_destroy(e);
+    rdmax_ctx_destroy(ctx);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* ---- receives of a destroyed endpoint ---- */
+static void stale_case(const char *dev)
+{
+    rdmax_ctx *ca = open_ctx(0, NULL), *cb = open_ctx(0, NULL);
+    rdmax_ep *a = NULL, *b = NULL, *a2 = NULL, *b2 = NULL;
+    struct side sb, sb2;
+    memset(&sb, 0, sizeof sb);
+    memset(&sb2, 0, sizeof sb2);
+    tl_begin("srq/receives of a destroyed endpoint are counted, dropped, and their buffers posted again");
+    rdmax_ep_desc d, db;
+    memset(&d, 0, sizeof d);
+    d.rq_depth = 8;
+    db = d;
+    db.recv_cb = on_msg;
+    db.user = &sb;
+    REQUIRE(pair(ca, cb, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    uint32_t target0 = cb->rx->pool[0]->target, posted0 = cb->rx->pool[0]->posted;
+    CHECK(target0 == 8 && posted0 == 8, "target %u posted %u", target0, posted0);
+    /* 7 sends (the window less the grant's credit) land in b's context, which does not poll yet */
+    unsigned char m[64];
+    for (uint32_t i = 0; i < 7; i++) {
+        memcpy(m, &i, 4);
+        for (size_t k = 4; k < 64; k++)
+            m[k] = (unsigned char)(i + k);
+        CHECK_ST(rdmax_send(a, m, 64, NULL, NULL), RDMAX_OK);
+    }
+    CHECK_ST(rdmax_send(a, m, 64, NULL, NULL), RDMAX_ERR_NO_RESOURCE);
+    REQUIRE(rdmax_ep_flush(a, 10000) == RDMAX_OK, "flush: %s", g_lastlog);  /* acked: all 7 consumed buffers */
+    rdmax_counters c0, c1;
+    rdmax_counters_get(cb, &c0);
+    rdmax_ep_destroy(b);
+    b = NULL;
+    CHECK(cb->rx->pool[0]->target == 0, "target %u after the destroy", cb->rx->pool[0]->target);
+    for (int i = 0; i < 1000; i++)
+        rdmax_progress(cb);
+    rdmax_counters_get(cb, &c1);
+    CHECK(c1.stale_wr_ids - c0.stale_wr_ids == 7 && c1.recv_msgs == c0.recv_msgs && sb.msgs == 0,
+          "stale %llu (want 7), messages %llu", (unsigned long long)(c1.stale_wr_ids - c0.stale_wr_ids),
+          (unsigned long long)(c1.recv_msgs - c0.recv_msgs));
+    CHECK(cb->rx->pool[0]->posted + cb->rx->pool[0]->n_free == cb->rx->pool[0]->n_bufs, "posted %u + free %u != %u buffers",
+          cb->rx->pool[0]->posted, cb->rx->pool[0]->n_free, cb->rx->pool[0]->n_bufs);
+    /* a new endpoint reuses the pool: no new chunk, its window posted again */
+    uint32_t bufs = cb->rx->pool[0]->n_bufs;
+    db.user = &sb2;
+    REQUIRE(pair(ca, cb, &d, &db, &a2, &b2) == RDMAX_OK, "second pair: %s", g_lastlog);
+    CHECK(cb->rx->pool[0]->n_bufs == bufs && cb->rx->pool[0]->posted >= 8, "buffers %u -> %u, posted %u", bufs, cb->rx->pool[0]->n_bufs,
+          cb->rx->pool[0]->posted);
+    uint64_t rnr0 = rnr_count(dev);
+    for (uint32_t i = 0; i < 100;) {
+        memcpy(m, &i, 4);
+        for (size_t k = 4; k < 64; k++)
+            m[k] = (unsigned char)(i + k);
+        if (rdmax_send(a2, m, 64, NULL, NULL) == RDMAX_OK)
+            i++;
+        rdmax_progress(ca);
+        rdmax_progress(cb);
+    }
+    REQUIRE(spin_until(ca, cb, &sb2.msgs, 100) == 0, "%u of 100 arrived", sb2.msgs);
+    CHECK(sb2.bad == 0, "%u bad messages", sb2.bad);
+    CHECK(rnr_count(dev) == rnr0, "RNR counters moved");
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_ep_destroy(a2);
+    rdmax_ep_destroy(b2);
+    rdmax_ctx_destroy(ca);
+    rdmax_ctx_destroy(cb);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* ---- the SRQ's low-water event ---- */
+static void limit_case(void)
+{
+    rdmax_ctx *ca = open_ctx(0, NULL), *cb = open_ctx(0, NULL);
+    rdmax_ep *a = NULL, *b = NULL;
+    struct side sb;
+    memset(&sb, 0, sizeof sb);
+    tl_begin("srq/low-water mark: a burst the receiver has not polled raises IBV_EVENT_SRQ_LIMIT_REACHED; "
+             "a smaller one does not");
+    rdmax_ep_desc d, db;
+    memset(&d, 0, sizeof d);
+    d.rq_depth = 64;
+    d.sq_depth = 64;  /* the bursts go out without progress */
+    db = d;
+    db.recv_cb = on_msg;
+    db.user = &sb;
+    REQUIRE(pair(ca, cb, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    rdmax__tick(cb);
+    REQUIRE(cb->rx->pool[0]->limit == 16, "limit armed at %u, not a quarter of 64", cb->rx->pool[0]->limit);
+    unsigned char m[64];
+    uint32_t seq = 0;
+    for (int round = 0; round < 2; round++) {
+        int burst = round == 0 ? 40 : 50;  /* 64 - 40 = 24 posted stays above 16; 64 - 50 = 14 goes below */
+        for (int i = 0; i < burst; i++, seq++) {
+            memcpy(m, &seq, 4);
+            for (size_t k = 4; k < 64; k++)
+                m[k] = (unsigned char)(seq + k);
+            CHECK_ST(rdmax_send(a, m, 64, NULL, NULL), RDMAX_OK);
+        }
+        REQUIRE(rdmax_ep_flush(a, 10000) == RDMAX_OK, "flush");
+        usleep(100000);  /* the event is read without blocking: let the device deliver it */
+        rdmax__tick(cb);
+        CHECK(cb->cnt.srq_limit_events == (uint64_t)round, "after a burst of %d: %llu events", burst,
+              (unsigned long long)cb->cnt.srq_limit_events);
+        REQUIRE(spin_until(ca, cb, &sb.msgs, seq) == 0, "%u of %u arrived", sb.msgs, seq);
+        for (int i = 0; i < 2000; i++) {  /* grants back to a, the pool refilled, the mark armed again */
+            rdmax_progress(ca);
+            rdmax_progress(cb);
+        }
+        rdmax__tick(cb);
+        CHECK(cb->rx->pool[0]->limit == 16, "limit not armed again: %u", cb->rx->pool[0]->limit);
+    }
+    CHECK(sb.bad == 0, "%u bad messages", sb.bad);
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_ctx_destroy(ca);
+    rdmax_ctx_destroy(cb);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* ---- limits ---- */
+static void limits_case(void)
+{
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.max_eps = 3;
+    cd.logger.func = keep_log;
+    cd.log_level = RDMAX_LOG_ERROR;
+    cd.log_level_set = true;
+    rdmax_ctx *ctx = NULL;
+    rdmax_ep *e[4] = {NULL, NULL, NULL, NULL};
+    tl_begin("srq/limits: max_eps and max_cqe refused with RDMAX_ERR_LIMIT, named with their values, "
+             "nothing half-made");
+    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context");
+    for (int i = 0; i < 3; i++)
+        REQUIRE(rdmax_ep_create(ctx, NULL, &e[i]) == RDMAX_OK, "endpoint %d: %s", i, g_lastlog);
+    g_lastlog[0] = 0;
+    CHECK_ST(rdmax_ep_create(ctx, NULL, &e[3]), RDMAX_ERR_LIMIT);
+    CHECK(e[3] == NULL && strstr(g_lastlog, "max_eps 3"), "message: %s", g_lastlog);
+    rdmax_ep_destroy(e[2]);
+    e[2] = NULL;
+    /* a window the receive CQ cannot hold */
+    uint32_t target = ctx->rx->pool[0]->target, n = ctx->n_eps, posted = ctx->rx->pool[0]->posted;
+    uint64_t bytes = ctx->ep_bytes;
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.rq_depth = 65535;
+    d.recv_size = 64;
+    char want[32];
+    snprintf(want, sizeof want, "max_cqe %u", ctx->attr.max_cqe);
+    g_lastlog[0] = 0;
+    rdmax_status st = rdmax_ep_create(ctx, &d, &e[2]);
+    if (ctx->attr.max_cqe >= 65535 + target) {
+        printf("# device max_cqe %u holds a window of 65535: the max_cqe case does not apply\n", ctx->attr.max_cqe);
+    } else {
+        CHECK_ST(st, RDMAX_ERR_LIMIT);
+        CHECK(e[2] == NULL && strstr(g_lastlog, want), "message: %s", g_lastlog);
+    }
+    CHECK(ctx->n_eps == n && ctx->rx->pool[0]->target == target && ctx->rx->pool[0]->posted == posted && ctx->ep_bytes == bytes,
+          "left behind: endpoints %u -> %u, target %u -> %u, posted %u -> %u, bytes %llu -> %llu", n, ctx->n_eps,
+          target, ctx->rx->pool[0]->target, posted, ctx->rx->pool[0]->posted, (unsigned long long)bytes,
+          (unsigned long long)ctx->ep_bytes);
+    d.rq_depth = 16;  /* and the context still works */
+    CHECK(rdmax_ep_create(ctx, &d, &e[2]) == RDMAX_OK, "endpoint after the refusal: %s", g_lastlog);
+    tl_end();
+out:
+    for (int i = 0; i < 4; i++)
+        rdmax_ep_destroy(e[i]);
+    rdmax_ctx_destroy(ctx);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* Locked memory: in a child without CAP_IPC_LOCK (root ignores RLIMIT_MEMLOCK otherwise) and a 1 MiB
+   limit, a pool that needs more fails with RDMAX_ERR_LIMIT naming RLIMIT_MEMLOCK and its value. */
+static int memlock_child(void)
+{
+    struct __user_cap_header_struct h = {_LINUX_CAPABILITY_VERSION_3, 0};
+    struct __user_cap_data_struct cd[2];
+    if (syscall(SYS_capget, &h, cd))
+        return 10;
+    cd[CAP_IPC_LOCK / 32].effective &= ~(1u << (CAP_IPC_LOCK % 32));
+    cd[CAP_IPC_LOCK / 32].permitted &= ~(1u << (CAP_IPC_LOCK % 32));
+    if (syscall(SYS_capset, &h, cd))
+        return 11;
+    struct rlimit rl = {1 << 20, 1 << 20};
+    if (setrlimit(RLIMIT_MEMLOCK, &rl))
+        return 12;
+    rdmax_ctx *ctx = open_ctx(64 << 10, NULL);
+    rdmax_ep *e = NULL;
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.rq_depth = 64;  /* 64 x 64 KiB = 4 MiB of buffers */
+    g_lastlog[0] = 0;
+    rdmax_status st = rdmax_ep_create(ctx, &d, &e);
+    printf("# memlock child: %s; %s\n", rdmax_status_str(st), g_lastlog);
+    int rc = st != RDMAX_ERR_LIMIT ? 20 : !strstr(g_lastlog, "RLIMIT_MEMLOCK") ? 21
+             : !strstr(g_lastlog, "1048576 bytes") ? 22 : e != NULL || ctx->n_eps != 0 ? 23 : 0;
+    if (rc == 0) {  /* a window that fits the limit still works */
+        d.rq_depth = 4;
+        rc = rdmax_ep_create(ctx, &d, &e) == RDMAX_OK ? 0 : 24;
+    }
+    rdmax_ep_destroy(e);
+    rdmax_ctx_destroy(ctx);
+    return rc;
+}
+
+static void memlock_case(void)
+{
+    tl_begin("srq/locked memory: RDMAX_ERR_LIMIT naming RLIMIT_MEMLOCK and its value");
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(memlock_child());
+    int ws = 0;
+    waitpid(pid, &ws, 0);
+    CHECK(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "child: %s %d (10-12 setup, 20 status, 21-22 message, 23 "
+          "half-made, 24 small window)", WIFEXITED(ws) ? "exit" : "signal", WIFEXITED(ws) ? WEXITSTATUS(ws)
+          : WTERMSIG(ws));
+    tl_end();
+}
+
+/* ---- two threads, two contexts, one protection domain ---- */
+struct worker {
+    rdmax_ctx *ctx;
+    rdmax_ep *ep;           /* exposes the shared region to the client */
+    const rdmax_mem *region;/* registered in the parent context */
+    uint64_t dst_addr;
+    uint32_t dst_rkey;
+    size_t off;             /* its part of the region, put to the client's buffer */
+    volatile int stop;
+    rdmax_status put_st;
+    volatile int put_done;
+};
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = (struct worker *)arg;
+    rdmax_comp c;
+    memset(&c, 0, sizeof c);
+    /* a put whose source is the parent's registration, posted on this context's QP */
+    w->put_st = rdmax_put(w->ep, (char *)w->region->addr + w->off, 4096, w->region, w->dst_addr + w->off,
+                          w->dst_rkey, &c);
+    while (!w->stop) {
+        rdmax_progress(w->ctx);
+        if (c.done && !w->put_done) {
+            w->put_st = c.status;
+            w->put_done = 1;
+        }
+    }
+    return NULL;
+}
+
+static void threads_case(void)
+{
+    rdmax_ctx *pa = open_ctx(0, NULL);
+    rdmax_ctx *ch = open_ctx(0, pa);
+    rdmax_ctx *cl = open_ctx(0, NULL);
+    rdmax_ctx *other = open_ctx(0, NULL);
+    rdmax_mem *region = NULL, *dst = NULL, *got = NULL;
+    rdmax_ep *ca = NULL, *ea = NULL, *cc = NULL, *ec = NULL, *co = NULL, *eo = NULL;
+    pthread_t ta, tc;
+    int started = 0;
+    struct worker wa, wc;
+    memset(&wa, 0, sizeof wa);
+    memset(&wc, 0, sizeof wc);
+    tl_begin("srq/threads: two contexts sharing one PD serve one region from two threads");
+    CHECK(ch->verbs == pa->verbs && ch->pd == pa->pd && ch->dev == pa->dev && pa->dev->refs == 2,
+          "the child has its own device or PD");
+    CHECK(ch->rx == NULL && strcmp(ch->attr.name, pa->attr.name) == 0, "child attributes");
+    REQUIRE(rdmax_mem_alloc(pa, 2 * 4096, RDMAX_ACCESS_REMOTE_READ, &region) == RDMAX_OK, "region");
+    for (size_t i = 0; i < 2 * 4096; i++)
+        ((unsigned char *)region->addr)[i] = (unsigned char)(i * 7 + 3);
+    REQUIRE(rdmax_mem_alloc(cl, 2 * 4096, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "dst");
+    REQUIRE(rdmax_mem_alloc(cl, 3 * 4096, RDMAX_ACCESS_LOCAL, &got) == RDMAX_OK, "got");
+    rdmax_ep_desc es, ec_d;
+    memset(&es, 0, sizeof es);
+    memset(&ec_d, 0, sizeof ec_d);
+    es.expose = region;  /* registered in pa: its rkey must work on the child's QPs too */
+    REQUIRE(pair(cl, pa, &ec_d, &es, &ca, &ea) == RDMAX_OK, "pair with the parent: %s", g_lastlog);
+    REQUIRE(pair(cl, ch, &ec_d, &es, &cc, &ec) == RDMAX_OK, "pair with the child: %s", g_lastlog);
+    REQUIRE(pair(cl, other, &ec_d, &es, &co, &eo) == RDMAX_OK, "pair with an unrelated context: %s", g_lastlog);
+    wa.ctx = pa;
+    wa.ep = ea;
+    wc.ctx = ch;
+    wc.ep = ec;
+    wa.region = wc.region = region;
+    wa.dst_addr = wc.dst_addr = (uintptr_t)dst->addr;
+    wa.dst_rkey = wc.dst_rkey = dst->rkey;
+    wa.off = 0;
+    wc.off = 4096;
+    REQUIRE(pthread_create(&ta, NULL, worker_main, &wa) == 0 && pthread_create(&tc, NULL, worker_main, &wc) == 0,
+            "threads");
+    started = 1;
+    /* the client reads the region through both servers, and (the control) through an unrelated context */
+    rdmax_comp g[3];
+    memset(g, 0, sizeof g);
+    CHECK_ST(rdmax_get(ca, got->addr, 4096, got, rdmax_ep_remote(ca, 0)->addr, rdmax_ep_remote(ca, 0)->rkey, &g[0]), RDMAX_INPROGRESS);
+    CHECK_ST(rdmax_get(cc, (char *)got->addr + 4096, 4096, got, rdmax_ep_remote(cc, 0)->addr + 4096, rdmax_ep_remote(cc, 0)->rkey, &g[1]),
+             RDMAX_INPROGRESS);
+    CHECK_ST(rdmax_get(co, (char *)got->addr + 8192, 4096, got, rdmax_ep_remote(co, 0)->addr, rdmax_ep_remote(co, 0)->rkey, &g[2]),
+             RDMAX_INPROGRESS);
+    for (long i = 0; (!g[0].done || !g[1].done || !g[2].done || !wa.put_done || !wc.put_done) && i < 100000000L;
+         i++) {
+        rdmax_progress(cl);
+        rdmax_progress(other);
+    }
+    CHECK(g[0].done && g[0].status == RDMAX_OK && g[1].done && g[1].status == RDMAX_OK, "gets: %s, %s",
+          rdmax_status_str(g[0].status), rdmax_status_str(g[1].status));
+    CHECK(memcmp(got->addr, region->addr, 2 * 4096) == 0, "the gets read other bytes");
+    CHECK(g[2].done && g[2].status == RDMAX_ERR_REMOTE_ACCESS,
+          "control: a context with its own PD served the region: %s", rdmax_status_str(g[2].status));
+    CHECK(wa.put_done && wa.put_st == RDMAX_OK && wc.put_done && wc.put_st == RDMAX_OK, "puts: %s, %s",
+          rdmax_status_str(wa.put_st), rdmax_status_str(wc.put_st));
+    CHECK(memcmp(dst->addr, region->addr, 2 * 4096) == 0, "the puts wrote other bytes");
+    tl_end();
+out:
+    if (started) {
+        wa.stop = wc.stop = 1;
+        pthread_join(ta, NULL);
+        pthread_join(tc, NULL);
+    }
+    rdmax_ep_destroy(ca);
+    rdmax_ep_destroy(ea);
+    rdmax_ep_destroy(cc);
+    rdmax_ep_destroy(ec);
+    rdmax_ep_destroy(co);
+    rdmax_ep_destroy(eo);
+    rdmax_mem_free(dst);
+    rdmax_mem_free(got);
+    rdmax_mem_free(region);
+    rdmax_ctx_destroy(other);
+    rdmax_ctx_destroy(cl);
+    rdmax_ctx_destroy(pa);  /* the parent first: the child keeps the device open */
+    if (tl_case_failed)
+        tl_end();
+    tl_begin("srq/threads: the parent destroyed first, the child keeps the device");
+    rdmax_ctx *x = open_ctx(0, NULL);
+    rdmax_ep *p1 = NULL, *p2 = NULL;
+    CHECK(ch->dev->refs == 1, "refs %u", ch->dev->refs);
+    CHECK(pair(ch, x, NULL, NULL, &p1, &p2) == RDMAX_OK, "endpoints on the child: %s", g_lastlog);
+    rdmax_comp c;
+    memset(&c, 0, sizeof c);
+    uint32_t v = 7;
+    if (p1 && p2 && rdmax_send(p1, &v, 4, NULL, &c) == RDMAX_INPROGRESS)
+        for (long i = 0; !c.done && i < 10000000L; i++) {
+            rdmax_progress(ch);
+            rdmax_progress(x);
+        }
+    CHECK(c.done && c.status == RDMAX_OK, "send on the child: %s", rdmax_status_str(c.status));
+    rdmax_ep_destroy(p1);
+    rdmax_ep_destroy(p2);
+    rdmax_ctx_destroy(x);
+    rdmax_ctx_destroy(ch);
+    tl_end();
+}
+
+/* Events of contexts sharing a device: whichever context reads one that belongs to another queues it. */
+static void shared_events_case(void)
+{
+    rdmax_ctx *pa = open_ctx(0, NULL), *ch = open_ctx(0, pa), *cl = open_ctx(0, NULL);
+    rdmax_ep *a = NULL, *b = NULL;
+    struct side sb;
+    memset(&sb, 0, sizeof sb);
+    tl_begin("srq/shared device: an event read by the other context reaches its owner");
+    rdmax_ep_desc d, db;
+    memset(&d, 0, sizeof d);
+    d.rq_depth = 64;
+    d.sq_depth = 64;
+    db = d;
+    db.recv_cb = on_msg;
+    db.user = &sb;
+    REQUIRE(pair(cl, pa, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    rdmax__tick(pa);
+    REQUIRE(pa->rx->pool[0]->limit == 16, "limit %u", pa->rx->pool[0]->limit);
+    unsigned char m[64];
+    for (uint32_t i = 0; i < 60; i++) {
+        memcpy(m, &i, 4);
+        for (size_t k = 4; k < 64; k++)
+            m[k] = (unsigned char)(i + k);
+        CHECK_ST(rdmax_send(a, m, 64, NULL, NULL), RDMAX_OK);
+    }
+    REQUIRE(rdmax_ep_flush(a, 10000) == RDMAX_OK, "flush");
+    /* the child reads the shared fd: the parent's event must be queued for the parent, not taken */
+    for (int i = 0; i < 100 && pa->dev->n_ev == 0; i++) {
+        usleep(10000);
+        rdmax__tick(ch);
+    }
+    CHECK(pa->dev->n_ev >= 1 && ch->cnt.srq_limit_events == 0, "queued %u, child counted %llu", pa->dev->n_ev,
+          (unsigned long long)ch->cnt.srq_limit_events);
+    rdmax__tick(pa);
+    CHECK(pa->cnt.srq_limit_events == 1 && pa->dev->n_ev == 0, "parent counted %llu, %u still queued",
+          (unsigned long long)pa->cnt.srq_limit_events, pa->dev->n_ev);
+    REQUIRE(spin_until(cl, pa, &sb.msgs, 60) == 0, "%u of 60 arrived", sb.msgs);
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_ctx_destroy(ch);
+    rdmax_ctx_destroy(pa);
+    rdmax_ctx_destroy(cl);
+    if (tl_case_failed)
+        tl_end();
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    rdmax_ctx *ctx = open_ctx(0, NULL);
+    char dev[64];
+    snprintf(dev, sizeof dev, "%s", ctx->attr.name);
+    imm_case(ctx);
+    tiny_window_case(ctx, dev);
+    rdmax_ctx_destroy(ctx);
+    recv_size_case();
+    stale_case(dev);
+    limit_case();
+    limits_case();
+    memlock_case();
+    threads_case();
+    shared_events_case();
+    return tl_failed_total ? 1 : 0;
+}
