@@ -6230,6 +6230,7 @@ struct rdmax_listener {
     int epfd;                   /* epoll over fd and the handshakes: rdmax_listener_fd() */
     uint16_t port;
     uint32_t n_hs;
+    uint32_t next_hs;           /* where the next rdmax_accept starts stepping (round-robin) */
     struct rdmax__hs hs[RDMAX__HS_MAX];
     /* RDMAX_SETUP_CM (>>cm): the listening id, its event channel and the handshakes; NULL otherwise */
     struct rdma_event_channel *cm_ch;
@@ -6526,7 +6527,11 @@ rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep
     for (;;) {
         rdmax__hs_accept(l);
         int64_t now = rdmax__now_ms(), next = deadline;
-        for (uint32_t i = 0; i < RDMAX__HS_MAX; i++) {
+        /* Each call returns at the first finished handshake, so it starts where the last one stopped:
+           from slot 0 every time, clients in the first slots would keep the others from being stepped
+           until their deadline passed (seen with 50 clients connecting 1,000 endpoints). */
+        for (uint32_t k = 0; k < RDMAX__HS_MAX; k++) {
+            uint32_t i = (l->next_hs + k) % RDMAX__HS_MAX;
             struct rdmax__hs *h = &l->hs[i];
             if (h->fd < 0)
                 continue;
@@ -6547,6 +6552,7 @@ rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep
                 h->ep = NULL;
             }
             rdmax__hs_end(l, h);
+            l->next_hs = (i + 1) % RDMAX__HS_MAX;
             return st;
         }
         if (now >= deadline) {
