@@ -4238,7 +4238,8 @@ static rdmax_status rdmax__post_recvs(rdmax_ep *ep, uint32_t n)
 /* >>srq: shared receive queues of a context's RC endpoints ===========================================
    RC endpoints receive from shared receive queues: one per buffer size in use (endpoints with the same
    recv_size share one SRQ and its pool; the context's recv_size is the default, and its pool stays for
-   the context's life; a pool of another size goes once its last endpoint is gone and the CQ was drained).
+   the context's life; a pool of another size goes with its last endpoint, and its slot is not reused
+   until the receive CQ was drained: a completion still queued for it then finds no pool and is dropped).
 
      pool     chunks of per_chunk buffers of recv_size bytes (about 256 KiB, at most 256 buffers, at
               least one); each chunk is one NUMA-placed allocation and one MR. A buffer is named by its
@@ -4292,13 +4293,15 @@ struct rdmax__srq {
     uint32_t n_chunks, chunks_cap;
     uint32_t limit;             /* the limit armed now; 0: not armed */
     uint32_t users;             /* endpoints attached */
-    uint32_t idle_epoch;        /* the drain epoch when the last one left */
 };
 
 struct rdmax__rx {
     struct rdmax__srq *pool[RDMAX__POOLS];  /* [0]: the context's recv_size */
     uint32_t epoch;             /* receive-CQ polls that found it drained */
     uint32_t target;            /* all pools' targets */
+    uint32_t cooling;           /* slots of freed pools whose completions may still be queued */
+    uint32_t cool_epoch[RDMAX__POOLS];
+    uint64_t bytes, posted;     /* all pools' buffer bytes and buffers posted (for profile readers) */
     struct { uint32_t qpn, v; } *map;
     uint32_t map_cap, map_used; /* slots (a power of two); live entries and tombstones */
 };
@@ -4425,11 +4428,13 @@ static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
             for (struct ibv_recv_wr *w = bad; w; w = w->next, back++)
                 s->free[s->n_free++] = (uint32_t)(w->wr_id & RDMAX__WR_BUF_MASK);
             s->posted += k - back;
+            ctx->rx->posted += k - back;
             rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ, "device %s: ibv_post_srq_recv of %u buffers failed: %s (%u of %u "
                        "posted, SRQ holds %u)", ctx->attr.name, back, strerror(rc), s->posted, s->target, s->cap);
             return RDMAX_ERR_IO;
         }
         s->posted += k;
+        ctx->rx->posted += k;
     }
     return RDMAX_OK;
 }
@@ -4490,6 +4495,7 @@ static rdmax_status rdmax__srq_chunk(rdmax_ctx *ctx, struct rdmax__srq *s)
         s->free[s->n_free++] = s->n_chunks * s->per_chunk + i;
     s->n_chunks++;
     s->n_bufs += s->per_chunk;
+    ctx->rx->bytes += bytes;
     return RDMAX_OK;
 }
 
@@ -4523,6 +4529,10 @@ static rdmax_status rdmax__rcq_fit(rdmax_ctx *ctx, uint64_t need, const char *wh
 static void rdmax__pool_free(rdmax_ctx *ctx, uint32_t p)
 {
     struct rdmax__srq *s = ctx->rx->pool[p];
+    ctx->rx->bytes -= (uint64_t)s->n_bufs * s->recv_size;
+    ctx->rx->posted -= s->posted;
+    ctx->rx->cooling |= 1u << p;
+    ctx->rx->cool_epoch[p] = ctx->rx->epoch;
     if (s->srq)
         ibv_destroy_srq(s->srq);
     for (uint32_t i = 0; i < s->n_chunks; i++) {
@@ -4553,8 +4563,9 @@ static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
     for (uint32_t i = 1; p == RDMAX__POOLS && i < RDMAX__POOLS; i++) {
         if (x->pool[i] && x->pool[i]->recv_size == recv_size)
             p = i;
-        else if (!x->pool[i] && hole == RDMAX__POOLS)
-            hole = i;
+        else if (!x->pool[i] && hole == RDMAX__POOLS &&
+                 (!(x->cooling & (1u << i)) || x->cool_epoch[i] != x->epoch))
+            hole = i;  /* free, and no completion of a pool freed there can still be queued */
     }
     if (p == RDMAX__POOLS && hole == RDMAX__POOLS) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LIMIT, "device %s: RC endpoints of this context already use %u receive sizes, the "
@@ -4592,6 +4603,7 @@ static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
         return RDMAX_ERR_IO;
     }
     s->cap = a.attr.max_wr;
+    x->cooling &= ~(1u << p);
     x->pool[p] = s;
     *out = p;
     return RDMAX_OK;
@@ -4642,14 +4654,15 @@ static rdmax_status rdmax__srq_reserve(rdmax_ctx *ctx, uint32_t p, uint32_t w)
     return rdmax__srq_fill(ctx, p);
 }
 
-/* An endpoint leaves pool p: its credits leave the target, its buffers stay. */
+/* An endpoint leaves pool p: its credits leave the target, its buffers stay; a pool of another size than
+   the context's goes with its last endpoint (its QPs are gone, so the SRQ may be destroyed). */
 static void rdmax__srq_release(rdmax_ctx *ctx, uint32_t p, uint32_t w)
 {
     struct rdmax__srq *s = ctx->rx->pool[p];
     s->target -= w;
     ctx->rx->target -= w;
-    if (--s->users == 0)
-        s->idle_epoch = ctx->rx->epoch;
+    if (--s->users == 0 && p > 0)
+        rdmax__pool_free(ctx, p);
 }
 
 static void rdmax__srq_close(rdmax_ctx *ctx)
@@ -4665,21 +4678,14 @@ static void rdmax__srq_close(rdmax_ctx *ctx)
     ctx->rx = NULL;
 }
 
-/* From the tick (system calls, not on the poll path): arm each pool's low-water mark again once it is
-   back above it, and free pools of other sizes than the context's that nobody has used since the
-   receive CQ was last drained (no completion can name their buffers any more). */
+/* From the tick (a system call, not on the poll path): arm each pool's low-water mark again once it is
+   back above it. */
 static void rdmax__srq_tick(rdmax_ctx *ctx)
 {
     struct rdmax__rx *x = ctx->rx;
     for (uint32_t p = 0; x && p < RDMAX__POOLS; p++) {
         struct rdmax__srq *s = x->pool[p];
-        if (!s)
-            continue;
-        if (p > 0 && s->users == 0 && s->idle_epoch != x->epoch) {
-            rdmax__pool_free(ctx, p);
-            continue;
-        }
-        if (s->limit || s->target < 8 || s->posted < s->target / 2)
+        if (!s || s->limit || s->target < 8 || s->posted < s->target / 2)
             continue;
         struct ibv_srq_attr a;
         memset(&a, 0, sizeof a);
@@ -5333,6 +5339,7 @@ static uint32_t rdmax__srq_recv(rdmax_ctx *ctx, const struct ibv_wc *wc)
         return UINT32_MAX;
     }
     s->posted--;
+    ctx->rx->posted--;
     rdmax_ep *ep = rdmax__map_ep(ctx, wc->qp_num);
     uint32_t who = UINT32_MAX;
     if (rdmax_unlikely(ep == NULL)) {
@@ -5374,7 +5381,8 @@ static uint32_t rdmax__srq_recv(rdmax_ctx *ctx, const struct ibv_wc *wc)
             }
         }
     }
-    s->free[s->n_free++] = b;
+    if (rdmax_likely(ctx->rx->pool[p] == s))  /* a callback may have freed the pool with its last endpoint */
+        s->free[s->n_free++] = b;
     return who;
 }
 
@@ -5383,7 +5391,7 @@ static uint32_t rdmax__srq_recv(rdmax_ctx *ctx, const struct ibv_wc *wc)
 static void rdmax__srq_settle(rdmax_ctx *ctx, const uint32_t *who, int n, uint32_t pools)
 {
     for (uint32_t p = 0; pools; p++, pools >>= 1)
-        if (pools & 1)
+        if ((pools & 1) && ctx->rx->pool[p])  /* a callback may have freed it (its last endpoint went) */
             rdmax__srq_fill(ctx, p);
     for (int i = 0; i < n; i++) {
         rdmax__ep_ref *r = &ctx->eps[who[i] & 0xffff];
@@ -5729,6 +5737,7 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     while (ep->sq_head != ep->sq_tail)
         rdmax__ep_retire(ep, (ep->sq_head - 1) & ep->sq_mask, RDMAX_ERR_CANCELED);
     uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
+    int shared = 0;
     if (ep->qp && ctx->eps[idx].ep == ep) {
         ctx->eps[idx].ep = NULL;
         ctx->n_eps--;
@@ -5736,9 +5745,9 @@ void rdmax_ep_destroy(rdmax_ep *ep)
         if (ep->rbufs) {
             ctx->rq_total -= ep->rq_depth;
         } else if (ep->qp->qp_type == IBV_QPT_RC) {
-            /* its receives still queued are dropped by number; its credits leave the pool's target */
+            /* its receives still queued are dropped by number */
             rdmax__map_kill(ctx, ep->qp->qp_num);
-            rdmax__srq_release(ctx, ep->pool, ep->rq_depth);
+            shared = 1;
         }
     }
 #if RDMAX__HAS_UD
@@ -5746,6 +5755,8 @@ void rdmax_ep_destroy(rdmax_ep *ep)
 #endif
     if (ep->qp && !ep->shared_qp)
         ibv_destroy_qp(ep->qp);
+    if (shared)  /* after the QP: its credits leave the pool's target, and the pool may go with it */
+        rdmax__srq_release(ctx, ep->pool, ep->rq_depth);
     rdmax__cm_ep_cleanup(ep);
     if (ep->rmr)
         ibv_dereg_mr(ep->rmr);
@@ -7590,17 +7601,10 @@ static void rdmax__prof_collect(rdmax_ctx *ctx, uint64_t *v)
     v[RDMAX_PROFILE_VAR_RECV_IMMS] = RDMAX__PROF_LOAD(c->recv_imms);
     v[RDMAX_PROFILE_VAR_SRQ_LIMIT_EVENTS] = RDMAX__PROF_LOAD(c->srq_limit_events);
     v[RDMAX_PROFILE_VAR_EP_BYTES] = RDMAX__PROF_LOAD(ctx->ep_bytes);
-    /* Pools change on the context's thread (a pool of another size than the context's may be freed
-       while this runs): read them there, or accept an approximate figure from another thread. */
+    /* The pools' totals live in rx, which lasts as long as the context (a pool may be freed meanwhile). */
     struct rdmax__rx *rx = __atomic_load_n(&ctx->rx, __ATOMIC_ACQUIRE);
-    v[RDMAX_PROFILE_VAR_RECV_POOL_BYTES] = v[RDMAX_PROFILE_VAR_RECV_POOL_POSTED] = 0;
-    for (uint32_t p = 0; rx && p < RDMAX__POOLS; p++) {
-        struct rdmax__srq *s = __atomic_load_n(&rx->pool[p], __ATOMIC_ACQUIRE);
-        if (s) {
-            v[RDMAX_PROFILE_VAR_RECV_POOL_BYTES] += (uint64_t)RDMAX__PROF_LOAD(s->n_bufs) * s->recv_size;
-            v[RDMAX_PROFILE_VAR_RECV_POOL_POSTED] += RDMAX__PROF_LOAD(s->posted);
-        }
-    }
+    v[RDMAX_PROFILE_VAR_RECV_POOL_BYTES] = rx ? RDMAX__PROF_LOAD(rx->bytes) : 0;
+    v[RDMAX_PROFILE_VAR_RECV_POOL_POSTED] = rx ? RDMAX__PROF_LOAD(rx->posted) : 0;
     for (int i = 0; i < RDMAX__PROF_PORT_N; i++)  /* sysfs: read by the callers that want them */
         v[rdmax__prof_port[i].var] = 0;
 }
