@@ -401,6 +401,35 @@ static void stale_case(const char *dev)
     REQUIRE(spin_until(ca, cb, &sb2.msgs, 100) == 0, "%u of 100 arrived", sb2.msgs);
     CHECK(sb2.bad == 0, "%u bad messages", sb2.bad);
     CHECK(rnr_count(dev) == rnr0, "RNR counters moved");
+    /* the same with a pool of another size, which goes with its endpoint: the queued receives find no
+       pool and are dropped, and its slot is not reused before the CQ was drained */
+    {
+        rdmax_ep *a3 = NULL, *b3 = NULL;
+        rdmax_ep_desc d3 = db;
+        d3.recv_size = 512;
+        REQUIRE(pair(ca, cb, &d, &d3, &a3, &b3) == RDMAX_OK, "third pair: %s", g_lastlog);
+        uint32_t slot = b3->pool;
+        for (uint32_t i = 0; i < 5; i++) {
+            memcpy(m, &i, 4);
+            CHECK_ST(rdmax_send(a3, m, 64, NULL, NULL), RDMAX_OK);
+        }
+        CHECK(rdmax_ep_flush(a3, 10000) == RDMAX_OK, "flush");
+        rdmax_counters_get(cb, &c0);
+        rdmax_ep_destroy(b3);
+        CHECK(slot > 0 && cb->rx->pool[slot] == NULL && (cb->rx->cooling & (1u << slot)),
+              "pool %u of 512-byte buffers: %s", slot, cb->rx->pool[slot] ? "kept" : "not cooling");
+        rdmax_ep *x = NULL;
+        rdmax_ep_desc dx = d;
+        dx.recv_size = 1024;
+        CHECK(rdmax_ep_create(cb, &dx, &x) == RDMAX_OK && x->pool != slot, "a new size took the cooling slot");
+        rdmax_ep_destroy(x);
+        for (int i = 0; i < 100; i++)
+            rdmax_progress(cb);
+        rdmax_counters_get(cb, &c1);
+        CHECK(c1.stale_wr_ids - c0.stale_wr_ids == 5, "stale %llu of 5",
+              (unsigned long long)(c1.stale_wr_ids - c0.stale_wr_ids));
+        rdmax_ep_destroy(a3);
+    }
     tl_end();
 out:
     rdmax_ep_destroy(a);
