@@ -160,8 +160,9 @@
 
    LIMITS
    An endpoint past a limit fails with RDMAX_ERR_LIMIT and a log line that names the limit and its value
-   (rdmax_ctx_desc.max_eps, the device's max_qp, max_cqe or max_srq_wr, RLIMIT_MEMLOCK for the pool);
-   nothing of it remains (buffers already registered stay in the pool for the next endpoint).
+   (rdmax_ctx_desc.max_eps, the device's max_qp, max_cqe or max_srq_wr, RLIMIT_MEMLOCK for the pool, 32
+   receive sizes in use at once); nothing of it remains (buffers already registered stay in the pool for
+   the next endpoint).
 
    THREAD SAFETY
    A context and everything made from it belong to one thread at a time. Different contexts may be used
@@ -1008,7 +1009,8 @@ typedef struct rdmax_ctx_desc {
     int gid_index;
     bool numa_node_set;        /* false: $RDMAX_NUMA_NODE, else the device's node (-1 = local) */
     int numa_node;
-    uint32_t cq_depth;         /* 0: 4096: send CQ entries (the receive CQ grows with the endpoints) */
+    uint32_t cq_depth;         /* 0: 4096: send CQ entries (the receive CQ grows with the RC credits and
+                                  UD receive buffers of the endpoints) */
     uint32_t max_eps;          /* 0: 65535 endpoints per context (the most a wr_id can name); the table
                                   grows as endpoints are made */
     uint32_t max_qp_wr;        /* 0: the device's max_qp_wr; else a lower cap on every endpoint's send and
