@@ -21,7 +21,7 @@ EXAMPLES := $(B)/rdmax_pingpong_rc $(B)/rdmax_pingpong_ud $(B)/rdmax_bw $(B)/rdm
 TESTS := $(B)/failure_test $(B)/oob_test $(B)/cm_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test $(B)/pending_test \
          $(B)/rcache_device_test $(B)/rcache_device_hooks_test $(B)/rcache_device_static_test \
          $(B)/profile_test $(B)/profile_points_test $(B)/misuse_test \
-         $(B)/misuse_rcud_test $(B)/twohost_test $(B)/netem_test $(B)/kill_test $(B)/srq_test
+         $(B)/misuse_rcud_test $(B)/twohost_test $(B)/netem_test $(B)/kill_test $(B)/srq_test $(B)/scale_test
 # The benchmark's raw-verbs floor (no rdmax in it) and instruction counter (bench/run.sh builds its own
 # copies too).
 BENCH_TOOLS := $(B)/floor $(B)/instr

@@ -128,6 +128,10 @@ else
     run misuse_rc $B/misuse_test
     run misuse_rcud $B/misuse_rcud_test
     run srq $B/srq_test
+    run scale_pairs $B/scale_test pairs 2000
+    run scale_listen $B/scale_test listen 50 20
+    run scale_credits4 $B/scale_test credits 4 2000
+    run scale_credits50 $B/scale_test credits 50 200
     run examples_dummy tests/examples_test.sh dummy
     run readme tests/readme_test.sh
     run cm_dummy tests/cm_test.sh dummy

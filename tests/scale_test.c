@@ -1,0 +1,907 @@
+/* Thousands of RC endpoints on one context (rxe in the test VM), all fed by its shared receive queue:
+     pairs N            N connected pairs (2N endpoints) in one context, made with rdmax_ep_create and
+                        rdmax_ep_connect_info; each pair carries checked sends both ways, a put and a put
+                        with immediate data; no RNR (device counters); all destroyed cleanly. Prints the
+                        memory per endpoint: rdmax's own bytes, the provider's queue memory, the pool.
+     listen C E         one server context accepts C x E endpoints from C client processes (E each)
+                        through rdmax_listen/rdmax_accept; every message echoed and checked on both sides
+     credits C M        C client processes stream M sends and puts with immediate data each to one server;
+                        each refused post's wait is timed: the worst is printed beside the round-trip time
+                        and bounded (a hang guard: the number is the result, not the bound)
+   Windows and buffers are small here on purpose (rq_depth 4, recv_size 256 for pairs): the receive CQ
+   holds every credit of the context, and rxe's max_cqe is 32767. Every endpoint here has keepalives off
+   (1,000 idle endpoints would send 500 keepalive writes a second) and an ack timeout of 18 (7.5 s of
+   retries): a loaded host can stall the test VM for longer than the default 0.47 s. */
+#define RDMAX_TRANSPORT_RC
+#define RDMAX_IMPLEMENTATION
+#include "../rdmax.h"
+#include "testlib.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+
+static char g_lastlog[512];
+
+static void keep_log(rdmax_log_level lvl, rdmax_log_item item, const char *msg, void *user)
+{
+    (void)user;
+    (void)item;
+    if (lvl <= RDMAX_LOG_WARN)
+        snprintf(g_lastlog, sizeof g_lastlog, "%s", msg);
+    if (lvl == RDMAX_LOG_ERROR)
+        fprintf(stderr, "rdmax error: %s\n", msg);
+}
+
+/* rdmax's own allocations, counted through the context's allocator (a size header in front). */
+static int64_t g_alloc_bytes;
+static void *count_alloc(size_t n, void *user)
+{
+    (void)user;
+    size_t *p = (size_t *)malloc(n + 16);
+    if (!p)
+        return NULL;
+    p[0] = n;
+    g_alloc_bytes += (int64_t)n;
+    return (char *)p + 16;
+}
+static void count_free(void *q, void *user)
+{
+    (void)user;
+    size_t *p = (size_t *)(void *)((char *)q - 16);
+    g_alloc_bytes -= (int64_t)p[0];
+    free(p);
+}
+
+static double now_s(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static long proc_kb(const char *file, const char *key)
+{
+    FILE *f = fopen(file, "r");
+    char line[256];
+    long v = -1;
+    size_t k = strlen(key);
+    while (f && fgets(line, sizeof line, f))
+        if (!strncmp(line, key, k))
+            sscanf(line + k, "%ld", &v);
+    if (f)
+        fclose(f);
+    return v;
+}
+
+/* The provider's queue memory mapped into this process (rxe maps each send queue, SRQ and CQ ring from
+   the uverbs device): the sizes of those mappings. */
+static long long uverbs_bytes(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    long long sum = 0;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long a, b;
+        if (strstr(line, "uverbs") && sscanf(line, "%lx-%lx", &a, &b) == 2)
+            sum += (long long)(b - a);
+    }
+    if (f)
+        fclose(f);
+    return sum;
+}
+
+static uint64_t rnr_count(const char *dev)
+{
+    static const char *const names[] = {"rcvd_rnr_err", "send_rnr_err", "retry_rnr_exceeded_err"};
+    uint64_t sum = 0;
+    for (int i = 0; i < 3; i++) {
+        char path[256];
+        snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/1/hw_counters/%s", dev, names[i]);
+        FILE *f = fopen(path, "r");
+        unsigned long long v = 0;
+        if (f) {
+            if (fscanf(f, "%llu", &v) != 1)
+                v = 0;
+            fclose(f);
+        }
+        sum += v;
+    }
+    return sum;
+}
+
+/* A 64-byte message: who (32 bits), seq (32 bits), then bytes derived from both. */
+static void msg_fill(unsigned char *m, uint32_t who, uint32_t seq)
+{
+    memcpy(m, &who, 4);
+    memcpy(m + 4, &seq, 4);
+    for (int i = 8; i < 64; i++)
+        m[i] = (unsigned char)(who * 31 + seq * 7 + i);
+}
+
+static int msg_check(const unsigned char *m, size_t len, uint32_t who, uint32_t seq)
+{
+    uint32_t w, s;
+    if (len != 64)
+        return 0;
+    memcpy(&w, m, 4);
+    memcpy(&s, m + 4, 4);
+    if (w != who || s != seq)
+        return 0;
+    for (int i = 8; i < 64; i++)
+        if (m[i] != (unsigned char)(who * 31 + seq * 7 + i))
+            return 0;
+    return 1;
+}
+
+/* ==== pairs ==== */
+#define PAIR_MSGS 2
+struct pep {
+    uint32_t id;            /* 2 * pair + side */
+    uint32_t got, bad, imms;
+};
+
+static void pair_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep;
+    struct pep *p = (struct pep *)user;
+    if (!msg_check((const unsigned char *)data, len, p->id ^ 1u, p->got))
+        p->bad++;
+    p->got++;
+}
+
+static void pair_imm(rdmax_ep *ep, uint32_t imm, size_t len, void *user)
+{
+    (void)ep;
+    struct pep *p = (struct pep *)user;
+    p->bad += imm != (p->id ^ 1u) || len != 8;
+    p->imms++;
+}
+
+static int pairs_mode(int npairs)
+{
+    rdmax_ctx *ctx = NULL;
+    rdmax_mem *region = NULL;
+    int n = 2 * npairs;
+    rdmax_ep **eps = (rdmax_ep **)calloc((size_t)n, sizeof *eps);
+    struct pep *st = (struct pep *)calloc((size_t)n, sizeof *st);
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.recv_size = 256;
+    cd.allocator.alloc = count_alloc;
+    cd.allocator.free = count_free;
+    cd.logger.func = keep_log;
+    char name[96];
+    tl_begin("scale/%d RC endpoints (%d pairs) in one context: created and connected", n, npairs);
+    REQUIRE(eps && st, "calloc");
+    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context: %s", g_lastlog);
+    char dev[64];
+    snprintf(dev, sizeof dev, "%s", ctx->attr.name);
+    REQUIRE(rdmax_mem_alloc(ctx, (size_t)npairs * 8, RDMAX_ACCESS_REMOTE_WRITE, &region) == RDMAX_OK, "region");
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.rq_depth = 4;
+    d.sq_depth = 8;
+    d.recv_size = 256;
+    d.keepalive_ms = RDMAX_OFF;
+    d.timeout = 18;
+    d.recv_cb = pair_recv;
+    d.imm_cb = pair_imm;
+    long vm0 = proc_kb("/proc/self/status", "VmSize:"), rss0 = proc_kb("/proc/self/status", "VmRSS:");
+    long avail0 = proc_kb("/proc/meminfo", "MemAvailable:");
+    long long uv0 = uverbs_bytes();
+    int64_t al0 = g_alloc_bytes;
+    double t0 = now_s();
+    for (int i = 0; i < n; i++) {
+        st[i].id = (uint32_t)i;
+        d.user = &st[i];
+        rdmax_status s = rdmax_ep_create(ctx, &d, &eps[i]);
+        REQUIRE(s == RDMAX_OK, "endpoint %d: %s: %s", i, rdmax_status_str(s), g_lastlog);
+    }
+    for (int i = 0; i < n; i += 2) {
+        rdmax_conn_info ia, ib;
+        rdmax_ep_local_info(eps[i], &ia);
+        rdmax_ep_local_info(eps[i + 1], &ib);
+        REQUIRE(rdmax_ep_connect_info(eps[i], &ib) == RDMAX_OK && rdmax_ep_connect_info(eps[i + 1], &ia) == RDMAX_OK,
+                "connect pair %d: %s", i / 2, g_lastlog);
+    }
+    double t1 = now_s();
+    long vm1 = proc_kb("/proc/self/status", "VmSize:"), rss1 = proc_kb("/proc/self/status", "VmRSS:");
+    long avail1 = proc_kb("/proc/meminfo", "MemAvailable:");
+    long long uv1 = uverbs_bytes();
+    int64_t al1 = g_alloc_bytes;
+    struct rdmax__srq *srq = ctx->rx->pool[0];
+    double pool = (double)srq->n_bufs * srq->recv_size;
+    printf("# %d endpoints created and connected in %.2f s (%.0f per second)\n", n, t1 - t0, n / (t1 - t0));
+    printf("# memory per endpoint: rdmax's own %llu B (endpoint_bytes: struct %zu, %u slots x %zu, inline stage "
+           "%u; allocator delta %lld B with table and map shares); provider %lld B (queue mappings; sq_depth %u, "
+           "max_inline %u); shared pool %.0f B (%u buffers of %u B in %u chunks, SRQ of %u); whole process "
+           "VmSize %ld B, RSS %ld B; MemAvailable %ld B\n",
+           (unsigned long long)(ctx->ep_bytes / (uint64_t)n), sizeof(rdmax_ep), d.sq_depth, sizeof(rdmax__slot),
+           RDMAX_BATCH_MAX * eps[0]->desc.max_inline, (long long)((al1 - al0) / n), (uv1 - uv0) / n, d.sq_depth,
+           eps[0]->desc.max_inline, pool / n, srq->n_bufs, srq->recv_size, srq->n_chunks, srq->cap,
+           (vm1 - vm0) * 1024 / n, (rss1 - rss0) * 1024 / n, (avail0 - avail1) * 1024 / n);
+    CHECK(ctx->n_eps == (uint32_t)n && srq->target == (uint32_t)n * d.rq_depth && srq->posted == srq->target,
+          "endpoints %u, target %u, posted %u", ctx->n_eps, srq->target, srq->posted);
+    tl_end();
+
+    snprintf(name, sizeof name, "scale/%d endpoints: %d checked sends each way, a put and a put with "
+             "immediate per pair, no RNR", n, PAIR_MSGS);
+    tl_begin("%s", name);
+    uint64_t rnr0 = rnr_count(dev);
+    uint32_t *sent = (uint32_t *)calloc((size_t)n, sizeof *sent);
+    int *put_done = (int *)calloc((size_t)n, sizeof *put_done);
+    REQUIRE(sent && put_done, "calloc");
+    double t2 = now_s();
+    long spins = 0;
+    for (int busy = 1; busy && spins < 2000000; spins++) {
+        busy = 0;
+        for (int i = 0; i < n; i++) {
+            if (sent[i] < PAIR_MSGS) {
+                unsigned char m[64];
+                msg_fill(m, (uint32_t)i, sent[i]);
+                if (rdmax_send(eps[i], m, 64, NULL, NULL) >= 0)
+                    sent[i]++;
+            }
+            if ((i & 1) == 0 && put_done[i] == 0) {
+                uint64_t v = 0x9000000000000000ull | (uint64_t)i;
+                if (rdmax_put(eps[i], &v, 8, NULL, (uintptr_t)region->addr + 8 * (uint64_t)(i / 2), region->rkey,
+                              NULL) >= 0)
+                    put_done[i] = 1;
+            }
+            if ((i & 1) == 0 && put_done[i] == 1) {  /* after the put: the notice finds it in place */
+                uint64_t v = 0;
+                if (rdmax_put_imm(eps[i], &v, 8, NULL, (uintptr_t)region->addr + 8 * (uint64_t)(i / 2) + 0,
+                                  region->rkey, (uint32_t)i, NULL) >= 0)
+                    put_done[i] = 2;
+            }
+            busy |= sent[i] < PAIR_MSGS || st[i].got < PAIR_MSGS || ((i & 1) && st[i].imms < 1) ||
+                    ((i & 1) == 0 && put_done[i] < 2);
+            if ((i & 63) == 63)
+                rdmax_progress(ctx);
+        }
+        rdmax_progress(ctx);
+    }
+    for (int i = 0; i < 1000; i++)
+        rdmax_progress(ctx);
+    double t3 = now_s();
+    uint32_t got = 0, bad = 0, imms = 0;
+    for (int i = 0; i < n; i++) {
+        got += st[i].got;
+        bad += st[i].bad;
+        imms += st[i].imms;
+    }
+    /* the put wrote its word, then the put with immediate overwrote it with 0: each word must be 0 */
+    uint32_t words_bad = 0;
+    for (int i = 0; i < npairs; i++)
+        words_bad += ((uint64_t *)region->addr)[i] != 0;
+    rdmax_counters c;
+    rdmax_counters_get(ctx, &c);
+    printf("# traffic: %u messages, %u notices in %.2f s; grants %llu, refused posts %llu\n", got, imms, t3 - t2,
+           (unsigned long long)c.posted[RDMAX_OP_GRANT], (unsigned long long)c.no_resource);
+    CHECK(got == (uint32_t)n * PAIR_MSGS && imms == (uint32_t)npairs, "%u of %u messages, %u of %d notices", got,
+          n * PAIR_MSGS, imms, npairs);
+    CHECK(bad == 0 && words_bad == 0, "%u bad messages or notices, %u words not overwritten", bad, words_bad);
+    CHECK(c.ep_errors == 0, "%llu endpoints failed", (unsigned long long)c.ep_errors);
+    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+    tl_end();
+
+    tl_begin("scale/%d endpoints destroyed cleanly", n);
+    int unflushed = 0;
+    for (int i = 0; i < n; i++)  /* everything acknowledged before either side of a pair goes */
+        unflushed += rdmax_ep_flush(eps[i], 10000) != RDMAX_OK;
+    CHECK(unflushed == 0, "%d endpoints did not flush: %s", unflushed, g_lastlog);
+    for (int i = 0; i < n; i++) {
+        rdmax_ep_destroy(eps[i]);
+        eps[i] = NULL;
+    }
+    for (int i = 0; i < 1000; i++)
+        rdmax_progress(ctx);
+    CHECK(ctx->n_eps == 0 && ctx->ep_bytes == 0 && ctx->rx->pool[0]->target == 0, "left: %u endpoints, %llu bytes, "
+          "target %u", ctx->n_eps, (unsigned long long)ctx->ep_bytes, ctx->rx->pool[0]->target);
+    CHECK(ctx->rx->pool[0]->posted + ctx->rx->pool[0]->n_free == ctx->rx->pool[0]->n_bufs, "buffers: %u posted + %u free of %u",
+          ctx->rx->pool[0]->posted, ctx->rx->pool[0]->n_free, ctx->rx->pool[0]->n_bufs);
+    tl_end();
+    free(sent);
+    free(put_done);
+out:
+    for (int i = 0; eps && i < n; i++)
+        rdmax_ep_destroy(eps[i]);
+    rdmax_mem_free(region);
+    rdmax_ctx_destroy(ctx);
+    free(eps);
+    free(st);
+    if (tl_case_failed)
+        tl_end();
+    return tl_failed_total ? 1 : 0;
+}
+
+/* ==== server and client processes ==== */
+enum { T_ECHO = 1, T_STREAM = 2 };
+#define MAX_CLIENTS 64
+struct shared {                 /* MAP_SHARED between the server and its clients */
+    volatile int go;            /* credits: every client pinged, stream now */
+    volatile int pinged;
+    double worst_wait[MAX_CLIENTS], rtt[MAX_CLIENTS];
+    long refused[MAX_CLIENTS];
+    char why[MAX_CLIENTS][160];
+};
+static struct shared *g_sh;
+
+static rdmax_ctx *client_ctx(void)
+{
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.recv_size = 256;
+    cd.cq_depth = 256;
+    cd.logger.func = keep_log;
+    rdmax_ctx *ctx = NULL;
+    return rdmax_ctx_create(&cd, &ctx) == RDMAX_OK ? ctx : NULL;
+}
+
+struct cep {
+    uint32_t who, echoes, bad;
+};
+
+static void client_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep;
+    struct cep *c = (struct cep *)user;
+    if (!msg_check((const unsigned char *)data, len, c->who, c->echoes))
+        c->bad++;
+    c->echoes++;
+}
+
+/* listen mode client: e endpoints, k messages each, every one echoed */
+static int listen_client(int id, uint16_t port, int e, int k)
+{
+    rdmax_ctx *ctx = client_ctx();
+    if (!ctx)
+        return 10;
+    rdmax_ep **eps = (rdmax_ep **)calloc((size_t)e, sizeof *eps);
+    struct cep *st = (struct cep *)calloc((size_t)e, sizeof *st);
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.rq_depth = 8;
+    d.sq_depth = 8;
+    d.keepalive_ms = RDMAX_OFF;
+    d.timeout = 18;
+    d.recv_cb = client_recv;
+    int rc = 0;
+    for (int i = 0; i < e && rc == 0; i++) {
+        st[i].who = (uint32_t)(id * 1000 + i);
+        d.user = &st[i];
+        rdmax_status s = rdmax_connect(ctx, "127.0.0.1", port, &d, &eps[i], 120000);
+        if (s != RDMAX_OK) {
+            snprintf(g_sh->why[id], sizeof g_sh->why[id], "connect %d: %s: %.100s", i, rdmax_status_str(s), g_lastlog);
+            rc = 11;
+        }
+    }
+    /* every endpoint sends its k messages; the server echoes them */
+    int *sent = (int *)calloc((size_t)e, sizeof *sent);
+    double deadline = now_s() + 300;
+    for (int all = 0; rc == 0 && !all;) {
+        all = 1;
+        for (int i = 0; i < e; i++) {
+            if (sent[i] < k) {
+                unsigned char m[64];
+                msg_fill(m, st[i].who, (uint32_t)sent[i]);
+                rdmax_status s = rdmax_send(eps[i], m, 64, NULL, NULL);
+                if (s >= 0)
+                    sent[i]++;
+                else if (s != RDMAX_ERR_NO_RESOURCE) {
+                    snprintf(g_sh->why[id], sizeof g_sh->why[id], "send on %d: %s", i, rdmax_status_str(s));
+                    rc = 12;
+                }
+            }
+            all &= sent[i] == k && st[i].echoes == (uint32_t)k;
+        }
+        if (!all && rdmax_progress(ctx) == 0)
+            rdmax_wait(ctx, 50);
+        if (now_s() > deadline) {
+            snprintf(g_sh->why[id], sizeof g_sh->why[id], "echoes did not arrive within 300 s");
+            rc = 13;
+        }
+    }
+    for (int i = 0; rc == 0 && i < e; i++)
+        if (st[i].bad) {
+            snprintf(g_sh->why[id], sizeof g_sh->why[id], "endpoint %d: %u bad echoes", i, st[i].bad);
+            rc = 14;
+        }
+    for (int i = 0; i < e; i++) {
+        if (eps[i] && rc == 0)
+            rdmax_ep_disconnect(eps[i], 5000);
+        rdmax_ep_destroy(eps[i]);
+    }
+    rdmax_ctx_destroy(ctx);
+    free(eps);
+    free(st);
+    free(sent);
+    return rc;
+}
+
+/* The server's view of a client endpoint. Messages name it (who = client * 1000 + endpoint), so the
+   receive callback finds it even before rdmax_accept has returned the endpoint (a client may send as
+   soon as its own side is connected). */
+struct sep {
+    rdmax_ep *ep;           /* from its first message */
+    uint32_t who;
+    uint32_t got, echoed, bad, imms;
+};
+static struct sep *g_sv;
+static int g_sv_n, g_per_client;
+static uint32_t g_server_bad;
+
+static struct sep *sep_of(rdmax_ep *ep, uint32_t who)
+{
+    int i = (int)(who / 1000) * g_per_client + (int)(who % 1000);
+    if (who % 1000 >= (uint32_t)g_per_client || i >= g_sv_n)
+        return NULL;
+    struct sep *s = &g_sv[i];
+    if (s->ep == NULL) {
+        s->ep = ep;
+        s->who = who;
+    }
+    return s->ep == ep ? s : NULL;
+}
+
+static void server_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)user;
+    uint32_t who = UINT32_MAX;
+    if (len >= 4)
+        memcpy(&who, data, 4);
+    struct sep *s = sep_of(ep, who);
+    if (!s) {
+        g_server_bad++;
+        return;
+    }
+    if (!msg_check((const unsigned char *)data, len, s->who, s->got))
+        s->bad++;
+    s->got++;
+}
+
+static void server_imm(rdmax_ep *ep, uint32_t imm, size_t len, void *user)
+{
+    (void)user;
+    struct sep *s = NULL;
+    for (int i = 0; i < g_sv_n && !s; i++)
+        if (g_sv[i].ep == ep)
+            s = &g_sv[i];
+    if (!s) {
+        g_server_bad++;
+        return;
+    }
+    s->bad += len != 8 || imm != s->imms;
+    s->imms++;
+}
+
+static pid_t spawn(int (*fn)(int, uint16_t, int, int), int id, uint16_t port, int a, int b)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0)
+        _exit(fn(id, port, a, b));
+    return pid;
+}
+
+/* Wait for the clients; a failure names the client and why. */
+static int reap(pid_t *pids, int nc, double deadline)
+{
+    int failed = 0, left = 0;
+    for (int i = 0; i < nc; i++)
+        left += pids[i] > 0;
+    while (left > 0) {
+        int ws;
+        pid_t p = waitpid(-1, &ws, WNOHANG);
+        if (p > 0) {
+            left--;
+            for (int i = 0; i < nc; i++)
+                if (pids[i] == p) {
+                    pids[i] = 0;
+                    if (!WIFEXITED(ws) || WEXITSTATUS(ws)) {
+                        printf("# client %d failed (%s %d): %s\n", i, WIFEXITED(ws) ? "exit" : "signal",
+                               WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws), g_sh->why[i]);
+                        failed++;
+                    }
+                }
+            continue;
+        }
+        if (now_s() > deadline) {
+            for (int i = 0; i < nc; i++)
+                if (pids[i] > 0) {
+                    kill(pids[i], SIGKILL);
+                    waitpid(pids[i], NULL, 0);
+                    printf("# client %d killed at the deadline: %s\n", i, g_sh->why[i]);
+                    failed++;
+                }
+            return failed;
+        }
+        usleep(10000);
+    }
+    return failed;
+}
+
+static rdmax_ctx *server_ctx(void)
+{
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.recv_size = 256;
+    cd.logger.func = keep_log;
+    rdmax_ctx *ctx = NULL;
+    if (rdmax_ctx_create(&cd, &ctx) != RDMAX_OK) {
+        printf("FAIL setup: server context: %s\n", g_lastlog);
+        exit(1);
+    }
+    return ctx;
+}
+
+/* Sleep until a client or a completion needs us (the clients share our two CPUs). */
+static void server_idle(rdmax_ctx *ctx, rdmax_listener *l, int ms)
+{
+    if (rdmax_ctx_arm(ctx) != RDMAX_OK)
+        return;
+    if (rdmax_progress(ctx))
+        return;
+    struct pollfd p[2] = {{rdmax_ctx_fd(ctx), POLLIN, 0}, {l ? rdmax_listener_fd(l) : -1, POLLIN, 0}};
+    poll(p, l ? 2 : 1, ms);
+    struct ibv_cq *cq;
+    void *cc;
+    while (ibv_get_cq_event(ctx->channel, &cq, &cc) == 0)
+        ibv_ack_cq_events(cq, 1);
+}
+
+static int listen_mode(int nc, int e)
+{
+    enum { K = 4 };
+    int total = nc * e;
+    uint16_t port = (uint16_t)(20000 + getpid() % 20000);
+    pid_t pids[MAX_CLIENTS];
+    struct sep *sv = (struct sep *)calloc((size_t)total, sizeof *sv);
+    g_sv = sv;
+    g_sv_n = total;
+    g_per_client = e;
+    rdmax_ctx *ctx = NULL;
+    rdmax_listener *l = NULL;
+    tl_begin("scale/listener: one server context accepts %d endpoints from %d client processes", total, nc);
+    REQUIRE(nc <= MAX_CLIENTS && sv, "at most %d clients", MAX_CLIENTS);
+    for (int i = 0; i < nc; i++)
+        pids[i] = spawn(listen_client, i, port, e, K);
+    ctx = server_ctx();
+    char dev[64];
+    snprintf(dev, sizeof dev, "%s", ctx->attr.name);
+    uint64_t rnr0 = rnr_count(dev);
+    REQUIRE(rdmax_listen(ctx, "127.0.0.1", port, &l) == RDMAX_OK, "listen: %s", g_lastlog);
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.rq_depth = 8;
+    d.sq_depth = 8;
+    d.keepalive_ms = RDMAX_OFF;
+    d.timeout = 18;
+    d.recv_cb = server_recv;
+    d.imm_cb = server_imm;
+    int accepted = 0, refusals = 0, failed = 0, left = nc;
+    uint32_t done = 0;
+    double t0 = now_s(), t_acc = 0, deadline = t0 + 400;
+    while ((accepted < total || done < (uint32_t)total) && now_s() < deadline && left > 0) {
+        int ws;
+        pid_t p = waitpid(-1, &ws, WNOHANG);  /* a client that gave up ends the wait for its endpoints */
+        for (int i = 0; p > 0 && i < nc; i++)
+            if (pids[i] == p) {
+                pids[i] = 0;
+                left--;
+                if (!WIFEXITED(ws) || WEXITSTATUS(ws)) {
+                    printf("# client %d failed (%s %d): %s\n", i, WIFEXITED(ws) ? "exit" : "signal",
+                           WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws), g_sh->why[i]);
+                    failed++;
+                }
+            }
+        int busy = 0;
+        if (accepted < total) {
+            rdmax_ep *ep = NULL;
+            rdmax_status s = rdmax_accept(l, &d, &ep, 0);
+            if (s == RDMAX_OK) {
+                accepted++;
+                busy = 1;
+                if (accepted == total)
+                    t_acc = now_s() - t0;
+            } else if (s != RDMAX_ERR_TIMEOUT) {
+                refusals++;
+            }
+        }
+        busy |= rdmax_progress(ctx) > 0;
+        done = 0;
+        for (int i = 0; i < total; i++) {
+            struct sep *s = &sv[i];
+            while (s->echoed < s->got) {
+                unsigned char m[64];
+                msg_fill(m, s->who, s->echoed);
+                if (rdmax_send(s->ep, m, 64, NULL, NULL) < 0)
+                    break;
+                s->echoed++;
+                busy = 1;
+            }
+            done += s->echoed == K;
+        }
+        if (!busy)
+            server_idle(ctx, l, 5);
+    }
+    printf("# accepted %d endpoints in %.2f s (%.0f per second), all echoed after %.2f s; %d handshakes "
+           "refused\n", accepted, t_acc, t_acc > 0 ? accepted / t_acc : 0.0, now_s() - t0, refusals);
+    /* keep serving until the clients have their last echoes and said goodbye */
+    double reap_deadline = now_s() + 120;
+    while (left > 0 && now_s() < reap_deadline) {
+        rdmax_progress(ctx);
+        int ws;
+        pid_t p = waitpid(-1, &ws, WNOHANG);
+        if (p <= 0) {
+            server_idle(ctx, NULL, 2);
+            continue;
+        }
+        left--;
+        for (int i = 0; i < nc; i++)
+            if (pids[i] == p) {
+                pids[i] = 0;
+                if (!WIFEXITED(ws) || WEXITSTATUS(ws)) {
+                    printf("# client %d failed (%s %d): %s\n", i, WIFEXITED(ws) ? "exit" : "signal",
+                           WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws), g_sh->why[i]);
+                    failed++;
+                }
+            }
+    }
+    failed += reap(pids, nc, now_s());  /* whatever is left is killed */
+    uint32_t bad = g_server_bad, got = 0;
+    for (int i = 0; i < total; i++) {
+        bad += sv[i].bad;
+        got += sv[i].got;
+    }
+    CHECK(accepted == total, "%d of %d endpoints accepted", accepted, total);
+    CHECK(got == (uint32_t)total * K && bad == 0, "%u of %d messages, %u bad", got, total * K, bad);
+    CHECK(failed == 0, "%d clients failed", failed);
+    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+    tl_end();
+out:
+    rdmax_listener_close(l);
+    rdmax_ctx_destroy(ctx);  /* and every endpoint it accepted */
+    free(sv);
+    if (tl_case_failed)
+        tl_end();
+    return tl_failed_total ? 1 : 0;
+}
+
+/* ==== credits ==== */
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* credits mode client: ping-pong for the RTT, then m posts alternating sends and puts with immediate
+   data; every refused post is retried after rdmax_wait, and its wait timed. */
+static int credits_client(int id, uint16_t port, int m, int unused)
+{
+    (void)unused;
+    rdmax_ctx *ctx = client_ctx();
+    if (!ctx)
+        return 10;
+    struct cep st;
+    memset(&st, 0, sizeof st);
+    st.who = (uint32_t)id * 1000;
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.recv_cb = client_recv;
+    d.user = &st;
+    d.sq_depth = 64;
+    d.keepalive_ms = RDMAX_OFF;
+    d.timeout = 18;
+    rdmax_ep *ep = NULL;
+    rdmax_status s = rdmax_connect(ctx, "127.0.0.1", port, &d, &ep, 120000);
+    if (s != RDMAX_OK) {
+        snprintf(g_sh->why[id], sizeof g_sh->why[id], "connect: %s: %.100s", rdmax_status_str(s), g_lastlog);
+        return 11;
+    }
+    /* RTT: 20 pings, each echoed by the server */
+    double rtts[20];
+    for (int i = 0; i < 20; i++) {
+        unsigned char msg[64];
+        msg_fill(msg, st.who, (uint32_t)i);
+        double t = now_s();
+        while (rdmax_send(ep, msg, 64, NULL, NULL) < 0)
+            rdmax_progress(ctx);
+        while (st.echoes <= (uint32_t)i && now_s() - t < 30)
+            rdmax_progress(ctx);
+        rtts[i] = now_s() - t;
+    }
+    qsort(rtts, 20, sizeof rtts[0], cmp_d);
+    g_sh->rtt[id] = rtts[10];
+    __atomic_add_fetch(&g_sh->pinged, 1, __ATOMIC_SEQ_CST);
+    while (!g_sh->go)
+        usleep(1000);
+    /* stream: sends carry (who, seq); puts with immediate data carry their count */
+    rdmax_mem *src = NULL;
+    if (rdmax_mem_alloc(ctx, 8, RDMAX_ACCESS_LOCAL, &src) != RDMAX_OK)
+        return 12;
+    uint32_t seq = 20, imms = 0;
+    double worst = 0;
+    long refused = 0;
+    for (int i = 0; i < m;) {
+        unsigned char msg[64];
+        int is_put = i & 1;
+        double t = 0;
+        for (;;) {
+            if (is_put) {
+                s = rdmax_put_imm(ep, src->addr, 8, src, rdmax_ep_remote(ep, 0)->addr + 8 * (uint64_t)id, rdmax_ep_remote(ep, 0)->rkey, imms,
+                                  NULL);
+            } else {
+                msg_fill(msg, st.who, seq);
+                s = rdmax_send(ep, msg, 64, NULL, NULL);
+            }
+            if (s != RDMAX_ERR_NO_RESOURCE)
+                break;
+            if (t == 0) {
+                t = now_s();
+                refused++;
+            }
+            if (rdmax_progress(ctx) == 0)
+                rdmax_wait(ctx, 10);  /* sleep until the grant (a receive completion) wakes us */
+        }
+        if (s < 0) {
+            snprintf(g_sh->why[id], sizeof g_sh->why[id], "post %d: %s", i, rdmax_status_str(s));
+            return 13;
+        }
+        if (t > 0 && now_s() - t > worst)
+            worst = now_s() - t;
+        if (is_put)
+            imms++;
+        else
+            seq++;
+        i++;
+    }
+    if (rdmax_ep_flush(ep, 60000) != RDMAX_OK) {
+        snprintf(g_sh->why[id], sizeof g_sh->why[id], "flush: %.120s", g_lastlog);
+        return 14;
+    }
+    g_sh->worst_wait[id] = worst;
+    g_sh->refused[id] = refused;
+    rdmax_ep_disconnect(ep, 5000);
+    rdmax_ep_destroy(ep);
+    rdmax_mem_free(src);
+    rdmax_ctx_destroy(ctx);
+    return st.bad ? 15 : 0;
+}
+
+static int credits_mode(int nc, int m)
+{
+    uint16_t port = (uint16_t)(20000 + getpid() % 20000);
+    pid_t pids[MAX_CLIENTS];
+    struct sep *sv = (struct sep *)calloc((size_t)nc, sizeof *sv);
+    g_sv = sv;
+    g_sv_n = nc;
+    g_per_client = 1;
+    rdmax_mem *region = NULL;
+    rdmax_ctx *ctx = NULL;
+    rdmax_listener *l = NULL;
+    int accepted = 0;
+    tl_begin("scale/credits: %d clients stream %d sends and puts with immediate data each to one server; worst "
+             "refused-post wait bounded", nc, m);
+    REQUIRE(nc <= MAX_CLIENTS && sv, "at most %d clients", MAX_CLIENTS);
+    memset((void *)g_sh, 0, sizeof *g_sh);
+    for (int i = 0; i < nc; i++)
+        pids[i] = spawn(credits_client, i, port, m, 0);
+    ctx = server_ctx();
+    char dev[64];
+    snprintf(dev, sizeof dev, "%s", ctx->attr.name);
+    uint64_t rnr0 = rnr_count(dev);
+    REQUIRE(rdmax_mem_alloc(ctx, 8 * MAX_CLIENTS, RDMAX_ACCESS_REMOTE_WRITE, &region) == RDMAX_OK, "region");
+    REQUIRE(rdmax_listen(ctx, "127.0.0.1", port, &l) == RDMAX_OK, "listen: %s", g_lastlog);
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.recv_cb = server_recv;
+    d.imm_cb = server_imm;
+    d.expose = region;
+    d.sq_depth = 64;
+    d.keepalive_ms = RDMAX_OFF;
+    d.timeout = 18;
+    double deadline = now_s() + 400;
+    /* accept everyone, echo the 20 pings of each, then let them stream */
+    while (now_s() < deadline) {
+        int busy = 0;
+        if (accepted < nc) {
+            rdmax_ep *ep = NULL;
+            if (rdmax_accept(l, &d, &ep, 0) == RDMAX_OK) {
+                accepted++;
+                busy = 1;
+            }
+        }
+        busy |= rdmax_progress(ctx) > 0;
+        for (int i = 0; i < nc; i++)
+            while (sv[i].echoed < sv[i].got && sv[i].echoed < 20) {
+                unsigned char msg[64];
+                msg_fill(msg, sv[i].who, sv[i].echoed);
+                if (rdmax_send(sv[i].ep, msg, 64, NULL, NULL) < 0)
+                    break;
+                sv[i].echoed++;
+            }
+        if (g_sh->pinged == nc)
+            break;
+        if (!busy)
+            server_idle(ctx, l, 2);
+    }
+    g_sh->go = 1;
+    double t0 = now_s();
+    uint32_t total = 0;
+    uint32_t want = (uint32_t)nc * (20 + (uint32_t)(m + 1) / 2);
+    int gone = 0;
+    for (long spin = 0; now_s() < deadline && !gone; spin++) {
+        if ((spin & 4095) == 0) {  /* a client that failed ends the wait */
+            int ws;
+            for (int i = 0; i < nc; i++)
+                if (pids[i] > 0 && waitpid(pids[i], &ws, WNOHANG) == pids[i]) {
+                    pids[i] = 0;
+                    if (!WIFEXITED(ws) || WEXITSTATUS(ws)) {
+                        printf("# client %d failed (%s %d): %s\n", i, WIFEXITED(ws) ? "exit" : "signal",
+                               WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws), g_sh->why[i]);
+                        gone++;
+                    }
+                }
+        }
+        rdmax_progress(ctx);  /* a busy server: it polls, it does not sleep */
+        total = 0;
+        uint32_t imms = 0;
+        for (int i = 0; i < nc; i++) {
+            total += sv[i].got;
+            imms += sv[i].imms;
+        }
+        if (total >= want && imms >= (uint32_t)nc * (uint32_t)(m / 2))
+            break;
+    }
+    double t1 = now_s();
+    int failed = gone + reap(pids, nc, now_s() + 120);
+    uint32_t bad = g_server_bad;
+    for (int i = 0; i < nc; i++)
+        bad += sv[i].bad;
+    double worst = 0, rtt[MAX_CLIENTS];
+    long refused = 0;
+    for (int i = 0; i < nc; i++) {
+        worst = g_sh->worst_wait[i] > worst ? g_sh->worst_wait[i] : worst;
+        rtt[i] = g_sh->rtt[i];
+        refused += g_sh->refused[i];
+    }
+    qsort(rtt, (size_t)nc, sizeof rtt[0], cmp_d);
+    rdmax_counters c;
+    rdmax_counters_get(ctx, &c);
+    printf("# credits, %d clients x %d posts: %u messages in %.2f s; %ld refused posts, worst wait %.2f ms, RTT "
+           "median %.3f ms (max %.3f ms) = %.1f RTTs; server grants %llu\n", nc, m, total, t1 - t0, refused,
+           worst * 1e3, rtt[nc / 2] * 1e3, rtt[nc - 1] * 1e3, worst / rtt[nc / 2], 
+           (unsigned long long)c.posted[RDMAX_OP_GRANT]);
+    CHECK(accepted == nc && failed == 0, "%d of %d accepted, %d clients failed", accepted, nc, failed);
+    CHECK(total == want && bad == 0, "%u of %u messages, %u bad", total, want, bad);
+    CHECK(refused > 0, "no post was refused: the test did not exercise credits");
+    CHECK(worst < 10.0, "a refused post waited %.2f s (hang guard: 10 s)", worst);
+    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+    tl_end();
+out:
+    rdmax_listener_close(l);
+    rdmax_mem_free(region);
+    rdmax_ctx_destroy(ctx);
+    free(sv);
+    if (tl_case_failed)
+        tl_end();
+    return tl_failed_total ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    g_sh = (struct shared *)mmap(NULL, sizeof *g_sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (g_sh == MAP_FAILED)
+        return 1;
+    if (argc >= 3 && !strcmp(argv[1], "pairs"))
+        return pairs_mode(atoi(argv[2]));
+    if (argc >= 4 && !strcmp(argv[1], "listen"))
+        return listen_mode(atoi(argv[2]), atoi(argv[3]));
+    if (argc >= 4 && !strcmp(argv[1], "credits"))
+        return credits_mode(atoi(argv[2]), atoi(argv[3]));
+    fprintf(stderr, "usage: scale_test pairs N | listen CLIENTS EPS | credits CLIENTS POSTS\n");
+    return 2;
+}
