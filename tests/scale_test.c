@@ -8,6 +8,7 @@
      credits C M        C client processes stream M sends and puts with immediate data each to one server;
                         each refused post's wait is timed: the worst is printed beside the round-trip time
                         and bounded (a hang guard: the number is the result, not the bound)
+     putrate N S        8-byte puts for S seconds over 1, then N, then 1 endpoint: the rates (a benchmark)
    Windows and buffers are small here on purpose (rq_depth 4, recv_size 256 for pairs): the receive CQ
    holds every credit of the context, and rxe's max_cqe is 32767. Every endpoint here has keepalives off
    (1,000 idle endpoints would send 500 keepalive writes a second) and an ack timeout of 18 (7.5 s of
@@ -322,7 +323,7 @@ enum { T_ECHO = 1, T_STREAM = 2 };
 struct shared {                 /* MAP_SHARED between the server and its clients */
     volatile int go;            /* credits: every client pinged, stream now */
     volatile int pinged;
-    double worst_wait[MAX_CLIENTS], rtt[MAX_CLIENTS];
+    double worst_wait[MAX_CLIENTS], rtt[MAX_CLIENTS], rtt_loaded[MAX_CLIENTS];
     long refused[MAX_CLIENTS];
     char why[MAX_CLIENTS][160];
 };
@@ -597,16 +598,19 @@ static int listen_mode(int nc, int e)
                 }
             }
         int busy = 0;
-        if (accepted < total) {
+        for (int k = 0; k < 64 && accepted < total; k++) {  /* whatever finished, up to 64 */
             rdmax_ep *ep = NULL;
             rdmax_status s = rdmax_accept(l, &d, &ep, 0);
+            if (s == RDMAX_ERR_TIMEOUT)
+                break;
+            busy = 1;
             if (s == RDMAX_OK) {
                 accepted++;
-                busy = 1;
                 if (accepted == total)
                     t_acc = now_s() - t0;
-            } else if (s != RDMAX_ERR_TIMEOUT) {
+            } else {
                 refusals++;
+                printf("# a handshake failed: %s: %s\n", rdmax_status_str(s), g_lastlog);
             }
         }
         busy |= rdmax_progress(ctx) > 0;
@@ -678,18 +682,49 @@ static int cmp_d(const void *a, const void *b)
 
 /* credits mode client: ping-pong for the RTT, then m posts alternating sends and puts with immediate
    data; every refused post is retried after rdmax_wait, and its wait timed. */
+/* Which messages of a credits client the server echoes: the 20 pings, then every 25th of the stream,
+   so the round trip is also measured under the stream's own load (queued behind the other clients). */
+static int echoed_seq(uint32_t seq)
+{
+    return seq < 20 || seq % 25 == 0;
+}
+
+struct ccl {
+    uint32_t who, next_echo, bad, echoes;
+    double sent_at[1024];   /* by seq / 25 */
+    double rtt_max;
+};
+
+static void credits_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep;
+    struct ccl *c = (struct ccl *)user;
+    if (!msg_check((const unsigned char *)data, len, c->who, c->next_echo))
+        c->bad++;
+    if (c->next_echo >= 20 && c->sent_at[c->next_echo / 25 % 1024] > 0) {
+        double r = now_s() - c->sent_at[c->next_echo / 25 % 1024];
+        c->rtt_max = r > c->rtt_max ? r : c->rtt_max;
+    }
+    c->echoes++;
+    do
+        c->next_echo++;
+    while (!echoed_seq(c->next_echo));
+}
+
+/* credits mode client: ping-pong for the idle RTT, then m posts alternating sends and puts with
+   immediate data; every refused post is retried after rdmax_wait, and its wait timed. */
 static int credits_client(int id, uint16_t port, int m, int unused)
 {
     (void)unused;
     rdmax_ctx *ctx = client_ctx();
     if (!ctx)
         return 10;
-    struct cep st;
+    static struct ccl st;
     memset(&st, 0, sizeof st);
     st.who = (uint32_t)id * 1000;
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
-    d.recv_cb = client_recv;
+    d.recv_cb = credits_recv;
     d.user = &st;
     d.sq_depth = 64;
     d.keepalive_ms = RDMAX_OFF;
@@ -702,14 +737,17 @@ static int credits_client(int id, uint16_t port, int m, int unused)
     }
     /* RTT: 20 pings, each echoed by the server */
     double rtts[20];
-    for (int i = 0; i < 20; i++) {
+    for (uint32_t i = 0; i < 20; i++) {
         unsigned char msg[64];
-        msg_fill(msg, st.who, (uint32_t)i);
+        msg_fill(msg, st.who, i);
         double t = now_s();
+        /* blocking, like the stream below: a refused post's wait and the round trip are timed alike */
         while (rdmax_send(ep, msg, 64, NULL, NULL) < 0)
-            rdmax_progress(ctx);
-        while (st.echoes <= (uint32_t)i && now_s() - t < 30)
-            rdmax_progress(ctx);
+            if (rdmax_progress(ctx) == 0)
+                rdmax_wait(ctx, 10);
+        while (st.echoes <= i && now_s() - t < 30)
+            if (rdmax_progress(ctx) == 0)
+                rdmax_wait(ctx, 10);
         rtts[i] = now_s() - t;
     }
     qsort(rtts, 20, sizeof rtts[0], cmp_d);
@@ -751,11 +789,24 @@ static int credits_client(int id, uint16_t port, int m, int unused)
         }
         if (t > 0 && now_s() - t > worst)
             worst = now_s() - t;
-        if (is_put)
+        if (is_put) {
             imms++;
-        else
+        } else {
+            if (echoed_seq(seq))
+                st.sent_at[seq / 25 % 1024] = now_s();
             seq++;
+        }
         i++;
+    }
+    uint32_t want = 20;
+    for (uint32_t k = 20; k < seq; k++)
+        want += echoed_seq(k);
+    for (double t = now_s(); st.echoes < want && now_s() - t < 60;)
+        if (rdmax_progress(ctx) == 0)
+            rdmax_wait(ctx, 10);
+    if (st.echoes != want || st.bad) {
+        snprintf(g_sh->why[id], sizeof g_sh->why[id], "%u of %u echoes, %u bad", st.echoes, want, st.bad);
+        return 15;
     }
     if (rdmax_ep_flush(ep, 60000) != RDMAX_OK) {
         snprintf(g_sh->why[id], sizeof g_sh->why[id], "flush: %.120s", g_lastlog);
@@ -763,11 +814,26 @@ static int credits_client(int id, uint16_t port, int m, int unused)
     }
     g_sh->worst_wait[id] = worst;
     g_sh->refused[id] = refused;
+    g_sh->rtt_loaded[id] = st.rtt_max;
     rdmax_ep_disconnect(ep, 5000);
     rdmax_ep_destroy(ep);
     rdmax_mem_free(src);
     rdmax_ctx_destroy(ctx);
-    return st.bad ? 15 : 0;
+    return 0;
+}
+
+/* The server's echoes of a credits client: messages it has and has not answered yet. */
+static void credits_echo(struct sep *s)
+{
+    while (s->echoed < s->got) {
+        if (echoed_seq(s->echoed)) {
+            unsigned char msg[64];
+            msg_fill(msg, s->who, s->echoed);
+            if (rdmax_send(s->ep, msg, 64, NULL, NULL) < 0)
+                return;
+        }
+        s->echoed++;
+    }
 }
 
 static int credits_mode(int nc, int m)
@@ -815,13 +881,8 @@ static int credits_mode(int nc, int m)
         }
         busy |= rdmax_progress(ctx) > 0;
         for (int i = 0; i < nc; i++)
-            while (sv[i].echoed < sv[i].got && sv[i].echoed < 20) {
-                unsigned char msg[64];
-                msg_fill(msg, sv[i].who, sv[i].echoed);
-                if (rdmax_send(sv[i].ep, msg, 64, NULL, NULL) < 0)
-                    break;
-                sv[i].echoed++;
-            }
+            if (sv[i].ep)
+                credits_echo(&sv[i]);
         if (g_sh->pinged == nc)
             break;
         if (!busy)
@@ -846,6 +907,10 @@ static int credits_mode(int nc, int m)
                 }
         }
         rdmax_progress(ctx);  /* a busy server: it polls, it does not sleep */
+        if ((spin & 15) == 0)
+            for (int i = 0; i < nc; i++)
+                if (sv[i].ep)
+                    credits_echo(&sv[i]);
         total = 0;
         uint32_t imms = 0;
         for (int i = 0; i < nc; i++) {
@@ -856,23 +921,58 @@ static int credits_mode(int nc, int m)
             break;
     }
     double t1 = now_s();
-    int failed = gone + reap(pids, nc, now_s() + 120);
+    for (double t = now_s(); now_s() - t < 60;) {  /* the last echoes, then the clients' goodbyes */
+        rdmax_progress(ctx);
+        int pending = 0;
+        for (int i = 0; i < nc; i++)
+            if (sv[i].ep) {
+                credits_echo(&sv[i]);
+                pending += sv[i].echoed < sv[i].got;
+            }
+        if (!pending)
+            break;
+    }
+    int failed = gone;
+    for (double t = now_s(); now_s() - t < 120;) {
+        int ws, left = 0;
+        rdmax_progress(ctx);
+        for (int i = 0; i < nc; i++)
+            if (pids[i] > 0 && waitpid(pids[i], &ws, WNOHANG) == pids[i]) {
+                pids[i] = 0;
+                if (!WIFEXITED(ws) || WEXITSTATUS(ws)) {
+                    printf("# client %d failed (%s %d): %s\n", i, WIFEXITED(ws) ? "exit" : "signal",
+                           WIFEXITED(ws) ? WEXITSTATUS(ws) : WTERMSIG(ws), g_sh->why[i]);
+                    failed++;
+                }
+            }
+        for (int i = 0; i < nc; i++)
+            left += pids[i] > 0;
+        if (!left)
+            break;
+        usleep(1000);
+    }
+    failed += reap(pids, nc, now_s());
     uint32_t bad = g_server_bad;
     for (int i = 0; i < nc; i++)
         bad += sv[i].bad;
-    double worst = 0, rtt[MAX_CLIENTS];
+    double worst = 0, loaded = 0, rtt[MAX_CLIENTS];
     long refused = 0;
     for (int i = 0; i < nc; i++) {
         worst = g_sh->worst_wait[i] > worst ? g_sh->worst_wait[i] : worst;
+        loaded = g_sh->rtt_loaded[i] > loaded ? g_sh->rtt_loaded[i] : loaded;
         rtt[i] = g_sh->rtt[i];
         refused += g_sh->refused[i];
     }
     qsort(rtt, (size_t)nc, sizeof rtt[0], cmp_d);
     rdmax_counters c;
     rdmax_counters_get(ctx, &c);
-    printf("# credits, %d clients x %d posts: %u messages in %.2f s; %ld refused posts, worst wait %.2f ms, RTT "
-           "median %.3f ms (max %.3f ms) = %.1f RTTs; server grants %llu\n", nc, m, total, t1 - t0, refused,
-           worst * 1e3, rtt[nc / 2] * 1e3, rtt[nc - 1] * 1e3, worst / rtt[nc / 2], 
+    double rate = (total + c.recv_imms) / (t1 - t0);
+    printf("# credits, %d clients x %d posts: %u messages and %llu puts with immediate data in %.2f s (%.0f/s at "
+           "the server: its queue of %u credits drains in %.0f ms); %ld refused posts; worst refused-post wait "
+           "%.1f ms; round trip idle %.1f ms (median; max %.1f ms), under this load up to %.1f ms: worst wait = "
+           "%.1f loaded round trips; server grants %llu\n", nc, m, total, (unsigned long long)c.recv_imms, t1 - t0,
+           rate, ctx->rx->target, ctx->rx->target / rate * 1e3, refused, worst * 1e3, rtt[nc / 2] * 1e3,
+           rtt[nc - 1] * 1e3, loaded * 1e3, loaded > 0 ? worst / loaded : 0.0,
            (unsigned long long)c.posted[RDMAX_OP_GRANT]);
     CHECK(accepted == nc && failed == 0, "%d of %d accepted, %d clients failed", accepted, nc, failed);
     CHECK(total == want && bad == 0, "%u of %u messages, %u bad", total, want, bad);
@@ -890,6 +990,73 @@ out:
     return tl_failed_total ? 1 : 0;
 }
 
+/* ==== put rate over many endpoints ==== */
+/* 8-byte puts, unsignaled and inline, posted round-robin over n endpoints of one context to their pairs
+   (loopback on the device), for `seconds`: operations completed per second. */
+static double put_rate(rdmax_ctx *ctx, rdmax_ep **eps, int n, const rdmax_mem *dst, double seconds)
+{
+    uint64_t done = 0;
+    double t0 = now_s(), t;
+    uint64_t v = 1;
+    rdmax_counters c0, c1;
+    rdmax_counters_get(ctx, &c0);
+    for (long spin = 0;; spin++) {
+        for (int i = 0; i < n; i++)
+            done += rdmax_put(eps[2 * i], &v, 8, NULL, (uintptr_t)dst->addr + 8 * (uint64_t)i, dst->rkey, NULL) >= 0;
+        rdmax_progress(ctx);
+        if ((spin & 63) == 0 && (t = now_s()) - t0 > seconds)
+            break;
+    }
+    for (int i = 0; i < n; i++)
+        rdmax_ep_flush(eps[2 * i], 10000);
+    t = now_s();
+    rdmax_counters_get(ctx, &c1);
+    (void)done;
+    return (double)(c1.completed[RDMAX_OP_PUT] - c0.completed[RDMAX_OP_PUT]) / (t - t0);
+}
+
+static int putrate_mode(int n, double seconds)
+{
+    rdmax_ctx *ctx = NULL;
+    rdmax_mem *dst = NULL;
+    rdmax_ep **eps = (rdmax_ep **)calloc(2 * (size_t)n, sizeof *eps);
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.recv_size = 256;
+    cd.logger.func = keep_log;
+    tl_begin("scale/8-byte put rate over %d endpoints against one", n);
+    REQUIRE(eps && rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context");
+    REQUIRE(rdmax_mem_alloc(ctx, 8 * (size_t)n, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "region");
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.rq_depth = 4;
+    d.keepalive_ms = RDMAX_OFF;
+    d.timeout = 18;
+    for (int i = 0; i < n; i++) {
+        REQUIRE(rdmax_ep_create(ctx, &d, &eps[2 * i]) == RDMAX_OK && rdmax_ep_create(ctx, &d, &eps[2 * i + 1]) ==
+                RDMAX_OK, "endpoint %d: %s", i, g_lastlog);
+        rdmax_conn_info a, b;
+        rdmax_ep_local_info(eps[2 * i], &a);
+        rdmax_ep_local_info(eps[2 * i + 1], &b);
+        REQUIRE(rdmax_ep_connect_info(eps[2 * i], &b) == RDMAX_OK && rdmax_ep_connect_info(eps[2 * i + 1], &a) ==
+                RDMAX_OK, "connect %d", i);
+    }
+    double one = put_rate(ctx, eps, 1, dst, seconds);
+    double many = put_rate(ctx, eps, n, dst, seconds);
+    double one2 = put_rate(ctx, eps, 1, dst, seconds);
+    printf("# 8-byte puts (sq_depth %u, inline): 1 endpoint %.0f/s, then %d endpoints %.0f/s, then 1 again "
+           "%.0f/s: ratio %.2f\n", eps[0]->desc.sq_depth, one, n, many, one2, many / ((one + one2) / 2));
+    CHECK(one > 0 && many > 0 && one2 > 0, "a rate of zero");
+    tl_end();
+out:
+    rdmax_mem_free(dst);
+    rdmax_ctx_destroy(ctx);
+    free(eps);
+    if (tl_case_failed)
+        tl_end();
+    return tl_failed_total ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -902,6 +1069,8 @@ int main(int argc, char **argv)
         return listen_mode(atoi(argv[2]), atoi(argv[3]));
     if (argc >= 4 && !strcmp(argv[1], "credits"))
         return credits_mode(atoi(argv[2]), atoi(argv[3]));
-    fprintf(stderr, "usage: scale_test pairs N | listen CLIENTS EPS | credits CLIENTS POSTS\n");
+    if (argc >= 4 && !strcmp(argv[1], "putrate"))
+        return putrate_mode(atoi(argv[2]), atof(argv[3]));
+    fprintf(stderr, "usage: scale_test pairs N | listen CLIENTS EPS | credits CLIENTS POSTS | putrate N SECONDS\n");
     return 2;
 }
