@@ -128,6 +128,7 @@ else
     run misuse_rc $B/misuse_test
     run misuse_rcud $B/misuse_rcud_test
     run srq $B/srq_test
+    run scale_memory $B/scale_test memory 100
     run scale_pairs $B/scale_test pairs 2000
     run scale_listen $B/scale_test listen 50 20
     run scale_credits4 $B/scale_test credits 4 2000

@@ -9,6 +9,10 @@
                         each refused post's wait is timed: the worst is printed beside the round-trip time
                         and bounded (a hang guard: the number is the result, not the bound)
      putrate N S        8-byte puts for S seconds over 1, then N, then 1 endpoint: the rates (a benchmark)
+     memory P           P pairs with the default descriptors: rdmax's own bytes per endpoint (at most 2 KiB
+                        once the batch staging, moving to the context, is left out), the provider's queue
+                        memory and the shared pool per endpoint
+   Lines "ROW name value" are for bench/scale.sh.
    Windows and buffers are small here on purpose (rq_depth 4, recv_size 256 for pairs): the receive CQ
    holds every credit of the context, and rxe's max_cqe is 32767. Every endpoint here has keepalives off
    (1,000 idle endpoints would send 500 keepalive writes a second) and an ack timeout of 18 (7.5 s of
@@ -222,6 +226,7 @@ static int pairs_mode(int npairs)
            RDMAX_BATCH_MAX * eps[0]->desc.max_inline, (long long)((al1 - al0) / n), (uv1 - uv0) / n, d.sq_depth,
            eps[0]->desc.max_inline, pool / n, srq->n_bufs, srq->recv_size, srq->n_chunks, srq->cap,
            (vm1 - vm0) * 1024 / n, (rss1 - rss0) * 1024 / n, (avail0 - avail1) * 1024 / n);
+    printf("ROW rc_connect_info_eps_per_s %.0f\n", n / (t1 - t0));
     CHECK(ctx->n_eps == (uint32_t)n && srq->target == (uint32_t)n * d.rq_depth && srq->posted == srq->target,
           "endpoints %u, target %u, posted %u", ctx->n_eps, srq->target, srq->posted);
     tl_end();
@@ -632,6 +637,8 @@ static int listen_mode(int nc, int e)
     }
     printf("# accepted %d endpoints in %.2f s (%.0f per second), all echoed after %.2f s; %d handshakes "
            "refused\n", accepted, t_acc, t_acc > 0 ? accepted / t_acc : 0.0, now_s() - t0, refusals);
+    if (t_acc > 0)
+        printf("ROW listener_eps_per_s %.0f\n", accepted / t_acc);
     /* keep serving until the clients have their last echoes and said goodbye */
     double reap_deadline = now_s() + 120;
     while (left > 0 && now_s() < reap_deadline) {
@@ -990,6 +997,55 @@ out:
     return tl_failed_total ? 1 : 0;
 }
 
+/* ==== memory per endpoint with the default descriptors ==== */
+static int memory_mode(int npairs)
+{
+    rdmax_ctx *ctx = NULL;
+    int n = 2 * npairs, made = 0;
+    rdmax_ep **eps = (rdmax_ep **)calloc((size_t)n, sizeof *eps);
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.allocator.alloc = count_alloc;
+    cd.allocator.free = count_free;
+    cd.logger.func = keep_log;
+    tl_begin("scale/memory per RC endpoint with the default descriptors (%d endpoints)", n);
+    REQUIRE(eps && rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context");
+    long rss0 = proc_kb("/proc/self/status", "VmRSS:");
+    long long uv0 = uverbs_bytes();
+    int64_t al0 = g_alloc_bytes;
+    for (int i = 0; i < npairs; i++, made += 2)
+        REQUIRE(rdmax_ep_create_pair(ctx, NULL, &eps[2 * i], &eps[2 * i + 1]) == RDMAX_OK, "pair %d: %s", i,
+                g_lastlog);
+    long rss1 = proc_kb("/proc/self/status", "VmRSS:");
+    long long uv1 = uverbs_bytes();
+    int64_t al1 = g_alloc_bytes;
+    uint64_t pool = 0;
+    for (int p = 0; p < RDMAX__POOLS; p++)
+        if (ctx->rx->pool[p])
+            pool += (uint64_t)ctx->rx->pool[p]->n_bufs * ctx->rx->pool[p]->recv_size;
+    const rdmax_ep_desc *d = &eps[0]->desc;
+    size_t staging = sizeof eps[0]->wr + sizeof eps[0]->sge + (size_t)RDMAX_BATCH_MAX * d->max_inline;
+    printf("# defaults: sq_depth %u, rq_depth %u, recv_size %u, max_inline %u; per endpoint: rdmax's own %llu B "
+           "(of it batch staging %zu B), allocator delta %lld B, provider queue mappings %lld B, shared pool "
+           "%llu B, process RSS %ld B\n", d->sq_depth, d->rq_depth, d->recv_size, d->max_inline,
+           (unsigned long long)(ctx->ep_bytes / (uint64_t)n), staging, (long long)((al1 - al0) / n),
+           (uv1 - uv0) / n, (unsigned long long)(pool / (uint64_t)n), (rss1 - rss0) * 1024 / n);
+    printf("ROW ep_own_bytes %llu\nROW ep_own_bytes_without_staging %llu\nROW ep_provider_bytes %lld\n"
+           "ROW ep_pool_bytes %llu\nROW ep_rss_bytes %ld\n", (unsigned long long)(ctx->ep_bytes / (uint64_t)n),
+           (unsigned long long)(ctx->ep_bytes / (uint64_t)n - staging), (uv1 - uv0) / n,
+           (unsigned long long)(pool / (uint64_t)n), (rss1 - rss0) * 1024 / n);
+    CHECK(ctx->ep_bytes / (uint64_t)n - staging <= 2048, "rdmax's own bytes without the batch staging: %llu > 2 KiB",
+          (unsigned long long)(ctx->ep_bytes / (uint64_t)n - staging));
+    tl_end();
+out:
+    rdmax_ctx_destroy(ctx);
+    free(eps);
+    (void)made;
+    if (tl_case_failed)
+        tl_end();
+    return tl_failed_total ? 1 : 0;
+}
+
 /* ==== put rate over many endpoints ==== */
 /* 8-byte puts, unsignaled and inline, posted round-robin over n endpoints of one context to their pairs
    (loopback on the device), for `seconds`: operations completed per second. */
@@ -1046,6 +1102,8 @@ static int putrate_mode(int n, double seconds)
     double one2 = put_rate(ctx, eps, 1, dst, seconds);
     printf("# 8-byte puts (sq_depth %u, inline): 1 endpoint %.0f/s, then %d endpoints %.0f/s, then 1 again "
            "%.0f/s: ratio %.2f\n", eps[0]->desc.sq_depth, one, n, many, one2, many / ((one + one2) / 2));
+    printf("ROW put8_rate_1ep %.0f\nROW put8_rate_%deps %.0f\nROW put8_rate_ratio %.2f\n", (one + one2) / 2, n,
+           many, many / ((one + one2) / 2));
     CHECK(one > 0 && many > 0 && one2 > 0, "a rate of zero");
     tl_end();
 out:
@@ -1071,6 +1129,9 @@ int main(int argc, char **argv)
         return credits_mode(atoi(argv[2]), atoi(argv[3]));
     if (argc >= 4 && !strcmp(argv[1], "putrate"))
         return putrate_mode(atoi(argv[2]), atof(argv[3]));
-    fprintf(stderr, "usage: scale_test pairs N | listen CLIENTS EPS | credits CLIENTS POSTS | putrate N SECONDS\n");
+    if (argc >= 3 && !strcmp(argv[1], "memory"))
+        return memory_mode(atoi(argv[2]));
+    fprintf(stderr, "usage: scale_test pairs N | listen CLIENTS EPS | credits CLIENTS POSTS | putrate N SECONDS | "
+            "memory PAIRS\n");
     return 2;
 }
