@@ -9,9 +9,9 @@
                         each refused post's wait is timed: the worst is printed beside the round-trip time
                         and bounded (a hang guard: the number is the result, not the bound)
      putrate N S        8-byte puts for S seconds over 1, then N, then 1 endpoint: the rates (a benchmark)
-     memory P           P pairs with the default descriptors: rdmax's own bytes per endpoint (at most 2 KiB
-                        once the batch staging, moving to the context, is left out), the provider's queue
-                        memory and the shared pool per endpoint
+     memory P           P pairs with the default descriptors: rdmax's own bytes per endpoint (at most 2 KiB;
+                        the batch staging is the context's), the provider's queue memory and the shared
+                        pool per endpoint
    Lines "ROW name value" are for bench/scale.sh.
    Windows and buffers are small here on purpose (rq_depth 4, recv_size 256 for pairs): the receive CQ
    holds every credit of the context, and rxe's max_cqe is 32767. Every endpoint here has keepalives off
@@ -1024,18 +1024,18 @@ static int memory_mode(int npairs)
         if (ctx->rx->pool[p])
             pool += (uint64_t)ctx->rx->pool[p]->n_bufs * ctx->rx->pool[p]->recv_size;
     const rdmax_ep_desc *d = &eps[0]->desc;
-    size_t staging = sizeof eps[0]->wr + sizeof eps[0]->sge + (size_t)RDMAX_BATCH_MAX * d->max_inline;
+    uint64_t own = ctx->ep_bytes / (uint64_t)n;
+    long long alloc = (long long)((al1 - al0) / n);  /* also the endpoint table, QP map, pool free lists */
     printf("# defaults: sq_depth %u, rq_depth %u, recv_size %u, max_inline %u; per endpoint: rdmax's own %llu B "
-           "(of it batch staging %zu B), allocator delta %lld B, provider queue mappings %lld B, shared pool "
-           "%llu B, process RSS %ld B\n", d->sq_depth, d->rq_depth, d->recv_size, d->max_inline,
-           (unsigned long long)(ctx->ep_bytes / (uint64_t)n), staging, (long long)((al1 - al0) / n),
-           (uv1 - uv0) / n, (unsigned long long)(pool / (uint64_t)n), (rss1 - rss0) * 1024 / n);
-    printf("ROW ep_own_bytes %llu\nROW ep_own_bytes_without_staging %llu\nROW ep_provider_bytes %lld\n"
-           "ROW ep_pool_bytes %llu\nROW ep_rss_bytes %ld\n", (unsigned long long)(ctx->ep_bytes / (uint64_t)n),
-           (unsigned long long)(ctx->ep_bytes / (uint64_t)n - staging), (uv1 - uv0) / n,
+           "(sizeof(rdmax_ep) %zu B; the batch staging is the context's), allocator delta %lld B, provider queue "
+           "mappings %lld B, shared pool %llu B, process RSS %ld B\n", d->sq_depth, d->rq_depth, d->recv_size,
+           d->max_inline, (unsigned long long)own, sizeof(rdmax_ep), alloc, (uv1 - uv0) / n,
            (unsigned long long)(pool / (uint64_t)n), (rss1 - rss0) * 1024 / n);
-    CHECK(ctx->ep_bytes / (uint64_t)n - staging <= 2048, "rdmax's own bytes without the batch staging: %llu > 2 KiB",
-          (unsigned long long)(ctx->ep_bytes / (uint64_t)n - staging));
+    printf("ROW ep_own_bytes %llu\nROW ep_alloc_bytes %lld\nROW ep_provider_bytes %lld\nROW ep_pool_bytes %llu\n"
+           "ROW ep_rss_bytes %ld\n", (unsigned long long)own, alloc, (uv1 - uv0) / n,
+           (unsigned long long)(pool / (uint64_t)n), (rss1 - rss0) * 1024 / n);
+    CHECK(own <= 2048, "rdmax's own bytes per endpoint: %llu > 2 KiB", (unsigned long long)own);
+    CHECK(alloc <= 2048, "rdmax's allocations per endpoint (with its share of the tables): %lld > 2 KiB", alloc);
     tl_end();
 out:
     rdmax_ctx_destroy(ctx);
