@@ -154,8 +154,8 @@
    sends, or in a grant sent from the receive path as soon as half a window is owed, however busy the
    receiver is: a refused post waits a few round trips, not for the receiver to go idle. Memory: the pool
    costs rq_depth x recv_size per endpoint (16 x 4 KiB = 64 KiB by default), rdmax's own state under
-   2 KiB per endpoint (without the batch staging), the provider's send queue grows with sq_depth and
-   max_inline. The receive CQ holds every credit of the context: its max_cqe (32767 on rxe) / rq_depth
+   2 KiB per endpoint (the batch staging is the context's), the provider's send queue grows with sq_depth
+   and max_inline (about 37 KiB per endpoint on rxe with the defaults). The receive CQ holds every credit of the context: its max_cqe (32767 on rxe) / rq_depth
    endpoints per context (2047 at the default window, 8191 at 4); more endpoints need more contexts.
 
    LIMITS
@@ -1009,8 +1009,8 @@ typedef struct rdmax_ctx_desc {
     int gid_index;
     bool numa_node_set;        /* false: $RDMAX_NUMA_NODE, else the device's node (-1 = local) */
     int numa_node;
-    uint32_t cq_depth;         /* 0: 4096: send CQ entries (the receive CQ grows with the RC credits and
-                                  UD receive buffers of the endpoints) */
+    uint32_t cq_depth;         /* 0: 4096: send CQ entries (the receive CQ grows with the RC credits of
+                                  the endpoints; the UD QP has its own) */
     uint32_t max_eps;          /* 0: 65535 endpoints per context (the most a wr_id can name); the table
                                   grows as endpoints are made */
     uint32_t max_qp_wr;        /* 0: the device's max_qp_wr; else a lower cap on every endpoint's send and
