@@ -417,6 +417,7 @@ elapsed=$((SECONDS - T0))
 } >"$RES/summary.md"
 
 say "wrote $CSV, $RES/summary.md and the plots in $RES/ (raw outputs in $RAW/)"
+[ "${RDMAX_BENCH_SCALE:-1}" = 1 ] && { bench/scale.sh >/dev/null 2>&1 || say "bench/scale.sh failed (see $RAW/scale.txt)"; }
 column -t -s "$US" "$ROWS" 2>/dev/null | cut -c1-200 || tr "$US" '\t' <"$ROWS"
 ((vm_status == 0)) || exit 1
 exit 0
