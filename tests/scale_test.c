@@ -218,12 +218,11 @@ static int pairs_mode(int npairs)
     struct rdmax__srq *srq = ctx->rx->pool[0];
     double pool = (double)srq->n_bufs * srq->recv_size;
     printf("# %d endpoints created and connected in %.2f s (%.0f per second)\n", n, t1 - t0, n / (t1 - t0));
-    printf("# memory per endpoint: rdmax's own %llu B (endpoint_bytes: struct %zu, %u slots x %zu, inline stage "
-           "%u; allocator delta %lld B with table and map shares); provider %lld B (queue mappings; sq_depth %u, "
+    printf("# memory per endpoint: rdmax's own %llu B (endpoint_bytes: struct %zu, %u slots x %zu; allocator delta %lld B with table and map shares); provider %lld B (queue mappings; sq_depth %u, "
            "max_inline %u); shared pool %.0f B (%u buffers of %u B in %u chunks, SRQ of %u); whole process "
            "VmSize %ld B, RSS %ld B; MemAvailable %ld B\n",
            (unsigned long long)(ctx->ep_bytes / (uint64_t)n), sizeof(rdmax_ep), d.sq_depth, sizeof(rdmax__slot),
-           RDMAX_BATCH_MAX * eps[0]->desc.max_inline, (long long)((al1 - al0) / n), (uv1 - uv0) / n, d.sq_depth,
+           (long long)((al1 - al0) / n), (uv1 - uv0) / n, d.sq_depth,
            eps[0]->desc.max_inline, pool / n, srq->n_bufs, srq->recv_size, srq->n_chunks, srq->cap,
            (vm1 - vm0) * 1024 / n, (rss1 - rss0) * 1024 / n, (avail0 - avail1) * 1024 / n);
     printf("ROW rc_connect_info_eps_per_s %.0f\n", n / (t1 - t0));
@@ -289,6 +288,8 @@ static int pairs_mode(int npairs)
           n * PAIR_MSGS, imms, npairs);
     CHECK(bad == 0 && words_bad == 0, "%u bad messages or notices, %u words not overwritten", bad, words_bad);
     CHECK(c.ep_errors == 0, "%llu endpoints failed", (unsigned long long)c.ep_errors);
+    printf("# RNR counters of %s (rcvd_rnr_err + send_rnr_err + retry_rnr_exceeded_err): %llu before, %llu after\n",
+           dev, (unsigned long long)rnr0, (unsigned long long)rnr_count(dev));
     CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
     tl_end();
 
@@ -669,6 +670,8 @@ static int listen_mode(int nc, int e)
     CHECK(accepted == total, "%d of %d endpoints accepted", accepted, total);
     CHECK(got == (uint32_t)total * K && bad == 0, "%u of %d messages, %u bad", got, total * K, bad);
     CHECK(failed == 0, "%d clients failed", failed);
+    printf("# RNR counters of %s (rcvd_rnr_err + send_rnr_err + retry_rnr_exceeded_err): %llu before, %llu after\n",
+           dev, (unsigned long long)rnr0, (unsigned long long)rnr_count(dev));
     CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
     tl_end();
 out:
@@ -985,6 +988,8 @@ static int credits_mode(int nc, int m)
     CHECK(total == want && bad == 0, "%u of %u messages, %u bad", total, want, bad);
     CHECK(refused > 0, "no post was refused: the test did not exercise credits");
     CHECK(worst < 10.0, "a refused post waited %.2f s (hang guard: 10 s)", worst);
+    printf("# RNR counters of %s (rcvd_rnr_err + send_rnr_err + retry_rnr_exceeded_err): %llu before, %llu after\n",
+           dev, (unsigned long long)rnr0, (unsigned long long)rnr_count(dev));
     CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
     tl_end();
 out:
