@@ -780,6 +780,48 @@ out:
         tl_end();
 }
 
+/* Control for the "no RNR" checks: sends posted behind rdmax's back, past the credits, while the receiver
+   does not progress, must empty the shared queue and move the RNR counters; else those checks are blind. */
+static void rnr_control_case(const char *dev)
+{
+    enum { RAW = 24 };
+    rdmax_ctx *ctx = open_ctx(0, NULL);
+    rdmax_ep *a = NULL, *b = NULL;
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.rq_depth = 4;
+    d.rnr_retry = 1;
+    d.keepalive_ms = RDMAX_OFF;
+    tl_begin("srq/control: %d sends past a window of 4 to a receiver that does not progress move the RNR counters",
+             RAW);
+    REQUIRE(pair(ctx, ctx, &d, &d, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    REQUIRE(ctx->rx->pool[0]->posted == 8, "%u buffers posted, expected the two windows", ctx->rx->pool[0]->posted);
+    uint64_t rnr0 = rnr_count(dev);
+    struct ibv_send_wr wr[RAW], *bad = NULL;
+    memset(wr, 0, sizeof wr);
+    for (int i = 0; i < RAW; i++) {
+        wr[i].opcode = IBV_WR_SEND;
+        wr[i].wr_id = 0;  /* a completion of it is a stale wr_id to rdmax */
+        wr[i].next = i + 1 < RAW ? &wr[i + 1] : NULL;
+    }
+    wr[RAW - 1].send_flags = IBV_SEND_SIGNALED;
+    REQUIRE(ibv_post_send(a->qp, wr, &bad) == 0, "ibv_post_send");
+    /* nothing polls or reposts meanwhile; the wait is only a hang guard */
+    for (int i = 0; i < 500 && rnr_count(dev) == rnr0; i++)
+        usleep(10000);
+    CHECK(rnr_count(dev) > rnr0, "the RNR counters of %s did not move (%llu): the no-RNR checks cannot see RNR", dev,
+          (unsigned long long)rnr0);
+    printf("# control: RNR counters %llu before, %llu after\n", (unsigned long long)rnr0,
+           (unsigned long long)rnr_count(dev));
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_ctx_destroy(ctx);
+    if (tl_case_failed)
+        tl_end();
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -796,5 +838,6 @@ int main(void)
     memlock_case();
     threads_case();
     shared_events_case();
+    rnr_control_case(dev);
     return tl_failed_total ? 1 : 0;
 }
