@@ -4511,8 +4511,8 @@ static rdmax_status rdmax__rcq_fit(rdmax_ctx *ctx, uint64_t need, const char *wh
         want = ctx->attr.max_cqe;
     if (want > ctx->attr.max_cqe) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LIMIT, "device %s: the receive CQ would need %llu entries for %s, more than the "
-                   "device's max_cqe %u (each RC endpoint needs rq_depth entries, each UD endpoint rq_depth: "
-                   "lower them, or spread the endpoints over more contexts)", ctx->attr.name,
+                   "device's max_cqe %u (each RC endpoint needs its credit window, rq_depth entries: lower it, "
+                   "or spread the endpoints over more contexts)", ctx->attr.name,
                    (unsigned long long)need, why, ctx->attr.max_cqe);
         return RDMAX_ERR_LIMIT;
     }
@@ -4625,8 +4625,7 @@ static rdmax_status rdmax__srq_reserve(rdmax_ctx *ctx, uint32_t p, uint32_t w)
         return RDMAX_ERR_LIMIT;
     }
     char why[96];
-    snprintf(why, sizeof why, "%llu RC receive credits and %u UD receives", (unsigned long long)x->target + w,
-             ctx->rq_total);
+    snprintf(why, sizeof why, "%llu RC receive credits", (unsigned long long)x->target + w);
     if ((st = rdmax__rcq_fit(ctx, (uint64_t)ctx->rq_total + x->target + w, why)) != RDMAX_OK)
         return st;
     while (s->posted + s->n_free < need)
@@ -4804,7 +4803,7 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
         }
         /* Every posted receive may complete before we poll: the receive CQ must hold them all. */
         if ((st = rdmax__rcq_fit(ctx, (uint64_t)ctx->rq_total + d->rq_depth + (ctx->rx ? ctx->rx->target : 0),
-                                 "UD receive buffers and RC receive credits")) != RDMAX_OK)
+                                 "receive buffers of its own and RC receive credits")) != RDMAX_OK)
             goto fail;
     }
     struct ibv_qp_init_attr qa;
