@@ -6029,6 +6029,18 @@ void rdmax__tick(rdmax_ctx *ctx)
         rdmax_ep *ep = ctx->eps[i].ep;
         if (!ep || ep->state != RDMAX_EP_CONNECTED || ep->qp->qp_type != IBV_QPT_RC)
             continue;
+        /* On the shared receive queue a QP moved to the error state flushes no receive of its own: an
+           endpoint whose outstanding requests expect no completion (they ran unsignaled) would never learn
+           of it. Asked of the QP only while such requests stand still, once a tick. */
+        if (!paused && ep->sq_head != ep->sq_tail && ep->sq_tail == ep->wd_tail &&
+            !rdmax__ep_expects_completion(ep)) {
+            struct ibv_qp_attr qa;
+            struct ibv_qp_init_attr qi;
+            if (ibv_query_qp(ep->qp, &qa, IBV_QP_STATE, &qi) == 0 && qa.qp_state == IBV_QPS_ERR) {
+                rdmax__ep_flush_seen(ep);  /* the flush check polls first: an error completion comes first */
+                continue;
+            }
+        }
         if (paused || ep->sq_tail != ep->wd_tail || !rdmax__ep_expects_completion(ep)) {
             ep->wd_tail = ep->sq_tail;
             ep->wd_ms = now;
@@ -6049,6 +6061,8 @@ void rdmax__tick(rdmax_ctx *ctx)
             ep->ka_ms = now;
         }
     }
+    if (ctx->flush_check)  /* an endpoint found its QP in the error state above */
+        rdmax__flush_check(ctx);
 }
 
 /* >>pending ========================================================================================== */
