@@ -10,17 +10,24 @@
    Copy rdmax.h and rdmax_impl.h side by side and link with -libverbs -lrdmacm -lnuma, or `make install`
    them (include/rdmax/ and rdmax.pc) and build with `pkg-config --cflags --libs rdmax`.
 
-   CONTENTS (search for a heading in capitals; code sections open with a ---- banner or a >>tag)
-     Manual:  TRANSPORT SELECTION, OPTIONAL DEFINES, ENVIRONMENT, STEP BY STEP, FAST-PATH RULES,
-              COMPLETION OBJECTS, ORDERING AND DELIVERY, CONNECTING, PENDING QUEUE, UD AND MULTICAST,
-              THREAD SAFETY, ERROR HANDLING, LOGGING, FAILURES, WATCHDOG, KEEPALIVE, DISCONNECT,
-              CONNECTION SETUP, REGISTRATION CACHE, LICENSE (end of file)
-     Code:    status codes, constants, arbiter: the pending queue, types (rdmax_comp, rdmax_req,
-              rdmax_mem, rdmax_rbuf, descs, counters), out-of-line API (context, memory, endpoints,
-              connecting, operations, UD multicast, pending queue), >>rcache (the registration cache),
-              profile (variables, events, points), inline fast paths (send, put, get, atomics, progress)
-     rdmax_impl.h: >>strings, >>alloc, >>log, >>numa, >>context, >>memory, >>wire, >>ud, >>arbiter, >>rcache,
-              >>rc, >>post, >>health, >>pending, >>oob, >>cm, >>profile
+   CONTENTS (search for a heading in capitals; code sections open with a "---- name ----" banner)
+     Manual:  TRANSPORT SELECTION, OPTIONAL DEFINES, ENVIRONMENT, STEP BY STEP, FAST-PATH RULES (and THE
+              COMPLETION CONTRACT), COMPLETION OBJECTS, ORDERING AND DELIVERY, CONNECTING, PENDING QUEUE,
+              UD AND MULTICAST, RECEIVING (RC), LIMITS, THREAD SAFETY (and THREADS AND SHARED
+              REGISTRATIONS), ERROR HANDLING, LOGGING, FAILURES, WATCHDOG, KEEPALIVE, DISCONNECT,
+              CONNECTION SETUP, REGISTRATION CACHE (and ROUTES), LICENSE (end of file)
+     Code, one header (one include guard, one extern "C"), in this order:
+              ---- transport selection, ---- includes and portability, ---- status codes,
+              ---- constants (also log items), ---- arbiter: the pending queue, ---- arbiter: out-of-line API,
+              ---- arbiter: inline API, ---- types (rdmax_comp, rdmax_req, rdmax_mem, rdmax_rbuf, descs,
+              counters), ---- internal types the inline fast paths touch, ---- out-of-line API (context,
+              memory, endpoints, connecting, operations, UD multicast, pending queue),
+              ---- rcache: the registration cache, ---- rcache: out-of-line API,
+              ---- rcache: inline fast paths, ---- profile: variables, events, points,
+              ---- profile: out-of-line API, ---- profile: private (points, events, log dedupe),
+              ---- inline fast paths (send, put, get, atomics, progress)
+     rdmax_impl.h (searchable tags): >>strings, >>alloc, >>log, >>numa, >>context, >>memory, >>wire, >>ud,
+              >>arbiter, >>rcache, >>rc, >>post, >>srq, >>health, >>pending, >>oob, >>cm, >>profile
 
    TRANSPORT SELECTION
    Define RDMAX_TRANSPORT_RC, RDMAX_TRANSPORT_UD or both before including. With neither the header stops
@@ -351,6 +358,8 @@ __asm__(".pushsection .rdmax_selection,\"\",@progbits\n\t.quad " RDMAX__STR(RDMA
 #include <stdbool.h>
 #include <string.h>
 #include <errno.h>
+#include <stdio.h>
+#include <pthread.h>
 #include <arpa/inet.h>
 #include <infiniband/verbs.h>
 
@@ -531,16 +540,8 @@ typedef enum rdmax_op {
 #define RDMAX_UD_GRH 40
 #define RDMAX_UD_QKEY 0x11111111u
 
-#ifndef RDMAX_ARB_H_INCLUDED
-#define RDMAX_ARB_H_INCLUDED
-
-#include <stddef.h>
-#include <stdint.h>
-#include <stdbool.h>
-
-
-/* ---- arbiter: the pending queue ----------------------------------------------------------------------
-   The pending queue of an interface. Each endpoint owns one *group* of pending elements (requests
+/* ---- arbiter: the pending queue ----------------------------------------------------------------- */
+/* The pending queue of an interface. Each endpoint owns one *group* of pending elements (requests
    that found no resources); the arbiter serves the scheduled groups round-robin, so one busy endpoint
    cannot starve the others. Elements and groups are embedded in the caller's structs; the arbiter never
    allocates, so every operation is O(1) except dispatch (O(elements served)) and purge (O(group size)).
@@ -682,7 +683,7 @@ enum {
     RDMAX__ARB_RESCHED = 3
 };
 
-/* ---- out-of-line API -------------------------------------------------------------------------------- */
+/* ---- arbiter: out-of-line API ------------------------------------------------------------------- */
 
 /* rdmax_arb_group_push_head: queue elem in front of every element of group, e.g. a flow-control grant
    that must go first to avoid a deadlock. Does not schedule (see the rule above). If group's element is
@@ -720,7 +721,7 @@ RDMAX_API void rdmax_arb_group_cleanup(rdmax_arb *arb, rdmax_arb_group *group);
 RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group, rdmax_arb_cb cb,
                                               void *arg);
 
-/* ---- inline API ------------------------------------------------------------------------------------- */
+/* ---- arbiter: inline API ------------------------------------------------------------------------ */
 
 /* rdmax_arb_init / rdmax_arb_group_init / rdmax_arb_elem_init: same as zeroing. A group and its
    elements are used with one arbiter from init to cleanup; init a group only when it is new or after
@@ -890,8 +891,6 @@ RDMAX_INLINE size_t rdmax_arb_dispatch(rdmax_arb *arb, unsigned per_group, rdmax
     return rdmax__arb_dispatch_nonempty(arb, per_group, cb, arg);
 }
 
-
-#endif /* RDMAX_ARB_H_INCLUDED */
 
 /* ---- types -------------------------------------------------------------------------------------- */
 typedef struct rdmax_ctx rdmax_ctx;
@@ -1139,7 +1138,7 @@ typedef struct rdmax_counters {
 } rdmax_counters;
 
 
-/* ---- internal types the inline fast paths touch (do not use their fields directly) ------------ */
+/* ---- internal types the inline fast paths touch (do not use their fields directly) -------------- */
 typedef struct rdmax__slot {
     rdmax_comp *comp;
     struct rdmax_rcache_region *region; /* cached registration held until completion */
@@ -1442,17 +1441,7 @@ RDMAX_API int rdmax__poll_send(rdmax_ctx *ctx);
 RDMAX_API int rdmax__send_cqes(rdmax_ctx *ctx, int n);
 RDMAX_API int rdmax__poll_recv(rdmax_ctx *ctx);
 
-
-#ifndef RDMAX_RCACHE_H_INCLUDED
-#define RDMAX_RCACHE_H_INCLUDED
-
-#include <errno.h>
-#include <pthread.h>
-#include <stddef.h>
-#include <stdint.h>
-
-
-/* >>rcache */
+/* ---- rcache: the registration cache ------------------------------------------------------------- */
 
 #define RDMAX_RCACHE_OK 0
 #define RDMAX_RCACHE_ERR_INVAL (-EINVAL) /* NULL cache/desc/ops/out, or addr+len wraps */
@@ -1467,12 +1456,12 @@ RDMAX_API int rdmax__poll_recv(rdmax_ctx *ctx);
 
 /* What rdmax_rcache_memhooks() reports. */
 #define RDMAX_RCACHE_HOOKS_INTERPOSED 1u /* mmap, munmap, mremap, madvise, shmat, shmdt, brk, sbrk */
-#define RDMAX_RCACHE_HOOKS_MALLOPT 2u    /* glibc told never to give memory back (see IMPL part) */
+#define RDMAX_RCACHE_HOOKS_MALLOPT 2u    /* glibc told never to give memory back (RDMAX_MALLOPT) */
 #define RDMAX_RCACHE_HOOKS_UFFD 4u       /* the userfaultfd monitor runs (mode RDMAX_RCACHE_AUTO) */
 
 /* How a cache learns that the memory under a region changed (rdmax_rcache_desc.mode). */
 #define RDMAX_RCACHE_AUTO 0     /* default: a range is cached only while a memory monitor sees every change
-                                   to it (see "Automatic invalidation" in the IMPL part); a range no
+                                   to it (see REGISTRATION CACHE in the manual); a range no
                                    monitor covers is registered for its get alone and deregistered at its
                                    last put (stats.uncached), so a get is never served by a stale region */
 #define RDMAX_RCACHE_MANUAL 1   /* cache every range and apply no memory event: the program promises to call
@@ -1499,6 +1488,7 @@ typedef struct rdmax_rcache_ops {
        from a memory hook. Must not call into the cache. */
     void (*notify)(void *arg, int what, const rdmax_rcache_region *r);
 } rdmax_rcache_ops;
+/* Values of notify's `what`. */
 #define RDMAX_RCACHE_NOTIFY_EVICT 1       /* an unused region was evicted to honour a limit */
 #define RDMAX_RCACHE_NOTIFY_INVALIDATE 2  /* a region was dropped because its memory changed */
 
@@ -1596,16 +1586,16 @@ struct rdmax_rcache {
     pthread_mutex_t rdmax__lock;
 };
 
-/* The write cursor of the process-wide event ring (defined in the IMPL part). */
+/* The write cursor of the process-wide event ring (defined in rdmax_impl.h, >>rcache). */
 extern uint64_t rdmax__rc_event_head;
 
-/* ---- out-of-line API ---- */
+/* ---- rcache: out-of-line API -------------------------------------------------------------------- */
 
 /* rdmax_rcache_create
    Parameters:   desc: options (ops.reg and ops.dereg required); out: receives the cache.
    Return Value: RDMAX_RCACHE_OK, RDMAX_RCACHE_ERR_INVAL, RDMAX_RCACHE_ERR_NOMEM.
    Thread Safety: safe. Remarks: with RDMAX_MEMHOOKS and RDMAX_MALLOPT the malloc policy is in
-   force from program start (see the IMPL part); without them nothing process-wide is changed. */
+   force from program start (see OPTIONAL DEFINES); without them nothing process-wide is changed. */
 RDMAX_API int rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **out);
 
 /* rdmax_rcache_destroy
@@ -1656,7 +1646,7 @@ RDMAX_API void rdmax__rc_put_slow(rdmax_rcache *rc, rdmax_rcache_region *r);
 RDMAX_API void rdmax__rc_hold_slow(rdmax_rcache *rc, rdmax_rcache_region *r);
 RDMAX_API int rdmax__rc_validate(rdmax_rcache *rc);
 
-/* ---- inline fast paths ---- */
+/* ---- rcache: inline fast paths ------------------------------------------------------------------ */
 
 /* Lookup of one page number (< 2^36) in the radix table; NULL if no region holds it. */
 RDMAX_INLINE rdmax_rcache_region *rdmax__rc_lookup(const rdmax_rcache *rc, uint64_t pn)
@@ -1741,20 +1731,8 @@ RDMAX_INLINE int rdmax_rcache_region_valid(const rdmax_rcache_region *r)
     return !(__atomic_load_n(&r->rdmax__flags, __ATOMIC_RELAXED) & RDMAX__RC_INVALID);
 }
 
-#endif /* RDMAX_RCACHE_H_INCLUDED */
-
-/* ==== HEADER PART ==== */
-#ifndef RDMAX_PROFILE_H_INCLUDED
-#define RDMAX_PROFILE_H_INCLUDED
-
-#include <stdio.h>
-
-#ifdef __cplusplus
-extern "C" {
-#endif
-
-/* ---- profile: variables, events, points -------------------------------------------------------------
-   VARIABLES are the counters rdmax keeps anyway (rdmax_counters, the registration cache's stats, the
+/* ---- profile: variables, events, points --------------------------------------------------------- */
+/* VARIABLES are the counters rdmax keeps anyway (rdmax_counters, the registration cache's stats, the
    pending queue), each a uint64_t with an id, a name, a type and a sentence:
 
        rdmax_profile *prof;
@@ -1934,11 +1912,10 @@ enum {
     RDMAX__PROF_POINT__COUNT
 };
 
-/* ---- out-of-line API ---- */
+/* ---- profile: out-of-line API ------------------------------------------------------------------- */
 
 /* rdmax_profile_open: a profile object on ctx, for variables and events.
-   Return Value: RDMAX_OK; RDMAX_ERR_NO_MEMORY; RDMAX_ERR_NO_RESOURCE (wip only: more than
-   RDMAX__PROF_MAX_CTX contexts with profile state); RDMAX_ERR_INVALID_PARAM from inside an event callback.
+   Return Value: RDMAX_OK; RDMAX_ERR_NO_MEMORY; RDMAX_ERR_INVALID_PARAM from inside an event callback.
    Thread Safety: the context's thread. Remarks: close every profile before rdmax_ctx_destroy. */
 RDMAX_API rdmax_status rdmax_profile_open(rdmax_ctx *ctx, rdmax_profile **out);
 RDMAX_API void rdmax_profile_close(rdmax_profile *prof);
@@ -1975,7 +1952,7 @@ RDMAX_API const char *rdmax_profile_event_str(rdmax_profile_event type);
    Needs no profile object. */
 RDMAX_API void rdmax_profile_print(rdmax_ctx *ctx, FILE *f);
 
-/* ---- private ---- */
+/* ---- profile: private (points, events, log dedupe) ---------------------------------------------- */
 
 /* rdmax__profile_event: the library calls it when an event happened, behind RDMAX__PROFILE_EVENT's
    mask check (so never when nobody registered). type is an rdmax_profile_event. */
@@ -2005,7 +1982,7 @@ struct rdmax__log_dd {
 
 /* Profile state of one context. The owner thread writes it; points are plain increments. */
 struct rdmax__prof {
-    rdmax_ctx *ctx;             /* wip table: the key (NULL: free entry) */
+    rdmax_ctx *ctx;             /* the context it belongs to */
     uint32_t event_mask;        /* union of the event types its profiles registered */
     uint32_t in_event;          /* a callback is running */
     rdmax_profile *profs;       /* open profile objects */
@@ -2065,35 +2042,18 @@ RDMAX_INLINE void rdmax__prof_add(rdmax_ctx *ctx, unsigned point, uint64_t ticks
 /* RDMAX__PROF_BEGIN(ctx, POINT); ... RDMAX__PROF_END(ctx, POINT);  POINT is a name from RDMAX__PROF_POINTS.
    Each on a line of its own (tests/profile_objcode.sh strips them by line), as statements of one block,
    BEGIN not right after a label (it declares the start time), one BEGIN of a point per block. Without
-   RDMAX_PROFILE both expand to nothing. Defined only if not defined already, so a test can force them. */
-#ifdef RDMAX_PROFILE
-#ifndef RDMAX__PROF_BEGIN
+   RDMAX_PROFILE both expand to nothing. Defined only if not defined already (both or neither), so a test
+   can force them (tests/profile_objcode.sh). */
+#if defined(RDMAX__PROF_BEGIN) != defined(RDMAX__PROF_END)
+#error "rdmax: define both RDMAX__PROF_BEGIN and RDMAX__PROF_END, or neither"
+#elif !defined(RDMAX__PROF_BEGIN) && defined(RDMAX_PROFILE)
 #define RDMAX__PROF_BEGIN(ctx, point) const uint64_t rdmax__prof_t0_##point = rdmax__prof_ticks()
-#endif
-#ifndef RDMAX__PROF_END
 #define RDMAX__PROF_END(ctx, point)                                                                        \
     rdmax__prof_add((ctx), RDMAX__PROF_POINT_##point, rdmax__prof_ticks() - rdmax__prof_t0_##point)
-#endif
-#else
-#ifndef RDMAX__PROF_BEGIN
+#elif !defined(RDMAX__PROF_BEGIN)
 #define RDMAX__PROF_BEGIN(ctx, point)
-#endif
-#ifndef RDMAX__PROF_END
 #define RDMAX__PROF_END(ctx, point)
 #endif
-#endif
-
-/* Registration cache notifications (rdmax_rcache_ops.notify). Move next to rdmax_rcache_ops when the
-   field is added there. */
-#ifndef RDMAX_RCACHE_NOTIFY_EVICT
-#define RDMAX_RCACHE_NOTIFY_EVICT 1       /* an unused region was evicted to honour a limit */
-#define RDMAX_RCACHE_NOTIFY_INVALIDATE 2  /* a region was dropped because its memory changed */
-#endif
-
-#ifdef __cplusplus
-}
-#endif
-#endif /* RDMAX_PROFILE_H_INCLUDED */
 
 
 /* ---- inline fast paths -------------------------------------------------------------------------- */

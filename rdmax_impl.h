@@ -2010,6 +2010,7 @@ out:
 #endif /* RDMAX__ARB_IMPL_INCLUDED */
 #endif /* RDMAX_IMPLEMENTATION */
 
+/* >>rcache: the registration cache ================================================================= */
 #ifdef RDMAX_IMPLEMENTATION
 #ifndef RDMAX__RC_IMPL_INCLUDED
 #define RDMAX__RC_IMPL_INCLUDED
