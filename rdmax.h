@@ -1544,10 +1544,10 @@ struct rdmax_rcache_region {
 };
 
 /* region flags (private) */
-#define RDMAX__RC_IN_LOOKUP 1u /* visible to lookups */
-#define RDMAX__RC_IN_LRU 2u    /* on the LRU list (maybe lazily: see the LRU comment) */
-#define RDMAX__RC_INVALID 4u   /* memory under it went away: never handed out again */
-#define RDMAX__RC_FAST (RDMAX__RC_IN_LOOKUP | RDMAX__RC_IN_LRU)
+#define RDMAX__RCACHE_IN_LOOKUP 1u /* visible to lookups */
+#define RDMAX__RCACHE_IN_LRU 2u    /* on the LRU list (maybe lazily: see the LRU comment) */
+#define RDMAX__RCACHE_INVALID 4u   /* memory under it went away: never handed out again */
+#define RDMAX__RCACHE_FAST (RDMAX__RCACHE_IN_LOOKUP | RDMAX__RCACHE_IN_LRU)
 
 /* Radix page table over page numbers (36 bits):
      root  [4096] ---- entry covers 2^24 pages
@@ -1558,14 +1558,14 @@ struct rdmax_rcache_region {
    highest level whose aligned block it covers entirely, so a 1 GiB region costs a handful of
    entries and a lookup stops at the first tagged entry. Nodes hold a count of used entries at
    index -1 and are freed when it drops to zero. */
-#define RDMAX__RC_PN_BITS 36
-#define RDMAX__RC_SHIFT0 24
-#define RDMAX__RC_SHIFT1 15
-#define RDMAX__RC_SHIFT2 6
-#define RDMAX__RC_FAN0 4096u
-#define RDMAX__RC_FAN1 512u
-#define RDMAX__RC_FAN2 512u
-#define RDMAX__RC_FAN3 64u
+#define RDMAX__RCACHE_PN_BITS 36
+#define RDMAX__RCACHE_SHIFT0 24
+#define RDMAX__RCACHE_SHIFT1 15
+#define RDMAX__RCACHE_SHIFT2 6
+#define RDMAX__RCACHE_FAN0 4096u
+#define RDMAX__RCACHE_FAN1 512u
+#define RDMAX__RCACHE_FAN2 512u
+#define RDMAX__RCACHE_FAN3 64u
 
 struct rdmax_rcache {
     /* ---- hot: read by the inline get/put ---- */
@@ -1587,7 +1587,7 @@ struct rdmax_rcache {
 };
 
 /* The write cursor of the process-wide event ring (defined in rdmax_impl.h, >>rcache). */
-extern uint64_t rdmax__rc_event_head;
+extern uint64_t rdmax__rcache_event_head;
 
 /* ---- rcache: out-of-line API -------------------------------------------------------------------- */
 
@@ -1640,27 +1640,27 @@ RDMAX_API const char *rdmax_rcache_status_str(int status);
 
 /* private: slow paths of the inline functions, and a consistency check for tests (returns 0
    when every invariant holds, else a negative number naming the check that failed) */
-RDMAX_API int rdmax__rc_get_slow(rdmax_rcache *rc, const void *addr, size_t len, unsigned access,
+RDMAX_API int rdmax__rcache_get_slow(rdmax_rcache *rc, const void *addr, size_t len, unsigned access,
                                  rdmax_rcache_region **out);
-RDMAX_API void rdmax__rc_put_slow(rdmax_rcache *rc, rdmax_rcache_region *r);
-RDMAX_API void rdmax__rc_hold_slow(rdmax_rcache *rc, rdmax_rcache_region *r);
-RDMAX_API int rdmax__rc_validate(rdmax_rcache *rc);
+RDMAX_API void rdmax__rcache_put_slow(rdmax_rcache *rc, rdmax_rcache_region *r);
+RDMAX_API void rdmax__rcache_hold_slow(rdmax_rcache *rc, rdmax_rcache_region *r);
+RDMAX_API int rdmax__rcache_validate(rdmax_rcache *rc);
 
 /* ---- rcache: inline fast paths ------------------------------------------------------------------ */
 
 /* Lookup of one page number (< 2^36) in the radix table; NULL if no region holds it. */
-RDMAX_INLINE rdmax_rcache_region *rdmax__rc_lookup(const rdmax_rcache *rc, uint64_t pn)
+RDMAX_INLINE rdmax_rcache_region *rdmax__rcache_lookup(const rdmax_rcache *rc, uint64_t pn)
 {
-    uintptr_t e = rc->rdmax__root[pn >> RDMAX__RC_SHIFT0];
+    uintptr_t e = rc->rdmax__root[pn >> RDMAX__RCACHE_SHIFT0];
     if (!(e & 1u)) {
         if (!e) return NULL;
-        e = ((const uintptr_t *)e)[(pn >> RDMAX__RC_SHIFT1) & (RDMAX__RC_FAN1 - 1u)];
+        e = ((const uintptr_t *)e)[(pn >> RDMAX__RCACHE_SHIFT1) & (RDMAX__RCACHE_FAN1 - 1u)];
         if (!(e & 1u)) {
             if (!e) return NULL;
-            e = ((const uintptr_t *)e)[(pn >> RDMAX__RC_SHIFT2) & (RDMAX__RC_FAN2 - 1u)];
+            e = ((const uintptr_t *)e)[(pn >> RDMAX__RCACHE_SHIFT2) & (RDMAX__RCACHE_FAN2 - 1u)];
             if (!(e & 1u)) {
                 if (!e) return NULL;
-                e = ((const uintptr_t *)e)[pn & (RDMAX__RC_FAN3 - 1u)];
+                e = ((const uintptr_t *)e)[pn & (RDMAX__RCACHE_FAN3 - 1u)];
                 if (!e) return NULL;
             }
         }
@@ -1682,9 +1682,9 @@ RDMAX_INLINE int rdmax_rcache_get(rdmax_rcache *rc, const void *addr, size_t len
     uintptr_t a = (uintptr_t)addr;
     uint64_t pn = (uint64_t)a >> rc->rdmax__page_shift;
     if (rdmax_likely(!rc->rdmax__thread_safe &&
-                     __atomic_load_n(&rdmax__rc_event_head, __ATOMIC_RELAXED) == rc->rdmax__seen &&
-                     (pn >> RDMAX__RC_PN_BITS) == 0)) {
-        rdmax_rcache_region *r = rdmax__rc_lookup(rc, pn);
+                     __atomic_load_n(&rdmax__rcache_event_head, __ATOMIC_RELAXED) == rc->rdmax__seen &&
+                     (pn >> RDMAX__RCACHE_PN_BITS) == 0)) {
+        rdmax_rcache_region *r = rdmax__rcache_lookup(rc, pn);
         if (rdmax_likely(r != NULL) && len <= r->end - a && (r->access & access) == access) {
             r->refcount++;
             rc->rdmax__stats.hits++;
@@ -1692,7 +1692,7 @@ RDMAX_INLINE int rdmax_rcache_get(rdmax_rcache *rc, const void *addr, size_t len
             return RDMAX_RCACHE_OK;
         }
     }
-    return rdmax__rc_get_slow(rc, addr, len, access, out);
+    return rdmax__rcache_get_slow(rc, addr, len, access, out);
 }
 
 /* rdmax_rcache_put: drops one reference taken by get or hold. At zero the region becomes
@@ -1705,13 +1705,13 @@ RDMAX_INLINE void rdmax_rcache_put(rdmax_rcache *rc, rdmax_rcache_region *r)
             r->refcount--;
             return;
         }
-        if (rdmax_likely(r->refcount == 1u && r->rdmax__flags == RDMAX__RC_FAST && !rc->rdmax__over)) {
+        if (rdmax_likely(r->refcount == 1u && r->rdmax__flags == RDMAX__RCACHE_FAST && !rc->rdmax__over)) {
             r->refcount = 0;
             r->rdmax__last_use = ++rc->rdmax__clock;
             return;
         }
     }
-    rdmax__rc_put_slow(rc, r);
+    rdmax__rcache_put_slow(rc, r);
 }
 
 /* rdmax_rcache_hold: takes one more reference on a region the caller already holds. */
@@ -1721,14 +1721,14 @@ RDMAX_INLINE void rdmax_rcache_hold(rdmax_rcache *rc, rdmax_rcache_region *r)
         r->refcount++;
         return;
     }
-    rdmax__rc_hold_slow(rc, r);
+    rdmax__rcache_hold_slow(rc, r);
 }
 
 /* rdmax_rcache_region_valid: 0 once the memory under the region was invalidated (the region
    is still registered until its last put, but its pages are not the caller's pages any more). */
 RDMAX_INLINE int rdmax_rcache_region_valid(const rdmax_rcache_region *r)
 {
-    return !(__atomic_load_n(&r->rdmax__flags, __ATOMIC_RELAXED) & RDMAX__RC_INVALID);
+    return !(__atomic_load_n(&r->rdmax__flags, __ATOMIC_RELAXED) & RDMAX__RCACHE_INVALID);
 }
 
 /* ---- profile: variables, events, points --------------------------------------------------------- */

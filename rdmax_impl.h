@@ -2012,8 +2012,8 @@ out:
 
 /* >>rcache: the registration cache ================================================================= */
 #ifdef RDMAX_IMPLEMENTATION
-#ifndef RDMAX__RC_IMPL_INCLUDED
-#define RDMAX__RC_IMPL_INCLUDED
+#ifndef RDMAX__RCACHE_IMPL_INCLUDED
+#define RDMAX__RCACHE_IMPL_INCLUDED
 
 /* The implementation needs _GNU_SOURCE (mremap and its flags, MADV_*, SHM_REMAP, syscall(2),
    off64_t). It must be defined before the first system header of the TU, so the TU does it. */
@@ -2044,12 +2044,12 @@ out:
 #endif
 #if defined(RDMAX_MEMHOOKS)
 #if defined(__linux__) && defined(__GLIBC__) && UINTPTR_MAX == 0xffffffffffffffffu
-#define RDMAX__RC_HOOKS 1
+#define RDMAX__RCACHE_HOOKS 1
 #else
 #error "rdmax: RDMAX_MEMHOOKS needs Linux, glibc and a 64-bit target"
 #endif
 #else
-#define RDMAX__RC_HOOKS 0
+#define RDMAX__RCACHE_HOOKS 0
 #endif
 
 /* ---------------------------------------------------------------------------------------------
@@ -2146,82 +2146,82 @@ out:
 
 RDMAX_STATIC_ASSERT(sizeof(rdmax_rcache_region) <= 128, "rdmax: region must fit its 128-byte slot");
 
-typedef struct rdmax__rc_event {
+typedef struct rdmax__rcache_event {
     uint64_t seq; /* index+1 when published; with the top bit while being written */
     uint64_t start;
     uint64_t end;
-    uint64_t kind; /* RDMAX__RC_EV_UNMAP...: set by the monitor; 0 (unknown) from the hooks */
-} rdmax__rc_event;
-#define RDMAX__RC_EV_UNMAP 1u
-#define RDMAX__RC_EV_REMOVE 2u /* pages discarded, mapping (and its monitor registration) kept */
-#define RDMAX__RC_EV_REMAP 3u
+    uint64_t kind; /* RDMAX__RCACHE_EV_UNMAP...: set by the monitor; 0 (unknown) from the hooks */
+} rdmax__rcache_event;
+#define RDMAX__RCACHE_EV_UNMAP 1u
+#define RDMAX__RCACHE_EV_REMOVE 2u /* pages discarded, mapping (and its monitor registration) kept */
+#define RDMAX__RCACHE_EV_REMAP 3u
 
-#define RDMAX__RC_EV_BUSY (UINT64_C(1) << 63)
+#define RDMAX__RCACHE_EV_BUSY (UINT64_C(1) << 63)
 
-uint64_t rdmax__rc_event_head __attribute__((aligned(64)));
-rdmax__rc_event rdmax__rc_events[RDMAX_RCACHE_EVENT_RING_SIZE] __attribute__((aligned(64)));
-int rdmax__rc_live_caches __attribute__((aligned(64)));
-int rdmax__rc_malloc_policy;
+uint64_t rdmax__rcache_event_head __attribute__((aligned(64)));
+rdmax__rcache_event rdmax__rcache_events[RDMAX_RCACHE_EVENT_RING_SIZE] __attribute__((aligned(64)));
+int rdmax__rcache_live_caches __attribute__((aligned(64)));
+int rdmax__rcache_malloc_policy;
 
-#if RDMAX__RC_HOOKS
+#if RDMAX__RCACHE_HOOKS
 
 /* ---- the hooks (>>memhooks) ---- */
 
 /* Records [start, end) as changed. Lock-free, allocation-free, async-signal-safe. */
-static void rdmax__rc_record(uintptr_t start, uintptr_t end)
+static void rdmax__rcache_record(uintptr_t start, uintptr_t end)
 {
     uint64_t q;
-    rdmax__rc_event *ev;
-    if (__atomic_load_n(&rdmax__rc_live_caches, __ATOMIC_RELAXED) == 0) return;
-    q = __atomic_fetch_add(&rdmax__rc_event_head, 1, __ATOMIC_ACQ_REL);
-    ev = &rdmax__rc_events[q & (RDMAX_RCACHE_EVENT_RING_SIZE - 1u)];
-    __atomic_store_n(&ev->seq, (q + 1) | RDMAX__RC_EV_BUSY, __ATOMIC_RELAXED);
+    rdmax__rcache_event *ev;
+    if (__atomic_load_n(&rdmax__rcache_live_caches, __ATOMIC_RELAXED) == 0) return;
+    q = __atomic_fetch_add(&rdmax__rcache_event_head, 1, __ATOMIC_ACQ_REL);
+    ev = &rdmax__rcache_events[q & (RDMAX_RCACHE_EVENT_RING_SIZE - 1u)];
+    __atomic_store_n(&ev->seq, (q + 1) | RDMAX__RCACHE_EV_BUSY, __ATOMIC_RELAXED);
     __atomic_thread_fence(__ATOMIC_RELEASE);
     __atomic_store_n(&ev->start, (uint64_t)start, __ATOMIC_RELAXED);
     __atomic_store_n(&ev->end, (uint64_t)end, __ATOMIC_RELAXED);
     __atomic_store_n(&ev->seq, q + 1, __ATOMIC_RELEASE);
 }
 
-static void rdmax__rc_record_len(const void *addr, size_t len)
+static void rdmax__rcache_record_len(const void *addr, size_t len)
 {
     uintptr_t s = (uintptr_t)addr, e = s + len;
     if (len == 0) return;
     if (e < s) e = UINTPTR_MAX;
-    rdmax__rc_record(s, e);
+    rdmax__rcache_record(s, e);
 }
 
 /* the record made before the memory changes, with a full fence before the real call */
-static void rdmax__rc_record_before(const void *addr, size_t len)
+static void rdmax__rcache_record_before(const void *addr, size_t len)
 {
-    rdmax__rc_record_len(addr, len);
+    rdmax__rcache_record_len(addr, len);
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
 }
 
 
 extern void *__sbrk(intptr_t increment); /* glibc, exported since GLIBC_2.2.5 */
 
-#define RDMAX__RC_SHM_SLOTS 64
-typedef struct rdmax__rc_shm {
+#define RDMAX__RCACHE_SHM_SLOTS 64
+typedef struct rdmax__rcache_shm {
     uintptr_t addr; /* 0 free, 1 being filled */
     size_t size;
-} rdmax__rc_shm;
-rdmax__rc_shm rdmax__rc_shm_table[RDMAX__RC_SHM_SLOTS];
+} rdmax__rcache_shm;
+rdmax__rcache_shm rdmax__rcache_shm_table[RDMAX__RCACHE_SHM_SLOTS];
 
-static size_t rdmax__rc_page_round(size_t n)
+static size_t rdmax__rcache_page_round(size_t n)
 {
     size_t ps = (size_t)sysconf(_SC_PAGESIZE);
     return (n + ps - 1) & ~(ps - 1);
 }
 
-static void rdmax__rc_shm_add(uintptr_t addr, size_t size)
+static void rdmax__rcache_shm_add(uintptr_t addr, size_t size)
 {
     int i;
-    for (i = 0; i < RDMAX__RC_SHM_SLOTS; i++) {
+    for (i = 0; i < RDMAX__RCACHE_SHM_SLOTS; i++) {
         uintptr_t expect = 0;
-        if (__atomic_compare_exchange_n(&rdmax__rc_shm_table[i].addr, &expect, (uintptr_t)1, 0,
+        if (__atomic_compare_exchange_n(&rdmax__rcache_shm_table[i].addr, &expect, (uintptr_t)1, 0,
                                         __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
-            __atomic_store_n(&rdmax__rc_shm_table[i].size, size, __ATOMIC_RELAXED);
-            __atomic_store_n(&rdmax__rc_shm_table[i].addr, addr, __ATOMIC_RELEASE);
+            __atomic_store_n(&rdmax__rcache_shm_table[i].size, size, __ATOMIC_RELAXED);
+            __atomic_store_n(&rdmax__rcache_shm_table[i].addr, addr, __ATOMIC_RELEASE);
             return;
         }
     }
@@ -2229,15 +2229,15 @@ static void rdmax__rc_shm_add(uintptr_t addr, size_t size)
 }
 
 /* size of the segment attached at addr (0 if unknown); remove != 0 frees the slot */
-static size_t rdmax__rc_shm_find(uintptr_t addr, int remove)
+static size_t rdmax__rcache_shm_find(uintptr_t addr, int remove)
 {
     int i;
-    for (i = 0; i < RDMAX__RC_SHM_SLOTS; i++) {
-        if (__atomic_load_n(&rdmax__rc_shm_table[i].addr, __ATOMIC_ACQUIRE) == addr) {
-            size_t size = __atomic_load_n(&rdmax__rc_shm_table[i].size, __ATOMIC_RELAXED);
+    for (i = 0; i < RDMAX__RCACHE_SHM_SLOTS; i++) {
+        if (__atomic_load_n(&rdmax__rcache_shm_table[i].addr, __ATOMIC_ACQUIRE) == addr) {
+            size_t size = __atomic_load_n(&rdmax__rcache_shm_table[i].size, __ATOMIC_RELAXED);
             if (remove) {
                 uintptr_t expect = addr;
-                __atomic_compare_exchange_n(&rdmax__rc_shm_table[i].addr, &expect, (uintptr_t)0, 0,
+                __atomic_compare_exchange_n(&rdmax__rcache_shm_table[i].addr, &expect, (uintptr_t)0, 0,
                                             __ATOMIC_ACQ_REL, __ATOMIC_RELAXED);
             }
             return size;
@@ -2246,7 +2246,7 @@ static size_t rdmax__rc_shm_find(uintptr_t addr, int remove)
     return 0;
 }
 
-static int rdmax__rc_madvise_destroys(int advice)
+static int rdmax__rcache_madvise_destroys(int advice)
 {
     switch (advice) {
     case 0:  /* NORMAL */
@@ -2272,31 +2272,31 @@ static int rdmax__rc_madvise_destroys(int advice)
     }
 }
 
-static void *rdmax__rc_mmap(void *addr, size_t len, int prot, int flags, int fd, long off)
+static void *rdmax__rcache_mmap(void *addr, size_t len, int prot, int flags, int fd, long off)
 {
     void *p;
-    if ((flags & MAP_FIXED) && !(flags & MAP_FIXED_NOREPLACE)) rdmax__rc_record_before(addr, len);
+    if ((flags & MAP_FIXED) && !(flags & MAP_FIXED_NOREPLACE)) rdmax__rcache_record_before(addr, len);
     p = (void *)syscall(SYS_mmap, addr, len, prot, flags, fd, off);
-    if (p != MAP_FAILED) rdmax__rc_record_len(p, len);
+    if (p != MAP_FAILED) rdmax__rcache_record_len(p, len);
     return p;
 }
 
 void *mmap(void *addr, size_t len, int prot, int flags, int fd, off_t off)
 {
-    return rdmax__rc_mmap(addr, len, prot, flags, fd, (long)off);
+    return rdmax__rcache_mmap(addr, len, prot, flags, fd, (long)off);
 }
 
 void *mmap64(void *addr, size_t len, int prot, int flags, int fd, off64_t off)
 {
-    return rdmax__rc_mmap(addr, len, prot, flags, fd, (long)off);
+    return rdmax__rcache_mmap(addr, len, prot, flags, fd, (long)off);
 }
 
 int munmap(void *addr, size_t len)
 {
     int ret;
-    rdmax__rc_record_before(addr, len);
+    rdmax__rcache_record_before(addr, len);
     ret = (int)syscall(SYS_munmap, addr, len);
-    if (ret == 0) rdmax__rc_record_len(addr, len);
+    if (ret == 0) rdmax__rcache_record_len(addr, len);
     return ret;
 }
 
@@ -2312,31 +2312,31 @@ void *mremap(void *old_addr, size_t old_size, size_t new_size, int flags, ...)
     }
     if (old_size != 0) {
         if (flags & (MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP))
-            rdmax__rc_record_before(o, old_size);
+            rdmax__rcache_record_before(o, old_size);
         else if (new_size < old_size)
-            rdmax__rc_record_before(o + new_size, old_size - new_size);
+            rdmax__rcache_record_before(o + new_size, old_size - new_size);
     }
-    if (flags & MREMAP_FIXED) rdmax__rc_record_before(new_addr, new_size);
+    if (flags & MREMAP_FIXED) rdmax__rcache_record_before(new_addr, new_size);
     p = (void *)syscall(SYS_mremap, old_addr, old_size, new_size, flags, new_addr);
     if (p != MAP_FAILED) {
         if (old_size != 0 && p != old_addr)
-            rdmax__rc_record_len(o, old_size); /* moved away (DONTUNMAP: emptied) */
+            rdmax__rcache_record_len(o, old_size); /* moved away (DONTUNMAP: emptied) */
         else if (new_size < old_size)
-            rdmax__rc_record_len(o + new_size, old_size - new_size);
+            rdmax__rcache_record_len(o + new_size, old_size - new_size);
         if (p != old_addr)
-            rdmax__rc_record_len(p, new_size); /* fresh at this address */
+            rdmax__rcache_record_len(p, new_size); /* fresh at this address */
         else if (new_size > old_size)
-            rdmax__rc_record_len(o + old_size, new_size - old_size);
+            rdmax__rcache_record_len(o + old_size, new_size - old_size);
     }
     return p;
 }
 
 int madvise(void *addr, size_t len, int advice)
 {
-    int ret, destroys = rdmax__rc_madvise_destroys(advice);
-    if (destroys) rdmax__rc_record_before(addr, len);
+    int ret, destroys = rdmax__rcache_madvise_destroys(advice);
+    if (destroys) rdmax__rcache_record_before(addr, len);
     ret = (int)syscall(SYS_madvise, addr, len, advice);
-    if (destroys && ret == 0) rdmax__rc_record_len(addr, len);
+    if (destroys && ret == 0) rdmax__rcache_record_len(addr, len);
     return ret;
 }
 
@@ -2345,20 +2345,20 @@ void *shmat(int shmid, const void *shmaddr, int shmflg)
     struct shmid_ds ds;
     size_t size = 0;
     void *p;
-    if (shmctl(shmid, IPC_STAT, &ds) == 0) size = rdmax__rc_page_round(ds.shm_segsz);
+    if (shmctl(shmid, IPC_STAT, &ds) == 0) size = rdmax__rcache_page_round(ds.shm_segsz);
     if ((shmflg & SHM_REMAP) && shmaddr) {
         if (size) {
             uintptr_t a = (uintptr_t)shmaddr & ~(uintptr_t)(SHMLBA - 1);
-            rdmax__rc_record_before((const void *)a, size + ((uintptr_t)shmaddr - a));
+            rdmax__rcache_record_before((const void *)a, size + ((uintptr_t)shmaddr - a));
         } else {
-            rdmax__rc_record(0, UINTPTR_MAX);
+            rdmax__rcache_record(0, UINTPTR_MAX);
             __atomic_thread_fence(__ATOMIC_SEQ_CST);
         }
     }
     p = (void *)syscall(SYS_shmat, shmid, shmaddr, shmflg);
     if (p != (void *)-1 && size) {
-        rdmax__rc_record_len(p, size);
-        rdmax__rc_shm_add((uintptr_t)p, size);
+        rdmax__rcache_record_len(p, size);
+        rdmax__rcache_shm_add((uintptr_t)p, size);
     }
     return p;
 }
@@ -2366,20 +2366,20 @@ void *shmat(int shmid, const void *shmaddr, int shmflg)
 int shmdt(const void *shmaddr)
 {
     int ret;
-    size_t size = rdmax__rc_shm_find((uintptr_t)shmaddr, 0);
+    size_t size = rdmax__rcache_shm_find((uintptr_t)shmaddr, 0);
     if (size) {
-        rdmax__rc_record_before(shmaddr, size);
+        rdmax__rcache_record_before(shmaddr, size);
     } else {
-        rdmax__rc_record(0, UINTPTR_MAX); /* unknown size: everything */
+        rdmax__rcache_record(0, UINTPTR_MAX); /* unknown size: everything */
         __atomic_thread_fence(__ATOMIC_SEQ_CST);
     }
     ret = (int)syscall(SYS_shmdt, shmaddr);
     if (ret == 0) {
         if (size) {
-            rdmax__rc_record_len(shmaddr, size);
-            rdmax__rc_shm_find((uintptr_t)shmaddr, 1);
+            rdmax__rcache_record_len(shmaddr, size);
+            rdmax__rcache_shm_find((uintptr_t)shmaddr, 1);
         } else {
-            rdmax__rc_record(0, UINTPTR_MAX);
+            rdmax__rcache_record(0, UINTPTR_MAX);
         }
     }
     return ret;
@@ -2388,11 +2388,11 @@ int shmdt(const void *shmaddr)
 void *sbrk(intptr_t increment)
 {
     char *cur = (char *)__sbrk(0), *p;
-    if (increment < 0 && cur != (char *)-1) rdmax__rc_record_before(cur + increment, (size_t)-increment);
+    if (increment < 0 && cur != (char *)-1) rdmax__rcache_record_before(cur + increment, (size_t)-increment);
     p = (char *)__sbrk(increment);
     if (p != (char *)-1) {
-        if (increment < 0) rdmax__rc_record_len(p + increment, (size_t)-increment);
-        if (increment > 0) rdmax__rc_record_len(p, (size_t)increment);
+        if (increment < 0) rdmax__rcache_record_len(p + increment, (size_t)-increment);
+        if (increment > 0) rdmax__rcache_record_len(p, (size_t)increment);
     }
     return p;
 }
@@ -2401,10 +2401,10 @@ int brk(void *addr)
 {
     char *cur = (char *)__sbrk(0), *want = (char *)addr;
     if (cur == (char *)-1) return -1;
-    if (want < cur) rdmax__rc_record_before(want, (size_t)(cur - want));
+    if (want < cur) rdmax__rcache_record_before(want, (size_t)(cur - want));
     if (__sbrk(want - cur) == (void *)-1) return -1;
-    if (want < cur) rdmax__rc_record_len(want, (size_t)(cur - want));
-    if (want > cur) rdmax__rc_record_len(cur, (size_t)(want - cur));
+    if (want < cur) rdmax__rcache_record_len(want, (size_t)(cur - want));
+    if (want > cur) rdmax__rcache_record_len(cur, (size_t)(want - cur));
     return 0;
 }
 
@@ -2419,25 +2419,25 @@ int malloc_trim(size_t pad)
 }
 #endif
 
-#endif /* RDMAX__RC_HOOKS */
+#endif /* RDMAX__RCACHE_HOOKS */
 
-static void rdmax__rc_apply_malloc_policy(void)
+static void rdmax__rcache_apply_malloc_policy(void)
 {
-#if RDMAX__RC_HOOKS && defined(RDMAX_MALLOPT)
-    if (__atomic_exchange_n(&rdmax__rc_malloc_policy, 1, __ATOMIC_ACQ_REL)) return;
+#if RDMAX__RCACHE_HOOKS && defined(RDMAX_MALLOPT)
+    if (__atomic_exchange_n(&rdmax__rcache_malloc_policy, 1, __ATOMIC_ACQ_REL)) return;
     mallopt(M_MMAP_MAX, 0);
     mallopt(M_TRIM_THRESHOLD, -1);
     mallopt(M_ARENA_MAX, 1);
 #endif
 }
 
-#if RDMAX__RC_HOOKS && defined(RDMAX_MALLOPT)
+#if RDMAX__RCACHE_HOOKS && defined(RDMAX_MALLOPT)
 /* The policy must hold before the program's first malloc: a block or thread arena that glibc mapped
    earlier is unmapped later from inside libc, where no hook sees it, and its address reused. So a
    program that asked for it (RDMAX_MALLOPT) gets it at start. */
-__attribute__((constructor)) static void rdmax__rc_policy_at_start(void)
+__attribute__((constructor)) static void rdmax__rcache_policy_at_start(void)
 {
-    rdmax__rc_apply_malloc_policy();
+    rdmax__rcache_apply_malloc_policy();
 }
 #endif
 
@@ -2478,7 +2478,7 @@ __attribute__((constructor)) static void rdmax__rc_policy_at_start(void)
 #endif
 #endif
 
-#define RDMAX__RC_EV_MON (UINT64_C(1) << 62) /* slot claimed by the monitor: a reader waits for it */
+#define RDMAX__RCACHE_EV_MON (UINT64_C(1) << 62) /* slot claimed by the monitor: a reader waits for it */
 
 /* Process-wide, external linkage like the ring: two copies of the implementation share one. */
 typedef struct rdmax__mon_ext {
@@ -2612,12 +2612,12 @@ static int rdmax__mon_open_locked(void)
 static void rdmax__mon_read_one(int fd)
 {
     struct uffd_msg msg;
-    uint64_t q = __atomic_fetch_add(&rdmax__rc_event_head, 1, __ATOMIC_SEQ_CST), s = 0, e = 0;
-    rdmax__rc_event *ev = &rdmax__rc_events[q & (RDMAX_RCACHE_EVENT_RING_SIZE - 1u)];
+    uint64_t q = __atomic_fetch_add(&rdmax__rcache_event_head, 1, __ATOMIC_SEQ_CST), s = 0, e = 0;
+    rdmax__rcache_event *ev = &rdmax__rcache_events[q & (RDMAX_RCACHE_EVENT_RING_SIZE - 1u)];
     ssize_t n;
     int k = 3;
     uint64_t kind = 0;
-    __atomic_store_n(&ev->seq, (q + 1) | RDMAX__RC_EV_BUSY | RDMAX__RC_EV_MON, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&ev->seq, (q + 1) | RDMAX__RCACHE_EV_BUSY | RDMAX__RCACHE_EV_MON, __ATOMIC_SEQ_CST);
     n = read(fd, &msg, sizeof msg);
     if (n == (ssize_t)sizeof msg) {
         switch (msg.event) {
@@ -2626,14 +2626,14 @@ static void rdmax__mon_read_one(int fd)
             s = msg.arg.remove.start;
             e = msg.arg.remove.end;
             k = msg.event == UFFD_EVENT_UNMAP ? 0 : 1;
-            kind = msg.event == UFFD_EVENT_UNMAP ? RDMAX__RC_EV_UNMAP : RDMAX__RC_EV_REMOVE;
+            kind = msg.event == UFFD_EVENT_UNMAP ? RDMAX__RCACHE_EV_UNMAP : RDMAX__RCACHE_EV_REMOVE;
             break;
         case UFFD_EVENT_REMAP: /* the pages left `from`; `to` held nothing cached (its old mapping,
                                   if registered, sent an UNMAP) */
             s = msg.arg.remap.from;
             e = msg.arg.remap.from + msg.arg.remap.len;
             k = 2;
-            kind = RDMAX__RC_EV_REMAP;
+            kind = RDMAX__RCACHE_EV_REMAP;
             break;
         case UFFD_EVENT_PAGEFAULT: { /* nothing is write-protected, so this is not ours to solve:
                                         let the thread retry */
@@ -2704,13 +2704,13 @@ static int rdmax__mon_start_locked(void)
 static void rdmax__mon_prune_locked(void)
 {
     rdmax__mon_state *m = &rdmax__mon;
-    uint64_t h = __atomic_load_n(&rdmax__rc_event_head, __ATOMIC_ACQUIRE), c = m->ext_seen;
+    uint64_t h = __atomic_load_n(&rdmax__rcache_event_head, __ATOMIC_ACQUIRE), c = m->ext_seen;
     if (h - c > RDMAX_RCACHE_EVENT_RING_SIZE) goto lost;
     for (; c < h; c++) {
-        rdmax__rc_event *ev = &rdmax__rc_events[c & (RDMAX_RCACHE_EVENT_RING_SIZE - 1u)];
+        rdmax__rcache_event *ev = &rdmax__rcache_events[c & (RDMAX_RCACHE_EVENT_RING_SIZE - 1u)];
         uint64_t v, s, e, kind;
         size_t i, j;
-        while ((v = __atomic_load_n(&ev->seq, __ATOMIC_ACQUIRE)) == ((c + 1) | RDMAX__RC_EV_BUSY | RDMAX__RC_EV_MON))
+        while ((v = __atomic_load_n(&ev->seq, __ATOMIC_ACQUIRE)) == ((c + 1) | RDMAX__RCACHE_EV_BUSY | RDMAX__RCACHE_EV_MON))
             sched_yield(); /* being read by the monitor thread, which never waits for us */
         if (v != c + 1) goto lost; /* lapped, or a hook's record not yet published */
         s = __atomic_load_n(&ev->start, __ATOMIC_RELAXED);
@@ -2718,7 +2718,7 @@ static void rdmax__mon_prune_locked(void)
         kind = __atomic_load_n(&ev->kind, __ATOMIC_RELAXED);
         __atomic_thread_fence(__ATOMIC_ACQUIRE);
         if (__atomic_load_n(&ev->seq, __ATOMIC_RELAXED) != c + 1) goto lost;
-        if (kind == RDMAX__RC_EV_REMOVE || e <= s) continue;
+        if (kind == RDMAX__RCACHE_EV_REMOVE || e <= s) continue;
         for (i = j = 0; i < m->n_ext; i++)
             if (m->ext[i].e <= s || m->ext[i].s >= e) m->ext[j++] = m->ext[i];
         m->n_ext = j;
@@ -2900,53 +2900,53 @@ RDMAX_API void rdmax_rcache_monitor_query(rdmax_rcache_monitor_info *out)
 RDMAX_API unsigned rdmax_rcache_memhooks(void)
 {
     unsigned bits = 0;
-#if RDMAX__RC_HOOKS
+#if RDMAX__RCACHE_HOOKS
     bits |= RDMAX_RCACHE_HOOKS_INTERPOSED;
 #endif
     if (__atomic_load_n(&rdmax__mon.started, __ATOMIC_ACQUIRE) && rdmax__mon.pid == (int)getpid())
         bits |= RDMAX_RCACHE_HOOKS_UFFD;
-    if (__atomic_load_n(&rdmax__rc_malloc_policy, __ATOMIC_ACQUIRE)) bits |= RDMAX_RCACHE_HOOKS_MALLOPT;
+    if (__atomic_load_n(&rdmax__rcache_malloc_policy, __ATOMIC_ACQUIRE)) bits |= RDMAX_RCACHE_HOOKS_MALLOPT;
     return bits;
 }
 
 /* ---- radix page table (>>rcache) ---- */
 
-static const unsigned rdmax__rc_shift[4] = {RDMAX__RC_SHIFT0, RDMAX__RC_SHIFT1, RDMAX__RC_SHIFT2, 0};
-static const unsigned rdmax__rc_fan[4] = {RDMAX__RC_FAN0, RDMAX__RC_FAN1, RDMAX__RC_FAN2, RDMAX__RC_FAN3};
+static const unsigned rdmax__rcache_shift[4] = {RDMAX__RCACHE_SHIFT0, RDMAX__RCACHE_SHIFT1, RDMAX__RCACHE_SHIFT2, 0};
+static const unsigned rdmax__rcache_fan[4] = {RDMAX__RCACHE_FAN0, RDMAX__RCACHE_FAN1, RDMAX__RCACHE_FAN2, RDMAX__RCACHE_FAN3};
 
-static uintptr_t *rdmax__rc_node_new(unsigned level)
+static uintptr_t *rdmax__rcache_node_new(unsigned level)
 {
-    size_t n = (size_t)rdmax__rc_fan[level] + 1;
+    size_t n = (size_t)rdmax__rcache_fan[level] + 1;
     uintptr_t *p = (uintptr_t *)RDMAX_MALLOC(n * sizeof(uintptr_t));
     if (!p) return NULL;
     memset(p, 0, n * sizeof(uintptr_t));
     return p + 1; /* p[0], i.e. node[-1], counts used entries */
 }
 
-static void rdmax__rc_node_free(uintptr_t *node)
+static void rdmax__rcache_node_free(uintptr_t *node)
 {
     RDMAX_FREE(node - 1);
 }
 
-static void rdmax__rc_node_free_tree(uintptr_t *node, unsigned level)
+static void rdmax__rcache_node_free_tree(uintptr_t *node, unsigned level)
 {
     unsigned i;
     if (level < 3) {
-        for (i = 0; i < rdmax__rc_fan[level]; i++) {
+        for (i = 0; i < rdmax__rcache_fan[level]; i++) {
             uintptr_t e = node[i];
-            if (e && !(e & 1u)) rdmax__rc_node_free_tree((uintptr_t *)e, level + 1);
+            if (e && !(e & 1u)) rdmax__rcache_node_free_tree((uintptr_t *)e, level + 1);
         }
     }
-    rdmax__rc_node_free(node);
+    rdmax__rcache_node_free(node);
 }
 
 /* Inserts val for page numbers [ps, pe) into the subtree at `node` (covering pages from base).
    On failure (ENOMEM) the caller removes val again. */
-static int rdmax__rc_tree_insert(uintptr_t *node, unsigned level, uint64_t base, uint64_t ps, uint64_t pe,
+static int rdmax__rcache_tree_insert(uintptr_t *node, unsigned level, uint64_t base, uint64_t ps, uint64_t pe,
                                  uintptr_t val)
 {
-    unsigned sh = rdmax__rc_shift[level];
-    uint64_t span = UINT64_C(1) << sh, node_end = base + (uint64_t)rdmax__rc_fan[level] * span;
+    unsigned sh = rdmax__rcache_shift[level];
+    uint64_t span = UINT64_C(1) << sh, node_end = base + (uint64_t)rdmax__rcache_fan[level] * span;
     uint64_t lo = ps > base ? ps : base, hi = pe < node_end ? pe : node_end, i;
     for (i = (lo - base) >> sh; i <= (hi - 1 - base) >> sh; i++) {
         uint64_t cs = base + (i << sh), ce = cs + span;
@@ -2959,14 +2959,14 @@ static int rdmax__rc_tree_insert(uintptr_t *node, unsigned level, uint64_t base,
             int rc;
             if (node[i] & 1u) return -EFAULT;
             if (!node[i]) {
-                child = rdmax__rc_node_new(level + 1);
+                child = rdmax__rcache_node_new(level + 1);
                 if (!child) return -ENOMEM;
                 node[i] = (uintptr_t)child;
                 node[-1]++;
             } else {
                 child = (uintptr_t *)node[i];
             }
-            rc = rdmax__rc_tree_insert(child, level + 1, cs, ps, pe, val);
+            rc = rdmax__rcache_tree_insert(child, level + 1, cs, ps, pe, val);
             if (rc) return rc;
         }
     }
@@ -2974,11 +2974,11 @@ static int rdmax__rc_tree_insert(uintptr_t *node, unsigned level, uint64_t base,
 }
 
 /* Clears every entry equal to val in [ps, pe) and frees nodes that become empty (the root stays). */
-static void rdmax__rc_tree_remove(uintptr_t *node, unsigned level, uint64_t base, uint64_t ps, uint64_t pe,
+static void rdmax__rcache_tree_remove(uintptr_t *node, unsigned level, uint64_t base, uint64_t ps, uint64_t pe,
                                   uintptr_t val)
 {
-    unsigned sh = rdmax__rc_shift[level];
-    uint64_t span = UINT64_C(1) << sh, node_end = base + (uint64_t)rdmax__rc_fan[level] * span;
+    unsigned sh = rdmax__rcache_shift[level];
+    uint64_t span = UINT64_C(1) << sh, node_end = base + (uint64_t)rdmax__rcache_fan[level] * span;
     uint64_t lo = ps > base ? ps : base, hi = pe < node_end ? pe : node_end, i;
     for (i = (lo - base) >> sh; i <= (hi - 1 - base) >> sh; i++) {
         uintptr_t e = node[i];
@@ -2988,9 +2988,9 @@ static void rdmax__rc_tree_remove(uintptr_t *node, unsigned level, uint64_t base
             node[-1]--;
         } else if (!(e & 1u)) {
             uintptr_t *child = (uintptr_t *)e;
-            rdmax__rc_tree_remove(child, level + 1, base + (i << sh), ps, pe, val);
+            rdmax__rcache_tree_remove(child, level + 1, base + (i << sh), ps, pe, val);
             if (child[-1] == 0) {
-                rdmax__rc_node_free(child);
+                rdmax__rcache_node_free(child);
                 node[i] = 0;
                 node[-1]--;
             }
@@ -2999,11 +2999,11 @@ static void rdmax__rc_tree_remove(uintptr_t *node, unsigned level, uint64_t base
 }
 
 /* The region holding the lowest page in [ps, pe), or NULL. */
-static rdmax_rcache_region *rdmax__rc_tree_first(const uintptr_t *node, unsigned level, uint64_t base,
+static rdmax_rcache_region *rdmax__rcache_tree_first(const uintptr_t *node, unsigned level, uint64_t base,
                                                  uint64_t ps, uint64_t pe)
 {
-    unsigned sh = rdmax__rc_shift[level];
-    uint64_t span = UINT64_C(1) << sh, node_end = base + (uint64_t)rdmax__rc_fan[level] * span;
+    unsigned sh = rdmax__rcache_shift[level];
+    uint64_t span = UINT64_C(1) << sh, node_end = base + (uint64_t)rdmax__rcache_fan[level] * span;
     uint64_t lo = ps > base ? ps : base, hi = pe < node_end ? pe : node_end, i;
     if (lo >= hi) return NULL;
     for (i = (lo - base) >> sh; i <= (hi - 1 - base) >> sh; i++) {
@@ -3012,43 +3012,43 @@ static rdmax_rcache_region *rdmax__rc_tree_first(const uintptr_t *node, unsigned
         if (e & 1u) return (rdmax_rcache_region *)(e - 1u);
         {
             rdmax_rcache_region *r =
-                rdmax__rc_tree_first((const uintptr_t *)e, level + 1, base + (i << sh), ps, pe);
+                rdmax__rcache_tree_first((const uintptr_t *)e, level + 1, base + (i << sh), ps, pe);
             if (r) return r;
         }
     }
     return NULL;
 }
 
-#define RDMAX__RC_PN_LIMIT (UINT64_C(1) << RDMAX__RC_PN_BITS)
+#define RDMAX__RCACHE_PN_LIMIT (UINT64_C(1) << RDMAX__RCACHE_PN_BITS)
 
-static uint64_t rdmax__rc_spn(const rdmax_rcache *rc, const rdmax_rcache_region *r)
+static uint64_t rdmax__rcache_spn(const rdmax_rcache *rc, const rdmax_rcache_region *r)
 {
     return (uint64_t)r->start >> rc->rdmax__page_shift;
 }
 
-static uint64_t rdmax__rc_epn(const rdmax_rcache *rc, const rdmax_rcache_region *r)
+static uint64_t rdmax__rcache_epn(const rdmax_rcache *rc, const rdmax_rcache_region *r)
 {
     return (uint64_t)r->end >> rc->rdmax__page_shift;
 }
 
 /* ---- region pool: 64-byte aligned 128-byte slots, 64 per slab ---- */
 
-#define RDMAX__RC_SLAB_REGIONS 64
-#define RDMAX__RC_SLOT 128
+#define RDMAX__RCACHE_SLAB_REGIONS 64
+#define RDMAX__RCACHE_SLOT 128
 
-static rdmax_rcache_region *rdmax__rc_region_alloc(rdmax_rcache *rc)
+static rdmax_rcache_region *rdmax__rcache_region_alloc(rdmax_rcache *rc)
 {
     rdmax_rcache_region *r = rc->rdmax__free;
     if (!r) {
-        char *raw = (char *)RDMAX_MALLOC(RDMAX__RC_SLAB_REGIONS * RDMAX__RC_SLOT + 128);
+        char *raw = (char *)RDMAX_MALLOC(RDMAX__RCACHE_SLAB_REGIONS * RDMAX__RCACHE_SLOT + 128);
         uintptr_t base;
         int i;
         if (!raw) return NULL;
         *(void **)raw = rc->rdmax__slabs;
         rc->rdmax__slabs = raw;
         base = ((uintptr_t)raw + sizeof(void *) + 63u) & ~(uintptr_t)63u;
-        for (i = RDMAX__RC_SLAB_REGIONS - 1; i >= 0; i--) {
-            rdmax_rcache_region *s = (rdmax_rcache_region *)(base + (uintptr_t)i * RDMAX__RC_SLOT);
+        for (i = RDMAX__RCACHE_SLAB_REGIONS - 1; i >= 0; i--) {
+            rdmax_rcache_region *s = (rdmax_rcache_region *)(base + (uintptr_t)i * RDMAX__RCACHE_SLOT);
             s->rdmax__lru_next = rc->rdmax__free;
             rc->rdmax__free = s;
         }
@@ -3059,7 +3059,7 @@ static rdmax_rcache_region *rdmax__rc_region_alloc(rdmax_rcache *rc)
     return r;
 }
 
-static void rdmax__rc_region_free(rdmax_rcache *rc, rdmax_rcache_region *r)
+static void rdmax__rcache_region_free(rdmax_rcache *rc, rdmax_rcache_region *r)
 {
     r->rdmax__flags = 0;
     r->rdmax__lru_next = rc->rdmax__free;
@@ -3075,18 +3075,18 @@ static void rdmax__rc_region_free(rdmax_rcache *rc, rdmax_rcache_region *r)
    re-appends it); stale -> re-insert by last_use walking back from the tail (usually O(1));
    else evict. This keeps the hit path free of list surgery on other regions' cache lines. */
 
-static void rdmax__rc_lru_unlink(rdmax_rcache *rc, rdmax_rcache_region *r)
+static void rdmax__rcache_lru_unlink(rdmax_rcache *rc, rdmax_rcache_region *r)
 {
     if (r->rdmax__lru_prev) r->rdmax__lru_prev->rdmax__lru_next = r->rdmax__lru_next;
     else rc->rdmax__lru_head = r->rdmax__lru_next;
     if (r->rdmax__lru_next) r->rdmax__lru_next->rdmax__lru_prev = r->rdmax__lru_prev;
     else rc->rdmax__lru_tail = r->rdmax__lru_prev;
     r->rdmax__lru_prev = r->rdmax__lru_next = NULL;
-    r->rdmax__flags &= ~RDMAX__RC_IN_LRU;
+    r->rdmax__flags &= ~RDMAX__RCACHE_IN_LRU;
 }
 
 /* inserts r after p (p NULL: at the head) */
-static void rdmax__rc_lru_insert_after(rdmax_rcache *rc, rdmax_rcache_region *p, rdmax_rcache_region *r)
+static void rdmax__rcache_lru_insert_after(rdmax_rcache *rc, rdmax_rcache_region *p, rdmax_rcache_region *r)
 {
     r->rdmax__lru_stamp = r->rdmax__last_use;
     r->rdmax__lru_prev = p;
@@ -3095,19 +3095,19 @@ static void rdmax__rc_lru_insert_after(rdmax_rcache *rc, rdmax_rcache_region *p,
     else rc->rdmax__lru_tail = r;
     if (p) p->rdmax__lru_next = r;
     else rc->rdmax__lru_head = r;
-    r->rdmax__flags |= RDMAX__RC_IN_LRU;
+    r->rdmax__flags |= RDMAX__RCACHE_IN_LRU;
 }
 
-static void rdmax__rc_lru_insert_sorted(rdmax_rcache *rc, rdmax_rcache_region *r)
+static void rdmax__rcache_lru_insert_sorted(rdmax_rcache *rc, rdmax_rcache_region *r)
 {
     rdmax_rcache_region *p = rc->rdmax__lru_tail;
     while (p && p->rdmax__lru_stamp > r->rdmax__last_use) p = p->rdmax__lru_prev;
-    rdmax__rc_lru_insert_after(rc, p, r);
+    rdmax__rcache_lru_insert_after(rc, p, r);
 }
 
 /* ---- region life cycle ---- */
 
-static void rdmax__rc_all_link(rdmax_rcache *rc, rdmax_rcache_region *r)
+static void rdmax__rcache_all_link(rdmax_rcache *rc, rdmax_rcache_region *r)
 {
     r->rdmax__all_prev = NULL;
     r->rdmax__all_next = rc->rdmax__all_head;
@@ -3115,7 +3115,7 @@ static void rdmax__rc_all_link(rdmax_rcache *rc, rdmax_rcache_region *r)
     rc->rdmax__all_head = r;
 }
 
-static void rdmax__rc_all_unlink(rdmax_rcache *rc, rdmax_rcache_region *r)
+static void rdmax__rcache_all_unlink(rdmax_rcache *rc, rdmax_rcache_region *r)
 {
     if (r->rdmax__all_prev) r->rdmax__all_prev->rdmax__all_next = r->rdmax__all_next;
     else rc->rdmax__all_head = r->rdmax__all_next;
@@ -3123,118 +3123,118 @@ static void rdmax__rc_all_unlink(rdmax_rcache *rc, rdmax_rcache_region *r)
 }
 
 /* deregisters a live registration and returns its slot */
-static void rdmax__rc_dereg_free(rdmax_rcache *rc, rdmax_rcache_region *r)
+static void rdmax__rcache_dereg_free(rdmax_rcache *rc, rdmax_rcache_region *r)
 {
     rc->rdmax__desc.ops.dereg(rc->rdmax__desc.ops.arg, r);
     rc->rdmax__stats.dereg_calls++;
     rc->rdmax__stats.regions--;
     rc->rdmax__stats.bytes -= r->end - r->start;
-    rdmax__rc_all_unlink(rc, r);
-    rdmax__rc_region_free(rc, r);
+    rdmax__rcache_all_unlink(rc, r);
+    rdmax__rcache_region_free(rc, r);
 }
 
 /* takes r out of the lookup (and the LRU); the caller decides what happens to it next */
-static void rdmax__rc_detach(rdmax_rcache *rc, rdmax_rcache_region *r)
+static void rdmax__rcache_detach(rdmax_rcache *rc, rdmax_rcache_region *r)
 {
-    rdmax__rc_tree_remove(rc->rdmax__root, 0, 0, rdmax__rc_spn(rc, r), rdmax__rc_epn(rc, r),
+    rdmax__rcache_tree_remove(rc->rdmax__root, 0, 0, rdmax__rcache_spn(rc, r), rdmax__rcache_epn(rc, r),
                           (uintptr_t)r | 1u);
-    if (r->rdmax__flags & RDMAX__RC_IN_LRU) rdmax__rc_lru_unlink(rc, r);
-    r->rdmax__flags &= ~RDMAX__RC_IN_LOOKUP;
+    if (r->rdmax__flags & RDMAX__RCACHE_IN_LRU) rdmax__rcache_lru_unlink(rc, r);
+    r->rdmax__flags &= ~RDMAX__RCACHE_IN_LOOKUP;
     rc->rdmax__stats.cached_regions--;
     rc->rdmax__stats.cached_bytes -= r->end - r->start;
 }
 
 /* detaches r and deregisters it now if unused, else when its last reference is put */
-static void rdmax__rc_drop(rdmax_rcache *rc, rdmax_rcache_region *r, int invalid)
+static void rdmax__rcache_drop(rdmax_rcache *rc, rdmax_rcache_region *r, int invalid)
 {
-    rdmax__rc_detach(rc, r);
+    rdmax__rcache_detach(rc, r);
     if (invalid) {
-        __atomic_or_fetch(&r->rdmax__flags, RDMAX__RC_INVALID, __ATOMIC_RELAXED);
+        __atomic_or_fetch(&r->rdmax__flags, RDMAX__RCACHE_INVALID, __ATOMIC_RELAXED);
         rc->rdmax__stats.invalidations++;
         if (rc->rdmax__desc.ops.notify) rc->rdmax__desc.ops.notify(rc->rdmax__desc.ops.arg, RDMAX_RCACHE_NOTIFY_INVALIDATE, r);
     }
-    if (r->refcount == 0) rdmax__rc_dereg_free(rc, r);
+    if (r->refcount == 0) rdmax__rcache_dereg_free(rc, r);
 }
 
-static int rdmax__rc_evict_one(rdmax_rcache *rc)
+static int rdmax__rcache_evict_one(rdmax_rcache *rc)
 {
     rdmax_rcache_region *h;
     while ((h = rc->rdmax__lru_head) != NULL) {
-        rdmax__rc_lru_unlink(rc, h);
+        rdmax__rcache_lru_unlink(rc, h);
         if (h->refcount) continue; /* in use: its last put re-appends it */
         if (h->rdmax__last_use != h->rdmax__lru_stamp) {
-            rdmax__rc_lru_insert_sorted(rc, h); /* used again since it was queued */
+            rdmax__rcache_lru_insert_sorted(rc, h); /* used again since it was queued */
             continue;
         }
         rc->rdmax__stats.evictions++;
         if (rc->rdmax__desc.ops.notify) rc->rdmax__desc.ops.notify(rc->rdmax__desc.ops.arg, RDMAX_RCACHE_NOTIFY_EVICT, h);
-        rdmax__rc_drop(rc, h, 0);
+        rdmax__rcache_drop(rc, h, 0);
         return 1;
     }
     return 0;
 }
 
-static int rdmax__rc_over(const rdmax_rcache *rc, uint64_t more_regions, uint64_t more_bytes)
+static int rdmax__rcache_over(const rdmax_rcache *rc, uint64_t more_regions, uint64_t more_bytes)
 {
     return rc->rdmax__stats.regions + more_regions > rc->rdmax__desc.max_regions ||
            rc->rdmax__stats.bytes + more_bytes > rc->rdmax__desc.max_bytes;
 }
 
 /* evicts until `more` fits; returns 0 if it does, 1 if nothing evictable is left */
-static int rdmax__rc_make_room(rdmax_rcache *rc, uint64_t more_regions, uint64_t more_bytes)
+static int rdmax__rcache_make_room(rdmax_rcache *rc, uint64_t more_regions, uint64_t more_bytes)
 {
-    while (rdmax__rc_over(rc, more_regions, more_bytes))
-        if (!rdmax__rc_evict_one(rc)) return 1;
+    while (rdmax__rcache_over(rc, more_regions, more_bytes))
+        if (!rdmax__rcache_evict_one(rc)) return 1;
     return 0;
 }
 
-static void rdmax__rc_update_over(rdmax_rcache *rc)
+static void rdmax__rcache_update_over(rdmax_rcache *rc)
 {
-    if (rc->rdmax__over) rdmax__rc_make_room(rc, 0, 0);
-    rc->rdmax__over = (uint32_t)rdmax__rc_over(rc, 0, 0);
+    if (rc->rdmax__over) rdmax__rcache_make_room(rc, 0, 0);
+    rc->rdmax__over = (uint32_t)rdmax__rcache_over(rc, 0, 0);
 }
 
-static int rdmax__rc_invalidate_pages(rdmax_rcache *rc, uint64_t ps, uint64_t pe)
+static int rdmax__rcache_invalidate_pages(rdmax_rcache *rc, uint64_t ps, uint64_t pe)
 {
     int n = 0;
     rdmax_rcache_region *r;
-    if (pe > RDMAX__RC_PN_LIMIT) pe = RDMAX__RC_PN_LIMIT;
-    while (ps < pe && (r = rdmax__rc_tree_first(rc->rdmax__root, 0, 0, ps, pe)) != NULL) {
-        ps = rdmax__rc_epn(rc, r);
-        rdmax__rc_drop(rc, r, 1);
+    if (pe > RDMAX__RCACHE_PN_LIMIT) pe = RDMAX__RCACHE_PN_LIMIT;
+    while (ps < pe && (r = rdmax__rcache_tree_first(rc->rdmax__root, 0, 0, ps, pe)) != NULL) {
+        ps = rdmax__rcache_epn(rc, r);
+        rdmax__rcache_drop(rc, r, 1);
         n++;
     }
     return n;
 }
 
-static int rdmax__rc_invalidate_all(rdmax_rcache *rc)
+static int rdmax__rcache_invalidate_all(rdmax_rcache *rc)
 {
     int n = 0;
     rdmax_rcache_region *r = rc->rdmax__all_head, *next;
     for (; r; r = next) {
         next = r->rdmax__all_next;
-        if (r->rdmax__flags & RDMAX__RC_IN_LOOKUP) {
-            rdmax__rc_drop(rc, r, 1);
+        if (r->rdmax__flags & RDMAX__RCACHE_IN_LOOKUP) {
+            rdmax__rcache_drop(rc, r, 1);
             n++;
         }
     }
     return n;
 }
 
-static int rdmax__rc_invalidate_bytes(rdmax_rcache *rc, uint64_t s, uint64_t e)
+static int rdmax__rcache_invalidate_bytes(rdmax_rcache *rc, uint64_t s, uint64_t e)
 {
     unsigned sh = rc->rdmax__page_shift;
     uint64_t mask = (UINT64_C(1) << sh) - 1;
-    if (s == 0 && e == UINT64_MAX) return rdmax__rc_invalidate_all(rc);
+    if (s == 0 && e == UINT64_MAX) return rdmax__rcache_invalidate_all(rc);
     if (e <= s) return 0;
-    return rdmax__rc_invalidate_pages(rc, s >> sh, (e >> sh) + ((e & mask) != 0));
+    return rdmax__rcache_invalidate_pages(rc, s >> sh, (e >> sh) + ((e & mask) != 0));
 }
 
 /* Applies the events recorded since this cache's cursor (see "Automatic invalidation"). */
-static int rdmax__rc_drain_locked(rdmax_rcache *rc)
+static int rdmax__rcache_drain_locked(rdmax_rcache *rc)
 {
     const uint64_t size = RDMAX_RCACHE_EVENT_RING_SIZE;
-    uint64_t h = __atomic_load_n(&rdmax__rc_event_head, __ATOMIC_ACQUIRE);
+    uint64_t h = __atomic_load_n(&rdmax__rcache_event_head, __ATOMIC_ACQUIRE);
     uint64_t c = rc->rdmax__seen, resume = h;
     int n = 0;
     if (h == c) return 0;
@@ -3244,7 +3244,7 @@ static int rdmax__rc_drain_locked(rdmax_rcache *rc)
     }
     if (h - c > size) goto lost;
     for (; c < h; c++) {
-        rdmax__rc_event *ev = &rdmax__rc_events[c & (size - 1)];
+        rdmax__rcache_event *ev = &rdmax__rcache_events[c & (size - 1)];
         uint64_t v = __atomic_load_n(&ev->seq, __ATOMIC_ACQUIRE);
         if (v == c + 1) {
             uint64_t s = __atomic_load_n(&ev->start, __ATOMIC_RELAXED);
@@ -3252,10 +3252,10 @@ static int rdmax__rc_drain_locked(rdmax_rcache *rc)
             __atomic_thread_fence(__ATOMIC_ACQUIRE);
             if (__atomic_load_n(&ev->seq, __ATOMIC_RELAXED) != c + 1) goto lost; /* overwritten */
             rc->rdmax__stats.events += e > s;
-            n += rdmax__rc_invalidate_bytes(rc, s, e);
-        } else if ((v & ~(RDMAX__RC_EV_BUSY | RDMAX__RC_EV_MON)) > c + 1) {
+            n += rdmax__rcache_invalidate_bytes(rc, s, e);
+        } else if ((v & ~(RDMAX__RCACHE_EV_BUSY | RDMAX__RCACHE_EV_MON)) > c + 1) {
             goto lost; /* a writer lapped us */
-        } else if (v & RDMAX__RC_EV_MON) {
+        } else if (v & RDMAX__RCACHE_EV_MON) {
             /* the monitor is reading an event that may already have let an munmap return: wait
                (it takes no lock and does not block) */
             if (rdmax__mon.pid != (int)getpid()) goto lost; /* a forked child: no monitor here */
@@ -3271,20 +3271,20 @@ static int rdmax__rc_drain_locked(rdmax_rcache *rc)
 lost:
     rc->rdmax__stats.overflows++;
     rc->rdmax__seen = h;
-    return n + rdmax__rc_invalidate_all(rc);
+    return n + rdmax__rcache_invalidate_all(rc);
 }
 
-static void rdmax__rc_lock(rdmax_rcache *rc)
+static void rdmax__rcache_lock(rdmax_rcache *rc)
 {
     if (rc->rdmax__thread_safe) pthread_mutex_lock(&rc->rdmax__lock);
 }
 
-static void rdmax__rc_unlock(rdmax_rcache *rc)
+static void rdmax__rcache_unlock(rdmax_rcache *rc)
 {
     if (rc->rdmax__thread_safe) pthread_mutex_unlock(&rc->rdmax__lock);
 }
 
-static int rdmax__rc_reg(rdmax_rcache *rc, rdmax_rcache_region *r, uint64_t ps, uint64_t pe, unsigned access)
+static int rdmax__rcache_reg(rdmax_rcache *rc, rdmax_rcache_region *r, uint64_t ps, uint64_t pe, unsigned access)
 {
     unsigned sh = rc->rdmax__page_shift;
     int st;
@@ -3301,12 +3301,12 @@ static int rdmax__rc_reg(rdmax_rcache *rc, rdmax_rcache_region *r, uint64_t ps, 
     rc->rdmax__stats.reg_calls++;
     rc->rdmax__stats.regions++;
     rc->rdmax__stats.bytes += r->end - r->start;
-    rdmax__rc_all_link(rc, r);
+    rdmax__rcache_all_link(rc, r);
     return 0;
 }
 
 /* 1 if pages [ps, pe) may be cached: every change to them will reach this cache as an event. */
-static int rdmax__rc_hooks_cover(void)
+static int rdmax__rcache_hooks_cover(void)
 {
     return (rdmax_rcache_memhooks() & (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT)) ==
            (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT);
@@ -3315,7 +3315,7 @@ static int rdmax__rc_hooks_cover(void)
 /* 1 if pages [ps, pe) may be cached: every change to them will reach this cache as an event. In
    AUTO mode the range is registered with the monitor here, before the reg op, so that an unmap
    racing with the registration is seen too. */
-static int rdmax__rc_watched(rdmax_rcache *rc, uint64_t ps, uint64_t pe)
+static int rdmax__rcache_watched(rdmax_rcache *rc, uint64_t ps, uint64_t pe)
 {
     unsigned sh = rc->rdmax__page_shift;
     int w;
@@ -3324,42 +3324,42 @@ static int rdmax__rc_watched(rdmax_rcache *rc, uint64_t ps, uint64_t pe)
     case RDMAX_RCACHE_UNCACHED: return 0;
     default:
         w = rdmax__mon_watch((uintptr_t)(ps << sh), (uintptr_t)(pe << sh));
-        return w || rdmax__rc_hooks_cover();
+        return w || rdmax__rcache_hooks_cover();
     }
 }
 
-static int rdmax__rc_miss(rdmax_rcache *rc, uint64_t ps, uint64_t pe, unsigned access, rdmax_rcache_region **out)
+static int rdmax__rcache_miss(rdmax_rcache *rc, uint64_t ps, uint64_t pe, unsigned access, rdmax_rcache_region **out)
 {
     uint64_t ns = ps, ne = pe, cur = ps;
     unsigned a = access;
     rdmax_rcache_region *r, *released = NULL;
-    int st, cached = pe <= RDMAX__RC_PN_LIMIT && rdmax__rc_watched(rc, ps, pe);
+    int st, cached = pe <= RDMAX__RCACHE_PN_LIMIT && rdmax__rcache_watched(rc, ps, pe);
 
     rc->rdmax__stats.misses++;
     if (!cached) rc->rdmax__stats.uncached++;
     if (cached) {
         /* 1. every overlapping region: union of range and access */
-        while (cur < pe && (r = rdmax__rc_tree_first(rc->rdmax__root, 0, 0, cur, pe)) != NULL) {
-            cur = rdmax__rc_epn(rc, r);
-            if (rdmax__rc_spn(rc, r) < ns) ns = rdmax__rc_spn(rc, r);
+        while (cur < pe && (r = rdmax__rcache_tree_first(rc->rdmax__root, 0, 0, cur, pe)) != NULL) {
+            cur = rdmax__rcache_epn(rc, r);
+            if (rdmax__rcache_spn(rc, r) < ns) ns = rdmax__rcache_spn(rc, r);
             if (cur > ne) ne = cur;
             a |= r->access;
-            rdmax__rc_detach(rc, r);
+            rdmax__rcache_detach(rc, r);
             rc->rdmax__stats.merges++;
             r->rdmax__lru_next = released; /* reuse the link: r is off the LRU now */
             released = r;
         }
         /* 2. touching regions with exactly that access */
-        if (ns > 0 && (r = rdmax__rc_lookup(rc, ns - 1)) != NULL && r->access == a) {
-            ns = rdmax__rc_spn(rc, r);
-            rdmax__rc_detach(rc, r);
+        if (ns > 0 && (r = rdmax__rcache_lookup(rc, ns - 1)) != NULL && r->access == a) {
+            ns = rdmax__rcache_spn(rc, r);
+            rdmax__rcache_detach(rc, r);
             rc->rdmax__stats.merges++;
             r->rdmax__lru_next = released;
             released = r;
         }
-        if (ne < RDMAX__RC_PN_LIMIT && (r = rdmax__rc_lookup(rc, ne)) != NULL && r->access == a) {
-            ne = rdmax__rc_epn(rc, r);
-            rdmax__rc_detach(rc, r);
+        if (ne < RDMAX__RCACHE_PN_LIMIT && (r = rdmax__rcache_lookup(rc, ne)) != NULL && r->access == a) {
+            ne = rdmax__rcache_epn(rc, r);
+            rdmax__rcache_detach(rc, r);
             rc->rdmax__stats.merges++;
             r->rdmax__lru_next = released;
             released = r;
@@ -3369,49 +3369,49 @@ static int rdmax__rc_miss(rdmax_rcache *rc, uint64_t ps, uint64_t pe, unsigned a
             r = released;
             released = r->rdmax__lru_next;
             r->rdmax__lru_next = NULL;
-            if (r->refcount == 0) rdmax__rc_dereg_free(rc, r);
+            if (r->refcount == 0) rdmax__rcache_dereg_free(rc, r);
         }
     }
     /* 4. room for the new registration (soft: in-use regions are never evicted) */
-    if (rdmax__rc_make_room(rc, 1, (ne - ns) << rc->rdmax__page_shift)) rc->rdmax__stats.over_limit++;
+    if (rdmax__rcache_make_room(rc, 1, (ne - ns) << rc->rdmax__page_shift)) rc->rdmax__stats.over_limit++;
 
-    r = rdmax__rc_region_alloc(rc);
+    r = rdmax__rcache_region_alloc(rc);
     if (!r) {
-        rdmax__rc_update_over(rc);
+        rdmax__rcache_update_over(rc);
         return RDMAX_RCACHE_ERR_NOMEM;
     }
     /* 5. register: merged range, else the request alone, else after evicting everything unused */
-    st = rdmax__rc_reg(rc, r, ns, ne, a);
-    if (st != 0 && (ns != ps || ne != pe || a != access)) st = rdmax__rc_reg(rc, r, ps, pe, access);
+    st = rdmax__rcache_reg(rc, r, ns, ne, a);
+    if (st != 0 && (ns != ps || ne != pe || a != access)) st = rdmax__rcache_reg(rc, r, ps, pe, access);
     if (st != 0) {
         int evicted = 0;
-        while (rdmax__rc_evict_one(rc)) evicted++;
-        if (evicted) st = rdmax__rc_reg(rc, r, ps, pe, access);
+        while (rdmax__rcache_evict_one(rc)) evicted++;
+        if (evicted) st = rdmax__rcache_reg(rc, r, ps, pe, access);
     }
     if (st != 0) {
-        rdmax__rc_region_free(rc, r);
-        rdmax__rc_update_over(rc);
+        rdmax__rcache_region_free(rc, r);
+        rdmax__rcache_update_over(rc);
         return st;
     }
     r->refcount = 1;
     if (cached) {
         uintptr_t v = (uintptr_t)r | 1u;
-        int ist = rdmax__rc_tree_insert(rc->rdmax__root, 0, 0, rdmax__rc_spn(rc, r), rdmax__rc_epn(rc, r), v);
+        int ist = rdmax__rcache_tree_insert(rc->rdmax__root, 0, 0, rdmax__rcache_spn(rc, r), rdmax__rcache_epn(rc, r), v);
         if (ist != 0) {
             /* no memory for table nodes: hand the region out uncached */
-            rdmax__rc_tree_remove(rc->rdmax__root, 0, 0, rdmax__rc_spn(rc, r), rdmax__rc_epn(rc, r), v);
+            rdmax__rcache_tree_remove(rc->rdmax__root, 0, 0, rdmax__rcache_spn(rc, r), rdmax__rcache_epn(rc, r), v);
         } else {
-            r->rdmax__flags = RDMAX__RC_IN_LOOKUP;
+            r->rdmax__flags = RDMAX__RCACHE_IN_LOOKUP;
             rc->rdmax__stats.cached_regions++;
             rc->rdmax__stats.cached_bytes += r->end - r->start;
         }
     }
-    rc->rdmax__over = (uint32_t)rdmax__rc_over(rc, 0, 0);
+    rc->rdmax__over = (uint32_t)rdmax__rcache_over(rc, 0, 0);
     *out = r;
     return RDMAX_RCACHE_OK;
 }
 
-RDMAX_API int rdmax__rc_get_slow(rdmax_rcache *rc, const void *addr, size_t len, unsigned access,
+RDMAX_API int rdmax__rcache_get_slow(rdmax_rcache *rc, const void *addr, size_t len, unsigned access,
                                  rdmax_rcache_region **out)
 {
     uintptr_t a = (uintptr_t)addr;
@@ -3427,51 +3427,51 @@ RDMAX_API int rdmax__rc_get_slow(rdmax_rcache *rc, const void *addr, size_t len,
     ps = (uint64_t)a >> sh;
     pe = (((uint64_t)(a + len) - 1) >> sh) + 1;
 
-    rdmax__rc_lock(rc);
-    if (__atomic_load_n(&rdmax__rc_event_head, __ATOMIC_RELAXED) != rc->rdmax__seen) {
-        rdmax__rc_drain_locked(rc);
-        rdmax__rc_update_over(rc);
+    rdmax__rcache_lock(rc);
+    if (__atomic_load_n(&rdmax__rcache_event_head, __ATOMIC_RELAXED) != rc->rdmax__seen) {
+        rdmax__rcache_drain_locked(rc);
+        rdmax__rcache_update_over(rc);
     }
-    if (pe <= RDMAX__RC_PN_LIMIT) {
-        r = rdmax__rc_lookup(rc, ps);
+    if (pe <= RDMAX__RCACHE_PN_LIMIT) {
+        r = rdmax__rcache_lookup(rc, ps);
         if (r && len <= r->end - a && (r->access & access) == access) {
             r->refcount++;
             rc->rdmax__stats.hits++;
             *out = r;
-            rdmax__rc_unlock(rc);
+            rdmax__rcache_unlock(rc);
             return RDMAX_RCACHE_OK;
         }
     }
-    st = rdmax__rc_miss(rc, ps, pe, access, out);
-    rdmax__rc_unlock(rc);
+    st = rdmax__rcache_miss(rc, ps, pe, access, out);
+    rdmax__rcache_unlock(rc);
     return st;
 }
 
-RDMAX_API void rdmax__rc_put_slow(rdmax_rcache *rc, rdmax_rcache_region *r)
+RDMAX_API void rdmax__rcache_put_slow(rdmax_rcache *rc, rdmax_rcache_region *r)
 {
-    rdmax__rc_lock(rc);
+    rdmax__rcache_lock(rc);
     if (r->refcount == 0) { /* put without a reference: ignore rather than corrupt */
-        rdmax__rc_unlock(rc);
+        rdmax__rcache_unlock(rc);
         return;
     }
     if (--r->refcount == 0) {
-        if (r->rdmax__flags & RDMAX__RC_IN_LOOKUP) {
+        if (r->rdmax__flags & RDMAX__RCACHE_IN_LOOKUP) {
             r->rdmax__last_use = ++rc->rdmax__clock;
-            if (!(r->rdmax__flags & RDMAX__RC_IN_LRU))
-                rdmax__rc_lru_insert_after(rc, rc->rdmax__lru_tail, r);
+            if (!(r->rdmax__flags & RDMAX__RCACHE_IN_LRU))
+                rdmax__rcache_lru_insert_after(rc, rc->rdmax__lru_tail, r);
         } else {
-            rdmax__rc_dereg_free(rc, r); /* merged away, invalidated, or uncached */
+            rdmax__rcache_dereg_free(rc, r); /* merged away, invalidated, or uncached */
         }
-        rdmax__rc_update_over(rc);
+        rdmax__rcache_update_over(rc);
     }
-    rdmax__rc_unlock(rc);
+    rdmax__rcache_unlock(rc);
 }
 
-RDMAX_API void rdmax__rc_hold_slow(rdmax_rcache *rc, rdmax_rcache_region *r)
+RDMAX_API void rdmax__rcache_hold_slow(rdmax_rcache *rc, rdmax_rcache_region *r)
 {
-    rdmax__rc_lock(rc);
+    rdmax__rcache_lock(rc);
     r->refcount++;
-    rdmax__rc_unlock(rc);
+    rdmax__rcache_unlock(rc);
 }
 
 RDMAX_API int rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **out)
@@ -3494,28 +3494,28 @@ RDMAX_API int rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **
     rc->rdmax__desc.thread_safe = desc->thread_safe ? 1 : 0;
     rc->rdmax__page_shift = sh;
     rc->rdmax__mode = (uint32_t)desc->mode;
-    rc->rdmax__root = rdmax__rc_node_new(0);
+    rc->rdmax__root = rdmax__rcache_node_new(0);
     if (!rc->rdmax__root) {
         RDMAX_FREE(rc);
         return RDMAX_RCACHE_ERR_NOMEM;
     }
     if (rc->rdmax__desc.thread_safe) {
         if (pthread_mutex_init(&rc->rdmax__lock, NULL) != 0) {
-            rdmax__rc_node_free(rc->rdmax__root);
+            rdmax__rcache_node_free(rc->rdmax__root);
             RDMAX_FREE(rc);
             return RDMAX_RCACHE_ERR_NOMEM;
         }
         rc->rdmax__thread_safe = 1;
     }
-    rdmax__rc_apply_malloc_policy();
+    rdmax__rcache_apply_malloc_policy();
     if (rc->rdmax__mode == RDMAX_RCACHE_AUTO) {
         rdmax__mon_lock_take();
         rdmax__mon_start_locked(); /* if it cannot run, AUTO registers every get for itself */
         pthread_mutex_unlock(&rdmax__mon_lock);
     }
     /* count ourselves before reading the cursor: from here on every hook records */
-    __atomic_add_fetch(&rdmax__rc_live_caches, 1, __ATOMIC_SEQ_CST);
-    rc->rdmax__seen = __atomic_load_n(&rdmax__rc_event_head, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&rdmax__rcache_live_caches, 1, __ATOMIC_SEQ_CST);
+    rc->rdmax__seen = __atomic_load_n(&rdmax__rcache_event_head, __ATOMIC_SEQ_CST);
     *out = rc;
     return RDMAX_RCACHE_OK;
 }
@@ -3531,14 +3531,14 @@ RDMAX_API int rdmax_rcache_destroy(rdmax_rcache *rc)
         if (r->refcount) held++;
         rc->rdmax__desc.ops.dereg(rc->rdmax__desc.ops.arg, r);
     }
-    rdmax__rc_node_free_tree(rc->rdmax__root, 0);
+    rdmax__rcache_node_free_tree(rc->rdmax__root, 0);
     for (slab = rc->rdmax__slabs; slab;) {
         void *n = *(void **)slab;
         RDMAX_FREE(slab);
         slab = n;
     }
     if (rc->rdmax__thread_safe) pthread_mutex_destroy(&rc->rdmax__lock);
-    __atomic_sub_fetch(&rdmax__rc_live_caches, 1, __ATOMIC_SEQ_CST);
+    __atomic_sub_fetch(&rdmax__rcache_live_caches, 1, __ATOMIC_SEQ_CST);
     RDMAX_FREE(rc);
     return held;
 }
@@ -3549,10 +3549,10 @@ RDMAX_API int rdmax_rcache_invalidate(rdmax_rcache *rc, const void *addr, size_t
     int n;
     if (!rc || a + len < a) return RDMAX_RCACHE_ERR_INVAL;
     if (len == 0) return 0;
-    rdmax__rc_lock(rc);
-    n = rdmax__rc_invalidate_bytes(rc, a, a + len);
-    rdmax__rc_update_over(rc);
-    rdmax__rc_unlock(rc);
+    rdmax__rcache_lock(rc);
+    n = rdmax__rcache_invalidate_bytes(rc, a, a + len);
+    rdmax__rcache_update_over(rc);
+    rdmax__rcache_unlock(rc);
     return n;
 }
 
@@ -3560,18 +3560,18 @@ RDMAX_API int rdmax_rcache_drain(rdmax_rcache *rc)
 {
     int n;
     if (!rc) return RDMAX_RCACHE_ERR_INVAL;
-    rdmax__rc_lock(rc);
-    n = rdmax__rc_drain_locked(rc);
-    rdmax__rc_update_over(rc);
-    rdmax__rc_unlock(rc);
+    rdmax__rcache_lock(rc);
+    n = rdmax__rcache_drain_locked(rc);
+    rdmax__rcache_update_over(rc);
+    rdmax__rcache_unlock(rc);
     return n;
 }
 
 RDMAX_API void rdmax_rcache_query_stats(rdmax_rcache *rc, rdmax_rcache_stats *out)
 {
-    rdmax__rc_lock(rc);
+    rdmax__rcache_lock(rc);
     *out = rc->rdmax__stats;
-    rdmax__rc_unlock(rc);
+    rdmax__rcache_unlock(rc);
 }
 
 RDMAX_API rdmax_rcache_desc rdmax_rcache_query_desc(const rdmax_rcache *rc)
@@ -3591,24 +3591,24 @@ RDMAX_API const char *rdmax_rcache_status_str(int status)
 
 /* ---- consistency check for tests ---- */
 
-static int rdmax__rc_check_node(const rdmax_rcache *rc, const uintptr_t *node, unsigned level, uint64_t base,
+static int rdmax__rcache_check_node(const rdmax_rcache *rc, const uintptr_t *node, unsigned level, uint64_t base,
                                 uint64_t *pages)
 {
-    unsigned i, used = 0, sh = rdmax__rc_shift[level];
-    for (i = 0; i < rdmax__rc_fan[level]; i++) {
+    unsigned i, used = 0, sh = rdmax__rcache_shift[level];
+    for (i = 0; i < rdmax__rcache_fan[level]; i++) {
         uintptr_t e = node[i];
         uint64_t cs = base + ((uint64_t)i << sh), ce = cs + (UINT64_C(1) << sh);
         if (!e) continue;
         used++;
         if (e & 1u) {
             const rdmax_rcache_region *r = (const rdmax_rcache_region *)(e - 1u);
-            if (!(r->rdmax__flags & RDMAX__RC_IN_LOOKUP)) return -1;
-            if (cs < rdmax__rc_spn(rc, r) || ce > rdmax__rc_epn(rc, r)) return -2;
+            if (!(r->rdmax__flags & RDMAX__RCACHE_IN_LOOKUP)) return -1;
+            if (cs < rdmax__rcache_spn(rc, r) || ce > rdmax__rcache_epn(rc, r)) return -2;
             *pages += ce - cs;
         } else {
             int st;
             if (level == 3) return -3;
-            st = rdmax__rc_check_node(rc, (const uintptr_t *)e, level + 1, cs, pages);
+            st = rdmax__rcache_check_node(rc, (const uintptr_t *)e, level + 1, cs, pages);
             if (st) return st;
         }
     }
@@ -3617,54 +3617,54 @@ static int rdmax__rc_check_node(const rdmax_rcache *rc, const uintptr_t *node, u
     return 0;
 }
 
-RDMAX_API int rdmax__rc_validate(rdmax_rcache *rc)
+RDMAX_API int rdmax__rcache_validate(rdmax_rcache *rc)
 {
     uint64_t pages = 0, cached_pages = 0, n = 0, nb = 0, nc = 0, ncb = 0, prev_end = 0, cur = 0;
     const rdmax_rcache_region *r, *p;
     unsigned sh = rc->rdmax__page_shift;
     int st;
-    rdmax__rc_lock(rc);
-    st = rdmax__rc_check_node(rc, rc->rdmax__root, 0, 0, &pages);
+    rdmax__rcache_lock(rc);
+    st = rdmax__rcache_check_node(rc, rc->rdmax__root, 0, 0, &pages);
     if (st) goto out;
     for (r = rc->rdmax__all_head; r; r = r->rdmax__all_next) {
         n++;
         nb += r->end - r->start;
         if (r->start >= r->end || (r->start & ((1u << sh) - 1)) || (r->end & ((1u << sh) - 1))) { st = -6; goto out; }
-        if (r->rdmax__flags & RDMAX__RC_IN_LOOKUP) {
+        if (r->rdmax__flags & RDMAX__RCACHE_IN_LOOKUP) {
             nc++;
             ncb += r->end - r->start;
             cached_pages += (r->end - r->start) >> sh;
-            if (rdmax__rc_lookup(rc, rdmax__rc_spn(rc, r)) != r || rdmax__rc_lookup(rc, rdmax__rc_epn(rc, r) - 1) != r) { st = -7; goto out; }
-            if (r->refcount == 0 && !(r->rdmax__flags & RDMAX__RC_IN_LRU)) { st = -8; goto out; }
-            if (r->rdmax__flags & RDMAX__RC_INVALID) { st = -9; goto out; }
+            if (rdmax__rcache_lookup(rc, rdmax__rcache_spn(rc, r)) != r || rdmax__rcache_lookup(rc, rdmax__rcache_epn(rc, r) - 1) != r) { st = -7; goto out; }
+            if (r->refcount == 0 && !(r->rdmax__flags & RDMAX__RCACHE_IN_LRU)) { st = -8; goto out; }
+            if (r->rdmax__flags & RDMAX__RCACHE_INVALID) { st = -9; goto out; }
         } else {
             if (r->refcount == 0) { st = -10; goto out; } /* zombie without users must be gone */
-            if (r->rdmax__flags & RDMAX__RC_IN_LRU) { st = -11; goto out; }
+            if (r->rdmax__flags & RDMAX__RCACHE_IN_LRU) { st = -11; goto out; }
         }
     }
     if (n != rc->rdmax__stats.regions || nb != rc->rdmax__stats.bytes) { st = -12; goto out; }
     if (nc != rc->rdmax__stats.cached_regions || ncb != rc->rdmax__stats.cached_bytes) { st = -13; goto out; }
     if (pages != cached_pages) { st = -14; goto out; }
     /* regions in the table, in address order, never overlap */
-    while ((r = rdmax__rc_tree_first(rc->rdmax__root, 0, 0, cur, RDMAX__RC_PN_LIMIT)) != NULL) {
-        if (rdmax__rc_spn(rc, r) < prev_end) { st = -15; goto out; }
-        prev_end = cur = rdmax__rc_epn(rc, r);
+    while ((r = rdmax__rcache_tree_first(rc->rdmax__root, 0, 0, cur, RDMAX__RCACHE_PN_LIMIT)) != NULL) {
+        if (rdmax__rcache_spn(rc, r) < prev_end) { st = -15; goto out; }
+        prev_end = cur = rdmax__rcache_epn(rc, r);
     }
     /* the LRU is sorted by stamp, stamps never run ahead of last use */
     for (p = NULL, r = rc->rdmax__lru_head; r; p = r, r = r->rdmax__lru_next) {
-        if (!(r->rdmax__flags & RDMAX__RC_IN_LRU) || !(r->rdmax__flags & RDMAX__RC_IN_LOOKUP)) { st = -16; goto out; }
+        if (!(r->rdmax__flags & RDMAX__RCACHE_IN_LRU) || !(r->rdmax__flags & RDMAX__RCACHE_IN_LOOKUP)) { st = -16; goto out; }
         if (r->rdmax__lru_prev != p) { st = -17; goto out; }
         if (p && p->rdmax__lru_stamp > r->rdmax__lru_stamp) { st = -18; goto out; }
         if (r->rdmax__lru_stamp > r->rdmax__last_use) { st = -19; goto out; }
     }
     if (rc->rdmax__lru_tail != p) { st = -20; goto out; }
-    if (rc->rdmax__over != (uint32_t)rdmax__rc_over(rc, 0, 0)) { st = -21; goto out; }
+    if (rc->rdmax__over != (uint32_t)rdmax__rcache_over(rc, 0, 0)) { st = -21; goto out; }
 out:
-    rdmax__rc_unlock(rc);
+    rdmax__rcache_unlock(rc);
     return st;
 }
 
-#endif /* RDMAX__RC_IMPL_INCLUDED */
+#endif /* RDMAX__RCACHE_IMPL_INCLUDED */
 #endif /* RDMAX_IMPLEMENTATION */
 
 /* >>rc =============================================================================================== */

@@ -708,7 +708,7 @@ static int test_stress(void)
     rdmax_rcache_drain(rc);
     rdmax_rcache_query_stats(rc, &st);
     CHECK(N, stale == 0, "%ld stale registrations handed out", stale);
-    CHECK(N, rdmax__rc_validate(rc) == 0, "validate");
+    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
     CHECK(N, st.cached_regions == 0, "%lu regions still cached over unmapped buffers", (unsigned long)st.cached_regions);
     CHECK(N, rdmax_rcache_destroy(rc) == 0, "destroy");
     munmap(g_scratch, P);
@@ -763,7 +763,7 @@ int main(void)
     test_other_thread();
     test_overflow(rc);
     test_stress();
-    if (rdmax__rc_validate(rc) != 0) {
+    if (rdmax__rcache_validate(rc) != 0) {
         printf("FAIL final_validate\n");
         g_failed = 1;
     }

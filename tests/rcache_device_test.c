@@ -1033,8 +1033,8 @@ static void case_eviction(void)
               (long long)(sm.evictions - s0.evictions), (long long)(sm.dereg_calls - s0.dereg_calls), NPRE - NHOT);
         CHECK(sm.over_limit - s0.over_limit == NBUF - (NPRE - NHOT), "in flight: over_limit %+lld, expected %d",
               (long long)(sm.over_limit - s0.over_limit), NBUF - (NPRE - NHOT));
-        CHECK(rdmax__rc_validate(rdmax_ctx_rcache(r.cs)) == 0, "cache invariants broken in flight: %d",
-              rdmax__rc_validate(rdmax_ctx_rcache(r.cs)));
+        CHECK(rdmax__rcache_validate(rdmax_ctx_rcache(r.cs)) == 0, "cache invariants broken in flight: %d",
+              rdmax__rcache_validate(rdmax_ctx_rcache(r.cs)));
         int ok = 0;
         for (int i = 0; i < NPUT; i++) {
             if (wait_comp(&r, &comps[i]) == 0 && comps[i].status == RDMAX_OK)
@@ -1058,8 +1058,8 @@ static void case_eviction(void)
               "evictions %+lld dereg %+lld invalidations %+lld with %llu left: a deregistration that was not "
               "an eviction of an unused region",
               D(evictions), D(dereg_calls), D(invalidations), (unsigned long long)s1.regions);
-        CHECK(rdmax__rc_validate(rdmax_ctx_rcache(r.cs)) == 0, "cache invariants broken after: %d",
-              rdmax__rc_validate(rdmax_ctx_rcache(r.cs)));
+        CHECK(rdmax__rcache_validate(rdmax_ctx_rcache(r.cs)) == 0, "cache invariants broken after: %d",
+              rdmax__rcache_validate(rdmax_ctx_rcache(r.cs)));
         /* the most recently released buffer is still cached: a hit */
         s0 = stats(&r);
         CHECK_ST(put_raw(&r, base + (size_t)(NBUF - 1) * stride, len, 0), RDMAX_OK);
@@ -1655,8 +1655,8 @@ int main(int argc, char **argv)
         case_fork(&r);
         case_thread_arena(&r);
         tl_begin("final/cache invariants and error logs");
-        CHECK(rdmax__rc_validate(rdmax_ctx_rcache(r.cs)) == 0, "rdmax__rc_validate %d",
-              rdmax__rc_validate(rdmax_ctx_rcache(r.cs)));
+        CHECK(rdmax__rcache_validate(rdmax_ctx_rcache(r.cs)) == 0, "rdmax__rcache_validate %d",
+              rdmax__rcache_validate(rdmax_ctx_rcache(r.cs)));
         CHECK(rdmax_ep_error(r.a) == RDMAX_OK, "sender endpoint in error: %s", rdmax_status_str(rdmax_ep_error(r.a)));
         tl_end();
     }

@@ -625,9 +625,9 @@ static int test_random(uint64_t seed, long steps)
         }
         if ((step & 15) == 0 || step == steps - 1) {
             size_t k, j;
-            int v = rdmax__rc_validate(rc);
+            int v = rdmax__rcache_validate(rc);
             if (v) {
-                snprintf(why, sizeof why, "rdmax__rc_validate failed with %d", v);
+                snprintf(why, sizeof why, "rdmax__rcache_validate failed with %d", v);
                 goto fail;
             }
             /* the lookup-visible set is exactly the model's */
@@ -645,9 +645,9 @@ static int test_random(uint64_t seed, long steps)
                     snprintf(why, sizeof why, "lkey %zu live %d, model %d", k + 1, f.v[k].live, x->live);
                     goto fail;
                 }
-                if (x->live && (((r->rdmax__flags & RDMAX__RC_IN_LOOKUP) != 0) != vis || r->refcount != x->ref)) {
+                if (x->live && (((r->rdmax__flags & RDMAX__RCACHE_IN_LOOKUP) != 0) != vis || r->refcount != x->ref)) {
                     snprintf(why, sizeof why, "lkey %zu lookup %d ref %u, model %d ref %u", k + 1,
-                             (r->rdmax__flags & RDMAX__RC_IN_LOOKUP) != 0, r->refcount, vis, x->ref);
+                             (r->rdmax__flags & RDMAX__RCACHE_IN_LOOKUP) != 0, r->refcount, vis, x->ref);
                     goto fail;
                 }
             }
@@ -658,7 +658,7 @@ static int test_random(uint64_t seed, long steps)
         rdmax_rcache_put(rc, held[--nheld].r);
     }
     {
-        int v = rdmax__rc_validate(rc), held_at_destroy;
+        int v = rdmax__rcache_validate(rc), held_at_destroy;
         size_t k;
         if (v) {
             snprintf(why, sizeof why, "final validate %d", v);
@@ -744,7 +744,7 @@ static int test_hit(void)
                      d.thread_safe == 0,
               "defaults read back: %zu %zu", d.max_regions, d.max_bytes);
     }
-    CHECK(N, rdmax__rc_validate(rc) == 0, "validate");
+    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
     CHECK(N, rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
     printf("PASS %s\n", N);
@@ -783,7 +783,7 @@ static int test_merge(void)
     rdmax_rcache_put(rc, a);
     rdmax_rcache_put(rc, b);
     rdmax_rcache_put(rc, c);
-    CHECK(N, rdmax__rc_validate(rc) == 0, "validate");
+    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
     CHECK(N, rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
     printf("PASS %s\n", N);
@@ -814,7 +814,7 @@ static int test_touch(void)
     rdmax_rcache_put(rc, b);
     rdmax_rcache_put(rc, c);
     rdmax_rcache_put(rc, d);
-    CHECK(N, rdmax__rc_validate(rc) == 0, "validate");
+    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
     CHECK(N, rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
     printf("PASS %s\n", N);
@@ -847,7 +847,7 @@ static int test_lru(void)
     CHECK(N, rdmax_rcache_get(rc, PG(10), P, 1, &r[5]) == 0, "get F");
     CHECK(N, f.ndereg == 3 && f.log[2] == 1, "then A");
     rdmax_rcache_put(rc, r[5]);
-    CHECK(N, rdmax__rc_validate(rc) == 0, "validate");
+    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
     CHECK(N, rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
     printf("PASS %s\n", N);
@@ -879,7 +879,7 @@ static int test_inuse_never_evicted(void)
     CHECK(N, f.ndereg == 2 && f.log[1] == 1, "a (unused) evicted for d, c (in use) kept");
     rdmax_rcache_put(rc, c);
     rdmax_rcache_put(rc, d);
-    CHECK(N, rdmax__rc_validate(rc) == 0, "validate");
+    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
     CHECK(N, rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
     /* byte limit */
@@ -921,7 +921,7 @@ static int test_invalidate_inuse(void)
     CHECK(N, rdmax_rcache_invalidate(rc, PG(0), 100 * P) == 2 && f.ndereg == 3, "unused regions deregistered at once");
     rdmax_rcache_query_stats(rc, &st);
     CHECK(N, st.invalidations == 3 && st.regions == 0 && st.cached_regions == 0, "counters");
-    CHECK(N, rdmax__rc_validate(rc) == 0, "validate");
+    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
     CHECK(N, rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
     printf("PASS %s\n", N);
@@ -961,7 +961,7 @@ static int test_reg_fallback(void)
     CHECK(N, st.regions == 1 && st.cached_regions == 0, "uncached");
     rdmax_rcache_put(rc, a);
     CHECK(N, live_count(&f) == 0, "uncached region deregistered at put");
-    CHECK(N, rdmax__rc_validate(rc) == 0, "validate");
+    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
     CHECK(N, rdmax_rcache_destroy(rc) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
     printf("PASS %s\n", N);
@@ -979,13 +979,13 @@ static int test_large_and_destroy(void)
     rc = mk(&f, 0, 0, 0);
     /* 1 GiB + 3 pages, starting 5 pages below a 2^15-page boundary */
     CHECK(N, rdmax_rcache_get(rc, (void *)(base - 5 * P), ((size_t)1 << 30) + 3 * P, 1, &a) == 0, "big");
-    CHECK(N, rdmax__rc_validate(rc) == 0, "validate big");
+    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate big");
     CHECK(N, rdmax_rcache_get(rc, (void *)(base + ((size_t)512 << 20)), 100, 1, &b) == 0 && b == a, "hit in the middle");
     CHECK(N, rdmax_rcache_get(rc, (void *)(base + ((size_t)1 << 30) - 4 * P), 2 * P, 1, &c) == 0 && c == a, "hit at the end");
     rdmax_rcache_put(rc, b);
     rdmax_rcache_put(rc, c);
     CHECK(N, rdmax_rcache_invalidate(rc, (void *)(base + 12345 * P), 1) == 1, "invalidate in the middle");
-    CHECK(N, rdmax__rc_validate(rc) == 0, "validate after");
+    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate after");
     CHECK(N, rdmax_rcache_get(rc, (void *)(base + 12345 * P), P, 1, &b) == 0 && b != a, "new region");
     /* destroy with references still held: reported, and everything is deregistered */
     CHECK(N, rdmax_rcache_destroy(rc) == 2, "destroy reports two held regions");
@@ -1053,7 +1053,7 @@ static int test_thread_safe(void)
     }
     rdmax_rcache_query_stats(rc, &st);
     CHECK(N, bad == 0, "%d bad gets", bad);
-    CHECK(N, rdmax__rc_validate(rc) == 0, "validate");
+    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
     CHECK(N, st.regions == f.live && st.reg_calls == f.nreg && st.dereg_calls == f.ndereg, "counters vs fake");
     CHECK(N, st.regions <= 16, "limit honoured once everything is put: %lu", (unsigned long)st.regions);
     CHECK(N, rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
@@ -1104,7 +1104,7 @@ static int test_uncached(void)
     CHECK(N, f.live == 0 && st.uncached == 2 && st.misses == 2 && st.hits == 0 && st.cached_regions == 0,
           "after the puts: %d live, %lu uncached, %lu misses, %lu hits", (int)f.live, (unsigned long)st.uncached,
           (unsigned long)st.misses, (unsigned long)st.hits);
-    CHECK(N, rdmax__rc_validate(rc) == 0, "invariants");
+    CHECK(N, rdmax__rcache_validate(rc) == 0, "invariants");
     CHECK(N, !f.err[0], "%s", f.err);
     rdmax_rcache_destroy(rc);
     fake_free(&f);
