@@ -186,9 +186,9 @@
 
    ERROR HANDLING
    Functions that can fail return an rdmax_status (RDMAX_OK 0, RDMAX_INPROGRESS 1, RDMAX_BUSY 2, errors
-   negative; rdmax_status_str() gives each a sentence). Not yet: the registration cache's own functions
-   (rdmax_rcache_*) return 0 or -errno ints and counts. Counts and handles are returned as such
-   (rdmax_progress: completions handled).
+   negative; rdmax_status_str() gives each a sentence), the registration cache's too (see REGISTRATION
+   CACHE). Counts and handles are returned as such (rdmax_progress: completions handled); a count that
+   can fail (rdmax_rcache_invalidate, _drain) is >= 0, or a negative rdmax_status.
    Every message rdmax logs is a log item (RDMAX_LOG_ITEM_*, one X-macro list) with a text that names the
    device, port, endpoint and call; the logger gets both. Setup failures are logged once, at
    RDMAX_LOG_ERROR, through the logger (default: one line on stderr), and kept: rdmax_ctx_last_error(ctx)
@@ -307,6 +307,14 @@
          checks that the REMOVE event dropped the region. Older kernels could discard them.
    Not covered by either: another process changing memory this one maps shared (never cached by the
    monitor), an MR registered by the program itself (rdmax_mem_reg: the program owns it).
+   ERRORS (the cache on its own: rdmax_rcache_create, _get, _invalidate, _drain): rdmax_status values,
+   like the rest of rdmax. rdmax_rcache_get: RDMAX_ERR_INVALID_PARAM for a range that wraps or memory
+   the reg op could not pin (its -EFAULT/-EINVAL), RDMAX_ERR_NO_MEMORY (bookkeeping, or the reg op's
+   -ENOMEM), RDMAX_ERR_IO (any other reg op failure); a put, send or get of a raw buffer returns the
+   same. The cache has no logger: it keeps its sentence, with the errno's text, as the calling
+   thread's last error (rdmax_ctx_last_error(NULL), item RDMAX_LOG_ITEM_RCACHE_REG, _RCACHE_PARAM,
+   _RCACHE_CREATE or _NO_MEMORY). rdmax_rcache_invalidate and _drain return a count, or
+   RDMAX_ERR_INVALID_PARAM; rdmax_rcache_destroy the regions still referenced.
 
    LICENSE: see the end of this file.
 */
@@ -480,6 +488,7 @@ typedef enum rdmax_log_level {
     X(RCACHE_MONITOR, "the registration cache's memory monitor: which one, or none and what that costs")   \
     X(RCACHE_REG, "the registration cache could not register a buffer")                                  \
     X(RCACHE_BUSY, "cached registrations were still in use when the context was destroyed")              \
+    X(RCACHE_PARAM, "a registration cache call got an invalid argument (NULL, or a range that wraps)")   \
     X(MEM_REG, "ibv_reg_mr failed")                                                                        \
     X(MEM_ALLOC, "allocating registered memory on the NUMA node failed")                                  \
     X(AH_CREATE, "ibv_create_ah failed")                                                                   \
@@ -1443,10 +1452,6 @@ RDMAX_API int rdmax__poll_recv(rdmax_ctx *ctx);
 
 /* ---- rcache: the registration cache ------------------------------------------------------------- */
 
-#define RDMAX_RCACHE_OK 0
-#define RDMAX_RCACHE_ERR_INVAL (-EINVAL) /* NULL cache/desc/ops/out, or addr+len wraps */
-#define RDMAX_RCACHE_ERR_NOMEM (-ENOMEM) /* the cache's own bookkeeping could not be allocated */
-
 #define RDMAX_RCACHE_DEFAULT_MAX_REGIONS 65536u
 #define RDMAX_RCACHE_DEFAULT_MAX_BYTES SIZE_MAX /* unlimited: the device and RLIMIT_MEMLOCK decide */
 
@@ -1473,9 +1478,11 @@ typedef struct rdmax_rcache rdmax_rcache;
 
 /* The operations the cache calls to register and deregister memory.
    reg:   register [addr, addr+len) (page-aligned; r->start/end/access are already set) with
-          `access`; fill r->mr, r->lkey, r->rkey (and r->user if wanted). Return 0, or a negative
-          value (-errno) that the get hands back to its caller. Must cope with unmapped memory
-          by failing, not crashing.
+          `access`; fill r->mr, r->lkey, r->rkey (and r->user if wanted). Return 0, or -errno as
+          ibv_reg_mr sets it; the get turns it into a status (-EFAULT, -EINVAL:
+          RDMAX_ERR_INVALID_PARAM; -ENOMEM: RDMAX_ERR_NO_MEMORY; anything else: RDMAX_ERR_IO) and
+          keeps the errno's text in the last error. Must cope with unmapped memory by failing, not
+          crashing.
    dereg: deregister r. Called exactly once for every successful reg, never from a memory hook.
    Neither may call back into the same cache. */
 typedef struct rdmax_rcache_ops {
@@ -1593,10 +1600,11 @@ extern uint64_t rdmax__rcache_event_head;
 
 /* rdmax_rcache_create
    Parameters:   desc: options (ops.reg and ops.dereg required); out: receives the cache.
-   Return Value: RDMAX_RCACHE_OK, RDMAX_RCACHE_ERR_INVAL, RDMAX_RCACHE_ERR_NOMEM.
+   Return Value: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (NULL desc or out, no reg or dereg op, unknown
+                 mode); RDMAX_ERR_NO_MEMORY.
    Thread Safety: safe. Remarks: with RDMAX_MEMHOOKS and RDMAX_MALLOPT the malloc policy is in
    force from program start (see OPTIONAL DEFINES); without them nothing process-wide is changed. */
-RDMAX_API int rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **out);
+RDMAX_API rdmax_status rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **out);
 
 /* rdmax_rcache_destroy
    Deregisters every live registration (cached, zombie, and still-referenced ones) and frees
@@ -1608,12 +1616,14 @@ RDMAX_API int rdmax_rcache_destroy(rdmax_rcache *rc);
    Drops every cached region overlapping [addr, addr+len): it is never returned again; unused
    ones are deregistered now, in-use ones at their last put. Use it for memory changed where no
    monitor sees it (see the manual's table of routes).
-   Return Value: the number of regions dropped (>= 0), or RDMAX_RCACHE_ERR_INVAL. */
+   Return Value: a count: the number of regions dropped (>= 0), or RDMAX_ERR_INVALID_PARAM (rc NULL,
+   or a range that wraps). */
 RDMAX_API int rdmax_rcache_invalidate(rdmax_rcache *rc, const void *addr, size_t len);
 
 /* rdmax_rcache_drain
    Applies the memory events recorded by the hooks since the last drain (every get does this
-   first when there are any). Return Value: the number of regions dropped. */
+   first when there are any). Return Value: a count: the number of regions dropped (>= 0), or
+   RDMAX_ERR_INVALID_PARAM (rc NULL). */
 RDMAX_API int rdmax_rcache_drain(rdmax_rcache *rc);
 
 /* Counters and applied options, readable at any time (takes the lock in thread-safe mode). */
@@ -1635,13 +1645,10 @@ typedef struct rdmax_rcache_monitor_info {
 /* Thread Safety: safe. Opens the monitor's descriptors if no one has yet (not its thread). */
 RDMAX_API void rdmax_rcache_monitor_query(rdmax_rcache_monitor_info *out);
 
-/* A sentence for a status code returned by this module. */
-RDMAX_API const char *rdmax_rcache_status_str(int status);
-
 /* private: slow paths of the inline functions, and a consistency check for tests (returns 0
    when every invariant holds, else a negative number naming the check that failed) */
-RDMAX_API int rdmax__rcache_get_slow(rdmax_rcache *rc, const void *addr, size_t len, unsigned access,
-                                 rdmax_rcache_region **out);
+RDMAX_API rdmax_status rdmax__rcache_get_slow(rdmax_rcache *rc, const void *addr, size_t len, unsigned access,
+                                              rdmax_rcache_region **out);
 RDMAX_API void rdmax__rcache_put_slow(rdmax_rcache *rc, rdmax_rcache_region *r);
 RDMAX_API void rdmax__rcache_hold_slow(rdmax_rcache *rc, rdmax_rcache_region *r);
 RDMAX_API int rdmax__rcache_validate(rdmax_rcache *rc);
@@ -1672,12 +1679,14 @@ RDMAX_INLINE rdmax_rcache_region *rdmax__rcache_lookup(const rdmax_rcache *rc, u
    Parameters:   rc; addr, len: the buffer (len 0 counts as 1 byte); access: flags the
                  registration must include (opaque to the cache: IBV_ACCESS_* for verbs);
                  out: receives the region, with one reference for the caller.
-   Return Value: RDMAX_RCACHE_OK, RDMAX_RCACHE_ERR_INVAL, RDMAX_RCACHE_ERR_NOMEM, or the
-                 negative value returned by the reg op.
+   Return Value: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (rc or out NULL, a range that wraps, or the reg
+                 op's -EFAULT/-EINVAL: memory that is not mapped); RDMAX_ERR_NO_MEMORY (the
+                 cache's bookkeeping, or the reg op's -ENOMEM); RDMAX_ERR_IO (any other reg op
+                 failure). The text, with the errno, is the thread's last error.
    Thread Safety: see the manual. Remarks: never returns a region whose memory was invalidated.
    The hit path: no pending memory events, no lock, one lookup, a refcount increment. */
-RDMAX_INLINE int rdmax_rcache_get(rdmax_rcache *rc, const void *addr, size_t len, unsigned access,
-                                  rdmax_rcache_region **out)
+RDMAX_INLINE rdmax_status rdmax_rcache_get(rdmax_rcache *rc, const void *addr, size_t len, unsigned access,
+                                           rdmax_rcache_region **out)
 {
     uintptr_t a = (uintptr_t)addr;
     uint64_t pn = (uint64_t)a >> rc->rdmax__page_shift;
@@ -1689,7 +1698,7 @@ RDMAX_INLINE int rdmax_rcache_get(rdmax_rcache *rc, const void *addr, size_t len
             r->refcount++;
             rc->rdmax__stats.hits++;
             *out = r;
-            return RDMAX_RCACHE_OK;
+            return RDMAX_OK;
         }
     }
     return rdmax__rcache_get_slow(rc, addr, len, access, out);
@@ -2069,11 +2078,9 @@ RDMAX_INLINE rdmax_status rdmax__rcache_lkey(rdmax_ctx *ctx, const void *buf, si
             return st;
     }
     RDMAX__PROF_BEGIN(ctx, RCACHE_GET);
-    int rc = rdmax_rcache_get(ctx->rcache, buf, len ? len : 1, access, region);
+    rdmax_status st = rdmax_rcache_get(ctx->rcache, buf, len ? len : 1, access, region);
     RDMAX__PROF_END(ctx, RCACHE_GET);
-    if (rdmax_unlikely(rc != RDMAX_RCACHE_OK))
-        return rc == RDMAX_RCACHE_ERR_NOMEM ? RDMAX_ERR_NO_MEMORY : RDMAX_ERR_IO;
-    return RDMAX_OK;
+    return st;
 }
 
 /* The fast paths. A direct post of the common case (inline put or send without a comp, get and atomics

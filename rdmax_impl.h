@@ -787,13 +787,13 @@ rdmax_status rdmax__rcache_open(rdmax_ctx *ctx)
     rd.max_regions = ctx->desc.rcache_max_regions;
     rd.max_bytes = (size_t)ctx->desc.rcache_max_bytes;
     rd.mode = ctx->desc.rcache_mode;
-    int rc = rdmax_rcache_create(&rd, &ctx->rcache);
-    if (rc != RDMAX_RCACHE_OK) {
+    rdmax_status st = rdmax_rcache_create(&rd, &ctx->rcache);
+    if (st != RDMAX_OK) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_RCACHE_CREATE,
                    "device %s: creating the registration cache failed: %s", ctx->attr.name,
-                   rdmax_rcache_status_str(rc));
+                   rdmax__tls_error);
         ctx->rcache = NULL;
-        return rc == RDMAX_RCACHE_ERR_INVAL ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_NO_MEMORY;
+        return st;
     }
     rdmax_rcache_desc ad = rdmax_rcache_query_desc(ctx->rcache);
     ctx->desc.rcache_max_regions = (uint32_t)ad.max_regions;
@@ -3284,6 +3284,32 @@ static void rdmax__rcache_unlock(rdmax_rcache *rc)
     if (rc->rdmax__thread_safe) pthread_mutex_unlock(&rc->rdmax__lock);
 }
 
+/* The cache's errors are rdmax_status values. It has no logger (it may have no context): its sentence
+   goes to the calling thread's last error (rdmax_ctx_last_error(NULL)) only. Failure paths only. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static rdmax_status rdmax__rcache_fail(rdmax_status st, rdmax_log_item item, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(rdmax__tls_error, sizeof rdmax__tls_error, fmt, ap);
+    va_end(ap);
+    rdmax__tls_error_item = item;
+    return st;
+}
+
+/* The status for a reg op's -errno (ibv_reg_mr's errno): memory it cannot pin is the caller's error. */
+static rdmax_status rdmax__rcache_reg_status(int neg_errno)
+{
+    switch (-neg_errno) {
+    case EFAULT:
+    case EINVAL: return RDMAX_ERR_INVALID_PARAM;
+    case ENOMEM: return RDMAX_ERR_NO_MEMORY;
+    default: return RDMAX_ERR_IO;
+    }
+}
+
 static int rdmax__rcache_reg(rdmax_rcache *rc, rdmax_rcache_region *r, uint64_t ps, uint64_t pe, unsigned access)
 {
     unsigned sh = rc->rdmax__page_shift;
@@ -3328,7 +3354,8 @@ static int rdmax__rcache_watched(rdmax_rcache *rc, uint64_t ps, uint64_t pe)
     }
 }
 
-static int rdmax__rcache_miss(rdmax_rcache *rc, uint64_t ps, uint64_t pe, unsigned access, rdmax_rcache_region **out)
+static rdmax_status rdmax__rcache_miss(rdmax_rcache *rc, uint64_t ps, uint64_t pe, unsigned access,
+                                      rdmax_rcache_region **out)
 {
     uint64_t ns = ps, ne = pe, cur = ps;
     unsigned a = access;
@@ -3378,7 +3405,8 @@ static int rdmax__rcache_miss(rdmax_rcache *rc, uint64_t ps, uint64_t pe, unsign
     r = rdmax__rcache_region_alloc(rc);
     if (!r) {
         rdmax__rcache_update_over(rc);
-        return RDMAX_RCACHE_ERR_NOMEM;
+        return rdmax__rcache_fail(RDMAX_ERR_NO_MEMORY, RDMAX_LOG_ITEM_NO_MEMORY,
+                                  "rdmax_rcache_get: no memory for the cache's region bookkeeping");
     }
     /* 5. register: merged range, else the request alone, else after evicting everything unused */
     st = rdmax__rcache_reg(rc, r, ns, ne, a);
@@ -3391,7 +3419,10 @@ static int rdmax__rcache_miss(rdmax_rcache *rc, uint64_t ps, uint64_t pe, unsign
     if (st != 0) {
         rdmax__rcache_region_free(rc, r);
         rdmax__rcache_update_over(rc);
-        return st;
+        return rdmax__rcache_fail(rdmax__rcache_reg_status(st), RDMAX_LOG_ITEM_RCACHE_REG,
+                                  "rdmax_rcache_get: registering %#lx+%lu failed: %s",
+                                  (unsigned long)(ps << rc->rdmax__page_shift),
+                                  (unsigned long)((pe - ps) << rc->rdmax__page_shift), strerror(-st));
     }
     r->refcount = 1;
     if (cached) {
@@ -3408,22 +3439,26 @@ static int rdmax__rcache_miss(rdmax_rcache *rc, uint64_t ps, uint64_t pe, unsign
     }
     rc->rdmax__over = (uint32_t)rdmax__rcache_over(rc, 0, 0);
     *out = r;
-    return RDMAX_RCACHE_OK;
+    return RDMAX_OK;
 }
 
-RDMAX_API int rdmax__rcache_get_slow(rdmax_rcache *rc, const void *addr, size_t len, unsigned access,
-                                 rdmax_rcache_region **out)
+RDMAX_API rdmax_status rdmax__rcache_get_slow(rdmax_rcache *rc, const void *addr, size_t len, unsigned access,
+                                              rdmax_rcache_region **out)
 {
     uintptr_t a = (uintptr_t)addr;
     uint64_t ps, pe;
     unsigned sh;
     rdmax_rcache_region *r;
-    int st;
-    if (!rc || !out) return RDMAX_RCACHE_ERR_INVAL;
+    rdmax_status st;
+    if (!rc || !out)
+        return rdmax__rcache_fail(RDMAX_ERR_INVALID_PARAM, RDMAX_LOG_ITEM_RCACHE_PARAM,
+                                  "rdmax_rcache_get: %s is NULL", !rc ? "the cache" : "out");
     if (len == 0) len = 1;
     sh = rc->rdmax__page_shift;
     /* a range that wraps, or ends in the address space's last page (its region's end would wrap to 0) */
-    if (a + len < a || a + len - 1 > UINTPTR_MAX - ((uintptr_t)1 << sh)) return RDMAX_RCACHE_ERR_INVAL;
+    if (a + len < a || a + len - 1 > UINTPTR_MAX - ((uintptr_t)1 << sh))
+        return rdmax__rcache_fail(RDMAX_ERR_INVALID_PARAM, RDMAX_LOG_ITEM_RCACHE_PARAM,
+                                  "rdmax_rcache_get: %p+%zu wraps around the address space", addr, len);
     ps = (uint64_t)a >> sh;
     pe = (((uint64_t)(a + len) - 1) >> sh) + 1;
 
@@ -3439,7 +3474,7 @@ RDMAX_API int rdmax__rcache_get_slow(rdmax_rcache *rc, const void *addr, size_t 
             rc->rdmax__stats.hits++;
             *out = r;
             rdmax__rcache_unlock(rc);
-            return RDMAX_RCACHE_OK;
+            return RDMAX_OK;
         }
     }
     st = rdmax__rcache_miss(rc, ps, pe, access, out);
@@ -3474,19 +3509,28 @@ RDMAX_API void rdmax__rcache_hold_slow(rdmax_rcache *rc, rdmax_rcache_region *r)
     rdmax__rcache_unlock(rc);
 }
 
-RDMAX_API int rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **out)
+RDMAX_API rdmax_status rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **out)
 {
     rdmax_rcache *rc;
     long ps;
     unsigned sh = 0;
-    if (!desc || !out || !desc->ops.reg || !desc->ops.dereg) return RDMAX_RCACHE_ERR_INVAL;
+    if (!desc || !out || !desc->ops.reg || !desc->ops.dereg)
+        return rdmax__rcache_fail(RDMAX_ERR_INVALID_PARAM, RDMAX_LOG_ITEM_RCACHE_PARAM,
+                                  "rdmax_rcache_create: %s is NULL", !desc ? "desc" : !out ? "out"
+                                  : !desc->ops.reg ? "desc->ops.reg" : "desc->ops.dereg");
     if (desc->mode != RDMAX_RCACHE_AUTO && desc->mode != RDMAX_RCACHE_MANUAL && desc->mode != RDMAX_RCACHE_UNCACHED)
-        return RDMAX_RCACHE_ERR_INVAL;
+        return rdmax__rcache_fail(RDMAX_ERR_INVALID_PARAM, RDMAX_LOG_ITEM_RCACHE_PARAM,
+                                  "rdmax_rcache_create: unknown mode %d (RDMAX_RCACHE_AUTO, _MANUAL or _UNCACHED)",
+                                  desc->mode);
     ps = sysconf(_SC_PAGESIZE);
-    if (ps <= 0 || (ps & (ps - 1))) return RDMAX_RCACHE_ERR_INVAL;
+    if (ps <= 0 || (ps & (ps - 1)))
+        return rdmax__rcache_fail(RDMAX_ERR_IO, RDMAX_LOG_ITEM_RCACHE_CREATE,
+                                  "rdmax_rcache_create: the page size %ld is not a power of two", ps);
     while ((1L << sh) < ps) sh++;
     rc = (rdmax_rcache *)RDMAX_MALLOC(sizeof(*rc));
-    if (!rc) return RDMAX_RCACHE_ERR_NOMEM;
+    if (!rc)
+        return rdmax__rcache_fail(RDMAX_ERR_NO_MEMORY, RDMAX_LOG_ITEM_NO_MEMORY,
+                                  "rdmax_rcache_create: no memory for the cache");
     memset(rc, 0, sizeof(*rc));
     rc->rdmax__desc = *desc;
     if (!rc->rdmax__desc.max_regions) rc->rdmax__desc.max_regions = RDMAX_RCACHE_DEFAULT_MAX_REGIONS;
@@ -3497,13 +3541,15 @@ RDMAX_API int rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **
     rc->rdmax__root = rdmax__rcache_node_new(0);
     if (!rc->rdmax__root) {
         RDMAX_FREE(rc);
-        return RDMAX_RCACHE_ERR_NOMEM;
+        return rdmax__rcache_fail(RDMAX_ERR_NO_MEMORY, RDMAX_LOG_ITEM_NO_MEMORY,
+                                  "rdmax_rcache_create: no memory for the page table's root");
     }
     if (rc->rdmax__desc.thread_safe) {
         if (pthread_mutex_init(&rc->rdmax__lock, NULL) != 0) {
             rdmax__rcache_node_free(rc->rdmax__root);
             RDMAX_FREE(rc);
-            return RDMAX_RCACHE_ERR_NOMEM;
+            return rdmax__rcache_fail(RDMAX_ERR_NO_MEMORY, RDMAX_LOG_ITEM_NO_MEMORY,
+                                      "rdmax_rcache_create: pthread_mutex_init failed");
         }
         rc->rdmax__thread_safe = 1;
     }
@@ -3517,7 +3563,7 @@ RDMAX_API int rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **
     __atomic_add_fetch(&rdmax__rcache_live_caches, 1, __ATOMIC_SEQ_CST);
     rc->rdmax__seen = __atomic_load_n(&rdmax__rcache_event_head, __ATOMIC_SEQ_CST);
     *out = rc;
-    return RDMAX_RCACHE_OK;
+    return RDMAX_OK;
 }
 
 RDMAX_API int rdmax_rcache_destroy(rdmax_rcache *rc)
@@ -3547,7 +3593,9 @@ RDMAX_API int rdmax_rcache_invalidate(rdmax_rcache *rc, const void *addr, size_t
 {
     uintptr_t a = (uintptr_t)addr;
     int n;
-    if (!rc || a + len < a) return RDMAX_RCACHE_ERR_INVAL;
+    if (!rc || a + len < a)
+        return rdmax__rcache_fail(RDMAX_ERR_INVALID_PARAM, RDMAX_LOG_ITEM_RCACHE_PARAM,
+                                  "rdmax_rcache_invalidate: %s", !rc ? "the cache is NULL" : "the range wraps");
     if (len == 0) return 0;
     rdmax__rcache_lock(rc);
     n = rdmax__rcache_invalidate_bytes(rc, a, a + len);
@@ -3559,7 +3607,9 @@ RDMAX_API int rdmax_rcache_invalidate(rdmax_rcache *rc, const void *addr, size_t
 RDMAX_API int rdmax_rcache_drain(rdmax_rcache *rc)
 {
     int n;
-    if (!rc) return RDMAX_RCACHE_ERR_INVAL;
+    if (!rc)
+        return rdmax__rcache_fail(RDMAX_ERR_INVALID_PARAM, RDMAX_LOG_ITEM_RCACHE_PARAM,
+                                  "rdmax_rcache_drain: the cache is NULL");
     rdmax__rcache_lock(rc);
     n = rdmax__rcache_drain_locked(rc);
     rdmax__rcache_update_over(rc);
@@ -3577,16 +3627,6 @@ RDMAX_API void rdmax_rcache_query_stats(rdmax_rcache *rc, rdmax_rcache_stats *ou
 RDMAX_API rdmax_rcache_desc rdmax_rcache_query_desc(const rdmax_rcache *rc)
 {
     return rc->rdmax__desc;
-}
-
-RDMAX_API const char *rdmax_rcache_status_str(int status)
-{
-    switch (status) {
-    case RDMAX_RCACHE_OK: return "ok";
-    case RDMAX_RCACHE_ERR_INVAL: return "invalid argument (NULL pointer or address range that wraps)";
-    case RDMAX_RCACHE_ERR_NOMEM: return "out of memory for the registration cache's bookkeeping";
-    default: return status < 0 ? "the registration operation failed (see the errno value)" : "unknown status";
-    }
 }
 
 /* ---- consistency check for tests ---- */

@@ -89,7 +89,7 @@ static rdmax_rcache *rd_create_mode(int ts, int mode)
     d.max_regions = opt_regions * 2;
     d.thread_safe = ts;
     d.mode = mode;
-    if (rdmax_rcache_create(&d, &rc) != 0) {
+    if (rdmax_rcache_create(&d, &rc) != RDMAX_OK) {
         fprintf(stderr, "rdmax_rcache_create failed\n");
         exit(1);
     }
@@ -107,7 +107,7 @@ static double rd_hits(rdmax_rcache *rc, char *const *addrs, long ops)
     size_t k = 0;
     for (i = 0; i < ops; i++) {
         rdmax_rcache_region *r;
-        if (rdmax_unlikely(rdmax_rcache_get(rc, addrs[k], opt_size, 3, &r) != 0)) abort();
+        if (rdmax_unlikely(rdmax_rcache_get(rc, addrs[k], opt_size, 3, &r) != RDMAX_OK)) abort();
         s += r->lkey;
         rdmax_rcache_put(rc, r);
         if (++k == opt_regions) k = 0;
@@ -124,7 +124,7 @@ static double rd_misses_mode(char *const *addrs, int mode)
     size_t k;
     for (k = 0; k < opt_regions; k++) {
         rdmax_rcache_region *r;
-        if (rdmax_rcache_get(rc, addrs[k], opt_size, 3, &r) != 0) abort();
+        if (rdmax_rcache_get(rc, addrs[k], opt_size, 3, &r) != RDMAX_OK) abort();
         rdmax_rcache_put(rc, r);
     }
     t = (now_ns() - t0) / (double)opt_regions;
@@ -180,7 +180,7 @@ static double mon_miss_newmap(int mode)
     t0 = now_ns();
     for (int i = 0; i < MON_N; i++) {
         rdmax_rcache_region *r;
-        if (rdmax_rcache_get(rc, mon_maps[i], 8192, 3, &r) != 0) abort();
+        if (rdmax_rcache_get(rc, mon_maps[i], 8192, 3, &r) != RDMAX_OK) abort();
         rdmax_rcache_put(rc, r);
     }
     t = (now_ns() - t0) / MON_N;
@@ -204,7 +204,7 @@ static double mon_munmap(int cached)
     mon_map_all();
     for (int i = 0; i < MON_N && rc; i++) {
         rdmax_rcache_region *r;
-        if (rdmax_rcache_get(rc, mon_maps[i], 8192, 3, &r) != 0) abort();
+        if (rdmax_rcache_get(rc, mon_maps[i], 8192, 3, &r) != RDMAX_OK) abort();
         rdmax_rcache_put(rc, r);
     }
     for (int i = 0; i < MON_N; i++) {
@@ -376,7 +376,7 @@ static double dev_miss_inval(rdmax_rcache *rc, char *const *bufs, size_t n, size
     t0 = now_ns();
     for (k = 0; k < n; k++) {
         rdmax_rcache_region *r;
-        if (rdmax_rcache_get(rc, bufs[k], size, RDMAX_ACCESS_LOCAL, &r) != 0) abort();
+        if (rdmax_rcache_get(rc, bufs[k], size, RDMAX_ACCESS_LOCAL, &r) != RDMAX_OK) abort();
         sink += r->lkey;
         rdmax_rcache_put(rc, r);
         if (rdmax_rcache_invalidate(rc, bufs[k], size) != 1) abort();
@@ -398,7 +398,7 @@ static double dev_miss_evict(rdmax_rcache *rc, char *const *bufs, size_t n, size
     t0 = now_ns();
     for (k = 0; k < n; k++) {
         rdmax_rcache_region *r;
-        if (rdmax_rcache_get(rc, bufs[k], size, RDMAX_ACCESS_LOCAL, &r) != 0) abort();
+        if (rdmax_rcache_get(rc, bufs[k], size, RDMAX_ACCESS_LOCAL, &r) != RDMAX_OK) abort();
         sink += r->lkey;
         rdmax_rcache_put(rc, r);
     }

@@ -123,7 +123,7 @@ static rdmax_rcache *mk(int ts)
     d.ops.reg = fake_reg;
     d.ops.dereg = fake_dereg;
     d.thread_safe = ts;
-    if (rdmax_rcache_create(&d, &rc) != 0) {
+    if (rdmax_rcache_create(&d, &rc) != RDMAX_OK) {
         printf("FAIL setup: create\n");
         exit(1);
     }
@@ -133,7 +133,7 @@ static rdmax_rcache *mk(int ts)
 static rdmax_rcache_region *get(rdmax_rcache *rc, const void *p, size_t len)
 {
     rdmax_rcache_region *r = NULL;
-    if (rdmax_rcache_get(rc, p, len, 1, &r) != 0) {
+    if (rdmax_rcache_get(rc, p, len, 1, &r) != RDMAX_OK) {
         printf("FAIL get %p+%zu\n", p, len);
         exit(1);
     }

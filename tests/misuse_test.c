@@ -221,8 +221,8 @@ static int put_outside_mem(struct env *e)
     wait_comp(e->ctx, &e->c);
     return e->c.status;
 }
-/* Memory that cannot be registered, passed without an rdmax_mem: the registration fails, nothing is
-   posted. */
+/* Memory that cannot be registered, passed without an rdmax_mem: the registration fails (ibv_reg_mr's
+   EFAULT: RDMAX_ERR_INVALID_PARAM, the caller's buffer is bad), nothing is posted. */
 static int put_unmapped_nomem(struct env *e)
 {
     return rdmax_put(e->a, UNMAPPED, 65536, NULL, e->raddr, e->rkey, &e->c);
@@ -528,8 +528,8 @@ static const struct mcase cases[] = {
     C(put_peer_destroyed, RDMAX_ERR_ENDPOINT),
     C(get_after_error, RDMAX_ERR_ENDPOINT),
     C(put_outside_mem, RDMAX_ERR_LOCAL),
-    C(put_unmapped_nomem, RDMAX_ERR_IO),
-    C(get_unmapped_nomem, RDMAX_ERR_IO),
+    C(put_unmapped_nomem, RDMAX_ERR_INVALID_PARAM),
+    C(get_unmapped_nomem, RDMAX_ERR_INVALID_PARAM),
     C(accept_negative, RDMAX_ERR_INVALID_PARAM),
     C(accept_zero, RDMAX_ERR_TIMEOUT),
     C(connect_negative, RDMAX_ERR_INVALID_PARAM),

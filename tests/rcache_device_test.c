@@ -549,7 +549,7 @@ static void case_batch_fail(void)
     p = map_anon(NULL, len, 0);
     REQUIRE(p != NULL, "mmap");
     memset(p, 1, len);
-    REQUIRE(rdmax_rcache_get(rc, p, len, RDMAX_ACCESS_LOCAL, &mine) == RDMAX_RCACHE_OK, "rdmax_rcache_get");
+    REQUIRE(rdmax_rcache_get(rc, p, len, RDMAX_ACCESS_LOCAL, &mine) == RDMAX_OK, "rdmax_rcache_get");
     REQUIRE(mine->refcount == 1, "refcount %u", mine->refcount);
     {
         struct ibv_qp_attr qa;

@@ -98,7 +98,7 @@ static rdmax_rcache *mk(int mode, int ts)
     d.ops.dereg = fake_dereg;
     d.mode = mode;
     d.thread_safe = ts;
-    if (rdmax_rcache_create(&d, &rc) != 0) {
+    if (rdmax_rcache_create(&d, &rc) != RDMAX_OK) {
         printf("FAIL setup: rdmax_rcache_create\n");
         exit(1);
     }
@@ -110,7 +110,7 @@ static uint32_t cache(rdmax_rcache *rc, const void *p, size_t len)
 {
     rdmax_rcache_region *r = NULL;
     uint32_t k;
-    if (rdmax_rcache_get(rc, p, len, 1, &r) != 0)
+    if (rdmax_rcache_get(rc, p, len, 1, &r) != RDMAX_OK)
         return 0;
     k = r->lkey;
     rdmax_rcache_put(rc, r);

@@ -355,7 +355,7 @@ static long m_get(model *m, const fake *f, uint64_t ps, uint64_t pe, unsigned ac
     }
     if (!ok) {
         m_update_over(m);
-        return -EFAULT;
+        return RDMAX_ERR_INVALID_PARAM; /* the fake op's -EFAULT, as the cache reports it */
     }
     if (m->n == m->cap) {
         m->cap = m->cap ? m->cap * 2 : 1024;
@@ -736,8 +736,13 @@ static int test_hit(void)
     /* zero length counts as one byte; a wrapping range is refused */
     CHECK(N, rdmax_rcache_get(rc, PG(1), 0, 0, &r2) == 0 && r2 == r1, "len 0 hit");
     rdmax_rcache_put(rc, r2);
-    CHECK(N, rdmax_rcache_get(rc, (void *)(UINTPTR_MAX - 10), 100, 0, &r2) == RDMAX_RCACHE_ERR_INVAL, "wrap is EINVAL");
-    CHECK(N, strcmp(rdmax_rcache_status_str(RDMAX_RCACHE_ERR_INVAL), "ok") != 0, "status_str");
+    CHECK(N, rdmax_rcache_get(rc, (void *)(UINTPTR_MAX - 10), 100, 0, &r2) == RDMAX_ERR_INVALID_PARAM,
+          "wrap is RDMAX_ERR_INVALID_PARAM");
+    CHECK(N, rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_RCACHE_PARAM && rdmax_ctx_last_error(NULL)[0],
+          "the wrap is the thread's last error (item %d)", (int)rdmax_ctx_last_error_item(NULL));
+    CHECK(N, rdmax_rcache_invalidate(rc, (void *)(UINTPTR_MAX - 10), 100) == RDMAX_ERR_INVALID_PARAM,
+          "invalidate of a wrapping range is RDMAX_ERR_INVALID_PARAM");
+    CHECK(N, rdmax_rcache_drain(NULL) == RDMAX_ERR_INVALID_PARAM, "drain(NULL) is RDMAX_ERR_INVALID_PARAM");
     {
         rdmax_rcache_desc d = rdmax_rcache_query_desc(rc);
         CHECK(N, d.max_regions == RDMAX_RCACHE_DEFAULT_MAX_REGIONS && d.max_bytes == RDMAX_RCACHE_DEFAULT_MAX_BYTES &&
@@ -951,7 +956,9 @@ static int test_reg_fallback(void)
     rdmax_rcache_put(rc, b);
     /* a request over the hole (access 2: b does not merge) fails with the op's status, after
        evicting the unused b and trying once more */
-    CHECK(N, rdmax_rcache_get(rc, PG(1), P, 2, &a) == -EFAULT, "hole: -EFAULT");
+    CHECK(N, rdmax_rcache_get(rc, PG(1), P, 2, &a) == RDMAX_ERR_INVALID_PARAM, "hole: the op's -EFAULT is RDMAX_ERR_INVALID_PARAM");
+    CHECK(N, rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_RCACHE_REG && strstr(rdmax_ctx_last_error(NULL), strerror(EFAULT)),
+          "the errno is kept in the last error: %s", rdmax_ctx_last_error(NULL));
     rdmax_rcache_query_stats(rc, &st);
     CHECK(N, st.evictions == 1 && st.reg_failures == 3 && st.regions == 0, "evicted for the retry: evictions %lu failures %lu",
           (unsigned long)st.evictions, (unsigned long)st.reg_failures);
@@ -1068,12 +1075,14 @@ static int test_bad_args(void)
     rdmax_rcache_desc d;
     rdmax_rcache *rc = NULL;
     memset(&d, 0, sizeof d);
-    CHECK(N, rdmax_rcache_create(&d, &rc) == RDMAX_RCACHE_ERR_INVAL && rc == NULL, "create without ops");
-    CHECK(N, rdmax_rcache_create(NULL, &rc) == RDMAX_RCACHE_ERR_INVAL, "create without desc");
+    CHECK(N, rdmax_rcache_create(&d, &rc) == RDMAX_ERR_INVALID_PARAM && rc == NULL, "create without ops");
+    CHECK(N, rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_RCACHE_PARAM, "the last error is item RCACHE_PARAM (%d)",
+          (int)rdmax_ctx_last_error_item(NULL));
+    CHECK(N, rdmax_rcache_create(NULL, &rc) == RDMAX_ERR_INVALID_PARAM, "create without desc");
     d.ops.reg = fake_reg;
     d.ops.dereg = fake_dereg;
     d.mode = 3;
-    CHECK(N, rdmax_rcache_create(&d, &rc) == RDMAX_RCACHE_ERR_INVAL && rc == NULL, "create with mode 3");
+    CHECK(N, rdmax_rcache_create(&d, &rc) == RDMAX_ERR_INVALID_PARAM && rc == NULL, "create with mode 3");
     printf("PASS %s\n", N);
     return 0;
 }

@@ -143,19 +143,20 @@ static void do_get(fz_in *in, rdmax_rcache *rc)
             len = F.win[w] + (uintptr_t)(pg + np) * F.P - a;
     }
     rdmax_rcache_region *r = NULL;
-    int st = rdmax_rcache_get(rc, (void *)a, len, acc, &r);
+    rdmax_status st = rdmax_rcache_get(rc, (void *)a, len, acc, &r);
     size_t l1 = len ? len : 1;
     if (a + l1 < a || a + l1 - 1 >= UINTPTR_MAX - F.P + 1) {
         /* wraps, or its page-rounded end would */
-        FZ_CHECK(st == RDMAX_RCACHE_ERR_INVAL, "get of a wrapping range %#lx+%zu: %d", (unsigned long)a, len, st);
+        FZ_CHECK(st == RDMAX_ERR_INVALID_PARAM, "get of a wrapping range %#lx+%zu: %d", (unsigned long)a, len, st);
         return;
     }
     uintptr_t ps = a / F.P * F.P, pe = (a + l1 + F.P - 1) / F.P * F.P;
     if (st != 0) {
-        FZ_CHECK(st == -EFAULT || st == RDMAX_RCACHE_ERR_NOMEM || (wild && st == RDMAX_RCACHE_ERR_INVAL),
+        /* the op's -EFAULT is RDMAX_ERR_INVALID_PARAM */
+        FZ_CHECK(st == RDMAX_ERR_INVALID_PARAM || st == RDMAX_ERR_NO_MEMORY,
                  "get %#lx+%zu: status %d is nothing the register operation said", (unsigned long)a, len, st);
         if (!wild)
-            FZ_CHECK(st != -EFAULT || has_hole(ps, pe), "get %#lx+%zu failed (%d) although its own pages have no "
+            FZ_CHECK(st != RDMAX_ERR_INVALID_PARAM || has_hole(ps, pe), "get %#lx+%zu failed (%d) although its own pages have no "
                      "hole", (unsigned long)a, len, st);
         return;
     }
@@ -239,7 +240,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (fz_below(&in, 2)) {
                 FZ_CHECK(rdmax_rcache_drain(rc) >= 0, "drain failed");
             } else {
-                FZ_CHECK(rdmax_rcache_invalidate(rc, (void *)(UINTPTR_MAX - 10), 100) == RDMAX_RCACHE_ERR_INVAL,
+                FZ_CHECK(rdmax_rcache_invalidate(rc, (void *)(UINTPTR_MAX - 10), 100) == RDMAX_ERR_INVALID_PARAM,
                          "invalidate of a wrapping range not refused");
             }
         }
