@@ -22,8 +22,8 @@ TESTS := $(B)/failure_test $(B)/oob_test $(B)/cm_test $(B)/datapath_test $(B)/ud
          $(B)/rcache_device_test $(B)/rcache_device_hooks_test $(B)/rcache_device_static_test \
          $(B)/profile_test $(B)/profile_points_test $(B)/misuse_test \
          $(B)/misuse_rcud_test $(B)/twohost_test $(B)/netem_test $(B)/kill_test $(B)/srq_test $(B)/scale_test
-# The benchmark's raw-verbs floor (no rdmax in it) and instruction counter (bench/run.sh builds its own
-# copies too).
+# The benchmark's raw-verbs floor (no rdmax in it) and instruction counter (bench-progs builds the
+# copies bench/run.sh measures).
 BENCH_TOOLS := $(B)/floor $(B)/instr
 FUZZ_TARGETS := conn recv arbiter rcache
 # Host tests of pure parts (wire format over TCP, arbiter, rcache bookkeeping, the fuzz corpora) run under
@@ -119,11 +119,13 @@ $(B)/fuzz:
 $(B)/fuzz/%: tests/fuzz/%_fuzz.c tests/fuzz/fuzz.h $(HDRS) | $(B)/fuzz
 	$(FUZZ_CC) $(FUZZ_SAN) $(REQ_CFLAGS) -o $@ $< $(LIBS)
 
-# Benchmark programs (bench/run.sh runs them from build-bench/): the examples as measured, the same with
-# the profile points compiled in, the arbiter benchmark, and the rcache one (needs libucx-dev: -lucs).
+# Benchmark programs (bench/run.sh builds them with `make bench-progs` and runs them from build-bench/):
+# the examples as measured, the same with the profile points compiled in, the raw-verbs floor, the
+# instruction counter, the arbiter benchmark (beside UCX's ucs_arbiter when libucs links: then
+# $(BB)/arbiter_bench.ucs exists), and, built by bench/run.sh only if libucx-dev is there, the rcache one.
 BB := build-bench
 bench-progs: $(BB)/rdmax_bw $(BB)/rdmax_pageserver $(BB)/rdmax_pingpong_rc $(BB)/rdmax_pingpong_rc_prof \
-             $(BB)/rdmax_bw_prof $(BB)/arbiter_bench
+             $(BB)/rdmax_bw_prof $(BB)/arbiter_bench $(BB)/instr $(BB)/floor
 $(BB):
 	mkdir -p $(BB)
 $(BB)/rdmax_%: examples/rdmax_%.c $(HDRS) | $(BB)
@@ -134,9 +136,17 @@ $(BB)/rdmax_pingpong_rc_prof: examples/rdmax_pingpong.c $(HDRS) | $(BB)
 	$(CC) -O2 -g $(REQ_CFLAGS) -DRDMAX_PROFILE -o $@ $< $(LIBS)
 $(BB)/rdmax_bw_prof: examples/rdmax_bw.c $(HDRS) | $(BB)
 	$(CC) -O2 -g $(REQ_CFLAGS) -DRDMAX_PROFILE -o $@ $< $(LIBS)
-$(BB)/arbiter_bench $(B)/arbiter_bench: bench/arbiter_bench.c $(HDRS)
-	@mkdir -p $(dir $@)
+$(BB)/instr: bench/instr.c $(HDRS) | $(BB)
+	$(CC) -O2 -g $(REQ_CFLAGS) -o $@ $< $(LIBS)
+$(BB)/floor: bench/floor.c | $(BB)
+	$(CC) -O2 -g -std=c11 -pedantic $(WARN) -o $@ $< -libverbs -lm
+$(B)/arbiter_bench: bench/arbiter_bench.c $(HDRS) | $(B)
 	$(CC) -O2 -DNDEBUG $(REQ_CFLAGS) -o $@ $< $(LIBS)
+# With UCX's ucs_arbiter when libucs links (its declarations are not -pedantic clean), else rdmax's alone.
+$(BB)/arbiter_bench: bench/arbiter_bench.c $(HDRS) | $(BB)
+	@rm -f $@.ucs
+	$(CC) -O2 -DNDEBUG -std=c11 -I. -DRDMAX_BENCH_UCS -o $@ $< $(LIBS) -lucs && touch $@.ucs || \
+	    $(CC) -O2 -DNDEBUG $(REQ_CFLAGS) -o $@ $< $(LIBS)
 $(BB)/rcache_bench: bench/rcache_bench.c $(HDRS) | $(BB)
 	$(CC) -O2 -g $(REQ_CFLAGS) -o $@ $< -lucs $(LIBS)
 

@@ -5,9 +5,9 @@
 #   bench/run.sh                 (from anywhere; works in the repository root)
 #
 # Steps:
-#   1. builds what it measures into build-bench/ with the project's flags: rdmax_bw, rdmax_pageserver,
-#      a copy of rdmax_pingpong_rc (so a stale build/ never gets measured), floor, arbiter_bench,
-#      rcache_bench
+#   1. builds what it measures into build-bench/ through the Makefile (`make bench-progs`: rdmax_bw,
+#      rdmax_pageserver, a copy of rdmax_pingpong_rc so a stale build/ never gets measured, the _prof
+#      copies, instr, floor, arbiter_bench; then rcache_bench when libucx-dev is there)
 #   2. host cases (no device needed): bench/arbiter_bench.c and bench/rcache_bench.c
 #   3. boots the soft-RoCE VM once (tests/vm/run) and runs bench/guest.sh there: per round, every
 #      device case runs rdmax, the raw-verbs floor (bench/floor.c), then the reference tools (three
@@ -34,29 +34,15 @@ mkdir -p "$B" "$RES"
 rm -rf "$RAW"
 mkdir -p "$RAW"
 printf '*\n!.gitignore\n' >"$RAW/.gitignore"
-say "building into $B/"
-for x in rdmax_bw rdmax_pageserver; do
-	$CC -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -I. -o $B/$x examples/$x.c $LIBS || die "build of examples/$x.c failed"
-done
-$CC -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -I. -o $B/rdmax_pingpong_rc examples/rdmax_pingpong.c $LIBS ||
-	die "build of examples/rdmax_pingpong.c failed"
-# profiling: the same examples with the profile points compiled in (-DRDMAX_PROFILE)
-$CC -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -I. -DRDMAX_PROFILE -o $B/rdmax_pingpong_rc_prof examples/rdmax_pingpong.c $LIBS ||
-	die "build of examples/rdmax_pingpong.c with RDMAX_PROFILE failed"
-$CC -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -I. -DRDMAX_PROFILE -o $B/rdmax_bw_prof examples/rdmax_bw.c $LIBS ||
-	die "build of examples/rdmax_bw.c with RDMAX_PROFILE failed"
-$CC -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -I. -o $B/instr bench/instr.c $LIBS ||
-	die "build of bench/instr.c failed"
-$CC -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -o $B/floor bench/floor.c -libverbs -lm ||
-	die "build of bench/floor.c failed"
+say "building into $B/ (make bench-progs; log: $RAW/build.log)"
+make --no-print-directory -C . CC="$CC" BB="$B" bench-progs >>"$RAW/build.log" 2>&1 ||
+	die "make bench-progs failed (see $RAW/build.log)"
 # the arbiter beside UCX's ucs_arbiter (libucs, Debian's libucx-dev); without libucs rdmax's cases alone
 ucs_arb=ucs_arbiter
-$CC -O2 -DNDEBUG -std=c11 -I. -DRDMAX_BENCH_UCS bench/arbiter_bench.c -o $B/arbiter_bench -libverbs -lrdmacm -lnuma -lucs || {
+if [ ! -e "$B/arbiter_bench.ucs" ]; then
 	ucs_arb="ucs_arbiter (not installed: libucx-dev)"
-	say "arbiter_bench does not build with libucs (libucx-dev missing?): its ucs_arbiter rows say not installed"
-	$CC -O2 -DNDEBUG -std=c11 -I. bench/arbiter_bench.c -o $B/arbiter_bench -libverbs -lrdmacm -lnuma ||
-		die "build of bench/arbiter_bench.c failed"
-}
+	say "arbiter_bench was built without libucs (libucx-dev missing?): its ucs_arbiter rows say not installed"
+fi
 have_rcache=1
 make --no-print-directory -C . CC="$CC" $B/rcache_bench >>"$RAW/build.log" 2>&1 || {
 	say "rcache_bench does not build (libucx-dev missing?): its rows stay empty"
