@@ -40,7 +40,9 @@
        RDMAX_IMPLEMENTATION      compile the implementation (exactly one unit)
        RDMAX_MALLOC(sz) / RDMAX_FREE(p)
                                  allocator for rdmax's own small structs; define both or neither.
-                                 A runtime allocator in rdmax_ctx_desc.allocator takes precedence.
+                                 A runtime allocator in rdmax_ctx_desc.allocator takes precedence,
+                                 for every part (the context's registration cache too; a cache of
+                                 your own: rdmax_rcache_desc.allocator)
        RDMAX_ASSERT(c)           debug checks on the fast paths (default: assert() when !NDEBUG)
        RDMAX_BATCH_MAX           most work requests chained into one post (default 32)
        RDMAX_MAX_SGE             most scatter/gather entries rdmax puts in one request (default 8)
@@ -1507,6 +1509,9 @@ typedef struct rdmax_rcache_desc {
     size_t max_bytes;     /* registered bytes; default RDMAX_RCACHE_DEFAULT_MAX_BYTES */
     int thread_safe;      /* 0: caller serialises, no lock; 1: every call takes a mutex */
     int mode;             /* RDMAX_RCACHE_AUTO (0), _MANUAL or _UNCACHED */
+    rdmax_allocator allocator; /* the cache's own memory (struct, page table, region slabs); alloc and
+                                  free both or neither; zero: RDMAX_MALLOC/RDMAX_FREE. A context's cache
+                                  gets rdmax_ctx_desc.allocator. */
 } rdmax_rcache_desc;
 
 /* Counters, a snapshot from rdmax_rcache_query_stats(). */
@@ -1601,7 +1606,7 @@ extern uint64_t rdmax__rcache_event_head;
 /* rdmax_rcache_create
    Parameters:   desc: options (ops.reg and ops.dereg required); out: receives the cache.
    Return Value: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (NULL desc or out, no reg or dereg op, unknown
-                 mode); RDMAX_ERR_NO_MEMORY.
+                 mode, half an allocator); RDMAX_ERR_NO_MEMORY.
    Thread Safety: safe. Remarks: with RDMAX_MEMHOOKS and RDMAX_MALLOPT the malloc policy is in
    force from program start (see OPTIONAL DEFINES); without them nothing process-wide is changed. */
 RDMAX_API rdmax_status rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **out);

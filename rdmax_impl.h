@@ -787,6 +787,7 @@ rdmax_status rdmax__rcache_open(rdmax_ctx *ctx)
     rd.max_regions = ctx->desc.rcache_max_regions;
     rd.max_bytes = (size_t)ctx->desc.rcache_max_bytes;
     rd.mode = ctx->desc.rcache_mode;
+    rd.allocator = ctx->desc.allocator;
     rdmax_status st = rdmax_rcache_create(&rd, &ctx->rcache);
     if (st != RDMAX_OK) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_RCACHE_CREATE,
@@ -2914,36 +2915,51 @@ RDMAX_API unsigned rdmax_rcache_memhooks(void)
 static const unsigned rdmax__rcache_shift[4] = {RDMAX__RCACHE_SHIFT0, RDMAX__RCACHE_SHIFT1, RDMAX__RCACHE_SHIFT2, 0};
 static const unsigned rdmax__rcache_fan[4] = {RDMAX__RCACHE_FAN0, RDMAX__RCACHE_FAN1, RDMAX__RCACHE_FAN2, RDMAX__RCACHE_FAN3};
 
-static uintptr_t *rdmax__rcache_node_new(unsigned level)
+/* The cache's own memory comes from its desc's allocator (a context's cache: the context's). The
+   monitor's memo of watched extents is the process's, not a cache's: RDMAX_MALLOC. */
+static void *rdmax__rcache_malloc(const rdmax_rcache_desc *d, size_t n)
+{
+    return d->allocator.alloc ? d->allocator.alloc(n, d->allocator.user) : RDMAX_MALLOC(n);
+}
+
+static void rdmax__rcache_free(const rdmax_rcache_desc *d, void *p)
+{
+    if (d->allocator.free)
+        d->allocator.free(p, d->allocator.user);
+    else
+        RDMAX_FREE(p);
+}
+
+static uintptr_t *rdmax__rcache_node_new(const rdmax_rcache_desc *d, unsigned level)
 {
     size_t n = (size_t)rdmax__rcache_fan[level] + 1;
-    uintptr_t *p = (uintptr_t *)RDMAX_MALLOC(n * sizeof(uintptr_t));
+    uintptr_t *p = (uintptr_t *)rdmax__rcache_malloc(d, n * sizeof(uintptr_t));
     if (!p) return NULL;
     memset(p, 0, n * sizeof(uintptr_t));
     return p + 1; /* p[0], i.e. node[-1], counts used entries */
 }
 
-static void rdmax__rcache_node_free(uintptr_t *node)
+static void rdmax__rcache_node_free(const rdmax_rcache_desc *d, uintptr_t *node)
 {
-    RDMAX_FREE(node - 1);
+    rdmax__rcache_free(d, node - 1);
 }
 
-static void rdmax__rcache_node_free_tree(uintptr_t *node, unsigned level)
+static void rdmax__rcache_node_free_tree(const rdmax_rcache_desc *d, uintptr_t *node, unsigned level)
 {
     unsigned i;
     if (level < 3) {
         for (i = 0; i < rdmax__rcache_fan[level]; i++) {
             uintptr_t e = node[i];
-            if (e && !(e & 1u)) rdmax__rcache_node_free_tree((uintptr_t *)e, level + 1);
+            if (e && !(e & 1u)) rdmax__rcache_node_free_tree(d, (uintptr_t *)e, level + 1);
         }
     }
-    rdmax__rcache_node_free(node);
+    rdmax__rcache_node_free(d, node);
 }
 
 /* Inserts val for page numbers [ps, pe) into the subtree at `node` (covering pages from base).
    On failure (ENOMEM) the caller removes val again. */
-static int rdmax__rcache_tree_insert(uintptr_t *node, unsigned level, uint64_t base, uint64_t ps, uint64_t pe,
-                                 uintptr_t val)
+static int rdmax__rcache_tree_insert(const rdmax_rcache_desc *d, uintptr_t *node, unsigned level, uint64_t base,
+                                     uint64_t ps, uint64_t pe, uintptr_t val)
 {
     unsigned sh = rdmax__rcache_shift[level];
     uint64_t span = UINT64_C(1) << sh, node_end = base + (uint64_t)rdmax__rcache_fan[level] * span;
@@ -2959,14 +2975,14 @@ static int rdmax__rcache_tree_insert(uintptr_t *node, unsigned level, uint64_t b
             int rc;
             if (node[i] & 1u) return -EFAULT;
             if (!node[i]) {
-                child = rdmax__rcache_node_new(level + 1);
+                child = rdmax__rcache_node_new(d, level + 1);
                 if (!child) return -ENOMEM;
                 node[i] = (uintptr_t)child;
                 node[-1]++;
             } else {
                 child = (uintptr_t *)node[i];
             }
-            rc = rdmax__rcache_tree_insert(child, level + 1, cs, ps, pe, val);
+            rc = rdmax__rcache_tree_insert(d, child, level + 1, cs, ps, pe, val);
             if (rc) return rc;
         }
     }
@@ -2974,8 +2990,8 @@ static int rdmax__rcache_tree_insert(uintptr_t *node, unsigned level, uint64_t b
 }
 
 /* Clears every entry equal to val in [ps, pe) and frees nodes that become empty (the root stays). */
-static void rdmax__rcache_tree_remove(uintptr_t *node, unsigned level, uint64_t base, uint64_t ps, uint64_t pe,
-                                  uintptr_t val)
+static void rdmax__rcache_tree_remove(const rdmax_rcache_desc *d, uintptr_t *node, unsigned level, uint64_t base,
+                                      uint64_t ps, uint64_t pe, uintptr_t val)
 {
     unsigned sh = rdmax__rcache_shift[level];
     uint64_t span = UINT64_C(1) << sh, node_end = base + (uint64_t)rdmax__rcache_fan[level] * span;
@@ -2988,9 +3004,9 @@ static void rdmax__rcache_tree_remove(uintptr_t *node, unsigned level, uint64_t 
             node[-1]--;
         } else if (!(e & 1u)) {
             uintptr_t *child = (uintptr_t *)e;
-            rdmax__rcache_tree_remove(child, level + 1, base + (i << sh), ps, pe, val);
+            rdmax__rcache_tree_remove(d, child, level + 1, base + (i << sh), ps, pe, val);
             if (child[-1] == 0) {
-                rdmax__rcache_node_free(child);
+                rdmax__rcache_node_free(d, child);
                 node[i] = 0;
                 node[-1]--;
             }
@@ -3040,7 +3056,7 @@ static rdmax_rcache_region *rdmax__rcache_region_alloc(rdmax_rcache *rc)
 {
     rdmax_rcache_region *r = rc->rdmax__free;
     if (!r) {
-        char *raw = (char *)RDMAX_MALLOC(RDMAX__RCACHE_SLAB_REGIONS * RDMAX__RCACHE_SLOT + 128);
+        char *raw = (char *)rdmax__rcache_malloc(&rc->rdmax__desc, RDMAX__RCACHE_SLAB_REGIONS * RDMAX__RCACHE_SLOT + 128);
         uintptr_t base;
         int i;
         if (!raw) return NULL;
@@ -3136,7 +3152,7 @@ static void rdmax__rcache_dereg_free(rdmax_rcache *rc, rdmax_rcache_region *r)
 /* takes r out of the lookup (and the LRU); the caller decides what happens to it next */
 static void rdmax__rcache_detach(rdmax_rcache *rc, rdmax_rcache_region *r)
 {
-    rdmax__rcache_tree_remove(rc->rdmax__root, 0, 0, rdmax__rcache_spn(rc, r), rdmax__rcache_epn(rc, r),
+    rdmax__rcache_tree_remove(&rc->rdmax__desc, rc->rdmax__root, 0, 0, rdmax__rcache_spn(rc, r), rdmax__rcache_epn(rc, r),
                           (uintptr_t)r | 1u);
     if (r->rdmax__flags & RDMAX__RCACHE_IN_LRU) rdmax__rcache_lru_unlink(rc, r);
     r->rdmax__flags &= ~RDMAX__RCACHE_IN_LOOKUP;
@@ -3427,10 +3443,10 @@ static rdmax_status rdmax__rcache_miss(rdmax_rcache *rc, uint64_t ps, uint64_t p
     r->refcount = 1;
     if (cached) {
         uintptr_t v = (uintptr_t)r | 1u;
-        int ist = rdmax__rcache_tree_insert(rc->rdmax__root, 0, 0, rdmax__rcache_spn(rc, r), rdmax__rcache_epn(rc, r), v);
+        int ist = rdmax__rcache_tree_insert(&rc->rdmax__desc, rc->rdmax__root, 0, 0, rdmax__rcache_spn(rc, r), rdmax__rcache_epn(rc, r), v);
         if (ist != 0) {
             /* no memory for table nodes: hand the region out uncached */
-            rdmax__rcache_tree_remove(rc->rdmax__root, 0, 0, rdmax__rcache_spn(rc, r), rdmax__rcache_epn(rc, r), v);
+            rdmax__rcache_tree_remove(&rc->rdmax__desc, rc->rdmax__root, 0, 0, rdmax__rcache_spn(rc, r), rdmax__rcache_epn(rc, r), v);
         } else {
             r->rdmax__flags = RDMAX__RCACHE_IN_LOOKUP;
             rc->rdmax__stats.cached_regions++;
@@ -3522,12 +3538,16 @@ RDMAX_API rdmax_status rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_
         return rdmax__rcache_fail(RDMAX_ERR_INVALID_PARAM, RDMAX_LOG_ITEM_RCACHE_PARAM,
                                   "rdmax_rcache_create: unknown mode %d (RDMAX_RCACHE_AUTO, _MANUAL or _UNCACHED)",
                                   desc->mode);
+    if (!desc->allocator.alloc != !desc->allocator.free)
+        return rdmax__rcache_fail(RDMAX_ERR_INVALID_PARAM, RDMAX_LOG_ITEM_RCACHE_PARAM,
+                                  "rdmax_rcache_create: desc->allocator has %s but not %s: give both or neither",
+                                  desc->allocator.alloc ? "alloc" : "free", desc->allocator.alloc ? "free" : "alloc");
     ps = sysconf(_SC_PAGESIZE);
     if (ps <= 0 || (ps & (ps - 1)))
         return rdmax__rcache_fail(RDMAX_ERR_IO, RDMAX_LOG_ITEM_RCACHE_CREATE,
                                   "rdmax_rcache_create: the page size %ld is not a power of two", ps);
     while ((1L << sh) < ps) sh++;
-    rc = (rdmax_rcache *)RDMAX_MALLOC(sizeof(*rc));
+    rc = (rdmax_rcache *)rdmax__rcache_malloc(desc, sizeof(*rc));
     if (!rc)
         return rdmax__rcache_fail(RDMAX_ERR_NO_MEMORY, RDMAX_LOG_ITEM_NO_MEMORY,
                                   "rdmax_rcache_create: no memory for the cache");
@@ -3538,16 +3558,16 @@ RDMAX_API rdmax_status rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_
     rc->rdmax__desc.thread_safe = desc->thread_safe ? 1 : 0;
     rc->rdmax__page_shift = sh;
     rc->rdmax__mode = (uint32_t)desc->mode;
-    rc->rdmax__root = rdmax__rcache_node_new(0);
+    rc->rdmax__root = rdmax__rcache_node_new(desc, 0);
     if (!rc->rdmax__root) {
-        RDMAX_FREE(rc);
+        rdmax__rcache_free(desc, rc);
         return rdmax__rcache_fail(RDMAX_ERR_NO_MEMORY, RDMAX_LOG_ITEM_NO_MEMORY,
                                   "rdmax_rcache_create: no memory for the page table's root");
     }
     if (rc->rdmax__desc.thread_safe) {
         if (pthread_mutex_init(&rc->rdmax__lock, NULL) != 0) {
-            rdmax__rcache_node_free(rc->rdmax__root);
-            RDMAX_FREE(rc);
+            rdmax__rcache_node_free(desc, rc->rdmax__root);
+            rdmax__rcache_free(desc, rc);
             return rdmax__rcache_fail(RDMAX_ERR_NO_MEMORY, RDMAX_LOG_ITEM_NO_MEMORY,
                                       "rdmax_rcache_create: pthread_mutex_init failed");
         }
@@ -3577,15 +3597,18 @@ RDMAX_API int rdmax_rcache_destroy(rdmax_rcache *rc)
         if (r->refcount) held++;
         rc->rdmax__desc.ops.dereg(rc->rdmax__desc.ops.arg, r);
     }
-    rdmax__rcache_node_free_tree(rc->rdmax__root, 0);
+    rdmax__rcache_node_free_tree(&rc->rdmax__desc, rc->rdmax__root, 0);
     for (slab = rc->rdmax__slabs; slab;) {
         void *n = *(void **)slab;
-        RDMAX_FREE(slab);
+        rdmax__rcache_free(&rc->rdmax__desc, slab);
         slab = n;
     }
     if (rc->rdmax__thread_safe) pthread_mutex_destroy(&rc->rdmax__lock);
     __atomic_sub_fetch(&rdmax__rcache_live_caches, 1, __ATOMIC_SEQ_CST);
-    RDMAX_FREE(rc);
+    {
+        rdmax_rcache_desc d = rc->rdmax__desc; /* the allocator outlives the struct it frees */
+        rdmax__rcache_free(&d, rc);
+    }
     return held;
 }
 

@@ -1002,6 +1002,105 @@ static int test_large_and_destroy(void)
     return 0;
 }
 
+/* The desc's allocator serves every allocation of the cache (struct, page table, region slabs), and
+   destroy gives back exactly what was taken. A size header in front of each block checks that each
+   free gets a block of this allocator. */
+typedef struct count_alloc {
+    long allocs, frees, fail_after; /* fail_after >= 0: that many more allocations succeed */
+    long long live_bytes;
+    int foreign;                    /* frees of blocks this allocator did not hand out */
+} count_alloc;
+
+static void *ca_alloc(size_t n, void *user)
+{
+    count_alloc *c = (count_alloc *)user;
+    uint64_t *h;
+    if (c->fail_after == 0) return NULL;
+    if (c->fail_after > 0) c->fail_after--;
+    h = (uint64_t *)malloc(n + 16);
+    if (!h) return NULL;
+    h[0] = 0xa110cull;
+    h[1] = n;
+    c->allocs++;
+    c->live_bytes += (long long)n;
+    return h + 2;
+}
+
+static void ca_free(void *p, void *user)
+{
+    count_alloc *c = (count_alloc *)user;
+    uint64_t *h;
+    if (!p) return;
+    h = (uint64_t *)p - 2;
+    if (h[0] != 0xa110cull) {
+        c->foreign++;
+        return;
+    }
+    h[0] = 0;
+    c->frees++;
+    c->live_bytes -= (long long)h[1];
+    free(h);
+}
+
+static int test_allocator(void)
+{
+    const char *N = "allocator";
+    fake f;
+    count_alloc ca;
+    long calls;
+    rdmax_rcache_desc d;
+    rdmax_rcache *rc = NULL;
+    rdmax_rcache_region *r[70];
+    int i;
+    memset(&f, 0, sizeof f);
+    memset(&ca, 0, sizeof ca);
+    ca.fail_after = -1;
+    memset(&d, 0, sizeof d);
+    d.ops.reg = fake_reg;
+    d.ops.dereg = fake_dereg;
+    d.ops.arg = &f;
+    d.mode = RDMAX_RCACHE_MANUAL;
+    d.allocator.alloc = ca_alloc;
+    d.allocator.user = &ca;
+    /* half an allocator is refused */
+    CHECK(N, rdmax_rcache_create(&d, &rc) == RDMAX_ERR_INVALID_PARAM && rc == NULL && ca.allocs == 0,
+          "alloc without free: refused before allocating");
+    d.allocator.free = ca_free;
+    CHECK(N, rdmax_rcache_create(&d, &rc) == RDMAX_OK, "create");
+    CHECK(N, ca.allocs == 2, "create allocated %ld blocks through the allocator, expected 2 (cache, root)", ca.allocs);
+    /* 70 regions, one page apart with a gap (no merge): two slabs of 64, and table nodes */
+    for (i = 0; i < 70; i++)
+        CHECK(N, rdmax_rcache_get(rc, PG(2 * i), P, 1, &r[i]) == RDMAX_OK, "get %d", i);
+    CHECK(N, ca.allocs >= 2 + 2 + 3, "%ld allocations after 70 regions: the slabs and nodes are missing", ca.allocs);
+    for (i = 0; i < 70; i++) rdmax_rcache_put(rc, r[i]);
+    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
+    CHECK(N, rdmax_rcache_destroy(rc) >= 0, "destroy");
+    CHECK(N, ca.frees == ca.allocs && ca.live_bytes == 0 && ca.foreign == 0,
+          "destroy freed %ld of %ld blocks (%lld bytes left, %d foreign frees)", ca.frees, ca.allocs, ca.live_bytes,
+          ca.foreign);
+    /* an allocator that runs dry after create: the first get needs a slab and fails cleanly */
+    ca.fail_after = 2;
+    CHECK(N, rdmax_rcache_create(&d, &rc) == RDMAX_OK, "create (dry allocator)");
+    CHECK(N, rdmax_rcache_get(rc, PG(0), P, 1, &r[0]) == RDMAX_ERR_NO_MEMORY &&
+             rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_NO_MEMORY,
+          "get with the allocator dry: RDMAX_ERR_NO_MEMORY, item NO_MEMORY");
+    CHECK(N, rdmax_rcache_destroy(rc) == 0 && ca.frees == ca.allocs && ca.live_bytes == 0, "destroy (dry allocator)");
+    /* control: a cache without the allocator never calls it (so the counts above are the cache's) */
+    ca.fail_after = -1;
+    calls = ca.allocs + ca.frees;
+    d.allocator.alloc = NULL;
+    d.allocator.free = NULL;
+    CHECK(N, rdmax_rcache_create(&d, &rc) == RDMAX_OK, "create without allocator");
+    for (i = 0; i < 70; i++)
+        CHECK(N, rdmax_rcache_get(rc, PG(2 * i), P, 1, &r[i]) == RDMAX_OK, "get %d (no allocator)", i);
+    for (i = 0; i < 70; i++) rdmax_rcache_put(rc, r[i]);
+    rdmax_rcache_destroy(rc);
+    CHECK(N, ca.allocs + ca.frees == calls, "a cache without the allocator called it");
+    fake_free(&f);
+    printf("PASS %s\n", N);
+    return 0;
+}
+
 /* thread-safe mode: several threads get/put on one cache */
 typedef struct ts_arg {
     rdmax_rcache *rc;
@@ -1137,6 +1236,7 @@ int main(int argc, char **argv)
     test_invalidate_inuse();
     test_reg_fallback();
     test_large_and_destroy();
+    test_allocator();
     test_thread_safe();
     test_random(seed, steps);
     if (g_failed) printf("rcache_test: FAILED (seed %llu)\n", (unsigned long long)seed);
