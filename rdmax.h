@@ -27,7 +27,7 @@
               ---- profile: out-of-line API, ---- profile: private (points, events, log dedupe),
               ---- inline fast paths (send, put, get, atomics, progress)
      rdmax_impl.h (searchable tags): >>strings, >>alloc, >>log, >>numa, >>context, >>memory, >>wire, >>ud,
-              >>arbiter, >>rcache, >>rc, >>post, >>srq, >>health, >>pending, >>oob, >>cm, >>profile
+              >>arbiter, >>rcache, >>rc, >>post, >>srq, >>health, >>pending, >>oob, >>cm, >>profile, >>testing
 
    TRANSPORT SELECTION
    Define RDMAX_TRANSPORT_RC, RDMAX_TRANSPORT_UD or both before including. With neither the header stops
@@ -63,6 +63,9 @@
                                  default); defined together with RDMAX_MEMHOOKS / RDMAX_MALLOPT: #error
        RDMAX_PROFILE             compile the profile points (timed sections; see rdmax_profile_print)
        RDMAX_LOG_REPEAT_MS       how often a repeated log message is summarised (default 10000)
+       RDMAX_TESTING             rdmax's own tests only (in the implementation unit): compiles the
+                                 rdmax__test_* hooks (rdmax_impl.h >>testing) that force internal states
+                                 no public call reaches; not API
 
    ENVIRONMENT (read by rdmax_ctx_create; a desc field set by the program wins over the variable)
        RDMAX_DEVICE=name         device to open (default: first device with an active port)

@@ -8062,6 +8062,45 @@ void rdmax__profile_ctx_fini(rdmax_ctx *ctx)
 #endif /* RDMAX__PROFILE_IMPL_INCLUDED */
 #endif /* RDMAX_IMPLEMENTATION */
 
+/* >>testing: hooks for rdmax's own tests ============================================================
+   Compiled only when the implementation unit defines RDMAX_TESTING. Each forces one internal state that
+   no public call can reach (a provider that refuses a post, datagrams lost on the wire) or reads one
+   that no accessor shows, so a test does not write rdmax's private fields itself. Not API: for
+   tests/ only; names and behaviour may change. */
+#ifdef RDMAX_TESTING
+/* Posts since ep's last signaled one (what a refused post must give back). */
+static inline uint32_t rdmax__test_ep_unsignaled(const rdmax_ep *ep)
+{
+    return ep->signal_interval - ep->sig_left;
+}
+/* Tell ep its QP takes `max_inline` bytes inline (a lie above the QP's limit makes the provider refuse
+   the post); returns the value before. */
+static inline uint32_t rdmax__test_ep_set_max_inline(rdmax_ep *ep, uint32_t max_inline)
+{
+    uint32_t was = ep->max_inline;
+    ep->max_inline = max_inline;
+    return was;
+}
+/* Set the length every send-queue slot of ep keeps (poison: a rollback that read a free slot shows). */
+static inline void rdmax__test_ep_poison_slots(rdmax_ep *ep, uint32_t len)
+{
+    for (uint32_t i = 0; i <= ep->sq_mask; i++)
+        ep->slots[i].len = len;
+}
+#if RDMAX__HAS_UD
+/* UD: the number ep gives its next datagram (the high half of rx_unreturned, see rdmax_send); setting it
+   acts out datagrams lost (a jump ahead), late or duplicated (a step back) on the wire. */
+static inline uint16_t rdmax__test_ud_tx_seq(const rdmax_ep *ep)
+{
+    return (uint16_t)(ep->rx_unreturned >> 16);
+}
+static inline void rdmax__test_ud_set_tx_seq(rdmax_ep *ep, uint16_t seq)
+{
+    ep->rx_unreturned = ((uint32_t)seq << 16) | (ep->rx_unreturned & 0xffffu);
+}
+#endif
+#endif /* RDMAX_TESTING */
+
 #ifdef __cplusplus
 }
 #endif

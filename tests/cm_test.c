@@ -100,7 +100,7 @@ static rdmax_status send_retry(rdmax_ep *ep, const void *buf, size_t len, const 
         rdmax_status st = rdmax_send(ep, buf, len, mem, NULL);
         if (st != RDMAX_ERR_NO_RESOURCE)
             return st == RDMAX_INPROGRESS ? RDMAX_OK : st;
-        rdmax_progress(ep->ctx);
+        rdmax_progress(rdmax_ep_ctx(ep));
         if (now_ms() > end)
             return RDMAX_ERR_TIMEOUT;
     }
@@ -175,7 +175,7 @@ static int cli_wait(rdmax_ep *ep, struct cli *c, int want)
 {
     int64_t end = now_ms() + 30000;
     while (c->got < want) {
-        rdmax_progress(ep->ctx);
+        rdmax_progress(rdmax_ep_ctx(ep));
         if (now_ms() > end || rdmax_ep_error(ep) != RDMAX_OK)
             return -1;
     }

@@ -13,6 +13,7 @@
 #endif
 #define RDMAX_TRANSPORT_RC
 #define RDMAX_IMPLEMENTATION
+#define RDMAX_TESTING   /* rdmax__test_* hooks: force a provider refusal (rdmax_impl.h >>testing) */
 #include "../rdmax.h"
 #include "testlib.h"
 
@@ -354,7 +355,7 @@ static int mem_alloc_len0(struct env *e)
 
 /* ---- a post the provider refuses: nothing of it may stay behind ----
    The provider refuses inline data longer than the QP's limit; the endpoint is told a larger limit
-   (a private field, set by the test only) so that rdmax posts such a request. */
+   (the test hook rdmax__test_ep_set_max_inline) so that rdmax posts such a request. */
 static int refused_post_rolls_back(struct env *e)
 {
     rdmax_ep *a = e->a;
@@ -362,20 +363,20 @@ static int refused_post_rolls_back(struct env *e)
         rdmax_status st = rdmax_put(a, e->src->addr, 8, NULL, e->raddr, e->rkey, NULL);
         EXPECT(st == RDMAX_OK, "put %d: %s", i, rdmax_status_str(st));
     }
-    EXPECT(a->signal_interval - a->sig_left == 3, "%u unsignaled posts after 3 (interval %u)",
-           a->signal_interval - a->sig_left, a->signal_interval);
+    EXPECT(rdmax__test_ep_unsignaled(a) == 3, "%u unsignaled posts after 3 (interval %u)",
+           rdmax__test_ep_unsignaled(a), rdmax_ep_query_desc(a).signal_interval);
     rdmax_counters c0, c1;
     rdmax_counters_get(e->ctx, &c0);
     rdmax_ep_info i0, i1;
     rdmax_ep_query_info(a, &i0);
-    uint32_t real = a->max_inline;
-    a->max_inline = real + 64;
+    uint32_t real = rdmax__test_ep_set_max_inline(a, 0);
+    rdmax__test_ep_set_max_inline(a, real + 64);
     rdmax_status st = rdmax_put(a, e->src->addr, real + 32, NULL, e->raddr, e->rkey, NULL);
-    a->max_inline = real;
+    rdmax__test_ep_set_max_inline(a, real);
     rdmax_counters_get(e->ctx, &c1);
     if (st == RDMAX_ERR_IO) {
-        EXPECT(a->signal_interval - a->sig_left == 3, "unsignaled count %u after the refused post, 3 before",
-               a->signal_interval - a->sig_left);
+        EXPECT(rdmax__test_ep_unsignaled(a) == 3, "unsignaled count %u after the refused post, 3 before",
+               rdmax__test_ep_unsignaled(a));
         rdmax_ep_query_info(a, &i1);
         EXPECT(i1.sq_free == i0.sq_free, "send slots %u after the refused post, %u before", i1.sq_free, i0.sq_free);
         EXPECT(c1.posted[RDMAX_OP_PUT] == c0.posted[RDMAX_OP_PUT], "put.posted moved");
@@ -396,15 +397,17 @@ static int refused_chain_rolls_back(struct env *e)
     rdmax_ep *a = e->a;
     rdmax_status st;
     EXPECT((st = rdmax_ep_flush(a, 60000)) == RDMAX_OK, "flush before: %s", rdmax_status_str(st));
-    for (uint32_t i = 0; i <= a->sq_mask; i++)
-        a->slots[i].len = 0xdead;
+    rdmax__test_ep_poison_slots(a, 0xdead);
     rdmax_counters c0, c1;
     rdmax_counters_get(e->ctx, &c0);
-    uint32_t avail = rdmax__ep_sq_avail(a), real = a->max_inline;
+    rdmax_ep_info i0, i1;
+    rdmax_ep_query_info(a, &i0);
+    uint32_t real = rdmax__test_ep_set_max_inline(a, 0);
+    rdmax__test_ep_set_max_inline(a, real);
     rdmax_batch_begin(a);
-    a->max_inline = real + 64;
+    rdmax__test_ep_set_max_inline(a, real + 64);
     st = rdmax_put(a, e->src->addr, real + 32, NULL, e->raddr, e->rkey, NULL);
-    a->max_inline = real;
+    rdmax__test_ep_set_max_inline(a, real);
     EXPECT(st == RDMAX_OK, "first chained put: %s", rdmax_status_str(st));
     for (int i = 0; i < 4; i++) {
         st = rdmax_put(a, e->src->addr, 8, NULL, e->raddr, e->rkey, NULL);
@@ -413,8 +416,9 @@ static int refused_chain_rolls_back(struct env *e)
     st = rdmax_batch_end(a);
     rdmax_counters_get(e->ctx, &c1);
     if (st == RDMAX_ERR_IO) {
-        EXPECT(rdmax__ep_sq_avail(a) == avail, "send slots %u after the refused chain, %u before",
-               rdmax__ep_sq_avail(a), avail);
+        rdmax_ep_query_info(a, &i1);
+        EXPECT(i1.sq_free == i0.sq_free, "send slots %u after the refused chain, %u before", i1.sq_free,
+               i0.sq_free);
         EXPECT(c1.posted[RDMAX_OP_PUT] == c0.posted[RDMAX_OP_PUT], "put.posted moved");
         EXPECT(c1.bytes[RDMAX_OP_PUT] == c0.bytes[RDMAX_OP_PUT], "put.bytes moved by %lld",
                (long long)(c1.bytes[RDMAX_OP_PUT] - c0.bytes[RDMAX_OP_PUT]));

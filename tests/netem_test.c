@@ -541,7 +541,7 @@ static void row(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *lmem, rdmax_mem *rmem, 
         return;
     }
     struct hwc h0[2], h1[2];
-    const char *dev[2] = {c0->attr.name, c1->attr.name};
+    const char *dev[2] = {rdmax_ctx_attr(c0)->name, rdmax_ctx_attr(c1)->name};
     for (int i = 0; i < 2; i++)
         hwc_read(dev[i], &h0[i]);
     if (type == T_UD) {

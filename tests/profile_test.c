@@ -653,8 +653,8 @@ out:
 static long long sysfs_counter(rdmax_ctx *c, const char *file)
 {
     char path[256], buf[32];
-    snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%u/hw_counters/%s", c->attr.name,
-             (unsigned)c->attr.port, file);
+    snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%u/hw_counters/%s", rdmax_ctx_attr(c)->name,
+             (unsigned)rdmax_ctx_attr(c)->port, file);
     FILE *f = fopen(path, "r");
     if (!f)
         return -1;
@@ -704,7 +704,7 @@ static void port_counters_case(void)
                   (unsigned long long)before[i], s);
     }
     rdmax_profile_end_reads(p);
-    REQUIRE(sysfs_counter(c, "retry_exceeded_err") >= 0, "device %s has no rxe hw_counters", c->attr.name);
+    REQUIRE(sysfs_counter(c, "retry_exceeded_err") >= 0, "device %s has no rxe hw_counters", rdmax_ctx_attr(c)->name);
     REQUIRE(rdmax_listen(c, "127.0.0.1", 0, &l) == RDMAX_OK, "listen");
     uint16_t port = rdmax_listener_port(l);
     int pipefd[2];

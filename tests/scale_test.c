@@ -181,7 +181,7 @@ static int pairs_mode(int npairs)
     REQUIRE(eps && st, "calloc");
     REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context: %s", g_lastlog);
     char dev[64];
-    snprintf(dev, sizeof dev, "%s", ctx->attr.name);
+    snprintf(dev, sizeof dev, "%s", rdmax_ctx_attr(ctx)->name);
     REQUIRE(rdmax_mem_alloc(ctx, (size_t)npairs * 8, RDMAX_ACCESS_REMOTE_WRITE, &region) == RDMAX_OK, "region");
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
@@ -223,7 +223,7 @@ static int pairs_mode(int npairs)
            "VmSize %ld B, RSS %ld B; MemAvailable %ld B\n",
            (unsigned long long)(ctx->ep_bytes / (uint64_t)n), sizeof(rdmax_ep), d.sq_depth, sizeof(rdmax__slot),
            (long long)((al1 - al0) / n), (uv1 - uv0) / n, d.sq_depth,
-           eps[0]->desc.max_inline, pool / n, srq->n_bufs, srq->recv_size, srq->n_chunks, srq->cap,
+           rdmax_ep_query_desc(eps[0]).max_inline, pool / n, srq->n_bufs, srq->recv_size, srq->n_chunks, srq->cap,
            (vm1 - vm0) * 1024 / n, (rss1 - rss0) * 1024 / n, (avail0 - avail1) * 1024 / n);
     printf("ROW rc_connect_info_eps_per_s %.0f\n", n / (t1 - t0));
     CHECK(ctx->n_eps == (uint32_t)n && srq->target == (uint32_t)n * d.rq_depth && srq->posted == srq->target,
@@ -576,7 +576,7 @@ static int listen_mode(int nc, int e)
         pids[i] = spawn(listen_client, i, port, e, K);
     ctx = server_ctx();
     char dev[64];
-    snprintf(dev, sizeof dev, "%s", ctx->attr.name);
+    snprintf(dev, sizeof dev, "%s", rdmax_ctx_attr(ctx)->name);
     uint64_t rnr0 = rnr_count(dev);
     REQUIRE(rdmax_listen(ctx, "127.0.0.1", port, &l) == RDMAX_OK, "listen: %s", g_lastlog);
     rdmax_ep_desc d;
@@ -866,7 +866,7 @@ static int credits_mode(int nc, int m)
         pids[i] = spawn(credits_client, i, port, m, 0);
     ctx = server_ctx();
     char dev[64];
-    snprintf(dev, sizeof dev, "%s", ctx->attr.name);
+    snprintf(dev, sizeof dev, "%s", rdmax_ctx_attr(ctx)->name);
     uint64_t rnr0 = rnr_count(dev);
     REQUIRE(rdmax_mem_alloc(ctx, 8 * MAX_CLIENTS, RDMAX_ACCESS_REMOTE_WRITE, &region) == RDMAX_OK, "region");
     REQUIRE(rdmax_listen(ctx, "127.0.0.1", port, &l) == RDMAX_OK, "listen: %s", g_lastlog);
@@ -1028,7 +1028,7 @@ static int memory_mode(int npairs)
     for (int p = 0; p < RDMAX__POOLS; p++)
         if (ctx->rx->pool[p])
             pool += (uint64_t)ctx->rx->pool[p]->n_bufs * ctx->rx->pool[p]->recv_size;
-    const rdmax_ep_desc *d = &eps[0]->desc;
+    const rdmax_ep_desc ed0 = rdmax_ep_query_desc(eps[0]), *d = &ed0;
     uint64_t own = ctx->ep_bytes / (uint64_t)n;
     long long alloc = (long long)((al1 - al0) / n);  /* also the endpoint table, QP map, pool free lists */
     printf("# defaults: sq_depth %u, rq_depth %u, recv_size %u, max_inline %u; per endpoint: rdmax's own %llu B "
@@ -1106,7 +1106,7 @@ static int putrate_mode(int n, double seconds)
     double many = put_rate(ctx, eps, n, dst, seconds);
     double one2 = put_rate(ctx, eps, 1, dst, seconds);
     printf("# 8-byte puts (sq_depth %u, inline): 1 endpoint %.0f/s, then %d endpoints %.0f/s, then 1 again "
-           "%.0f/s: ratio %.2f\n", eps[0]->desc.sq_depth, one, n, many, one2, many / ((one + one2) / 2));
+           "%.0f/s: ratio %.2f\n", rdmax_ep_query_desc(eps[0]).sq_depth, one, n, many, one2, many / ((one + one2) / 2));
     printf("ROW put8_rate_1ep %.0f\nROW put8_rate_%deps %.0f\nROW put8_rate_ratio %.2f\n", (one + one2) / 2, n,
            many, many / ((one + one2) / 2));
     CHECK(one > 0 && many > 0 && one2 > 0, "a rate of zero");
