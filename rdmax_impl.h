@@ -5582,6 +5582,17 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
     if (rdmax_unlikely(rc != 0)) {
         /* Take back the requests that were not posted (from `bad` on), newest first. */
         uint32_t first_bad = (uint32_t)(bad ? bad - ctx->bwr : 0);
+        /* The ones before `bad` count as posted only if the QP can run or flush them. rxe queues requests
+           in its ring before the doorbell that finds the QP in RESET, INIT or RTR: those neither run nor
+           complete, so kept they would hold their slots, comps and region references until the endpoint
+           is destroyed (and on a later failure the ring, full of them, puts `bad` mid-chain). */
+        if (first_bad > 0) {
+            struct ibv_qp_attr qa;
+            struct ibv_qp_init_attr qi;
+            if (ibv_query_qp(ep->qp, &qa, IBV_QP_STATE, &qi) == 0 &&
+                (qa.qp_state == IBV_QPS_RESET || qa.qp_state == IBV_QPS_INIT || qa.qp_state == IBV_QPS_RTR))
+                first_bad = 0;
+        }
         for (uint32_t i = n; i > first_bad; i--) {
             rdmax__slot *s = &ep->slots[(ep->sq_head - 1) & ep->sq_mask];
             /* The request whose post filled the chain is undone by its caller, which returns the error;
