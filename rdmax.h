@@ -1062,7 +1062,9 @@ typedef struct rdmax_ep_desc {
     uint32_t recv_size;        /* RC: 0: the context's recv_size: the largest message the peer may send (its
                                   rdmax_send refuses more), and the size of the shared buffers it lands in
                                   (one pool per size in use). UD: path MTU + GRH */
-    uint32_t signal_interval;  /* 0: one signaled request in 64 (at most half the send queue) */
+    uint32_t signal_interval;  /* 0: one signaled request in 64 (at most half the send queue); every
+                                  request is signaled while half the context's send-CQ entries
+                                  (cq_depth) are held, so many endpoints never strand them */
     uint32_t max_inline;       /* 0: the probed device maximum, at most 256 (on rxe a larger cap makes
                                   every send-queue entry twice as big); larger values are clamped to the
                                   device maximum */
@@ -1192,7 +1194,8 @@ struct rdmax_ctx {
     struct ibv_cq *scq, *rcq;
     struct ibv_comp_channel *channel;
     uint32_t scq_credits;       /* send-CQ entries not yet reserved by a post */
-    uint32_t scq_low;           /* below this many credits every progress call polls the send CQ */
+    uint32_t scq_low;           /* below this many credits every progress call polls (drains) the send CQ
+                                   and every post is signaled */
     uint32_t comps_out;         /* posted operations whose rdmax_comp has not completed */
     uint32_t rcq_size, rq_total; /* receive CQ entries, and receive requests all endpoints may post */
     uint32_t n_eps;
@@ -2149,7 +2152,10 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint
     struct ibv_send_wr *wr = &ep->wr;
     wr->wr_id = ep->wr_id_base | slot;
     s->op = (uint8_t)op;  /* s->signaled is 0 in a free slot (rdmax__ep_retire clears it) */
-    if (rdmax_likely(--ep->sig_left != 0)) {
+    /* Signaled too while fewer than half the send-CQ entries are free: with many endpoints each one's
+       share of the entries is below signal_interval, and an endpoint that never reaches its signal
+       would hold its entries until the last one forces a completion (rdmax__ep_post). */
+    if (rdmax_likely(--ep->sig_left != 0 && ctx->scq_credits > ctx->scq_low)) {
         wr->send_flags = flags;
     } else {
         ep->sig_left = ep->signal_interval;

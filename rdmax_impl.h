@@ -3840,7 +3840,7 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
     uint32_t sig_left = ep->sig_left;  /* restored if the post is refused */
     /* Signal when asked for a completion, every signal_interval posts, and on the last free slot or CQ
        entries so that a completion always comes back to free them. */
-    int sig = comp != NULL || --ep->sig_left == 0 || rdmax__ep_sq_avail(ep) <= 1 || ctx->scq_credits <= 1;
+    int sig = comp != NULL || --ep->sig_left == 0 || rdmax__ep_sq_avail(ep) <= 1 || ctx->scq_credits <= ctx->scq_low;
     s->comp = comp;
     ctx->comps_out += comp != NULL;
     s->region = region;
@@ -4233,7 +4233,7 @@ static inline __attribute__((always_inline)) rdmax_status rdmax__put_chain_fast(
     wr->wr_id = ep->wr_id_base | slot;
     rdmax__slot *s = &ep->slots[slot];
     s->op = RDMAX_OP_PUT;
-    if (rdmax_likely(--ep->sig_left != 0)) {
+    if (rdmax_likely(--ep->sig_left != 0 && ctx->scq_credits > ctx->scq_low)) {
         wr->send_flags = IBV_SEND_INLINE;
     } else {
         ep->sig_left = ep->signal_interval;
@@ -5351,7 +5351,29 @@ int rdmax__poll_send(rdmax_ctx *ctx)
 }
 
 /* The n send completions in ctx->wc (rdmax__poll_send_fast polled them). */
+static int rdmax__send_cqes_batch(rdmax_ctx *ctx, int n);
+
+/* A full batch while fewer than half the send-CQ entries are free: drain the CQ here, out of line (with
+   many endpoints posting between progress calls, 16 completions a call give entries back slower than
+   the posts take them, and posts are refused for want of entries that sit completed in the CQ). */
 int rdmax__send_cqes(rdmax_ctx *ctx, int n)
+{
+    int total = rdmax__send_cqes_batch(ctx, n);
+    while (n == 16 && ctx->scq_credits < ctx->scq_low) {
+        RDMAX__PROF_BEGIN(ctx, POLL);
+        n = ibv_poll_cq(ctx->scq, 16, ctx->wc);
+        RDMAX__PROF_END(ctx, POLL);
+        ctx->cnt.polls++;
+        if (n <= 0) {
+            ctx->cnt.empty_polls++;
+            break;
+        }
+        total += rdmax__send_cqes_batch(ctx, n);
+    }
+    return total;
+}
+
+static int rdmax__send_cqes_batch(rdmax_ctx *ctx, int n)
 {
     ctx->cnt.cqes += (uint64_t)n;
     /* profile snapshots from another thread: posted[] stores before completed[] stores (nothing on

@@ -133,6 +133,7 @@ else
     run scale_listen $B/scale_test listen 50 20
     run scale_credits4 $B/scale_test credits 4 2000
     run scale_credits50 $B/scale_test credits 50 200
+    run scale_cqshare $B/scale_test cqshare
     run examples_dummy tests/examples_test.sh dummy
     run readme tests/readme_test.sh
     run cm_dummy tests/cm_test.sh dummy

@@ -12,6 +12,8 @@
      memory P           P pairs with the default descriptors: rdmax's own bytes per endpoint (at most 2 KiB;
                         the batch staging is the context's), the provider's queue memory and the shared
                         pool per endpoint
+     cqshare            8 endpoints x 6 unsignaled puts on a 64-entry send CQ: the posts past half the CQ
+                        are signaled, so all complete without a flush
    Lines "ROW name value" are for bench/scale.sh.
    Windows and buffers are small here on purpose (rq_depth 4, recv_size 256 for pairs): the receive CQ
    holds every credit of the context, and rxe's max_cqe is 32767. Every endpoint here has keepalives off
@@ -1072,7 +1074,11 @@ static double put_rate(rdmax_ctx *ctx, rdmax_ep **eps, int n, const rdmax_mem *d
         rdmax_ep_flush(eps[2 * i], 10000);
     t = now_s();
     rdmax_counters_get(ctx, &c1);
-    (void)done;
+    printf("# put_rate %d eps: calls accepted %llu, refused %llu (no_resource), post_calls %llu, cqes %llu, "
+           "polls %llu (empty %llu), %.2f s\n", n, (unsigned long long)done,
+           (unsigned long long)(c1.no_resource - c0.no_resource), (unsigned long long)(c1.post_calls - c0.post_calls),
+           (unsigned long long)(c1.cqes - c0.cqes), (unsigned long long)(c1.polls - c0.polls),
+           (unsigned long long)(c1.empty_polls - c0.empty_polls), t - t0);
     return (double)(c1.completed[RDMAX_OP_PUT] - c0.completed[RDMAX_OP_PUT]) / (t - t0);
 }
 
@@ -1120,6 +1126,80 @@ out:
     return tl_failed_total ? 1 : 0;
 }
 
+/* ==== send-CQ entries shared by many endpoints ==== */
+/* 8 endpoints of a context with 64 send-CQ entries post 6 unsignaled puts each, round-robin, with no
+   progress in between: 48 entries held, 6 per endpoint, never an endpoint's 16th post (its signal). The
+   posts made while half the entries are held (the 33rd on) are signaled, so all 48 complete and give
+   their entries back without a flush; before, none was signaled, nothing completed, and the context's
+   other endpoints were refused for entries stranded there (the put rate over 1,000 endpoints). */
+static int cqshare_mode(void)
+{
+    enum { NEP = 8, PER = 6, CQ = 64 };
+    rdmax_ctx *ctx = NULL;
+    rdmax_mem *dst = NULL;
+    rdmax_ep *eps[2 * NEP];
+    memset(eps, 0, sizeof eps);
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.recv_size = 256;
+    cd.cq_depth = CQ;
+    cd.logger.func = keep_log;
+    tl_begin("cqshare/%d endpoints x %d unsignaled puts on %d send-CQ entries complete without a flush", NEP, PER,
+             CQ);
+    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context: %s", g_lastlog);
+    REQUIRE(rdmax_mem_alloc(ctx, 8 * NEP, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "region");
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.rq_depth = 4;
+    d.keepalive_ms = RDMAX_OFF;
+    d.timeout = 18;
+    for (int i = 0; i < NEP; i++) {
+        REQUIRE(rdmax_ep_create(ctx, &d, &eps[2 * i]) == RDMAX_OK && rdmax_ep_create(ctx, &d, &eps[2 * i + 1]) ==
+                RDMAX_OK, "endpoint %d: %s", i, g_lastlog);
+        rdmax_conn_info a, b;
+        rdmax_ep_local_info(eps[2 * i], &a);
+        rdmax_ep_local_info(eps[2 * i + 1], &b);
+        REQUIRE(rdmax_ep_connect_info(eps[2 * i], &b) == RDMAX_OK && rdmax_ep_connect_info(eps[2 * i + 1], &a) ==
+                RDMAX_OK, "connect %d", i);
+    }
+    REQUIRE(rdmax_ep_query_desc(eps[0]).signal_interval > PER, "signal_interval %u: the case needs more than %d",
+            rdmax_ep_query_desc(eps[0]).signal_interval, PER);
+    rdmax_counters c0, c1;
+    rdmax_counters_get(ctx, &c0);
+    uint64_t v = 7;
+    for (int k = 0; k < PER; k++)
+        for (int i = 0; i < NEP; i++) {
+            rdmax_status st = rdmax_put(eps[2 * i], &v, 8, NULL, (uintptr_t)dst->addr + 8 * (uint64_t)i, dst->rkey,
+                                        NULL);
+            REQUIRE(st == RDMAX_OK, "put %d on endpoint %d: %s", k, i, rdmax_status_str(st));
+        }
+    /* a hang guard, not a timing condition: without signaled posts nothing ever completes */
+    double t0 = now_s();
+    do {
+        rdmax_progress(ctx);
+        rdmax_counters_get(ctx, &c1);
+    } while (c1.completed[RDMAX_OP_PUT] - c0.completed[RDMAX_OP_PUT] < NEP * PER && now_s() - t0 < 20);
+    CHECK(c1.completed[RDMAX_OP_PUT] - c0.completed[RDMAX_OP_PUT] == NEP * PER,
+          "%llu of %d puts completed (no flush): the entries they hold are stranded",
+          (unsigned long long)(c1.completed[RDMAX_OP_PUT] - c0.completed[RDMAX_OP_PUT]), NEP * PER);
+    CHECK(c1.cqes - c0.cqes == NEP * PER - CQ / 2, "%llu completions, expected %d (the posts past half the CQ)",
+          (unsigned long long)(c1.cqes - c0.cqes), NEP * PER - CQ / 2);
+    for (int i = 0; i < NEP; i++) {
+        rdmax_ep_info info;
+        rdmax_ep_query_info(eps[2 * i], &info);
+        CHECK(info.outstanding == 0, "endpoint %d: %u outstanding", i, info.outstanding);
+    }
+    tl_end();
+out:
+    for (int i = 0; i < 2 * NEP; i++)
+        rdmax_ep_destroy(eps[i]);
+    rdmax_mem_free(dst);
+    rdmax_ctx_destroy(ctx);
+    if (tl_case_failed)
+        tl_end();
+    return tl_failed_total ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1136,7 +1216,9 @@ int main(int argc, char **argv)
         return putrate_mode(atoi(argv[2]), atof(argv[3]));
     if (argc >= 3 && !strcmp(argv[1], "memory"))
         return memory_mode(atoi(argv[2]));
+    if (argc >= 2 && !strcmp(argv[1], "cqshare"))
+        return cqshare_mode();
     fprintf(stderr, "usage: scale_test pairs N | listen CLIENTS EPS | credits CLIENTS POSTS | putrate N SECONDS | "
-            "memory PAIRS\n");
+            "memory PAIRS | cqshare\n");
     return 2;
 }
