@@ -169,6 +169,11 @@
    2 KiB per endpoint (the batch staging is the context's), the provider's send queue grows with sq_depth
    and max_inline (about 37 KiB per endpoint on rxe with the defaults). The receive CQ holds every credit of the context: its max_cqe (32767 on rxe) / rq_depth
    endpoints per context (2047 at the default window, 8191 at 4); more endpoints need more contexts.
+   A receive pool of its own: ep desc recv_pool = RDMAX_RECV_POOL_OWN gives one endpoint rq_depth buffers
+   of recv_size of its own on its own receive queue (registered once, reposted in batches of at most half
+   the window), with the same credits and no RNR; it costs rq_depth x recv_size of rdmax's own memory
+   per endpoint (in profile endpoint_bytes) and saves the shared queue's per-message refill. Use it for the few
+   peers where latency wins (see bench: send ping-pong with and without it); the default stays SRQ.
 
    LIMITS
    An endpoint past a limit fails with RDMAX_ERR_LIMIT and a log line that names the limit and its value
@@ -1089,7 +1094,14 @@ typedef struct rdmax_ep_desc {
                                   by the create call (copied), so the list need not outlive it. rdma_cm
                                   setup (RDMAX_SETUP_CM) carries one region: connect and accept refuse
                                   more with RDMAX_ERR_INVALID_PARAM */
+    uint8_t recv_pool;         /* RC: RDMAX_RECV_POOL_SHARED (0): the peer's messages land in the context's
+                                  shared receive queue; RDMAX_RECV_POOL_OWN: in rq_depth buffers of
+                                  recv_size of the endpoint's own (default window 16, at least 4, at most
+                                  max_qp_wr), for a peer where latency wins over memory (see RECEIVING).
+                                  UD: unused (reads back 0) */
 } rdmax_ep_desc;
+#define RDMAX_RECV_POOL_SHARED 0
+#define RDMAX_RECV_POOL_OWN 1
 #define RDMAX_OFF UINT32_MAX
 
 /* What an endpoint looks like now (rdmax_ep_query_info): for tests, diagnostics and flow control. */

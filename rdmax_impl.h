@@ -3764,11 +3764,14 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
             d->rq_depth = 4;
         if (d->rq_depth > 65535)
             d->rq_depth = 65535;  /* the connection record's credits field */
+        if (d->recv_pool == RDMAX_RECV_POOL_OWN && d->rq_depth > ctx->attr.max_qp_wr)
+            d->rq_depth = ctx->attr.max_qp_wr;  /* its own receive queue */
         if (!d->recv_size)
             d->recv_size = ctx->desc.recv_size;
         if (d->recv_size > ctx->attr.max_msg_sz)
             d->recv_size = (uint32_t)ctx->attr.max_msg_sz;
     } else {  /* UD: the context's QP and pool (>>ud) */
+        d->recv_pool = RDMAX_RECV_POOL_SHARED;
         if (!d->rq_depth)
             d->rq_depth = 128;
         if (d->rq_depth < 32)
@@ -4815,8 +4818,9 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     ep->ctx = ctx;
     rdmax__ep_desc_defaults(ctx, desc, &ep->desc);
     rdmax_ep_desc *d = &ep->desc;
-    /* RC endpoints receive from the context's shared queue (>>srq); UD ones from the context's UD QP. */
-    int shared = type == IBV_QPT_RC;
+    /* RC endpoints receive from the context's shared queue (>>srq), unless they asked for buffers of
+       their own; UD ones from the context's UD QP. */
+    int shared = type == IBV_QPT_RC && d->recv_pool != RDMAX_RECV_POOL_OWN;
     int reserved = 0;
     struct ibv_qp *parked[4];
     int n_parked = 0;
@@ -4975,6 +4979,12 @@ rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep
     else
         memset(&d, 0, sizeof d);
     d.transport = t;
+    if (d.recv_pool != RDMAX_RECV_POOL_SHARED && d.recv_pool != RDMAX_RECV_POOL_OWN) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_DESC,
+                   "endpoint desc: recv_pool %u is neither RDMAX_RECV_POOL_SHARED (0) nor RDMAX_RECV_POOL_OWN (1)",
+                   d.recv_pool);
+        return RDMAX_ERR_INVALID_PARAM;
+    }
     /* The regions to advertise: expose, then expose_list; each must be a real region. */
     rdmax_rbuf local[RDMAX_MAX_REGIONS];
     uint32_t n_local = 0;
@@ -5507,8 +5517,8 @@ int rdmax__poll_recv(rdmax_ctx *ctx)
     if (n <= 0)
         return ud;
     ctx->cnt.cqes += (uint64_t)n;
-    uint32_t who[16], pools = 0;
-    int n_who = 0;
+    uint32_t who[16], pools = 0, own[16];
+    int n_who = 0, n_own = 0;
     for (int i = 0; i < n; i++) {
         if ((wc[i].wr_id >> 32) == (RDMAX__WR_SRQ >> 32)) {
             uint32_t w = rdmax__srq_recv(ctx, &wc[i]);
@@ -5537,6 +5547,19 @@ int rdmax__poll_recv(rdmax_ctx *ctx)
         }
         char *data = ep->rbufs + (size_t)idx * ep->recv_size;
         size_t len = wc[i].byte_len;
+        if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+            /* rdmax_put_imm: as on the shared queue, the data is in place and the immediate the user's */
+            ctx->cnt.recv_imms++;
+            if (ep->imm_cb)
+                ep->imm_cb(ep, ntohl(wc[i].imm_data), wc[i].byte_len, ep->user);
+            else
+                ctx->cnt.recv_drops++;
+            if (rdmax__wr_ep(ctx, wc[i].wr_id) != ep) {
+                ctx->cnt.stale_wr_ids--;
+                continue;
+            }
+            goto recycle;
+        }
         if ((wc[i].wc_flags & IBV_WC_WITH_IMM) && ep->qp->qp_type == IBV_QPT_RC) {
             uint32_t imm = ntohl(wc[i].imm_data);
             if (imm & RDMAX__IMM_CREDITS) {
@@ -5574,12 +5597,23 @@ int rdmax__poll_recv(rdmax_ctx *ctx)
         }
     recycle:
         ep->rq_free[ep->rq_unposted++] = idx;
-        if (ep->rq_unposted >= RDMAX__RECV_BATCH && ep->state != RDMAX_EP_ERROR) {
+        /* reposted at the end of the batch, as the shared queue's buffers: one grant for the batch */
+        uint32_t me = (uint32_t)(wc[i].wr_id >> 32) & 0xffff;
+        me |= (uint32_t)ctx->eps[me].gen << 16;
+        if (n_own == 0 || own[n_own - 1] != me)
+            own[n_own++] = me;
+    }
+    for (int k = 0; k < n_own; k++) {
+        rdmax__ep_ref *r = &ctx->eps[own[k] & 0xffff];
+        rdmax_ep *ep = r->ep;
+        if (!ep || r->gen != (uint16_t)(own[k] >> 16) || ep->state == RDMAX_EP_ERROR)
+            continue;  /* destroyed by a callback, or failed: its QP is in error */
+        /* a batch, or half the window (a peer keeps one credit back: it may never send a whole batch) */
+        if (ep->rq_unposted >= RDMAX__RECV_BATCH || ep->rq_unposted >= ep->grant_at)
             rdmax__post_recvs(ep, ep->rq_unposted);
-            /* Half the peer's credits are back with us and no send took them along: grant them. */
-            if (ep->rx_unreturned >= ep->rq_depth / 2 && ep->qp->qp_type == IBV_QPT_RC)
-                rdmax__grant(ep);
-        }
+        /* Half the peer's credits are back with us and no send took them along: grant them. */
+        if (ep->rx_unreturned >= ep->grant_at && ep->state == RDMAX_EP_CONNECTED && ep->qp->qp_type == IBV_QPT_RC)
+            rdmax__grant(ep);
     }
     if (pools)
         rdmax__srq_settle(ctx, who, n_who, pools);

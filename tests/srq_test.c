@@ -179,16 +179,21 @@ out:
 }
 
 /* The smallest window (4, a request for 2 is raised to it): 2,000 sends each way and 2,000 puts with
-   immediate data must all arrive, in order, with no RNR and no grant storm. */
-static void tiny_window_case(rdmax_ctx *ctx, const char *dev)
+   immediate data must all arrive, in order, with no RNR and no grant storm. pool_a, pool_b: where each
+   side receives (ep desc recv_pool): the shared queue, or buffers of the endpoint's own. */
+static void tiny_window_case(rdmax_ctx *ctx, const char *dev, uint8_t pool_a, uint8_t pool_b)
 {
     enum { N = 2000 };
+    static const char *const where[2] = {"srq", "own"};
     rdmax_ep *a = NULL, *b = NULL;
     rdmax_mem *dst = NULL;
     struct side sa, sb;
     memset(&sa, 0, sizeof sa);
     memset(&sb, 0, sizeof sb);
-    tl_begin("srq/windows of 4: %d sends each way and %d puts with immediate data, in order, no RNR", N, N);
+    tl_begin("%s/windows of 4%s%s%s: %d sends each way and %d puts with immediate data, in order, no RNR",
+             pool_a || pool_b ? "own_pool" : "srq", pool_a || pool_b ? " (a: " : "",
+             pool_a || pool_b ? where[pool_a] : "", pool_a || pool_b ? (pool_b ? ", b: own)" : ", b: srq)") : "", N,
+             N);
     REQUIRE(rdmax_mem_alloc(ctx, 64 * 8, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
     uint64_t *words = (uint64_t *)dst->addr;
     rdmax_ep_desc da, db;
@@ -200,9 +205,27 @@ static void tiny_window_case(rdmax_ctx *ctx, const char *dev)
     da.user = &sa;
     db = da;
     db.user = &sb;
+    da.recv_pool = pool_a;
+    db.recv_pool = pool_b;
     REQUIRE(pair(ctx, ctx, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     CHECK(a->desc.rq_depth == 4 && a->tx_credits == 4, "window %u, credits %u", a->desc.rq_depth, a->tx_credits);
+    {
+        /* an own pool is the endpoint's: its buffers, on its own receive queue */
+        rdmax_ep_info ia, ib;
+        rdmax_ep_query_info(a, &ia);
+        rdmax_ep_query_info(b, &ib);
+        CHECK(rdmax_ep_query_desc(a).recv_pool == pool_a && rdmax_ep_query_desc(b).recv_pool == pool_b,
+              "recv_pool reads back %u and %u", rdmax_ep_query_desc(a).recv_pool, rdmax_ep_query_desc(b).recv_pool);
+        CHECK((a->rbufs != NULL) == (pool_a == RDMAX_RECV_POOL_OWN) && (b->rbufs != NULL) == (pool_b == RDMAX_RECV_POOL_OWN),
+              "own buffers: a %s, b %s", a->rbufs ? "yes" : "no", b->rbufs ? "yes" : "no");
+        CHECK(pool_a != RDMAX_RECV_POOL_OWN || (ia.recv_pool == a->rbufs && ia.recv_pool_bytes == 4 * 64),
+              "a's pool %p (%zu bytes), its own buffers %p", ia.recv_pool, ia.recv_pool_bytes, (void *)a->rbufs);
+        CHECK(pool_b != RDMAX_RECV_POOL_OWN || (ib.recv_pool == b->rbufs && ib.recv_pool_bytes == 4 * 64),
+              "b's pool %p (%zu bytes), its own buffers %p", ib.recv_pool, ib.recv_pool_bytes, (void *)b->rbufs);
+    }
     uint64_t rnr0 = rnr_count(dev);
+    rdmax_counters cnt0;  /* the context's counters: the cases before ran on it too */
+    rdmax_counters_get(ctx, &cnt0);
     uint32_t sent_a = 0, sent_b = 0, imm_a = 0;
     long refused = 0;
     time_t t_end = time(NULL) + 120;
@@ -248,15 +271,49 @@ static void tiny_window_case(rdmax_ctx *ctx, const char *dev)
     rdmax_counters cnt;
     rdmax_counters_get(ctx, &cnt);
     /* grants answering grants would make thousands per message */
-    CHECK(cnt.posted[RDMAX_OP_GRANT] < 4 * N, "%llu grants for %d messages", 
-          (unsigned long long)cnt.posted[RDMAX_OP_GRANT], 3 * N);
-    printf("# windows of 4: %ld refused posts, %llu grants\n", refused,
-           (unsigned long long)cnt.posted[RDMAX_OP_GRANT]);
+    uint64_t grants = cnt.posted[RDMAX_OP_GRANT] - cnt0.posted[RDMAX_OP_GRANT];
+    CHECK(grants < 4 * N, "%llu grants for %d messages", (unsigned long long)grants, 3 * N);
+    printf("# windows of 4: %ld refused posts, %llu grants\n", refused, (unsigned long long)grants);
     tl_end();
 out:
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
     rdmax_mem_free(dst);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* ---- ep desc recv_pool: an unknown value refused with a message, the own pool in rdmax's bytes ---- */
+static void own_pool_desc_case(rdmax_ctx *ctx)
+{
+    rdmax_ep *a = NULL, *b = NULL;
+    tl_begin("own_pool/desc: recv_pool 7 refused with RDMAX_ERR_INVALID_PARAM and a message; the default is the "
+             "shared queue; an own pool's buffers count in endpoint_bytes");
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.recv_pool = 7;
+    g_lastlog[0] = 0;
+    CHECK_ST(rdmax_ep_create(ctx, &d, &a), RDMAX_ERR_INVALID_PARAM);
+    CHECK(a == NULL && strstr(g_lastlog, "recv_pool 7") != NULL, "endpoint %p, message \"%s\"", (void *)a, g_lastlog);
+    d.recv_pool = RDMAX_RECV_POOL_SHARED;
+    REQUIRE(rdmax_ep_create(ctx, &d, &a) == RDMAX_OK, "create: %s", g_lastlog);
+    CHECK(rdmax_ep_query_desc(a).recv_pool == RDMAX_RECV_POOL_SHARED && a->rbufs == NULL, "default: own buffers %p",
+          (void *)a->rbufs);
+    uint64_t bytes0 = ctx->ep_bytes;
+    d.recv_pool = RDMAX_RECV_POOL_OWN;
+    d.rq_depth = 32;
+    d.recv_size = 1024;
+    REQUIRE(rdmax_ep_create(ctx, &d, &b) == RDMAX_OK, "create with an own pool: %s", g_lastlog);
+    CHECK(ctx->ep_bytes - bytes0 >= 32 * 1024 && ctx->ep_bytes - bytes0 < 32 * 1024 + 4096,
+          "an own pool of 32 x 1 KiB added %llu bytes to endpoint_bytes", (unsigned long long)(ctx->ep_bytes - bytes0));
+    rdmax_ep_destroy(b);
+    b = NULL;
+    CHECK(ctx->ep_bytes == bytes0, "endpoint_bytes %llu after the destroy, %llu before", (unsigned long long)ctx->ep_bytes,
+          (unsigned long long)bytes0);
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
     if (tl_case_failed)
         tl_end();
 }
@@ -829,7 +886,10 @@ int main(void)
     char dev[64];
     snprintf(dev, sizeof dev, "%s", ctx->attr.name);
     imm_case(ctx);
-    tiny_window_case(ctx, dev);
+    tiny_window_case(ctx, dev, RDMAX_RECV_POOL_SHARED, RDMAX_RECV_POOL_SHARED);
+    tiny_window_case(ctx, dev, RDMAX_RECV_POOL_OWN, RDMAX_RECV_POOL_OWN);
+    tiny_window_case(ctx, dev, RDMAX_RECV_POOL_OWN, RDMAX_RECV_POOL_SHARED);
+    own_pool_desc_case(ctx);
     rdmax_ctx_destroy(ctx);
     recv_size_case();
     stale_case(dev);
