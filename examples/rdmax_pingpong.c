@@ -6,6 +6,8 @@
        rdmax_pingpong_rc -t put -s 64              (server)
        rdmax_pingpong_rc -t put -s 64 192.0.2.1    (client)
        rdmax_pingpong_rc -t put -s 64 --loopback   (both ends in one process)
+       rdmax_pingpong_rc --own-pool ...            (RC: receive buffers of the endpoint's own, not the
+                                                    shared receive queue: compare the latency of both)
        rdmax_pingpong_rc --cm [-p PORT] [HOST]     (RC set up through rdma_cm instead of rdmax's TCP record;
                                                     HOST may be IPv4 or IPv6)
 
@@ -61,6 +63,7 @@ struct opts {
     const char *csv, *json, *group;
     int profile;
     int cm;
+    int own_pool;
 };
 
 struct row {
@@ -548,6 +551,8 @@ static void usage(FILE *f, const char *prog)
             "                       same -g joins it and answers by unicast (needs a route for 224.0.0.0/4\n"
             "                       on the device's netdev, e.g. ip route add 224.0.0.0/4 dev sr0)\n"
             "      --cm             RC: set the connection up through rdma_cm (librdmacm), not rdmax's TCP record\n"
+            "      --own-pool       RC: receive into buffers of the endpoint's own (ep desc recv_pool), not the\n"
+            "                       context's shared receive queue                [shared]\n"
             "      --loopback       both ends in this process\n"
             "      --csv=FILE       also write the rows as CSV\n"
             "      --json=FILE      also write the rows as JSON\n"
@@ -587,7 +592,7 @@ static int parse(int argc, char **argv, struct opts *o)
         {"gid-index", required_argument, 0, 'x'}, {"group", required_argument, 0, 'g'},
         {"loopback", no_argument, 0, 'L'},     {"csv", required_argument, 0, 'C'},
         {"json", required_argument, 0, 'J'},   {"profile", no_argument, 0, 'P'},
-        {"cm", no_argument, 0, 'M'},
+        {"cm", no_argument, 0, 'M'},           {"own-pool", no_argument, 0, 'O'},
         {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->size = 8;
@@ -625,6 +630,7 @@ static int parse(int argc, char **argv, struct opts *o)
         case 'J': o->json = optarg; break;
         case 'P': o->profile = 1; break;
         case 'M': o->cm = 1; break;
+        case 'O': o->own_pool = 1; break;
         case 'h': usage(stdout, argv[0]); exit(0);
         default: usage(stderr, argv[0]); return -1;
         }
@@ -646,6 +652,10 @@ static int parse(int argc, char **argv, struct opts *o)
 #ifdef RDMAX_TRANSPORT_UD
     if (o->cm) {
         fprintf(stderr, "option --cm: rdma_cm setup is RC only (rdmax_pingpong_rc)\n");
+        return -1;
+    }
+    if (o->own_pool) {
+        fprintf(stderr, "option --own-pool: RC only (UD endpoints receive on the context's UD QP)\n");
         return -1;
     }
     if (o->test != T_SEND) {
@@ -786,6 +796,7 @@ static void ep_desc_for(const struct opts *o, struct side *s, size_t size, rdmax
     d->recv_cb = on_recv;
     d->user = s;
     d->expose = s->mem;
+    d->recv_pool = o->own_pool ? RDMAX_RECV_POOL_OWN : RDMAX_RECV_POOL_SHARED;
 }
 
 /* The server side of one size with a remote client: answer (send, put) until the client's final

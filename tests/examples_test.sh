@@ -208,6 +208,15 @@ log=$out/bad.log
 timeout 10 $ud --cm >"$log" 2>&1; rc=$?
 if [ $rc = 2 ] && grep -q "RC only" "$log"; then ok "rdmax_pingpong_ud --cm rejected (rdma_cm setup is RC only)"
 else no "rdmax_pingpong_ud --cm" "exit $rc" "$log"; fi
+timeout 10 $ud --own-pool >"$log" 2>&1; rc=$?
+if [ $rc = 2 ] && grep -q "RC only" "$log"; then ok "rdmax_pingpong_ud --own-pool rejected (RC only)"
+else no "rdmax_pingpong_ud --own-pool" "exit $rc" "$log"; fi
+# --own-pool: the send ping-pong on endpoints with receive buffers of their own (ep desc recv_pool)
+log=$out/own-pool.log
+if [ "$topo" = dummy ]; then
+    if timeout 60 $pp --loopback --own-pool -t send -s 8 -n 200 -w 20 -d "$dev0" >"$log" 2>&1 && check_table "$log" 1
+    then ok "send --own-pool loopback"; else no "send --own-pool loopback" "run failed or table malformed" "$log"; fi
+fi
 log=$out/help.log
 if $pp -h >"$log" 2>&1 && grep -q -- "--loopback" "$log" && grep -q -- "--cm" "$log" && grep -q "\[1000\]" "$log"; then ok "-h lists options with defaults"
 else no "-h" "help text incomplete" "$log"; fi
