@@ -199,18 +199,14 @@ static int pairs_mode(int npairs)
     long long uv0 = uverbs_bytes();
     int64_t al0 = g_alloc_bytes;
     double t0 = now_s();
-    for (int i = 0; i < n; i++) {
-        st[i].id = (uint32_t)i;
-        d.user = &st[i];
-        rdmax_status s = rdmax_ep_create(ctx, &d, &eps[i]);
-        REQUIRE(s == RDMAX_OK, "endpoint %d: %s: %s", i, rdmax_status_str(s), g_lastlog);
-    }
     for (int i = 0; i < n; i += 2) {
-        rdmax_conn_info ia, ib;
-        rdmax_ep_local_info(eps[i], &ia);
-        rdmax_ep_local_info(eps[i + 1], &ib);
-        REQUIRE(rdmax_ep_connect_info(eps[i], &ib) == RDMAX_OK && rdmax_ep_connect_info(eps[i + 1], &ia) == RDMAX_OK,
-                "connect pair %d: %s", i / 2, g_lastlog);
+        rdmax_ep_desc d1 = d;
+        st[i].id = (uint32_t)i;
+        st[i + 1].id = (uint32_t)i + 1;
+        d.user = &st[i];
+        d1.user = &st[i + 1];
+        rdmax_status s = tl_pair(ctx, ctx, &d, &d1, &eps[i], &eps[i + 1]);
+        REQUIRE(s == RDMAX_OK, "pair %d: %s: %s", i / 2, rdmax_status_str(s), g_lastlog);
     }
     double t1 = now_s();
     long vm1 = proc_kb("/proc/self/status", "VmSize:"), rss1 = proc_kb("/proc/self/status", "VmRSS:");
@@ -1112,13 +1108,7 @@ static int putrate_mode(int n, double seconds)
     d.keepalive_ms = RDMAX_OFF;
     d.timeout = 18;
     for (int i = 0; i < n; i++) {
-        REQUIRE(rdmax_ep_create(ctx, &d, &eps[2 * i]) == RDMAX_OK && rdmax_ep_create(ctx, &d, &eps[2 * i + 1]) ==
-                RDMAX_OK, "endpoint %d: %s", i, g_lastlog);
-        rdmax_conn_info a, b;
-        rdmax_ep_local_info(eps[2 * i], &a);
-        rdmax_ep_local_info(eps[2 * i + 1], &b);
-        REQUIRE(rdmax_ep_connect_info(eps[2 * i], &b) == RDMAX_OK && rdmax_ep_connect_info(eps[2 * i + 1], &a) ==
-                RDMAX_OK, "connect %d", i);
+        REQUIRE(tl_pair(ctx, ctx, &d, &d, &eps[2 * i], &eps[2 * i + 1]) == RDMAX_OK, "pair %d: %s", i, g_lastlog);
     }
     double one = put_rate(ctx, eps, 1, dst, seconds);
     double many = put_rate(ctx, eps, n, dst, seconds);
@@ -1166,13 +1156,7 @@ static int cqshare_mode(void)
     d.keepalive_ms = RDMAX_OFF;
     d.timeout = 18;
     for (int i = 0; i < NEP; i++) {
-        REQUIRE(rdmax_ep_create(ctx, &d, &eps[2 * i]) == RDMAX_OK && rdmax_ep_create(ctx, &d, &eps[2 * i + 1]) ==
-                RDMAX_OK, "endpoint %d: %s", i, g_lastlog);
-        rdmax_conn_info a, b;
-        rdmax_ep_local_info(eps[2 * i], &a);
-        rdmax_ep_local_info(eps[2 * i + 1], &b);
-        REQUIRE(rdmax_ep_connect_info(eps[2 * i], &b) == RDMAX_OK && rdmax_ep_connect_info(eps[2 * i + 1], &a) ==
-                RDMAX_OK, "connect %d", i);
+        REQUIRE(tl_pair(ctx, ctx, &d, &d, &eps[2 * i], &eps[2 * i + 1]) == RDMAX_OK, "pair %d: %s", i, g_lastlog);
     }
     REQUIRE(rdmax_ep_query_desc(eps[0]).signal_interval > PER, "signal_interval %u: the case needs more than %d",
             rdmax_ep_query_desc(eps[0]).signal_interval, PER);

@@ -41,22 +41,6 @@ static rdmax_ctx *open_ctx(uint32_t recv_size, rdmax_ctx *parent)
     return c;
 }
 
-static rdmax_status pair(rdmax_ctx *ca, rdmax_ctx *cb, const rdmax_ep_desc *da, const rdmax_ep_desc *db,
-                         rdmax_ep **a, rdmax_ep **b)
-{
-    rdmax_status st = rdmax_ep_create(ca, da, a);
-    if (st != RDMAX_OK)
-        return st;
-    if ((st = rdmax_ep_create(cb, db, b)) != RDMAX_OK)
-        return st;
-    rdmax_conn_info ia, ib;
-    rdmax_ep_local_info(*a, &ia);
-    rdmax_ep_local_info(*b, &ib);
-    if ((st = rdmax_ep_connect_info(*a, &ib)) != RDMAX_OK)
-        return st;
-    return rdmax_ep_connect_info(*b, &ia);
-}
-
 /* RNR as the device counts it: any of these moving means a sender met an empty receive queue. */
 static uint64_t rnr_count(const char *dev)
 {
@@ -150,7 +134,7 @@ static void imm_case(rdmax_ctx *ctx)
     da.user = &sa;
     db = da;
     db.user = &sb;
-    REQUIRE(pair(ctx, ctx, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    REQUIRE(tl_pair(ctx, ctx, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     uint64_t v = 0x5eed000000000000ull;
     CHECK_ST(rdmax_put_imm(a, &v, 8, NULL, (uintptr_t)dst->addr, dst->rkey, 0xabc00000u, NULL), RDMAX_OK);
     REQUIRE(spin_until(ctx, NULL, &sb.imms, 1) == 0, "notice never arrived");
@@ -207,7 +191,7 @@ static void tiny_window_case(rdmax_ctx *ctx, const char *dev, uint8_t pool_a, ui
     db.user = &sb;
     da.recv_pool = pool_a;
     db.recv_pool = pool_b;
-    REQUIRE(pair(ctx, ctx, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    REQUIRE(tl_pair(ctx, ctx, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     CHECK(a->desc.rq_depth == 4 && a->tx_credits == 4, "window %u, credits %u", a->desc.rq_depth, a->tx_credits);
     {
         /* an own pool is the endpoint's: its buffers, on its own receive queue */
@@ -334,7 +318,7 @@ static void recv_size_case(void)
     db.recv_size = 2048;  /* b's buffers are 2048 bytes, more than the context's 1024 */
     db.recv_cb = on_msg;
     db.user = &sb;
-    REQUIRE(pair(ctx, ctx, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    REQUIRE(tl_pair(ctx, ctx, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     REQUIRE(rdmax_ep_create(ctx, NULL, &c) == RDMAX_OK, "endpoint of the context's size: %s", g_lastlog);
     struct rdmax__rx *x = ctx->rx;
     CHECK(x->pool[0]->recv_size == 1024 && c->pool == 0, "pool 0 has %u-byte buffers", x->pool[0]->recv_size);
@@ -413,7 +397,7 @@ static void stale_case(const char *dev)
     db = d;
     db.recv_cb = on_msg;
     db.user = &sb;
-    REQUIRE(pair(ca, cb, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    REQUIRE(tl_pair(ca, cb, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     uint32_t target0 = cb->rx->pool[0]->target, posted0 = cb->rx->pool[0]->posted;
     CHECK(target0 == 8 && posted0 == 8, "target %u posted %u", target0, posted0);
     /* 7 sends (the window less the grant's credit) land in b's context, which does not poll yet */
@@ -442,7 +426,7 @@ static void stale_case(const char *dev)
     /* a new endpoint reuses the pool: no new chunk, its window posted again */
     uint32_t bufs = cb->rx->pool[0]->n_bufs;
     db.user = &sb2;
-    REQUIRE(pair(ca, cb, &d, &db, &a2, &b2) == RDMAX_OK, "second pair: %s", g_lastlog);
+    REQUIRE(tl_pair(ca, cb, &d, &db, &a2, &b2) == RDMAX_OK, "second pair: %s", g_lastlog);
     CHECK(cb->rx->pool[0]->n_bufs == bufs && cb->rx->pool[0]->posted >= 8, "buffers %u -> %u, posted %u", bufs, cb->rx->pool[0]->n_bufs,
           cb->rx->pool[0]->posted);
     uint64_t rnr0 = rnr_count(dev);
@@ -464,7 +448,7 @@ static void stale_case(const char *dev)
         rdmax_ep *a3 = NULL, *b3 = NULL;
         rdmax_ep_desc d3 = db;
         d3.recv_size = 512;
-        REQUIRE(pair(ca, cb, &d, &d3, &a3, &b3) == RDMAX_OK, "third pair: %s", g_lastlog);
+        REQUIRE(tl_pair(ca, cb, &d, &d3, &a3, &b3) == RDMAX_OK, "third pair: %s", g_lastlog);
         uint32_t slot = b3->pool;
         for (uint32_t i = 0; i < 5; i++) {
             memcpy(m, &i, 4);
@@ -515,7 +499,7 @@ static void limit_case(void)
     db = d;
     db.recv_cb = on_msg;
     db.user = &sb;
-    REQUIRE(pair(ca, cb, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    REQUIRE(tl_pair(ca, cb, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     rdmax__tick(cb);
     REQUIRE(cb->rx->pool[0]->limit == 16, "limit armed at %u, not a quarter of 64", cb->rx->pool[0]->limit);
     unsigned char m[64];
@@ -711,9 +695,9 @@ static void threads_case(void)
     memset(&es, 0, sizeof es);
     memset(&ec_d, 0, sizeof ec_d);
     es.expose = region;  /* registered in pa: its rkey must work on the child's QPs too */
-    REQUIRE(pair(cl, pa, &ec_d, &es, &ca, &ea) == RDMAX_OK, "pair with the parent: %s", g_lastlog);
-    REQUIRE(pair(cl, ch, &ec_d, &es, &cc, &ec) == RDMAX_OK, "pair with the child: %s", g_lastlog);
-    REQUIRE(pair(cl, other, &ec_d, &es, &co, &eo) == RDMAX_OK, "pair with an unrelated context: %s", g_lastlog);
+    REQUIRE(tl_pair(cl, pa, &ec_d, &es, &ca, &ea) == RDMAX_OK, "pair with the parent: %s", g_lastlog);
+    REQUIRE(tl_pair(cl, ch, &ec_d, &es, &cc, &ec) == RDMAX_OK, "pair with the child: %s", g_lastlog);
+    REQUIRE(tl_pair(cl, other, &ec_d, &es, &co, &eo) == RDMAX_OK, "pair with an unrelated context: %s", g_lastlog);
     wa.ctx = pa;
     wa.ep = ea;
     wc.ctx = ch;
@@ -772,7 +756,7 @@ out:
     rdmax_ctx *x = open_ctx(0, NULL);
     rdmax_ep *p1 = NULL, *p2 = NULL;
     CHECK(ch->dev->refs == 1, "refs %u", ch->dev->refs);
-    CHECK(pair(ch, x, NULL, NULL, &p1, &p2) == RDMAX_OK, "endpoints on the child: %s", g_lastlog);
+    CHECK(tl_pair(ch, x, NULL, NULL, &p1, &p2) == RDMAX_OK, "endpoints on the child: %s", g_lastlog);
     rdmax_comp c;
     memset(&c, 0, sizeof c);
     uint32_t v = 7;
@@ -804,7 +788,7 @@ static void shared_events_case(void)
     db = d;
     db.recv_cb = on_msg;
     db.user = &sb;
-    REQUIRE(pair(cl, pa, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    REQUIRE(tl_pair(cl, pa, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     rdmax__tick(pa);
     REQUIRE(pa->rx->pool[0]->limit == 16, "limit %u", pa->rx->pool[0]->limit);
     unsigned char m[64];
@@ -851,7 +835,7 @@ static void rnr_control_case(const char *dev)
     d.keepalive_ms = RDMAX_OFF;
     tl_begin("srq/control: %d sends past a window of 4 to a receiver that does not progress move the RNR counters",
              RAW);
-    REQUIRE(pair(ctx, ctx, &d, &d, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    REQUIRE(tl_pair(ctx, ctx, &d, &d, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     REQUIRE(ctx->rx->pool[0]->posted == 8, "%u buffers posted, expected the two windows", ctx->rx->pool[0]->posted);
     uint64_t rnr0 = rnr_count(dev);
     struct ibv_send_wr wr[RAW], *bad = NULL;
