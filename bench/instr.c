@@ -299,6 +299,8 @@ int main(int argc, char **argv)
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
     d.recv_size = 64;
+    d.rq_depth = 128;  /* credits for a batch of 32 sends (the default window is 16) */
+    d.sq_depth = 256;  /* room for 4 post lists of 32 between drains (the default is 32) */
     d.recv_cb = on_recv;
     d.expose = rmem;
     if ((st = rdmax_ep_create_pair(ctx, &d, &a, &b)) != RDMAX_OK)
