@@ -1209,6 +1209,10 @@ struct rdmax_ctx {
     uint32_t scq_credits;       /* send-CQ entries not yet reserved by a post */
     uint32_t scq_low;           /* below this many credits every progress call polls (drains) the send CQ
                                    and every post is signaled */
+    uint32_t scq_idle;          /* scq_credits when nothing is outstanding and the send CQ is known empty
+                                   (UINT32_MAX after a destroy left completions behind, until a tick
+                                   drained them): progress then does not poll it */
+    uint32_t rcq_drains;        /* receive-CQ polls that found it drained (the epoch of >>srq) */
     uint32_t comps_out;         /* posted operations whose rdmax_comp has not completed */
     uint32_t rcq_size, rq_total; /* receive CQ entries, and receive requests all endpoints may post */
     uint32_t n_eps;
@@ -1470,6 +1474,8 @@ RDMAX_API rdmax_status rdmax__rcache_check(rdmax_ctx *ctx);
 RDMAX_API int rdmax__poll_send(rdmax_ctx *ctx);
 RDMAX_API int rdmax__send_cqes(rdmax_ctx *ctx, int n);
 RDMAX_API int rdmax__poll_recv(rdmax_ctx *ctx);
+RDMAX_API int rdmax__recv_cqes(rdmax_ctx *ctx, struct ibv_wc *wc, int n);
+RDMAX_API int rdmax__poll_ud(rdmax_ctx *ctx);
 
 /* ---- rcache: the registration cache ------------------------------------------------------------- */
 
@@ -2399,23 +2405,43 @@ RDMAX_INLINE int rdmax__poll_send_fast(rdmax_ctx *ctx)
     return rdmax__send_cqes(ctx, n);
 }
 
+/* The receive CQ, polled inline into the caller's array (a receive callback may progress again): an
+   empty poll costs no call of rdmax's own; completions are handled out of line (rdmax__recv_cqes). */
+RDMAX_INLINE int rdmax__poll_recv_fast(rdmax_ctx *ctx, struct ibv_wc *wc)
+{
+    int ud = 0;
+#if RDMAX__HAS_UD
+    if (ctx->ud)
+        ud = rdmax__poll_ud(ctx);
+#endif
+    RDMAX__PROF_BEGIN(ctx, POLL);
+    int n = ibv_poll_cq(ctx->rcq, 16, wc);
+    RDMAX__PROF_END(ctx, POLL);
+    if (rdmax_likely(n == 0)) {
+        ctx->rcq_drains++;
+        return ud;
+    }
+    return ud + rdmax__recv_cqes(ctx, wc, n);
+}
+
 /* rdmax_progress: poll receive completions (batches of 16), then send completions; run callbacks, repost
    receive buffers, then serve endpoints with pending requests (one branch when there are none). Returns
    the number of completions handled. */
 RDMAX_INLINE int rdmax_progress(rdmax_ctx *ctx)
 {
     RDMAX__PROF_BEGIN(ctx, PROGRESS);
-    int n = rdmax__poll_recv(ctx);
+    struct ibv_wc wc[16];
+    int n = rdmax__poll_recv_fast(ctx, wc);
     /* Send completions that only free resources are polled every 4th call (a busy-waiting caller then
        spins faster and sees a reply sooner); every call when someone waits on a completion object or
-       CQ entries run low. */
+       CQ entries run low; never while nothing is outstanding (all CQ entries unreserved). */
     uint32_t tick = ++ctx->tick;
-    if (ctx->comps_out || (tick & 3) == 0 || ctx->scq_credits < ctx->scq_low) {
+    if (ctx->scq_credits != ctx->scq_idle &&
+        (ctx->comps_out || (tick & 3) == 0 || ctx->scq_credits < ctx->scq_low))
         n += rdmax__poll_send_fast(ctx);
-        /* Device events, the watchdog and keepalives: out of line, every 1024th call (a 4th one). */
-        if (rdmax_unlikely((tick & 1023) == 0))
-            rdmax__tick(ctx);
-    }
+    /* Device events, the watchdog and keepalives: out of line, every 1024th call. */
+    if (rdmax_unlikely((tick & 1023) == 0))
+        rdmax__tick(ctx);
     if (rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
         rdmax__dispatch(ctx);
     RDMAX__PROF_END(ctx, PROGRESS);

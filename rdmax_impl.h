@@ -589,6 +589,7 @@ queues:
     fcntl(ctx->channel->fd, F_SETFL, fcntl(ctx->channel->fd, F_GETFL) | O_NONBLOCK);
     ctx->port_up = 1;
     ctx->scq_credits = d.cq_depth;
+    ctx->scq_idle = d.cq_depth;
     ctx->scq_low = d.cq_depth / 2;
     ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
     ctx->eps_cap = ctx->desc.max_eps < 64 ? ctx->desc.max_eps : 64;  /* grows with the endpoints */
@@ -4364,7 +4365,7 @@ struct rdmax__srq {
 
 struct rdmax__rx {
     struct rdmax__srq *pool[RDMAX__POOLS];  /* [0]: the context's recv_size */
-    uint32_t epoch;             /* receive-CQ polls that found it drained */
+    const uint32_t *epoch;      /* the context's rcq_drains: receive-CQ polls that found it drained */
     uint32_t target;            /* all pools' targets */
     uint32_t cooling;           /* slots of freed pools whose completions may still be queued */
     uint32_t cool_epoch[RDMAX__POOLS];
@@ -4380,7 +4381,7 @@ static uint32_t rdmax__map_hash(const struct rdmax__rx *x, uint32_t qpn)
 
 static int rdmax__tomb_live(const struct rdmax__rx *x, uint32_t v)
 {
-    return (v & RDMAX__MAP_TOMB) && (v & 0x3fffffffu) == (x->epoch & 0x3fffffffu);
+    return (v & RDMAX__MAP_TOMB) && (v & 0x3fffffffu) == (*x->epoch & 0x3fffffffu);
 }
 
 /* The live endpoint of qpn, or NULL (destroyed, or not one of ours). */
@@ -4458,7 +4459,7 @@ static void rdmax__map_kill(rdmax_ctx *ctx, uint32_t qpn)
     struct rdmax__rx *x = ctx->rx;
     for (uint32_t i = rdmax__map_hash(x, qpn); x->map[i].v; i = (i + 1) & (x->map_cap - 1))
         if (x->map[i].qpn == qpn && (x->map[i].v & RDMAX__MAP_LIVE)) {
-            x->map[i].v = RDMAX__MAP_TOMB | (x->epoch & 0x3fffffffu);
+            x->map[i].v = RDMAX__MAP_TOMB | (*x->epoch & 0x3fffffffu);
             return;
         }
 }
@@ -4599,7 +4600,7 @@ static void rdmax__pool_free(rdmax_ctx *ctx, uint32_t p)
     ctx->rx->bytes -= (uint64_t)s->n_bufs * s->recv_size;
     ctx->rx->posted -= s->posted;
     ctx->rx->cooling |= 1u << p;
-    ctx->rx->cool_epoch[p] = ctx->rx->epoch;
+    ctx->rx->cool_epoch[p] = ctx->rcq_drains;
     if (s->srq)
         ibv_destroy_srq(s->srq);
     for (uint32_t i = 0; i < s->n_chunks; i++) {
@@ -4620,6 +4621,7 @@ static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
         if (!(x = (struct rdmax__rx *)rdmax__alloc(ctx, sizeof *x)))
             return RDMAX_ERR_NO_MEMORY;
         x->map_cap = 64;
+        x->epoch = &ctx->rcq_drains;
         if (!(x->map = (__typeof__(x->map))rdmax__alloc(ctx, x->map_cap * sizeof *x->map))) {
             rdmax__free(ctx, x);
             return RDMAX_ERR_NO_MEMORY;
@@ -4631,7 +4633,7 @@ static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
         if (x->pool[i] && x->pool[i]->recv_size == recv_size)
             p = i;
         else if (!x->pool[i] && hole == RDMAX__POOLS &&
-                 (!(x->cooling & (1u << i)) || x->cool_epoch[i] != x->epoch))
+                 (!(x->cooling & (1u << i)) || x->cool_epoch[i] != ctx->rcq_drains))
             hole = i;  /* free, and no completion of a pool freed there can still be queued */
     }
     if (p == RDMAX__POOLS && hole == RDMAX__POOLS) {
@@ -5501,21 +5503,30 @@ static void rdmax__srq_settle(rdmax_ctx *ctx, const uint32_t *who, int n, uint32
     }
 }
 
+int rdmax__poll_ud(rdmax_ctx *ctx)
+{
+#if RDMAX__HAS_UD
+    if (ctx->ud && ctx->ud->qp)
+        return rdmax__ud_poll_recv(ctx);
+#else
+    (void)ctx;
+#endif
+    return 0;
+}
+
 int rdmax__poll_recv(rdmax_ctx *ctx)
 {
     struct ibv_wc wc[16];
-    int ud = 0;
-#if RDMAX__HAS_UD
-    if (ctx->ud && ctx->ud->qp)
-        ud = rdmax__ud_poll_recv(ctx);
-#endif
-    RDMAX__PROF_BEGIN(ctx, POLL);
-    int n = ibv_poll_cq(ctx->rcq, 16, wc);
-    RDMAX__PROF_END(ctx, POLL);
-    if (ctx->rx && n < 16)
-        ctx->rx->epoch++;  /* the CQ was drained: tombstones made before now are dead (>>srq) */
-    if (n <= 0)
-        return ud;
+    return rdmax__poll_recv_fast(ctx, wc);
+}
+
+/* The n receive completions in wc (n not 0: a poll error is negative). */
+int rdmax__recv_cqes(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
+{
+    if (n < 16)
+        ctx->rcq_drains++;  /* the CQ was drained: tombstones made before now are dead (>>srq) */
+    if (n < 0)
+        return 0;
     ctx->cnt.cqes += (uint64_t)n;
     uint32_t who[16], pools = 0, own[16];
     int n_who = 0, n_own = 0;
@@ -5619,7 +5630,7 @@ int rdmax__poll_recv(rdmax_ctx *ctx)
         rdmax__srq_settle(ctx, who, n_who, pools);
     if (rdmax_unlikely(ctx->flush_check))
         rdmax__flush_check(ctx);
-    return n + ud;
+    return n;
 }
 
 rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
@@ -5864,6 +5875,8 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     rdmax_arb_group_cleanup(&ctx->arb, &ep->group);
     /* Operations in flight complete with CANCELED now; their completions, if any arrive, find the
        endpoint's table slot empty or of another generation and are dropped. */
+    if (ep->sq_head != ep->sq_tail)
+        ctx->scq_idle = UINT32_MAX;  /* their completions may come: progress polls until a tick drained them */
     while (ep->sq_head != ep->sq_tail)
         rdmax__ep_retire(ep, (ep->sq_head - 1) & ep->sq_mask, RDMAX_ERR_CANCELED);
     uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
@@ -6153,9 +6166,12 @@ void rdmax__tick(rdmax_ctx *ctx)
        nothing about the endpoints: start their clocks anew. */
     int paused = now - ctx->last_pass_ms > 10 * RDMAX__TICK_MS;
     ctx->last_pass_ms = now;
-    if (!paused)
+    if (!paused || ctx->scq_idle != ctx->desc.cq_depth) {
         while (rdmax__poll_send(ctx) > 0)  /* what already completed is not stalled */
             ;
+        /* completions a destroy left in the send CQ are gone now: an idle progress skips it again */
+        ctx->scq_idle = ctx->desc.cq_depth;
+    }
     for (uint32_t i = 0; i < ctx->eps_cap; i++) {
         rdmax_ep *ep = ctx->eps[i].ep;
         if (!ep || ep->state != RDMAX_EP_CONNECTED || ep->qp->qp_type != IBV_QPT_RC)
