@@ -4353,14 +4353,19 @@ struct rdmax__srq {
     struct ibv_srq *srq;
     uint32_t recv_size;
     uint32_t per_chunk;         /* buffers per chunk, a power of two */
+    uint32_t chunk_shift;       /* log2(per_chunk) */
     uint32_t cap;               /* buffers the SRQ can hold (max_wr as the device applied it) */
     uint32_t target, posted;
     uint32_t n_bufs, n_free;
     uint32_t *free;             /* [n_bufs] */
-    struct { char *base; struct ibv_mr *mr; } *chunks;
+    struct { char *base; struct ibv_mr *mr; uint32_t lkey; } *chunks;
     uint32_t n_chunks, chunks_cap;
     uint32_t limit;             /* the limit armed now; 0: not armed */
     uint32_t users;             /* endpoints attached */
+    /* the receive requests of rdmax__srq_fill, chained and pointing at their SGEs from the start (the
+       last one posted is cut off the chain for its post, then joined again) */
+    struct ibv_recv_wr wr[RDMAX__RECV_BATCH];
+    struct ibv_sge sge[RDMAX__RECV_BATCH];
 };
 
 struct rdmax__rx {
@@ -4466,41 +4471,45 @@ static void rdmax__map_kill(rdmax_ctx *ctx, uint32_t qpn)
 
 static char *rdmax__srq_buf(const struct rdmax__srq *s, uint32_t b)
 {
-    return s->chunks[b / s->per_chunk].base + (size_t)(b % s->per_chunk) * s->recv_size;
+    return s->chunks[b >> s->chunk_shift].base + (size_t)(b & (s->per_chunk - 1)) * s->recv_size;
 }
 
 /* Post free buffers of pool p until its target are posted. Called from the poll path (no allocation). */
 static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
 {
     struct rdmax__srq *s = ctx->rx->pool[p];
-    struct ibv_recv_wr wr[RDMAX__RECV_BATCH], *bad;
-    struct ibv_sge sge[RDMAX__RECV_BATCH];
+    struct ibv_recv_wr *wr = s->wr, *bad;
+    struct ibv_sge *sge = s->sge;
+    uint64_t id = RDMAX__WR_SRQ | RDMAX__WR_RECV | (uint64_t)p << RDMAX__WR_POOL_SHIFT;
     while (s->posted < s->target && s->n_free > 0) {
         uint32_t k = s->target - s->posted;
         k = k < s->n_free ? k : s->n_free;
         k = k < RDMAX__RECV_BATCH ? k : RDMAX__RECV_BATCH;
+        uint32_t nf = s->n_free;
         for (uint32_t i = 0; i < k; i++) {
-            uint32_t b = s->free[--s->n_free];
+            uint32_t b = s->free[--nf];
             sge[i].addr = (uintptr_t)rdmax__srq_buf(s, b);
-            sge[i].length = s->recv_size;
-            sge[i].lkey = s->chunks[b / s->per_chunk].mr->lkey;
-            wr[i].wr_id = RDMAX__WR_SRQ | RDMAX__WR_RECV | p << RDMAX__WR_POOL_SHIFT | b;
-            wr[i].sg_list = &sge[i];
-            wr[i].num_sge = 1;
-            wr[i].next = i + 1 < k ? &wr[i + 1] : NULL;
+            sge[i].lkey = s->chunks[b >> s->chunk_shift].lkey;
+            wr[i].wr_id = id | b;
         }
+        s->n_free = nf;
+        wr[k - 1].next = NULL;
         ctx->cnt.recv_post_calls++;
         int rc = ibv_post_srq_recv(s->srq, wr, &bad);
         if (rdmax_unlikely(rc != 0)) {
             uint32_t back = 0;
             for (struct ibv_recv_wr *w = bad; w; w = w->next, back++)
                 s->free[s->n_free++] = (uint32_t)(w->wr_id & RDMAX__WR_BUF_MASK);
+            if (k < RDMAX__RECV_BATCH)
+                wr[k - 1].next = &wr[k];
             s->posted += k - back;
             ctx->rx->posted += k - back;
             rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ, "device %s: ibv_post_srq_recv of %u buffers failed: %s (%u of %u "
                        "posted, SRQ holds %u)", ctx->attr.name, back, strerror(rc), s->posted, s->target, s->cap);
             return RDMAX_ERR_IO;
         }
+        if (k < RDMAX__RECV_BATCH)
+            wr[k - 1].next = &wr[k];
         s->posted += k;
         ctx->rx->posted += k;
     }
@@ -4559,6 +4568,7 @@ static rdmax_status rdmax__srq_chunk(rdmax_ctx *ctx, struct rdmax__srq *s)
     }
     s->chunks[s->n_chunks].base = p;
     s->chunks[s->n_chunks].mr = mr;
+    s->chunks[s->n_chunks].lkey = mr->lkey;
     for (uint32_t i = s->per_chunk; i-- > 0;)  /* low indexes are posted first */
         s->free[s->n_free++] = s->n_chunks * s->per_chunk + i;
     s->n_chunks++;
@@ -4653,7 +4663,13 @@ static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
         return RDMAX_ERR_NO_MEMORY;
     s->recv_size = recv_size;
     for (s->per_chunk = 1; s->per_chunk < 256 && (size_t)2 * s->per_chunk * recv_size <= RDMAX__SRQ_CHUNK_BYTES;)
-        s->per_chunk *= 2;
+        s->per_chunk *= 2, s->chunk_shift++;
+    for (uint32_t i = 0; i < RDMAX__RECV_BATCH; i++) {
+        s->sge[i].length = recv_size;
+        s->wr[i].sg_list = &s->sge[i];
+        s->wr[i].num_sge = 1;
+        s->wr[i].next = i + 1 < RDMAX__RECV_BATCH ? &s->wr[i + 1] : NULL;
+    }
     struct ibv_srq_init_attr a;
     memset(&a, 0, sizeof a);
     a.srq_context = ctx;  /* names the owner of an SRQ event among contexts sharing the device */
@@ -5490,11 +5506,17 @@ static int rdmax__send_cqes_batch(rdmax_ctx *ctx, int n)
     return n;
 }
 
+/* The endpoint of the previous receive completion of a poll batch (rdmax__srq_recv). */
+struct rdmax__rx_last {
+    uint32_t qpn, who;          /* the previous completion's QP and endpoint (UINT32_MAX: none) */
+    rdmax_ep *ep;
+};
+
 /* One completion of a shared receive queue (>>srq). Returns the endpoint that consumed the buffer, as
    table index | generation << 16, for the credit it is owed once the buffer is posted again; UINT32_MAX
    when nobody is owed one (a destroyed endpoint, a failed one). The buffer goes back to its pool's free
    list. */
-static uint32_t rdmax__srq_recv(rdmax_ctx *ctx, const struct ibv_wc *wc)
+static uint32_t rdmax__srq_recv(rdmax_ctx *ctx, const struct ibv_wc *wc, struct rdmax__rx_last *last)
 {
     uint32_t p = (uint32_t)(wc->wr_id & RDMAX__WR_SLOT_MASK) >> RDMAX__WR_POOL_SHIFT;
     uint32_t b = (uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK;
@@ -5505,7 +5527,15 @@ static uint32_t rdmax__srq_recv(rdmax_ctx *ctx, const struct ibv_wc *wc)
     }
     s->posted--;
     ctx->rx->posted--;
-    rdmax_ep *ep = rdmax__map_ep(ctx, wc->qp_num);
+    /* A burst comes mostly from one QP: the previous completion's endpoint, if it is still that one (a
+       callback may have destroyed it), saves the map lookup. */
+    rdmax_ep *ep;
+    const rdmax__ep_ref *lr = &ctx->eps[last->who & 0xffff];
+    if (wc->qp_num == last->qpn && last->who != UINT32_MAX && lr->ep == last->ep &&
+        lr->gen == (uint16_t)(last->who >> 16))
+        ep = last->ep;
+    else
+        ep = rdmax__map_ep(ctx, wc->qp_num);
     uint32_t who = UINT32_MAX;
     if (rdmax_unlikely(ep == NULL)) {
         ctx->cnt.stale_wr_ids++;  /* its endpoint was destroyed: dropped, the buffer recycled */
@@ -5520,6 +5550,9 @@ static uint32_t rdmax__srq_recv(rdmax_ctx *ctx, const struct ibv_wc *wc)
     } else {
         uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
         who = idx | (uint32_t)ctx->eps[idx].gen << 16;
+        last->qpn = wc->qp_num;
+        last->who = who;
+        last->ep = ep;
         if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
             /* rdmax_put_imm: the data is in place; the immediate is the user's, no credits in it. */
             ctx->cnt.recv_imms++;
@@ -5558,12 +5591,17 @@ static void rdmax__srq_settle(rdmax_ctx *ctx, const uint32_t *who, int n, uint32
     for (uint32_t p = 0; pools; p++, pools >>= 1)
         if ((pools & 1) && ctx->rx->pool[p])  /* a callback may have freed it (its last endpoint went) */
             rdmax__srq_fill(ctx, p);
-    for (int i = 0; i < n; i++) {
+    /* by runs of one endpoint (a burst comes mostly from one): each run is looked up once */
+    for (int i = 0, k; i < n; i += k) {
+        for (k = 1; i + k < n && who[i + k] == who[i]; k++)
+            ;
         rdmax__ep_ref *r = &ctx->eps[who[i] & 0xffff];
         if (r->ep && r->gen == (uint16_t)(who[i] >> 16))
-            r->ep->rx_unreturned++;
+            r->ep->rx_unreturned += (uint32_t)k;
     }
     for (int i = 0; i < n; i++) {
+        if (i > 0 && who[i] == who[i - 1])
+            continue;
         rdmax__ep_ref *r = &ctx->eps[who[i] & 0xffff];
         if (r->ep && r->gen == (uint16_t)(who[i] >> 16) && r->ep->rx_unreturned >= r->ep->grant_at &&
             r->ep->state == RDMAX_EP_CONNECTED)
@@ -5598,9 +5636,10 @@ int rdmax__recv_cqes(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
     ctx->cnt.cqes += (uint64_t)n;
     uint32_t who[16], pools = 0, own[16];
     int n_who = 0, n_own = 0;
+    struct rdmax__rx_last last = {0, UINT32_MAX, NULL};
     for (int i = 0; i < n; i++) {
         if ((wc[i].wr_id >> 32) == (RDMAX__WR_SRQ >> 32)) {
-            uint32_t w = rdmax__srq_recv(ctx, &wc[i]);
+            uint32_t w = rdmax__srq_recv(ctx, &wc[i], &last);
             pools |= 1u << (((uint32_t)wc[i].wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1));
             if (w != UINT32_MAX)
                 who[n_who++] = w;
