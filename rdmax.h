@@ -1199,6 +1199,14 @@ typedef struct rdmax__ep_ref {
 #define RDMAX__WR_RECV (1ull << 31)
 #define RDMAX__WR_SLOT_MASK 0x7fffffffull
 
+/* The fast paths' prebuilt requests in the context, one per kind (rdmax_ctx.fwr) */
+#define RDMAX__FWR_PUT 0
+#define RDMAX__FWR_SEND 1
+#define RDMAX__FWR_GET 2
+#define RDMAX__FWR_FADD 3
+#define RDMAX__FWR_CSWAP 4
+#define RDMAX__FWR__COUNT 5
+
 struct rdmax_ctx {
     rdmax_arb arb;              /* endpoints with pending requests, served round-robin */
     rdmax_ep *disp_ep;          /* endpoint whose pending request is being dispatched */
@@ -1232,6 +1240,12 @@ struct rdmax_ctx {
     struct rdmax__dev *dev;     /* the device and protection domain, shared with parent and children */
     rdmax_ctx *dev_next;        /* the next context sharing dev (under dev->lock) */
     rdmax_counters cnt;
+    /* The requests of the fast paths (RDMAX__FWR_*): opcode, flags, one SGE (fsge) and next NULL are
+       set at creation, so a post fills only the fields that change (a signaled one sets and restores
+       IBV_SEND_SIGNALED out of line). The provider copies a request at the post. */
+    struct ibv_send_wr fwr[RDMAX__FWR__COUNT];
+    struct ibv_sge fsge;
+    struct ibv_sge asge;        /* the atomics' SGE: length 8 set at creation */
     rdmax_ctx_desc desc;        /* applied values */
     rdmax_dev_attr attr;
     rdmax_log_level log_level;
@@ -2139,6 +2153,7 @@ RDMAX_INLINE void rdmax__ep_regate(rdmax_ep *ep)
 
 RDMAX_API rdmax_status rdmax__op_slow(rdmax_ep *ep);
 RDMAX_API rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc);
+RDMAX_API rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uint32_t len, uint64_t raddr);
 RDMAX_API rdmax_status rdmax__put_chained(rdmax_ep *ep, const void *buf, size_t len, uint64_t raddr, uint32_t rkey);
 
 RDMAX_INLINE rdmax_status rdmax__slow(rdmax_ep *ep, rdmax_op op, const void *buf, size_t len, const rdmax_mem *mem,
@@ -2159,37 +2174,29 @@ RDMAX_INLINE rdmax_status rdmax__slow(rdmax_ep *ep, rdmax_op op, const void *buf
     return rdmax__op_slow(ep);
 }
 
-/* Post ep->wr, which the caller filled (opcode, sge, remote fields): the slot gets its op, one post in
-   signal_interval is signaled (and keeps its length and address for an error report; the others are
-   covered by it), and only an accepted post moves the queue and the counters, so a refusal has nothing
-   to undo but the signal count (rdmax__post_refused). */
-RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, rdmax_op op, uint32_t len,
-                                              unsigned flags, uint64_t raddr)
+/* Post wr (one of ctx->fwr), which the caller filled (sge, remote fields): the slot gets its op, and
+   only an accepted post moves the queue and the counters, so a refusal has nothing to undo but the
+   signal count (rdmax__post_refused). One post in signal_interval is signaled, out of line
+   (rdmax__fast_post_signaled: it keeps the length and address for an error report; the others are
+   covered by it). */
+RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, uint32_t head, struct ibv_send_wr *wr, rdmax_op op,
+                                              uint32_t len, uint64_t raddr)
 {
     uint32_t slot = head & ep->sq_mask;
-    rdmax__slot *s = &ep->slots[slot];
-    struct ibv_send_wr *wr = &ep->wr;
     wr->wr_id = ep->wr_id_base | slot;
-    s->op = (uint8_t)op;  /* s->signaled is 0 in a free slot (rdmax__ep_retire clears it) */
+    ep->slots[slot].op = (uint8_t)op;  /* s->signaled is 0 in a free slot (retirement clears it) */
     /* Signaled too while fewer than half the send-CQ entries are free: with many endpoints each one's
        share of the entries is below signal_interval, and an endpoint that never reaches its signal
        would hold its entries until the last one forces a completion (rdmax__ep_post). */
-    if (rdmax_likely(--ep->sig_left != 0 && ctx->scq_credits > ctx->scq_low)) {
-        wr->send_flags = flags;
-    } else {
-        ep->sig_left = ep->signal_interval;
-        wr->send_flags = flags | IBV_SEND_SIGNALED;
-        s->signaled = 1;
-        s->len = len;
-        s->raddr = raddr;
-    }
-    RDMAX__PROF_BEGIN(ctx, POST);
+    if (rdmax_unlikely(--ep->sig_left == 0 || ep->ctx->scq_credits <= ep->ctx->scq_low))
+        return rdmax__fast_post_signaled(ep, wr, len, raddr);
+    RDMAX__PROF_BEGIN(ep->ctx, POST);
     int rc = ibv_post_send(ep->qp, wr, &ep->post_bad);
-    RDMAX__PROF_END(ctx, POST);
+    RDMAX__PROF_END(ep->ctx, POST);
     if (rdmax_unlikely(rc != 0))
         return rdmax__post_refused(ep, rc);
     ep->sq_head++;
-    ctx = ep->ctx;  /* reloaded: one register less across the call */
+    rdmax_ctx *ctx = ep->ctx;  /* reloaded: one register less across the call */
     ctx->scq_credits--;
     ctx->cnt.posted[op]++;
     ctx->cnt.bytes[op] += len;
@@ -2224,12 +2231,11 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
        length is checked against the peer's receive buffers (it protects the peer). */
     if (rdmax_likely(len - 1 < ep->max_inline && comp == NULL && buf != NULL && len <= ep->peer_recv_size &&
                      ep->tx_credits > 1 && RDMAX__FAST_OPEN(ep, ctx, head))) {
-        struct ibv_send_wr *wr = &ep->wr;
-        wr->opcode = IBV_WR_SEND_WITH_IMM;
+        struct ibv_send_wr *wr = &ctx->fwr[RDMAX__FWR_SEND];
         wr->imm_data = htonl(ep->rx_unreturned);
-        ep->sge[0].addr = (uintptr_t)buf;
-        ep->sge[0].length = (uint32_t)len;
-        rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, RDMAX_OP_SEND, (uint32_t)len, IBV_SEND_INLINE, 0);
+        ctx->fsge.addr = (uintptr_t)buf;
+        ctx->fsge.length = (uint32_t)len;
+        rdmax_status st = rdmax__ep_fast_post(ep, head, wr, RDMAX_OP_SEND, (uint32_t)len, 0);
         if (rdmax_likely(st == RDMAX_OK)) {
             ep->tx_credits--;
             ep->rx_unreturned = 0;
@@ -2251,13 +2257,12 @@ RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, c
     uint32_t head = ep->sq_head;
     if (rdmax_likely(len - 1 < ep->max_inline && comp == NULL && buf != NULL)) {
         if (rdmax_likely(RDMAX__FAST_OPEN(ep, ctx, head))) {
-            struct ibv_send_wr *wr = &ep->wr;
-            wr->opcode = IBV_WR_RDMA_WRITE;
-            ep->sge[0].addr = (uintptr_t)buf;
-            ep->sge[0].length = (uint32_t)len;
+            struct ibv_send_wr *wr = &ctx->fwr[RDMAX__FWR_PUT];
+            ctx->fsge.addr = (uintptr_t)buf;
+            ctx->fsge.length = (uint32_t)len;
             wr->wr.rdma.remote_addr = raddr;
             wr->wr.rdma.rkey = rkey;
-            return rdmax__ep_fast_post(ep, ctx, head, RDMAX_OP_PUT, (uint32_t)len, IBV_SEND_INLINE, raddr);
+            return rdmax__ep_fast_post(ep, head, wr, RDMAX_OP_PUT, (uint32_t)len, raddr);
         }
         if (ep->blocked == RDMAX__BLK_BATCH)  /* a post list: chained, out of line (rdmax__put_chain_fast) */
             return rdmax__put_chained(ep, buf, len, raddr, rkey);
@@ -2295,17 +2300,18 @@ RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const r
 {
     rdmax_ctx *ctx = ep->ctx;
     uint32_t head = ep->sq_head;
-    /* one test for len 0 and len too long (len - 1 wraps for 0) */
-    if (rdmax_likely(len - 1 < ctx->attr.max_msg_sz && mem != NULL && comp == NULL && buf != NULL &&
+    /* one test for len 0 and len too long (len - 1 wraps for 0); a page is under every device's
+       max_msg_sz (2^31 on rxe and the RoCE NICs), so a constant length of at most a page costs no test */
+    if (rdmax_likely((len - 1 < 4096u || len - 1 < ctx->attr.max_msg_sz) && mem != NULL && comp == NULL &&
+                     buf != NULL &&
                      ep->rd_avail != 0 && RDMAX__FAST_OPEN(ep, ctx, head))) {
-        struct ibv_send_wr *wr = &ep->wr;
-        wr->opcode = IBV_WR_RDMA_READ;
-        ep->sge[0].addr = (uintptr_t)buf;
-        ep->sge[0].length = (uint32_t)len;
-        ep->sge[0].lkey = mem->lkey;
+        struct ibv_send_wr *wr = &ctx->fwr[RDMAX__FWR_GET];
+        ctx->fsge.addr = (uintptr_t)buf;
+        ctx->fsge.length = (uint32_t)len;
+        ctx->fsge.lkey = mem->lkey;
         wr->wr.rdma.remote_addr = raddr;
         wr->wr.rdma.rkey = rkey;
-        rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, RDMAX_OP_GET, (uint32_t)len, 0, raddr);
+        rdmax_status st = rdmax__ep_fast_post(ep, head, wr, RDMAX_OP_GET, (uint32_t)len, raddr);
         if (rdmax_likely(st == RDMAX_OK)) {
             ep->rd_avail--;
             return RDMAX_INPROGRESS;
@@ -2329,16 +2335,15 @@ RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opco
     uint32_t head = ep->sq_head;
     if (rdmax_likely(!(raddr & 7) && mem != NULL && result != NULL && comp == NULL && ep->rd_avail != 0 &&
                      RDMAX__FAST_OPEN(ep, ctx, head))) {
-        struct ibv_send_wr *wr = &ep->wr;
-        wr->opcode = opcode;
-        ep->sge[0].addr = (uintptr_t)result;
-        ep->sge[0].length = 8;
-        ep->sge[0].lkey = mem->lkey;
+        struct ibv_send_wr *wr = &ctx->fwr[opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? RDMAX__FWR_FADD : RDMAX__FWR_CSWAP];
+        ctx->asge.addr = (uintptr_t)result;
+        ctx->asge.lkey = mem->lkey;
         wr->wr.atomic.remote_addr = raddr;
         wr->wr.atomic.rkey = rkey;
         wr->wr.atomic.compare_add = a;
-        wr->wr.atomic.swap = b;
-        rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, op, 8, 0, raddr);
+        if (opcode == IBV_WR_ATOMIC_CMP_AND_SWP)
+            wr->wr.atomic.swap = b;
+        rdmax_status st = rdmax__ep_fast_post(ep, head, wr, op, 8, raddr);
         if (rdmax_likely(st == RDMAX_OK)) {
             ep->rd_avail--;
             return RDMAX_INPROGRESS;

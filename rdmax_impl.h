@@ -590,6 +590,18 @@ queues:
     ctx->port_up = 1;
     ctx->scq_credits = d.cq_depth;
     ctx->scq_idle = d.cq_depth;
+    {
+        static const enum ibv_wr_opcode opc[RDMAX__FWR__COUNT] = {
+            IBV_WR_RDMA_WRITE, IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD,
+            IBV_WR_ATOMIC_CMP_AND_SWP};
+        for (int k = 0; k < RDMAX__FWR__COUNT; k++) {
+            ctx->fwr[k].opcode = opc[k];
+            ctx->fwr[k].send_flags = k <= RDMAX__FWR_SEND ? IBV_SEND_INLINE : 0;
+            ctx->fwr[k].sg_list = k >= RDMAX__FWR_FADD ? &ctx->asge : &ctx->fsge;
+            ctx->fwr[k].num_sge = 1;
+        }
+        ctx->asge.length = 8;
+    }
     ctx->scq_low = d.cq_depth / 2;
     ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
     ctx->eps_cap = ctx->desc.max_eps < 64 ? ctx->desc.max_eps : 64;  /* grows with the endpoints */
@@ -4204,6 +4216,32 @@ rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc)
     s->signaled = 0;
     ep->last_errno = rc;
     return RDMAX_ERR_IO;
+}
+
+/* The one fast post in signal_interval that is signaled (rdmax__ep_fast_post with the rest of it): it
+   keeps its length and remote address for an error report. */
+rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uint32_t len, uint64_t raddr)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    rdmax__slot *s = &ep->slots[ep->sq_head & ep->sq_mask];
+    ep->sig_left = ep->signal_interval;
+    s->signaled = 1;
+    s->len = len;
+    s->raddr = raddr;
+    unsigned flags = wr->send_flags;
+    wr->send_flags = flags | IBV_SEND_SIGNALED;
+    RDMAX__PROF_BEGIN(ctx, POST);
+    int rc = ibv_post_send(ep->qp, wr, &ep->post_bad);
+    RDMAX__PROF_END(ctx, POST);
+    wr->send_flags = flags;
+    if (rdmax_unlikely(rc != 0))
+        return rdmax__post_refused(ep, rc);
+    ep->sq_head++;
+    ctx->scq_credits--;
+    ctx->cnt.posted[s->op]++;
+    ctx->cnt.bytes[s->op] += len;
+    ctx->cnt.post_calls++;
+    return RDMAX_OK;
 }
 
 #if RDMAX__HAS_RC
