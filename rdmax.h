@@ -1239,7 +1239,8 @@ struct rdmax_ctx {
     struct rdmax__rx *rx;       /* RC: shared receive queues and their pools; NULL until the first RC endpoint */
     struct rdmax__dev *dev;     /* the device and protection domain, shared with parent and children */
     rdmax_ctx *dev_next;        /* the next context sharing dev (under dev->lock) */
-    rdmax_counters cnt;
+    rdmax_counters cnt;         /* cnt.post_calls: ibv_post_send calls minus the requests in posted[] (a
+                                   request of its own is no update; rdmax_counters_get adds them up) */
     /* The requests of the fast paths (RDMAX__FWR_*): opcode, flags, one SGE (fsge) and next NULL are
        set at creation, so a post fills only the fields that change (a signaled one sets and restores
        IBV_SEND_SIGNALED out of line). The provider copies a request at the post. */
@@ -2199,8 +2200,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, uint32_t head, struc
     rdmax_ctx *ctx = ep->ctx;  /* reloaded: one register less across the call */
     ctx->scq_credits--;
     ctx->cnt.posted[op]++;
-    ctx->cnt.bytes[op] += len;
-    ctx->cnt.post_calls++;
+    ctx->cnt.bytes[op] += len;  /* a post of its own: post_calls follows from posted[] (rdmax_counters_get) */
     return RDMAX_OK;
 }
 

@@ -733,9 +733,19 @@ rdmax_status rdmax_wait(rdmax_ctx *ctx, int timeout_ms)
     return rdmax_progress(ctx) ? RDMAX_OK : RDMAX_ERR_TIMEOUT;
 }
 
+/* ibv_post_send calls: the requests in posted[] plus ctx->cnt.post_calls (see rdmax_ctx.cnt). */
+static uint64_t rdmax__post_calls(const rdmax_counters *c)
+{
+    uint64_t n = c->post_calls;
+    for (unsigned op = 0; op < RDMAX_OP__COUNT; op++)
+        n += c->posted[op];
+    return n;
+}
+
 void rdmax_counters_get(const rdmax_ctx *ctx, rdmax_counters *out)
 {
     *out = ctx->cnt;
+    out->post_calls = rdmax__post_calls(&ctx->cnt);
 }
 
 struct rdmax_rcache *rdmax_ctx_rcache(const rdmax_ctx *ctx)
@@ -3883,7 +3893,6 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
     }
     struct ibv_send_wr *bad;
     wr->next = NULL;
-    ctx->cnt.post_calls++;
     RDMAX__PROF_BEGIN(ctx, POST);
     int rc = ibv_post_send(ep->qp, wr, &bad);
     RDMAX__PROF_END(ctx, POST);
@@ -3900,7 +3909,6 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
         s->signaled = 0;
         ctx->cnt.posted[op]--;
         ctx->cnt.bytes[op] -= len;
-        ctx->cnt.post_calls--;
         ep->sig_left = sig_left;
         ep->last_errno = rc;
         rdmax__ep_regate(ep);
@@ -4240,7 +4248,6 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
     ctx->scq_credits--;
     ctx->cnt.posted[s->op]++;
     ctx->cnt.bytes[s->op] += len;
-    ctx->cnt.post_calls++;
     return RDMAX_OK;
 }
 
@@ -5785,7 +5792,7 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
     uint32_t n = ctx->batch_n;
     ctx->bwr[n - 1].next = NULL;
     ctx->batch_n = 0;
-    ep->ctx->cnt.post_calls++;
+    ep->ctx->cnt.post_calls += 1 - (uint64_t)n;  /* one call for n requests in posted[] */
     RDMAX__PROF_BEGIN(ep->ctx, POST);
     int rc = ibv_post_send(ep->qp, ctx->bwr, &bad);
     RDMAX__PROF_END(ep->ctx, POST);
@@ -5813,6 +5820,7 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
             ep->sq_head--;
             ep->ctx->scq_credits++;
             ep->ctx->cnt.posted[s->op]--;
+            ep->ctx->cnt.post_calls++;  /* not posted after all (see above) */
             /* its length from its SGEs: a chained put keeps s->len only when signaled */
             const struct ibv_send_wr *w = &ctx->bwr[i - 1];
             for (int k = 0; k < w->num_sge; k++)
@@ -6015,6 +6023,7 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     rdmax_ep_pending_purge(ep);  /* safe from inside a dispatch callback of this endpoint */
     if (ctx->batch_ep == ep) {  /* what it chained is never posted: its slots are canceled below */
         ctx->batch_ep = NULL;
+        ctx->cnt.post_calls -= ctx->batch_n;  /* in posted[], and in no call */
         ctx->batch_n = 0;
     }
     rdmax_arb_group_cleanup(&ctx->arb, &ep->group);
@@ -7870,7 +7879,12 @@ static void rdmax__prof_collect(rdmax_ctx *ctx, uint64_t *v)
         v[RDMAX_PROFILE_VAR_POSTED(op)] = RDMAX__PROF_LOAD(c->posted[op]);
         v[RDMAX_PROFILE_VAR_BYTES(op)] = RDMAX__PROF_LOAD(c->bytes[op]);
     }
-    v[RDMAX_PROFILE_VAR_POST_CALLS] = RDMAX__PROF_LOAD(c->post_calls);
+    {
+        uint64_t calls = RDMAX__PROF_LOAD(c->post_calls);  /* plus the requests in posted[] (rdmax_ctx.cnt) */
+        for (unsigned op = 0; op < RDMAX_OP__COUNT; op++)
+            calls += v[RDMAX_PROFILE_VAR_POSTED(op)];
+        v[RDMAX_PROFILE_VAR_POST_CALLS] = calls;
+    }
     v[RDMAX_PROFILE_VAR_RECV_POST_CALLS] = RDMAX__PROF_LOAD(c->recv_post_calls);
     v[RDMAX_PROFILE_VAR_POLLS] = RDMAX__PROF_LOAD(c->polls);
     v[RDMAX_PROFILE_VAR_EMPTY_POLLS] = RDMAX__PROF_LOAD(c->empty_polls);
