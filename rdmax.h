@@ -1285,6 +1285,8 @@ struct rdmax_ep {
     uint32_t max_inline;
     uint32_t rd_avail;          /* RDMA reads and atomics that may still be issued */
     uint32_t peer_recv_size;    /* largest message the peer accepts */
+    uint32_t send_inline;       /* RC: min(max_inline, peer_recv_size), the fast send's one length test
+                                   (0 until connected, and on UD) */
     uint32_t tx_credits;        /* RC sends the peer has receive buffers for (one more kept for grants) */
     uint32_t rx_unreturned;     /* receive buffers reposted but not yet granted back to the peer */
     rdmax_req grant_req;        /* a grant that could not be posted waits at the head of the queue */
@@ -2229,8 +2231,8 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
     /* RC: never more sends in flight than the peer has receive buffers (no RNR in steady state); the
        last credit is kept for a grant. Credits we owe the peer ride along in the immediate data. The
        length is checked against the peer's receive buffers (it protects the peer). */
-    if (rdmax_likely(len - 1 < ep->max_inline && comp == NULL && buf != NULL && len <= ep->peer_recv_size &&
-                     ep->tx_credits > 1 && RDMAX__FAST_OPEN(ep, ctx, head))) {
+    if (rdmax_likely(len - 1 < ep->send_inline && comp == NULL && buf != NULL && ep->tx_credits > 1 &&
+                     RDMAX__FAST_OPEN(ep, ctx, head))) {
         struct ibv_send_wr *wr = &ctx->fwr[RDMAX__FWR_SEND];
         wr->imm_data = htonl(ep->rx_unreturned);
         ctx->fsge.addr = (uintptr_t)buf;

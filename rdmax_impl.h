@@ -5165,6 +5165,7 @@ static rdmax_status rdmax__ep_connected(rdmax_ep *ep, const rdmax_conn_info *r, 
     if (st != RDMAX_OK)
         return st;
     ep->peer_recv_size = r->recv_size;
+    ep->send_inline = ep->max_inline < r->recv_size ? ep->max_inline : r->recv_size;
     ep->peer_qpn = r->qpn;
     memcpy(ep->peer_gid, r->gid, 16);
     ep->tx_credits = r->credits;
