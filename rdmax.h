@@ -1241,12 +1241,6 @@ struct rdmax_ctx {
     rdmax_ctx *dev_next;        /* the next context sharing dev (under dev->lock) */
     rdmax_counters cnt;         /* cnt.post_calls: ibv_post_send calls minus the requests in posted[] (a
                                    request of its own is no update; rdmax_counters_get adds them up) */
-    /* The requests of the fast paths (RDMAX__FWR_*): opcode, flags, one SGE (fsge) and next NULL are
-       set at creation, so a post fills only the fields that change (a signaled one sets and restores
-       IBV_SEND_SIGNALED out of line). The provider copies a request at the post. */
-    struct ibv_send_wr fwr[RDMAX__FWR__COUNT];
-    struct ibv_sge fsge;
-    struct ibv_sge asge;        /* the atomics' SGE: length 8 set at creation */
     rdmax_ctx_desc desc;        /* applied values */
     rdmax_dev_attr attr;
     rdmax_log_level log_level;
@@ -1265,6 +1259,12 @@ struct rdmax_ctx {
     struct rdmax__prof *prof;   /* profile points, event callbacks, log dedupe; NULL until used */
     struct rdma_event_channel *cm_ch; /* RDMAX_SETUP_CM: events of the endpoints' rdma_cm ids */
     rdmax_listener *listeners;  /* open listeners, closed by rdmax_ctx_destroy */
+    /* The requests of the fast paths (RDMAX__FWR_*): opcode, flags, one SGE (fsge) and next NULL are
+       set at creation, so a post fills only the fields that change (a signaled one sets and restores
+       IBV_SEND_SIGNALED out of line). The provider copies a request at the post. */
+    struct ibv_send_wr fwr[RDMAX__FWR__COUNT];
+    struct ibv_sge fsge;
+    struct ibv_sge asge;        /* the atomics' SGE: length 8 set at creation */
 #if RDMAX__HAS_UD
     struct rdmax__ud *ud;
 #endif
