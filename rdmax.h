@@ -114,7 +114,9 @@
    never clears it: reset it (comp.done = 0, or zero the struct) before reusing the object. Completions
    arrive from rdmax_progress (and rdmax_wait, rdmax_ep_flush, which call it), and also from
    rdmax_ep_destroy and rdmax_ep_pending_purge (RDMAX_ERR_CANCELED) and from a chained post that failed
-   (RDMAX_ERR_IO, see rdmax_batch_begin). A comp callback may post new operations; it must not destroy
+   (RDMAX_ERR_IO, see rdmax_batch_begin). A comp callback may post new operations and call rdmax_progress
+   (no send completion is reported inside it: they wait until the batch it belongs to is done, as RC
+   retires in order; rdmax_ep_flush there is refused with RDMAX_ERR_INVALID_PARAM); it must not destroy
    the endpoint of the operation it reports (the completion loop still walks that endpoint).
    A receive callback (rdmax_ep_desc.recv_cb) may post, and may destroy its own endpoint: the receive
    loop checks for that before it touches the endpoint again. Its data is valid only during the call.
@@ -515,6 +517,7 @@ typedef enum rdmax_log_level {
     X(EP_CLOSED, "an endpoint was closed, by this side or the peer")                                       \
     X(NEGATIVE_TIMEOUT, "a negative timeout given to flush, accept or connect")                            \
     X(FLUSH_TIMEOUT, "rdmax_ep_flush timed out")                                                           \
+    X(FLUSH_IN_CALLBACK, "rdmax_ep_flush called from a comp callback, where no send completion is reported") \
     X(DEVICE_EVENT, "a port went down or came up, or another asynchronous device event")                  \
     X(DEVICE_FATAL, "the device reported a fatal error: every endpoint fails")                            \
     X(LISTEN, "rdmax_listen failed (resolve, socket, bind, listen, rdma_cm), or its listener did")       \
@@ -1217,6 +1220,9 @@ struct rdmax_ctx {
     uint32_t scq_credits;       /* send-CQ entries not yet reserved by a post */
     uint32_t scq_low;           /* below this many credits every progress call polls (drains) the send CQ
                                    and every post is signaled */
+    uint32_t scq_nest;          /* 1 while send completions are being handled: a comp callback that
+                                   progresses must not poll the send CQ (its completions would retire
+                                   ahead of the batch's rest, which RC's in-order retirement forbids) */
     uint32_t scq_idle;          /* scq_credits when nothing is outstanding and the send CQ is known empty
                                    (UINT32_MAX after a destroy left completions behind, until a tick
                                    drained them): progress then does not poll it */
@@ -2443,7 +2449,7 @@ RDMAX_INLINE int rdmax_progress(rdmax_ctx *ctx)
        spins faster and sees a reply sooner); every call when someone waits on a completion object or
        CQ entries run low; never while nothing is outstanding (all CQ entries unreserved). */
     uint32_t tick = ++ctx->tick;
-    if (ctx->scq_credits != ctx->scq_idle &&
+    if (ctx->scq_credits != ctx->scq_idle && !ctx->scq_nest &&
         (ctx->comps_out || (tick & 3) == 0 || ctx->scq_credits < ctx->scq_low))
         n += rdmax__poll_send_fast(ctx);
     /* Device events, the watchdog and keepalives: out of line, every 1024th call. */

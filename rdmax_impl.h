@@ -5385,7 +5385,7 @@ static void rdmax__ep_flush_seen(rdmax_ep *ep)
 
 static void rdmax__flush_check(rdmax_ctx *ctx)
 {
-    if (ctx->in_flush_check)
+    if (ctx->in_flush_check || ctx->scq_nest)  /* in a comp callback: when the send batch ends */
         return;
     ctx->in_flush_check = 1;
     for (int i = 0; i < 64; i++)
@@ -5421,6 +5421,8 @@ static rdmax_ep *rdmax__wr_ep(rdmax_ctx *ctx, uint64_t wr_id)
 
 int rdmax__poll_send(rdmax_ctx *ctx)
 {
+    if (ctx->scq_nest)  /* called from a comp callback: see rdmax_ctx.scq_nest */
+        return 0;
     return rdmax__poll_send_fast(ctx);
 }
 
@@ -5487,6 +5489,7 @@ static int rdmax__send_cqes_batch(rdmax_ctx *ctx, int n);
    the posts take them, and posts are refused for want of entries that sit completed in the CQ). */
 int rdmax__send_cqes(rdmax_ctx *ctx, int n)
 {
+    ctx->scq_nest = 1;
     int total = rdmax__send_cqes_batch(ctx, n);
     while (n == 16 && ctx->scq_credits < ctx->scq_low) {
         RDMAX__PROF_BEGIN(ctx, POLL);
@@ -5499,6 +5502,9 @@ int rdmax__send_cqes(rdmax_ctx *ctx, int n)
         }
         total += rdmax__send_cqes_batch(ctx, n);
     }
+    ctx->scq_nest = 0;
+    if (rdmax_unlikely(ctx->flush_check))
+        rdmax__flush_check(ctx);
     return total;
 }
 
@@ -5547,8 +5553,6 @@ static int rdmax__send_cqes_batch(rdmax_ctx *ctx, int n)
             rdmax__complete(c, RDMAX_OK);
         }
     }
-    if (rdmax_unlikely(ctx->flush_check))
-        rdmax__flush_check(ctx);
     return n;
 }
 
@@ -5950,6 +5954,12 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_NEGATIVE_TIMEOUT,
                    "device %s: flush with a negative timeout %d ms", ctx->attr.name,
                    timeout_ms);
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+    if (ctx->scq_nest) {  /* it would wait for completions only the caller's caller can report */
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_FLUSH_IN_CALLBACK,
+                   "device %s: rdmax_ep_flush called from a comp callback: send completions are not "
+                   "reported inside one (flush after it returns)", ctx->attr.name);
         return RDMAX_ERR_INVALID_PARAM;
     }
     if ((ep->blocked & RDMAX__BLK_BATCH) && rdmax_batch_end(ep) != RDMAX_OK)

@@ -9,6 +9,7 @@
 
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #define T_MS 10000
 #define BIG (1u << 20)
@@ -100,6 +101,25 @@ struct rx {
     size_t len;
     int count;
 };
+
+/* A comp callback that progresses again (as rdmax_ep_flush from a callback would): counts per comp. */
+struct reenter {
+    rdmax_ctx *ctx;
+    rdmax_ep *ep;
+    rdmax_status flush_st;
+    int calls[24];
+};
+static struct reenter g_reenter;
+
+static void on_comp_progress(rdmax_comp *c, rdmax_status st)
+{
+    int i = (int)(intptr_t)c->user;
+    if (st == RDMAX_OK)
+        g_reenter.calls[i]++;
+    rdmax_progress(g_reenter.ctx);
+    if (i == 0)
+        g_reenter.flush_st = rdmax_ep_flush(g_reenter.ep, 100);
+}
 
 static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
 {
@@ -336,6 +356,47 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
                 if (d[i * 40 + k] != (unsigned char)(i * 7 + k + 1))
                     bad = (int)i;
         CHECK(bad < 0, "put %d landed wrong", bad);
+    }
+    tl_end();
+
+    /* 24 signaled puts whose callbacks call rdmax_progress: the first callback's progress polls the send CQ
+       again while the outer loop still holds the rest of its batch. Their completions are made to sit in
+       the CQ together first (the data of all 24 has landed, then 100 ms for the acknowledgements), so the
+       first poll takes a batch of 16 and the nested one would take the other 8. Every comp completes
+       exactly once; a flush inside a callback is refused (it could only time out). */
+    tl_begin("%s/comp callbacks that progress again: 24 puts, each completes once", topo);
+    {
+        rdmax_comp cs[24];
+        memset(&g_reenter, 0, sizeof g_reenter);
+        g_reenter.ctx = ca;
+        g_reenter.ep = a;
+        g_reenter.flush_st = RDMAX_OK;
+        memset(d, 0, 24 * 8);
+        int posted = 0;
+        for (int i = 0; i < 24; i++) {
+            uint64_t v = 0x5151515100000000ull | (uint64_t)(i + 1);
+            memset(&cs[i], 0, sizeof cs[i]);
+            cs[i].cb = on_comp_progress;
+            cs[i].user = (void *)(intptr_t)i;
+            posted += rdmax_put(a, &v, 8, NULL, raddr + (uint64_t)i * 8, dst->rkey, &cs[i]) == RDMAX_INPROGRESS;
+        }
+        CHECK(posted == 24, "%d of 24 puts posted", posted);
+        volatile uint64_t *w = (volatile uint64_t *)(void *)d;
+        for (long k = 0; w[23] == 0 && k < 2000000000L; k++)
+            ;
+        usleep(100000);
+        int done = 0;
+        for (long k = 0; k < 100000000L && done < posted; k++) {
+            progress2(ca, cb);
+            done = 0;
+            for (int i = 0; i < 24; i++)
+                done += g_reenter.calls[i] != 0;
+        }
+        for (int i = 0; i < 24; i++)
+            CHECK(g_reenter.calls[i] == 1 && cs[i].status == RDMAX_OK, "put %d: comp completed %d times, %s", i,
+                  g_reenter.calls[i], rdmax_status_str(cs[i].status));
+        CHECK_ST(g_reenter.flush_st, RDMAX_ERR_INVALID_PARAM);
+        CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush after the callbacks");
     }
     tl_end();
 
