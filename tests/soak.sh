@@ -11,6 +11,7 @@
 #   san      the device tests built with ASan+UBSan, the slow ones too, and 20 killed-peer rounds
 #   valgrind every example under memcheck, in one process and as server and client (dummy)
 # Ends with "N passed, N failed"; logs in build/test-results/soak/. RDMAX_SOAK_NETEM_OPS,
+# RDMAX_SOAK_NETEM_DELAY_OPS (the streams under delay and reorder, ~70x slower on rxe; default the same),
 # RDMAX_SOAK_KILL_ROUNDS and RDMAX_SOAK_KERNELS (default "6.1 6.12") change the sizes.
 cd "$(dirname "$0")/.." || exit 1
 res=build/test-results/soak
@@ -36,14 +37,15 @@ vm() {
 }
 
 ops=${RDMAX_SOAK_NETEM_OPS:-20000}
+dops=${RDMAX_SOAK_NETEM_DELAY_OPS:-$ops}
 for k in ${RDMAX_SOAK_KERNELS:-6.1 6.12}; do
     echo "== soak, kernel $k: netem, every operation under every setting, $ops each (veth)"
-    vm netem-$k veth $k build/netem_test -n "$ops"
+    vm netem-$k veth $k build/netem_test -n "$ops" -D "$dops"
     echo "== soak, kernel $k: netem, 16 KiB puts and gets under every setting"
     vm netem16k-$k veth $k build/netem_test -n 2000 -s 16384 -t put,get
     # 1 KiB gets under delay: where 6.1's rxe once reported a get successful with its data missing
     echo "== soak, kernel $k: netem, 1 KiB gets under delay, $ops"
-    vm netem1k-get-$k veth $k build/netem_test -n "$ops" -s 1024 -t get -S clean,delay
+    vm netem1k-get-$k veth $k build/netem_test -n "$ops" -D "$dops" -s 1024 -t get -S clean,delay
     echo "== soak, kernel $k: killed peers (dummy)"
     vm kill-$k dummy $k build/kill_test -n "${RDMAX_SOAK_KILL_ROUNDS:-100}"
 done
