@@ -25,7 +25,7 @@ TESTS := $(B)/failure_test $(B)/oob_test $(B)/cm_test $(B)/datapath_test $(B)/ud
 # The benchmark's raw-verbs floor (no rdmax in it) and instruction counter (bench-progs builds the
 # copies bench/run.sh measures).
 BENCH_TOOLS := $(B)/floor $(B)/instr
-FUZZ_TARGETS := conn recv arbiter rcache
+FUZZ_TARGETS := conn recv srq arbiter rcache
 # Host tests of pure parts (wire format over TCP, arbiter, rcache bookkeeping, the fuzz corpora) run under
 # ASan and UBSan;
 # the memory-hook test runs without them (ASan interposes the same calls).

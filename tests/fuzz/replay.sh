@@ -4,7 +4,7 @@
 cd "$(dirname "$0")/../.." || exit 1
 B=${RDMAX_BUILD:-build}
 status=0
-for t in conn recv arbiter rcache; do
+for t in conn recv srq arbiter rcache; do
     set -- tests/fuzz/$t
     [ -d tests/fuzz/regress/$t ] && set -- "$@" tests/fuzz/regress/$t
     "$B/host/fuzz_$t" "$@" || status=1

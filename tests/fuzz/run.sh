@@ -8,7 +8,7 @@
 cd "$(dirname "$0")/../.." || exit 1
 B=${RDMAX_BUILD:-build}
 secs=${FUZZ_SECONDS:-120}
-targets=${*:-conn recv arbiter rcache}
+targets=${*:-conn recv srq arbiter rcache}
 status=0
 for t in $targets; do
     bin=$B/fuzz/$t
