@@ -46,7 +46,7 @@ FUZZ_SECONDS ?= 120
 FUZZ_CC ?= clang
 FUZZ_SAN := -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all
 
-.PHONY: all examples tests san-tests bench-progs test check soak demo bench asan ubsan clean install uninstall deps fuzz
+.PHONY: all examples tests san-tests bench-progs test check soak demo bench asan ubsan clean install uninstall deps fuzz fuzz-cov
 all: examples tests $(BENCH_TOOLS) $(B)/arbiter_bench
 
 examples: $(EXAMPLES)
@@ -172,6 +172,11 @@ fuzz:
 	@tests/deps.sh fuzz
 	@$(MAKE) --no-print-directory $(FUZZ_TARGETS:%=$(B)/fuzz/%)
 	@FUZZ_SECONDS=$(FUZZ_SECONDS) RDMAX_BUILD=$(B) tests/fuzz/run.sh $(FUZZ_TARGETS)
+
+# Line coverage of the functions each fuzz target drives, by its committed corpus (clang, llvm-cov).
+fuzz-cov:
+	@tests/deps.sh fuzz
+	@RDMAX_BUILD=$(B) tests/fuzz/cov.sh $(FUZZ_TARGETS)
 
 demo: deps
 	@$(MAKE) --no-print-directory examples

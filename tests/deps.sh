@@ -4,8 +4,9 @@
 pkgs="gcc g++ make libibverbs-dev librdmacm-dev libnuma-dev rdma-core ibverbs-providers ibverbs-utils
 rdmacm-utils perftest ucx-utils libucx-dev qemu-system-x86 busybox-static kmod xz-utils iproute2 python3 pkgconf
 valgrind gnuplot-nox"
-# make fuzz: clang and its libFuzzer runtime (make test replays the corpora with the compiler above)
-[ "${1:-}" = fuzz ] && pkgs="clang libclang-rt-dev"
+# make fuzz: clang and its libFuzzer runtime, llvm for make fuzz-cov (make test replays the corpora with the
+# compiler above)
+[ "${1:-}" = fuzz ] && pkgs="clang libclang-rt-dev llvm"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}\n' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
