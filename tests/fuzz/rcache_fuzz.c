@@ -12,7 +12,8 @@
    - over max_regions or max_bytes only while every registration is in use;
    - at destroy, with everything put back, every registration is deregistered and none is reported held.
    Addresses are numbers, never touched: two windows straddling radix-table boundaries, and one above the
-   range the page table covers. The input chooses the limits, the locking mode and every operation. */
+   range the page table covers. The input chooses the limits, the locking mode, the caching mode (mostly
+   MANUAL, which caches) and every operation. */
 #define RDMAX_TRANSPORT_RC
 #define RDMAX_IMPLEMENTATION
 #include "../../rdmax.h"
@@ -200,6 +201,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     d.max_regions = fz_below(&in, 4) == 3 ? 0 : 1 + fz_below(&in, 24);
     d.max_bytes = fz_below(&in, 4) == 3 ? (1 + fz_below(&in, 200)) * F.P : 0;
     d.thread_safe = fz_below(&in, 4) == 3;
+    /* MANUAL caches every range (the program invalidates, as this one does): the range operations run. In
+       AUTO a range is cached only where a memory monitor sees it, and these addresses are numbers no
+       monitor watches, so everything would go uncached past the cache's tree and LRU (as it did). */
+    d.mode = fz_below(&in, 8) == 7 ? RDMAX_RCACHE_AUTO : RDMAX_RCACHE_MANUAL;
     F.max_regions = d.max_regions ? d.max_regions : RDMAX_RCACHE_DEFAULT_MAX_REGIONS;
     F.max_bytes = d.max_bytes ? d.max_bytes : SIZE_MAX;
     rdmax_rcache *rc = NULL;
