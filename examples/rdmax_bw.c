@@ -27,7 +27,11 @@
    exactly the message size, and it keeps 512 of them posted (fewer for messages above 128 KiB). RC sends
    are flow controlled by rdmax itself (receive credits); UD has none in rdmax, so for UD the receiver
    returns its count of processed messages every 64 messages and the client never has more than the
-   receiver's posted buffers in flight, so no datagram is dropped for lack of a buffer.
+   receiver's posted buffers in flight, so no datagram is dropped for lack of a buffer. UD datagrams of 8
+   bytes or more carry their number in the first 8 bytes (each from its own slot of a ring as deep as the
+   send queue, so a number is never overwritten before its send completed); the receiver counts the
+   missing, duplicated and out-of-order ones and prints them beside rdmax's own ud.skipped, ud.late and
+   ud.duplicates, so loss on the link is visible rather than only a shortfall.
 
    Columns are ib_write_bw's: #bytes, #iterations (operations completed over all endpoints), BW peak
    (the best rate over any stretch of at least a tenth of the run), BW average (all bytes over the whole
@@ -109,6 +113,7 @@ struct row {
 
 static struct opts o;
 static int quiet_log;             /* hide rdmax's error lines while retrying (connect, flush steps) */
+static int test_skip;             /* RDMAX_BW_TEST_SKIP=1 (the suite's control): UD numbers skip 5 */
 
 static void on_log(rdmax_log_level lvl, rdmax_log_item item, const char *msg, void *user)
 {
@@ -274,7 +279,34 @@ struct rx {
     int ud, grant_pending;
     long bad_at;                  /* first payload mismatch (byte), -1 none */
     size_t bad_len;               /* a message of the wrong length, 0 none */
+    /* UD: datagram numbers (sizes of 8 bytes or more) */
+    uint64_t next, seen;          /* the number expected next; the 64 before it that came (bit k: next-1-k) */
+    uint64_t missing, dups, late;
 };
+
+/* UD: a datagram that is not the next one. Later than expected: the ones between are missing; earlier:
+   a duplicate if it came already, else late (it was counted missing, and is not). */
+static void rx_seq(struct rx *r, uint64_t seq)
+{
+    if (seq >= r->next) {
+        uint64_t gap = seq - r->next;
+        r->missing += gap;
+        r->seen = gap + 1 >= 64 ? 0 : r->seen << (gap + 1);
+        r->seen |= 1;
+        r->next = seq + 1;
+        return;
+    }
+    uint64_t k = r->next - 1 - seq;
+    if (k < 64 && (r->seen >> k & 1)) {
+        r->dups++;
+    } else {
+        r->late++;
+        if (r->missing)
+            r->missing--;
+        if (k < 64)
+            r->seen |= 1ull << k;
+    }
+}
 
 static void rx_grant(struct rx *r)
 {
@@ -296,11 +328,24 @@ static void on_data(rdmax_ep *ep, void *data, size_t len, void *user)
     const unsigned char *p = (const unsigned char *)data;
     (void)ep;
     r->got++;
+    /* UD: the first 8 bytes are the datagram's number, the pattern is checked after them */
+    size_t from = r->ud && r->size >= 8 ? 8 : 0;
     if (len != r->size) {
         if (!r->bad_len)
             r->bad_len = len ? len : (size_t)-1;
-    } else if (r->bad_at < 0 && (p[0] != pattern(r->index, 0) || p[len - 1] != pattern(r->index, len - 1))) {
-        r->bad_at = p[0] != pattern(r->index, 0) ? 0 : (long)len - 1;
+    } else if (r->bad_at < 0 && ((from < len && p[from] != pattern(r->index, from)) ||
+                                 p[len - 1] != pattern(r->index, len - 1))) {
+        r->bad_at = from < len && p[from] != pattern(r->index, from) ? (long)from : (long)len - 1;
+    }
+    if (from && len == r->size) {
+        uint64_t seq;
+        memcpy(&seq, p, 8);
+        if (seq == r->next) {
+            r->seen = r->seen << 1 | 1;
+            r->next++;
+        } else {
+            rx_seq(r, seq);
+        }
     }
     if (r->ud && r->got - r->granted >= UD_CREDIT_EVERY)
         rx_grant(r);
@@ -309,6 +354,7 @@ static void on_data(rdmax_ep *ep, void *data, size_t len, void *user)
 struct rx_set {
     struct rx rx[MAX_QPS];
     unsigned n;
+    rdmax_counters c0;            /* UD: rdmax's counters when the size began */
 };
 
 static void rx_between(void *arg)
@@ -327,6 +373,8 @@ struct tx {
     uint32_t rkey;
     uint64_t posted, target;
     uint64_t credit;              /* UD: messages the receiver has processed */
+    unsigned char *ring;          /* UD sends: ring_n slots of the message size, each datagram numbered */
+    uint32_t ring_n;
 };
 
 static void on_credit(rdmax_ep *ep, void *data, size_t len, void *user)
@@ -476,6 +524,12 @@ static int run_size(struct run *r, struct row *row)
             rdmax_status st = RDMAX_OK;
             uint64_t k;
             for (k = 0; k < room; k++) {
+                if (x->ring) {  /* UD: the datagram's number, in a slot no request in flight still uses */
+                    uint64_t seq = x->posted + k;
+                    seq += test_skip && seq >= 5;  /* the control: the receiver must count 1 missing */
+                    x->lbuf = x->ring + (size_t)(seq % x->ring_n) * r->size;
+                    memcpy(x->lbuf, &seq, 8);
+                }
                 st = o.test == T_PUT    ? bw_put(x, r->size, r->lmem)
                      : o.test == T_SEND ? bw_send(x, r->size, r->lmem)
                                         : bw_get(x, r->size, r->lmem);
@@ -669,7 +723,13 @@ static uint32_t cq_depth_for(unsigned qps)
 /* Local buffers of the sender for one size: registered unless every operation goes inline. */
 static int tx_buffers(rdmax_ctx *ctx, struct run *r, size_t size, rdmax_mem **mem, unsigned char **plain)
 {
-    size_t bytes = size * r->n;
+    /* UD sends: a ring per endpoint as deep as its send queue (rdmax rounds it up to a power of two):
+       a slot is written again only after the send that used it completed */
+    uint32_t ring_n = 1;
+    if (o.ud && o.test == T_SEND && size >= 8)
+        while (ring_n < o.outstanding)
+            ring_n *= 2;
+    size_t bytes = size * r->n * ring_n;
     unsigned inl = o.inline_size >= 0 ? (unsigned)o.inline_size : rdmax_ctx_attr(ctx)->max_inline;
     if (inl > rdmax_ctx_attr(ctx)->max_inline)
         inl = rdmax_ctx_attr(ctx)->max_inline;
@@ -690,11 +750,13 @@ static int tx_buffers(rdmax_ctx *ctx, struct run *r, size_t size, rdmax_mem **me
         base = (unsigned char *)(*mem)->addr;
     }
     for (unsigned i = 0; i < r->n; i++) {
-        r->tx[i].lbuf = base + i * size;
+        r->tx[i].lbuf = base + (size_t)i * ring_n * size;
         if (o.test == T_GET)
             memset(r->tx[i].lbuf, 0, size);
-        else
-            fill(r->tx[i].lbuf, size, i);
+        for (uint32_t j = 0; o.test != T_GET && j < ring_n; j++)
+            fill(r->tx[i].lbuf + (size_t)j * size, size, i);
+        r->tx[i].ring = ring_n > 1 || (o.ud && o.test == T_SEND && size >= 8) ? r->tx[i].lbuf : NULL;
+        r->tx[i].ring_n = ring_n;
     }
     r->lmem = *mem;
     return 0;
@@ -768,9 +830,22 @@ static int rx_verify(rdmax_ctx *ctx, int test, size_t size, const rdmax_mem *mem
             }
         }
     }
+    if (test == T_SEND && o.ud && size >= 8) {
+        uint64_t missing = 0, dups = 0, late = 0;
+        for (unsigned i = 0; i < s->n; i++)
+            missing += s->rx[i].missing, dups += s->rx[i].dups, late += s->rx[i].late;
+        rdmax_counters c1;
+        rdmax_counters_get(ctx, &c1);
+        uint64_t unique = *msgs - dups;
+        printf("%s: %zu bytes: datagrams missing %" PRIu64 " (%" PRIu64 " of %" PRIu64 " sent never came), duplicated %"
+               PRIu64 ", out of order %" PRIu64 "; rdmax ud.skipped %" PRIu64 ", ud.late %" PRIu64 ", ud.duplicates %"
+               PRIu64 "\n", o.loopback ? "loopback" : "server", size, missing, ops > unique ? ops - unique : 0, ops, dups,
+               late, c1.ud_skipped - s->c0.ud_skipped, c1.ud_late - s->c0.ud_late,
+               c1.ud_duplicates - s->c0.ud_duplicates);
+    }
     if (test == T_SEND && *msgs != ops) {
         fprintf(stderr, "%" PRIu64 " messages received, %" PRIu64 " sent%s\n", *msgs, ops,
-                o.ud ? " (UD: datagrams lost)" : "");
+                o.ud ? " (UD: datagrams lost or duplicated)" : "");
         bad++;
     }
     return bad;
@@ -849,6 +924,7 @@ static int server(rdmax_ctx *ctx)
             break;
         }
         memset(&rs, 0, sizeof rs);
+        rdmax_counters_get(ctx, &rs.c0);
         uint32_t depth = rx_depth(size);
         uint64_t window = o.ud ? depth - 32 : 0;
         if (ctl_send(ctx, ctl, C_READY, (uintptr_t)mem->addr, mem->rkey, mem->len, window)) {
@@ -928,6 +1004,7 @@ static int one_size(rdmax_ctx *ctx, rdmax_ep *ctl, struct mailbox *mb, size_t si
     static struct rx_set rs;
     memset(&r, 0, sizeof r);
     memset(&rs, 0, sizeof rs);
+    rdmax_counters_get(ctx, &rs.c0);
     r.ctx = ctx;
     r.n = o.qps;
     r.size = size;
@@ -1258,6 +1335,7 @@ int main(int argc, char **argv)
     if (parse(argc, argv))
         return 2;
     setvbuf(stdout, NULL, _IOLBF, 0);
+    test_skip = getenv("RDMAX_BW_TEST_SKIP") && !strcmp(getenv("RDMAX_BW_TEST_SKIP"), "1");
     rdmax_ctx_desc cd;
     memset(&cd, 0, sizeof cd);
     cd.device = o.device;

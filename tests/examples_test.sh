@@ -153,6 +153,24 @@ for t in put send get; do
     if [ $crc = 0 ] && [ $src = 0 ] && awk '/BW average/ { h = 1; next } h && $1 == 4096 && $3 > 0 && $4 > 0 && $5 > 0 { ok = 1 } END { exit !ok }' "$clog"
     then ok "rdmax_bw -t $t server+client"; else no "rdmax_bw -t $t" "client exit $crc, server exit $src" "$clog"; fi
 done
+# rdmax_bw -c UD: numbered datagrams; a clean link loses, repeats and reorders none. The control: the client
+# skips number 5 (RDMAX_BW_TEST_SKIP=1), so the server must count 1 missing while every datagram came.
+for skip in 0 1; do
+    port=$((port + 1))
+    slog=$out/bw-ud-$skip-server.log; clog=$out/bw-ud-$skip-client.log
+    rm -f "$slog" "$clog"
+    timeout 60 $bw -p $port -d "$dev0" >"$slog" 2>&1 &
+    spid=$!
+    wait_listen "$slog" $spid
+    RDMAX_BW_TEST_SKIP=$skip timeout 60 $bw -c UD -t send -s 1024 -n 2000 -p $port -d "$dev1" "$addr0" >"$clog" 2>&1
+    crc=$?
+    wait $spid; src=$?
+    want="server: 1024 bytes: datagrams missing $skip (0 of 2000 sent never came), duplicated 0, out of order 0; rdmax ud.skipped 0, ud.late 0, ud.duplicates 0"
+    what="rdmax_bw -c UD server+client: datagram counts printed, missing $skip"
+    [ $skip = 1 ] && what="rdmax_bw -c UD control: a number skipped counts 1 missing at the server"
+    if [ $crc = 0 ] && [ $src = 0 ] && grep -qxF "$want" "$slog"; then ok "$what"
+    else no "$what" "client exit $crc, server exit $src, no line '$want'" "$slog"; fi
+done
 port=$((port + 1))
 slog=$out/bw-cm-server.log; clog=$out/bw-cm-client.log
 rm -f "$slog" "$clog"
