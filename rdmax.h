@@ -1406,7 +1406,9 @@ RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, 
    rdmax_accept returns the first client whose handshake completes. Handshakes run side by side (up to
    256), non-blocking, each with its own deadline (rdmax_ctx_desc.handshake_ms) apart from the accept wait:
    a silent, slow or malformed client delays nobody. The endpoint is made only after the client's record
-   checks out. Results: RDMAX_OK; RDMAX_ERR_TIMEOUT: nobody finished within timeout_ms (0 polls; an empty
+   checks out, with the desc of the call that read that record, which may be an earlier call than the one
+   that returns it: recv_cb, imm_cb, user, watchdog_ms and keepalive_ms are always the returning call's,
+   the rest (queue depths, sizes, timeouts, expose) the making call's, so pass the same to every call. Results: RDMAX_OK; RDMAX_ERR_TIMEOUT: nobody finished within timeout_ms (0 polls; an empty
    wait logs at debug level only, and handshakes in progress go on in the next call); a handshake failure
    (RDMAX_ERR_OOB_*, including RDMAX_ERR_OOB_TIMEOUT for a client that stalled): that client is dropped,
    the listener stays usable, call again. rdmax_connect resolves host (IPv4 or IPv6) and retries a peer

@@ -6848,6 +6848,23 @@ static rdmax_status rdmax__hs_step(rdmax_listener *l, struct rdmax__hs *h, const
     return RDMAX_OK;
 }
 
+/* The endpoint was made by the call that read its client's record, which may be an earlier call with
+   another desc (handshakes run side by side): the application's fields are the returning call's. */
+static void rdmax__ep_adopt(rdmax_ep *ep, const rdmax_ep_desc *desc)
+{
+    rdmax_ep_desc z;
+    if (!desc) {
+        memset(&z, 0, sizeof z);
+        desc = &z;
+    }
+    ep->recv_cb = ep->desc.recv_cb = desc->recv_cb;
+    ep->imm_cb = ep->desc.imm_cb = desc->imm_cb;
+    ep->user = ep->desc.user = desc->user;
+    /* the defaults of rdmax__ep_desc_defaults */
+    ep->desc.keepalive_ms = desc->keepalive_ms ? desc->keepalive_ms : 4000;
+    ep->desc.watchdog_ms = desc->watchdog_ms ? desc->watchdog_ms : (uint32_t)(2 * rdmax__retry_ms(ep) + 2000);
+}
+
 rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep **out, int timeout_ms)
 {
     rdmax_ctx *ctx = l->ctx;
@@ -6884,6 +6901,7 @@ rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep
                 continue;
             }
             if (st == RDMAX_OK) {
+                rdmax__ep_adopt(h->ep, desc);
                 *out = h->ep;
                 h->ep = NULL;
             }
@@ -7424,7 +7442,7 @@ static rdmax_status rdmax__cm_listener_event(rdmax_listener *l, struct rdma_cm_e
         }
         id->context = ep;
         ep->cm_id = id;
-        ep->desc.keepalive_ms = h->keepalive_ms;
+        rdmax__ep_adopt(ep, desc);  /* its keepalive too, held off until the client confirmed */
         ep->ka_ms = rdmax__now_ms();
         h->id = NULL;
         l->n_hs--;

@@ -698,6 +698,77 @@ out:
     return;
 }
 
+/* Two clients whose records the listener reads in one rdmax_accept call (desc A), then confirm one at a
+   time to calls with desc B and C: each endpoint returned carries the returning call's user, callbacks and
+   keepalive (the twohost test under netem loss once found two endpoints sharing one user: a client's
+   ready byte was retransmitted while the next client's record was read). The clients are hand-made:
+   their records are written and their ready bytes held back, so the interleaving is forced. */
+static int g_user[3];
+static void accept_desc_tests(void)
+{
+    rdmax_ctx *ctx = NULL;
+    rdmax_listener *l = NULL;
+    rdmax_ep *cli[2] = {0}, *got[2] = {0}, *ep = NULL;
+    int fd[2] = {-1, -1};
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.handshake_ms = 600000;
+    tl_begin("listener/the endpoint accept returns has that call's user, callbacks and keepalive, also when an "
+             "earlier call with another desc read its client's record");
+    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device");
+    REQUIRE(rdmax_listen(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
+    rdmax_ep_desc d[3];
+    memset(d, 0, sizeof d);
+    for (int i = 0; i < 3; i++)
+        d[i].user = &g_user[i];
+    d[0].keepalive_ms = 1111;
+    d[1].keepalive_ms = RDMAX_OFF;  /* the others: the default */
+    for (int c = 0; c < 2; c++) {
+        REQUIRE(rdmax_ep_create(ctx, NULL, &cli[c]) == RDMAX_OK, "client endpoint %d", c);
+        uint8_t rec[RDMAX_CONN_INFO_SIZE];
+        rdmax_conn_info me;
+        rdmax_ep_local_info(cli[c], &me);
+        size_t len = rdmax_conn_info_encode(&me, rec);
+        REQUIRE((fd[c] = tcp_connect(AF_INET, rdmax_listener_port(l))) >= 0, "client %d connect", c);
+        REQUIRE(write(fd[c], rec, len) == (ssize_t)len, "client %d record", c);
+    }
+    /* desc A: both records read, both endpoints made, nobody confirmed yet */
+    size_t n[2] = {0, 0}, want[2] = {RDMAX_CONN_INFO_SIZE + 1, RDMAX_CONN_INFO_SIZE + 1};
+    uint8_t theirs[2][RDMAX_CONN_INFO_SIZE + 1];
+    for (int tries = 0; n[0] < want[0] || n[1] < want[1]; tries++) {
+        REQUIRE(tries < 6000, "the listener's records and ready bytes did not come (%zu, %zu bytes)", n[0], n[1]);
+        CHECK_ST(rdmax_accept(l, &d[0], &ep, 10), RDMAX_ERR_TIMEOUT);
+        for (int c = 0; c < 2; c++) {
+            ssize_t k = recv(fd[c], theirs[c] + n[c], sizeof theirs[c] - n[c], MSG_DONTWAIT);
+            REQUIRE(k > 0 || (k < 0 && errno == EAGAIN), "client %d: the listener closed", c);
+            n[c] += k > 0 ? (size_t)k : 0;
+            if (n[c] >= 8)
+                want[c] = (size_t)(theirs[c][6] << 8 | theirs[c][7]) + 1;
+        }
+    }
+    /* client 0 confirms, desc B returns it; then client 1, desc C */
+    for (int c = 0; c < 2; c++) {
+        REQUIRE(write(fd[c], "R", 1) == 1, "client %d ready byte", c);
+        CHECK_ST(rdmax_accept(l, &d[1 + c], &got[c], 60000), RDMAX_OK);
+        REQUIRE(got[c], "no endpoint");
+        rdmax_ep_desc a = rdmax_ep_query_desc(got[c]);
+        CHECK(a.user == &g_user[1 + c], "client %d: user of desc %c, the returning call's is %c", c,
+              a.user == &g_user[0] ? 'A' : a.user == &g_user[1] ? 'B' : 'C', 'B' + c);
+        uint32_t ka = c == 0 ? RDMAX_OFF : 4000;
+        CHECK(a.keepalive_ms == ka, "client %d: keepalive %u ms, the returning call's is %u", c, a.keepalive_ms, ka);
+    }
+out:
+    for (int c = 0; c < 2; c++) {
+        if (fd[c] >= 0)
+            close(fd[c]);
+        rdmax_ep_destroy(cli[c]);
+        rdmax_ep_destroy(got[c]);
+    }
+    rdmax_listener_close(l);
+    rdmax_ctx_destroy(ctx);
+    tl_end();
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -705,6 +776,7 @@ int main(int argc, char **argv)
     if (argc > 1 && !strcmp(argv[1], "device")) {
         device_tests();
         listener_tests();
+        accept_desc_tests();
     }
     else {
         host_tests(AF_INET);
