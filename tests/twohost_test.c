@@ -187,6 +187,12 @@ static int have_ids(void)
     return 1;
 }
 
+static int g_cur;  /* host 1: the endpoint whose id from host 0 it waits for */
+static int have_cur_id(void)
+{
+    return g_rx[g_cur].id >= 0;
+}
+
 static int have_stream(void)
 {
     return g_rx[EP_DATA].count >= NSEND;
@@ -396,7 +402,13 @@ static int host1(void)
         /* Host 0 may not be listening yet: rdmax_connect retries a refused peer until its deadline. */
         rdmax_status st = rdmax_connect(g_ctx, peer, PORT, &d, &g_ep[k], GUARD_MS);
         REQUIRE(st == RDMAX_OK, "connect %d to %s port %u: %s", k, peer, PORT, rdmax_status_str(st));
-        g_rx[k].id = k; /* host 0 sends no ids */
+        /* Host 0 names each endpoint once its accept returned it; the next connect waits for that, so
+           host 0's k-th accept is our k-th connect. Its handshakes run side by side: under netem loss a
+           retransmitted ready byte let the next client finish first (and rdmax then gave it the desc of
+           the call that read its record: two endpoints shared one user, "no id on some endpoint"). */
+        g_cur = k;
+        REQUIRE(wait_for(have_cur_id, "host 0's id of our endpoint"), "no id from host 0 on endpoint %d", k);
+        REQUIRE(g_rx[k].id == k, "host 0 accepted our endpoint %d as its %d", k, g_rx[k].id);
     }
     for (int k = 0; k < NEPS; k++)
         REQUIRE(msg_send(k, "ID %d", k), "sending the id of endpoint %d", k);
@@ -660,8 +672,10 @@ static void host0(void)
             st = rdmax_accept(l, &d, &g_ep[k], GUARD_MS);
         while (st != RDMAX_OK && st != RDMAX_ERR_TIMEOUT && now_ms() - t0 < 2 * GUARD_MS);
         REQUIRE(st == RDMAX_OK, "accept %d: %s", k, rdmax_status_str(st));
+        REQUIRE(msg_send(k, "ID %d", k), "sending the id of accepted endpoint %d", k);  /* host 1 waits for it */
     }
-    /* Host 1 connects one after the other, so the k-th accepted is its k-th: each says which it is. */
+    /* Host 1 connects the next only once it has our id of the last, so the k-th accepted is its k-th:
+       each says which it is. */
     REQUIRE(wait_for(have_ids, "the endpoint ids"), "no id on some endpoint");
     for (int k = 0; k < NEPS; k++)
         REQUIRE(g_rx[k].id == k, "accepted endpoint %d says it is host 1's endpoint %d", k, g_rx[k].id);
