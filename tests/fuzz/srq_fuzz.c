@@ -361,6 +361,14 @@ static void setup(fz_in *in)
         s->srq = &g_s[p].srq;
         s->recv_size = g_size[p];
         s->per_chunk = PER_CHUNK;
+        while ((1u << s->chunk_shift) < PER_CHUNK)
+            s->chunk_shift++;
+        for (int i = 0; i < RDMAX__RECV_BATCH; i++) {  /* as rdmax__pool_get: the prebuilt chain */
+            s->sge[i].length = g_size[p];
+            s->wr[i].sg_list = &s->sge[i];
+            s->wr[i].num_sge = 1;
+            s->wr[i].next = i + 1 < RDMAX__RECV_BATCH ? &s->wr[i + 1] : NULL;
+        }
         s->cap = NBUF;
         s->chunks = (__typeof__(s->chunks))calloc(NCHUNK, sizeof *s->chunks);
         s->chunks_cap = NCHUNK;
@@ -369,6 +377,7 @@ static void setup(fz_in *in)
             g_s[p].mr[c].lkey = 0x6000 + 16 * (uint32_t)p + c;
             s->chunks[c].base = (char *)calloc(PER_CHUNK, g_size[p]);
             s->chunks[c].mr = &g_s[p].mr[c];
+            s->chunks[c].lkey = g_s[p].mr[c].lkey;
             for (uint32_t i = PER_CHUNK; i-- > 0;)
                 s->free[s->n_free++] = c * PER_CHUNK + i;
         }
