@@ -489,7 +489,7 @@ typedef enum rdmax_log_level {
     X(DEVICE_QUERY, "ibv_query_device or ibv_query_port failed")                                          \
     X(PORT_INACTIVE, "a port is not active")                                                               \
     X(NO_ACTIVE_PORT, "no active port on the device asked for")                                           \
-    X(CTX_DESC, "invalid context desc (conn_setup, rcache_mode)")                                          \
+    X(CTX_DESC, "invalid context desc (conn_setup, rcache_mode, half an allocator)")                       \
     X(ENV_GID_INDEX, "RDMAX_GID_INDEX is not a GID index")                                                 \
     X(GID_QUERY, "ibv_query_gid failed (no such GID index?)")                                             \
     X(ENV_NUMA_NODE, "RDMAX_NUMA_NODE is not a node number")                                               \
@@ -1040,7 +1040,8 @@ typedef struct rdmax_ctx_desc {
                                   queue is a power of two: sq_depth is rounded down to fit under it */
     rdmax_log_level log_level; /* used when log_level_set; else $RDMAX_LOG_LEVEL, else warn */
     bool log_level_set;
-    rdmax_allocator allocator; /* zero: RDMAX_MALLOC/RDMAX_FREE, else malloc/free */
+    rdmax_allocator allocator; /* zero: RDMAX_MALLOC/RDMAX_FREE, else malloc/free; alloc and free both or
+                                  neither (half: RDMAX_ERR_INVALID_PARAM, item CTX_DESC) */
     rdmax_logger logger;       /* zero: stderr */
     bool rcache_disable;       /* false: buffers passed without an rdmax_mem go through the rcache,
                                   made on first such use */

@@ -447,6 +447,20 @@ static void rdmax__dev_release(rdmax_ctx *ctx)
         RDMAX_FREE(d);
 }
 
+/* An error of a desc found before there is a context to log on: through the desc's logger and level, kept
+   as the thread's last error. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static void rdmax__log_desc(const rdmax_ctx_desc *d, rdmax_log_item item, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    rdmax__vlog(NULL, &d->logger, RDMAX_LOG_ERROR, d->log_level_set ? d->log_level : rdmax__env_log_level(),
+                item, fmt, ap);
+    va_end(ap);
+}
+
 rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
 {
     rdmax_ctx_desc d;
@@ -455,6 +469,14 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
     else
         memset(&d, 0, sizeof d);
     *out = NULL;
+    if (!d.allocator.alloc != !d.allocator.free) {
+        /* Refused before the context itself is allocated: half an allocator would free with another
+           allocator than the one that allocated. No context yet: logged through the desc's logger. */
+        rdmax__log_desc(&d, RDMAX_LOG_ITEM_CTX_DESC,
+                        "rdmax_ctx_create: rdmax_ctx_desc.allocator has %s but not %s: give both or neither",
+                        d.allocator.alloc ? "alloc" : "free", d.allocator.alloc ? "free" : "alloc");
+        return RDMAX_ERR_INVALID_PARAM;
+    }
     rdmax_ctx *ctx = (rdmax_ctx *)(d.allocator.alloc ? d.allocator.alloc(sizeof *ctx, d.allocator.user)
                                                      : RDMAX_MALLOC(sizeof *ctx));
     if (!ctx)

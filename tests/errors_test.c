@@ -58,6 +58,59 @@ out:
     tl_end();
 }
 
+/* Half an allocator is refused before anything is allocated (today's alternative: the context comes from
+   alloc and goes back through free(), or the cache fails later); the control, a whole allocator, gets as
+   far as opening the device, with its calls counted. */
+static int g_allocs;
+static void *count_alloc(size_t n, void *user)
+{
+    (void)user;
+    g_allocs++;
+    return malloc(n);
+}
+static void count_free(void *p, void *user)
+{
+    (void)user;
+    free(p);
+}
+
+static void half_allocator(void)
+{
+    tl_begin("errors/rdmax_ctx_create refuses half an allocator up front, with an item");
+    for (int half = 0; half < 2; half++) {
+        rdmax_ctx_desc d;
+        memset(&d, 0, sizeof d);
+        d.device = "nosuchdev";
+        d.logger.func = count_log;
+        d.allocator.alloc = half == 0 ? count_alloc : NULL;
+        d.allocator.free = half == 0 ? NULL : count_free;
+        g_errors = 0;
+        g_allocs = 0;
+        g_item = RDMAX_LOG_ITEM_NONE;
+        rdmax_ctx *ctx = (rdmax_ctx *)(uintptr_t)1;
+        CHECK_ST(rdmax_ctx_create(&d, &ctx), RDMAX_ERR_INVALID_PARAM);
+        CHECK(ctx == NULL, "ctx not NULL after a refused create");
+        CHECK(g_allocs == 0, "%s only: the allocator was called %d times", half ? "free" : "alloc", g_allocs);
+        CHECK(g_errors == 1 && g_item == RDMAX_LOG_ITEM_CTX_DESC, "%d errors, item %s: '%s'", g_errors,
+              rdmax_log_item_str(g_item), g_msg);
+        CHECK(strstr(g_msg, "allocator") != NULL, "the message does not name the allocator: '%s'", g_msg);
+        CHECK(rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_CTX_DESC, "thread's last item %s",
+              rdmax_log_item_str(rdmax_ctx_last_error_item(NULL)));
+    }
+    /* control: both halves pass the check and the allocator is used (the missing device fails later) */
+    rdmax_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    d.device = "nosuchdev";
+    d.logger.func = count_log;
+    d.allocator.alloc = count_alloc;
+    d.allocator.free = count_free;
+    g_allocs = 0;
+    rdmax_ctx *ctx = NULL;
+    CHECK_ST(rdmax_ctx_create(&d, &ctx), RDMAX_ERR_NO_DEVICE);
+    CHECK(g_allocs > 0, "a whole allocator was not used");
+    tl_end();
+}
+
 /* The default logger (stderr) prints a setup error once: a child's stderr, counted. */
 static void printed_once(void)
 {
@@ -112,6 +165,7 @@ int main(void)
     setvbuf(stdout, NULL, _IOLBF, 0);
     failed_create();
     printed_once();
+    half_allocator();
     items();
     return tl_failed_total ? 1 : 0;
 }
