@@ -26,8 +26,10 @@
               ---- rcache: inline fast paths, ---- profile: variables, events, points,
               ---- profile: out-of-line API, ---- profile: private (points, events, log dedupe),
               ---- inline fast paths (send, put, get, atomics, progress)
-     rdmax_impl.h (searchable tags): >>strings, >>alloc, >>log, >>numa, >>context, >>memory, >>wire, >>ud,
-              >>arbiter, >>rcache, >>rc, >>post, >>srq, >>health, >>pending, >>oob, >>cm, >>profile, >>testing
+     rdmax_impl.h, one implementation file (one include block, one extern "C"), its sections opened by a
+              "---- >>tag ----" banner: >>strings, >>alloc, >>log, >>numa, >>context, >>memory, >>wire, >>ud,
+              >>arbiter, >>rcache (with >>invalidation, >>memhooks, >>monitor), >>rc, >>post, >>srq,
+              >>health, >>pending, >>oob, >>cm, >>profile, >>testing
 
    TRANSPORT SELECTION
    Define RDMAX_TRANSPORT_RC, RDMAX_TRANSPORT_UD or both before including. With neither the header stops

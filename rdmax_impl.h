@@ -1,5 +1,7 @@
 /* rdmax_impl.h - the part of rdmax that is compiled once. Do not include this file: define
-   RDMAX_IMPLEMENTATION in one .c file and include rdmax.h, which pulls this in. */
+   RDMAX_IMPLEMENTATION in one .c file and include rdmax.h, which pulls this in.
+   Layout: the includes, forward declarations, then one section per part, each opened by a
+   "---- >>tag ----" banner (the list is in rdmax.h's CONTENTS); search for the tag. */
 #ifndef RDMAX_IMPL_INCLUDED
 #error "rdmax: do not include rdmax_impl.h directly: #define RDMAX_IMPLEMENTATION and #include \"rdmax.h\" in one source file"
 #endif
@@ -25,6 +27,13 @@
 #include <pthread.h>
 #include <numa.h>
 #include <rdma/rdma_cma.h>
+#include <malloc.h>
+#include <string.h>
+#include <sys/ipc.h>
+#include <sys/shm.h>
+#include <sys/syscall.h>
+#include <signal.h>
+#include <sys/ioctl.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,7 +77,7 @@ static int rdmax__ud_poll_recv(rdmax_ctx *ctx);
 static void rdmax__ud_fail_all(rdmax_ctx *ctx, const char *why);
 #endif
 
-/* >>strings ========================================================================================== */
+/* ---- >>strings ----------------------------------------------------------------------------------- */
 const char *rdmax_status_str(rdmax_status s)
 {
     switch (s) {
@@ -86,7 +95,7 @@ const char *rdmax_op_str(rdmax_op op)
     return (unsigned)op < RDMAX_OP__COUNT ? names[op] : "unknown";
 }
 
-/* >>alloc ============================================================================================ */
+/* ---- >>alloc ------------------------------------------------------------------------------------- */
 #ifndef RDMAX_MALLOC
 #define RDMAX_MALLOC(sz) malloc(sz)
 #define RDMAX_FREE(p) free(p)
@@ -111,7 +120,7 @@ static void rdmax__free(rdmax_ctx *ctx, void *p)
         RDMAX_FREE(p);
 }
 
-/* >>log ============================================================================================== */
+/* ---- >>log --------------------------------------------------------------------------------------- */
 static const char *const rdmax__level_names[] = {"error", "warn", "info", "debug", "trace"};
 
 /* The calling thread's last error, whatever context logged it: it outlives a failed rdmax_ctx_create. */
@@ -196,7 +205,7 @@ rdmax_log_item rdmax_ctx_last_error_item(const rdmax_ctx *ctx)
     return ctx ? ctx->last_error_item : rdmax__tls_error_item;
 }
 
-/* >>numa ============================================================================================= */
+/* ---- >>numa -------------------------------------------------------------------------------------- */
 static int rdmax__dev_numa_node(const char *dev)
 {
     char path[256];
@@ -227,7 +236,7 @@ void rdmax_numa_free(rdmax_ctx *ctx, void *p, size_t len)
         munmap(p, len);  /* numa_free is munmap too */
 }
 
-/* >>context ========================================================================================== */
+/* ---- >>context ----------------------------------------------------------------------------------- */
 static uint32_t rdmax__mtu_bytes(enum ibv_mtu m)
 {
     return (m >= IBV_MTU_256 && m <= IBV_MTU_4096) ? 128u << m : 0;
@@ -775,7 +784,7 @@ struct rdmax_rcache *rdmax_ctx_rcache(const rdmax_ctx *ctx)
     return ctx->rcache;
 }
 
-/* >>memory =========================================================================================== */
+/* ---- >>memory ------------------------------------------------------------------------------------ */
 static int rdmax__ibv_access(unsigned access)
 {
     int f = IBV_ACCESS_LOCAL_WRITE;
@@ -936,7 +945,7 @@ void rdmax_mem_free(rdmax_mem *m)
     rdmax__free(ctx, m);
 }
 
-/* >>wire ============================================================================================= */
+/* ---- >>wire -------------------------------------------------------------------------------------- */
 static void rdmax__put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
 static void rdmax__put32(uint8_t *p, uint32_t v) { rdmax__put16(p, (uint16_t)(v >> 16)); rdmax__put16(p + 2, (uint16_t)v); }
 static void rdmax__put64(uint8_t *p, uint64_t v) { rdmax__put32(p, (uint32_t)(v >> 32)); rdmax__put32(p + 4, (uint32_t)v); }
@@ -1292,7 +1301,7 @@ static rdmax_status rdmax__oob_sync(int fd, int timeout_ms, char *why, size_t wh
     return RDMAX_OK;
 }
 
-/* >>ud =============================================================================================== */
+/* ---- >>ud ---------------------------------------------------------------------------------------- */
 #if RDMAX__HAS_UD
 /* UD endpoints share the context's one UD QP: an endpoint is the peer's address (an AH from the cache,
    the peer's QPN and Q_Key), its send slots and its counters. The QP's receive pool is the context's.
@@ -1816,12 +1825,8 @@ rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, co
 }
 #endif /* RDMAX__HAS_UD */
 
-#ifdef RDMAX_IMPLEMENTATION
-#ifndef RDMAX__ARB_IMPL_INCLUDED /* standalone only: one implementation even if included twice */
-#define RDMAX__ARB_IMPL_INCLUDED
 
-
-/* >>arbiter */
+/* ---- >>arbiter ----------------------------------------------------------------------------------- */
 
 /* Take g out of whichever ring holds it (its state says which). */
 RDMAX_INLINE void rdmax__arb_leave(rdmax_arb *arb, rdmax_arb_group *g)
@@ -2053,29 +2058,8 @@ out:
 }
 
 
-#endif /* RDMAX__ARB_IMPL_INCLUDED */
-#endif /* RDMAX_IMPLEMENTATION */
 
-/* >>rcache: the registration cache ================================================================= */
-#ifdef RDMAX_IMPLEMENTATION
-#ifndef RDMAX__RCACHE_IMPL_INCLUDED
-#define RDMAX__RCACHE_IMPL_INCLUDED
-
-/* The implementation needs _GNU_SOURCE (mremap and its flags, MADV_*, SHM_REMAP, syscall(2),
-   off64_t). It must be defined before the first system header of the TU, so the TU does it. */
-#ifndef _GNU_SOURCE
-#error "rdmax: #define _GNU_SOURCE at the top of the file that defines RDMAX_IMPLEMENTATION"
-#endif
-
-#include <malloc.h>
-#include <stdarg.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/ipc.h>
-#include <sys/mman.h>
-#include <sys/shm.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+/* ---- >>rcache: the registration cache ------------------------------------------------------------ */
 
 /* Interposition and the malloc policy change the whole program, so they are opt-in (see the manual's
    define table). The old opt-out names ask for what is now the default: accepted, and ignored. */
@@ -2098,9 +2082,7 @@ out:
 #define RDMAX__RCACHE_HOOKS 0
 #endif
 
-/* ---------------------------------------------------------------------------------------------
-   Automatic invalidation
-   ---------------------------------------------------------------------------------------------
+/* ---- Automatic invalidation (>>invalidation) --------------------------------------------------------
    Goal: once the memory under a cached region is unmapped or replaced, that registration is
    never handed out again (else a put silently sends the old pages).
 
@@ -2511,11 +2493,6 @@ __attribute__((constructor)) static void rdmax__rcache_policy_at_start(void)
 #define RDMAX__MON 0
 #endif
 #if RDMAX__MON
-#include <fcntl.h>
-#include <poll.h>
-#include <pthread.h>
-#include <signal.h>
-#include <sys/ioctl.h>
 #ifndef UFFD_USER_MODE_ONLY
 #define UFFD_USER_MODE_ONLY 1
 #endif
@@ -3772,10 +3749,8 @@ out:
     return st;
 }
 
-#endif /* RDMAX__RCACHE_IMPL_INCLUDED */
-#endif /* RDMAX_IMPLEMENTATION */
 
-/* >>rc =============================================================================================== */
+/* ---- >>rc ---------------------------------------------------------------------------------------- */
 static uint32_t rdmax__pow2(uint32_t v)
 {
     uint32_t p = 1;
@@ -3859,7 +3834,7 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
         d->keepalive_ms = 4000;  /* found within 4 s + the RC retry time (0.47 s): under 5 s */
 }
 
-/* >>post: the general path of the operations (rdmax__op_slow) and the post list's lean put */
+/* ---- >>post: the general path of the operations (rdmax__op_slow) and the post list's lean put ---- */
 /* Reserve one send slot and post (or chain) the request the caller filled in (rdmax__ep_wr). */
 static rdmax_status rdmax__ep_check(rdmax_ep *ep)
 {
@@ -4370,7 +4345,7 @@ static rdmax_status rdmax__post_recvs(rdmax_ep *ep, uint32_t n)
     return RDMAX_OK;
 }
 
-/* >>srq: shared receive queues of a context's RC endpoints ===========================================
+/* ---- >>srq: shared receive queues of a context's RC endpoints ---------------------------------------
    RC endpoints receive from shared receive queues: one per buffer size in use (endpoints with the same
    recv_size share one SRQ and its pool; the context's recv_size is the default, and its pool stays for
    the context's life; a pool of another size goes with its last endpoint, and its slot is not reused
@@ -6098,7 +6073,7 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     rdmax__free(ctx, ep);
 }
 
-/* >>health: device events, watchdog, keepalive, disconnect ============================================= */
+/* ---- >>health: device events, watchdog, keepalive, disconnect ------------------------------------ */
 
 static void rdmax__ep_closed(rdmax_ep *ep, int by_peer)
 {
@@ -6399,7 +6374,7 @@ void rdmax__tick(rdmax_ctx *ctx)
         rdmax__flush_check(ctx);
 }
 
-/* >>pending ========================================================================================== */
+/* ---- >>pending ----------------------------------------------------------------------------------- */
 
 /* A zero-length send whose immediate data returns credits; it may use the credit kept for it. */
 static rdmax_status rdmax__grant_post(rdmax_ep *ep)
@@ -6567,7 +6542,7 @@ void rdmax_ep_pending_purge(rdmax_ep *ep)
     rdmax_arb_group_purge(&ep->ctx->arb, &ep->group, rdmax__purge_cb, ep->ctx);
 }
 
-/* >>oob ============================================================================================== */
+/* ---- >>oob --------------------------------------------------------------------------------------- */
 /* A listener runs up to RDMAX__HS_MAX handshakes side by side, each non-blocking with its own deadline,
    so a silent, slow or malformed client delays nobody else. The endpoint (QP and receive pool) is made
    only once the client's record has checked out. */
@@ -7025,7 +7000,7 @@ rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, cons
     return st;
 }
 
-/* >>cm: connection setup through rdma_cm (rdmax_ctx_desc.conn_setup = RDMAX_SETUP_CM) ================ */
+/* ---- >>cm: connection setup through rdma_cm (rdmax_ctx_desc.conn_setup = RDMAX_SETUP_CM) --------- */
 /* The cm ids have no QP (librdmacm's user-managed QP mode): the endpoint is made by rdmax_ep_create as in
    the TCP mode, on the context's PD and CQs, and its QP is moved to RTR and RTS with the attributes
    rdma_init_qp_attr returns (address vector with the GIDs from the route, path MTU, peer QPN, PSNs, RDMA
@@ -7781,14 +7756,7 @@ static rdmax_status rdmax__cm_connect(rdmax_ctx *ctx, const char *host, uint16_t
     return st;
 }
 
-/* ==== IMPL PART ==== */
-#ifdef RDMAX_IMPLEMENTATION
-#ifndef RDMAX__PROFILE_IMPL_INCLUDED
-#define RDMAX__PROFILE_IMPL_INCLUDED
-/* >>profile ========================================================================================== */
-#ifdef __cplusplus
-extern "C" {
-#endif
+/* ---- >>profile ----------------------------------------------------------------------------------- */
 
 /* The device's port counters behind the port.* variables: the sysfs name on rxe, then on mlx5 (real
    hardware names them differently; NULL: none). Slow path only: files opened with the profile. */
@@ -8349,13 +8317,8 @@ void rdmax__profile_ctx_fini(rdmax_ctx *ctx)
 }
 
 #undef RDMAX__PROF_LOAD
-#ifdef __cplusplus
-}
-#endif
-#endif /* RDMAX__PROFILE_IMPL_INCLUDED */
-#endif /* RDMAX_IMPLEMENTATION */
 
-/* >>testing: hooks for rdmax's own tests ============================================================
+/* ---- >>testing: hooks for rdmax's own tests ---------------------------------------------------------
    Compiled only when the implementation unit defines RDMAX_TESTING. Each forces one internal state that
    no public call can reach (a provider that refuses a post, datagrams lost on the wire) or reads one
    that no accessor shows, so a test does not write rdmax's private fields itself. Not API: for
