@@ -1343,52 +1343,92 @@ struct rdmax_ep {
 };
 
 /* ---- out-of-line API ---------------------------------------------------------------------------- */
-/* rdmax_status_str: a sentence for each status. Thread-safe. */
+/* rdmax_status_str, rdmax_op_str: the sentence of a status ("success", ...), the name of an operation
+   ("send", "put", ...).
+   Parameters: any value; one out of range gives "unknown ..." rather than failing.
+   Result: a static string, never NULL.
+   Threads: any thread. */
 RDMAX_API const char *rdmax_status_str(rdmax_status s);
 RDMAX_API const char *rdmax_op_str(rdmax_op op);
 
-/* Context. rdmax_ctx_create opens the device, picks the port and GID, probes limits, creates the CQs and
-   completion channel. Returns RDMAX_ERR_NO_DEVICE (text names device and port), RDMAX_ERR_IO (names the
-   verbs call and errno). */
+/* rdmax_ctx_create: opens the device (or joins desc->parent's), picks the port and GID, probes the
+   limits, creates the CQs and the completion channel (see STEP BY STEP, ENVIRONMENT).
+   Parameters: desc (NULL: all defaults; zero fields mean the documented defaults); ctx_out receives the
+   context, NULL on failure.
+   Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (a bad desc field such as conn_setup, half an allocator, or
+   a bad RDMAX_GID_INDEX / RDMAX_NUMA_NODE); RDMAX_ERR_NO_DEVICE (no such device, no active port, no
+   GID: the text names device and port); RDMAX_ERR_NO_MEMORY; RDMAX_ERR_IO (names the verbs call and
+   errno). Every failure is logged once and kept: rdmax_ctx_last_error(NULL) after the call.
+   Threads: any thread; a child (desc->parent) on the parent's thread or while the parent is idle.
+   rdmax_ctx_destroy: destroys the context's listeners, endpoints (their operations complete with
+   RDMAX_ERR_CANCELED), receive queues, cache and CQs, then frees it; NULL is a no-op. Close profile
+   objects and free rdmax_mem regions of the context first. Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc, rdmax_ctx **ctx_out);
 RDMAX_API void rdmax_ctx_destroy(rdmax_ctx *ctx);
-/* rdmax_ctx_last_error / _last_error_item: the text and item of the last error logged on ctx (also when
-   the log level hid it); "" and RDMAX_LOG_ITEM_NONE if none. With ctx NULL: the last error logged on the
-   calling thread, by any context, so the reason a rdmax_ctx_create failed survives it (the context is
-   gone). Thread safety: ctx's thread; with NULL, any thread (thread-local). */
+/* rdmax_ctx_last_error, rdmax_ctx_last_error_item: the text and item of the last error logged on ctx
+   (also when the log level hid it).
+   Parameters: ctx, or NULL: the last error logged on the calling thread, by any context, so the reason a
+   rdmax_ctx_create failed survives it (the context is gone).
+   Result: the text ("" if none; valid until the next error) and its RDMAX_LOG_ITEM_* (NONE if none).
+   Threads: ctx's thread; with NULL, any thread (thread-local). */
 RDMAX_API const char *rdmax_ctx_last_error(const rdmax_ctx *ctx);
 RDMAX_API rdmax_log_item rdmax_ctx_last_error_item(const rdmax_ctx *ctx);
-/* rdmax_log_item_str: the sentence of a log item. Thread-safe. */
+/* rdmax_log_item_str: the sentence of a log item (the list RDMAX__LOG_ITEMS).
+   Parameters: item; out of range gives "unknown log item".  Result: a static string.
+   Threads: any thread. */
 RDMAX_API const char *rdmax_log_item_str(rdmax_log_item item);
+/* Context accessors.
+   rdmax_ctx_attr: the limits probed on the device and port (rdmax_dev_attr), valid while ctx lives.
+   rdmax_ctx_query_desc: the desc as applied (defaults, environment and device limits filled in).
+   rdmax_ctx_fd: the completion channel's fd: readable when a completion arrives after rdmax_ctx_arm.
+   rdmax_ctx_arm: asks for one notification on each CQ; RDMAX_OK, or RDMAX_ERR_IO.
+   rdmax_counters_get: copies the context's counters (rdmax_counters) into *out.
+   rdmax_ctx_rcache: the context's registration cache, for its stats, invalidate and drain; NULL until
+   the first raw buffer made it, or when rcache_disable is set.
+   Parameters: a live ctx (not NULL). Threads: the context's thread. */
 RDMAX_API const rdmax_dev_attr *rdmax_ctx_attr(const rdmax_ctx *ctx);
-/* rdmax_ctx_query_desc: the desc as applied (defaults, environment and device limits filled in). */
 RDMAX_API rdmax_ctx_desc rdmax_ctx_query_desc(const rdmax_ctx *ctx);
-/* File descriptor that becomes readable when a completion arrives after rdmax_ctx_arm(). */
 RDMAX_API int rdmax_ctx_fd(const rdmax_ctx *ctx);
 RDMAX_API rdmax_status rdmax_ctx_arm(rdmax_ctx *ctx);
-/* rdmax_wait: block on the completion channel until a completion arrives or timeout_ms passes (-1:
-   forever), then progress. Returns RDMAX_OK (completions were handled), RDMAX_ERR_TIMEOUT (none within
-   timeout_ms) or RDMAX_ERR_IO (the CQs could not be armed). Thread safety: the context's thread. */
+/* rdmax_wait: blocks on the completion channel until a completion arrives or timeout_ms passes, then
+   progresses (also the watchdog, keepalives and device events, in slices of 100 ms).
+   Parameters: ctx; timeout_ms (-1: forever; 0: do not block).
+   Result: RDMAX_OK (completions were handled), RDMAX_ERR_TIMEOUT (none within timeout_ms) or
+   RDMAX_ERR_IO (the CQs could not be armed).
+   Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_wait(rdmax_ctx *ctx, int timeout_ms);
 RDMAX_API void rdmax_counters_get(const rdmax_ctx *ctx, rdmax_counters *out);
-/* The context's registration cache (NULL if disabled): for its stats, invalidate and drain. */
 RDMAX_API struct rdmax_rcache *rdmax_ctx_rcache(const rdmax_ctx *ctx);
 
-/* Memory. rdmax_mem_alloc allocates on the context's NUMA node and registers; rdmax_mem_reg registers
-   memory you own. access: RDMAX_ACCESS_* (remote rights are granted only when asked for). A NULL addr or
-   a length of 0 is RDMAX_ERR_INVALID_PARAM. */
+/* rdmax_mem_alloc, rdmax_mem_reg, rdmax_mem_free: registered memory (see STEP BY STEP: pass the
+   rdmax_mem as `mem` of an operation, or expose it to the peer with rdmax_ep_desc.expose).
+   rdmax_mem_alloc allocates len bytes on the context's NUMA node and registers them; rdmax_mem_reg
+   registers memory you own (you free it, after rdmax_mem_free); rdmax_mem_free deregisters (and frees
+   what rdmax_mem_alloc allocated); NULL is a no-op. Free a region before its context.
+   Parameters: access: RDMAX_ACCESS_* (remote rights are granted only when asked for); out receives it.
+   Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (NULL addr, len 0); RDMAX_ERR_NO_MEMORY; RDMAX_ERR_IO
+   (ibv_reg_mr failed: logged with errno, item MEM_REG or MEM_ALLOC).
+   Threads: the context's thread; a child context's region also works on its parent's and siblings'
+   endpoints (THREADS AND SHARED REGISTRATIONS). */
 RDMAX_API rdmax_status rdmax_mem_alloc(rdmax_ctx *ctx, size_t len, unsigned access, rdmax_mem **out);
 RDMAX_API rdmax_status rdmax_mem_reg(rdmax_ctx *ctx, void *addr, size_t len, unsigned access, rdmax_mem **out);
 RDMAX_API void rdmax_mem_free(rdmax_mem *mem);
-/* NUMA-placed allocation for rdmax's own buffers (also usable for yours). */
+/* rdmax_numa_alloc, rdmax_numa_free: page-granular memory on the context's NUMA node (anonymous mmap
+   when the node is unknown), what rdmax uses for its own buffers.
+   Parameters: ctx; len (free: the same len as the alloc; p NULL is a no-op).
+   Result: the memory, or NULL. Not registered: pass it to rdmax_mem_reg if needed.
+   Threads: any thread while ctx lives. */
 RDMAX_API void *rdmax_numa_alloc(rdmax_ctx *ctx, size_t len);
 RDMAX_API void rdmax_numa_free(rdmax_ctx *ctx, void *p, size_t len);
 
-/* Wire format of the connection record (pure functions, usable without a device). encode writes the
-   record and returns its length (RDMAX_CONN_INFO_HEAD .. RDMAX_CONN_INFO_SIZE; regions past
-   RDMAX_MAX_REGIONS are not written). decode takes exactly one record (len equal to its length field),
-   validates every field and returns the RDMAX_ERR_OOB_* status of the first one that is wrong; `why`
-   (may be NULL) gets a sentence naming the field and the value seen. */
+/* rdmax_conn_info_encode, rdmax_conn_info_decode: the wire format of the connection record (pure
+   functions, usable without a device; layout at rdmax_conn_info).
+   encode: writes info and returns its length (RDMAX_CONN_INFO_HEAD .. RDMAX_CONN_INFO_SIZE; regions past
+   RDMAX_MAX_REGIONS are not written).
+   decode: takes exactly one record (len equal to its length field) and validates every field.
+   Parameters: why (may be NULL), why_len: gets a sentence naming the bad field and the value seen.
+   Result (decode): RDMAX_OK, or the RDMAX_ERR_OOB_* status of the first field that is wrong.
+   Threads: any thread (no state). */
 RDMAX_API size_t rdmax_conn_info_encode(const rdmax_conn_info *info, uint8_t out[RDMAX_CONN_INFO_SIZE]);
 RDMAX_API rdmax_status rdmax_conn_info_decode(const uint8_t *buf, size_t len, rdmax_conn_info *out,
                                               char *why, size_t why_len);
@@ -1397,15 +1437,25 @@ RDMAX_API rdmax_status rdmax_conn_info_decode(const uint8_t *buf, size_t len, rd
     10 credits u16 | 12 rkey u32 | 16 recv_size u32 | 20 region 0 address u64 | 28 region 0 length u64
    The QP number, PSN, MTU and GID are rdma_cm's (the request, the route): decode takes them in `cm` and
    checks the whole record as rdmax_conn_info_decode does, with the same statuses and sentences. len may
-   exceed the record (rdma_cm pads private data with zeros). */
+   exceed the record (rdma_cm pads private data with zeros).
+   Parameters, Result, Threads: as rdmax_conn_info_encode / _decode (encode writes RDMAX_CM_INFO_SIZE
+   bytes and writes region 0 only). */
 RDMAX_API void rdmax_cm_info_encode(const rdmax_conn_info *info, uint8_t out[RDMAX_CM_INFO_SIZE]);
 RDMAX_API rdmax_status rdmax_cm_info_decode(const uint8_t *buf, size_t len, const rdmax_conn_info *cm,
                                             rdmax_conn_info *out, char *why, size_t why_len);
-/* Send our record on a connected TCP socket and read the peer's, with a deadline for the whole exchange. */
+/* rdmax_oob_exchange: sends our record on a connected TCP socket and reads the peer's, with one deadline
+   for the whole exchange (what rdmax_connect and rdmax_accept do; for your own out-of-band channel).
+   Parameters: fd (blocking or not; left open); local; remote receives the decoded record; timeout_ms;
+   why/why_len (may be NULL) get the reason of a failure.
+   Result: RDMAX_OK; RDMAX_ERR_TIMEOUT; RDMAX_ERR_OOB_* (the record, as rdmax_conn_info_decode);
+   RDMAX_ERR_IO (the socket failed). Threads: any thread (no context). */
 RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, rdmax_conn_info *remote,
                                           int timeout_ms, char *why, size_t why_len);
 
-/* Endpoints (RC). rdmax_listen binds a TCP listener (host NULL: all IPv6 and IPv4 addresses);
+/* rdmax_listen, rdmax_accept, rdmax_connect, rdmax_listener_port: connecting (see CONNECTING).
+   rdmax_listen binds a TCP listener (host NULL: all IPv6 and IPv4 addresses; port 0: any, read it back
+   with rdmax_listener_port) and returns RDMAX_OK, RDMAX_ERR_INVALID_PARAM, RDMAX_ERR_NO_MEMORY or
+   RDMAX_ERR_IO (logged, item LISTEN);
    rdmax_accept returns the first client whose handshake completes. Handshakes run side by side (up to
    256), non-blocking, each with its own deadline (rdmax_ctx_desc.handshake_ms) apart from the accept wait:
    a silent, slow or malformed client delays nobody. The endpoint is made only after the client's record
@@ -1420,35 +1470,61 @@ RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, 
    With rdmax_ctx_desc.conn_setup = RDMAX_SETUP_CM all of this holds through rdma_cm (CONNECTION SETUP):
    a client whose connect request carries a bad record is rejected and accept returns its RDMAX_ERR_OOB_*;
    one that never confirms (no RTU) ends with RDMAX_ERR_OOB_TIMEOUT after handshake_ms, one that gives up
-   or vanishes during its handshake with RDMAX_ERR_OOB_SYNC; connect retries while nobody listens. */
+   or vanishes during its handshake with RDMAX_ERR_OOB_SYNC; connect retries while nobody listens.
+   rdmax_connect's other results: RDMAX_ERR_CONNECT (nobody answered before timeout_ms), RDMAX_ERR_OOB_*
+   (the peer's record), and what rdmax_ep_create returns. desc is read during the call (copied).
+   Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out);
 RDMAX_API uint16_t rdmax_listener_port(const rdmax_listener *l);
-/* A file descriptor that becomes readable when rdmax_accept has work: a new client or a handshake step.
-   Wait on it (poll/epoll), then call rdmax_accept(l, desc, &ep, 0). */
+/* rdmax_listener_fd: a file descriptor that becomes readable when rdmax_accept has work (a new client
+   or a handshake step): wait on it (poll/epoll), then call rdmax_accept(l, desc, &ep, 0). With
+   RDMAX_SETUP_CM, the rdma_cm event channel's fd. Threads: the context's thread. */
 RDMAX_API int rdmax_listener_fd(const rdmax_listener *l);
-/* Closes the listener and ends its handshakes. rdmax_ctx_destroy closes the listeners still open on the
-   context (do not close those afterwards). */
+/* rdmax_listener_close: closes the listener and ends its handshakes (their half-made endpoints go).
+   rdmax_ctx_destroy closes the listeners still open on the context (do not close those afterwards).
+   Threads: the context's thread. */
 RDMAX_API void rdmax_listener_close(rdmax_listener *l);
 RDMAX_API rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep **out, int timeout_ms);
 RDMAX_API rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, const rdmax_ep_desc *desc,
                                      rdmax_ep **out, int timeout_ms);
-/* Two endpoints of one context connected to each other (the --loopback mode). */
+/* rdmax_ep_create_pair: two endpoints of one context connected to each other (the --loopback mode;
+   each sees the other's exposed regions through rdmax_ep_remote).
+   Parameters: ctx; desc for both (copied); a, b receive them (NULL on failure).
+   Result: RDMAX_OK, or what rdmax_ep_create / rdmax_ep_connect_info return. Threads: ctx's thread. */
 RDMAX_API rdmax_status rdmax_ep_create_pair(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **a, rdmax_ep **b);
-/* Lower level: create, read our record, connect with the peer's. */
+/* rdmax_ep_create, rdmax_ep_local_info, rdmax_ep_connect_info: the lower level of connecting, for your
+   own out-of-band channel: create an endpoint (RDMAX_EP_INIT), read our record and carry it to the peer
+   (rdmax_conn_info_encode), then connect with the peer's record (RDMAX_EP_CONNECTED).
+   Parameters: desc (copied, NULL: defaults); remote: the peer's decoded record.
+   Result (create): RDMAX_OK; RDMAX_ERR_INVALID_PARAM / RDMAX_ERR_UNSUPPORTED (bad desc, transport not
+   selected: item EP_DESC); RDMAX_ERR_LIMIT (see LIMITS); RDMAX_ERR_NO_MEMORY; RDMAX_ERR_IO.
+   Result (connect_info): RDMAX_OK; RDMAX_ERR_OOB_TRANSPORT (the peer's transport differs);
+   RDMAX_ERR_IO (ibv_modify_qp, item QP_MODIFY). local_info cannot fail.
+   Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **out);
 RDMAX_API void rdmax_ep_local_info(const rdmax_ep *ep, rdmax_conn_info *info);
 RDMAX_API rdmax_status rdmax_ep_connect_info(rdmax_ep *ep, const rdmax_conn_info *remote);
-/* Wait until every operation posted on ep has completed (posts a signaled zero-length write if the last
-   post was unsignaled). RDMAX_ERR_TIMEOUT after timeout_ms; a negative timeout_ms is
-   RDMAX_ERR_INVALID_PARAM (also for rdmax_ep_disconnect). Never RDMAX_OK over a failed operation. */
+/* rdmax_ep_flush: waits, progressing the context, until every operation posted on ep has completed
+   (posts a signaled zero-length write if the last post was unsignaled).
+   Parameters: ep; timeout_ms (>= 0; 0: one pass).
+   Result: RDMAX_OK (all done, none failed); RDMAX_ERR_TIMEOUT (item FLUSH_TIMEOUT);
+   RDMAX_ERR_INVALID_PARAM (negative timeout_ms); the endpoint's error (RDMAX_ERR_RETRY_EXCEEDED,
+   RDMAX_ERR_CLOSED, ...) when it failed or closed: never RDMAX_OK over a failed operation.
+   Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms);
-/* Operations still in flight complete with RDMAX_ERR_CANCELED. */
+/* rdmax_ep_destroy: destroys ep; its pending requests and operations still in flight complete with
+   RDMAX_ERR_CANCELED (now, before it returns); late completions are dropped. NULL is a no-op.
+   Threads: the context's thread; allowed in ep's own receive or pending callback, not in a comp callback
+   of ep (see COMPLETION OBJECTS).
+   rdmax_ep_error: the status that failed or closed ep (the first), RDMAX_OK if none. */
 RDMAX_API void rdmax_ep_destroy(rdmax_ep *ep);
 RDMAX_API rdmax_status rdmax_ep_error(const rdmax_ep *ep); /* first error, RDMAX_OK if none */
 /* rdmax_ep_disconnect: graceful close. Waits (up to timeout_ms) for what is in flight, tells the peer (RC:
    a zero-length message the peer's rdmax_progress turns into RDMAX_EP_CLOSED and an EP_CLOSED event),
    and leaves ep in RDMAX_EP_CLOSED: later posts return RDMAX_ERR_CLOSED. Destroy it afterwards.
-   Returns RDMAX_OK, or the error that stopped the drain (the endpoint is closed either way). */
+   Parameters: ep; timeout_ms (>= 0, else RDMAX_ERR_INVALID_PARAM).
+   Result: RDMAX_OK, or the error that stopped the drain (the endpoint is closed either way).
+   Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms);
 /* rdmax__tick: the low-rate slow path of rdmax_progress (device events, watchdog, keepalive). */
 RDMAX_API void rdmax__tick(rdmax_ctx *ctx);
@@ -1464,7 +1540,8 @@ RDMAX_API void rdmax__tick(rdmax_ctx *ctx);
    list was read at creation: it need not point anywhere now). rdmax_ep_query_state: RDMAX_EP_INIT,
    _CONNECTED, _ERROR, _CLOSED. rdmax_ep_query_info: resources and identity now (rdmax_ep_info; its qp is
    the verbs QP, for tools and tests: moving it to another state fails the endpoint). rdmax_ep_ctx: the
-   endpoint's context. */
+   endpoint's context.
+   Parameters: a live ep (not NULL). Result: as above; none fails. */
 RDMAX_API const rdmax_rbuf *rdmax_ep_remote(const rdmax_ep *ep, uint32_t index);
 RDMAX_API uint32_t rdmax_ep_remote_count(const rdmax_ep *ep);
 RDMAX_API rdmax_ep_desc rdmax_ep_query_desc(const rdmax_ep *ep);
@@ -1473,24 +1550,40 @@ RDMAX_API void rdmax_ep_query_info(const rdmax_ep *ep, rdmax_ep_info *out);
 RDMAX_API rdmax_ctx *rdmax_ep_ctx(const rdmax_ep *ep);
 
 #if RDMAX__HAS_UD
-/* UD multicast. rdmax_mcast_join attaches ep's QP to the IPv4 group `group` (e.g. "239.1.2.3") on the
-   device's netdev, joining it at the IP level too so rxe and RoCE NICs receive it. rdmax_mcast_ep_create
-   makes a send-only endpoint whose messages go to every member. rdmax_mcast_leave detaches and leaves. */
+/* rdmax_mcast_join, rdmax_mcast_leave, rdmax_mcast_ep_create: UD multicast (see UD AND MULTICAST).
+   rdmax_mcast_join attaches ep's QP (a UD endpoint: the context's UD QP) to the IPv4 group `group` (e.g.
+   "239.1.2.3") on the device's netdev, joining it at the IP level too so rxe and RoCE NICs receive it;
+   its datagrams then reach ep's recv_cb. rdmax_mcast_leave detaches and leaves. rdmax_mcast_ep_create
+   makes a send-only endpoint (desc copied) whose rdmax_send goes to every member.
+   Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (not an IPv4 multicast address); RDMAX_ERR_UNSUPPORTED (not
+   a UD endpoint, or the context's GID is not IPv4-mapped); RDMAX_ERR_NO_MEMORY; RDMAX_ERR_NO_RESOURCE
+   (ep joined the most groups it may); RDMAX_ERR_IO (the IP join, the attach or the address handle
+   failed). Failures of the group, the endpoint and the calls are logged (item MCAST).
+   Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group);
 RDMAX_API rdmax_status rdmax_mcast_leave(rdmax_ep *ep, const char *group);
 RDMAX_API rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, const char *group,
                                              rdmax_ep **out);
 #endif
 
-/* Batching: between begin and end, operations are chained and posted with one ibv_post_send (a full
-   chain of RDMAX_BATCH_MAX is posted early). */
+/* Batching (rdmax_batch_begin, rdmax_batch_end, below): between begin and end, operations are chained
+   and posted with one ibv_post_send (a full chain of RDMAX_BATCH_MAX is posted early). */
 RDMAX_API rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers);
 RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep);
 /* Pending queue. rdmax_ep_pending_add queues req (cb set) and returns RDMAX_OK, or returns RDMAX_BUSY
    without queueing when the endpoint has room right now (post directly instead). rdmax_req_post posts the
    operation in req now if it can, else queues it; per-endpoint order always holds, because a direct
    post while requests wait is refused with RDMAX_ERR_NO_RESOURCE. rdmax_ep_pending_purge cancels every
-   waiting request. A pending callback may post, push more requests, or destroy its own endpoint. */
+   waiting request. A pending callback may post, push more requests, or destroy its own endpoint.
+   Who is served next: see PENDING QUEUE (round-robin over endpoints, FIFO within one).
+   Parameters: req: owned by the caller until it completes; pending_add needs req->cb, req_post needs
+   req->comp and no cb.
+   Result (pending_add): RDMAX_OK (queued), RDMAX_BUSY (room now: post directly), RDMAX_ERR_INVALID_PARAM
+   (no cb), RDMAX_ERR_NOT_CONNECTED, RDMAX_ERR_ENDPOINT. Result (req_post): RDMAX_INPROGRESS (posted or
+   queued: comp reports), RDMAX_ERR_INVALID_PARAM (cb set, or no comp), RDMAX_ERR_NOT_CONNECTED,
+   RDMAX_ERR_ENDPOINT, or the operation's own error (nothing posted). purge: each request's comp (if
+   any) gets RDMAX_ERR_CANCELED.
+   Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_ep_pending_add(rdmax_ep *ep, rdmax_req *req);
 RDMAX_API rdmax_status rdmax_req_post(rdmax_ep *ep, rdmax_req *req);
 RDMAX_API void rdmax_ep_pending_purge(rdmax_ep *ep);
