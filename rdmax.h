@@ -750,7 +750,10 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
 
 /* rdmax_arb_init / rdmax_arb_group_init / rdmax_arb_elem_init: same as zeroing. A group and its
    elements are used with one arbiter from init to cleanup; init a group only when it is new or after
-   rdmax_arb_group_cleanup(). */
+   rdmax_arb_group_cleanup().
+   The queries below (rdmax_arb_is_empty, _pending, rdmax_arb_group_count, _is_empty, _is_scheduled,
+   _is_desched, rdmax_arb_elem_is_queued, rdmax_arb_group_first, rdmax_arb_elem_next) read only, O(1).
+   Parameters: non-NULL objects. Thread safety (all): none: the arbiter's owner thread. */
 RDMAX_INLINE void rdmax_arb_init(rdmax_arb *arb)
 {
     arb->current = NULL;
@@ -1759,29 +1762,41 @@ RDMAX_API rdmax_status rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_
 
 /* rdmax_rcache_destroy
    Deregisters every live registration (cached, zombie, and still-referenced ones) and frees
-   the cache. Return Value: the number of regions that still had references (0 if the caller
-   put everything back); their pointers are dangling afterwards. */
+   the cache (a context's own cache: rdmax_ctx_destroy does this).
+   Parameters: rc, from rdmax_rcache_create.
+   Return Value: the number of regions that still had references (0 if the caller put everything
+   back); their pointers are dangling afterwards.
+   Thread Safety: no other call on rc may run or follow. */
 RDMAX_API int rdmax_rcache_destroy(rdmax_rcache *rc);
 
 /* rdmax_rcache_invalidate
    Drops every cached region overlapping [addr, addr+len): it is never returned again; unused
    ones are deregistered now, in-use ones at their last put. Use it for memory changed where no
    monitor sees it (see the manual's table of routes).
+   Parameters: rc (a context's: rdmax_ctx_rcache); addr, len: the range (len 0: nothing).
    Return Value: a count: the number of regions dropped (>= 0), or RDMAX_ERR_INVALID_PARAM (rc NULL,
-   or a range that wraps). */
+   or a range that wraps).
+   Thread Safety: the cache's (thread_safe: any thread; else the owner's; a context's: its thread). */
 RDMAX_API int rdmax_rcache_invalidate(rdmax_rcache *rc, const void *addr, size_t len);
 
 /* rdmax_rcache_drain
    Applies the memory events recorded by the hooks since the last drain (every get does this
-   first when there are any). Return Value: a count: the number of regions dropped (>= 0), or
-   RDMAX_ERR_INVALID_PARAM (rc NULL). */
+   first when there are any). Parameters: rc.
+   Return Value: a count: the number of regions dropped (>= 0), or RDMAX_ERR_INVALID_PARAM (rc NULL).
+   Thread Safety: as rdmax_rcache_invalidate. */
 RDMAX_API int rdmax_rcache_drain(rdmax_rcache *rc);
 
-/* Counters and applied options, readable at any time (takes the lock in thread-safe mode). */
+/* rdmax_rcache_query_stats, rdmax_rcache_query_desc: the counters (a snapshot into *out) and the
+   applied options (defaults filled in).
+   Parameters: rc (not NULL). Return Value: none / the desc.
+   Thread Safety: any time; query_stats takes the lock in thread-safe mode (the desc never changes). */
 RDMAX_API void rdmax_rcache_query_stats(rdmax_rcache *rc, rdmax_rcache_stats *out);
 RDMAX_API rdmax_rcache_desc rdmax_rcache_query_desc(const rdmax_rcache *rc);
 
-/* Which automatic-invalidation mechanisms are active: RDMAX_RCACHE_HOOKS_* bits. */
+/* rdmax_rcache_memhooks: which automatic-invalidation mechanisms are active in this process.
+   Parameters: none. Return Value: RDMAX_RCACHE_HOOKS_* bits (UFFD: the monitor thread runs in this
+   process, not a parent's across fork; INTERPOSED, MALLOPT: the opt-in defines).
+   Thread Safety: any thread. */
 RDMAX_API unsigned rdmax_rcache_memhooks(void);
 
 /* The process's memory monitor (mode RDMAX_RCACHE_AUTO): whether it can run and, if not, why. */
@@ -1793,7 +1808,9 @@ typedef struct rdmax_rcache_monitor_info {
     char why[200];      /* how it was opened, or what failed and why */
     uint64_t unmap, remove, remap, other; /* events read since it started */
 } rdmax_rcache_monitor_info;
-/* Thread Safety: safe. Opens the monitor's descriptors if no one has yet (not its thread). */
+/* rdmax_rcache_monitor_query: whether the process's memory monitor can run, runs, and why not.
+   Parameters: out (not NULL) receives the report. Return Value: none (out->error, out->why).
+   Thread Safety: safe. Opens the monitor's descriptors if no one has yet (not its thread). */
 RDMAX_API void rdmax_rcache_monitor_query(rdmax_rcache_monitor_info *out);
 
 /* private: slow paths of the inline functions, and a consistency check for tests (returns 0
@@ -1855,9 +1872,13 @@ RDMAX_INLINE rdmax_status rdmax_rcache_get(rdmax_rcache *rc, const void *addr, s
     return rdmax__rcache_get_slow(rc, addr, len, access, out);
 }
 
-/* rdmax_rcache_put: drops one reference taken by get or hold. At zero the region becomes
-   evictable (or is deregistered, if it was merged away, invalidated or uncached). A put on a
-   region with no references is ignored. */
+/* rdmax_rcache_put, rdmax_rcache_hold, rdmax_rcache_region_valid: references to a region from get.
+   put drops one reference taken by get or hold. At zero the region becomes evictable (or is
+   deregistered, if it was merged away, invalidated or uncached). A put on a region with no
+   references is ignored. hold takes one more reference on a region the caller already holds.
+   region_valid: 0 once the memory under the region was invalidated.
+   Parameters: rc, the region's cache; r, a region the caller holds. Return Value: none / 0 or 1.
+   Thread Safety: as rdmax_rcache_get. No allocation on the common path. */
 RDMAX_INLINE void rdmax_rcache_put(rdmax_rcache *rc, rdmax_rcache_region *r)
 {
     if (rdmax_likely(!rc->rdmax__thread_safe)) {
@@ -2074,13 +2095,18 @@ enum {
 
 /* ---- profile: out-of-line API ------------------------------------------------------------------- */
 
-/* rdmax_profile_open: a profile object on ctx, for variables and events.
+/* rdmax_profile_open, rdmax_profile_close: a profile object on ctx, for variables and events (see
+   the profile overview above); close frees it (NULL is a no-op; from an event callback it is refused,
+   logged with item PROFILE_MISUSE).
+   Parameters: ctx; out receives the object.
    Return Value: RDMAX_OK; RDMAX_ERR_NO_MEMORY; RDMAX_ERR_INVALID_PARAM from inside an event callback.
    Thread Safety: the context's thread. Remarks: close every profile before rdmax_ctx_destroy. */
 RDMAX_API rdmax_status rdmax_profile_open(rdmax_ctx *ctx, rdmax_profile **out);
 RDMAX_API void rdmax_profile_close(rdmax_profile *prof);
 
-/* rdmax_profile_query_vars: every variable, vars[i].id == i; the array is static. */
+/* rdmax_profile_query_vars: every variable, vars[i].id == i; the array is static.
+   Parameters: prof; vars, count receive the array and its length. Return Value: RDMAX_OK.
+   Thread Safety: any one reader thread at a time (see above). */
 RDMAX_API rdmax_status rdmax_profile_query_vars(rdmax_profile *prof, const rdmax_profile_var **vars,
                                                 size_t *count);
 
@@ -2095,21 +2121,24 @@ RDMAX_API rdmax_status rdmax_profile_query_vars(rdmax_profile *prof, const rdmax
 RDMAX_API rdmax_status rdmax_profile_read_u64(rdmax_profile *prof, uint32_t id, uint64_t *out);
 
 /* rdmax_profile_start_reads / _end_reads: start takes a snapshot of every variable; reads until end
-   return it. Start again (without end) takes a new one. */
+   return it. Start again (without end) takes a new one.
+   Parameters: prof. Return Value: none. Thread Safety: the profile's reader thread (see above). */
 RDMAX_API void rdmax_profile_start_reads(rdmax_profile *prof);
 RDMAX_API void rdmax_profile_end_reads(rdmax_profile *prof);
 
 /* rdmax_profile_reg_event: call cb(prof, type, ep, detail, user) for each event of `type` on the profile's
    context; cb NULL unregisters. One callback per profile and type (a new one replaces it).
    Return Value: RDMAX_OK, RDMAX_ERR_INVALID_PARAM (unknown type, or called from a callback).
-   Thread Safety: the context's thread. */
+   Thread Safety: the context's thread.
+   rdmax_profile_event_str: the name of an event type ("ep_error", ...), a static string. */
 RDMAX_API rdmax_status rdmax_profile_reg_event(rdmax_profile *prof, rdmax_profile_event type,
                                                rdmax_profile_event_cb cb, void *user);
 RDMAX_API const char *rdmax_profile_event_str(rdmax_profile_event type);
 
 /* rdmax_profile_print: the profile points as a table (status on/off, name, total seconds, count, average
    ns), then every variable as "name: value" ("name: unavailable" for a port counter the device lacks).
-   Needs no profile object. */
+   Needs no profile object. Parameters: ctx; f (e.g. stdout). Return Value: none.
+   Thread Safety: the context's thread. */
 RDMAX_API void rdmax_profile_print(rdmax_ctx *ctx, FILE *f);
 
 /* ---- profile: private (points, events, log dedupe) ---------------------------------------------- */
@@ -2387,8 +2416,10 @@ RDMAX_INLINE rdmax_status rdmax_put_imm(rdmax_ep *ep, const void *buf, size_t le
     return rdmax__slow(ep, RDMAX_OP_PUT_IMM, buf, len, mem, raddr, rkey, imm, 0, comp, 0);
 }
 
-/* Gather/scatter variants: iov entries carry their own lkey; at most min(device max SGE, RDMAX_MAX_SGE).
-   RDMAX_ERR_INVALID_PARAM for a NULL iov, a bad iovcnt or an entry with a NULL addr and a length. */
+/* rdmax_put_iov, rdmax_get_iov: gather/scatter variants of rdmax_put and rdmax_get: iov entries carry
+   their own lkey; at most min(device max SGE, RDMAX_MAX_SGE). Results as rdmax_put / rdmax_get, and
+   RDMAX_ERR_INVALID_PARAM for a NULL iov, a bad iovcnt or an entry with a NULL addr and a length.
+   Thread safety: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_put_iov(rdmax_ep *ep, const rdmax_iov *iov, size_t iovcnt, uint64_t raddr,
                                         uint32_t rkey, rdmax_comp *comp)
 {
@@ -2459,16 +2490,18 @@ RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opco
     return rdmax__slow(ep, op, result, 8, mem, raddr, rkey, a, b, comp, 0);
 }
 
-/* Fetch-and-add of add to the 8 bytes at raddr; the old value lands in *result (inside mem).
+/* rdmax_fadd: fetch-and-add of add to the 8 bytes at raddr; the old value lands in *result (inside mem).
+   Results: RDMAX_INPROGRESS (comp, if given, reports), RDMAX_ERR_NO_RESOURCE (also: read budget),
    RDMAX_ERR_INVALID_PARAM for a NULL result, RDMAX_ERR_UNALIGNED, RDMAX_ERR_NO_MEMH without mem,
-   RDMAX_ERR_UNSUPPORTED on UD; the same for rdmax_cswap. */
+   RDMAX_ERR_UNSUPPORTED on UD; the same for rdmax_cswap. Thread safety: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_fadd(rdmax_ep *ep, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
                                      uint32_t rkey, uint64_t add, rdmax_comp *comp)
 {
     return rdmax__ep_atomic(ep, IBV_WR_ATOMIC_FETCH_AND_ADD, RDMAX_OP_FADD, result, mem, raddr, rkey, add, 0, comp);
 }
 
-/* Compare-and-swap: if the 8 bytes at raddr equal compare, write swap; the old value lands in *result. */
+/* rdmax_cswap: compare-and-swap: if the 8 bytes at raddr equal compare, write swap; the old value lands
+   in *result. Parameters and results as rdmax_fadd. Thread safety: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_cswap(rdmax_ep *ep, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
                                       uint32_t rkey, uint64_t compare, uint64_t swap, rdmax_comp *comp)
 {
@@ -2477,8 +2510,9 @@ RDMAX_INLINE rdmax_status rdmax_cswap(rdmax_ep *ep, uint64_t *result, const rdma
 }
 #endif /* RDMAX__HAS_RC */
 
-/* Chain the following operations on ep into one post. A context chains for one endpoint at a time:
-   beginning on another endpoint first posts what the previous one chained. */
+/* rdmax_batch_begin: chain the following operations on ep into one post. A context chains for one
+   endpoint at a time: beginning on another endpoint first posts what the previous one chained.
+   Parameters: ep. Result: none. Thread safety: the context's thread. */
 RDMAX_INLINE void rdmax_batch_begin(rdmax_ep *ep)
 {
     rdmax_ctx *ctx = ep->ctx;
@@ -2489,7 +2523,9 @@ RDMAX_INLINE void rdmax_batch_begin(rdmax_ep *ep)
     ep->sq_stop = ep->sq_head;
 }
 
-/* Post what was chained since rdmax_batch_begin. */
+/* rdmax_batch_end: post what was chained since rdmax_batch_begin.
+   Result: RDMAX_OK (nothing chained, or posted), or the post's error: then the chained operations
+   complete with RDMAX_ERR_IO through their comps. Thread safety: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep)
 {
     rdmax_ctx *ctx = ep->ctx;
@@ -2536,8 +2572,10 @@ RDMAX_INLINE int rdmax__poll_recv_fast(rdmax_ctx *ctx, struct ibv_wc *wc)
 }
 
 /* rdmax_progress: poll receive completions (batches of 16), then send completions; run callbacks, repost
-   receive buffers, then serve endpoints with pending requests (one branch when there are none). Returns
-   the number of completions handled. */
+   receive buffers, then serve endpoints with pending requests (one branch when there are none); every
+   1024th call also the watchdog, keepalives and device events (see FAILURES).
+   Parameters: ctx. Result: the number of completions handled (>= 0).
+   Thread safety: the context's thread. */
 RDMAX_INLINE int rdmax_progress(rdmax_ctx *ctx)
 {
     RDMAX__PROF_BEGIN(ctx, PROGRESS);
