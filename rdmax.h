@@ -86,7 +86,13 @@
        (cd.conn_setup = RDMAX_SETUP_CM: the same three calls set up through rdma_cm; see CONNECTION SETUP)
        one process: rdmax_ep_create_pair(ctx, &ed, &a, &b);
        ed.expose / ed.expose_list: regions the peer may access; it reads them with rdmax_ep_remote(ep, i)
-       rdmax_send(ep, buf, len, mem, NULL);  rdmax_put(...);  rdmax_get(...);
+       a put with a registered buffer (the peer exposed a region registered with RDMAX_ACCESS_REMOTE_WRITE):
+           rdmax_mem *m;  rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_LOCAL, &m);     (or rdmax_mem_reg)
+           const rdmax_rbuf *r = rdmax_ep_remote(ep, 0);     NULL: the peer exposed nothing
+           rdmax_comp c = {0};
+           if (rdmax_put(ep, m->addr, len, m, r->addr, r->rkey, &c) == RDMAX_INPROGRESS)
+               while (!c.done) rdmax_progress(ctx);          then c.status
+       rdmax_send(ep, buf, len, mem, NULL);  rdmax_get(...);  mem NULL: raw buffer, see REGISTRATION CACHE
        while (...) rdmax_progress(ctx);         drives completions and received messages
        rdmax_ep_flush(ep, 1000);  rdmax_ep_destroy(ep);  rdmax_ctx_destroy(ctx);
        applied settings and state: rdmax_ctx_query_desc, rdmax_ep_query_desc, rdmax_ep_query_state,
