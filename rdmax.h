@@ -1517,9 +1517,10 @@ RDMAX_API rdmax_status rdmax_ep_connect_info(rdmax_ep *ep, const rdmax_conn_info
    (posts a signaled zero-length write if the last post was unsignaled).
    Parameters: ep; timeout_ms (>= 0; 0: one pass).
    Result: RDMAX_OK (all done, none failed); RDMAX_ERR_TIMEOUT (item FLUSH_TIMEOUT);
-   RDMAX_ERR_INVALID_PARAM (negative timeout_ms); the endpoint's error (RDMAX_ERR_RETRY_EXCEEDED,
-   RDMAX_ERR_CLOSED, ...) when it failed or closed: never RDMAX_OK over a failed operation.
-   Threads: the context's thread. */
+   RDMAX_ERR_INVALID_PARAM (negative timeout_ms, or called from a comp callback: item
+   FLUSH_IN_CALLBACK); the endpoint's error (RDMAX_ERR_RETRY_EXCEEDED, RDMAX_ERR_CLOSED, ...) when it
+   failed or closed: never RDMAX_OK over a failed operation.
+   Threads: the context's thread, not inside a comp callback. */
 RDMAX_API rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms);
 /* rdmax_ep_destroy: destroys ep; its pending requests and operations still in flight complete with
    RDMAX_ERR_CANCELED (now, before it returns); late completions are dropped. NULL is a no-op.
