@@ -641,7 +641,7 @@ typedef enum rdmax_op {
    group must go through rdmax_arb_group_cleanup() (or _purge()) before its memory is freed or reused,
    even when it is idle and empty.
 
-   Thread safety: none. One arbiter and its groups belong to one thread at a time (the context's).
+   Threads: none. One arbiter and its groups belong to one thread at a time (the context's).
 */
 
 typedef struct rdmax_arb rdmax_arb;
@@ -721,13 +721,13 @@ enum {
    in a callback right now and the callback keeps it, it goes back right behind the first element
    push_head'ed during that callback, so the pushed element still goes first.
    Parameters: elem must not be queued (rdmax_arb_elem_is_queued() false).
-   Thread safety: none (owner thread). O(1). */
+   Threads: none (owner thread). O(1). */
 RDMAX_API void rdmax_arb_group_push_head(rdmax_arb *arb, rdmax_arb_group *group, rdmax_arb_elem *elem);
 
 /* rdmax_arb_group_desched: take a scheduled group out of the arbiter (endpoint out of resources); its
    elements stay queued and it becomes "descheduled". No effect on an idle or descheduled group. Called
    from a callback on its own group, it wins over the callback's result (except STOP, which still stops).
-   Thread safety: none. O(1). */
+   Threads: none. O(1). */
 RDMAX_API void rdmax_arb_group_desched(rdmax_arb *arb, rdmax_arb_group *group);
 
 /* rdmax_arb_group_purge: cancel every queued element of group, head to tail: each is unlinked, then cb
@@ -736,7 +736,7 @@ RDMAX_API void rdmax_arb_group_desched(rdmax_arb *arb, rdmax_arb_group *group);
    dispatched is not cancelled (its callback owns it, see above). cb may push (a pushed element is not
    cancelled) but must not free the group or touch elements it was not given; free the group after
    purge returns.
-   Thread safety: none. O(elements). */
+   Threads: none. O(elements). */
 RDMAX_API void rdmax_arb_group_purge(rdmax_arb *arb, rdmax_arb_group *group, rdmax_arb_purge_cb cb,
                                      void *arg);
 
@@ -745,7 +745,7 @@ RDMAX_API void rdmax_arb_group_purge(rdmax_arb *arb, rdmax_arb_group *group, rdm
    must still be valid memory). Required before freeing or re-initialising any group that was ever
    dispatched, idle or not: the dispatcher may still hold it as a prefetch-hint target. Afterwards the
    memory may be freed or re-initialised, also from inside a dispatch callback on this very group.
-   Thread safety: none. O(elements). */
+   Threads: none. O(elements). */
 RDMAX_API void rdmax_arb_group_cleanup(rdmax_arb *arb, rdmax_arb_group *group);
 
 /* private: rdmax_arb_dispatch() once the arbiter is not empty */
@@ -759,7 +759,7 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
    rdmax_arb_group_cleanup().
    The queries below (rdmax_arb_is_empty, _pending, rdmax_arb_group_count, _is_empty, _is_scheduled,
    _is_desched, rdmax_arb_elem_is_queued, rdmax_arb_group_first, rdmax_arb_elem_next) read only, O(1).
-   Parameters: non-NULL objects. Thread safety (all): none: the arbiter's owner thread. */
+   Parameters: non-NULL objects. Threads (all): none: the arbiter's owner thread. */
 RDMAX_INLINE void rdmax_arb_init(rdmax_arb *arb)
 {
     arb->current = NULL;
@@ -852,7 +852,7 @@ RDMAX_INLINE rdmax_arb_elem *rdmax_arb_elem_next(const rdmax_arb_elem *elem)
 /* rdmax_arb_group_push: queue elem at the tail of group (a pending request). Does not schedule: call
    rdmax_arb_group_schedule() when the endpoint may send (see the rule above).
    Parameters: elem must not be queued already (debug assert; it would corrupt both queues).
-   Thread safety: none. O(1), no allocation. */
+   Threads: none. O(1), no allocation. */
 RDMAX_INLINE void rdmax_arb_group_push(rdmax_arb *arb, rdmax_arb_group *group, rdmax_arb_elem *elem)
 {
     RDMAX_ASSERT(elem->next == NULL);
@@ -899,7 +899,7 @@ RDMAX_INLINE void rdmax__arb_ring_remove(rdmax_arb_group **ring, rdmax_arb_group
 
 /* rdmax_arb_group_schedule: let group take part in dispatch, at the tail of the round (every scheduled
    group goes first). No effect if it is empty or already scheduled. Safe from a dispatch callback.
-   Thread safety: none. O(1). */
+   Threads: none. O(1). */
 RDMAX_INLINE void rdmax_arb_group_schedule(rdmax_arb *arb, rdmax_arb_group *group)
 {
     if ((group->state & RDMAX__ARB_SCHED) || group->count == 0) {
@@ -915,8 +915,8 @@ RDMAX_INLINE void rdmax_arb_group_schedule(rdmax_arb *arb, rdmax_arb_group *grou
    Parameters: per_group 0 means 1 (strict round-robin, what RC and UD use). cb may push, push_head,
    schedule, desched, purge and cleanup any group, including its own (see above), but not dispatch: a
    nested dispatch returns 0 and does nothing.
-   Returns: how many callbacks returned RDMAX_ARB_REMOVE.
-   Thread safety: none. An empty arbiter costs one load and one branch. */
+   Result: how many callbacks returned RDMAX_ARB_REMOVE.
+   Threads: none. An empty arbiter costs one load and one branch. */
 RDMAX_INLINE size_t rdmax_arb_dispatch(rdmax_arb *arb, unsigned per_group, rdmax_arb_cb cb, void *arg)
 {
     if (rdmax_likely(arb->current == NULL)) {
@@ -1539,7 +1539,7 @@ RDMAX_API rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms);
 /* rdmax__tick: the low-rate slow path of rdmax_progress (device events, watchdog, keepalive). */
 RDMAX_API void rdmax__tick(rdmax_ctx *ctx);
 
-/* Endpoint accessors. Thread safety: the context's thread.
+/* Endpoint accessors. Threads: the context's thread.
    rdmax_ep_remote: region `index` the peer advertised (its desc's expose, then expose_list, in order),
    NULL if it advertised fewer. Valid until the endpoint is destroyed. Example:
        const rdmax_rbuf *r = rdmax_ep_remote(ep, 0);
@@ -1761,9 +1761,9 @@ extern uint64_t rdmax__rcache_event_head;
 
 /* rdmax_rcache_create
    Parameters:   desc: options (ops.reg and ops.dereg required); out: receives the cache.
-   Return Value: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (NULL desc or out, no reg or dereg op, unknown
+   Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (NULL desc or out, no reg or dereg op, unknown
                  mode, half an allocator); RDMAX_ERR_NO_MEMORY.
-   Thread Safety: safe. Remarks: with RDMAX_MEMHOOKS and RDMAX_MALLOPT the malloc policy is in
+   Threads: safe. Remarks: with RDMAX_MEMHOOKS and RDMAX_MALLOPT the malloc policy is in
    force from program start (see OPTIONAL DEFINES); without them nothing process-wide is changed. */
 RDMAX_API rdmax_status rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **out);
 
@@ -1771,9 +1771,9 @@ RDMAX_API rdmax_status rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_
    Deregisters every live registration (cached, zombie, and still-referenced ones) and frees
    the cache (a context's own cache: rdmax_ctx_destroy does this).
    Parameters: rc, from rdmax_rcache_create.
-   Return Value: the number of regions that still had references (0 if the caller put everything
+   Result: the number of regions that still had references (0 if the caller put everything
    back); their pointers are dangling afterwards.
-   Thread Safety: no other call on rc may run or follow. */
+   Threads: no other call on rc may run or follow. */
 RDMAX_API int rdmax_rcache_destroy(rdmax_rcache *rc);
 
 /* rdmax_rcache_invalidate
@@ -1781,29 +1781,29 @@ RDMAX_API int rdmax_rcache_destroy(rdmax_rcache *rc);
    ones are deregistered now, in-use ones at their last put. Use it for memory changed where no
    monitor sees it (see the manual's table of routes).
    Parameters: rc (a context's: rdmax_ctx_rcache); addr, len: the range (len 0: nothing).
-   Return Value: a count: the number of regions dropped (>= 0), or RDMAX_ERR_INVALID_PARAM (rc NULL,
+   Result: a count: the number of regions dropped (>= 0), or RDMAX_ERR_INVALID_PARAM (rc NULL,
    or a range that wraps).
-   Thread Safety: the cache's (thread_safe: any thread; else the owner's; a context's: its thread). */
+   Threads: the cache's (thread_safe: any thread; else the owner's; a context's: its thread). */
 RDMAX_API int rdmax_rcache_invalidate(rdmax_rcache *rc, const void *addr, size_t len);
 
 /* rdmax_rcache_drain
    Applies the memory events recorded by the hooks since the last drain (every get does this
    first when there are any). Parameters: rc.
-   Return Value: a count: the number of regions dropped (>= 0), or RDMAX_ERR_INVALID_PARAM (rc NULL).
-   Thread Safety: as rdmax_rcache_invalidate. */
+   Result: a count: the number of regions dropped (>= 0), or RDMAX_ERR_INVALID_PARAM (rc NULL).
+   Threads: as rdmax_rcache_invalidate. */
 RDMAX_API int rdmax_rcache_drain(rdmax_rcache *rc);
 
 /* rdmax_rcache_query_stats, rdmax_rcache_query_desc: the counters (a snapshot into *out) and the
    applied options (defaults filled in).
-   Parameters: rc (not NULL). Return Value: none / the desc.
-   Thread Safety: any time; query_stats takes the lock in thread-safe mode (the desc never changes). */
+   Parameters: rc (not NULL). Result: none / the desc.
+   Threads: any time; query_stats takes the lock in thread-safe mode (the desc never changes). */
 RDMAX_API void rdmax_rcache_query_stats(rdmax_rcache *rc, rdmax_rcache_stats *out);
 RDMAX_API rdmax_rcache_desc rdmax_rcache_query_desc(const rdmax_rcache *rc);
 
 /* rdmax_rcache_memhooks: which automatic-invalidation mechanisms are active in this process.
-   Parameters: none. Return Value: RDMAX_RCACHE_HOOKS_* bits (UFFD: the monitor thread runs in this
+   Parameters: none. Result: RDMAX_RCACHE_HOOKS_* bits (UFFD: the monitor thread runs in this
    process, not a parent's across fork; INTERPOSED, MALLOPT: the opt-in defines).
-   Thread Safety: any thread. */
+   Threads: any thread. */
 RDMAX_API unsigned rdmax_rcache_memhooks(void);
 
 /* The process's memory monitor (mode RDMAX_RCACHE_AUTO): whether it can run and, if not, why. */
@@ -1816,8 +1816,8 @@ typedef struct rdmax_rcache_monitor_info {
     uint64_t unmap, remove, remap, other; /* events read since it started */
 } rdmax_rcache_monitor_info;
 /* rdmax_rcache_monitor_query: whether the process's memory monitor can run, runs, and why not.
-   Parameters: out (not NULL) receives the report. Return Value: none (out->error, out->why).
-   Thread Safety: safe. Opens the monitor's descriptors if no one has yet (not its thread). */
+   Parameters: out (not NULL) receives the report. Result: none (out->error, out->why).
+   Threads: safe. Opens the monitor's descriptors if no one has yet (not its thread). */
 RDMAX_API void rdmax_rcache_monitor_query(rdmax_rcache_monitor_info *out);
 
 /* private: slow paths of the inline functions, and a consistency check for tests (returns 0
@@ -1854,11 +1854,11 @@ RDMAX_INLINE rdmax_rcache_region *rdmax__rcache_lookup(const rdmax_rcache *rc, u
    Parameters:   rc; addr, len: the buffer (len 0 counts as 1 byte); access: flags the
                  registration must include (opaque to the cache: IBV_ACCESS_* for verbs);
                  out: receives the region, with one reference for the caller.
-   Return Value: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (rc or out NULL, a range that wraps, or the reg
+   Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (rc or out NULL, a range that wraps, or the reg
                  op's -EFAULT/-EINVAL: memory that is not mapped); RDMAX_ERR_NO_MEMORY (the
                  cache's bookkeeping, or the reg op's -ENOMEM); RDMAX_ERR_IO (any other reg op
                  failure). The text, with the errno, is the thread's last error.
-   Thread Safety: see the manual. Remarks: never returns a region whose memory was invalidated.
+   Threads: see the manual. Remarks: never returns a region whose memory was invalidated.
    The hit path: no pending memory events, no lock, one lookup, a refcount increment. */
 RDMAX_INLINE rdmax_status rdmax_rcache_get(rdmax_rcache *rc, const void *addr, size_t len, unsigned access,
                                            rdmax_rcache_region **out)
@@ -1884,8 +1884,8 @@ RDMAX_INLINE rdmax_status rdmax_rcache_get(rdmax_rcache *rc, const void *addr, s
    deregistered, if it was merged away, invalidated or uncached). A put on a region with no
    references is ignored. hold takes one more reference on a region the caller already holds.
    region_valid: 0 once the memory under the region was invalidated.
-   Parameters: rc, the region's cache; r, a region the caller holds. Return Value: none / 0 or 1.
-   Thread Safety: as rdmax_rcache_get. No allocation on the common path. */
+   Parameters: rc, the region's cache; r, a region the caller holds. Result: none / 0 or 1.
+   Threads: as rdmax_rcache_get. No allocation on the common path. */
 RDMAX_INLINE void rdmax_rcache_put(rdmax_rcache *rc, rdmax_rcache_region *r)
 {
     if (rdmax_likely(!rc->rdmax__thread_safe)) {
@@ -1956,7 +1956,7 @@ RDMAX_INLINE int rdmax_rcache_region_valid(const rdmax_rcache_region *r)
    usable vDSO clock: hpet, a system call per read). -DRDMAX_PROFILE_CLOCK_MONOTONIC uses clock_gettime
    anyway (33 ns a pair natively), and other CPUs always do.
 
-   Thread safety: rdmax_profile_open, _close and _reg_event on the context's thread (they change what
+   Threads: rdmax_profile_open, _close and _reg_event on the context's thread (they change what
    its calls read). A profile object's reads, start/end_reads and query may run on any one thread at a
    time, concurrently with the context's thread. rdmax_profile_print on the context's thread.
 */
@@ -2106,14 +2106,14 @@ enum {
    the profile overview above); close frees it (NULL is a no-op; from an event callback it is refused,
    logged with item PROFILE_MISUSE).
    Parameters: ctx; out receives the object.
-   Return Value: RDMAX_OK; RDMAX_ERR_NO_MEMORY; RDMAX_ERR_INVALID_PARAM from inside an event callback.
-   Thread Safety: the context's thread. Remarks: close every profile before rdmax_ctx_destroy. */
+   Result: RDMAX_OK; RDMAX_ERR_NO_MEMORY; RDMAX_ERR_INVALID_PARAM from inside an event callback.
+   Threads: the context's thread. Remarks: close every profile before rdmax_ctx_destroy. */
 RDMAX_API rdmax_status rdmax_profile_open(rdmax_ctx *ctx, rdmax_profile **out);
 RDMAX_API void rdmax_profile_close(rdmax_profile *prof);
 
 /* rdmax_profile_query_vars: every variable, vars[i].id == i; the array is static.
-   Parameters: prof; vars, count receive the array and its length. Return Value: RDMAX_OK.
-   Thread Safety: any one reader thread at a time (see above). */
+   Parameters: prof; vars, count receive the array and its length. Result: RDMAX_OK.
+   Threads: any one reader thread at a time (see above). */
 RDMAX_API rdmax_status rdmax_profile_query_vars(rdmax_profile *prof, const rdmax_profile_var **vars,
                                                 size_t *count);
 
@@ -2124,19 +2124,19 @@ RDMAX_API rdmax_status rdmax_profile_query_vars(rdmax_profile *prof, const rdmax
    count for the whole port, every process's QPs, since the counter was reset. A device without the
    counter (names differ: rxe's completer_retry_err is mlx5's local_ack_timeout_err, some have none) or
    with unreadable sysfs reads as RDMAX_ERR_UNSUPPORTED with *out 0, not as a silent 0.
-   Return Value: RDMAX_OK, RDMAX_ERR_INVALID_PARAM (unknown id), RDMAX_ERR_UNSUPPORTED (not available). */
+   Result: RDMAX_OK, RDMAX_ERR_INVALID_PARAM (unknown id), RDMAX_ERR_UNSUPPORTED (not available). */
 RDMAX_API rdmax_status rdmax_profile_read_u64(rdmax_profile *prof, uint32_t id, uint64_t *out);
 
 /* rdmax_profile_start_reads / _end_reads: start takes a snapshot of every variable; reads until end
    return it. Start again (without end) takes a new one.
-   Parameters: prof. Return Value: none. Thread Safety: the profile's reader thread (see above). */
+   Parameters: prof. Result: none. Threads: the profile's reader thread (see above). */
 RDMAX_API void rdmax_profile_start_reads(rdmax_profile *prof);
 RDMAX_API void rdmax_profile_end_reads(rdmax_profile *prof);
 
 /* rdmax_profile_reg_event: call cb(prof, type, ep, detail, user) for each event of `type` on the profile's
    context; cb NULL unregisters. One callback per profile and type (a new one replaces it).
-   Return Value: RDMAX_OK, RDMAX_ERR_INVALID_PARAM (unknown type, or called from a callback).
-   Thread Safety: the context's thread.
+   Result: RDMAX_OK, RDMAX_ERR_INVALID_PARAM (unknown type, or called from a callback).
+   Threads: the context's thread.
    rdmax_profile_event_str: the name of an event type ("ep_error", ...), a static string. */
 RDMAX_API rdmax_status rdmax_profile_reg_event(rdmax_profile *prof, rdmax_profile_event type,
                                                rdmax_profile_event_cb cb, void *user);
@@ -2144,8 +2144,8 @@ RDMAX_API const char *rdmax_profile_event_str(rdmax_profile_event type);
 
 /* rdmax_profile_print: the profile points as a table (status on/off, name, total seconds, count, average
    ns), then every variable as "name: value" ("name: unavailable" for a port counter the device lacks).
-   Needs no profile object. Parameters: ctx; f (e.g. stdout). Return Value: none.
-   Thread Safety: the context's thread. */
+   Needs no profile object. Parameters: ctx; f (e.g. stdout). Result: none.
+   Threads: the context's thread. */
 RDMAX_API void rdmax_profile_print(rdmax_ctx *ctx, FILE *f);
 
 /* ---- profile: private (points, events, log dedupe) ---------------------------------------------- */
@@ -2358,11 +2358,11 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, uint32_t head, struc
 /* rdmax_send: send len bytes to the peer's receive callback.
    Parameters: buf, len: the message; mem: its registration, or NULL (inline if len <= max_inline, else
    the registration cache); comp: NULL, or the completion that reports the result.
-   Returns: RDMAX_INPROGRESS whenever comp is given (inline or not); without comp RDMAX_OK (inline: buf is
+   Result: RDMAX_INPROGRESS whenever comp is given (inline or not); without comp RDMAX_OK (inline: buf is
    free now) or RDMAX_INPROGRESS; RDMAX_ERR_NO_RESOURCE (also: no send credits), RDMAX_ERR_SIZE (len
    exceeds the peer's receive buffer; UD: the path MTU), RDMAX_ERR_INVALID_PARAM (buf NULL
    and len not 0; checked before posting), other errors: nothing posted, comp unused.
-   Thread safety: the context's thread. */
+   Threads: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                      rdmax_comp *comp)
 {
@@ -2389,9 +2389,11 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
 
 #if RDMAX__HAS_RC
 /* rdmax_put: RDMA write of len bytes to raddr/rkey of the peer.
-   Parameters and results as rdmax_send: with a comp RDMAX_INPROGRESS, inline or not; RDMAX_OK only for
-   inline data without a comp. RDMAX_ERR_INVALID_PARAM if buf is NULL and len is not 0, RDMAX_ERR_SIZE
-   over the device's message size, RDMAX_ERR_UNSUPPORTED on UD. Thread safety: the context's thread. */
+   Parameters: buf, len, mem, comp as rdmax_send; raddr, rkey: the peer's region (rdmax_ep_remote).
+   Result: with a comp RDMAX_INPROGRESS, inline or not; RDMAX_OK only for inline data without a comp;
+   RDMAX_ERR_NO_RESOURCE; RDMAX_ERR_INVALID_PARAM (buf NULL and len not 0), RDMAX_ERR_SIZE (over the
+   device's message size), RDMAX_ERR_UNSUPPORTED (UD endpoint): nothing posted, comp unused.
+   Threads: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                     uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
 {
@@ -2416,7 +2418,8 @@ RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, c
    peer's imm_cb (rdmax_ep_desc.imm_cb) gets imm and len, in order with the endpoint's other operations.
    imm is yours: rdmax's credits ride elsewhere. The notice uses a receive buffer at the peer, so it takes
    a send credit like rdmax_send (RDMAX_ERR_NO_RESOURCE when none is left); len may be 0 (a notice only).
-   Results as rdmax_put. Thread safety: the context's thread. */
+   Parameters: as rdmax_put, and imm: 32 bits for the peer's imm_cb.
+   Result: as rdmax_put. Threads: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_put_imm(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                         uint64_t raddr, uint32_t rkey, uint32_t imm, rdmax_comp *comp)
 {
@@ -2426,7 +2429,7 @@ RDMAX_INLINE rdmax_status rdmax_put_imm(rdmax_ep *ep, const void *buf, size_t le
 /* rdmax_put_iov, rdmax_get_iov: gather/scatter variants of rdmax_put and rdmax_get: iov entries carry
    their own lkey; at most min(device max SGE, RDMAX_MAX_SGE). Results as rdmax_put / rdmax_get, and
    RDMAX_ERR_INVALID_PARAM for a NULL iov, a bad iovcnt or an entry with a NULL addr and a length.
-   Thread safety: the context's thread. */
+   Threads: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_put_iov(rdmax_ep *ep, const rdmax_iov *iov, size_t iovcnt, uint64_t raddr,
                                         uint32_t rkey, rdmax_comp *comp)
 {
@@ -2438,7 +2441,13 @@ RDMAX_INLINE rdmax_status rdmax_put_iov(rdmax_ep *ep, const rdmax_iov *iov, size
    zero-length write goes in its place (a zero-length read has crashed rxe), so comp still reports,
    in order with the endpoint's other operations. RDMAX_ERR_INVALID_PARAM for a NULL buf,
    RDMAX_ERR_SIZE over the device's message size, RDMAX_ERR_UNSUPPORTED on UD: all before buf is
-   registered. */
+   registered.
+   Parameters: buf, len: where the data lands; mem: its registration, or NULL (the registration cache);
+   raddr, rkey: the peer's region; comp: NULL, or the completion that reports the result.
+   Result: RDMAX_INPROGRESS (the data is in buf once comp completes, or once rdmax_ep_flush returns);
+   RDMAX_OK (len 0 without a comp); RDMAX_ERR_NO_RESOURCE (also: the read budget is spent); the errors
+   above: nothing posted, comp unused.
+   Threads: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
                                     uint32_t rkey, rdmax_comp *comp)
 {
@@ -2500,7 +2509,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opco
 /* rdmax_fadd: fetch-and-add of add to the 8 bytes at raddr; the old value lands in *result (inside mem).
    Results: RDMAX_INPROGRESS (comp, if given, reports), RDMAX_ERR_NO_RESOURCE (also: read budget),
    RDMAX_ERR_INVALID_PARAM for a NULL result, RDMAX_ERR_UNALIGNED, RDMAX_ERR_NO_MEMH without mem,
-   RDMAX_ERR_UNSUPPORTED on UD; the same for rdmax_cswap. Thread safety: the context's thread. */
+   RDMAX_ERR_UNSUPPORTED on UD; the same for rdmax_cswap. Threads: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_fadd(rdmax_ep *ep, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
                                      uint32_t rkey, uint64_t add, rdmax_comp *comp)
 {
@@ -2508,7 +2517,7 @@ RDMAX_INLINE rdmax_status rdmax_fadd(rdmax_ep *ep, uint64_t *result, const rdmax
 }
 
 /* rdmax_cswap: compare-and-swap: if the 8 bytes at raddr equal compare, write swap; the old value lands
-   in *result. Parameters and results as rdmax_fadd. Thread safety: the context's thread. */
+   in *result. Parameters and results as rdmax_fadd. Threads: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_cswap(rdmax_ep *ep, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
                                       uint32_t rkey, uint64_t compare, uint64_t swap, rdmax_comp *comp)
 {
@@ -2519,7 +2528,7 @@ RDMAX_INLINE rdmax_status rdmax_cswap(rdmax_ep *ep, uint64_t *result, const rdma
 
 /* rdmax_batch_begin: chain the following operations on ep into one post. A context chains for one
    endpoint at a time: beginning on another endpoint first posts what the previous one chained.
-   Parameters: ep. Result: none. Thread safety: the context's thread. */
+   Parameters: ep. Result: none. Threads: the context's thread. */
 RDMAX_INLINE void rdmax_batch_begin(rdmax_ep *ep)
 {
     rdmax_ctx *ctx = ep->ctx;
@@ -2532,7 +2541,7 @@ RDMAX_INLINE void rdmax_batch_begin(rdmax_ep *ep)
 
 /* rdmax_batch_end: post what was chained since rdmax_batch_begin.
    Result: RDMAX_OK (nothing chained, or posted), or the post's error: then the chained operations
-   complete with RDMAX_ERR_IO through their comps. Thread safety: the context's thread. */
+   complete with RDMAX_ERR_IO through their comps. Threads: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep)
 {
     rdmax_ctx *ctx = ep->ctx;
@@ -2582,7 +2591,7 @@ RDMAX_INLINE int rdmax__poll_recv_fast(rdmax_ctx *ctx, struct ibv_wc *wc)
    receive buffers, then serve endpoints with pending requests (one branch when there are none); every
    1024th call also the watchdog, keepalives and device events (see FAILURES).
    Parameters: ctx. Result: the number of completions handled (>= 0).
-   Thread safety: the context's thread. */
+   Threads: the context's thread. */
 RDMAX_INLINE int rdmax_progress(rdmax_ctx *ctx)
 {
     RDMAX__PROF_BEGIN(ctx, PROGRESS);
