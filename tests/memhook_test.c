@@ -365,13 +365,21 @@ static size_t mark(char *b, size_t len, uint64_t *frames)
     return known;
 }
 
-/* number of pages whose pattern or frame changed */
-static size_t changed(const char *b, size_t len, const uint64_t *frames)
+/* number of pages of [b2, b2 + len) whose pattern or frame changed since mark(b, ...): only the pages
+   inside [b, b + len) are compared (malloc may return a shifted address); *compared counts them */
+static size_t changed(uintptr_t b, const char *b2, size_t len, const uint64_t *frames, size_t *compared)
 {
-    size_t i, n = 0;
-    for (i = 0; i < len / P; i++) {
-        const char *a = b + i * P + P / 2;
-        if (*(const volatile uint64_t *)a != (MAGIC | i) || (frames[i] && pfn(a) != frames[i])) n++;
+    size_t j, n = 0;
+    *compared = 0;
+    for (j = 0; j < len / P; j++) {  /* the marked spots of the old buffer that lie in the new one */
+        uintptr_t a = b + j * P + P / 2;
+        if (a < (uintptr_t)b2 || a + 8 > (uintptr_t)b2 + len)
+            continue;
+        (*compared)++;
+        /* the pattern only: the frame of an unpinned page (the fake reg pins nothing) may change under
+           compaction or khugepaged with the mapping unchanged; a replaced mapping is zero-filled */
+        (void)frames;
+        if (*(const volatile uint64_t *)(b2 + (a - (uintptr_t)b2)) != (MAGIC | j)) n++;
     }
     return n;
 }
@@ -380,20 +388,23 @@ static size_t changed(const char *b, size_t len, const uint64_t *frames)
    The assertion: the second get may be a hit only if the pages under the registration are the
    pages the program now uses. The malloc policy makes it a hit; the test proves the mapping is
    the same one: every page still holds the pattern written before free() (a replaced mapping
-   would be zero-filled) and, when pagemap shows frames (root), every physical frame is the same.
+   would be zero-filled); frames are not compared (the fake reg pins nothing, so the kernel may move
+   a page with the mapping unchanged).
    Returns the number of changed pages via *stale, and whether the second get was a hit. */
-static int free_malloc_cycle(rdmax_rcache *rc, size_t len, size_t *stale, int *hit, int *same_addr, size_t *known)
+static int free_malloc_cycle(rdmax_rcache *rc, size_t len, size_t *stale, int *hit, int *same_addr, size_t *known,
+                             size_t *compared)
 {
     uint64_t *frames = (uint64_t *)calloc(len / P, sizeof(uint64_t));
     char *b = (char *)malloc(len), *b2;
     uint32_t k;
     *known = mark(b, len, frames);
+    uintptr_t b0 = (uintptr_t)b;  /* compared as a number after free */
     k = cache(rc, b, len);
     free(b);
     b2 = (char *)malloc(len);
-    *same_addr = b2 == b;
+    *same_addr = (uintptr_t)b2 == b0;
     *hit = cache(rc, b2, len) == k;
-    *stale = changed(b2, len, frames);
+    *stale = changed(b0, b2, len, frames, compared);
     free(b2);
     free(frames);
     return 0;
@@ -402,9 +413,9 @@ static int free_malloc_cycle(rdmax_rcache *rc, size_t len, size_t *stale, int *h
 static int test_free_malloc(rdmax_rcache *rc)
 {
     const char *N = "free_malloc_same_address";
-    size_t stale, known;
+    size_t stale, known, compared;
     int hit, same;
-    free_malloc_cycle(rc, 8 << 20, &stale, &hit, &same, &known);
+    free_malloc_cycle(rc, 8 << 20, &stale, &hit, &same, &known, &compared);
     CHECK(N, same, "malloc did not return the same address: inconclusive");
     CHECK(N, !(hit && stale), "STALE: the cached registration was reused but %zu pages changed", stale);
     CHECK(N, hit && stale == 0, "expected a correct hit (hit %d, %zu pages changed)", hit, stale);
@@ -437,7 +448,7 @@ typedef struct arena_arg {
     rdmax_rcache *rc;
     char *lo, *hi;
     int in_heap;
-    size_t stale;
+    size_t stale, compared;
     int hit, same;
 } arena_arg;
 
@@ -449,7 +460,15 @@ static void *arena_thread(void *p)
     a->hi = (char *)sbrk(0);
     a->in_heap = m >= a->lo && m < a->hi;
     free(m);
-    free_malloc_cycle(a->rc, 8 << 20, &a->stale, &a->hit, &a->same, &known);
+    /* glibc sometimes hands the thread's second 8 MiB a different place in the heap (about one run in
+       eight): the reuse this checks did not happen then, so the cycle is tried again, at most 8 times */
+    for (int t = 0; t < 8; t++) {
+        free_malloc_cycle(a->rc, 8 << 20, &a->stale, &a->hit, &a->same, &known, &a->compared);
+        if (a->hit && a->stale)  /* a stale hit on the pages shared counts whatever the overlap */
+            break;
+        if (a->compared >= (size_t)(8 << 20) / P / 2)
+            break;
+    }
     return NULL;
 }
 
@@ -476,7 +495,12 @@ static int test_thread_arena(rdmax_rcache *rc)
     pthread_create(&t, NULL, arena_thread, &a);
     pthread_join(t, NULL);
     CHECK(N, a.in_heap, "a thread's malloc came from a thread arena (M_ARENA_MAX not applied)");
-    CHECK(N, a.same && a.hit && a.stale == 0, "free/malloc in a thread: same %d hit %d stale %zu", a.same, a.hit, a.stale);
+    /* malloc may hand the thread a shifted address (the cache's own slabs sit in the same heap): a hit
+       is then checked on the pages the two buffers share */
+    CHECK(N, a.compared >= (size_t)(8 << 20) / P / 2 || (a.hit && a.stale),
+          "free/malloc in a thread: only %zu pages shared in 8 tries: inconclusive", a.compared);
+    CHECK(N, a.hit && a.stale == 0, "free/malloc in a thread: same %d hit %d stale %zu of %zu", a.same, a.hit,
+          a.stale, a.compared);
     printf("PASS %s\n", N);
     return 0;
 }
@@ -721,17 +745,15 @@ static int test_stress(void)
 static int test_control_without_policy(rdmax_rcache *rc)
 {
     const char *N = "control_without_malloc_policy_is_stale";
-    size_t stale, known;
+    size_t stale, known, compared;
     int hit, same;
     /* larger than the free space the earlier tests left in the heap, so glibc mmaps it */
     mallopt(M_MMAP_THRESHOLD, 1 << 20);
     mallopt(M_MMAP_MAX, 65536);
-    free_malloc_cycle(rc, (size_t)256 << 20, &stale, &hit, &same, &known);
+    free_malloc_cycle(rc, (size_t)256 << 20, &stale, &hit, &same, &known, &compared);
     mallopt(M_MMAP_MAX, 0);
-    if (!same) {
-        printf("PASS %s (inconclusive: glibc's mmap'ed chunk came back elsewhere)\n", N);
-        return 0;
-    }
+    /* a control that could not show the hole is not a pass */
+    CHECK(N, compared > 0, "glibc's mmap'ed chunk came back elsewhere (same %d): the control shows nothing", same);
     CHECK(N, hit && stale > 0, "expected the documented hole (stale hit) without the policy: hit %d, %zu changed pages",
           hit, stale);
     printf("PASS %s (the check does fail without the policy: stale hit, %zu pages changed)\n", N, stale);
