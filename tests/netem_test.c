@@ -420,7 +420,9 @@ struct result {
     uint64_t sent[2], rcvd[2];
 };
 
-static int run_ud(rdmax_ctx *c0, rdmax_ctx *c1, uint32_t n, size_t size, struct result *res)
+/* quiet_us: how long no datagram arrives before the rest of a burst counts as lost; on the clean link
+   nothing is lost, so it is long there (a busy host is not a lossy link). */
+static int run_ud(rdmax_ctx *c0, rdmax_ctx *c1, uint32_t n, size_t size, int64_t quiet_us, struct result *res)
 {
     struct udrx r;
     memset(&r, 0, sizeof r);
@@ -475,7 +477,7 @@ static int run_ud(rdmax_ctx *c0, rdmax_ctx *c1, uint32_t n, size_t size, struct 
             rdmax_progress(c0);
             rdmax_progress(c1);
         }
-        /* until this burst has arrived, or 20 ms passed without a datagram (the rest is lost) */
+        /* until this burst has arrived, or quiet_us passed without a datagram (the rest is lost) */
         int64_t quiet = now_us();
         uint32_t seen = r.unique + r.dups;
         for (;;) {
@@ -490,14 +492,19 @@ static int run_ud(rdmax_ctx *c0, rdmax_ctx *c1, uint32_t n, size_t size, struct 
                 seen = r.unique + r.dups;
                 quiet = now_us();
             }
-            if (now_us() - quiet > 20000)
+            if (now_us() - quiet > quiet_us)
                 break;
         }
     }
-    /* late duplicates and stragglers */
-    for (int64_t t1 = now_us(); now_us() - t1 < 50000;) {
+    /* late duplicates and stragglers: what has not come yet gets quiet_us more, and everything 50 ms */
+    for (int64_t t1 = now_us(), quiet = t1, seen = r.unique + r.dups;
+         now_us() - t1 < 50000 || (r.unique < n && now_us() - quiet <= quiet_us);) {
         rdmax_progress(c0);
         rdmax_progress(c1);
+        if (r.unique + r.dups != seen) {
+            seen = r.unique + r.dups;
+            quiet = now_us();
+        }
     }
 out:
     res->secs = (double)(now_us() - t0) / 1e6;
@@ -545,7 +552,7 @@ static void row(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *lmem, rdmax_mem *rmem, 
     for (int i = 0; i < 2; i++)
         hwc_read(dev[i], &h0[i]);
     if (type == T_UD) {
-        if (run_ud(c0, c1, n, size, &res) != 0)
+        if (run_ud(c0, c1, n, size, set->netem ? 20000 : 2000000, &res) != 0)
             tl_fail(__FILE__, __LINE__, "UD endpoints could not be made");
     } else {
         struct stream *s = (struct stream *)calloc(1, sizeof *s);
@@ -619,18 +626,22 @@ static void row(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *lmem, rdmax_mem *rmem, 
         CHECK(res.ud_missing == 0 && res.ud_dups == 0, "the clean link lost %u and duplicated %u datagrams",
               res.ud_missing, res.ud_dups);
     /* rdmax's own view (profile ud.skipped, ud.late, ud.duplicates, on the receiving context): every
-       datagram that came twice is a duplicate or (more than 64 back) late; and where nothing reorders or
-       duplicates (the clean link, loss), what it skipped is exactly what never came before the last one
-       that did (a loss at the very end has nothing after it to show it). */
+       datagram that came twice is a duplicate or (more than 64 back) late; and where nothing duplicates,
+       what it skipped is exactly what never came before the last one that did, plus what came after a
+       later one (ud.late, at most what the receiver saw out of order). Late ones happen without netem's
+       reorder too (rxe sends from the caller and from its tasklet, on either core; a busy host delivers a
+       straggler after the next burst); the reorder setting makes thousands. A loss at the very end has
+       nothing after it to show it. */
     if (type == T_UD) {
         CHECK(res.rdmax_dups <= res.ud_dups && res.rdmax_dups + res.rdmax_late >= res.ud_dups,
               "rdmax counted %llu duplicates and %llu late, the receiver %u duplicates",
               (unsigned long long)res.rdmax_dups, (unsigned long long)res.rdmax_late, res.ud_dups);
-        if (!set->netem || !strncmp(set->netem, "loss", 4))
-            CHECK(res.rdmax_skipped == res.ud_inner_missing && res.rdmax_late == 0 && res.rdmax_dups == 0,
-                  "rdmax: %llu skipped, %llu late, %llu duplicates; the receiver: %u missing before its last",
-                  (unsigned long long)res.rdmax_skipped, (unsigned long long)res.rdmax_late,
-                  (unsigned long long)res.rdmax_dups, res.ud_inner_missing);
+        if (!set->netem || !strstr(set->netem, "duplicate"))
+            CHECK(res.rdmax_skipped == res.ud_inner_missing + res.rdmax_late &&
+                      res.rdmax_late <= res.ud_reordered && res.rdmax_dups == 0,
+                  "rdmax: %llu skipped, %llu late, %llu duplicates; the receiver: %u missing before its last, "
+                  "%u out of order", (unsigned long long)res.rdmax_skipped, (unsigned long long)res.rdmax_late,
+                  (unsigned long long)res.rdmax_dups, res.ud_inner_missing, res.ud_reordered);
     }
     tl_end();
 }
