@@ -5478,17 +5478,61 @@ static __attribute__((noinline)) uint32_t rdmax__retire_unsignaled(rdmax_ctx *ct
    looked up once. Only that slot is signaled (RC completes in order: the signaled ones before it had
    their own completions), so only it can hold a comp, which completes after queue, CQ entries and read
    budget have moved (its callback may post on the endpoint, or progress). Anything else goes to
-   rdmax__send_cqe_other. */
-static int rdmax__send_cqes_batch(rdmax_ctx *ctx, int n);
-
-/* A full batch while fewer than half the send-CQ entries are free: drain the CQ here, out of line (with
-   many endpoints posting between progress calls, 16 completions a call give entries back slower than
-   the posts take them, and posts are refused for want of entries that sit completed in the CQ). */
+   rdmax__send_cqe_other. A full batch while fewer than half the send-CQ entries are free is followed by
+   another poll, here (with many endpoints posting between progress calls, 16 completions a call give
+   entries back slower than the posts take them, and posts are refused for want of entries that sit
+   completed in the CQ). */
 int rdmax__send_cqes(rdmax_ctx *ctx, int n)
 {
+    int done = 0;
     ctx->scq_nest = 1;
-    int total = rdmax__send_cqes_batch(ctx, n);
-    while (n == 16 && ctx->scq_credits < ctx->scq_low) {
+    for (;;) {
+        ctx->cnt.cqes += (uint64_t)n;
+        /* profile snapshots from another thread: posted[] stores before completed[] stores (nothing on
+           x86, dmb ish on arm64) */
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        for (int i = 0; i < n; i++) {
+            const struct ibv_wc *wc = &ctx->wc[i];
+            uint64_t id = wc->wr_id;
+            uint32_t idx = (uint32_t)(id >> 32) & 0xffff;
+            rdmax__ep_ref *ref = &ctx->eps[idx];
+            rdmax_ep *ep = idx < ctx->eps_cap ? ref->ep : NULL;
+            if (rdmax_unlikely(wc->status != IBV_WC_SUCCESS || !ep || ref->gen != (uint16_t)(id >> 48))) {
+                rdmax__send_cqe_other(ctx, wc);
+                continue;
+            }
+            uint32_t tail = ep->sq_tail, mask = ep->sq_mask, slot = (uint32_t)id & mask;
+            uint32_t last = tail + ((slot - tail) & mask);
+            if (rdmax_unlikely(last - tail >= ep->sq_head - tail)) {  /* not outstanding */
+                rdmax__send_cqe_other(ctx, wc);
+                continue;
+            }
+            uint32_t rd = last != tail ? rdmax__retire_unsignaled(ctx, ep, tail, last) : 0;
+            rdmax__slot *s = &ep->slots[slot];
+            ctx->cnt.completed[s->op]++;
+            rd += (RDMAX__RD_OPS >> s->op) & 1;
+            s->signaled = 0;  /* a free slot is unsignaled: the fast path stores only the op */
+            if (rdmax_unlikely(s->region != NULL)) {
+                rdmax_rcache_put(ctx->rcache, s->region);
+                s->region = NULL;
+            }
+            ep->sq_tail = last + 1;
+            ep->rd_avail += rd;
+            ctx->scq_credits += last + 1 - tail;
+            /* Room again: requests waiting on this endpoint get their turn in the next dispatch. */
+            if (ep->group.count)
+                rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+            rdmax__ep_regate(ep);
+            rdmax_comp *c = s->comp;
+            if (c) {
+                s->comp = NULL;
+                ctx->comps_out--;
+                rdmax__complete(c, RDMAX_OK);
+            }
+        }
+        done += n;
+        if (rdmax_likely(n < 16 || ctx->scq_credits >= ctx->scq_low))
+            break;
         RDMAX__PROF_BEGIN(ctx, POLL);
         n = ibv_poll_cq(ctx->scq, 16, ctx->wc);
         RDMAX__PROF_END(ctx, POLL);
@@ -5497,60 +5541,11 @@ int rdmax__send_cqes(rdmax_ctx *ctx, int n)
             ctx->cnt.empty_polls++;
             break;
         }
-        total += rdmax__send_cqes_batch(ctx, n);
     }
     ctx->scq_nest = 0;
     if (rdmax_unlikely(ctx->flush_check))
         rdmax__flush_check(ctx);
-    return total;
-}
-
-static int rdmax__send_cqes_batch(rdmax_ctx *ctx, int n)
-{
-    ctx->cnt.cqes += (uint64_t)n;
-    /* profile snapshots from another thread: posted[] stores before completed[] stores (nothing on
-       x86, dmb ish on arm64) */
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-    for (int i = 0; i < n; i++) {
-        const struct ibv_wc *wc = &ctx->wc[i];
-        uint64_t id = wc->wr_id;
-        uint32_t idx = (uint32_t)(id >> 32) & 0xffff;
-        rdmax__ep_ref *ref = &ctx->eps[idx];
-        rdmax_ep *ep = idx < ctx->eps_cap ? ref->ep : NULL;
-        if (rdmax_unlikely(wc->status != IBV_WC_SUCCESS || !ep || ref->gen != (uint16_t)(id >> 48))) {
-            rdmax__send_cqe_other(ctx, wc);
-            continue;
-        }
-        uint32_t tail = ep->sq_tail, mask = ep->sq_mask, slot = (uint32_t)id & mask;
-        uint32_t last = tail + ((slot - tail) & mask);
-        if (rdmax_unlikely(last - tail >= ep->sq_head - tail)) {  /* not outstanding */
-            rdmax__send_cqe_other(ctx, wc);
-            continue;
-        }
-        uint32_t rd = last != tail ? rdmax__retire_unsignaled(ctx, ep, tail, last) : 0;
-        rdmax__slot *s = &ep->slots[slot];
-        ctx->cnt.completed[s->op]++;
-        rd += (RDMAX__RD_OPS >> s->op) & 1;
-        s->signaled = 0;  /* a free slot is unsignaled: the fast path stores only the op */
-        if (rdmax_unlikely(s->region != NULL)) {
-            rdmax_rcache_put(ctx->rcache, s->region);
-            s->region = NULL;
-        }
-        ep->sq_tail = last + 1;
-        ep->rd_avail += rd;
-        ctx->scq_credits += last + 1 - tail;
-        /* Room again: requests waiting on this endpoint get their turn in the next dispatch. */
-        if (ep->group.count)
-            rdmax_arb_group_schedule(&ctx->arb, &ep->group);
-        rdmax__ep_regate(ep);
-        rdmax_comp *c = s->comp;
-        if (c) {
-            s->comp = NULL;
-            ctx->comps_out--;
-            rdmax__complete(c, RDMAX_OK);
-        }
-    }
-    return n;
+    return done;
 }
 
 /* The endpoint of the previous receive completion of a poll batch (rdmax__srq_recv). */
