@@ -4419,6 +4419,10 @@ struct rdmax__rx {
     uint64_t bytes, posted;     /* all pools' buffer bytes and buffers posted (for profile readers) */
     struct { uint32_t qpn, v; } *map;
     uint32_t map_cap, map_used; /* slots (a power of two); live entries and tombstones */
+    /* the endpoint of the last completion (rdmax__srq_recv); last_qpn UINT32_MAX: none. Forgotten when
+       its QP leaves the map (rdmax__map_kill), so it never outlives the endpoint. */
+    uint32_t last_qpn, last_who;
+    rdmax_ep *last_ep;
 };
 
 static uint32_t rdmax__map_hash(const struct rdmax__rx *x, uint32_t qpn)
@@ -4504,6 +4508,8 @@ static rdmax_status rdmax__map_put(rdmax_ctx *ctx, uint32_t qpn, uint32_t idx)
 static void rdmax__map_kill(rdmax_ctx *ctx, uint32_t qpn)
 {
     struct rdmax__rx *x = ctx->rx;
+    if (x->last_qpn == qpn)
+        x->last_qpn = UINT32_MAX;
     for (uint32_t i = rdmax__map_hash(x, qpn); x->map[i].v; i = (i + 1) & (x->map_cap - 1))
         if (x->map[i].qpn == qpn && (x->map[i].v & RDMAX__MAP_LIVE)) {
             x->map[i].v = RDMAX__MAP_TOMB | (*x->epoch & 0x3fffffffu);
@@ -4674,6 +4680,7 @@ static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
             return RDMAX_ERR_NO_MEMORY;
         x->map_cap = 64;
         x->epoch = &ctx->rcq_drains;
+        x->last_qpn = UINT32_MAX;
         if (!(x->map = (__typeof__(x->map))rdmax__alloc(ctx, x->map_cap * sizeof *x->map))) {
             rdmax__free(ctx, x);
             return RDMAX_ERR_NO_MEMORY;
@@ -5548,40 +5555,41 @@ int rdmax__send_cqes(rdmax_ctx *ctx, int n)
     return done;
 }
 
-/* The endpoint of the previous receive completion of a poll batch (rdmax__srq_recv). */
-struct rdmax__rx_last {
-    uint32_t qpn, who;          /* the previous completion's QP and endpoint (UINT32_MAX: none) */
-    rdmax_ep *ep;
-};
-
-/* One completion of a shared receive queue (>>srq). Returns the endpoint that consumed the buffer, as
-   table index | generation << 16, for the credit it is owed once the buffer is posted again; UINT32_MAX
-   when nobody is owed one (a destroyed endpoint, a failed one). The buffer goes back to its pool's free
-   list. */
-static uint32_t rdmax__srq_recv(rdmax_ctx *ctx, const struct ibv_wc *wc, struct rdmax__rx_last *last)
+/* One completion of a shared receive queue (>>srq); marks its pool in *pools for the refill. Returns the
+   endpoint that consumed the buffer, as table index | generation << 16, for the credit it is owed once
+   the buffer is posted again; UINT32_MAX when nobody is owed one (a destroyed endpoint, a failed one).
+   The buffer goes back to its pool's free list. */
+static uint32_t rdmax__srq_recv(rdmax_ctx *ctx, const struct ibv_wc *wc, uint32_t *pools)
 {
+    struct rdmax__rx *x = ctx->rx;
     uint32_t p = (uint32_t)(wc->wr_id & RDMAX__WR_SLOT_MASK) >> RDMAX__WR_POOL_SHIFT;
     uint32_t b = (uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK;
-    struct rdmax__srq *s = ctx->rx && p < RDMAX__POOLS ? ctx->rx->pool[p] : NULL;
+    struct rdmax__srq *s = x && p < RDMAX__POOLS ? x->pool[p] : NULL;
     if (rdmax_unlikely(s == NULL || b >= s->n_bufs)) {
         ctx->cnt.stale_wr_ids++;
         return UINT32_MAX;
     }
+    *pools |= 1u << p;
     s->posted--;
-    ctx->rx->posted--;
-    /* A burst comes mostly from one QP: the previous completion's endpoint, if it is still that one (a
-       callback may have destroyed it), saves the map lookup. */
-    rdmax_ep *ep;
-    const rdmax__ep_ref *lr = &ctx->eps[last->who & 0xffff];
-    if (wc->qp_num == last->qpn && last->who != UINT32_MAX && lr->ep == last->ep &&
-        lr->gen == (uint16_t)(last->who >> 16))
-        ep = last->ep;
-    else
+    x->posted--;
+    /* A burst comes mostly from one QP: the endpoint of the last one, until rdmax__map_kill forgets it,
+       saves the map lookup. */
+    rdmax_ep *ep = x->last_ep;
+    uint32_t who = x->last_who;
+    if (wc->qp_num != x->last_qpn) {
         ep = rdmax__map_ep(ctx, wc->qp_num);
-    uint32_t who = UINT32_MAX;
-    if (rdmax_unlikely(ep == NULL)) {
-        ctx->cnt.stale_wr_ids++;  /* its endpoint was destroyed: dropped, the buffer recycled */
-    } else if (rdmax_unlikely(wc->status != IBV_WC_SUCCESS)) {
+        if (rdmax_unlikely(ep == NULL)) {
+            ctx->cnt.stale_wr_ids++;  /* its endpoint was destroyed: dropped, the buffer recycled */
+            who = UINT32_MAX;
+            goto recycle;
+        }
+        uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
+        who = idx | (uint32_t)ctx->eps[idx].gen << 16;
+        x->last_qpn = wc->qp_num;
+        x->last_who = who;
+        x->last_ep = ep;
+    }
+    if (rdmax_unlikely(wc->status != IBV_WC_SUCCESS)) {
         if (wc->status == IBV_WC_WR_FLUSH_ERR) {
             ctx->cnt.recv_flushed++;
             rdmax__ep_flush_seen(ep);
@@ -5589,21 +5597,17 @@ static uint32_t rdmax__srq_recv(rdmax_ctx *ctx, const struct ibv_wc *wc, struct 
             ctx->cnt.err_cqes++;
             rdmax__ep_fail(ep, wc, NULL);
         }
+        who = UINT32_MAX;
+    } else if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+        /* rdmax_put_imm: the data is in place; the immediate is the user's, no credits in it. */
+        ctx->cnt.recv_imms++;
+        if (ep->imm_cb)
+            ep->imm_cb(ep, ntohl(wc->imm_data), wc->byte_len, ep->user);
+        else
+            ctx->cnt.recv_drops++;
     } else {
-        uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
-        who = idx | (uint32_t)ctx->eps[idx].gen << 16;
-        last->qpn = wc->qp_num;
-        last->who = who;
-        last->ep = ep;
-        if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-            /* rdmax_put_imm: the data is in place; the immediate is the user's, no credits in it. */
-            ctx->cnt.recv_imms++;
-            if (ep->imm_cb)
-                ep->imm_cb(ep, ntohl(wc->imm_data), wc->byte_len, ep->user);
-            else
-                ctx->cnt.recv_drops++;
-        } else {
-            uint32_t imm = (wc->wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc->imm_data) : 0;
+        uint32_t imm = (wc->wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc->imm_data) : 0;
+        if (imm) {
             if (imm & RDMAX__IMM_CREDITS) {
                 ep->tx_credits += imm & RDMAX__IMM_CREDITS;
                 if (ep->group.count)
@@ -5611,39 +5615,37 @@ static uint32_t rdmax__srq_recv(rdmax_ctx *ctx, const struct ibv_wc *wc, struct 
             }
             if (rdmax_unlikely(imm & RDMAX__IMM_CLOSE))
                 rdmax__ep_peer_closed(ep);
-            if (!(imm & RDMAX__IMM_GRANT)) {  /* a grant only carries credits */
-                ctx->cnt.recv_msgs++;
-                ctx->cnt.recv_bytes += wc->byte_len;
-                if (ep->recv_cb)  /* may destroy ep: the caller checks the generation before the credit */
-                    ep->recv_cb(ep, rdmax__srq_buf(s, b), wc->byte_len, ep->user);
-                else
-                    ctx->cnt.recv_drops++;
-            }
+            if (imm & RDMAX__IMM_GRANT)  /* a grant only carries credits */
+                goto recycle;
         }
+        ctx->cnt.recv_msgs++;
+        ctx->cnt.recv_bytes += wc->byte_len;
+        if (ep->recv_cb)  /* may destroy ep: the caller checks the generation before the credit */
+            ep->recv_cb(ep, rdmax__srq_buf(s, b), wc->byte_len, ep->user);
+        else
+            ctx->cnt.recv_drops++;
     }
-    if (rdmax_likely(ctx->rx->pool[p] == s))  /* a callback may have freed the pool with its last endpoint */
+recycle:
+    if (rdmax_likely(x->pool[p] == s))  /* a callback may have freed the pool with its last endpoint */
         s->free[s->n_free++] = b;
     return who;
 }
 
 /* End of a poll batch: post the consumed buffers again, then owe their endpoints the credits (never
-   before: see >>srq), and grant as soon as half a window is owed, busy or not. */
-static void rdmax__srq_settle(rdmax_ctx *ctx, const uint32_t *who, int n, uint32_t pools)
+   before: see >>srq), and grant as soon as half a window is owed, busy or not. who[i] consumed cnt[i]
+   buffers (runs of one endpoint: a burst comes mostly from one). All are owed before any grant, so a
+   grant returns every buffer of the batch its endpoint is owed. */
+static void rdmax__srq_settle(rdmax_ctx *ctx, const uint32_t *who, const uint32_t *cnt, int n, uint32_t pools)
 {
     for (uint32_t p = 0; pools; p++, pools >>= 1)
         if ((pools & 1) && ctx->rx->pool[p])  /* a callback may have freed it (its last endpoint went) */
             rdmax__srq_fill(ctx, p);
-    /* by runs of one endpoint (a burst comes mostly from one): each run is looked up once */
-    for (int i = 0, k; i < n; i += k) {
-        for (k = 1; i + k < n && who[i + k] == who[i]; k++)
-            ;
+    for (int i = 0; i < n; i++) {
         rdmax__ep_ref *r = &ctx->eps[who[i] & 0xffff];
         if (r->ep && r->gen == (uint16_t)(who[i] >> 16))
-            r->ep->rx_unreturned += (uint32_t)k;
+            r->ep->rx_unreturned += cnt[i];
     }
     for (int i = 0; i < n; i++) {
-        if (i > 0 && who[i] == who[i - 1])
-            continue;
         rdmax__ep_ref *r = &ctx->eps[who[i] & 0xffff];
         if (r->ep && r->gen == (uint16_t)(who[i] >> 16) && r->ep->rx_unreturned >= r->ep->grant_at &&
             r->ep->state == RDMAX_EP_CONNECTED)
@@ -5676,15 +5678,19 @@ int rdmax__recv_cqes(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
     if (n < 0)
         return 0;
     ctx->cnt.cqes += (uint64_t)n;
-    uint32_t who[16], pools = 0, own[16];
+    uint32_t who[16], cnt[16], pools = 0, own[16];
     int n_who = 0, n_own = 0;
-    struct rdmax__rx_last last = {0, UINT32_MAX, NULL};
     for (int i = 0; i < n; i++) {
         if ((wc[i].wr_id >> 32) == (RDMAX__WR_SRQ >> 32)) {
-            uint32_t w = rdmax__srq_recv(ctx, &wc[i], &last);
-            pools |= 1u << (((uint32_t)wc[i].wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1));
-            if (w != UINT32_MAX)
-                who[n_who++] = w;
+            uint32_t w = rdmax__srq_recv(ctx, &wc[i], &pools);
+            if (w == UINT32_MAX)
+                continue;
+            if (n_who && who[n_who - 1] == w) {
+                cnt[n_who - 1]++;
+            } else {
+                who[n_who] = w;
+                cnt[n_who++] = 1;
+            }
             continue;
         }
         rdmax_ep *ep = rdmax__wr_ep(ctx, wc[i].wr_id);
@@ -5776,7 +5782,7 @@ int rdmax__recv_cqes(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
             rdmax__grant(ep);
     }
     if (pools)
-        rdmax__srq_settle(ctx, who, n_who, pools);
+        rdmax__srq_settle(ctx, who, cnt, n_who, pools);
     if (rdmax_unlikely(ctx->flush_check))
         rdmax__flush_check(ctx);
     return n;
