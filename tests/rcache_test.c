@@ -18,6 +18,8 @@
 #endif
 #include "rdmax.h"
 
+#include "testlib.h"
+
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -26,21 +28,12 @@
 #include <time.h>
 #include <unistd.h>
 
-static int g_failed;
+/* Failures: ASSERT (tests/testlib.h) prints "FAIL name: why (file:line)" and abandons the test, whose
+   cache state is not worth walking after a failed check; the random test's REQUIRE goes to its cleanup,
+   with the seed and step to replay in tl_where. */
 static size_t P; /* page size */
-
-#define FAILF(name, ...)                                                                           \
-    do {                                                                                           \
-        printf("FAIL %s: ", name);                                                                 \
-        printf(__VA_ARGS__);                                                                       \
-        printf("\n");                                                                              \
-        g_failed = 1;                                                                              \
-        return 1;                                                                                  \
-    } while (0)
-#define CHECK(name, cond, ...)                                                                     \
-    do {                                                                                           \
-        if (!(cond)) FAILF(name, __VA_ARGS__);                                                     \
-    } while (0)
+static uint64_t g_seed;
+static long g_steps;
 
 /* ------------------------------------------------------------------------------------------ */
 /* fake ops                                                                                    */
@@ -160,10 +153,7 @@ static rdmax_rcache *mk(fake *f, size_t max_regions, size_t max_bytes, int ts)
     d.max_bytes = max_bytes;
     d.thread_safe = ts;
     d.mode = RDMAX_RCACHE_MANUAL; /* fake addresses: the bookkeeping under the program's promise */
-    if (rdmax_rcache_create(&d, &rc) != 0) {
-        printf("FAIL setup: rdmax_rcache_create\n");
-        exit(1);
-    }
+    ASSERT(rdmax_rcache_create(&d, &rc) == 0, "setup: rdmax_rcache_create");
     return rc;
 }
 
@@ -444,9 +434,17 @@ static uint64_t rndn(uint64_t n) { return rnd() % n; }
 #define WINPAGES 256
 #define MAXHELD 24
 
-static int test_random(uint64_t seed, long steps)
+/* where a failure happened, with the command that replays it */
+static void random_where(long step)
 {
-    static const char *name = "random_model";
+    snprintf(tl_where, sizeof tl_where, ", step %ld, seed %llu; rerun: ./rcache_test %llu %ld", step,
+             (unsigned long long)g_seed, (unsigned long long)g_seed, g_steps);
+}
+
+static void test_random(void)
+{
+    const uint64_t seed = g_seed;
+    const long steps = g_steps;
     fake f;
     model m;
     rdmax_rcache *rc;
@@ -464,11 +462,10 @@ static int test_random(uint64_t seed, long steps)
     } recent[32];
     long step = 0;
     uint64_t max_r, max_b;
-    char why[600];
     rng_state = seed;
     memset(&f, 0, sizeof f);
     memset(&m, 0, sizeof m);
-    why[0] = 0;
+    random_where(step);
     /* window 0 straddles an L1 boundary (2^15 pages), window 1 a root boundary (2^24 pages) */
     win[0] = (uintptr_t)((UINT64_C(5) << 15) - 100) * P;
     win[1] = (uintptr_t)((UINT64_C(3) << 24) - 100) * P;
@@ -482,13 +479,11 @@ static int test_random(uint64_t seed, long steps)
         rdmax_rcache_desc d = rdmax_rcache_query_desc(rc);
         m.max_r = d.max_regions;
         m.max_b = d.max_bytes;
-        if (d.max_regions != max_r || d.max_bytes != (max_b ? max_b : SIZE_MAX)) {
-            snprintf(why, sizeof why, "applied limits not read back");
-            goto fail;
-        }
+        REQUIRE(d.max_regions == max_r && d.max_bytes == (max_b ? max_b : SIZE_MAX), "applied limits not read back");
     }
     for (step = 0; step < steps; step++) {
         uint64_t op = rndn(100);
+        random_where(step);
         m.ndereg = 0;
         f.nlog = 0;
         if (op < 48 || nheld == 0) {
@@ -519,30 +514,20 @@ static int test_random(uint64_t seed, long steps)
             lk = m_get(&m, &f, a / P, (a + len + P - 1) / P, acc, &hit);
             st2 = rdmax_rcache_get(rc, (void *)a, len, acc, &r);
             if (lk < 0) {
-                if (st2 != (int)lk) {
-                    snprintf(why, sizeof why, "get %#lx+%lu acc %u: status %d, model %ld", (unsigned long)a,
-                             (unsigned long)len, acc, st2, lk);
-                    goto fail;
-                }
+                REQUIRE(st2 == (int)lk, "get %#lx+%lu acc %u: status %d, model %ld", (unsigned long)a,
+                        (unsigned long)len, acc, st2, lk);
             } else {
-                if (st2 != 0 || !r) {
-                    snprintf(why, sizeof why, "get %#lx+%lu: status %d, model ok", (unsigned long)a, (unsigned long)len, st2);
-                    goto fail;
-                }
-                if (r->start > a || r->end < a + len || (r->access & acc) != acc || !rdmax_rcache_region_valid(r) ||
-                    r->refcount == 0) {
-                    snprintf(why, sizeof why, "get %#lx+%lu acc %u returned [%#lx,%#lx) acc %u", (unsigned long)a,
-                             (unsigned long)len, acc, (unsigned long)r->start, (unsigned long)r->end, r->access);
-                    goto fail;
-                }
-                if (r->lkey != (uint32_t)lk || r->start != m.v[lk - 1].s * P || r->end != m.v[lk - 1].e * P ||
-                    r->access != m.v[lk - 1].acc) {
-                    snprintf(why, sizeof why, "get %#lx+%lu acc %u (%s): region lkey %u [%#lx,%#lx) acc %u, model lkey %ld [%#lx,%#lx) acc %u",
-                             (unsigned long)a, (unsigned long)len, acc, hit ? "hit" : "miss", r->lkey,
-                             (unsigned long)r->start, (unsigned long)r->end, r->access, lk,
-                             (unsigned long)(m.v[lk - 1].s * P), (unsigned long)(m.v[lk - 1].e * P), m.v[lk - 1].acc);
-                    goto fail;
-                }
+                REQUIRE(st2 == 0 && r, "get %#lx+%lu: status %d, model ok", (unsigned long)a, (unsigned long)len, st2);
+                REQUIRE(!(r->start > a || r->end < a + len || (r->access & acc) != acc || !rdmax_rcache_region_valid(r) ||
+                          r->refcount == 0),
+                        "get %#lx+%lu acc %u returned [%#lx,%#lx) acc %u", (unsigned long)a, (unsigned long)len, acc,
+                        (unsigned long)r->start, (unsigned long)r->end, r->access);
+                REQUIRE(!(r->lkey != (uint32_t)lk || r->start != m.v[lk - 1].s * P || r->end != m.v[lk - 1].e * P ||
+                          r->access != m.v[lk - 1].acc),
+                        "get %#lx+%lu acc %u (%s): region lkey %u [%#lx,%#lx) acc %u, model lkey %ld [%#lx,%#lx) acc %u",
+                        (unsigned long)a, (unsigned long)len, acc, hit ? "hit" : "miss", r->lkey,
+                        (unsigned long)r->start, (unsigned long)r->end, r->access, lk,
+                        (unsigned long)(m.v[lk - 1].s * P), (unsigned long)(m.v[lk - 1].e * P), m.v[lk - 1].acc);
                 held[nheld].r = r;
                 held[nheld].lkey = r->lkey;
                 nheld++;
@@ -568,11 +553,7 @@ static int test_random(uint64_t seed, long steps)
             uintptr_t a = win[w] + (uintptr_t)pg * P + (uintptr_t)rndn(P), len = (uintptr_t)np * P - rndn(P);
             n1 = m_invalidate(&m, a / P, (a + len + P - 1) / P);
             n2 = rdmax_rcache_invalidate(rc, (void *)a, len);
-            if (n1 != n2) {
-                snprintf(why, sizeof why, "invalidate %#lx+%lu dropped %d, model %d", (unsigned long)a,
-                         (unsigned long)len, n2, n1);
-                goto fail;
-            }
+            REQUIRE(n1 == n2, "invalidate %#lx+%lu dropped %d, model %d", (unsigned long)a, (unsigned long)len, n2, n1);
         } else {
             /* holes: memory changes behind the cache's back (no invalidation); at most 4 */
             if (nholes < 4 && rndn(2)) {
@@ -595,64 +576,42 @@ static int test_random(uint64_t seed, long steps)
             held[k] = held[--nheld];
         }
         /* compare */
-        if (f.err[0]) {
-            snprintf(why, sizeof why, "fake ops: %s", f.err);
-            goto fail;
-        }
+        REQUIRE(!f.err[0], "fake ops: %s", f.err);
         rdmax_rcache_query_stats(rc, &st);
         {
             const char *d = stats_diff(&st, &m.st);
-            if (d) {
-                snprintf(why, sizeof why, "counter %s differs from the model", d);
-                goto fail;
-            }
+            REQUIRE(!d, "counter %s differs from the model", d);
         }
-        if (st.regions != f.live || st.reg_calls != f.nreg || st.dereg_calls != f.ndereg || st.reg_failures != f.nfail) {
-            snprintf(why, sizeof why, "counters disagree with the fake ops");
-            goto fail;
-        }
+        REQUIRE(st.regions == f.live && st.reg_calls == f.nreg && st.dereg_calls == f.ndereg && st.reg_failures == f.nfail,
+                "counters disagree with the fake ops");
         if (f.nlog) qsort(f.log, f.nlog, sizeof(uint32_t), cmp_u32);
         if (m.ndereg) qsort(m.deregs, m.ndereg, sizeof(uint32_t), cmp_u32);
-        if (f.nlog != m.ndereg || (f.nlog && memcmp(f.log, m.deregs, f.nlog * sizeof(uint32_t)))) {
-            snprintf(why, sizeof why, "deregistered %zu regions (first lkey %u), model %zu (first %u)", f.nlog,
-                     f.nlog ? f.log[0] : 0, m.ndereg, m.ndereg ? m.deregs[0] : 0);
-            goto fail;
-        }
-        if ((st.regions > m.max_r || st.bytes > m.max_b) && m_has_evictable(&m)) {
-            snprintf(why, sizeof why, "over a limit (%lu regions, %lu bytes) with evictable regions",
-                     (unsigned long)st.regions, (unsigned long)st.bytes);
-            goto fail;
-        }
+        REQUIRE(!(f.nlog != m.ndereg || (f.nlog && memcmp(f.log, m.deregs, f.nlog * sizeof(uint32_t)))),
+                "deregistered %zu regions (first lkey %u), model %zu (first %u)", f.nlog, f.nlog ? f.log[0] : 0,
+                m.ndereg, m.ndereg ? m.deregs[0] : 0);
+        REQUIRE(!((st.regions > m.max_r || st.bytes > m.max_b) && m_has_evictable(&m)),
+                "over a limit (%lu regions, %lu bytes) with evictable regions", (unsigned long)st.regions,
+                (unsigned long)st.bytes);
         if ((step & 15) == 0 || step == steps - 1) {
             size_t k, j;
             int v = rdmax__rcache_validate(rc);
-            if (v) {
-                snprintf(why, sizeof why, "rdmax__rcache_validate failed with %d", v);
-                goto fail;
-            }
+            REQUIRE(v == 0, "rdmax__rcache_validate failed with %d", v);
             /* the lookup-visible set is exactly the model's */
-            if (f.live != m.nlive) {
-                snprintf(why, sizeof why, "%lu live registrations, model %zu", (unsigned long)f.live, m.nlive);
-                goto fail;
-            }
+            REQUIRE(f.live == m.nlive, "%lu live registrations, model %zu", (unsigned long)f.live, m.nlive);
             for (j = 0; j < m.nlive; j++) {
                 const mreg *x = &m.v[m.live[j] - 1];
                 rdmax_rcache_region *r;
                 int vis = x->live && x->in_lookup;
                 k = m.live[j] - 1;
                 r = f.v[k].r;
-                if (x->live != f.v[k].live) {
-                    snprintf(why, sizeof why, "lkey %zu live %d, model %d", k + 1, f.v[k].live, x->live);
-                    goto fail;
-                }
-                if (x->live && (((r->rdmax__flags & RDMAX__RCACHE_IN_LOOKUP) != 0) != vis || r->refcount != x->ref)) {
-                    snprintf(why, sizeof why, "lkey %zu lookup %d ref %u, model %d ref %u", k + 1,
-                             (r->rdmax__flags & RDMAX__RCACHE_IN_LOOKUP) != 0, r->refcount, vis, x->ref);
-                    goto fail;
-                }
+                REQUIRE(x->live == f.v[k].live, "lkey %zu live %d, model %d", k + 1, f.v[k].live, x->live);
+                REQUIRE(!(x->live && (((r->rdmax__flags & RDMAX__RCACHE_IN_LOOKUP) != 0) != vis || r->refcount != x->ref)),
+                        "lkey %zu lookup %d ref %u, model %d ref %u", k + 1,
+                        (r->rdmax__flags & RDMAX__RCACHE_IN_LOOKUP) != 0, r->refcount, vis, x->ref);
             }
         }
     }
+    random_where(step);
     while (nheld) {
         m_put(&m, held[nheld - 1].lkey);
         rdmax_rcache_put(rc, held[--nheld].r);
@@ -660,50 +619,28 @@ static int test_random(uint64_t seed, long steps)
     {
         int v = rdmax__rcache_validate(rc), held_at_destroy;
         size_t k;
-        if (v) {
-            snprintf(why, sizeof why, "final validate %d", v);
-            goto fail;
-        }
+        REQUIRE(v == 0, "final validate %d", v);
         held_at_destroy = rdmax_rcache_destroy(rc);
         rc = NULL;
-        if (held_at_destroy != 0) {
-            snprintf(why, sizeof why, "destroy found %d held regions", held_at_destroy);
-            goto fail;
-        }
-        if (f.err[0]) {
-            snprintf(why, sizeof why, "fake ops at destroy: %s", f.err);
-            goto fail;
-        }
+        REQUIRE(held_at_destroy == 0, "destroy found %d held regions", held_at_destroy);
+        REQUIRE(!f.err[0], "fake ops at destroy: %s", f.err);
         for (k = 0; k < f.n; k++)
-            if (f.v[k].live) {
-                snprintf(why, sizeof why, "lkey %zu never deregistered", k + 1);
-                goto fail;
-            }
-        if (f.nreg != f.ndereg) {
-            snprintf(why, sizeof why, "%lu regs, %lu deregs", (unsigned long)f.nreg, (unsigned long)f.ndereg);
-            goto fail;
-        }
+            REQUIRE(!f.v[k].live, "lkey %zu never deregistered", k + 1);
+        REQUIRE(f.nreg == f.ndereg, "%lu regs, %lu deregs", (unsigned long)f.nreg, (unsigned long)f.ndereg);
     }
-    printf("PASS %s (seed %llu, %ld steps, %lu regs, %lu hits, %lu merges, %lu evictions, %lu reg failures, max_regions %lu max_bytes %lu)\n",
-           name, (unsigned long long)seed, steps, (unsigned long)f.nreg, (unsigned long)m.st.hits,
+    printf("# random_model: seed %llu, %ld steps, %lu regs, %lu hits, %lu merges, %lu evictions, %lu reg failures, "
+           "max_regions %lu max_bytes %lu\n",
+           (unsigned long long)seed, steps, (unsigned long)f.nreg, (unsigned long)m.st.hits,
            (unsigned long)m.st.merges, (unsigned long)m.st.evictions, (unsigned long)m.st.reg_failures,
            (unsigned long)max_r, (unsigned long)max_b);
-    fake_free(&f);
-    free(m.v);
-    free(m.deregs);
-    return 0;
-fail:
-    printf("FAIL %s: step %ld: %s (seed %llu; rerun: ./rcache_test %llu %ld)\n", name, step, why,
-           (unsigned long long)seed, (unsigned long long)seed, steps);
-    g_failed = 1;
-    if (rc) {
+out:
+    if (rc) { /* after a failure: the cache is still there */
         while (nheld) rdmax_rcache_put(rc, held[--nheld].r);
         rdmax_rcache_destroy(rc);
     }
     fake_free(&f);
     free(m.v);
     free(m.deregs);
-    return 1;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -714,51 +651,47 @@ fail:
 
 static int live_count(const fake *f) { return (int)f->live; }
 
-static int test_hit(void)
+static void test_hit(void)
 {
-    const char *N = "hit_and_counters";
     fake f;
     rdmax_rcache *rc;
     rdmax_rcache_region *r1, *r2;
     rdmax_rcache_stats st;
     memset(&f, 0, sizeof f);
     rc = mk(&f, 0, 0, 0);
-    CHECK(N, rdmax_rcache_get(rc, (char *)PG(0) + 100, 5000, 3, &r1) == 0, "first get");
-    CHECK(N, r1->start == (uintptr_t)PG(0) && r1->end == (uintptr_t)PG(2) && r1->access == 3 && r1->refcount == 1,
+    ASSERT(rdmax_rcache_get(rc, (char *)PG(0) + 100, 5000, 3, &r1) == 0, "first get");
+    ASSERT(r1->start == (uintptr_t)PG(0) && r1->end == (uintptr_t)PG(2) && r1->access == 3 && r1->refcount == 1,
           "region [%#lx,%#lx) acc %u", (unsigned long)r1->start, (unsigned long)r1->end, r1->access);
-    CHECK(N, rdmax_rcache_get(rc, (char *)PG(1) + 7, 10, 1, &r2) == 0 && r2 == r1 && r1->refcount == 2, "second get is a hit");
+    ASSERT(rdmax_rcache_get(rc, (char *)PG(1) + 7, 10, 1, &r2) == 0 && r2 == r1 && r1->refcount == 2, "second get is a hit");
     rdmax_rcache_put(rc, r2);
     rdmax_rcache_put(rc, r1);
     rdmax_rcache_query_stats(rc, &st);
-    CHECK(N, st.hits == 1 && st.misses == 1 && st.regions == 1 && st.bytes == 2 * P && st.reg_calls == 1 &&
-                 st.cached_regions == 1,
+    ASSERT(st.hits == 1 && st.misses == 1 && st.regions == 1 && st.bytes == 2 * P && st.reg_calls == 1 &&
+               st.cached_regions == 1,
           "counters hits %lu misses %lu", (unsigned long)st.hits, (unsigned long)st.misses);
     /* zero length counts as one byte; a wrapping range is refused */
-    CHECK(N, rdmax_rcache_get(rc, PG(1), 0, 0, &r2) == 0 && r2 == r1, "len 0 hit");
+    ASSERT(rdmax_rcache_get(rc, PG(1), 0, 0, &r2) == 0 && r2 == r1, "len 0 hit");
     rdmax_rcache_put(rc, r2);
-    CHECK(N, rdmax_rcache_get(rc, (void *)(UINTPTR_MAX - 10), 100, 0, &r2) == RDMAX_ERR_INVALID_PARAM,
+    ASSERT(rdmax_rcache_get(rc, (void *)(UINTPTR_MAX - 10), 100, 0, &r2) == RDMAX_ERR_INVALID_PARAM,
           "wrap is RDMAX_ERR_INVALID_PARAM");
-    CHECK(N, rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_RCACHE_PARAM && rdmax_ctx_last_error(NULL)[0],
+    ASSERT(rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_RCACHE_PARAM && rdmax_ctx_last_error(NULL)[0],
           "the wrap is the thread's last error (item %d)", (int)rdmax_ctx_last_error_item(NULL));
-    CHECK(N, rdmax_rcache_invalidate(rc, (void *)(UINTPTR_MAX - 10), 100) == RDMAX_ERR_INVALID_PARAM,
+    ASSERT(rdmax_rcache_invalidate(rc, (void *)(UINTPTR_MAX - 10), 100) == RDMAX_ERR_INVALID_PARAM,
           "invalidate of a wrapping range is RDMAX_ERR_INVALID_PARAM");
-    CHECK(N, rdmax_rcache_drain(NULL) == RDMAX_ERR_INVALID_PARAM, "drain(NULL) is RDMAX_ERR_INVALID_PARAM");
+    ASSERT(rdmax_rcache_drain(NULL) == RDMAX_ERR_INVALID_PARAM, "drain(NULL) is RDMAX_ERR_INVALID_PARAM");
     {
         rdmax_rcache_desc d = rdmax_rcache_query_desc(rc);
-        CHECK(N, d.max_regions == RDMAX_RCACHE_DEFAULT_MAX_REGIONS && d.max_bytes == RDMAX_RCACHE_DEFAULT_MAX_BYTES &&
-                     d.thread_safe == 0,
+        ASSERT(d.max_regions == RDMAX_RCACHE_DEFAULT_MAX_REGIONS && d.max_bytes == RDMAX_RCACHE_DEFAULT_MAX_BYTES &&
+                   d.thread_safe == 0,
               "defaults read back: %zu %zu", d.max_regions, d.max_bytes);
     }
-    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
-    CHECK(N, rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
+    ASSERT(rdmax__rcache_validate(rc) == 0, "validate");
+    ASSERT(rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
-static int test_merge(void)
+static void test_merge(void)
 {
-    const char *N = "merge_overlap";
     fake f;
     rdmax_rcache *rc;
     rdmax_rcache_region *a, *b, *c;
@@ -766,69 +699,63 @@ static int test_merge(void)
     memset(&f, 0, sizeof f);
     rc = mk(&f, 0, 0, 0);
     /* unused old region: deregistered when merged */
-    CHECK(N, rdmax_rcache_get(rc, PG(0), 2 * P, 1, &a) == 0, "get a");
+    ASSERT(rdmax_rcache_get(rc, PG(0), 2 * P, 1, &a) == 0, "get a");
     rdmax_rcache_put(rc, a);
-    CHECK(N, rdmax_rcache_get(rc, PG(1), 2 * P, 1, &b) == 0, "get b");
-    CHECK(N, b->start == (uintptr_t)PG(0) && b->end == (uintptr_t)PG(3), "merged to [0,3)");
-    CHECK(N, f.ndereg == 1 && f.log[0] == 1, "old region deregistered");
+    ASSERT(rdmax_rcache_get(rc, PG(1), 2 * P, 1, &b) == 0, "get b");
+    ASSERT(b->start == (uintptr_t)PG(0) && b->end == (uintptr_t)PG(3), "merged to [0,3)");
+    ASSERT(f.ndereg == 1 && f.log[0] == 1, "old region deregistered");
     /* in-use old region: stays registered until its last put, lookups see the new one */
-    CHECK(N, rdmax_rcache_get(rc, PG(2), 3 * P, 1, &c) == 0, "get c");
-    CHECK(N, c != b && c->start == (uintptr_t)PG(0) && c->end == (uintptr_t)PG(5), "merged to [0,5)");
-    CHECK(N, f.ndereg == 1 && b->refcount == 1, "in-use b not deregistered");
+    ASSERT(rdmax_rcache_get(rc, PG(2), 3 * P, 1, &c) == 0, "get c");
+    ASSERT(c != b && c->start == (uintptr_t)PG(0) && c->end == (uintptr_t)PG(5), "merged to [0,5)");
+    ASSERT(f.ndereg == 1 && b->refcount == 1, "in-use b not deregistered");
     rdmax_rcache_query_stats(rc, &st);
-    CHECK(N, st.regions == 2 && st.cached_regions == 1 && st.merges == 2, "regions %lu cached %lu merges %lu",
+    ASSERT(st.regions == 2 && st.cached_regions == 1 && st.merges == 2, "regions %lu cached %lu merges %lu",
           (unsigned long)st.regions, (unsigned long)st.cached_regions, (unsigned long)st.merges);
     rdmax_rcache_put(rc, b);
-    CHECK(N, f.ndereg == 2 && f.log[1] == b->lkey, "b deregistered at its last put");
+    ASSERT(f.ndereg == 2 && f.log[1] == b->lkey, "b deregistered at its last put");
     /* access union: a writer merges with a reader's region, then both hit */
-    CHECK(N, rdmax_rcache_get(rc, PG(1), P, 2, &a) == 0 && a != c && a->access == 3 && a->start == (uintptr_t)PG(0) &&
-                 a->end == (uintptr_t)PG(5),
+    ASSERT(rdmax_rcache_get(rc, PG(1), P, 2, &a) == 0 && a != c && a->access == 3 && a->start == (uintptr_t)PG(0) &&
+               a->end == (uintptr_t)PG(5),
           "union of access");
-    CHECK(N, rdmax_rcache_get(rc, PG(4), P, 1, &b) == 0 && b == a, "reader hits the union region");
+    ASSERT(rdmax_rcache_get(rc, PG(4), P, 1, &b) == 0 && b == a, "reader hits the union region");
     rdmax_rcache_put(rc, a);
     rdmax_rcache_put(rc, b);
     rdmax_rcache_put(rc, c);
-    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
-    CHECK(N, rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
+    ASSERT(rdmax__rcache_validate(rc) == 0, "validate");
+    ASSERT(rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
-static int test_touch(void)
+static void test_touch(void)
 {
-    const char *N = "merge_touching";
     fake f;
     rdmax_rcache *rc;
     rdmax_rcache_region *a, *b, *c, *d;
     rdmax_rcache_stats st;
     memset(&f, 0, sizeof f);
     rc = mk(&f, 0, 0, 0);
-    CHECK(N, rdmax_rcache_get(rc, PG(0), 2 * P, 5, &a) == 0, "get a");
-    CHECK(N, rdmax_rcache_get(rc, PG(4), 2 * P, 5, &b) == 0, "get b");
+    ASSERT(rdmax_rcache_get(rc, PG(0), 2 * P, 5, &a) == 0, "get a");
+    ASSERT(rdmax_rcache_get(rc, PG(4), 2 * P, 5, &b) == 0, "get b");
     /* fills the gap [2,4) touching both with equal access: one region [0,6) */
-    CHECK(N, rdmax_rcache_get(rc, PG(2), 2 * P, 5, &c) == 0, "get c");
-    CHECK(N, c->start == (uintptr_t)PG(0) && c->end == (uintptr_t)PG(6), "touching merge to [0,6): [%#lx,%#lx)",
+    ASSERT(rdmax_rcache_get(rc, PG(2), 2 * P, 5, &c) == 0, "get c");
+    ASSERT(c->start == (uintptr_t)PG(0) && c->end == (uintptr_t)PG(6), "touching merge to [0,6): [%#lx,%#lx)",
           (unsigned long)c->start, (unsigned long)c->end);
     rdmax_rcache_query_stats(rc, &st);
-    CHECK(N, st.merges == 2 && st.cached_regions == 1, "merges %lu", (unsigned long)st.merges);
+    ASSERT(st.merges == 2 && st.cached_regions == 1, "merges %lu", (unsigned long)st.merges);
     /* touching with different access: no merge */
-    CHECK(N, rdmax_rcache_get(rc, PG(6), P, 1, &d) == 0, "get d");
-    CHECK(N, d->start == (uintptr_t)PG(6) && d->end == (uintptr_t)PG(7), "no merge across different access");
+    ASSERT(rdmax_rcache_get(rc, PG(6), P, 1, &d) == 0, "get d");
+    ASSERT(d->start == (uintptr_t)PG(6) && d->end == (uintptr_t)PG(7), "no merge across different access");
     rdmax_rcache_put(rc, a);
     rdmax_rcache_put(rc, b);
     rdmax_rcache_put(rc, c);
     rdmax_rcache_put(rc, d);
-    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
-    CHECK(N, rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
+    ASSERT(rdmax__rcache_validate(rc) == 0, "validate");
+    ASSERT(rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
-static int test_lru(void)
+static void test_lru(void)
 {
-    const char *N = "lru_order";
     fake f;
     rdmax_rcache *rc;
     rdmax_rcache_region *r[8];
@@ -837,105 +764,96 @@ static int test_lru(void)
     rc = mk(&f, 3, 0, 0);
     /* A=0, B=2, C=4 (pages apart: no touching) */
     for (i = 0; i < 3; i++) {
-        CHECK(N, rdmax_rcache_get(rc, PG(2 * i), P, 1, &r[i]) == 0, "get %d", i);
+        ASSERT(rdmax_rcache_get(rc, PG(2 * i), P, 1, &r[i]) == 0, "get %d", i);
     }
     for (i = 0; i < 3; i++) rdmax_rcache_put(rc, r[i]);
     /* use A again: B is now least recently used */
-    CHECK(N, rdmax_rcache_get(rc, PG(0), P, 1, &r[0]) == 0 && r[0]->lkey == 1, "hit A");
+    ASSERT(rdmax_rcache_get(rc, PG(0), P, 1, &r[0]) == 0 && r[0]->lkey == 1, "hit A");
     rdmax_rcache_put(rc, r[0]);
-    CHECK(N, rdmax_rcache_get(rc, PG(6), P, 1, &r[3]) == 0, "get D");
-    CHECK(N, f.ndereg == 1 && f.log[0] == 2, "B evicted first (got lkey %u)", f.nlog ? f.log[0] : 0);
+    ASSERT(rdmax_rcache_get(rc, PG(6), P, 1, &r[3]) == 0, "get D");
+    ASSERT(f.ndereg == 1 && f.log[0] == 2, "B evicted first (got lkey %u)", f.nlog ? f.log[0] : 0);
     rdmax_rcache_put(rc, r[3]);
-    CHECK(N, rdmax_rcache_get(rc, PG(8), P, 1, &r[4]) == 0, "get E");
-    CHECK(N, f.ndereg == 2 && f.log[1] == 3, "then C");
+    ASSERT(rdmax_rcache_get(rc, PG(8), P, 1, &r[4]) == 0, "get E");
+    ASSERT(f.ndereg == 2 && f.log[1] == 3, "then C");
     rdmax_rcache_put(rc, r[4]);
-    CHECK(N, rdmax_rcache_get(rc, PG(10), P, 1, &r[5]) == 0, "get F");
-    CHECK(N, f.ndereg == 3 && f.log[2] == 1, "then A");
+    ASSERT(rdmax_rcache_get(rc, PG(10), P, 1, &r[5]) == 0, "get F");
+    ASSERT(f.ndereg == 3 && f.log[2] == 1, "then A");
     rdmax_rcache_put(rc, r[5]);
-    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
-    CHECK(N, rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
+    ASSERT(rdmax__rcache_validate(rc) == 0, "validate");
+    ASSERT(rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
-static int test_inuse_never_evicted(void)
+static void test_inuse_never_evicted(void)
 {
-    const char *N = "inuse_never_evicted";
     fake f;
     rdmax_rcache *rc;
     rdmax_rcache_region *a, *b, *c, *d;
     rdmax_rcache_stats st;
     memset(&f, 0, sizeof f);
     rc = mk(&f, 2, 0, 0);
-    CHECK(N, rdmax_rcache_get(rc, PG(0), P, 1, &a) == 0, "a");
-    CHECK(N, rdmax_rcache_get(rc, PG(2), P, 1, &b) == 0, "b");
-    CHECK(N, rdmax_rcache_get(rc, PG(4), P, 1, &c) == 0, "c succeeds over the limit");
+    ASSERT(rdmax_rcache_get(rc, PG(0), P, 1, &a) == 0, "a");
+    ASSERT(rdmax_rcache_get(rc, PG(2), P, 1, &b) == 0, "b");
+    ASSERT(rdmax_rcache_get(rc, PG(4), P, 1, &c) == 0, "c succeeds over the limit");
     rdmax_rcache_query_stats(rc, &st);
-    CHECK(N, st.regions == 3 && st.over_limit == 1 && f.ndereg == 0, "regions %lu over_limit %lu",
+    ASSERT(st.regions == 3 && st.over_limit == 1 && f.ndereg == 0, "regions %lu over_limit %lu",
           (unsigned long)st.regions, (unsigned long)st.over_limit);
     /* the first put to zero makes a region evictable: it goes at once */
     rdmax_rcache_put(rc, b);
-    CHECK(N, f.ndereg == 1 && f.log[0] == 2, "b evicted at its put");
-    CHECK(N, a->refcount == 1 && c->refcount == 1, "a and c untouched");
+    ASSERT(f.ndereg == 1 && f.log[0] == 2, "b evicted at its put");
+    ASSERT(a->refcount == 1 && c->refcount == 1, "a and c untouched");
     rdmax_rcache_put(rc, a);
-    CHECK(N, f.ndereg == 1, "now within the limit: a stays cached");
-    CHECK(N, rdmax_rcache_get(rc, PG(6), P, 1, &d) == 0, "d");
-    CHECK(N, f.ndereg == 2 && f.log[1] == 1, "a (unused) evicted for d, c (in use) kept");
+    ASSERT(f.ndereg == 1, "now within the limit: a stays cached");
+    ASSERT(rdmax_rcache_get(rc, PG(6), P, 1, &d) == 0, "d");
+    ASSERT(f.ndereg == 2 && f.log[1] == 1, "a (unused) evicted for d, c (in use) kept");
     rdmax_rcache_put(rc, c);
     rdmax_rcache_put(rc, d);
-    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
-    CHECK(N, rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
+    ASSERT(rdmax__rcache_validate(rc) == 0, "validate");
+    ASSERT(rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
     /* byte limit */
     memset(&f, 0, sizeof f);
     rc = mk(&f, 0, 4 * P, 0);
-    CHECK(N, rdmax_rcache_get(rc, PG(0), 2 * P, 1, &a) == 0, "a");
+    ASSERT(rdmax_rcache_get(rc, PG(0), 2 * P, 1, &a) == 0, "a");
     rdmax_rcache_put(rc, a);
-    CHECK(N, rdmax_rcache_get(rc, PG(4), 2 * P, 1, &b) == 0, "b");
+    ASSERT(rdmax_rcache_get(rc, PG(4), 2 * P, 1, &b) == 0, "b");
     rdmax_rcache_put(rc, b);
-    CHECK(N, f.ndereg == 0, "4 pages fit");
-    CHECK(N, rdmax_rcache_get(rc, PG(8), 3 * P, 1, &c) == 0, "c");
+    ASSERT(f.ndereg == 0, "4 pages fit");
+    ASSERT(rdmax_rcache_get(rc, PG(8), 3 * P, 1, &c) == 0, "c");
     rdmax_rcache_query_stats(rc, &st);
-    CHECK(N, f.ndereg == 2 && st.bytes == 3 * P && st.evictions == 2, "both evicted for 3 pages");
+    ASSERT(f.ndereg == 2 && st.bytes == 3 * P && st.evictions == 2, "both evicted for 3 pages");
     rdmax_rcache_put(rc, c);
-    CHECK(N, rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
+    ASSERT(rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
-static int test_invalidate_inuse(void)
+static void test_invalidate_inuse(void)
 {
-    const char *N = "invalidate_inuse";
     fake f;
     rdmax_rcache *rc;
     rdmax_rcache_region *a, *b, *c;
     rdmax_rcache_stats st;
     memset(&f, 0, sizeof f);
     rc = mk(&f, 0, 0, 0);
-    CHECK(N, rdmax_rcache_get(rc, PG(0), 4 * P, 3, &a) == 0, "a");
-    CHECK(N, rdmax_rcache_get(rc, PG(10), P, 3, &c) == 0, "c");
+    ASSERT(rdmax_rcache_get(rc, PG(0), 4 * P, 3, &a) == 0, "a");
+    ASSERT(rdmax_rcache_get(rc, PG(10), P, 3, &c) == 0, "c");
     rdmax_rcache_put(rc, c);
-    CHECK(N, rdmax_rcache_invalidate(rc, (char *)PG(3) + 10, 1) == 1, "one region dropped");
-    CHECK(N, !rdmax_rcache_region_valid(a) && a->refcount == 1 && f.ndereg == 0, "a invalid, still registered");
-    CHECK(N, rdmax_rcache_get(rc, PG(0), P, 3, &b) == 0 && b != a && b->lkey == 3, "get never returns the invalid region");
+    ASSERT(rdmax_rcache_invalidate(rc, (char *)PG(3) + 10, 1) == 1, "one region dropped");
+    ASSERT(!rdmax_rcache_region_valid(a) && a->refcount == 1 && f.ndereg == 0, "a invalid, still registered");
+    ASSERT(rdmax_rcache_get(rc, PG(0), P, 3, &b) == 0 && b != a && b->lkey == 3, "get never returns the invalid region");
     rdmax_rcache_put(rc, a);
-    CHECK(N, f.ndereg == 1 && f.log[0] == 1, "a deregistered at its last put");
+    ASSERT(f.ndereg == 1 && f.log[0] == 1, "a deregistered at its last put");
     rdmax_rcache_put(rc, b);
-    CHECK(N, rdmax_rcache_invalidate(rc, PG(0), 100 * P) == 2 && f.ndereg == 3, "unused regions deregistered at once");
+    ASSERT(rdmax_rcache_invalidate(rc, PG(0), 100 * P) == 2 && f.ndereg == 3, "unused regions deregistered at once");
     rdmax_rcache_query_stats(rc, &st);
-    CHECK(N, st.invalidations == 3 && st.regions == 0 && st.cached_regions == 0, "counters");
-    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
-    CHECK(N, rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
+    ASSERT(st.invalidations == 3 && st.regions == 0 && st.cached_regions == 0, "counters");
+    ASSERT(rdmax__rcache_validate(rc) == 0, "validate");
+    ASSERT(rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
-static int test_reg_fallback(void)
+static void test_reg_fallback(void)
 {
-    const char *N = "reg_failure_fallback";
     fake f;
     rdmax_rcache *rc;
     rdmax_rcache_region *a, *b;
@@ -945,39 +863,36 @@ static int test_reg_fallback(void)
     f.nholes = 64;
     f.holes = (unsigned char *)calloc(64, 1);
     rc = mk(&f, 0, 0, 0);
-    CHECK(N, rdmax_rcache_get(rc, PG(0), 2 * P, 1, &a) == 0, "a");
+    ASSERT(rdmax_rcache_get(rc, PG(0), 2 * P, 1, &a) == 0, "a");
     rdmax_rcache_put(rc, a);
     f.holes[1] = 1; /* page 1 unmapped behind our back */
     /* touching request: merged [0,4) fails, the request alone [2,4) succeeds */
-    CHECK(N, rdmax_rcache_get(rc, PG(2), 2 * P, 1, &b) == 0, "b");
-    CHECK(N, b->start == (uintptr_t)PG(2) && b->end == (uintptr_t)PG(4), "request alone registered");
+    ASSERT(rdmax_rcache_get(rc, PG(2), 2 * P, 1, &b) == 0, "b");
+    ASSERT(b->start == (uintptr_t)PG(2) && b->end == (uintptr_t)PG(4), "request alone registered");
     rdmax_rcache_query_stats(rc, &st);
-    CHECK(N, st.reg_failures == 1 && f.ndereg == 1 && st.cached_regions == 1, "stale a dropped, one failure");
+    ASSERT(st.reg_failures == 1 && f.ndereg == 1 && st.cached_regions == 1, "stale a dropped, one failure");
     rdmax_rcache_put(rc, b);
     /* a request over the hole (access 2: b does not merge) fails with the op's status, after
        evicting the unused b and trying once more */
-    CHECK(N, rdmax_rcache_get(rc, PG(1), P, 2, &a) == RDMAX_ERR_INVALID_PARAM, "hole: the op's -EFAULT is RDMAX_ERR_INVALID_PARAM");
-    CHECK(N, rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_RCACHE_REG && strstr(rdmax_ctx_last_error(NULL), strerror(EFAULT)),
+    ASSERT(rdmax_rcache_get(rc, PG(1), P, 2, &a) == RDMAX_ERR_INVALID_PARAM, "hole: the op's -EFAULT is RDMAX_ERR_INVALID_PARAM");
+    ASSERT(rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_RCACHE_REG && strstr(rdmax_ctx_last_error(NULL), strerror(EFAULT)),
           "the errno is kept in the last error: %s", rdmax_ctx_last_error(NULL));
     rdmax_rcache_query_stats(rc, &st);
-    CHECK(N, st.evictions == 1 && st.reg_failures == 3 && st.regions == 0, "evicted for the retry: evictions %lu failures %lu",
+    ASSERT(st.evictions == 1 && st.reg_failures == 3 && st.regions == 0, "evicted for the retry: evictions %lu failures %lu",
           (unsigned long)st.evictions, (unsigned long)st.reg_failures);
     /* the uncached path for addresses beyond the table */
-    CHECK(N, rdmax_rcache_get(rc, (void *)(UINT64_C(1) << 50), 10, 1, &a) == 0 && a->refcount == 1, "high address");
+    ASSERT(rdmax_rcache_get(rc, (void *)(UINT64_C(1) << 50), 10, 1, &a) == 0 && a->refcount == 1, "high address");
     rdmax_rcache_query_stats(rc, &st);
-    CHECK(N, st.regions == 1 && st.cached_regions == 0, "uncached");
+    ASSERT(st.regions == 1 && st.cached_regions == 0, "uncached");
     rdmax_rcache_put(rc, a);
-    CHECK(N, live_count(&f) == 0, "uncached region deregistered at put");
-    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
-    CHECK(N, rdmax_rcache_destroy(rc) == 0 && !f.err[0], "destroy: %s", f.err);
+    ASSERT(live_count(&f) == 0, "uncached region deregistered at put");
+    ASSERT(rdmax__rcache_validate(rc) == 0, "validate");
+    ASSERT(rdmax_rcache_destroy(rc) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
-static int test_large_and_destroy(void)
+static void test_large_and_destroy(void)
 {
-    const char *N = "large_regions_and_destroy";
     fake f;
     rdmax_rcache *rc;
     rdmax_rcache_region *a, *b, *c;
@@ -985,21 +900,19 @@ static int test_large_and_destroy(void)
     memset(&f, 0, sizeof f);
     rc = mk(&f, 0, 0, 0);
     /* 1 GiB + 3 pages, starting 5 pages below a 2^15-page boundary */
-    CHECK(N, rdmax_rcache_get(rc, (void *)(base - 5 * P), ((size_t)1 << 30) + 3 * P, 1, &a) == 0, "big");
-    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate big");
-    CHECK(N, rdmax_rcache_get(rc, (void *)(base + ((size_t)512 << 20)), 100, 1, &b) == 0 && b == a, "hit in the middle");
-    CHECK(N, rdmax_rcache_get(rc, (void *)(base + ((size_t)1 << 30) - 4 * P), 2 * P, 1, &c) == 0 && c == a, "hit at the end");
+    ASSERT(rdmax_rcache_get(rc, (void *)(base - 5 * P), ((size_t)1 << 30) + 3 * P, 1, &a) == 0, "big");
+    ASSERT(rdmax__rcache_validate(rc) == 0, "validate big");
+    ASSERT(rdmax_rcache_get(rc, (void *)(base + ((size_t)512 << 20)), 100, 1, &b) == 0 && b == a, "hit in the middle");
+    ASSERT(rdmax_rcache_get(rc, (void *)(base + ((size_t)1 << 30) - 4 * P), 2 * P, 1, &c) == 0 && c == a, "hit at the end");
     rdmax_rcache_put(rc, b);
     rdmax_rcache_put(rc, c);
-    CHECK(N, rdmax_rcache_invalidate(rc, (void *)(base + 12345 * P), 1) == 1, "invalidate in the middle");
-    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate after");
-    CHECK(N, rdmax_rcache_get(rc, (void *)(base + 12345 * P), P, 1, &b) == 0 && b != a, "new region");
+    ASSERT(rdmax_rcache_invalidate(rc, (void *)(base + 12345 * P), 1) == 1, "invalidate in the middle");
+    ASSERT(rdmax__rcache_validate(rc) == 0, "validate after");
+    ASSERT(rdmax_rcache_get(rc, (void *)(base + 12345 * P), P, 1, &b) == 0 && b != a, "new region");
     /* destroy with references still held: reported, and everything is deregistered */
-    CHECK(N, rdmax_rcache_destroy(rc) == 2, "destroy reports two held regions");
-    CHECK(N, live_count(&f) == 0 && !f.err[0], "all deregistered: %s", f.err);
+    ASSERT(rdmax_rcache_destroy(rc) == 2, "destroy reports two held regions");
+    ASSERT(live_count(&f) == 0 && !f.err[0], "all deregistered: %s", f.err);
     fake_free(&f);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
 /* The desc's allocator serves every allocation of the cache (struct, page table, region slabs), and
@@ -1042,9 +955,8 @@ static void ca_free(void *p, void *user)
     free(h);
 }
 
-static int test_allocator(void)
+static void test_allocator(void)
 {
-    const char *N = "allocator";
     fake f;
     count_alloc ca;
     long calls;
@@ -1063,42 +975,40 @@ static int test_allocator(void)
     d.allocator.alloc = ca_alloc;
     d.allocator.user = &ca;
     /* half an allocator is refused */
-    CHECK(N, rdmax_rcache_create(&d, &rc) == RDMAX_ERR_INVALID_PARAM && rc == NULL && ca.allocs == 0,
+    ASSERT(rdmax_rcache_create(&d, &rc) == RDMAX_ERR_INVALID_PARAM && rc == NULL && ca.allocs == 0,
           "alloc without free: refused before allocating");
     d.allocator.free = ca_free;
-    CHECK(N, rdmax_rcache_create(&d, &rc) == RDMAX_OK, "create");
-    CHECK(N, ca.allocs == 2, "create allocated %ld blocks through the allocator, expected 2 (cache, root)", ca.allocs);
+    ASSERT(rdmax_rcache_create(&d, &rc) == RDMAX_OK, "create");
+    ASSERT(ca.allocs == 2, "create allocated %ld blocks through the allocator, expected 2 (cache, root)", ca.allocs);
     /* 70 regions, one page apart with a gap (no merge): two slabs of 64, and table nodes */
     for (i = 0; i < 70; i++)
-        CHECK(N, rdmax_rcache_get(rc, PG(2 * i), P, 1, &r[i]) == RDMAX_OK, "get %d", i);
-    CHECK(N, ca.allocs >= 2 + 2 + 3, "%ld allocations after 70 regions: the slabs and nodes are missing", ca.allocs);
+        ASSERT(rdmax_rcache_get(rc, PG(2 * i), P, 1, &r[i]) == RDMAX_OK, "get %d", i);
+    ASSERT(ca.allocs >= 2 + 2 + 3, "%ld allocations after 70 regions: the slabs and nodes are missing", ca.allocs);
     for (i = 0; i < 70; i++) rdmax_rcache_put(rc, r[i]);
-    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
-    CHECK(N, rdmax_rcache_destroy(rc) >= 0, "destroy");
-    CHECK(N, ca.frees == ca.allocs && ca.live_bytes == 0 && ca.foreign == 0,
+    ASSERT(rdmax__rcache_validate(rc) == 0, "validate");
+    ASSERT(rdmax_rcache_destroy(rc) >= 0, "destroy");
+    ASSERT(ca.frees == ca.allocs && ca.live_bytes == 0 && ca.foreign == 0,
           "destroy freed %ld of %ld blocks (%lld bytes left, %d foreign frees)", ca.frees, ca.allocs, ca.live_bytes,
           ca.foreign);
     /* an allocator that runs dry after create: the first get needs a slab and fails cleanly */
     ca.fail_after = 2;
-    CHECK(N, rdmax_rcache_create(&d, &rc) == RDMAX_OK, "create (dry allocator)");
-    CHECK(N, rdmax_rcache_get(rc, PG(0), P, 1, &r[0]) == RDMAX_ERR_NO_MEMORY &&
-             rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_NO_MEMORY,
+    ASSERT(rdmax_rcache_create(&d, &rc) == RDMAX_OK, "create (dry allocator)");
+    ASSERT(rdmax_rcache_get(rc, PG(0), P, 1, &r[0]) == RDMAX_ERR_NO_MEMORY &&
+           rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_NO_MEMORY,
           "get with the allocator dry: RDMAX_ERR_NO_MEMORY, item NO_MEMORY");
-    CHECK(N, rdmax_rcache_destroy(rc) == 0 && ca.frees == ca.allocs && ca.live_bytes == 0, "destroy (dry allocator)");
+    ASSERT(rdmax_rcache_destroy(rc) == 0 && ca.frees == ca.allocs && ca.live_bytes == 0, "destroy (dry allocator)");
     /* control: a cache without the allocator never calls it (so the counts above are the cache's) */
     ca.fail_after = -1;
     calls = ca.allocs + ca.frees;
     d.allocator.alloc = NULL;
     d.allocator.free = NULL;
-    CHECK(N, rdmax_rcache_create(&d, &rc) == RDMAX_OK, "create without allocator");
+    ASSERT(rdmax_rcache_create(&d, &rc) == RDMAX_OK, "create without allocator");
     for (i = 0; i < 70; i++)
-        CHECK(N, rdmax_rcache_get(rc, PG(2 * i), P, 1, &r[i]) == RDMAX_OK, "get %d (no allocator)", i);
+        ASSERT(rdmax_rcache_get(rc, PG(2 * i), P, 1, &r[i]) == RDMAX_OK, "get %d (no allocator)", i);
     for (i = 0; i < 70; i++) rdmax_rcache_put(rc, r[i]);
     rdmax_rcache_destroy(rc);
-    CHECK(N, ca.allocs + ca.frees == calls, "a cache without the allocator called it");
+    ASSERT(ca.allocs + ca.frees == calls, "a cache without the allocator called it");
     fake_free(&f);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
 /* thread-safe mode: several threads get/put on one cache */
@@ -1135,9 +1045,8 @@ static void *ts_thread(void *p)
     return NULL;
 }
 
-static int test_thread_safe(void)
+static void test_thread_safe(void)
 {
-    const char *N = "thread_safe";
     fake f;
     rdmax_rcache *rc;
     pthread_t th[4];
@@ -1146,7 +1055,7 @@ static int test_thread_safe(void)
     int i, bad = 0;
     memset(&f, 0, sizeof f);
     rc = mk(&f, 16, 0, 1);
-    CHECK(N, rdmax_rcache_query_desc(rc).thread_safe == 1, "applied thread_safe");
+    ASSERT(rdmax_rcache_query_desc(rc).thread_safe == 1, "applied thread_safe");
     for (i = 0; i < 4; i++) {
         ta[i].rc = rc;
         ta[i].seed = 1000 + (uint64_t)i;
@@ -1158,38 +1067,33 @@ static int test_thread_safe(void)
         bad += ta[i].bad;
     }
     rdmax_rcache_query_stats(rc, &st);
-    CHECK(N, bad == 0, "%d bad gets", bad);
-    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
-    CHECK(N, st.regions == f.live && st.reg_calls == f.nreg && st.dereg_calls == f.ndereg, "counters vs fake");
-    CHECK(N, st.regions <= 16, "limit honoured once everything is put: %lu", (unsigned long)st.regions);
-    CHECK(N, rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
+    ASSERT(bad == 0, "%d bad gets", bad);
+    ASSERT(rdmax__rcache_validate(rc) == 0, "validate");
+    ASSERT(st.regions == f.live && st.reg_calls == f.nreg && st.dereg_calls == f.ndereg, "counters vs fake");
+    ASSERT(st.regions <= 16, "limit honoured once everything is put: %lu", (unsigned long)st.regions);
+    ASSERT(rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
-    printf("PASS %s (%lu hits, %lu misses)\n", N, (unsigned long)st.hits, (unsigned long)st.misses);
-    return 0;
+    printf("# thread_safe: %lu hits, %lu misses\n", (unsigned long)st.hits, (unsigned long)st.misses);
 }
 
-static int test_bad_args(void)
+static void test_bad_args(void)
 {
-    const char *N = "bad_arguments";
     rdmax_rcache_desc d;
     rdmax_rcache *rc = NULL;
     memset(&d, 0, sizeof d);
-    CHECK(N, rdmax_rcache_create(&d, &rc) == RDMAX_ERR_INVALID_PARAM && rc == NULL, "create without ops");
-    CHECK(N, rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_RCACHE_PARAM, "the last error is item RCACHE_PARAM (%d)",
+    ASSERT(rdmax_rcache_create(&d, &rc) == RDMAX_ERR_INVALID_PARAM && rc == NULL, "create without ops");
+    ASSERT(rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_RCACHE_PARAM, "the last error is item RCACHE_PARAM (%d)",
           (int)rdmax_ctx_last_error_item(NULL));
-    CHECK(N, rdmax_rcache_create(NULL, &rc) == RDMAX_ERR_INVALID_PARAM, "create without desc");
+    ASSERT(rdmax_rcache_create(NULL, &rc) == RDMAX_ERR_INVALID_PARAM, "create without desc");
     d.ops.reg = fake_reg;
     d.ops.dereg = fake_dereg;
     d.mode = 3;
-    CHECK(N, rdmax_rcache_create(&d, &rc) == RDMAX_ERR_INVALID_PARAM && rc == NULL, "create with mode 3");
-    printf("PASS %s\n", N);
-    return 0;
+    ASSERT(rdmax_rcache_create(&d, &rc) == RDMAX_ERR_INVALID_PARAM && rc == NULL, "create with mode 3");
 }
 
 /* RDMAX_RCACHE_UNCACHED: every get registers its own range, the last put deregisters it. */
-static int test_uncached(void)
+static void test_uncached(void)
 {
-    const char *N = "mode_uncached";
     fake f;
     rdmax_rcache_desc d;
     rdmax_rcache *rc = NULL;
@@ -1201,45 +1105,43 @@ static int test_uncached(void)
     d.ops.dereg = fake_dereg;
     d.ops.arg = &f;
     d.mode = RDMAX_RCACHE_UNCACHED;
-    CHECK(N, rdmax_rcache_create(&d, &rc) == 0, "create");
-    CHECK(N, rdmax_rcache_get(rc, (void *)(64 * P), P, 1, &r1) == 0, "get 1");
-    CHECK(N, rdmax_rcache_get(rc, (void *)(64 * P), P, 1, &r2) == 0, "get 2");
-    CHECK(N, r1 != r2 && f.live == 2, "two gets of one range: %s, %d live registrations",
+    ASSERT(rdmax_rcache_create(&d, &rc) == 0, "create");
+    ASSERT(rdmax_rcache_get(rc, (void *)(64 * P), P, 1, &r1) == 0, "get 1");
+    ASSERT(rdmax_rcache_get(rc, (void *)(64 * P), P, 1, &r2) == 0, "get 2");
+    ASSERT(r1 != r2 && f.live == 2, "two gets of one range: %s, %d live registrations",
           r1 == r2 ? "one region" : "two regions", (int)f.live);
     rdmax_rcache_put(rc, r1);
     rdmax_rcache_put(rc, r2);
     rdmax_rcache_query_stats(rc, &st);
-    CHECK(N, f.live == 0 && st.uncached == 2 && st.misses == 2 && st.hits == 0 && st.cached_regions == 0,
+    ASSERT(f.live == 0 && st.uncached == 2 && st.misses == 2 && st.hits == 0 && st.cached_regions == 0,
           "after the puts: %d live, %lu uncached, %lu misses, %lu hits", (int)f.live, (unsigned long)st.uncached,
           (unsigned long)st.misses, (unsigned long)st.hits);
-    CHECK(N, rdmax__rcache_validate(rc) == 0, "invariants");
-    CHECK(N, !f.err[0], "%s", f.err);
+    ASSERT(rdmax__rcache_validate(rc) == 0, "invariants");
+    ASSERT(!f.err[0], "%s", f.err);
     rdmax_rcache_destroy(rc);
     fake_free(&f);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
 int main(int argc, char **argv)
 {
-    uint64_t seed = argc > 1 ? strtoull(argv[1], NULL, 0) : (uint64_t)getpid() * 2654435761u ^ (uint64_t)time(NULL);
-    long steps = argc > 2 ? strtol(argv[2], NULL, 0) : 1000000;
+    g_seed = argc > 1 ? strtoull(argv[1], NULL, 0) : (uint64_t)getpid() * 2654435761u ^ (uint64_t)time(NULL);
+    g_steps = argc > 2 ? strtol(argv[2], NULL, 0) : 1000000;
     P = (size_t)sysconf(_SC_PAGESIZE);
     setvbuf(stdout, NULL, _IONBF, 0);
-    test_bad_args();
-    test_uncached();
-    test_hit();
-    test_merge();
-    test_touch();
-    test_lru();
-    test_inuse_never_evicted();
-    test_invalidate_inuse();
-    test_reg_fallback();
-    test_large_and_destroy();
-    test_allocator();
-    test_thread_safe();
-    test_random(seed, steps);
-    if (g_failed) printf("rcache_test: FAILED (seed %llu)\n", (unsigned long long)seed);
+    tl_run("bad_arguments", test_bad_args);
+    tl_run("mode_uncached", test_uncached);
+    tl_run("hit_and_counters", test_hit);
+    tl_run("merge_overlap", test_merge);
+    tl_run("merge_touching", test_touch);
+    tl_run("lru_order", test_lru);
+    tl_run("inuse_never_evicted", test_inuse_never_evicted);
+    tl_run("invalidate_inuse", test_invalidate_inuse);
+    tl_run("reg_failure_fallback", test_reg_fallback);
+    tl_run("large_regions_and_destroy", test_large_and_destroy);
+    tl_run("allocator", test_allocator);
+    tl_run("thread_safe", test_thread_safe);
+    tl_run("random_model", test_random);
+    if (tl_failed_total) printf("rcache_test: FAILED (seed %llu)\n", (unsigned long long)g_seed);
     else printf("rcache_test: all passed\n");
-    return g_failed;
+    return tl_failed_total ? 1 : 0;
 }
