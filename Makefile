@@ -96,7 +96,7 @@ $(B)/misuse_rcud_test: tests/misuse_test.c tests/testlib.h $(HDRS) | $(B)
 
 $(B)/host:
 	mkdir -p $(B)/host
-$(B)/host/memhook_test: tests/memhook_test.c $(HDRS) | $(B)/host
+$(B)/host/memhook_test: tests/memhook_test.c tests/testlib.h $(HDRS) | $(B)/host
 	$(CC) -O1 -g $(REQ_CFLAGS) $(HOOKS) -o $@ $< $(LIBS)
 # The memory monitor (userfaultfd) with fake registration ops; also run in the VM (the guest's kernel).
 $(B)/host/rcache_monitor_test: tests/rcache_monitor_test.c tests/testlib.h $(HDRS) | $(B)/host

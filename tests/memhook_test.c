@@ -20,6 +20,9 @@
 #define RDMAX_TRANSPORT_RC
 #include "rdmax.h"
 
+#include "testlib.h"
+
+#include <errno.h>
 #include <fcntl.h>
 #include <malloc.h>
 #include <pthread.h>
@@ -64,21 +67,11 @@ void *realloc(void *p, size_t n)
     return __libc_realloc(p, n);
 }
 
-static int g_failed;
+/* Failures: ASSERT (tests/testlib.h) prints "FAIL name: why (file:line)" and abandons the test. get() and
+   map() also run in the stress test's threads, where nothing can be abandoned: a failure there records
+   itself with tl_fail and ends the program. */
 static size_t P;
-
-#define FAILF(name, ...)                                                                           \
-    do {                                                                                           \
-        printf("FAIL %s: ", name);                                                                 \
-        printf(__VA_ARGS__);                                                                       \
-        printf("\n");                                                                              \
-        g_failed = 1;                                                                              \
-        return 1;                                                                                  \
-    } while (0)
-#define CHECK(name, cond, ...)                                                                     \
-    do {                                                                                           \
-        if (!(cond)) FAILF(name, __VA_ARGS__);                                                     \
-    } while (0)
+static rdmax_rcache *g_rc; /* the cache most tests share (main creates it) */
 
 /* ---- fake ops ---- */
 #define MAXKEYS (1u << 20)
@@ -123,10 +116,7 @@ static rdmax_rcache *mk(int ts)
     d.ops.reg = fake_reg;
     d.ops.dereg = fake_dereg;
     d.thread_safe = ts;
-    if (rdmax_rcache_create(&d, &rc) != RDMAX_OK) {
-        printf("FAIL setup: create\n");
-        exit(1);
-    }
+    ASSERT(rdmax_rcache_create(&d, &rc) == RDMAX_OK, "rdmax_rcache_create");
     return rc;
 }
 
@@ -134,7 +124,7 @@ static rdmax_rcache_region *get(rdmax_rcache *rc, const void *p, size_t len)
 {
     rdmax_rcache_region *r = NULL;
     if (rdmax_rcache_get(rc, p, len, 1, &r) != RDMAX_OK) {
-        printf("FAIL get %p+%zu\n", p, len);
+        tl_fail(__FILE__, __LINE__, "get %p+%zu", p, len);
         exit(1);
     }
     return r;
@@ -159,7 +149,7 @@ static void *map(size_t len)
 {
     void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) {
-        perror("mmap");
+        tl_fail(__FILE__, __LINE__, "mmap of %zu bytes: %s", len, strerror(errno));
         exit(1);
     }
     memset(p, 1, len);
@@ -175,34 +165,29 @@ static unsigned long invalidations(rdmax_rcache *rc)
 
 /* ------------------------------------------------------------------------------------------ */
 
-static int test_policy(void)
+static void test_policy(void)
 {
-    const char *N = "hooks_and_malloc_policy_active";
     unsigned h = rdmax_rcache_memhooks();
-    CHECK(N, (h & RDMAX_RCACHE_HOOKS_INTERPOSED) && (h & RDMAX_RCACHE_HOOKS_MALLOPT), "memhooks() = %u", h);
-    printf("PASS %s\n", N);
-    return 0;
+    ASSERT((h & RDMAX_RCACHE_HOOKS_INTERPOSED) && (h & RDMAX_RCACHE_HOOKS_MALLOPT), "memhooks() = %u", h);
 }
 
-static int test_munmap(rdmax_rcache *rc)
+static void test_munmap(void)
 {
-    const char *N = "munmap";
+    rdmax_rcache *rc = g_rc;
     char *p = (char *)map(1 << 20);
     uint32_t k0 = cache(rc, p, 16 * P), k1 = cache(rc, p + 64 * P, 16 * P);
     unsigned long inv = invalidations(rc);
-    CHECK(N, munmap(p + 70 * P, P) == 0, "munmap");
-    CHECK(N, !still_cached(rc, p + 64 * P, 16 * P, k1), "region under the unmapped page was handed out again");
-    CHECK(N, g_deregd[k1] == 1, "old registration not deregistered exactly once (%d)", g_deregd[k1]);
-    CHECK(N, invalidations(rc) == inv + 1, "one invalidation expected, got %lu", invalidations(rc) - inv);
-    CHECK(N, still_cached(rc, p, 16 * P, k0), "an untouched region was dropped");
+    ASSERT(munmap(p + 70 * P, P) == 0, "munmap");
+    ASSERT(!still_cached(rc, p + 64 * P, 16 * P, k1), "region under the unmapped page was handed out again");
+    ASSERT(g_deregd[k1] == 1, "old registration not deregistered exactly once (%d)", g_deregd[k1]);
+    ASSERT(invalidations(rc) == inv + 1, "one invalidation expected, got %lu", invalidations(rc) - inv);
+    ASSERT(still_cached(rc, p, 16 * P, k0), "an untouched region was dropped");
     munmap(p, 1 << 20);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
-static int test_mremap(rdmax_rcache *rc)
+static void test_mremap(void)
 {
-    const char *N = "mremap_move_and_shrink";
+    rdmax_rcache *rc = g_rc;
     char *p = (char *)map(2 << 20), *q, *m;
     uint32_t ka, kb, kq;
     /* move with MREMAP_FIXED onto a reserved range that has a cached region of its own */
@@ -210,132 +195,120 @@ static int test_mremap(rdmax_rcache *rc)
     ka = cache(rc, p, 16 * P);
     kq = cache(rc, q + 8 * P, P);
     m = (char *)mremap(p, 2 << 20, 2 << 20, MREMAP_MAYMOVE | MREMAP_FIXED, q);
-    CHECK(N, m == q, "mremap fixed");
-    CHECK(N, mmap(p, 2 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == p,
+    ASSERT(m == q, "mremap fixed");
+    ASSERT(mmap(p, 2 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == p,
           "remap old range");
-    CHECK(N, !still_cached(rc, p, 16 * P, ka), "moved-away range still cached");
-    CHECK(N, !still_cached(rc, q + 8 * P, P, kq), "range replaced by MREMAP_FIXED still cached");
+    ASSERT(!still_cached(rc, p, 16 * P, ka), "moved-away range still cached");
+    ASSERT(!still_cached(rc, q + 8 * P, P, kq), "range replaced by MREMAP_FIXED still cached");
     munmap(q, 2 << 20);
     /* shrink in place: the tail goes, the head stays */
     ka = cache(rc, p, 16 * P);
     kb = cache(rc, p + (1 << 20) + 4 * P, 16 * P);
-    CHECK(N, mremap(p, 2 << 20, 1 << 20, 0) == p, "shrink");
-    CHECK(N, still_cached(rc, p, 16 * P, ka), "head dropped by a shrink");
-    CHECK(N, mmap(p + (1 << 20), 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1,
-                  0) == p + (1 << 20),
+    ASSERT(mremap(p, 2 << 20, 1 << 20, 0) == p, "shrink");
+    ASSERT(still_cached(rc, p, 16 * P, ka), "head dropped by a shrink");
+    ASSERT(mmap(p + (1 << 20), 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1,
+                0) == p + (1 << 20),
           "remap tail");
-    CHECK(N, !still_cached(rc, p + (1 << 20) + 4 * P, 16 * P, kb), "tail still cached after shrink");
+    ASSERT(!still_cached(rc, p + (1 << 20) + 4 * P, 16 * P, kb), "tail still cached after shrink");
     /* grow in place keeps it */
     munmap(p + (1 << 20), 1 << 20);
-    CHECK(N, mremap(p, 1 << 20, 2 << 20, 0) == p, "grow in place");
-    CHECK(N, still_cached(rc, p, 16 * P, ka), "growing in place dropped the head");
+    ASSERT(mremap(p, 1 << 20, 2 << 20, 0) == p, "grow in place");
+    ASSERT(still_cached(rc, p, 16 * P, ka), "growing in place dropped the head");
     munmap(p, 2 << 20);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
-static int test_madvise(rdmax_rcache *rc)
+static void test_madvise(void)
 {
-    const char *N = "madvise_dontneed_free";
+    rdmax_rcache *rc = g_rc;
     char *p = (char *)map(1 << 20);
     uint32_t k;
     k = cache(rc, p, 16 * P);
-    CHECK(N, madvise(p + 3 * P, P, MADV_WILLNEED) == 0, "willneed");
-    CHECK(N, still_cached(rc, p, 16 * P, k), "MADV_WILLNEED dropped a region");
-    CHECK(N, madvise(p + 3 * P, P, MADV_DONTNEED) == 0, "dontneed");
-    CHECK(N, !still_cached(rc, p, 16 * P, k), "MADV_DONTNEED did not invalidate");
+    ASSERT(madvise(p + 3 * P, P, MADV_WILLNEED) == 0, "willneed");
+    ASSERT(still_cached(rc, p, 16 * P, k), "MADV_WILLNEED dropped a region");
+    ASSERT(madvise(p + 3 * P, P, MADV_DONTNEED) == 0, "dontneed");
+    ASSERT(!still_cached(rc, p, 16 * P, k), "MADV_DONTNEED did not invalidate");
     k = cache(rc, p, 16 * P);
-    CHECK(N, madvise(p + 5 * P, 2 * P, MADV_FREE) == 0, "free");
-    CHECK(N, !still_cached(rc, p, 16 * P, k), "MADV_FREE did not invalidate");
+    ASSERT(madvise(p + 5 * P, 2 * P, MADV_FREE) == 0, "free");
+    ASSERT(!still_cached(rc, p, 16 * P, k), "MADV_FREE did not invalidate");
     munmap(p, 1 << 20);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
-static int test_brk(rdmax_rcache *rc)
+static void test_brk(void)
 {
-    const char *N = "sbrk_brk_shrink";
+    rdmax_rcache *rc = g_rc;
     char *cur, *p;
     uint32_t k;
     void *pad = malloc(4 << 20); /* leave room in glibc's top chunk: no brk calls from malloc below */
     free(pad);
     cur = (char *)sbrk(0);
     p = (char *)sbrk(1 << 20);
-    CHECK(N, p == cur, "sbrk grow");
+    ASSERT(p == cur, "sbrk grow");
     memset(p, 2, 1 << 20);
     k = cache(rc, p + 16 * P, 8 * P);
-    CHECK(N, sbrk(-(1 << 20)) != (void *)-1, "sbrk shrink");
-    CHECK(N, sbrk(1 << 20) == p, "sbrk grow again");
-    CHECK(N, !still_cached(rc, p + 16 * P, 8 * P, k), "sbrk shrink did not invalidate");
+    ASSERT(sbrk(-(1 << 20)) != (void *)-1, "sbrk shrink");
+    ASSERT(sbrk(1 << 20) == p, "sbrk grow again");
+    ASSERT(!still_cached(rc, p + 16 * P, 8 * P, k), "sbrk shrink did not invalidate");
     k = cache(rc, p + 16 * P, 8 * P);
-    CHECK(N, brk(p) == 0 && sbrk(0) == p, "brk shrink");
-    CHECK(N, brk(p + (1 << 20)) == 0, "brk grow");
-    CHECK(N, !still_cached(rc, p + 16 * P, 8 * P, k), "brk shrink did not invalidate");
-    CHECK(N, brk(p) == 0, "brk restore");
-    printf("PASS %s\n", N);
-    return 0;
+    ASSERT(brk(p) == 0 && sbrk(0) == p, "brk shrink");
+    ASSERT(brk(p + (1 << 20)) == 0, "brk grow");
+    ASSERT(!still_cached(rc, p + 16 * P, 8 * P, k), "brk shrink did not invalidate");
+    ASSERT(brk(p) == 0, "brk restore");
 }
 
-static int test_shm(rdmax_rcache *rc)
+static void test_shm(void)
 {
-    const char *N = "shmat_shmdt";
+    rdmax_rcache *rc = g_rc;
     int id = shmget(IPC_PRIVATE, 1 << 20, IPC_CREAT | 0600), id2;
     char *p, *q;
     uint32_t k, kq;
-    CHECK(N, id >= 0, "shmget");
+    ASSERT(id >= 0, "shmget");
     p = (char *)shmat(id, NULL, 0);
-    CHECK(N, p != (char *)-1, "shmat");
+    ASSERT(p != (char *)-1, "shmat");
     k = cache(rc, p + 4 * P, 8 * P);
-    CHECK(N, shmdt(p) == 0, "shmdt");
-    CHECK(N, shmat(id, p, 0) == p, "shmat again at the same address");
-    CHECK(N, !still_cached(rc, p + 4 * P, 8 * P, k), "shmdt did not invalidate");
-    CHECK(N, shmdt(p) == 0, "shmdt 2");
+    ASSERT(shmdt(p) == 0, "shmdt");
+    ASSERT(shmat(id, p, 0) == p, "shmat again at the same address");
+    ASSERT(!still_cached(rc, p + 4 * P, 8 * P, k), "shmdt did not invalidate");
+    ASSERT(shmdt(p) == 0, "shmdt 2");
     shmctl(id, IPC_RMID, NULL);
     /* a segment attached behind the hooks' back: shmdt cannot know its size and drops everything */
     id2 = shmget(IPC_PRIVATE, 1 << 20, IPC_CREAT | 0600);
     q = (char *)syscall(SYS_shmat, id2, NULL, 0);
-    CHECK(N, q != (char *)-1, "raw shmat");
+    ASSERT(q != (char *)-1, "raw shmat");
     p = (char *)map(1 << 20);
     kq = cache(rc, p, 4 * P);
-    CHECK(N, shmdt(q) == 0, "shmdt unknown");
-    CHECK(N, !still_cached(rc, p, 4 * P, kq), "shmdt of an unknown segment must drop every region");
+    ASSERT(shmdt(q) == 0, "shmdt unknown");
+    ASSERT(!still_cached(rc, p, 4 * P, kq), "shmdt of an unknown segment must drop every region");
     shmctl(id2, IPC_RMID, NULL);
     munmap(p, 1 << 20);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
-static int test_map_fixed(rdmax_rcache *rc)
+static void test_map_fixed(void)
 {
-    const char *N = "mmap_map_fixed_over_region";
+    rdmax_rcache *rc = g_rc;
     char *p = (char *)map(1 << 20);
     uint32_t k = cache(rc, p + 32 * P, 16 * P), k2;
-    CHECK(N, mmap(p + 40 * P, P, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == p + 40 * P,
+    ASSERT(mmap(p + 40 * P, P, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == p + 40 * P,
           "map fixed");
-    CHECK(N, !still_cached(rc, p + 32 * P, 16 * P, k), "MAP_FIXED replacement did not invalidate");
+    ASSERT(!still_cached(rc, p + 32 * P, 16 * P, k), "MAP_FIXED replacement did not invalidate");
     /* MAP_FIXED_NOREPLACE that fails replaces nothing */
     k2 = cache(rc, p + 32 * P, 16 * P);
-    CHECK(N, mmap(p + 40 * P, P, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == MAP_FAILED,
+    ASSERT(mmap(p + 40 * P, P, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == MAP_FAILED,
           "noreplace fails");
-    CHECK(N, still_cached(rc, p + 32 * P, 16 * P, k2), "failed MAP_FIXED_NOREPLACE dropped a region");
+    ASSERT(still_cached(rc, p + 32 * P, 16 * P, k2), "failed MAP_FIXED_NOREPLACE dropped a region");
     munmap(p, 1 << 20);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
-static int test_fresh_mapping(rdmax_rcache *rc)
+static void test_fresh_mapping(void)
 {
-    const char *N = "fresh_mapping_catches_unseen_unmap";
+    rdmax_rcache *rc = g_rc;
     char *p = (char *)map(1 << 20);
     uint32_t k = cache(rc, p, 16 * P);
     /* unmapped behind the hooks' back, then a hooked mmap reuses the address */
-    CHECK(N, syscall(SYS_munmap, p, 1 << 20) == 0, "raw munmap");
-    CHECK(N, mmap(p, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == p,
+    ASSERT(syscall(SYS_munmap, p, 1 << 20) == 0, "raw munmap");
+    ASSERT(mmap(p, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) == p,
           "mmap at the same address");
-    CHECK(N, !still_cached(rc, p, 16 * P, k), "a region inside a fresh mapping was handed out");
+    ASSERT(!still_cached(rc, p, 16 * P, k), "a region inside a fresh mapping was handed out");
     munmap(p, 1 << 20);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
 /* physical frame of a page, 0 if unknown (not root, or not present) */
@@ -410,22 +383,22 @@ static int free_malloc_cycle(rdmax_rcache *rc, size_t len, size_t *stale, int *h
     return 0;
 }
 
-static int test_free_malloc(rdmax_rcache *rc)
+static void test_free_malloc(void)
 {
-    const char *N = "free_malloc_same_address";
+    rdmax_rcache *rc = g_rc;
     size_t stale, known, compared;
     int hit, same;
     free_malloc_cycle(rc, 8 << 20, &stale, &hit, &same, &known, &compared);
-    CHECK(N, same, "malloc did not return the same address: inconclusive");
-    CHECK(N, !(hit && stale), "STALE: the cached registration was reused but %zu pages changed", stale);
-    CHECK(N, hit && stale == 0, "expected a correct hit (hit %d, %zu pages changed)", hit, stale);
-    printf("PASS %s (hit on the same pages; %zu of %zu frames compared)\n", N, known, (size_t)(8 << 20) / P);
-    return 0;
+    ASSERT(same, "malloc did not return the same address: inconclusive");
+    ASSERT(!(hit && stale), "STALE: the cached registration was reused but %zu pages changed", stale);
+    ASSERT(hit && stale == 0, "expected a correct hit (hit %d, %zu pages changed)", hit, stale);
+    printf("# free_malloc_same_address: hit on the same pages; %zu of %zu frames compared\n", known,
+           (size_t)(8 << 20) / P);
 }
 
-static int test_malloc_trim(rdmax_rcache *rc)
+static void test_malloc_trim(void)
 {
-    const char *N = "malloc_trim_neutralised";
+    rdmax_rcache *rc = g_rc;
     size_t len = 8 << 20, i, resident = 0;
     char *b = (char *)malloc(len);
     volatile uintptr_t addr = (uintptr_t)b; /* volatile: it is used after free() on purpose */
@@ -438,10 +411,8 @@ static int test_malloc_trim(rdmax_rcache *rc)
     mincore((void *)(addr & ~(uintptr_t)(P - 1)), len, vec);
     for (i = 1; i < len / P - 1; i++) resident += vec[i] & 1;
     free(vec);
-    CHECK(N, resident == len / P - 2, "malloc_trim gave %zu pages back", len / P - 2 - resident);
-    CHECK(N, still_cached(rc, (void *)addr, len, k), "region dropped");
-    printf("PASS %s\n", N);
-    return 0;
+    ASSERT(resident == len / P - 2, "malloc_trim gave %zu pages back", len / P - 2 - resident);
+    ASSERT(still_cached(rc, (void *)addr, len, k), "region dropped");
 }
 
 typedef struct arena_arg {
@@ -483,34 +454,31 @@ static char *heap_start(void)
     return (char *)lo;
 }
 
-static int test_thread_arena(rdmax_rcache *rc)
+static void test_thread_arena(void)
 {
-    const char *N = "threads_use_the_main_heap";
+    rdmax_rcache *rc = g_rc;
     pthread_t t;
     arena_arg a;
     memset(&a, 0, sizeof a);
     a.rc = rc; /* the cache is used from one thread at a time here */
     a.lo = heap_start();
-    CHECK(N, a.lo != NULL, "no [heap] in /proc/self/maps");
+    ASSERT(a.lo != NULL, "no [heap] in /proc/self/maps");
     pthread_create(&t, NULL, arena_thread, &a);
     pthread_join(t, NULL);
-    CHECK(N, a.in_heap, "a thread's malloc came from a thread arena (M_ARENA_MAX not applied)");
+    ASSERT(a.in_heap, "a thread's malloc came from a thread arena (M_ARENA_MAX not applied)");
     /* malloc may hand the thread a shifted address (the cache's own slabs sit in the same heap): a hit
        is then checked on the pages the two buffers share */
-    CHECK(N, a.compared >= (size_t)(8 << 20) / P / 2 || (a.hit && a.stale),
+    ASSERT(a.compared >= (size_t)(8 << 20) / P / 2 || (a.hit && a.stale),
           "free/malloc in a thread: only %zu pages shared in 8 tries: inconclusive", a.compared);
-    CHECK(N, a.hit && a.stale == 0, "free/malloc in a thread: same %d hit %d stale %zu of %zu", a.same, a.hit,
+    ASSERT(a.hit && a.stale == 0, "free/malloc in a thread: same %d hit %d stale %zu of %zu", a.same, a.hit,
           a.stale, a.compared);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
 static void *(*volatile g_malloc_fn)(size_t) = malloc;
 static void (*volatile g_free_fn)(void *) = free;
 
-static int test_no_malloc_in_hooks(void)
+static void test_no_malloc_in_hooks(void)
 {
-    const char *N = "hooks_do_not_allocate";
     unsigned long before;
     char *p, *q, *cur;
     int id = shmget(IPC_PRIVATE, 1 << 16, IPC_CREAT | 0600);
@@ -521,7 +489,7 @@ static int test_no_malloc_in_hooks(void)
     x = g_malloc_fn(16); /* through a volatile pointer: the compiler may not drop the pair */
     t_forbid = 0;
     g_free_fn(x);
-    CHECK(N, g_forbidden == before + 1, "the counting malloc wrapper is not active");
+    ASSERT(g_forbidden == before + 1, "the counting malloc wrapper is not active");
     before = g_forbidden;
     t_forbid = 1;
     p = (char *)mmap(NULL, 1 << 20, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -540,9 +508,7 @@ static int test_no_malloc_in_hooks(void)
     malloc_trim(0);
     t_forbid = 0;
     shmctl(id, IPC_RMID, NULL);
-    CHECK(N, g_forbidden == before, "%lu allocator calls from inside the hooks", g_forbidden - before);
-    printf("PASS %s\n", N);
-    return 0;
+    ASSERT(g_forbidden == before, "%lu allocator calls from inside the hooks", g_forbidden - before);
 }
 
 /* ---- signal handler and another thread while a get is in progress ---- */
@@ -561,9 +527,8 @@ static void on_usr1(int sig)
     replace_victim();
 }
 
-static int signal_case(int ts)
+static void signal_case(int ts)
 {
-    const char *N = ts ? "hook_in_signal_handler_during_get_thread_safe" : "hook_in_signal_handler_during_get";
     rdmax_rcache *rc = mk(ts);
     char *other = (char *)map(1 << 16);
     uint32_t k;
@@ -575,16 +540,17 @@ static int signal_case(int ts)
     g_raise_in_reg = 1;
     cache(rc, other, 1 << 16); /* a miss: the reg op raises SIGUSR1, the handler unmaps the victim */
     alarm(0);
-    CHECK(N, g_raise_in_reg == 0, "the signal was not raised");
-    CHECK(N, !still_cached(rc, g_victim, g_victim_len, k), "region unmapped by the handler still cached");
-    CHECK(N, g_deregd[k] == 1, "old registration deregistered %d times", g_deregd[k]);
+    ASSERT(g_raise_in_reg == 0, "the signal was not raised");
+    ASSERT(!still_cached(rc, g_victim, g_victim_len, k), "region unmapped by the handler still cached");
+    ASSERT(g_deregd[k] == 1, "old registration deregistered %d times", g_deregd[k]);
     signal(SIGUSR1, SIG_DFL);
     munmap(g_victim, g_victim_len);
     munmap(other, 1 << 16);
     rdmax_rcache_destroy(rc);
-    printf("PASS %s\n", N);
-    return 0;
 }
+
+static void test_signal(void) { signal_case(0); }
+static void test_signal_ts(void) { signal_case(1); }
 
 static void *other_thread(void *p)
 {
@@ -596,9 +562,8 @@ static void *other_thread(void *p)
     return NULL;
 }
 
-static int test_other_thread(void)
+static void test_other_thread(void)
 {
-    const char *N = "hook_in_other_thread_during_get";
     rdmax_rcache *rc = mk(1);
     char *other = (char *)map(1 << 16);
     pthread_t t;
@@ -611,18 +576,16 @@ static int test_other_thread(void)
     pthread_create(&t, NULL, other_thread, NULL);
     cache(rc, other, 1 << 16); /* blocks inside reg until the other thread's munmap returned */
     pthread_join(t, NULL);
-    CHECK(N, g_other_done, "the other thread's munmap did not complete while a get was in progress (deadlock)");
-    CHECK(N, !still_cached(rc, g_victim, g_victim_len, k), "region unmapped by the other thread still cached");
+    ASSERT(g_other_done, "the other thread's munmap did not complete while a get was in progress (deadlock)");
+    ASSERT(!still_cached(rc, g_victim, g_victim_len, k), "region unmapped by the other thread still cached");
     munmap(g_victim, g_victim_len);
     munmap(other, 1 << 16);
     rdmax_rcache_destroy(rc);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
-static int test_overflow(rdmax_rcache *rc)
+static void test_overflow(void)
 {
-    const char *N = "event_ring_overflow_drops_everything";
+    rdmax_rcache *rc = g_rc;
     char *p = (char *)map(1 << 16);
     uint32_t k = cache(rc, p, 4 * P);
     rdmax_rcache_stats st0, st1;
@@ -632,13 +595,11 @@ static int test_overflow(rdmax_rcache *rc)
         void *x = mmap(NULL, P, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         munmap(x, P);
     }
-    CHECK(N, !still_cached(rc, p, 4 * P, k), "lost events must drop every cached region");
+    ASSERT(!still_cached(rc, p, 4 * P, k), "lost events must drop every cached region");
     rdmax_rcache_query_stats(rc, &st1);
-    CHECK(N, st1.overflows == st0.overflows + 1, "overflows %lu -> %lu", (unsigned long)st0.overflows,
+    ASSERT(st1.overflows == st0.overflows + 1, "overflows %lu -> %lu", (unsigned long)st0.overflows,
           (unsigned long)st1.overflows);
     munmap(p, 1 << 16);
-    printf("PASS %s\n", N);
-    return 0;
 }
 
 /* ---- stress: threads remap their buffers while a timer signal does madvise/mmap/munmap; a
@@ -690,9 +651,8 @@ static void *stress_thread(void *p)
     return NULL;
 }
 
-static int test_stress(void)
+static void test_stress(void)
 {
-    const char *N = "stress_threads_and_signals";
     rdmax_rcache *rc = mk(1);
     pthread_t t[3];
     stress_arg a[3];
@@ -731,20 +691,19 @@ static int test_stress(void)
     signal(SIGALRM, SIG_DFL);
     rdmax_rcache_drain(rc);
     rdmax_rcache_query_stats(rc, &st);
-    CHECK(N, stale == 0, "%ld stale registrations handed out", stale);
-    CHECK(N, rdmax__rcache_validate(rc) == 0, "validate");
-    CHECK(N, st.cached_regions == 0, "%lu regions still cached over unmapped buffers", (unsigned long)st.cached_regions);
-    CHECK(N, rdmax_rcache_destroy(rc) == 0, "destroy");
+    ASSERT(stale == 0, "%ld stale registrations handed out", stale);
+    ASSERT(rdmax__rcache_validate(rc) == 0, "validate");
+    ASSERT(st.cached_regions == 0, "%lu regions still cached over unmapped buffers", (unsigned long)st.cached_regions);
+    ASSERT(rdmax_rcache_destroy(rc) == 0, "destroy");
     munmap(g_scratch, P);
-    printf("PASS %s (%ld gets, %lu events, %lu overflows)\n", N, iters, (unsigned long)st.events,
+    printf("# stress_threads_and_signals: %ld gets, %lu events, %lu overflows\n", iters, (unsigned long)st.events,
            (unsigned long)st.overflows);
-    return 0;
 }
 
 /* control: without the malloc policy, the free()+malloc() check sees a stale registration */
-static int test_control_without_policy(rdmax_rcache *rc)
+static void test_control_without_policy(void)
 {
-    const char *N = "control_without_malloc_policy_is_stale";
+    rdmax_rcache *rc = g_rc;
     size_t stale, known, compared;
     int hit, same;
     /* larger than the free space the earlier tests left in the heap, so glibc mmaps it */
@@ -753,48 +712,47 @@ static int test_control_without_policy(rdmax_rcache *rc)
     free_malloc_cycle(rc, (size_t)256 << 20, &stale, &hit, &same, &known, &compared);
     mallopt(M_MMAP_MAX, 0);
     /* a control that could not show the hole is not a pass */
-    CHECK(N, compared > 0, "glibc's mmap'ed chunk came back elsewhere (same %d): the control shows nothing", same);
-    CHECK(N, hit && stale > 0, "expected the documented hole (stale hit) without the policy: hit %d, %zu changed pages",
+    ASSERT(compared > 0, "glibc's mmap'ed chunk came back elsewhere (same %d): the control shows nothing", same);
+    ASSERT(hit && stale > 0, "expected the documented hole (stale hit) without the policy: hit %d, %zu changed pages",
           hit, stale);
-    printf("PASS %s (the check does fail without the policy: stale hit, %zu pages changed)\n", N, stale);
-    return 0;
+    printf("# control_without_malloc_policy_is_stale: the check does fail without the policy: stale hit, "
+           "%zu pages changed\n", stale);
 }
 
 int main(void)
 {
-    rdmax_rcache *rc;
     setvbuf(stdout, NULL, _IONBF, 0);
     P = (size_t)sysconf(_SC_PAGESIZE);
     /* the hooks alone: the userfaultfd monitor would also see what the controls show the hooks miss */
     setenv("RDMAX_RCACHE_MONITOR", "off", 1);
-    rc = mk(0);
-    test_policy();
-    test_munmap(rc);
-    test_mremap(rc);
-    test_madvise(rc);
-    test_brk(rc);
-    test_shm(rc);
-    test_map_fixed(rc);
-    test_fresh_mapping(rc);
-    test_free_malloc(rc);
-    test_malloc_trim(rc);
-    test_thread_arena(rc);
-    test_no_malloc_in_hooks();
-    signal_case(0);
-    signal_case(1);
-    test_other_thread();
-    test_overflow(rc);
-    test_stress();
-    if (rdmax__rcache_validate(rc) != 0) {
-        printf("FAIL final_validate\n");
-        g_failed = 1;
-    }
-    test_control_without_policy(rc);
-    rdmax_rcache_destroy(rc);
-    if (g_live != 0) {
-        printf("FAIL registrations_balanced: %ld live after destroy\n", g_live);
-        g_failed = 1;
-    }
-    printf(g_failed ? "memhook_test: FAILED\n" : "memhook_test: all passed\n");
-    return g_failed;
+    tl_begin("setup"); /* the shared cache; without it nothing can run (a failed ASSERT here exits) */
+    g_rc = mk(0);
+    tl_end();
+    tl_run("hooks_and_malloc_policy_active", test_policy);
+    tl_run("munmap", test_munmap);
+    tl_run("mremap_move_and_shrink", test_mremap);
+    tl_run("madvise_dontneed_free", test_madvise);
+    tl_run("sbrk_brk_shrink", test_brk);
+    tl_run("shmat_shmdt", test_shm);
+    tl_run("mmap_map_fixed_over_region", test_map_fixed);
+    tl_run("fresh_mapping_catches_unseen_unmap", test_fresh_mapping);
+    tl_run("free_malloc_same_address", test_free_malloc);
+    tl_run("malloc_trim_neutralised", test_malloc_trim);
+    tl_run("threads_use_the_main_heap", test_thread_arena);
+    tl_run("hooks_do_not_allocate", test_no_malloc_in_hooks);
+    tl_run("hook_in_signal_handler_during_get", test_signal);
+    tl_run("hook_in_signal_handler_during_get_thread_safe", test_signal_ts);
+    tl_run("hook_in_other_thread_during_get", test_other_thread);
+    tl_run("event_ring_overflow_drops_everything", test_overflow);
+    tl_run("stress_threads_and_signals", test_stress);
+    tl_begin("final_validate");
+    CHECK(rdmax__rcache_validate(g_rc) == 0, "rdmax__rcache_validate of the shared cache");
+    tl_end();
+    tl_run("control_without_malloc_policy_is_stale", test_control_without_policy);
+    rdmax_rcache_destroy(g_rc);
+    tl_begin("registrations_balanced");
+    CHECK(g_live == 0, "%ld live after destroy", g_live);
+    tl_end();
+    printf(tl_failed_total ? "memhook_test: FAILED\n" : "memhook_test: all passed\n");
+    return tl_failed_total ? 1 : 0;
 }
