@@ -25,6 +25,13 @@
 
    The out-of-band exchange is one text line each way over TCP (-p, 18515); a last byte each way ends the
    run. Exit status 0 when the run completed.
+
+       floor putrate -e 1000 -T 3                                          (one process, no HOST)
+
+   putrate, as tests/scale_test.c's putrate case (bench/scale.sh): 8-byte RDMA writes round-robin over
+   1, then -e, then 1 RC QP, pairs connected to each other on the one device, with rdmax's queue depth,
+   signaling and shared send-CQ budget (the putrate section below). Prints "ROW floor_put8_rate_1qp", "_Nqps"
+   and "_ratio" lines for bench/scale.sh.
 */
 #define _GNU_SOURCE
 #include <infiniband/verbs.h>
@@ -51,7 +58,7 @@
 #define SIG_EVERY 64
 #define UD_CREDIT_EVERY 64
 
-enum mode { M_LAT, M_BW };
+enum mode { M_LAT, M_BW, M_RATE };
 enum test { T_SEND, T_PUT, T_GET, T_FADD, T_CSWAP };
 static const char *const test_names[] = {"send", "put", "get", "fadd", "cswap"};
 
@@ -61,6 +68,8 @@ static struct {
     size_t size;
     unsigned long iters, warmup;
     unsigned post_list, outstanding, cq_mod, rx_depth;
+    unsigned qps, cq_depth;   /* putrate */
+    double seconds;
     int ud;
     const char *dev;
     int gid;
@@ -159,7 +168,7 @@ static struct ibv_qp *make_qp(uint32_t sq, uint32_t rq, uint32_t inl)
 }
 
 /* The largest inline size the device accepts (verbs cannot report it: rdmax probes the same way). */
-static struct ibv_qp *make_qp_probe(uint32_t sq, uint32_t rq)
+static void probe_inline(void)
 {
     uint32_t lo = 0, hi = 4096;
     while (lo < hi) {
@@ -173,6 +182,11 @@ static struct ibv_qp *make_qp_probe(uint32_t sq, uint32_t rq)
         }
     }
     max_inline = lo;
+}
+
+static struct ibv_qp *make_qp_probe(uint32_t sq, uint32_t rq)
+{
+    probe_inline();
     struct ibv_qp *q = make_qp(sq, rq, max_inline);
     if (!q)
         die("ibv_create_qp");
@@ -252,6 +266,48 @@ static void oob_ready(void)
         die("oob ready");
 }
 
+/* An RC QP from RESET to INIT, then (once its receives are posted) to RTR and RTS towards dqpn at gid g. */
+static void rc_init(struct ibv_qp *q)
+{
+    struct ibv_qp_attr a;
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+    if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+        die("modify INIT");
+}
+
+static void rc_rtr_rts(struct ibv_qp *q, uint32_t dqpn, const union ibv_gid *g, uint8_t timeout, uint8_t rnr_retry)
+{
+    struct ibv_qp_attr a;
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = mtu;
+    a.dest_qp_num = dqpn;
+    a.rq_psn = 0;
+    a.max_dest_rd_atomic = 16;
+    a.min_rnr_timer = 1;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid = *g;
+    a.ah_attr.grh.sgid_index = (uint8_t)o.gid;
+    a.ah_attr.grh.hop_limit = 64;
+    a.ah_attr.port_num = 1;
+    if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+        die("modify RTR");
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = 0;
+    a.timeout = timeout;
+    a.retry_cnt = 6;
+    a.rnr_retry = rnr_retry;
+    a.max_rd_atomic = 16;
+    if (ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                 IBV_QP_MAX_QP_RD_ATOMIC))
+        die("modify RTS");
+}
+
 static void oob_exchange(void)
 {
     char line[160], in[160];
@@ -312,35 +368,9 @@ static void oob_exchange(void)
         oob_ready();
         return;
     }
-    a.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-        die("modify INIT");
+    rc_init(qp);
     post_recvs(&rnext, rdepth);  /* a QP takes receives from INIT on */
-    memset(&a, 0, sizeof a);
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = mtu;
-    a.dest_qp_num = peer_qpn;
-    a.rq_psn = 0;
-    a.max_dest_rd_atomic = 16;
-    a.min_rnr_timer = 1;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = g;
-    a.ah_attr.grh.sgid_index = (uint8_t)o.gid;
-    a.ah_attr.grh.hop_limit = 64;
-    a.ah_attr.port_num = 1;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
-        die("modify RTR");
-    memset(&a, 0, sizeof a);
-    a.qp_state = IBV_QPS_RTS;
-    a.sq_psn = 0;
-    a.timeout = 14;
-    a.retry_cnt = 6;
-    a.rnr_retry = 7;  /* the floor has no credits: a receiver that lags is waited for */
-    a.max_rd_atomic = 16;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                  IBV_QP_MAX_QP_RD_ATOMIC))
-        die("modify RTS");
+    rc_rtr_rts(qp, peer_qpn, &g, 14, 7);  /* rnr_retry 7: the floor has no credits: a receiver that lags is waited for */
     oob_ready();
 }
 
@@ -728,18 +758,220 @@ static int run_bw_receiver(void)
     return o.ud || got == o.iters ? 0 : 1;
 }
 
+/* ---- put rate over many QPs -------------------------------------------------------------------- */
+/* The loop of tests/scale_test.c's putrate case (rdmax_put round-robin over n endpoints, one rdmax_progress
+   per round) with nothing but verbs: -e pairs of RC QPs in this process, connected to each other on the
+   device (loopback); the first QP of each pair writes -s (8) bytes inline to its own 8 bytes of one
+   region, one post per request (no post list). Per QP at most -O (32, rdmax's sq_depth) requests in
+   flight, one in -Q (16: 64 at most half the queue, as rdmax) signaled; all QPs share one send CQ of -C
+   (4096, rdmax's cq_depth) entries, every post takes one until the completion that covers it, a post
+   needs more than one free, and every post is signaled while at most half are free (rdmax's rule).
+   A QP without room is skipped for the round. After each round the send CQ is polled for 16 every 4th
+   round, or every round and until it gives fewer than 16 while at most half the entries are free (rdmax's
+   rdmax_progress). Rate: requests completed per second from the end of a warm-up (a tenth of -T, or of
+   -n completions) for -T seconds (3), or until -n requests completed; the clock is read every 64 posts or
+   more, whatever -e. Neither the warm-up nor the drain is timed. Phases: 1 QP, then -e, then 1 again, as
+   scale_test; the ratio is -e's rate over the mean of the two single-QP rates. -s is at most 8 (each QP
+   owns 8 bytes of the target). */
+struct rate_qp {
+    struct ibv_qp *qp, *peer;
+    uint32_t posted, done;    /* requests posted, completed (a signaled one's wr_id is its count) */
+    uint32_t last_sig;        /* count of the last signaled request */
+    uint32_t sig_left;        /* posts until the next signaled one */
+};
+static struct rate_qp *rq;
+static uint32_t rate_credits, rate_low;  /* send-CQ entries free; every post signaled at or below rate_low */
+static struct {
+    uint64_t completed, posts, skipped, cqes, polls, empty;
+    double post_us;           /* time inside ibv_post_send */
+} rc_cnt;
+
+static void rate_setup(unsigned n, unsigned cq_depth)
+{
+    scq = ibv_create_cq(vctx, (int)cq_depth, NULL, NULL, 0);
+    rcq = ibv_create_cq(vctx, 16, NULL, NULL, 0);
+    if (!scq || !rcq)
+        die("ibv_create_cq");
+    probe_inline();
+    uint32_t inl = max_inline < 256 ? max_inline : 256;  /* rdmax's default cap */
+    if (o.size > inl) {
+        errno = 0;
+        die("putrate: -s over the inline size");
+    }
+    if (!(rq = (struct rate_qp *)calloc(n, sizeof *rq)))
+        die("calloc");
+    for (unsigned i = 0; i < n; i++) {
+        struct rate_qp *p = &rq[i];
+        if (!(p->qp = make_qp(o.outstanding, 1, inl)) || !(p->peer = make_qp(o.outstanding, 1, inl)))
+            die("ibv_create_qp (putrate: ulimit -l, or fewer -e)");
+        rc_init(p->qp);
+        rc_init(p->peer);
+        rc_rtr_rts(p->qp, p->peer->qp_num, &my_gid, 18, 6);  /* scale_test's timeout 18, rdmax's rnr_retry 6 */
+        rc_rtr_rts(p->peer, p->qp->qp_num, &my_gid, 18, 6);
+        p->sig_left = o.cq_mod;
+    }
+    max_inline = inl;
+    rate_credits = cq_depth;
+    rate_low = cq_depth / 2;
+}
+
+static int rate_poll(void)
+{
+    struct ibv_wc wc[16];
+    int c = ibv_poll_cq(scq, 16, wc);
+    rc_cnt.polls++;
+    if (c <= 0) {
+        rc_cnt.empty++;
+        return 0;
+    }
+    for (int i = 0; i < c; i++) {
+        check_wc(&wc[i]);
+        struct rate_qp *p = &rq[wc[i].wr_id >> 32];
+        uint32_t upto = (uint32_t)wc[i].wr_id, k = upto - p->done;
+        p->done = upto;
+        rate_credits += k;
+        rc_cnt.completed += k;
+    }
+    rc_cnt.cqes += (uint64_t)c;
+    return c;
+}
+
+static int rate_post(struct ibv_send_wr *wr, unsigned i, int force_sig)
+{
+    struct rate_qp *p = &rq[i];
+    if (p->posted - p->done >= o.outstanding || rate_credits <= 1) {
+        rc_cnt.skipped++;
+        return 0;
+    }
+    uint32_t id = p->posted + 1;
+    int sig = force_sig || --p->sig_left == 0 || rate_credits <= rate_low;
+    wr->wr_id = (uint64_t)i << 32 | id;
+    wr->wr.rdma.remote_addr = (uintptr_t)buf + 8 * (uint64_t)i;
+    wr->send_flags = IBV_SEND_INLINE | (sig ? IBV_SEND_SIGNALED : 0);
+    struct ibv_send_wr *bad;
+    double t = now_us();
+    int rc = ibv_post_send(p->qp, wr, &bad);
+    rc_cnt.post_us += now_us() - t;
+    if (rc) {
+        errno = rc;
+        die("ibv_post_send");
+    }
+    if (sig) {
+        p->sig_left = o.cq_mod;
+        p->last_sig = id;
+    }
+    p->posted = id;
+    rate_credits--;
+    rc_cnt.posts++;
+    return 1;
+}
+
+static double rate_phase(unsigned n, double seconds, unsigned long ops)
+{
+    struct ibv_sge sge = {(uintptr_t)lbuf, (uint32_t)o.size, lmr->lkey};
+    struct ibv_send_wr wr;
+    memset(&wr, 0, sizeof wr);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.wr.rdma.rkey = mr->rkey;
+    memset(&rc_cnt, 0, sizeof rc_cnt);
+    double t0 = mono_us(), t1 = 0, t = t0, last = t0;
+    int warm = 1;
+    uint32_t tick = 0;
+    for (unsigned k = 0;;) {
+        for (unsigned i = 0; i < n; i++)
+            rate_post(&wr, i, 0);
+        /* rdmax_progress: the send CQ every 4th call, every call while half its entries are held (then
+           until a poll gives fewer than 16); never while nothing is outstanding */
+        if (rate_credits != o.cq_depth && ((++tick & 3) == 0 || rate_credits < rate_low)) {
+            int c = rate_poll();
+            while (c == 16 && rate_credits < rate_low)
+                c = rate_poll();
+            if (c > 0)
+                last = t;
+        }
+        if ((k += n) < 64)
+            continue;
+        k = 0;
+        t = mono_us();
+        if (warm && (ops ? rc_cnt.completed >= ops / 10 : t - t0 > seconds * 1e5)) {
+            warm = 0;
+            t1 = t;
+            memset(&rc_cnt, 0, sizeof rc_cnt);
+        } else if (!warm && (ops ? rc_cnt.completed >= ops : t - t1 > seconds * 1e6)) {
+            break;
+        }
+        if (t - last > 10e6) {
+            errno = 0;
+            die("putrate: no completion within 10 s");
+        }
+    }
+    double secs = (t - t1) / 1e6;
+    uint64_t completed = rc_cnt.completed;
+    printf("# floor put_rate %u qps: completed %llu, posts %llu, skipped %llu (queue or CQ full), cqes %llu, "
+           "polls %llu (empty %llu), in ibv_post_send %.0f%% of %.2f s\n", n, (unsigned long long)completed,
+           (unsigned long long)rc_cnt.posts, (unsigned long long)rc_cnt.skipped, (unsigned long long)rc_cnt.cqes,
+           (unsigned long long)rc_cnt.polls, (unsigned long long)rc_cnt.empty, 100 * rc_cnt.post_us / (t - t1), secs);
+    /* drain (not timed): a QP whose last request is unsignaled gets a signaled one after it */
+    double deadline = mono_us() + 10e6;
+    for (;;) {
+        int busy = 0;
+        for (unsigned i = 0; i < n; i++)
+            if (rq[i].posted != rq[i].done) {
+                busy = 1;
+                if (rq[i].last_sig != rq[i].posted)
+                    rate_post(&wr, i, 1);
+            }
+        if (!busy)
+            break;
+        double now = mono_us();
+        if (rate_poll() > 0)
+            deadline = now + 10e6;
+        else if (now > deadline) {
+            errno = 0;
+            die("putrate: drain: no completion within 10 s");
+        }
+    }
+    return (double)completed / secs;
+}
+
+static int run_rate(void)
+{
+    unsigned n = o.qps;
+    double seconds = o.seconds;
+    printf(" raw verbs floor, putrate: device %s, %zu-byte RDMA writes (inline) round-robin over 1, then %u, then 1 "
+           "RC QP (loopback pairs), %u in flight per QP, one signaled in %u and every one while half the %u "
+           "send-CQ entries are held\n", ibv_get_device_name(vctx->device), o.size, n, o.outstanding, o.cq_mod,
+           o.cq_depth);
+    double one = rate_phase(1, seconds, o.iters);
+    double many = rate_phase(n, seconds, o.iters);
+    double one2 = rate_phase(1, seconds, o.iters);
+    double ratio = many / ((one + one2) / 2);
+    printf("# floor 8-byte puts: 1 QP %.0f/s, then %u QPs %.0f/s, then 1 again %.0f/s: ratio %.2f\n", one, n, many,
+           one2, ratio);
+    printf("ROW floor_put8_rate_1qp %.0f\nROW floor_put8_rate_%uqps %.0f\nROW floor_put8_rate_ratio %.2f\n",
+           (one + one2) / 2, n, many, ratio);
+    return one > 0 && many > 0 && one2 > 0 ? 0 : 1;
+}
+
 /* ---- main --------------------------------------------------------------------------------------- */
 static void usage(void)
 {
     fprintf(stderr,
             "usage: floor lat|bw [options] [HOST]   (no HOST: server)\n"
+            "       floor putrate [options]          (one process, loopback QP pairs)\n"
             "  -t OP      lat: send|put|get|fadd|cswap; bw: put|send|get   [send; bw: put]\n"
             "  -s BYTES   message size                                    [8; bw: 65536]\n"
-            "  -n N       iterations (lat) or operations (bw)             [1000; bw: 5000]\n"
+            "  -n N       iterations (lat) or operations (bw); putrate:   [1000; bw: 5000]\n"
+            "             completions per phase instead of -T             [putrate: 0, timed]\n"
             "  -w N       warm-up iterations (lat)                        [100]\n"
             "  -l N       bw: requests chained into one post              [32]\n"
-            "  -O N       bw: send-queue depth                            [128]\n"
-            "  -Q N       bw: one signaled request every N                [64, at most -O/2]\n"
+            "  -O N       bw: send-queue depth; putrate: per QP           [128; putrate: 32]\n"
+            "  -Q N       bw, putrate: one signaled request every N       [64, at most -O/2]\n"
+            "  -e N       putrate: QPs the middle phase spreads over      [1000]\n"
+            "  -T SECS    putrate: seconds per phase (after a tenth more) [3]\n"
+            "  -C N       putrate: send-CQ entries (shared by all QPs)    [4096]\n"
             "  -c RC|UD   bw: transport                                   [RC]\n"
             "  -R N       bw: receive buffers (send test)                 [512, at most 64 MiB]\n"
             "  -d DEV     device                                          [first]\n"
@@ -752,19 +984,23 @@ int main(int argc, char **argv)
 {
     if (argc < 2)
         usage();
-    o.mode = !strcmp(argv[1], "lat") ? M_LAT : !strcmp(argv[1], "bw") ? M_BW : (usage(), M_LAT);
-    o.test = o.mode == M_BW ? T_PUT : T_SEND;
+    o.mode = !strcmp(argv[1], "lat") ? M_LAT : !strcmp(argv[1], "bw") ? M_BW : !strcmp(argv[1], "putrate") ? M_RATE
+                                                                                                      : (usage(), M_LAT);
+    o.test = o.mode == M_LAT ? T_SEND : T_PUT;
     o.size = o.mode == M_BW ? 65536 : 8;
-    o.iters = o.mode == M_BW ? 5000 : 1000;
+    o.iters = o.mode == M_BW ? 5000 : o.mode == M_RATE ? 0 : 1000;
     o.warmup = 100;
     o.post_list = 32;
-    o.outstanding = 128;
+    o.outstanding = o.mode == M_RATE ? 32 : 128;
     o.cq_mod = SIG_EVERY;
+    o.qps = 1000;
+    o.seconds = 3;
+    o.cq_depth = 4096;
     o.gid = 1;
     o.port = 18515;
     int c;
     optind = 2;
-    while ((c = getopt(argc, argv, "t:s:n:w:l:O:Q:c:d:x:p:R:")) != -1) {
+    while ((c = getopt(argc, argv, "t:s:n:w:l:O:Q:c:d:x:p:R:e:T:C:")) != -1) {
         switch (c) {
         case 't': {
             int k;
@@ -786,6 +1022,9 @@ int main(int argc, char **argv)
         case 'x': o.gid = atoi(optarg); break;
         case 'p': o.port = (unsigned)strtoul(optarg, NULL, 0); break;
         case 'R': o.rx_depth = (unsigned)strtoul(optarg, NULL, 0); break;
+        case 'e': o.qps = (unsigned)strtoul(optarg, NULL, 0); break;
+        case 'T': o.seconds = atof(optarg); break;
+        case 'C': o.cq_depth = (unsigned)strtoul(optarg, NULL, 0); break;
         default: usage();
         }
     }
@@ -793,6 +1032,24 @@ int main(int argc, char **argv)
         o.host = argv[optind];
     if (o.test == T_FADD || o.test == T_CSWAP)
         o.size = 8;
+    if (o.mode == M_RATE) {
+        if (o.size == 0 || o.size > 8 || o.qps == 0 || o.qps > 65536 || !(o.seconds > 0 && o.seconds < 1e5) ||
+            o.outstanding < 2 || o.cq_mod == 0 || o.cq_depth < 2 || o.host)
+            usage();
+        if (o.cq_mod > o.outstanding / 2)
+            o.cq_mod = o.outstanding / 2;
+        clock_init();
+        open_device();
+        if (posix_memalign((void **)&buf, 4096, 8 * (size_t)o.qps) || posix_memalign((void **)&lbuf, 4096, o.size))
+            die("posix_memalign");
+        memset(buf, 0, 8 * (size_t)o.qps);
+        memset(lbuf, 1, o.size);
+        if (!(mr = ibv_reg_mr(pd, buf, 8 * (size_t)o.qps, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE)) ||
+            !(lmr = ibv_reg_mr(pd, lbuf, o.size, IBV_ACCESS_LOCAL_WRITE)))
+            die("ibv_reg_mr");
+        rate_setup(o.qps, o.cq_depth);
+        return run_rate();
+    }
     if (o.size == 0 || o.iters == 0 || o.post_list == 0 || o.post_list > 256 || o.outstanding < 2 || o.cq_mod == 0 ||
         (o.rx_depth && (o.rx_depth < 16 || o.rx_depth > 4096)) ||
         (o.ud && (o.mode != M_BW || o.test != T_SEND)))
