@@ -5,7 +5,8 @@
 # one, beside the raw-verbs floor of that rate (bench/floor.c putrate: the same loop over 1,000 RC QPs
 # with nothing but libibverbs). Builds tests/scale_test.c and bench/floor.c into build-bench/, runs them
 # in the soft-RoCE VM (tests/vm/run), and writes bench/results/scale.md (raw output in
-# bench/results/raw/scale.txt). bench/run.sh calls it.
+# bench/results/raw/scale.txt), then appends bench/results/scale_notes.md (what was measured by hand).
+# bench/run.sh calls it.
 #
 # The put rate runs RDMAX_SCALE_RATE_ROUNDS (3) rounds in the one VM boot, each rdmax's case then the
 # floor's; the rate rows are medians over the rounds, "rdmax's ratio / the floor's" the median of each
@@ -88,6 +89,8 @@ quot() {
 	echo "then bench/floor.c putrate -e 1000 -T 3 (the same loop with nothing but libibverbs: one post per"
 	echo "8-byte inline write, 32 in flight per QP, one signaled in 16 and every one while half the 4,096"
 	echo "shared send-CQ entries are held). Ratios per round, rdmax / floor: $(quot list)."
+	# what was measured by hand (the own-pool latency, the put-rate history) lives beside it, not in here
+	[ -f "$RES/scale_notes.md" ] && { echo; sed 1d "$RES/scale_notes.md"; }
 } >"$RES/scale.md"
 echo "[scale] wrote $RES/scale.md (VM status $st)"
 cat "$RES/scale.md"
