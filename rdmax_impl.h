@@ -6634,6 +6634,24 @@ static rdmax_status rdmax__passive_addr(rdmax_ctx *ctx, const char *host, uint16
     return RDMAX_OK;
 }
 
+/* The addresses connect tries, in getaddrinfo's order (TCP record exchange and rdma_cm alike). */
+static rdmax_status rdmax__active_addr(rdmax_ctx *ctx, const char *host, uint16_t port, struct addrinfo **res)
+{
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    char ps[8];
+    snprintf(ps, sizeof ps, "%u", port);
+    int rc = getaddrinfo(host, ps, &hints, res);
+    if (rc) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CONNECT,
+                   "connect: cannot resolve %s: %s", host, gai_strerror(rc));
+        return RDMAX_ERR_CONNECT;
+    }
+    return RDMAX_OK;
+}
+
 rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out)
 {
     *out = NULL;
@@ -6940,18 +6958,9 @@ rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, cons
     }
     if (ctx->desc.conn_setup == RDMAX_SETUP_CM)
         return rdmax__cm_connect(ctx, host, port, desc, out, timeout_ms);
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    char ps[8];
-    snprintf(ps, sizeof ps, "%u", port);
-    int rc = getaddrinfo(host, ps, &hints, &res);
-    if (rc) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CONNECT,
-                   "connect: cannot resolve %s: %s", host, gai_strerror(rc));
+    struct addrinfo *res = NULL;
+    if (rdmax__active_addr(ctx, host, port, &res) != RDMAX_OK)
         return RDMAX_ERR_CONNECT;
-    }
     int64_t deadline = rdmax__now_ms() + timeout_ms;
     int fd = -1, err = 0;
     char peer[64] = "?";
@@ -7718,18 +7727,9 @@ static rdmax_status rdmax__cm_connect(rdmax_ctx *ctx, const char *host, uint16_t
     }
     if (rdmax__cm_regions_check(ctx, desc, "connect") != RDMAX_OK)
         return RDMAX_ERR_INVALID_PARAM;
-    struct addrinfo hints, *res = NULL;
-    memset(&hints, 0, sizeof hints);
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    char ps[8];
-    snprintf(ps, sizeof ps, "%u", port);
-    int rc = getaddrinfo(host, ps, &hints, &res);
-    if (rc) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CONNECT,
-                   "connect: cannot resolve %s: %s", host, gai_strerror(rc));
+    struct addrinfo *res = NULL;
+    if (rdmax__active_addr(ctx, host, port, &res) != RDMAX_OK)
         return RDMAX_ERR_CONNECT;
-    }
     int64_t deadline = rdmax__now_ms() + (timeout_ms < 0 ? 3600000 : timeout_ms);
     char why[256] = "", refused[256] = "", peer[64] = "?";
     rdmax_status st = RDMAX_ERR_CONNECT;
