@@ -172,7 +172,8 @@
    window of rq_depth credits (default 16, at least 4); a send or put with immediate data spends one and
    is refused with RDMAX_ERR_NO_RESOURCE when none is left (one is always kept back for a grant). The pool
    holds the sum of all windows and a consumed buffer is posted again before its credit goes back, so a
-   sender never meets receiver-not-ready (RNR). Credits return in the immediate data of the receiver's
+   sender never meets receiver-not-ready (RNR); rdmax_ctx_query_recv_pool shows a pool's buffers, how
+   many are posted, the windows it backs and its low-water mark. Credits return in the immediate data of the receiver's
    sends, or in a grant sent from the receive path as soon as half a window is owed, however busy the
    receiver is: a refused post waits a few round trips, not for the receiver to go idle. Memory: the pool
    costs rq_depth x recv_size per endpoint (16 x 4 KiB = 64 KiB by default), rdmax's own state under
@@ -1137,6 +1138,23 @@ typedef struct rdmax_ep_info {
                                    state or posting to it behind rdmax's back breaks the endpoint */
 } rdmax_ep_info;
 
+/* What one shared receive pool of a context looks like now (rdmax_ctx_query_recv_pool): for tests,
+   diagnostics and memory accounting. RC endpoints with the same recv_size receive into one pool and its
+   shared receive queue (see RECEIVING); buffers = posted + free + those in a receive callback now. */
+typedef struct rdmax_recv_pool_info {
+    uint32_t recv_size;         /* bytes of each buffer: the pool's key */
+    uint32_t endpoints;         /* endpoints receiving into it now */
+    uint32_t target;            /* the sum of their credit windows (ep desc rq_depth): buffers kept posted */
+    uint32_t posted;            /* buffers in the shared receive queue now */
+    uint32_t free;              /* buffers neither posted nor in a receive callback */
+    uint32_t buffers;           /* buffers allocated and registered (buffers x recv_size bytes); they stay
+                                   when endpoints go, until the pool goes */
+    uint32_t chunks;            /* allocations they came in (each one NUMA-placed allocation and one MR) */
+    uint32_t srq_cap;           /* buffers the shared receive queue can hold, as the device applied it */
+    uint32_t low_water;         /* the queue's low-water mark armed now (a quarter of target, armed from
+                                   rdmax_progress's tick once half of target is posted); 0: not armed */
+} rdmax_recv_pool_info;
+
 /* Limits probed on the opened device and port. */
 typedef struct rdmax_dev_attr {
     char name[64];
@@ -1408,6 +1426,17 @@ RDMAX_API rdmax_status rdmax_ctx_arm(rdmax_ctx *ctx);
 RDMAX_API rdmax_status rdmax_wait(rdmax_ctx *ctx, int timeout_ms);
 RDMAX_API void rdmax_counters_get(const rdmax_ctx *ctx, rdmax_counters *out);
 RDMAX_API struct rdmax_rcache *rdmax_ctx_rcache(const rdmax_ctx *ctx);
+/* rdmax_ctx_query_recv_pool: the shared receive pool of RC endpoints whose buffers are recv_size bytes,
+   now (rdmax_recv_pool_info): its buffers, how many are posted and free, the credit windows it backs,
+   the low-water mark. The profile variables recv_pool.bytes and recv_pool.posted are the totals over
+   all pools, readable from another thread.
+   Parameters: a live ctx; recv_size (0: the context's recv_size, whose pool lives as long as the
+   context once its first RC endpoint made it; an endpoint's is rdmax_ep_query_desc(ep).recv_size);
+   out receives the pool's state.
+   Result: true if ctx has a pool of that size now; false if not (no RC endpoint of that size was made
+   yet, its last one is gone, or the endpoints of that size have pools of their own): *out zeroed.
+   Threads: the context's thread. */
+RDMAX_API bool rdmax_ctx_query_recv_pool(const rdmax_ctx *ctx, uint32_t recv_size, rdmax_recv_pool_info *out);
 
 /* rdmax_mem_alloc, rdmax_mem_reg, rdmax_mem_free: registered memory (see STEP BY STEP: pass the
    rdmax_mem as `mem` of an operation, or expose it to the peer with rdmax_ep_desc.expose).

@@ -4838,6 +4838,30 @@ static void rdmax__srq_tick(rdmax_ctx *ctx)
     }
 }
 
+bool rdmax_ctx_query_recv_pool(const rdmax_ctx *ctx, uint32_t recv_size, rdmax_recv_pool_info *out)
+{
+    const struct rdmax__rx *x = ctx->rx;
+    memset(out, 0, sizeof *out);
+    if (recv_size == 0)
+        recv_size = ctx->desc.recv_size;
+    for (uint32_t p = 0; x && p < RDMAX__POOLS; p++) {  /* as rdmax__pool_get: one pool per size */
+        const struct rdmax__srq *s = x->pool[p];
+        if (!s || s->recv_size != recv_size)
+            continue;
+        out->recv_size = s->recv_size;
+        out->endpoints = s->users;
+        out->target = s->target;
+        out->posted = s->posted;
+        out->free = s->n_free;
+        out->buffers = s->n_bufs;
+        out->chunks = s->n_chunks;
+        out->srq_cap = s->cap;
+        out->low_water = s->limit;
+        return true;
+    }
+    return false;
+}
+
 /* rdmax's own bytes for one endpoint: its struct and slot array (the batch staging is the context's),
    and a receive pool of its own if it has one. */
 static size_t rdmax__ep_own_bytes(const rdmax_ep *ep)
