@@ -14,6 +14,42 @@
 #include <sys/wait.h>
 #include <linux/capability.h>
 
+/* ---- white-box: rdmax's private state, read in this one place ----
+   Everything else in this test goes through the public API (rdmax_ctx_query_recv_pool, the profile
+   variables, rdmax_counters_get, rdmax_ctx_attr, rdmax_ep_query_*). What is read here has no public call
+   on purpose, because it is bookkeeping a program has no use for; the cases check it directly because
+   from outside its effect is invisible, or visible only by winning a race:
+     WB_TICK          runs rdmax's tick (device events, arming the low-water mark) now: rdmax_progress runs
+                      it every 1024th call and rdmax_wait every 100 ms, and a case that must read an event
+                      or arm the mark at a known point cannot wait for either
+     WB_DEV_REFS      contexts holding ctx's device (a parent and its children): the device must stay open
+                      while a child holds it, whoever goes first
+     WB_DEV_EVENTS    device events another context read and queued for ctx: the only way to know that the
+                      child read the parent's event (and queued it) rather than the parent reading it later
+     WB_POOL_SLOT     the slot of the context's pool table that ep's shared pool occupies (the wr_ids of its
+                      buffers carry it)
+     WB_SLOT_COOLING  1 if `slot` is empty and cooling: a pool freed there may still have completions
+                      queued, so no new pool may take the slot before the receive CQ was seen drained */
+enum wb_item { WB_TICK, WB_DEV_REFS, WB_DEV_EVENTS, WB_POOL_SLOT, WB_SLOT_COOLING };
+
+static uint32_t whitebox(rdmax_ctx *ctx, const rdmax_ep *ep, enum wb_item what, uint32_t slot)
+{
+    switch (what) {
+    case WB_TICK:
+        rdmax__tick(ctx);
+        return 0;
+    case WB_DEV_REFS:
+        return ctx->dev->refs;
+    case WB_DEV_EVENTS:
+        return ctx->dev->n_ev;
+    case WB_POOL_SLOT:
+        return ep->pool;
+    case WB_SLOT_COOLING:
+        return ctx->rx && !ctx->rx->pool[slot] && (ctx->rx->cooling >> slot & 1u);
+    }
+    return 0;
+}
+
 static char g_lastlog[512];
 
 static void keep_log(rdmax_log_level lvl, rdmax_log_item item, const char *msg, void *user)
@@ -39,6 +75,27 @@ static rdmax_ctx *open_ctx(uint32_t recv_size, rdmax_ctx *parent)
         exit(1);
     }
     return c;
+}
+
+/* A profile variable of ctx now, read through a profile object of its own; UINT64_MAX if unreadable. */
+static uint64_t prof(rdmax_ctx *ctx, uint32_t id)
+{
+    rdmax_profile *p = NULL;
+    uint64_t v = UINT64_MAX;
+    if (rdmax_profile_open(ctx, &p) != RDMAX_OK)
+        return UINT64_MAX;
+    if (rdmax_profile_read_u64(p, id, &v) != RDMAX_OK)
+        v = UINT64_MAX;
+    rdmax_profile_close(p);
+    return v;
+}
+
+/* The shared receive pool of recv_size on ctx (0: the context's); all zero when ctx has none. */
+static rdmax_recv_pool_info pool_of(const rdmax_ctx *ctx, uint32_t recv_size)
+{
+    rdmax_recv_pool_info pi;
+    rdmax_ctx_query_recv_pool(ctx, recv_size, &pi);
+    return pi;
 }
 
 /* RNR as the device counts it: any of these moving means a sender met an empty receive queue. */
@@ -192,20 +249,26 @@ static void tiny_window_case(rdmax_ctx *ctx, const char *dev, uint8_t pool_a, ui
     da.recv_pool = pool_a;
     db.recv_pool = pool_b;
     REQUIRE(tl_pair(ctx, ctx, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
-    CHECK(a->desc.rq_depth == 4 && a->tx_credits == 4, "window %u, credits %u", a->desc.rq_depth, a->tx_credits);
+    rdmax_ep_info ia, ib;
+    rdmax_ep_query_info(a, &ia);
+    rdmax_ep_query_info(b, &ib);
+    CHECK(rdmax_ep_query_desc(a).rq_depth == 4 && ia.send_credits == 4, "window %u, credits %u",
+          rdmax_ep_query_desc(a).rq_depth, ia.send_credits);
     {
-        /* an own pool is the endpoint's: its buffers, on its own receive queue */
-        rdmax_ep_info ia, ib;
-        rdmax_ep_query_info(a, &ia);
-        rdmax_ep_query_info(b, &ib);
+        /* an own pool is the endpoint's: its buffers (rq_depth x recv_size), on its own receive queue;
+           the shared pool of 64-byte buffers backs the windows of the others only */
+        rdmax_recv_pool_info sp;
+        bool shared = rdmax_ctx_query_recv_pool(ctx, 64, &sp);
+        uint32_t n_shared = (pool_a == RDMAX_RECV_POOL_SHARED) + (pool_b == RDMAX_RECV_POOL_SHARED);
         CHECK(rdmax_ep_query_desc(a).recv_pool == pool_a && rdmax_ep_query_desc(b).recv_pool == pool_b,
               "recv_pool reads back %u and %u", rdmax_ep_query_desc(a).recv_pool, rdmax_ep_query_desc(b).recv_pool);
-        CHECK((a->rbufs != NULL) == (pool_a == RDMAX_RECV_POOL_OWN) && (b->rbufs != NULL) == (pool_b == RDMAX_RECV_POOL_OWN),
-              "own buffers: a %s, b %s", a->rbufs ? "yes" : "no", b->rbufs ? "yes" : "no");
-        CHECK(pool_a != RDMAX_RECV_POOL_OWN || (ia.recv_pool == a->rbufs && ia.recv_pool_bytes == 4 * 64),
-              "a's pool %p (%zu bytes), its own buffers %p", ia.recv_pool, ia.recv_pool_bytes, (void *)a->rbufs);
-        CHECK(pool_b != RDMAX_RECV_POOL_OWN || (ib.recv_pool == b->rbufs && ib.recv_pool_bytes == 4 * 64),
-              "b's pool %p (%zu bytes), its own buffers %p", ib.recv_pool, ib.recv_pool_bytes, (void *)b->rbufs);
+        CHECK(shared == (n_shared > 0) && sp.endpoints == n_shared && sp.target == 4 * n_shared,
+              "shared pool of 64-byte buffers: %s, %u endpoints, target %u; want %u endpoints", shared ? "yes" : "no",
+              sp.endpoints, sp.target, n_shared);
+        CHECK(pool_a != RDMAX_RECV_POOL_OWN || (ia.recv_pool && ia.recv_pool != ib.recv_pool && ia.recv_pool_bytes == 4 * 64),
+              "a's pool %p (%zu bytes), b's %p: not buffers of its own", ia.recv_pool, ia.recv_pool_bytes, ib.recv_pool);
+        CHECK(pool_b != RDMAX_RECV_POOL_OWN || (ib.recv_pool && ib.recv_pool != ia.recv_pool && ib.recv_pool_bytes == 4 * 64),
+              "b's pool %p (%zu bytes), a's %p: not buffers of its own", ib.recv_pool, ib.recv_pool_bytes, ia.recv_pool);
     }
     uint64_t rnr0 = rnr_count(dev);
     rdmax_counters cnt0;  /* the context's counters: the cases before ran on it too */
@@ -244,9 +307,11 @@ static void tiny_window_case(rdmax_ctx *ctx, const char *dev, uint8_t pool_a, ui
         sb.watch = words;
         rdmax_progress(ctx);
     }
+    rdmax_ep_query_info(a, &ia);
+    rdmax_ep_query_info(b, &ib);
     CHECK(sa.msgs == N && sb.msgs == N && sb.imms == N, "received %u and %u messages, %u notices (a: credits %u "
-          "owed %u pending %zu; b: credits %u owed %u pending %zu)", sa.msgs, sb.msgs, sb.imms, a->tx_credits,
-          a->rx_unreturned, a->group.count, b->tx_credits, b->rx_unreturned, b->group.count);
+          "pending %zu; b: credits %u pending %zu)", sa.msgs, sb.msgs, sb.imms, ia.send_credits, ia.pending,
+          ib.send_credits, ib.pending);
     CHECK(sa.bad == 0 && sb.bad == 0 && sb.imm_bad == 0 && sb.data_bad == 0,
           "%u/%u bad messages, %u bad notices, %u notices before their data", sa.bad, sb.bad, sb.imm_bad,
           sb.data_bad);
@@ -280,19 +345,27 @@ static void own_pool_desc_case(rdmax_ctx *ctx)
     CHECK_ST(rdmax_ep_create(ctx, &d, &a), RDMAX_ERR_INVALID_PARAM);
     CHECK(a == NULL && strstr(g_lastlog, "recv_pool 7") != NULL, "endpoint %p, message \"%s\"", (void *)a, g_lastlog);
     d.recv_pool = RDMAX_RECV_POOL_SHARED;
+    /* the default receives from the context's shared pool and has no buffers of its own (they would be
+       16 x 4 KiB of endpoint_bytes) */
+    uint64_t bytes_pre = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
+    uint32_t users0 = pool_of(ctx, 0).endpoints;
     REQUIRE(rdmax_ep_create(ctx, &d, &a) == RDMAX_OK, "create: %s", g_lastlog);
-    CHECK(rdmax_ep_query_desc(a).recv_pool == RDMAX_RECV_POOL_SHARED && a->rbufs == NULL, "default: own buffers %p",
-          (void *)a->rbufs);
-    uint64_t bytes0 = ctx->ep_bytes;
+    uint64_t bytes0 = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
+    CHECK(rdmax_ep_query_desc(a).recv_pool == RDMAX_RECV_POOL_SHARED && pool_of(ctx, 0).endpoints == users0 + 1 &&
+          bytes0 - bytes_pre < 16 * 4096, "default: the shared pool has %u endpoints, %u before; the endpoint added "
+          "%llu bytes to endpoint_bytes", pool_of(ctx, 0).endpoints, users0, (unsigned long long)(bytes0 - bytes_pre));
     d.recv_pool = RDMAX_RECV_POOL_OWN;
     d.rq_depth = 32;
     d.recv_size = 1024;
     REQUIRE(rdmax_ep_create(ctx, &d, &b) == RDMAX_OK, "create with an own pool: %s", g_lastlog);
-    CHECK(ctx->ep_bytes - bytes0 >= 32 * 1024 && ctx->ep_bytes - bytes0 < 32 * 1024 + 4096,
-          "an own pool of 32 x 1 KiB added %llu bytes to endpoint_bytes", (unsigned long long)(ctx->ep_bytes - bytes0));
+    uint64_t bytes1 = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
+    CHECK(bytes1 - bytes0 >= 32 * 1024 && bytes1 - bytes0 < 32 * 1024 + 4096,
+          "an own pool of 32 x 1 KiB added %llu bytes to endpoint_bytes", (unsigned long long)(bytes1 - bytes0));
+    CHECK(pool_of(ctx, 1024).endpoints == 0, "the own pool's endpoint joined a shared pool of 1024-byte buffers");
     rdmax_ep_destroy(b);
     b = NULL;
-    CHECK(ctx->ep_bytes == bytes0, "endpoint_bytes %llu after the destroy, %llu before", (unsigned long long)ctx->ep_bytes,
+    bytes1 = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
+    CHECK(bytes1 == bytes0, "endpoint_bytes %llu after the destroy, %llu before", (unsigned long long)bytes1,
           (unsigned long long)bytes0);
     tl_end();
 out:
@@ -320,13 +393,27 @@ static void recv_size_case(void)
     db.user = &sb;
     REQUIRE(tl_pair(ctx, ctx, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     REQUIRE(rdmax_ep_create(ctx, NULL, &c) == RDMAX_OK, "endpoint of the context's size: %s", g_lastlog);
-    struct rdmax__rx *x = ctx->rx;
-    CHECK(x->pool[0]->recv_size == 1024 && c->pool == 0, "pool 0 has %u-byte buffers", x->pool[0]->recv_size);
-    CHECK(a->pool != b->pool && a->pool && b->pool && x->pool[a->pool]->recv_size == 64 &&
-          x->pool[b->pool]->recv_size == 2048, "pools %u and %u", a->pool, b->pool);
-    CHECK(a->peer_recv_size == 2048 && b->peer_recv_size == 64, "a may send %u, b %u", a->peer_recv_size,
-          b->peer_recv_size);
+    {
+        /* three pools, one endpoint each: c in the context's (1024), a in one of 64, b in one of 2048 */
+        rdmax_recv_pool_info p0, p64, p2048;
+        bool h0 = rdmax_ctx_query_recv_pool(ctx, 0, &p0), h64 = rdmax_ctx_query_recv_pool(ctx, 64, &p64),
+             h2048 = rdmax_ctx_query_recv_pool(ctx, 2048, &p2048);
+        rdmax_ep_info ia, ib, ic;
+        rdmax_ep_query_info(a, &ia);
+        rdmax_ep_query_info(b, &ib);
+        rdmax_ep_query_info(c, &ic);
+        CHECK(h0 && p0.recv_size == 1024 && p0.endpoints == 1 && rdmax_ep_query_desc(c).recv_size == 1024,
+              "the context's pool: %s, %u-byte buffers, %u endpoints", h0 ? "there" : "none", p0.recv_size,
+              p0.endpoints);
+        CHECK(h64 && h2048 && p64.recv_size == 64 && p64.endpoints == 1 && p2048.recv_size == 2048 &&
+              p2048.endpoints == 1 && ia.recv_pool != ib.recv_pool && ia.recv_pool != ic.recv_pool &&
+              ib.recv_pool != ic.recv_pool, "pools of 64 (%s, %u endpoints) and 2048 bytes (%s, %u endpoints); a, "
+              "b, c receive into %p, %p, %p", h64 ? "there" : "none", p64.endpoints, h2048 ? "there" : "none",
+              p2048.endpoints, ia.recv_pool, ib.recv_pool, ic.recv_pool);
+    }
+    /* what each may send is the other's recv_size: b up to 64, a up to 2048 (sent below) */
     static unsigned char m[4096];
+    CHECK_ST(rdmax_send(b, m, 64, NULL, NULL), RDMAX_OK);
     CHECK_ST(rdmax_send(b, m, 65, NULL, NULL), RDMAX_ERR_SIZE);
     CHECK_ST(rdmax_send(a, m, 2049, NULL, NULL), RDMAX_ERR_SIZE);
     for (uint32_t i = 0; i < 2048; i++)
@@ -338,22 +425,25 @@ static void recv_size_case(void)
         rdmax_progress(ctx);
     CHECK(k.done && k.status == RDMAX_OK && sb.big == 1 && sb.big_bad == 0, "2048 bytes: %s, %u arrived, %u "
           "bytes differ", rdmax_status_str(k.status), sb.big, sb.big_bad);
-    uint32_t pa = a->pool, pb = b->pool;
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
     a = b = NULL;
     for (int i = 0; i < 10; i++)
         rdmax_progress(ctx);  /* the receive CQ seen empty */
-    rdmax__tick(ctx);
-    CHECK(x->pool[pa] == NULL && x->pool[pb] == NULL && x->pool[0] != NULL,
-          "pools after their endpoints went: 64 %s, 2048 %s, context's %s", x->pool[pa] ? "kept" : "freed",
-          x->pool[pb] ? "kept" : "freed", x->pool[0] ? "kept" : "freed");
+    whitebox(ctx, NULL, WB_TICK, 0);
+    {
+        rdmax_recv_pool_info pi;
+        bool k64 = rdmax_ctx_query_recv_pool(ctx, 64, &pi), k2048 = rdmax_ctx_query_recv_pool(ctx, 2048, &pi),
+             k0 = rdmax_ctx_query_recv_pool(ctx, 0, &pi);
+        CHECK(!k64 && !k2048 && k0, "pools after their endpoints went: 64 %s, 2048 %s, context's %s",
+              k64 ? "kept" : "freed", k2048 ? "kept" : "freed", k0 ? "kept" : "freed");
+    }
     rdmax_ep_destroy(c);
     c = NULL;
     for (int i = 0; i < 10; i++)
         rdmax_progress(ctx);
-    rdmax__tick(ctx);
-    CHECK(x->pool[0] != NULL, "the context's pool was freed");
+    whitebox(ctx, NULL, WB_TICK, 0);
+    CHECK(pool_of(ctx, 0).recv_size == 1024, "the context's pool was freed");
     /* 31 sizes at once: the 32nd is refused by name */
     rdmax_ep *many[32];
     memset(many, 0, sizeof many);
@@ -398,7 +488,8 @@ static void stale_case(const char *dev)
     db.recv_cb = on_msg;
     db.user = &sb;
     REQUIRE(tl_pair(ca, cb, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
-    uint32_t target0 = cb->rx->pool[0]->target, posted0 = cb->rx->pool[0]->posted;
+    rdmax_recv_pool_info p = pool_of(cb, 0);
+    uint32_t target0 = p.target, posted0 = p.posted;
     CHECK(target0 == 8 && posted0 == 8, "target %u posted %u", target0, posted0);
     /* 7 sends (the window less the grant's credit) land in b's context, which does not poll yet */
     unsigned char m[64];
@@ -414,21 +505,22 @@ static void stale_case(const char *dev)
     rdmax_counters_get(cb, &c0);
     rdmax_ep_destroy(b);
     b = NULL;
-    CHECK(cb->rx->pool[0]->target == 0, "target %u after the destroy", cb->rx->pool[0]->target);
+    p = pool_of(cb, 0);
+    CHECK(p.target == 0, "target %u after the destroy", p.target);
     for (int i = 0; i < 1000; i++)
         rdmax_progress(cb);
     rdmax_counters_get(cb, &c1);
     CHECK(c1.stale_wr_ids - c0.stale_wr_ids == 7 && c1.recv_msgs == c0.recv_msgs && sb.msgs == 0,
           "stale %llu (want 7), messages %llu", (unsigned long long)(c1.stale_wr_ids - c0.stale_wr_ids),
           (unsigned long long)(c1.recv_msgs - c0.recv_msgs));
-    CHECK(cb->rx->pool[0]->posted + cb->rx->pool[0]->n_free == cb->rx->pool[0]->n_bufs, "posted %u + free %u != %u buffers",
-          cb->rx->pool[0]->posted, cb->rx->pool[0]->n_free, cb->rx->pool[0]->n_bufs);
+    p = pool_of(cb, 0);
+    CHECK(p.posted + p.free == p.buffers, "posted %u + free %u != %u buffers", p.posted, p.free, p.buffers);
     /* a new endpoint reuses the pool: no new chunk, its window posted again */
-    uint32_t bufs = cb->rx->pool[0]->n_bufs;
+    uint32_t bufs = p.buffers;
     db.user = &sb2;
     REQUIRE(tl_pair(ca, cb, &d, &db, &a2, &b2) == RDMAX_OK, "second pair: %s", g_lastlog);
-    CHECK(cb->rx->pool[0]->n_bufs == bufs && cb->rx->pool[0]->posted >= 8, "buffers %u -> %u, posted %u", bufs, cb->rx->pool[0]->n_bufs,
-          cb->rx->pool[0]->posted);
+    p = pool_of(cb, 0);
+    CHECK(p.buffers == bufs && p.posted >= 8, "buffers %u -> %u, posted %u", bufs, p.buffers, p.posted);
     uint64_t rnr0 = rnr_count(dev);
     for (uint32_t i = 0; i < 100;) {
         memcpy(m, &i, 4);
@@ -449,7 +541,7 @@ static void stale_case(const char *dev)
         rdmax_ep_desc d3 = db;
         d3.recv_size = 512;
         REQUIRE(tl_pair(ca, cb, &d, &d3, &a3, &b3) == RDMAX_OK, "third pair: %s", g_lastlog);
-        uint32_t slot = b3->pool;
+        uint32_t slot = whitebox(cb, b3, WB_POOL_SLOT, 0);
         for (uint32_t i = 0; i < 5; i++) {
             memcpy(m, &i, 4);
             CHECK_ST(rdmax_send(a3, m, 64, NULL, NULL), RDMAX_OK);
@@ -457,12 +549,15 @@ static void stale_case(const char *dev)
         CHECK(rdmax_ep_flush(a3, 10000) == RDMAX_OK, "flush");
         rdmax_counters_get(cb, &c0);
         rdmax_ep_destroy(b3);
-        CHECK(slot > 0 && cb->rx->pool[slot] == NULL && (cb->rx->cooling & (1u << slot)),
-              "pool %u of 512-byte buffers: %s", slot, cb->rx->pool[slot] ? "kept" : "not cooling");
+        bool kept = rdmax_ctx_query_recv_pool(cb, 512, &p);
+        uint32_t cooling = whitebox(cb, NULL, WB_SLOT_COOLING, slot);
+        CHECK(slot > 0 && !kept && cooling, "pool %u of 512-byte buffers: %s, its slot %s", slot,
+              kept ? "kept" : "freed", cooling ? "cooling" : "not cooling");
         rdmax_ep *x = NULL;
         rdmax_ep_desc dx = d;
         dx.recv_size = 1024;
-        CHECK(rdmax_ep_create(cb, &dx, &x) == RDMAX_OK && x->pool != slot, "a new size took the cooling slot");
+        CHECK(rdmax_ep_create(cb, &dx, &x) == RDMAX_OK && whitebox(cb, x, WB_POOL_SLOT, 0) != slot,
+              "a new size took the cooling slot");
         rdmax_ep_destroy(x);
         for (int i = 0; i < 100; i++)
             rdmax_progress(cb);
@@ -500,8 +595,8 @@ static void limit_case(void)
     db.recv_cb = on_msg;
     db.user = &sb;
     REQUIRE(tl_pair(ca, cb, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
-    rdmax__tick(cb);
-    REQUIRE(cb->rx->pool[0]->limit == 16, "limit armed at %u, not a quarter of 64", cb->rx->pool[0]->limit);
+    whitebox(cb, NULL, WB_TICK, 0);
+    REQUIRE(pool_of(cb, 0).low_water == 16, "limit armed at %u, not a quarter of 64", pool_of(cb, 0).low_water);
     unsigned char m[64];
     uint32_t seq = 0;
     for (int round = 0; round < 2; round++) {
@@ -514,16 +609,18 @@ static void limit_case(void)
         }
         REQUIRE(rdmax_ep_flush(a, 10000) == RDMAX_OK, "flush");
         usleep(100000);  /* the event is read without blocking: let the device deliver it */
-        rdmax__tick(cb);
-        CHECK(cb->cnt.srq_limit_events == (uint64_t)round, "after a burst of %d: %llu events", burst,
-              (unsigned long long)cb->cnt.srq_limit_events);
+        whitebox(cb, NULL, WB_TICK, 0);
+        rdmax_counters cnt;
+        rdmax_counters_get(cb, &cnt);
+        CHECK(cnt.srq_limit_events == (uint64_t)round, "after a burst of %d: %llu events", burst,
+              (unsigned long long)cnt.srq_limit_events);
         REQUIRE(spin_until(ca, cb, &sb.msgs, seq) == 0, "%u of %u arrived", sb.msgs, seq);
         for (int i = 0; i < 2000; i++) {  /* grants back to a, the pool refilled, the mark armed again */
             rdmax_progress(ca);
             rdmax_progress(cb);
         }
-        rdmax__tick(cb);
-        CHECK(cb->rx->pool[0]->limit == 16, "limit not armed again: %u", cb->rx->pool[0]->limit);
+        whitebox(cb, NULL, WB_TICK, 0);
+        CHECK(pool_of(cb, 0).low_water == 16, "limit not armed again: %u", pool_of(cb, 0).low_water);
     }
     CHECK(sb.bad == 0, "%u bad messages", sb.bad);
     tl_end();
@@ -558,26 +655,29 @@ static void limits_case(void)
     rdmax_ep_destroy(e[2]);
     e[2] = NULL;
     /* a window the receive CQ cannot hold */
-    uint32_t target = ctx->rx->pool[0]->target, n = ctx->n_eps, posted = ctx->rx->pool[0]->posted;
-    uint64_t bytes = ctx->ep_bytes;
+    rdmax_recv_pool_info p = pool_of(ctx, 0);
+    uint32_t target = p.target, posted = p.posted, max_cqe = rdmax_ctx_attr(ctx)->max_cqe;
+    uint64_t n = prof(ctx, RDMAX_PROFILE_VAR_ENDPOINTS), bytes = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
     d.rq_depth = 65535;
     d.recv_size = 64;
     char want[32];
-    snprintf(want, sizeof want, "max_cqe %u", ctx->attr.max_cqe);
+    snprintf(want, sizeof want, "max_cqe %u", max_cqe);
     g_lastlog[0] = 0;
     rdmax_status st = rdmax_ep_create(ctx, &d, &e[2]);
-    if (ctx->attr.max_cqe >= 65535 + target) {
-        printf("# device max_cqe %u holds a window of 65535: the max_cqe case does not apply\n", ctx->attr.max_cqe);
+    if (max_cqe >= 65535 + target) {
+        printf("# device max_cqe %u holds a window of 65535: the max_cqe case does not apply\n", max_cqe);
     } else {
         CHECK_ST(st, RDMAX_ERR_LIMIT);
         CHECK(e[2] == NULL && strstr(g_lastlog, want), "message: %s", g_lastlog);
     }
-    CHECK(ctx->n_eps == n && ctx->rx->pool[0]->target == target && ctx->rx->pool[0]->posted == posted && ctx->ep_bytes == bytes,
-          "left behind: endpoints %u -> %u, target %u -> %u, posted %u -> %u, bytes %llu -> %llu", n, ctx->n_eps,
-          target, ctx->rx->pool[0]->target, posted, ctx->rx->pool[0]->posted, (unsigned long long)bytes,
-          (unsigned long long)ctx->ep_bytes);
+    rdmax_recv_pool_info p1 = pool_of(ctx, 0);
+    uint64_t n1 = prof(ctx, RDMAX_PROFILE_VAR_ENDPOINTS), bytes1 = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
+    CHECK(n1 == n && p1.target == target && p1.posted == posted && bytes1 == bytes,
+          "left behind: endpoints %llu -> %llu, target %u -> %u, posted %u -> %u, bytes %llu -> %llu",
+          (unsigned long long)n, (unsigned long long)n1, target, p1.target, posted, p1.posted,
+          (unsigned long long)bytes, (unsigned long long)bytes1);
     d.rq_depth = 16;  /* and the context still works */
     CHECK(rdmax_ep_create(ctx, &d, &e[2]) == RDMAX_OK, "endpoint after the refusal: %s", g_lastlog);
     tl_end();
@@ -613,7 +713,8 @@ static int memlock_child(void)
     rdmax_status st = rdmax_ep_create(ctx, &d, &e);
     printf("# memlock child: %s; %s\n", rdmax_status_str(st), g_lastlog);
     int rc = st != RDMAX_ERR_LIMIT ? 20 : !strstr(g_lastlog, "RLIMIT_MEMLOCK") ? 21
-             : !strstr(g_lastlog, "1048576 bytes") ? 22 : e != NULL || ctx->n_eps != 0 ? 23 : 0;
+             : !strstr(g_lastlog, "1048576 bytes") ? 22
+             : e != NULL || prof(ctx, RDMAX_PROFILE_VAR_ENDPOINTS) != 0 ? 23 : 0;
     if (rc == 0) {  /* a window that fits the limit still works */
         d.rq_depth = 4;
         rc = rdmax_ep_create(ctx, &d, &e) == RDMAX_OK ? 0 : 24;
@@ -683,9 +784,12 @@ static void threads_case(void)
     memset(&wa, 0, sizeof wa);
     memset(&wc, 0, sizeof wc);
     tl_begin("srq/threads: two contexts sharing one PD serve one region from two threads");
-    CHECK(ch->verbs == pa->verbs && ch->pd == pa->pd && ch->dev == pa->dev && pa->dev->refs == 2,
-          "the child has its own device or PD");
-    CHECK(ch->rx == NULL && strcmp(ch->attr.name, pa->attr.name) == 0, "child attributes");
+    CHECK(whitebox(pa, NULL, WB_DEV_REFS, 0) == 2, "device refs %u with a child", whitebox(pa, NULL, WB_DEV_REFS, 0));
+    {
+        rdmax_recv_pool_info pi;
+        CHECK(!rdmax_ctx_query_recv_pool(ch, 0, &pi) && prof(ch, RDMAX_PROFILE_VAR_RECV_POOL_BYTES) == 0 &&
+              strcmp(rdmax_ctx_attr(ch)->name, rdmax_ctx_attr(pa)->name) == 0, "child attributes");
+    }
     REQUIRE(rdmax_mem_alloc(pa, 2 * 4096, RDMAX_ACCESS_REMOTE_READ, &region) == RDMAX_OK, "region");
     for (size_t i = 0; i < 2 * 4096; i++)
         ((unsigned char *)region->addr)[i] = (unsigned char)(i * 7 + 3);
@@ -698,6 +802,16 @@ static void threads_case(void)
     REQUIRE(tl_pair(cl, pa, &ec_d, &es, &ca, &ea) == RDMAX_OK, "pair with the parent: %s", g_lastlog);
     REQUIRE(tl_pair(cl, ch, &ec_d, &es, &cc, &ec) == RDMAX_OK, "pair with the child: %s", g_lastlog);
     REQUIRE(tl_pair(cl, other, &ec_d, &es, &co, &eo) == RDMAX_OK, "pair with an unrelated context: %s", g_lastlog);
+    {
+        /* the child's QPs are on the parent's device context and PD; the unrelated context's are not */
+        rdmax_ep_info ip, ic, io;
+        rdmax_ep_query_info(ea, &ip);
+        rdmax_ep_query_info(ec, &ic);
+        rdmax_ep_query_info(eo, &io);
+        CHECK(ic.qp->context == ip.qp->context && ic.qp->pd == ip.qp->pd, "the child has its own device or PD");
+        CHECK(io.qp->context != ip.qp->context && io.qp->pd != ip.qp->pd, "control: an unrelated context shares "
+              "the parent's device or PD");
+    }
     wa.ctx = pa;
     wa.ep = ea;
     wc.ctx = ch;
@@ -755,7 +869,7 @@ out:
     tl_begin("srq/threads: the parent destroyed first, the child keeps the device");
     rdmax_ctx *x = open_ctx(0, NULL);
     rdmax_ep *p1 = NULL, *p2 = NULL;
-    CHECK(ch->dev->refs == 1, "refs %u", ch->dev->refs);
+    CHECK(whitebox(ch, NULL, WB_DEV_REFS, 0) == 1, "refs %u", whitebox(ch, NULL, WB_DEV_REFS, 0));
     CHECK(tl_pair(ch, x, NULL, NULL, &p1, &p2) == RDMAX_OK, "endpoints on the child: %s", g_lastlog);
     rdmax_comp c;
     memset(&c, 0, sizeof c);
@@ -789,8 +903,8 @@ static void shared_events_case(void)
     db.recv_cb = on_msg;
     db.user = &sb;
     REQUIRE(tl_pair(cl, pa, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
-    rdmax__tick(pa);
-    REQUIRE(pa->rx->pool[0]->limit == 16, "limit %u", pa->rx->pool[0]->limit);
+    whitebox(pa, NULL, WB_TICK, 0);
+    REQUIRE(pool_of(pa, 0).low_water == 16, "limit %u", pool_of(pa, 0).low_water);
     unsigned char m[64];
     for (uint32_t i = 0; i < 60; i++) {
         memcpy(m, &i, 4);
@@ -800,15 +914,20 @@ static void shared_events_case(void)
     }
     REQUIRE(rdmax_ep_flush(a, 10000) == RDMAX_OK, "flush");
     /* the child reads the shared fd: the parent's event must be queued for the parent, not taken */
-    for (int i = 0; i < 100 && pa->dev->n_ev == 0; i++) {
+    for (int i = 0; i < 100 && whitebox(pa, NULL, WB_DEV_EVENTS, 0) == 0; i++) {
         usleep(10000);
-        rdmax__tick(ch);
+        whitebox(ch, NULL, WB_TICK, 0);
     }
-    CHECK(pa->dev->n_ev >= 1 && ch->cnt.srq_limit_events == 0, "queued %u, child counted %llu", pa->dev->n_ev,
-          (unsigned long long)ch->cnt.srq_limit_events);
-    rdmax__tick(pa);
-    CHECK(pa->cnt.srq_limit_events == 1 && pa->dev->n_ev == 0, "parent counted %llu, %u still queued",
-          (unsigned long long)pa->cnt.srq_limit_events, pa->dev->n_ev);
+    rdmax_counters cc, cp;
+    rdmax_counters_get(ch, &cc);
+    uint32_t queued = whitebox(pa, NULL, WB_DEV_EVENTS, 0);
+    CHECK(queued >= 1 && cc.srq_limit_events == 0, "queued %u, child counted %llu", queued,
+          (unsigned long long)cc.srq_limit_events);
+    whitebox(pa, NULL, WB_TICK, 0);
+    rdmax_counters_get(pa, &cp);
+    queued = whitebox(pa, NULL, WB_DEV_EVENTS, 0);
+    CHECK(cp.srq_limit_events == 1 && queued == 0, "parent counted %llu, %u still queued",
+          (unsigned long long)cp.srq_limit_events, queued);
     REQUIRE(spin_until(cl, pa, &sb.msgs, 60) == 0, "%u of 60 arrived", sb.msgs);
     tl_end();
 out:
@@ -836,7 +955,7 @@ static void rnr_control_case(const char *dev)
     tl_begin("srq/control: %d sends past a window of 4 to a receiver that does not progress move the RNR counters",
              RAW);
     REQUIRE(tl_pair(ctx, ctx, &d, &d, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
-    REQUIRE(ctx->rx->pool[0]->posted == 8, "%u buffers posted, expected the two windows", ctx->rx->pool[0]->posted);
+    REQUIRE(pool_of(ctx, 0).posted == 8, "%u buffers posted, expected the two windows", pool_of(ctx, 0).posted);
     uint64_t rnr0 = rnr_count(dev);
     struct ibv_send_wr wr[RAW], *bad = NULL;
     memset(wr, 0, sizeof wr);
@@ -846,7 +965,9 @@ static void rnr_control_case(const char *dev)
         wr[i].next = i + 1 < RAW ? &wr[i + 1] : NULL;
     }
     wr[RAW - 1].send_flags = IBV_SEND_SIGNALED;
-    REQUIRE(ibv_post_send(a->qp, wr, &bad) == 0, "ibv_post_send");
+    rdmax_ep_info ia;
+    rdmax_ep_query_info(a, &ia);  /* its qp is there for fault injection like this */
+    REQUIRE(ibv_post_send(ia.qp, wr, &bad) == 0, "ibv_post_send");
     /* nothing polls or reposts meanwhile; the wait is only a hang guard */
     for (int i = 0; i < 500 && rnr_count(dev) == rnr0; i++)
         usleep(10000);
@@ -868,7 +989,7 @@ int main(void)
     setvbuf(stdout, NULL, _IOLBF, 0);
     rdmax_ctx *ctx = open_ctx(0, NULL);
     char dev[64];
-    snprintf(dev, sizeof dev, "%s", ctx->attr.name);
+    snprintf(dev, sizeof dev, "%s", rdmax_ctx_attr(ctx)->name);
     imm_case(ctx);
     tiny_window_case(ctx, dev, RDMAX_RECV_POOL_SHARED, RDMAX_RECV_POOL_SHARED);
     tiny_window_case(ctx, dev, RDMAX_RECV_POOL_OWN, RDMAX_RECV_POOL_OWN);
