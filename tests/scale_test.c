@@ -60,6 +60,28 @@ static void count_free(void *q, void *user)
     free(p);
 }
 
+/* A profile variable of ctx now, read through a profile object of its own; UINT64_MAX if unreadable.
+   (The object is allocated through the context's allocator: read after taking allocation deltas.) */
+static uint64_t prof(rdmax_ctx *ctx, uint32_t id)
+{
+    rdmax_profile *p = NULL;
+    uint64_t v = UINT64_MAX;
+    if (rdmax_profile_open(ctx, &p) != RDMAX_OK)
+        return UINT64_MAX;
+    if (rdmax_profile_read_u64(p, id, &v) != RDMAX_OK)
+        v = UINT64_MAX;
+    rdmax_profile_close(p);
+    return v;
+}
+
+/* The shared receive pool of recv_size on ctx (0: the context's); all zero when ctx has none. */
+static rdmax_recv_pool_info pool_of(const rdmax_ctx *ctx, uint32_t recv_size)
+{
+    rdmax_recv_pool_info pi;
+    rdmax_ctx_query_recv_pool(ctx, recv_size, &pi);
+    return pi;
+}
+
 static double now_s(void)
 {
     struct timespec t;
@@ -213,19 +235,21 @@ static int pairs_mode(int npairs)
     long avail1 = proc_kb("/proc/meminfo", "MemAvailable:");
     long long uv1 = uverbs_bytes();
     int64_t al1 = g_alloc_bytes;
-    struct rdmax__srq *srq = ctx->rx->pool[0];
-    double pool = (double)srq->n_bufs * srq->recv_size;
+    rdmax_recv_pool_info srq = pool_of(ctx, 0);
+    uint64_t own = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES), n_eps = prof(ctx, RDMAX_PROFILE_VAR_ENDPOINTS);
+    double pool = (double)srq.buffers * srq.recv_size;
     printf("# %d endpoints created and connected in %.2f s (%.0f per second)\n", n, t1 - t0, n / (t1 - t0));
-    printf("# memory per endpoint: rdmax's own %llu B (endpoint_bytes: struct %zu, %u slots x %zu; allocator delta %lld B with table and map shares); provider %lld B (queue mappings; sq_depth %u, "
+    printf("# memory per endpoint: rdmax's own %llu B (endpoint_bytes: sizeof(rdmax_ep) %zu, then its %u send slots "
+           "and regions; allocator delta %lld B with table and map shares); provider %lld B (queue mappings; sq_depth %u, "
            "max_inline %u); shared pool %.0f B (%u buffers of %u B in %u chunks, SRQ of %u); whole process "
            "VmSize %ld B, RSS %ld B; MemAvailable %ld B\n",
-           (unsigned long long)(ctx->ep_bytes / (uint64_t)n), sizeof(rdmax_ep), d.sq_depth, sizeof(rdmax__slot),
+           (unsigned long long)(own / (uint64_t)n), sizeof(rdmax_ep), d.sq_depth,
            (long long)((al1 - al0) / n), (uv1 - uv0) / n, d.sq_depth,
-           rdmax_ep_query_desc(eps[0]).max_inline, pool / n, srq->n_bufs, srq->recv_size, srq->n_chunks, srq->cap,
+           rdmax_ep_query_desc(eps[0]).max_inline, pool / n, srq.buffers, srq.recv_size, srq.chunks, srq.srq_cap,
            (vm1 - vm0) * 1024 / n, (rss1 - rss0) * 1024 / n, (avail0 - avail1) * 1024 / n);
     printf("ROW rc_connect_info_eps_per_s %.0f\n", n / (t1 - t0));
-    CHECK(ctx->n_eps == (uint32_t)n && srq->target == (uint32_t)n * d.rq_depth && srq->posted == srq->target,
-          "endpoints %u, target %u, posted %u", ctx->n_eps, srq->target, srq->posted);
+    CHECK(n_eps == (uint64_t)n && srq.target == (uint32_t)n * d.rq_depth && srq.posted == srq.target,
+          "endpoints %llu, target %u, posted %u", (unsigned long long)n_eps, srq.target, srq.posted);
     tl_end();
 
     snprintf(name, sizeof name, "scale/%d endpoints: %d checked sends each way, a put and a put with "
@@ -302,10 +326,13 @@ static int pairs_mode(int npairs)
     }
     for (int i = 0; i < 1000; i++)
         rdmax_progress(ctx);
-    CHECK(ctx->n_eps == 0 && ctx->ep_bytes == 0 && ctx->rx->pool[0]->target == 0, "left: %u endpoints, %llu bytes, "
-          "target %u", ctx->n_eps, (unsigned long long)ctx->ep_bytes, ctx->rx->pool[0]->target);
-    CHECK(ctx->rx->pool[0]->posted + ctx->rx->pool[0]->n_free == ctx->rx->pool[0]->n_bufs, "buffers: %u posted + %u free of %u",
-          ctx->rx->pool[0]->posted, ctx->rx->pool[0]->n_free, ctx->rx->pool[0]->n_bufs);
+    {
+        uint64_t left = prof(ctx, RDMAX_PROFILE_VAR_ENDPOINTS), bytes = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
+        rdmax_recv_pool_info p = pool_of(ctx, 0);
+        CHECK(left == 0 && bytes == 0 && p.target == 0, "left: %llu endpoints, %llu bytes, target %u",
+              (unsigned long long)left, (unsigned long long)bytes, p.target);
+        CHECK(p.posted + p.free == p.buffers, "buffers: %u posted + %u free of %u", p.posted, p.free, p.buffers);
+    }
     tl_end();
     free(sent);
     free(put_done);
@@ -549,11 +576,10 @@ static void server_idle(rdmax_ctx *ctx, rdmax_listener *l, int ms)
     if (rdmax_progress(ctx))
         return;
     struct pollfd p[2] = {{rdmax_ctx_fd(ctx), POLLIN, 0}, {l ? rdmax_listener_fd(l) : -1, POLLIN, 0}};
-    poll(p, l ? 2 : 1, ms);
-    struct ibv_cq *cq;
-    void *cc;
-    while (ibv_get_cq_event(ctx->channel, &cq, &cc) == 0)
-        ibv_ack_cq_events(cq, 1);
+    /* rdmax_wait takes the channel's notification (and progresses); if it found completions at once it
+       leaves the notification, and the next idle call wakes at once and takes it then */
+    if (poll(p, l ? 2 : 1, ms) > 0 && (p[0].revents & POLLIN))
+        rdmax_wait(ctx, 0);
 }
 
 static int listen_mode(int nc, int e)
@@ -979,7 +1005,7 @@ static int credits_mode(int nc, int m)
            "the server: its queue of %u credits drains in %.0f ms); %ld refused posts; worst refused-post wait "
            "%.1f ms; round trip idle %.1f ms (median; max %.1f ms), under this load up to %.1f ms: worst wait = "
            "%.1f loaded round trips; server grants %llu\n", nc, m, total, (unsigned long long)c.recv_imms, t1 - t0,
-           rate, ctx->rx->target, ctx->rx->target / rate * 1e3, refused, worst * 1e3, rtt[nc / 2] * 1e3,
+           rate, pool_of(ctx, 0).target, pool_of(ctx, 0).target / rate * 1e3, refused, worst * 1e3, rtt[nc / 2] * 1e3,
            rtt[nc - 1] * 1e3, loaded * 1e3, loaded > 0 ? worst / loaded : 0.0,
            (unsigned long long)c.posted[RDMAX_OP_GRANT]);
     CHECK(accepted == nc && failed == 0, "%d of %d accepted, %d clients failed", accepted, nc, failed);
@@ -1022,12 +1048,9 @@ static int memory_mode(int npairs)
     long rss1 = proc_kb("/proc/self/status", "VmRSS:");
     long long uv1 = uverbs_bytes();
     int64_t al1 = g_alloc_bytes;
-    uint64_t pool = 0;
-    for (int p = 0; p < RDMAX__POOLS; p++)
-        if (ctx->rx->pool[p])
-            pool += (uint64_t)ctx->rx->pool[p]->n_bufs * ctx->rx->pool[p]->recv_size;
+    uint64_t pool = prof(ctx, RDMAX_PROFILE_VAR_RECV_POOL_BYTES);  /* all pools' buffers */
     const rdmax_ep_desc ed0 = rdmax_ep_query_desc(eps[0]), *d = &ed0;
-    uint64_t own = ctx->ep_bytes / (uint64_t)n;
+    uint64_t own = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES) / (uint64_t)n;
     long long alloc = (long long)((al1 - al0) / n);  /* also the endpoint table, QP map, pool free lists */
     printf("# defaults: sq_depth %u, rq_depth %u, recv_size %u, max_inline %u; per endpoint: rdmax's own %llu B "
            "(sizeof(rdmax_ep) %zu B; the batch staging is the context's), allocator delta %lld B, provider queue "
