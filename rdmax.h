@@ -1408,6 +1408,9 @@ RDMAX_API const char *rdmax_log_item_str(rdmax_log_item item);
    rdmax_ctx_attr: the limits probed on the device and port (rdmax_dev_attr), valid while ctx lives.
    rdmax_ctx_query_desc: the desc as applied (defaults, environment and device limits filled in).
    rdmax_ctx_fd: the completion channel's fd: readable when a completion arrives after rdmax_ctx_arm.
+   A program that polls it in its own loop calls rdmax_wait(ctx, 0) while it is readable: a call handles
+   completions, or finds none, takes the notification and arms again (then RDMAX_ERR_TIMEOUT, and the
+   fd is quiet until the next completion).
    rdmax_ctx_arm: asks for one notification on each CQ; RDMAX_OK, or RDMAX_ERR_IO.
    rdmax_counters_get: copies the context's counters (rdmax_counters) into *out.
    rdmax_ctx_rcache: the context's registration cache, for its stats, invalidate and drain; NULL until
