@@ -5841,8 +5841,11 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
         /* The ones before `bad` count as posted only if the QP can run or flush them. rxe queues requests
            in its ring before the doorbell that finds the QP in RESET, INIT or RTR: those neither run nor
            complete, so kept they would hold their slots, comps and region references until the endpoint
-           is destroyed (and on a later failure the ring, full of them, puts `bad` mid-chain). */
-        if (first_bad > 0) {
+           is destroyed (and on a later failure the ring, full of them, puts `bad` mid-chain). Only this
+           process moves a QP to those states, and libibverbs keeps qp->state as the last modify left it:
+           a QP it calls RTS is in RTS or an error state, where the requests run or are flushed, so no
+           query (a system call) is made for it. */
+        if (first_bad > 0 && ep->qp->state != IBV_QPS_RTS) {  /* state: as our last modify left it */
             struct ibv_qp_attr qa;
             struct ibv_qp_init_attr qi;
             if (ibv_query_qp(ep->qp, &qa, IBV_QP_STATE, &qi) == 0 &&
