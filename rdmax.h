@@ -1246,6 +1246,9 @@ struct rdmax_ctx {
     struct ibv_context *verbs;
     struct ibv_pd *pd;
     struct ibv_cq *scq, *rcq;
+    struct ibv_wc *rwc;         /* where rdmax_progress polls the receive CQ into: rwc_top, or while
+                                   rdmax__recv_cqes runs callbacks (which may progress) an array in its
+                                   frame, so the inline poll needs no array of its own */
     struct ibv_comp_channel *channel;
     uint32_t scq_credits;       /* send-CQ entries not yet reserved by a post */
     uint32_t scq_low;           /* below this many credits every progress call polls (drains) the send CQ
@@ -1261,7 +1264,8 @@ struct rdmax_ctx {
     uint32_t rcq_size, rq_total; /* receive CQ entries, and receive requests all endpoints may post */
     uint32_t n_eps;
     uint32_t prof_event_mask;   /* profile events someone registered for (rdmax__profile_wants) */
-    uint32_t tick;              /* progress calls; every 1024th runs rdmax__tick */
+    uint32_t tick;              /* progress calls until the next rdmax__tick (counts down from
+                                   RDMAX__TICK_CALLS: every 1024th call runs it) */
     int64_t next_tick_ms;       /* next watchdog and keepalive pass */
     int64_t port_down_ms;       /* when the port last went down (0: never), for error messages */
     int64_t last_pass_ms;       /* the last watchdog pass */
@@ -1282,7 +1286,8 @@ struct rdmax_ctx {
     rdmax_log_level log_level;
     rdmax_log_item last_error_item;
     char last_error[512];
-    struct ibv_wc wc[16];
+    struct ibv_wc wc[16];       /* the send CQ's batch (rdmax__poll_send_fast) */
+    struct ibv_wc rwc_top[16];  /* the receive CQ's batch of an outermost rdmax_progress (rwc) */
     /* Chained requests of the one endpoint that batches (rdmax_batch_begin), staged here rather than in
        every endpoint. */
     rdmax_ep *batch_ep;
@@ -1568,7 +1573,9 @@ RDMAX_API rdmax_status rdmax_ep_error(const rdmax_ep *ep); /* first error, RDMAX
    Result: RDMAX_OK, or the error that stopped the drain (the endpoint is closed either way).
    Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms);
-/* rdmax__tick: the low-rate slow path of rdmax_progress (device events, watchdog, keepalive). */
+/* rdmax__tick: the low-rate slow path of rdmax_progress (device events, watchdog, keepalive), every
+   RDMAX__TICK_CALLS-th call. */
+#define RDMAX__TICK_CALLS 1024u
 RDMAX_API void rdmax__tick(rdmax_ctx *ctx);
 
 /* Endpoint accessors. Threads: the context's thread.
@@ -1630,6 +1637,8 @@ RDMAX_API rdmax_status rdmax_ep_pending_add(rdmax_ep *ep, rdmax_req *req);
 RDMAX_API rdmax_status rdmax_req_post(rdmax_ep *ep, rdmax_req *req);
 RDMAX_API void rdmax_ep_pending_purge(rdmax_ep *ep);
 RDMAX_API size_t rdmax__dispatch(rdmax_ctx *ctx);
+RDMAX_API int rdmax__dispatch_then(rdmax_ctx *ctx, int n);     /* rdmax__dispatch, then returns n */
+RDMAX_API int rdmax__progress_more(rdmax_ctx *ctx, int n);     /* rdmax_progress after n receives */
 
 /* Progress and registration slow paths. */
 RDMAX_API rdmax_status rdmax__rcache_open(rdmax_ctx *ctx);
@@ -1637,7 +1646,7 @@ RDMAX_API rdmax_status rdmax__rcache_check(rdmax_ctx *ctx);
 RDMAX_API int rdmax__poll_send(rdmax_ctx *ctx);
 RDMAX_API int rdmax__send_cqes(rdmax_ctx *ctx, int n);
 RDMAX_API int rdmax__poll_recv(rdmax_ctx *ctx);
-RDMAX_API int rdmax__recv_cqes(rdmax_ctx *ctx, struct ibv_wc *wc, int n);
+RDMAX_API int rdmax__recv_cqes(rdmax_ctx *ctx, int n);
 RDMAX_API int rdmax__poll_ud(rdmax_ctx *ctx);
 
 /* ---- rcache: the registration cache ------------------------------------------------------------- */
@@ -2600,9 +2609,10 @@ RDMAX_INLINE int rdmax__poll_send_fast(rdmax_ctx *ctx)
     return rdmax__send_cqes(ctx, n);
 }
 
-/* The receive CQ, polled inline into the caller's array (a receive callback may progress again): an
-   empty poll costs no call of rdmax's own; completions are handled out of line (rdmax__recv_cqes). */
-RDMAX_INLINE int rdmax__poll_recv_fast(rdmax_ctx *ctx, struct ibv_wc *wc)
+/* The receive CQ, polled inline into ctx->rwc (a receive callback may progress again: rdmax__recv_cqes
+   points rwc at an array of its own while it runs them): an empty poll costs no call of rdmax's own and
+   no stack array; completions are handled out of line (rdmax__recv_cqes). */
+RDMAX_INLINE int rdmax__poll_recv_fast(rdmax_ctx *ctx)
 {
     int ud = 0;
 #if RDMAX__HAS_UD
@@ -2610,13 +2620,35 @@ RDMAX_INLINE int rdmax__poll_recv_fast(rdmax_ctx *ctx, struct ibv_wc *wc)
         ud = rdmax__poll_ud(ctx);
 #endif
     RDMAX__PROF_BEGIN(ctx, POLL);
-    int n = ibv_poll_cq(ctx->rcq, 16, wc);
+    int n = ibv_poll_cq(ctx->rcq, 16, ctx->rwc);
     RDMAX__PROF_END(ctx, POLL);
     if (rdmax_likely(n == 0)) {
         ctx->rcq_drains++;
         return ud;
     }
-    return ud + rdmax__recv_cqes(ctx, wc, n);
+    return ud + rdmax__recv_cqes(ctx, n);
+}
+
+/* What rdmax_progress does after the receive CQ: every 1024th call the tick (a count down: one decrement
+   and one branch), the send CQ, the pending queue. Returns the send completions handled. n is not live
+   across a call (the dispatch returns it), so the idle path keeps one register: no stack frame but ctx. */
+RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
+{
+    /* Device events, the watchdog and keepalives: out of line. */
+    if (rdmax_unlikely(--ctx->tick == 0)) {
+        ctx->tick = RDMAX__TICK_CALLS;
+        rdmax__tick(ctx);
+    }
+    int n = 0;
+    /* Send completions that only free resources are polled every 4th call (a busy-waiting caller then
+       spins faster and sees a reply sooner); every call when someone waits on a completion object or
+       CQ entries run low; never while nothing is outstanding (all CQ entries unreserved). */
+    if (ctx->scq_credits != ctx->scq_idle && !ctx->scq_nest &&
+        (ctx->comps_out || (ctx->tick & 3) == 0 || ctx->scq_credits < ctx->scq_low))
+        n = rdmax__poll_send_fast(ctx);
+    if (rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
+        return rdmax__dispatch_then(ctx, n);
+    return n;
 }
 
 /* rdmax_progress: poll receive completions (batches of 16), then send completions; run callbacks, repost
@@ -2627,20 +2659,9 @@ RDMAX_INLINE int rdmax__poll_recv_fast(rdmax_ctx *ctx, struct ibv_wc *wc)
 RDMAX_INLINE int rdmax_progress(rdmax_ctx *ctx)
 {
     RDMAX__PROF_BEGIN(ctx, PROGRESS);
-    struct ibv_wc wc[16];
-    int n = rdmax__poll_recv_fast(ctx, wc);
-    /* Send completions that only free resources are polled every 4th call (a busy-waiting caller then
-       spins faster and sees a reply sooner); every call when someone waits on a completion object or
-       CQ entries run low; never while nothing is outstanding (all CQ entries unreserved). */
-    uint32_t tick = ++ctx->tick;
-    if (ctx->scq_credits != ctx->scq_idle && !ctx->scq_nest &&
-        (ctx->comps_out || (tick & 3) == 0 || ctx->scq_credits < ctx->scq_low))
-        n += rdmax__poll_send_fast(ctx);
-    /* Device events, the watchdog and keepalives: out of line, every 1024th call. */
-    if (rdmax_unlikely((tick & 1023) == 0))
-        rdmax__tick(ctx);
-    if (rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
-        rdmax__dispatch(ctx);
+    int n = rdmax__poll_recv_fast(ctx);
+    /* after receive completions (out of line already) the rest is out of line too */
+    n = rdmax_likely(n == 0) ? rdmax__progress_send(ctx) : rdmax__progress_more(ctx, n);
     RDMAX__PROF_END(ctx, PROGRESS);
     return n;
 }

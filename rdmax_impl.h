@@ -621,6 +621,8 @@ queues:
     ctx->port_up = 1;
     ctx->scq_credits = d.cq_depth;
     ctx->scq_idle = d.cq_depth;
+    ctx->tick = RDMAX__TICK_CALLS;
+    ctx->rwc = ctx->rwc_top;
     {
         static const enum ibv_wr_opcode opc[RDMAX__FWR__COUNT] = {
             IBV_WR_RDMA_WRITE, IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD,
@@ -5700,12 +5702,11 @@ int rdmax__poll_ud(rdmax_ctx *ctx)
 
 int rdmax__poll_recv(rdmax_ctx *ctx)
 {
-    struct ibv_wc wc[16];
-    return rdmax__poll_recv_fast(ctx, wc);
+    return rdmax__poll_recv_fast(ctx);
 }
 
 /* The n receive completions in wc (n not 0: a poll error is negative). */
-int rdmax__recv_cqes(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
+static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
 {
     if (n < 16)
         ctx->rcq_drains++;  /* the CQ was drained: tombstones made before now are dead (>>srq) */
@@ -5819,6 +5820,18 @@ int rdmax__recv_cqes(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
         rdmax__srq_settle(ctx, who, cnt, n_who, pools);
     if (rdmax_unlikely(ctx->flush_check))
         rdmax__flush_check(ctx);
+    return n;
+}
+
+/* The n receive completions rdmax__poll_recv_fast polled into ctx->rwc. A callback that progresses
+   polls again: into this frame's array (rwc points there until the batch is done), not over the rest
+   of this batch. */
+int rdmax__recv_cqes(rdmax_ctx *ctx, int n)
+{
+    struct ibv_wc *wc = ctx->rwc, nested[16];
+    ctx->rwc = nested;
+    n = rdmax__recv_batch(ctx, wc, n);
+    ctx->rwc = wc;
     return n;
 }
 
@@ -6514,6 +6527,19 @@ size_t rdmax__dispatch(rdmax_ctx *ctx)
     RDMAX__PROF_END(ctx, DISPATCH);
     ctx->cnt.dispatched += n;
     return n;
+}
+
+/* Out of line even beside the inline progress (a TU with the implementation): n must not be live
+   across a call of the idle path. */
+__attribute__((noinline)) int rdmax__dispatch_then(rdmax_ctx *ctx, int n)
+{
+    rdmax__dispatch(ctx);
+    return n;
+}
+
+__attribute__((noinline)) int rdmax__progress_more(rdmax_ctx *ctx, int n)
+{
+    return n + rdmax__progress_send(ctx);
 }
 
 static int rdmax__req_has_room(const rdmax_ep *ep, const rdmax_req *req)

@@ -358,6 +358,8 @@ static void setup(fz_in *in)
     ctx->scq = &g_scq.cq;
     ctx->rcq = &g_rcq.cq;
     ctx->scq_credits = SCQ_CREDITS;
+    ctx->rwc = ctx->rwc_top;            /* as rdmax_ctx_create: where progress polls the receive CQ */
+    ctx->tick = RDMAX__TICK_CALLS;
     ctx->scq_low = 8;
     ctx->desc.max_eps = MAXEP;
     ctx->eps_cap = MAXEP;  /* the endpoint table's size (it grows up to max_eps in rdmax) */

@@ -341,6 +341,8 @@ static void setup(fz_in *in)
     ctx->scq = &g_scq.cq;
     ctx->rcq = &g_rcq.cq;
     ctx->scq_credits = SCQ_CREDITS;
+    ctx->rwc = ctx->rwc_top;            /* as rdmax_ctx_create: where progress polls the receive CQ */
+    ctx->tick = RDMAX__TICK_CALLS;
     ctx->scq_low = 8;
     ctx->rcq_size = CQMAX;  /* big enough: rdmax__srq_reserve resizes nothing */
     ctx->desc.max_eps = MAXEP;
