@@ -2316,8 +2316,9 @@ RDMAX_INLINE rdmax_status rdmax__rcache_lkey(rdmax_ctx *ctx, const void *buf, si
    num_sge and next are set at creation and kept), stores its op in its slot, posts and counts.
    Whether it may is one compare of sq_head against sq_stop: sq_stop is sq_tail + the send-queue depth
    while nothing blocks the endpoint, and sq_head (no room) while anything does (rdmax_ep.blocked: not
-   connected, requests pending, chaining), kept right wherever those change (rdmax__ep_regate); plus the
-   context's CQ entries. Everything else - errors, a full queue, pending requests, chained posts, comps,
+   connected, requests pending, chaining), kept right wherever those change (rdmax__ep_regate). The
+   context's CQ entries are asked where the post decides on its signal: a post with few left is
+   signaled, out of line, and that path refuses one with none left. Everything else - errors, a full queue, pending requests, chained posts, comps,
    registration-cache buffers, scatter/gather, UD - takes rdmax__op_slow, out of line. */
 #define RDMAX__BLK_STATE 1u    /* not RDMAX_EP_CONNECTED */
 #define RDMAX__BLK_PENDING 2u  /* requests wait in the pending queue: a direct post would overtake them */
@@ -2363,38 +2364,38 @@ RDMAX_INLINE rdmax_status rdmax__slow(rdmax_ep *ep, rdmax_op op, const void *buf
    signal count (rdmax__post_refused). One post in signal_interval is signaled, out of line
    (rdmax__fast_post_signaled: it keeps the length and address for an error report; the others are
    covered by it). */
-RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, uint32_t head, struct ibv_send_wr *wr, rdmax_op op,
-                                              uint32_t len, uint64_t raddr)
+RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, struct ibv_send_wr *wr,
+                                              rdmax_op op, uint32_t len, uint64_t raddr)
 {
     uint32_t slot = head & ep->sq_mask;
     wr->wr_id = ep->wr_id_base | slot;
     ep->slots[slot].op = (uint8_t)op;  /* s->signaled is 0 in a free slot (retirement clears it) */
-    /* Signaled too while fewer than half the send-CQ entries are free: with many endpoints each one's
-       share of the entries is below signal_interval, and an endpoint that never reaches its signal
-       would hold its entries until the last one forces a completion (rdmax__ep_post). */
-    if (rdmax_unlikely(--ep->sig_left == 0 || ep->ctx->scq_credits <= ep->ctx->scq_low))
+    /* Signaled too while fewer than half the send-CQ entries are free (scq_low, at least 1: so also the
+       post that takes the last one; that path refuses a post when none is left): with many endpoints
+       each one's share of the entries is below signal_interval, and an endpoint that never reaches its
+       signal would hold its entries until the last one forces a completion (rdmax__ep_post). */
+    if (rdmax_unlikely(--ep->sig_left == 0 || ctx->scq_credits <= ctx->scq_low))
         return rdmax__fast_post_signaled(ep, wr, len, raddr);
-    RDMAX__PROF_BEGIN(ep->ctx, POST);
+    RDMAX__PROF_BEGIN(ctx, POST);
     int rc = ibv_post_send(ep->qp, wr, &ep->post_bad);
-    RDMAX__PROF_END(ep->ctx, POST);
+    RDMAX__PROF_END(ctx, POST);
     if (rdmax_unlikely(rc != 0))
         return rdmax__post_refused(ep, rc);
     ep->sq_head++;
-    rdmax_ctx *ctx = ep->ctx;  /* reloaded: one register less across the call */
+    ctx = ep->ctx;  /* reloaded: one register less across the call */
     ctx->scq_credits--;
     ctx->cnt.posted[op]++;
     ctx->cnt.bytes[op] += len;  /* a post of its own: post_calls follows from posted[] (rdmax_counters_get) */
     return RDMAX_OK;
 }
 
-/* The fast gate: connected, nothing pending, not chaining, a send slot free; and CQ entries beyond the
-   last one (the post that takes the last one must be signaled: rdmax__op_slow does that). */
+/* The fast gate: connected, nothing pending, not chaining, a send slot free (one compare). */
 #if RDMAX__HAS_UD
 #define RDMAX__FAST_RC(ep) ((ep)->ah == NULL) /* UD endpoints take the general path */
 #else
 #define RDMAX__FAST_RC(ep) 1
 #endif
-#define RDMAX__FAST_OPEN(ep, ctx, head) ((head) != (ep)->sq_stop && (ctx)->scq_credits > 1 && RDMAX__FAST_RC(ep))
+#define RDMAX__FAST_OPEN(ep, head) ((head) != (ep)->sq_stop && RDMAX__FAST_RC(ep))
 
 /* rdmax_send: send len bytes to the peer's receive callback.
    Parameters: buf, len: the message; mem: its registration, or NULL (inline if len <= max_inline, else
@@ -2413,12 +2414,12 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
        last credit is kept for a grant. Credits we owe the peer ride along in the immediate data. The
        length is checked against the peer's receive buffers (it protects the peer). */
     if (rdmax_likely(len - 1 < ep->send_inline && comp == NULL && buf != NULL && ep->tx_credits > 1 &&
-                     RDMAX__FAST_OPEN(ep, ctx, head))) {
+                     RDMAX__FAST_OPEN(ep, head))) {
         struct ibv_send_wr *wr = &ctx->fwr[RDMAX__FWR_SEND];
         wr->imm_data = htonl(ep->rx_unreturned);
         ctx->fsge.addr = (uintptr_t)buf;
         ctx->fsge.length = (uint32_t)len;
-        rdmax_status st = rdmax__ep_fast_post(ep, head, wr, RDMAX_OP_SEND, (uint32_t)len, 0);
+        rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_SEND, (uint32_t)len, 0);
         if (rdmax_likely(st == RDMAX_OK)) {
             ep->tx_credits--;
             ep->rx_unreturned = 0;
@@ -2441,13 +2442,13 @@ RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, c
     rdmax_ctx *ctx = ep->ctx;
     uint32_t head = ep->sq_head;
     if (rdmax_likely(len - 1 < ep->max_inline && comp == NULL && buf != NULL)) {
-        if (rdmax_likely(RDMAX__FAST_OPEN(ep, ctx, head))) {
+        if (rdmax_likely(RDMAX__FAST_OPEN(ep, head))) {
             struct ibv_send_wr *wr = &ctx->fwr[RDMAX__FWR_PUT];
             ctx->fsge.addr = (uintptr_t)buf;
             ctx->fsge.length = (uint32_t)len;
             wr->wr.rdma.remote_addr = raddr;
             wr->wr.rdma.rkey = rkey;
-            return rdmax__ep_fast_post(ep, head, wr, RDMAX_OP_PUT, (uint32_t)len, raddr);
+            return rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_PUT, (uint32_t)len, raddr);
         }
         if (ep->blocked == RDMAX__BLK_BATCH)  /* a post list: chained, out of line (rdmax__put_chain_fast) */
             return rdmax__put_chained(ep, buf, len, raddr, rkey);
@@ -2498,14 +2499,14 @@ RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const r
        max_msg_sz (2^31 on rxe and the RoCE NICs), so a constant length of at most a page costs no test */
     if (rdmax_likely((len - 1 < 4096u || len - 1 < ctx->attr.max_msg_sz) && mem != NULL && comp == NULL &&
                      buf != NULL &&
-                     ep->rd_avail != 0 && RDMAX__FAST_OPEN(ep, ctx, head))) {
+                     ep->rd_avail != 0 && RDMAX__FAST_OPEN(ep, head))) {
         struct ibv_send_wr *wr = &ctx->fwr[RDMAX__FWR_GET];
         ctx->fsge.addr = (uintptr_t)buf;
         ctx->fsge.length = (uint32_t)len;
         ctx->fsge.lkey = mem->lkey;
         wr->wr.rdma.remote_addr = raddr;
         wr->wr.rdma.rkey = rkey;
-        rdmax_status st = rdmax__ep_fast_post(ep, head, wr, RDMAX_OP_GET, (uint32_t)len, raddr);
+        rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_GET, (uint32_t)len, raddr);
         if (rdmax_likely(st == RDMAX_OK)) {
             ep->rd_avail--;
             return RDMAX_INPROGRESS;
@@ -2528,7 +2529,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opco
     rdmax_ctx *ctx = ep->ctx;
     uint32_t head = ep->sq_head;
     if (rdmax_likely(!(raddr & 7) && mem != NULL && result != NULL && comp == NULL && ep->rd_avail != 0 &&
-                     RDMAX__FAST_OPEN(ep, ctx, head))) {
+                     RDMAX__FAST_OPEN(ep, head))) {
         struct ibv_send_wr *wr = &ctx->fwr[opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? RDMAX__FWR_FADD : RDMAX__FWR_CSWAP];
         ctx->asge.addr = (uintptr_t)result;
         ctx->asge.lkey = mem->lkey;
@@ -2537,7 +2538,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opco
         wr->wr.atomic.compare_add = a;
         if (opcode == IBV_WR_ATOMIC_CMP_AND_SWP)
             wr->wr.atomic.swap = b;
-        rdmax_status st = rdmax__ep_fast_post(ep, head, wr, op, 8, raddr);
+        rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, wr, op, 8, raddr);
         if (rdmax_likely(st == RDMAX_OK)) {
             ep->rd_avail--;
             return RDMAX_INPROGRESS;

@@ -635,7 +635,7 @@ queues:
         }
         ctx->asge.length = 8;
     }
-    ctx->scq_low = d.cq_depth / 2;
+    ctx->scq_low = d.cq_depth > 1 ? d.cq_depth / 2 : 1;  /* at least 1 (rdmax__ep_fast_post) */
     ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
     ctx->eps_cap = ctx->desc.max_eps < 64 ? ctx->desc.max_eps : 64;  /* grows with the endpoints */
     ctx->eps = (rdmax__ep_ref *)rdmax__alloc(ctx, ctx->eps_cap * sizeof *ctx->eps);
@@ -4225,12 +4225,18 @@ rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc)
     return RDMAX_ERR_IO;
 }
 
-/* The one fast post in signal_interval that is signaled (rdmax__ep_fast_post with the rest of it): it
-   keeps its length and remote address for an error report. */
+/* The one fast post in signal_interval that is signaled, and every one while the send-CQ entries run
+   low (rdmax__ep_fast_post with the rest of it): it keeps its length and remote address for an error
+   report. The fast gate does not ask for CQ entries: with none left the post is refused here as the
+   general path refuses it (rdmax__ep_check: RDMAX_ERR_NO_RESOURCE, counted, the SQ_FULL event). */
 rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uint32_t len, uint64_t raddr)
 {
     rdmax_ctx *ctx = ep->ctx;
     rdmax__slot *s = &ep->slots[ep->sq_head & ep->sq_mask];
+    if (rdmax_unlikely(ctx->scq_credits == 0)) {
+        ep->sig_left++;  /* not posted: its decrement is taken back */
+        return rdmax__ep_check(ep);
+    }
     ep->sig_left = ep->signal_interval;
     s->signaled = 1;
     s->len = len;
