@@ -1246,6 +1246,10 @@ struct rdmax_ctx {
     struct ibv_context *verbs;
     struct ibv_pd *pd;
     struct ibv_cq *scq, *rcq;
+    /* the provider's poll_cq of scq and rcq, what ibv_poll_cq calls (cq->context->ops.poll_cq, set when
+       the device is opened): read once at creation, one load less per poll */
+    int (*scq_poll)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
+    int (*rcq_poll)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
     struct ibv_wc *rwc;         /* where rdmax_progress polls the receive CQ into: rwc_top, or while
                                    rdmax__recv_cqes runs callbacks (which may progress) an array in its
                                    frame, so the inline poll needs no array of its own */
@@ -1315,6 +1319,9 @@ struct rdmax_ep {
     rdmax_arb_group group;      /* pending requests; first, on its own cache line for the arbiter */
     rdmax_ctx *ctx;
     struct ibv_qp *qp;
+    /* the provider's post_send, what ibv_post_send calls (qp->context->ops.post_send): read at creation,
+       one load less per post */
+    int (*post_send)(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
     uint64_t wr_id_base;        /* generation << 48 | table index << 32 */
     uint8_t state;              /* rdmax_ep_state */
     uint8_t blocked;            /* RDMAX__BLK_*: why a direct post may not take the fast path */
@@ -2377,7 +2384,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint
     if (rdmax_unlikely(--ep->sig_left == 0 || ctx->scq_credits <= ctx->scq_low))
         return rdmax__fast_post_signaled(ep, wr, len, raddr);
     RDMAX__PROF_BEGIN(ctx, POST);
-    int rc = ibv_post_send(ep->qp, wr, &ep->post_bad);
+    int rc = ep->post_send(ep->qp, wr, &ep->post_bad);  /* ibv_post_send */
     RDMAX__PROF_END(ctx, POST);
     if (rdmax_unlikely(rc != 0))
         return rdmax__post_refused(ep, rc);
@@ -2600,7 +2607,7 @@ RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep)
 RDMAX_INLINE int rdmax__poll_send_fast(rdmax_ctx *ctx)
 {
     RDMAX__PROF_BEGIN(ctx, POLL);
-    int n = ibv_poll_cq(ctx->scq, 16, ctx->wc);
+    int n = ctx->scq_poll(ctx->scq, 16, ctx->wc);  /* ibv_poll_cq */
     RDMAX__PROF_END(ctx, POLL);
     ctx->cnt.polls++;
     if (rdmax_likely(n <= 0)) {
@@ -2621,7 +2628,7 @@ RDMAX_INLINE int rdmax__poll_recv_fast(rdmax_ctx *ctx)
         ud = rdmax__poll_ud(ctx);
 #endif
     RDMAX__PROF_BEGIN(ctx, POLL);
-    int n = ibv_poll_cq(ctx->rcq, 16, ctx->rwc);
+    int n = ctx->rcq_poll(ctx->rcq, 16, ctx->rwc);  /* ibv_poll_cq */
     RDMAX__PROF_END(ctx, POLL);
     if (rdmax_likely(n == 0)) {
         ctx->rcq_drains++;

@@ -618,6 +618,8 @@ queues:
         goto fail;
     }
     fcntl(ctx->channel->fd, F_SETFL, fcntl(ctx->channel->fd, F_GETFL) | O_NONBLOCK);
+    ctx->scq_poll = ctx->scq->context->ops.poll_cq;
+    ctx->rcq_poll = ctx->rcq->context->ops.poll_cq;
     ctx->port_up = 1;
     ctx->scq_credits = d.cq_depth;
     ctx->scq_idle = d.cq_depth;
@@ -5025,6 +5027,7 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
 #if RDMAX__HAS_UD
 registered:
 #endif
+    ep->post_send = ep->qp->context->ops.post_send;
     ctx->eps[idx].ep = ep;
     ctx->eps[idx].gen++;
     ctx->n_eps++;

@@ -341,6 +341,7 @@ static void setup(fz_in *in)
     ctx->scq = &g_scq.cq;
     ctx->rcq = &g_rcq.cq;
     ctx->scq_credits = SCQ_CREDITS;
+    ctx->scq_poll = ctx->rcq_poll = fake_poll_cq;  /* as rdmax_ctx_create: the provider's poll_cq */
     ctx->rwc = ctx->rwc_top;            /* as rdmax_ctx_create: where progress polls the receive CQ */
     ctx->tick = RDMAX__TICK_CALLS;
     ctx->scq_low = 8;
@@ -412,6 +413,7 @@ static void setup(fz_in *in)
         q->qp.state = IBV_QPS_RTS;
         ep->ctx = ctx;
         ep->qp = &q->qp;
+        ep->post_send = fake_post_send;  /* as rdmax_ep_create: the provider's post_send */
         ep->desc.timeout = 14;
         ep->desc.retry_cnt = 6;
         ep->sq_mask = SQD - 1;
