@@ -1284,7 +1284,8 @@ struct rdmax_ctx {
     struct rdmax__dev *dev;     /* the device and protection domain, shared with parent and children */
     rdmax_ctx *dev_next;        /* the next context sharing dev (under dev->lock) */
     rdmax_counters cnt;         /* cnt.post_calls: ibv_post_send calls minus the requests in posted[] (a
-                                   request of its own is no update; rdmax_counters_get adds them up) */
+                                   request of its own is no update; rdmax_counters_get adds them up);
+                                   cnt.bytes[] of FADD and CSWAP: not kept (8 x posted, there) */
     rdmax_ctx_desc desc;        /* applied values */
     rdmax_dev_attr attr;
     rdmax_log_level log_level;
@@ -2392,7 +2393,10 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint
     ctx = ep->ctx;  /* reloaded: one register less across the call */
     ctx->scq_credits--;
     ctx->cnt.posted[op]++;
-    ctx->cnt.bytes[op] += len;  /* a post of its own: post_calls follows from posted[] (rdmax_counters_get) */
+    /* a post of its own: post_calls follows from posted[], and an atomic's bytes are 8 x posted
+       (rdmax_counters_get) */
+    if (op != RDMAX_OP_FADD && op != RDMAX_OP_CSWAP)
+        ctx->cnt.bytes[op] += len;
     return RDMAX_OK;
 }
 

@@ -777,10 +777,16 @@ static uint64_t rdmax__post_calls(const rdmax_counters *c)
     return n;
 }
 
+/* An atomic moves 8 bytes: its bytes follow from its posted count (cnt.bytes[] of FADD and CSWAP is not
+   kept: the fast path counts no bytes for them). */
+#define RDMAX__ATOMIC_BYTES(posted) (8 * (posted))
+
 void rdmax_counters_get(const rdmax_ctx *ctx, rdmax_counters *out)
 {
     *out = ctx->cnt;
     out->post_calls = rdmax__post_calls(&ctx->cnt);
+    out->bytes[RDMAX_OP_FADD] = RDMAX__ATOMIC_BYTES(out->posted[RDMAX_OP_FADD]);
+    out->bytes[RDMAX_OP_CSWAP] = RDMAX__ATOMIC_BYTES(out->posted[RDMAX_OP_CSWAP]);
 }
 
 struct rdmax_rcache *rdmax_ctx_rcache(const rdmax_ctx *ctx)
@@ -7969,7 +7975,9 @@ static void rdmax__prof_collect(rdmax_ctx *ctx, uint64_t *v)
     RDMAX__PROF_COLLECT_BETWEEN();
     for (unsigned op = 0; op < RDMAX_OP__COUNT; op++) {
         v[RDMAX_PROFILE_VAR_POSTED(op)] = RDMAX__PROF_LOAD(c->posted[op]);
-        v[RDMAX_PROFILE_VAR_BYTES(op)] = RDMAX__PROF_LOAD(c->bytes[op]);
+        v[RDMAX_PROFILE_VAR_BYTES(op)] = op == RDMAX_OP_FADD || op == RDMAX_OP_CSWAP
+                                         ? RDMAX__ATOMIC_BYTES(v[RDMAX_PROFILE_VAR_POSTED(op)])
+                                         : RDMAX__PROF_LOAD(c->bytes[op]);
     }
     {
         uint64_t calls = RDMAX__PROF_LOAD(c->post_calls);  /* plus the requests in posted[] (rdmax_ctx.cnt) */
