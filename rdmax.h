@@ -2401,6 +2401,11 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint
 }
 
 /* The fast gate: connected, nothing pending, not chaining, a send slot free (one compare). */
+/* RDMAX__TAKE(budget): takes one of an endpoint's read budget (far below 2^31) before the post: one
+   decrement and one branch, the fast gate's last test. False when none was left: the budget is then -1,
+   which rdmax__op_slow (where that leads) puts back to 0 first; a post that does not happen gives it
+   back out of line too (rdmax__post_refused, rdmax__fast_post_signaled). */
+#define RDMAX__TAKE(budget) ((int32_t)--(budget) >= 0)
 #if RDMAX__HAS_UD
 #define RDMAX__FAST_RC(ep) ((ep)->ah == NULL) /* UD endpoints take the general path */
 #else
@@ -2509,8 +2514,7 @@ RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const r
     /* one test for len 0 and len too long (len - 1 wraps for 0); a page is under every device's
        max_msg_sz (2^31 on rxe and the RoCE NICs), so a constant length of at most a page costs no test */
     if (rdmax_likely((len - 1 < 4096u || len - 1 < ctx->attr.max_msg_sz) && mem != NULL && comp == NULL &&
-                     buf != NULL &&
-                     ep->rd_avail != 0 && RDMAX__FAST_OPEN(ep, head))) {
+                     buf != NULL && RDMAX__FAST_OPEN(ep, head) && RDMAX__TAKE(ep->rd_avail))) {
         struct ibv_send_wr *wr = &ctx->fwr[RDMAX__FWR_GET];
         ctx->fsge.addr = (uintptr_t)buf;
         ctx->fsge.length = (uint32_t)len;
@@ -2518,11 +2522,7 @@ RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const r
         wr->wr.rdma.remote_addr = raddr;
         wr->wr.rdma.rkey = rkey;
         rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_GET, (uint32_t)len, raddr);
-        if (rdmax_likely(st == RDMAX_OK)) {
-            ep->rd_avail--;
-            return RDMAX_INPROGRESS;
-        }
-        return st;
+        return rdmax_likely(st == RDMAX_OK) ? RDMAX_INPROGRESS : st;
     }
     return rdmax__slow(ep, RDMAX_OP_GET, buf, len, mem, raddr, rkey, 0, 0, comp, 0);
 }
@@ -2539,8 +2539,8 @@ RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opco
 {
     rdmax_ctx *ctx = ep->ctx;
     uint32_t head = ep->sq_head;
-    if (rdmax_likely(!(raddr & 7) && mem != NULL && result != NULL && comp == NULL && ep->rd_avail != 0 &&
-                     RDMAX__FAST_OPEN(ep, head))) {
+    if (rdmax_likely(!(raddr & 7) && mem != NULL && result != NULL && comp == NULL && RDMAX__FAST_OPEN(ep, head) &&
+                     RDMAX__TAKE(ep->rd_avail))) {
         struct ibv_send_wr *wr = &ctx->fwr[opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? RDMAX__FWR_FADD : RDMAX__FWR_CSWAP];
         ctx->asge.addr = (uintptr_t)result;
         ctx->asge.lkey = mem->lkey;
@@ -2550,11 +2550,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opco
         if (opcode == IBV_WR_ATOMIC_CMP_AND_SWP)
             wr->wr.atomic.swap = b;
         rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, wr, op, 8, raddr);
-        if (rdmax_likely(st == RDMAX_OK)) {
-            ep->rd_avail--;
-            return RDMAX_INPROGRESS;
-        }
-        return st;
+        return rdmax_likely(st == RDMAX_OK) ? RDMAX_INPROGRESS : st;
     }
     return rdmax__slow(ep, op, result, 8, mem, raddr, rkey, a, b, comp, 0);
 }

@@ -4190,6 +4190,9 @@ rdmax_status rdmax__op_slow(rdmax_ep *ep)
 {
     /* a copy: what this posts may complete a comp whose callback posts again through the scratch */
     const rdmax__opd od = ep->ctx->slow, *o = &od;
+    /* A fast read or atomic found no read budget (RDMAX__TAKE left it at -1). */
+    if (rdmax_unlikely((int32_t)ep->rd_avail < 0))
+        ep->rd_avail = 0;
     /* The pending bit goes lazily: the first post after the queue drained comes here and opens the gate. */
     if (rdmax_unlikely((ep->blocked & RDMAX__BLK_PENDING) && ep->group.count == 0)) {
         ep->blocked &= (uint8_t)~RDMAX__BLK_PENDING;
@@ -4223,10 +4226,20 @@ rdmax_status rdmax__op_slow(rdmax_ep *ep)
     }
 }
 
-/* The provider refused a fast-path post: nothing moved but the signal count. */
+/* The read budget a fast read or atomic took before its post (RDMAX__TAKE), given back when the post
+   does not happen. */
+static void rdmax__fast_untake(rdmax_ep *ep, uint8_t op)
+{
+    if (op == RDMAX_OP_GET || op == RDMAX_OP_FADD || op == RDMAX_OP_CSWAP)
+        ep->rd_avail++;
+}
+
+/* The provider refused a fast-path post: nothing moved but the signal count and the read budget it
+   took. */
 rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc)
 {
     rdmax__slot *s = &ep->slots[ep->sq_head & ep->sq_mask];
+    rdmax__fast_untake(ep, s->op);
     ep->sig_left = s->signaled ? 1 : ep->sig_left + 1;
     s->signaled = 0;
     ep->last_errno = rc;
@@ -4242,7 +4255,8 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
     rdmax_ctx *ctx = ep->ctx;
     rdmax__slot *s = &ep->slots[ep->sq_head & ep->sq_mask];
     if (rdmax_unlikely(ctx->scq_credits == 0)) {
-        ep->sig_left++;  /* not posted: its decrement is taken back */
+        ep->sig_left++;  /* not posted: its decrement and its read budget are taken back */
+        rdmax__fast_untake(ep, s->op);
         return rdmax__ep_check(ep);
     }
     ep->sig_left = ep->signal_interval;
