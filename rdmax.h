@@ -1230,6 +1230,12 @@ typedef struct rdmax__ep_ref {
 } rdmax__ep_ref;
 
 #define RDMAX__WR_RECV (1ull << 31)
+/* Byte offset of a wr_id's low 32 bits (the slot of a send request). */
+#if defined(__BYTE_ORDER__) && defined(__ORDER_BIG_ENDIAN__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#define RDMAX__WR_ID_LO 4
+#else
+#define RDMAX__WR_ID_LO 0
+#endif
 #define RDMAX__WR_SLOT_MASK 0x7fffffffull
 
 /* The fast paths' prebuilt requests in the context, one per kind (rdmax_ctx.fwr) */
@@ -1308,7 +1314,8 @@ struct rdmax_ctx {
     /* The requests of the fast paths (RDMAX__FWR_*): opcode, flags, one SGE (fsge) and next NULL are
        set at creation, so a post fills only the fields that change (a signaled one sets and restores
        IBV_SEND_SIGNALED out of line). The provider copies a request at the post. */
-    struct ibv_send_wr fwr[RDMAX__FWR__COUNT];
+    struct ibv_send_wr fwr[RDMAX__FWR__COUNT];  /* [RDMAX__FWR_PUT] unused: the put's is rdmax_ep.wr */
+    struct ibv_send_wr gwr;     /* the general path's request (rdmax__ep_wr), its SGEs the endpoint's */
     struct ibv_sge fsge;
     struct ibv_sge asge;        /* the atomics' SGE: length 8 set at creation */
 #if RDMAX__HAS_UD
@@ -1340,9 +1347,11 @@ struct rdmax_ep {
     uint32_t rx_unreturned;     /* receive buffers reposted but not yet granted back to the peer */
     rdmax_req grant_req;        /* a grant that could not be posted waits at the head of the queue */
     rdmax__slot *slots;
-    struct ibv_send_wr wr;      /* the request of a direct post: sg_list, num_sge 1 and next NULL are
-                                   set at creation, and a general-path post that changes them puts them
-                                   back */
+    struct ibv_send_wr wr;      /* the fast put's request, prebuilt at creation and never changed but
+                                   for remote_addr, rkey and the low half of wr_id (the slot): opcode
+                                   RDMA_WRITE, IBV_SEND_INLINE, one SGE (ctx->fsge), next NULL, the high
+                                   half of wr_id this endpoint's (wr_id_base). The general path builds
+                                   its requests in ctx->gwr */
     struct ibv_send_wr *post_bad;
     struct ibv_sge sge[RDMAX_MAX_SGE];
     rdmax_rbuf *remote;         /* the peer's advertised regions (n_remote of them; NULL: none) */
@@ -2367,16 +2376,21 @@ RDMAX_INLINE rdmax_status rdmax__slow(rdmax_ep *ep, rdmax_op op, const void *buf
     return rdmax__op_slow(ep);
 }
 
-/* Post wr (one of ctx->fwr), which the caller filled (sge, remote fields): the slot gets its op, and
-   only an accepted post moves the queue and the counters, so a refusal has nothing to undo but the
-   signal count (rdmax__post_refused). One post in signal_interval is signaled, out of line
-   (rdmax__fast_post_signaled: it keeps the length and address for an error report; the others are
-   covered by it). */
+/* Post wr (one of ctx->fwr, or a put's rdmax_ep.wr), which the caller filled (sge, remote fields): the
+   slot gets its op, and only an accepted post moves the queue and the counters, so a refusal has nothing
+   to undo but the signal count and a read's budget (rdmax__post_refused). One post in signal_interval is
+   signaled, out of line (rdmax__fast_post_signaled: it keeps the length and address for an error report;
+   the others are covered by it). */
 RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, struct ibv_send_wr *wr,
                                               rdmax_op op, uint32_t len, uint64_t raddr)
 {
     uint32_t slot = head & ep->sq_mask;
-    wr->wr_id = ep->wr_id_base | slot;
+    if (op == RDMAX_OP_PUT) {
+        /* wr is the endpoint's own (rdmax_ep.wr): the high half of its wr_id is prebuilt */
+        memcpy((char *)&wr->wr_id + RDMAX__WR_ID_LO, &slot, 4);
+    } else {
+        wr->wr_id = ep->wr_id_base | slot;
+    }
     ep->slots[slot].op = (uint8_t)op;  /* s->signaled is 0 in a free slot (retirement clears it) */
     /* Signaled too while fewer than half the send-CQ entries are free (scq_low, at least 1: so also the
        post that takes the last one; that path refuses a post when none is left): with many endpoints
@@ -2459,7 +2473,7 @@ RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, c
     uint32_t head = ep->sq_head;
     if (rdmax_likely(len - 1 < ep->max_inline && comp == NULL && buf != NULL)) {
         if (rdmax_likely(RDMAX__FAST_OPEN(ep, head))) {
-            struct ibv_send_wr *wr = &ctx->fwr[RDMAX__FWR_PUT];
+            struct ibv_send_wr *wr = &ep->wr;  /* prebuilt for this endpoint */
             ctx->fsge.addr = (uintptr_t)buf;
             ctx->fsge.length = (uint32_t)len;
             wr->wr.rdma.remote_addr = raddr;

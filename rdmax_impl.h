@@ -3903,9 +3903,6 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
     RDMAX__PROF_BEGIN(ctx, POST);
     int rc = ibv_post_send(ep->qp, wr, &bad);
     RDMAX__PROF_END(ctx, POST);
-    /* the fast path's request keeps one SGE in ep->sge */
-    ep->wr.num_sge = 1;
-    ep->wr.sg_list = ep->sge;
     if (rdmax_unlikely(rc != 0)) {
         /* nothing was posted: give the slot back */
         ep->sq_head--;
@@ -3927,9 +3924,10 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
 
 static struct ibv_send_wr *rdmax__ep_wr(rdmax_ep *ep, enum ibv_wr_opcode opcode)
 {
-    struct ibv_send_wr *wr = &ep->wr;
+    rdmax_ctx *ctx = ep->ctx;
+    struct ibv_send_wr *wr = &ctx->gwr;  /* the SGEs the endpoint's (rdmax_ep.wr is the fast put's) */
+    wr->sg_list = ep->sge;
     if (rdmax_unlikely(ep->blocked & RDMAX__BLK_BATCH)) {
-        rdmax_ctx *ctx = ep->ctx;
         wr = &ctx->bwr[ctx->batch_n];
         wr->sg_list = ctx->bsge[ctx->batch_n];
     }
@@ -4960,7 +4958,10 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     ep->sq_mask = d->sq_depth - 1;
     ep->sig_left = d->signal_interval;
     ep->blocked = RDMAX__BLK_STATE;  /* until connected; sq_stop == sq_head == 0 */
-    ep->wr.num_sge = 1;              /* the fast path's request: one SGE, ep->sge (below), next NULL */
+    ep->wr.num_sge = 1;              /* the fast put's request (see rdmax_ep.wr); wr_id below */
+    ep->wr.sg_list = &ctx->fsge;
+    ep->wr.opcode = IBV_WR_RDMA_WRITE;
+    ep->wr.send_flags = IBV_SEND_INLINE;
     ep->signal_interval = d->signal_interval;
     ep->max_inline = d->max_inline;
     ep->rd_avail = d->max_rd_atomic;
@@ -4971,7 +4972,6 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     ep->recv_size = d->recv_size;
     ep->grant_at = d->rq_depth / 2 ? d->rq_depth / 2 : 1;
     ep->slots = (rdmax__slot *)rdmax__alloc(ctx, d->sq_depth * sizeof *ep->slots);
-    ep->wr.sg_list = ep->sge;
     if (!ep->slots)
         goto fail;
 #if RDMAX__HAS_UD
@@ -5055,6 +5055,7 @@ registered:
         ctx->rq_total += d->rq_depth;
     ctx->ep_bytes += rdmax__ep_own_bytes(ep);
     ep->wr_id_base = (uint64_t)ctx->eps[idx].gen << 48 | (uint64_t)idx << 32;
+    ep->wr.wr_id = ep->wr_id_base;  /* the fast put stores only the low half (the slot) */
     for (uint32_t i = 0; !shared && i < d->rq_depth; i++)
         ep->rq_free[i] = i;
     ep->rq_unposted = shared ? 0 : d->rq_depth;

@@ -404,8 +404,10 @@ static void setup(fz_in *in)
         ep->slots = (rdmax__slot *)calloc(SQD, sizeof *ep->slots);
         ep->rq_free = (uint32_t *)calloc(ep->rq_depth, sizeof *ep->rq_free);
         ep->rbufs = (char *)calloc(ep->rq_depth, RSZ);
-        ep->wr.sg_list = ep->sge;
-        ep->wr.num_sge = 1;  /* as rdmax_ep_create: the fast path's request keeps one SGE */
+        ep->wr.sg_list = &ctx->fsge;  /* as rdmax_ep_create: the fast put's prebuilt request */
+        ep->wr.num_sge = 1;
+        ep->wr.opcode = IBV_WR_RDMA_WRITE;
+        ep->wr.send_flags = IBV_SEND_INLINE;
         snprintf(ep->peer, sizeof ep->peer, "fuzz-peer-%d", e);
         ep->peer_qpn = 0x200 + (uint32_t)e;
         ep->peer_gid[15] = 1;
@@ -418,6 +420,7 @@ static void setup(fz_in *in)
         ctx->eps[e].gen = (uint16_t)(1 + fz_below(in, 3));
         ctx->n_eps++;
         ep->wr_id_base = (uint64_t)ctx->eps[e].gen << 48 | (uint64_t)e << 32;
+        ep->wr.wr_id = ep->wr_id_base;
         for (uint32_t i = 0; i < ep->rq_depth; i++)
             ep->rq_free[i] = i;
         ep->rq_unposted = ep->rq_depth;

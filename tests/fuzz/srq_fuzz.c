@@ -431,14 +431,17 @@ static void setup(fz_in *in)
         ep->imm_cb = fz_below(in, 8) != 7 ? on_imm : NULL;
         ep->user = (void *)(intptr_t)e;
         ep->slots = (rdmax__slot *)calloc(SQD, sizeof *ep->slots);
-        ep->wr.sg_list = ep->sge;
+        ep->wr.sg_list = &ctx->fsge;  /* as rdmax_ep_create: the fast put's prebuilt request */
         ep->wr.num_sge = 1;
+        ep->wr.opcode = IBV_WR_RDMA_WRITE;
+        ep->wr.send_flags = IBV_SEND_INLINE;
         snprintf(ep->peer, sizeof ep->peer, "fuzz-peer-%d", e);
         ep->peer_qpn = 0x200 + (uint32_t)e;
         ctx->eps[e].ep = ep;
         ctx->eps[e].gen = (uint16_t)(1 + fz_below(in, 3));
         ctx->n_eps++;
         ep->wr_id_base = (uint64_t)ctx->eps[e].gen << 48 | (uint64_t)e << 32;
+        ep->wr.wr_id = ep->wr_id_base;
         g_ep[e] = ep;
         g_mem[e].lkey = 0x7000 + (uint32_t)e;
         /* as rdmax_ep_create: join the pool (its target grows by the window, buffers are posted) and
