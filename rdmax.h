@@ -1229,6 +1229,17 @@ typedef struct rdmax__ep_ref {
     uint16_t gen;
 } rdmax__ep_ref;
 
+/* One request of a post list in the context's staging (rdmax_ctx.bent). Set at creation and kept: the
+   request's next (the next entry's request; the last entry's is NULL), its sg_list (sge), one SGE
+   pointing at inl, opcode RDMA write, inline, unsignaled - a chained put of 8 to 16 bytes
+   (rdmax__put_chain_fast) then writes only its data into inl, the length, the remote fields and the
+   wr_id. The general path changes the other fields of the entries it takes (rdmax_ctx.chain_dirty). */
+typedef struct rdmax__bent {
+    struct ibv_send_wr wr;
+    struct ibv_sge sge[RDMAX_MAX_SGE];
+    uint64_t inl[2];            /* a chained short put's data (the buffer is promised free at once) */
+} rdmax__bent;
+
 #define RDMAX__WR_RECV (1ull << 31)
 /* Byte offset of a wr_id's low 32 bits (the slot of a send request). */
 #if defined(__BYTE_ORDER__) && defined(__ORDER_BIG_ENDIAN__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
@@ -1300,13 +1311,22 @@ struct rdmax_ctx {
     struct ibv_wc wc[16];       /* the send CQ's batch (rdmax__poll_send_fast) */
     struct ibv_wc rwc_top[16];  /* the receive CQ's batch of an outermost rdmax_progress (rwc) */
     /* Chained requests of the one endpoint that batches (rdmax_batch_begin), staged here rather than in
-       every endpoint. */
+       every endpoint: bent[0 .. batch_n). */
     rdmax_ep *batch_ep;
     uint32_t batch_n;
+    uint32_t chain_lim;         /* short puts chain into bent[batch_n] while batch_n < chain_lim (0: no room;
+                                   rdmax__chain_open, rdmax__chain_close) */
+    uint32_t chain_base;        /* the first entry of the open room */
+    uint32_t chain_c0;          /* scq_credits when the room opened */
+    uint32_t chain_dirty;       /* entries below it may have had their set fields changed by the general
+                                   path: rdmax__chain_clean sets them again */
+    uint32_t chain_nsig;        /* entries in chain_sig: short puts signaled by rdmax__chain_close, whose
+                                   flags are set back after the post */
+    uint32_t chain_sig[RDMAX_BATCH_MAX];
     rdmax__opd slow;            /* the operation an inline fast path hands to rdmax__op_slow */
-    char *inl_stage;            /* [RDMAX_BATCH_MAX][attr.max_inline]: inline data of chained requests */
-    struct ibv_send_wr bwr[RDMAX_BATCH_MAX];
-    struct ibv_sge bsge[RDMAX_BATCH_MAX][RDMAX_MAX_SGE];
+    char *inl_stage;            /* [RDMAX_BATCH_MAX][attr.max_inline]: inline data of chained requests the
+                                   general path stages (a chained short put's goes in its entry) */
+    rdmax__bent bent[RDMAX_BATCH_MAX];
     struct rdmax_rcache *rcache; /* NULL when disabled */
     struct rdmax__prof *prof;   /* profile points, event callbacks, log dedupe; NULL until used */
     struct rdma_event_channel *cm_ch; /* RDMAX_SETUP_CM: events of the endpoints' rdma_cm ids */

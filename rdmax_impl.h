@@ -237,6 +237,24 @@ void rdmax_numa_free(rdmax_ctx *ctx, void *p, size_t len)
 }
 
 /* ---- >>context ----------------------------------------------------------------------------------- */
+/* The post list's entries [from, to) set as rdmax__bent says (chained, one SGE at inl, RDMA write, inline,
+   unsignaled); chain_dirty (entries below it may have been changed by the general path) comes down to from. */
+static void rdmax__chain_clean(rdmax_ctx *ctx, uint32_t from, uint32_t to)
+{
+    for (uint32_t i = from; i < to; i++) {
+        rdmax__bent *e = &ctx->bent[i];
+        e->wr.next = i + 1 < RDMAX_BATCH_MAX ? &ctx->bent[i + 1].wr : NULL;
+        e->wr.sg_list = e->sge;
+        e->wr.num_sge = 1;
+        e->wr.opcode = IBV_WR_RDMA_WRITE;
+        e->wr.send_flags = IBV_SEND_INLINE;
+        e->sge[0].addr = (uintptr_t)e->inl;
+        e->sge[0].lkey = 0;
+    }
+    if (ctx->chain_dirty > from)
+        ctx->chain_dirty = from;
+}
+
 static uint32_t rdmax__mtu_bytes(enum ibv_mtu m)
 {
     return (m >= IBV_MTU_256 && m <= IBV_MTU_4096) ? 128u << m : 0;
@@ -654,11 +672,8 @@ queues:
         st = RDMAX_ERR_NO_MEMORY;
         goto fail;
     }
-    /* The staging requests come chained and with their SGE: a chained put fills only what changes. */
-    for (uint32_t i = 0; i < RDMAX_BATCH_MAX; i++) {
-        ctx->bwr[i].sg_list = ctx->bsge[i];
-        ctx->bwr[i].next = i + 1 < RDMAX_BATCH_MAX ? &ctx->bwr[i + 1] : NULL;
-    }
+    /* The staging requests come chained and set for a short put: a chained put fills only what changes. */
+    rdmax__chain_clean(ctx, 0, RDMAX_BATCH_MAX);
     if ((st = rdmax__rcache_check(ctx)) != RDMAX_OK)
         goto fail;
     if (d.conn_setup == RDMAX_SETUP_CM && (st = rdmax__cm_ctx_open(ctx)) != RDMAX_OK)
@@ -3845,6 +3860,55 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
 }
 
 /* ---- >>post: the general path of the operations (rdmax__op_slow) and the post list's lean put ---- */
+/* Request bent[i] (a short put of ep's chain) is signaled: its flag, and its slot keeps what an error
+   report needs (as rdmax__fast_post_signaled). Its flags are set back after the post (chain_sig). */
+static void rdmax__chain_signal(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t i)
+{
+    rdmax__bent *e = &ctx->bent[i];
+    rdmax__slot *s = &ep->slots[(uint32_t)e->wr.wr_id & ep->sq_mask];
+    e->wr.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
+    ctx->chain_sig[ctx->chain_nsig++] = i;
+    s->signaled = 1;
+    s->len = e->sge[0].length;
+    s->raddr = e->wr.wr.rdma.remote_addr;
+}
+
+/* Closes the room (if open): the short puts chained in it are counted in posted[] once, the CQ entries
+   they did not use go back, and the ones that must be signaled are: one in signal_interval (sig_left
+   counts on as if each had been posted alone) and, as on the direct path, every one that found no more
+   than scq_low CQ entries free (taken as scq_credits when the room opened, minus the puts before it).
+   Before anything else touches ep's chain, sq_head or sig_left: its post, the general path, destroy. */
+static void rdmax__chain_close(rdmax_ctx *ctx, rdmax_ep *ep)
+{
+    if (ctx->chain_lim == 0)
+        return;
+    uint32_t base = ctx->chain_base, k = ctx->batch_n - base;
+    ctx->scq_credits += ctx->chain_lim - ctx->batch_n;
+    ctx->chain_lim = 0;
+    ctx->cnt.posted[RDMAX_OP_PUT] += k;
+    uint32_t c0 = ctx->chain_c0, low = ctx->scq_low;
+    uint32_t m = c0 > low ? c0 - low : 0;  /* the puts from m on found scq_low entries or fewer */
+    m = m < k ? m : k;
+    uint32_t i = ep->sig_left - 1;
+    for (; i < m; i += ep->signal_interval)
+        rdmax__chain_signal(ctx, ep, base + i);
+    ep->sig_left = i - m + 1;
+    for (uint32_t j = m; j < k; j++) {
+        rdmax__chain_signal(ctx, ep, base + j);
+        ep->sig_left = ep->signal_interval;
+    }
+}
+
+/* After the chain was posted (or dropped): the entries' set fields back (rdmax__bent). */
+static void rdmax__chain_reset(rdmax_ctx *ctx)
+{
+    for (uint32_t k = 0; k < ctx->chain_nsig; k++)
+        ctx->bent[ctx->chain_sig[k]].wr.send_flags = IBV_SEND_INLINE;
+    ctx->chain_nsig = 0;
+    if (ctx->chain_dirty)
+        rdmax__chain_clean(ctx, 0, ctx->chain_dirty);
+}
+
 /* Reserve one send slot and post (or chain) the request the caller filled in (rdmax__ep_wr). */
 static rdmax_status rdmax__ep_check(rdmax_ep *ep)
 {
@@ -3892,8 +3956,6 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
     ctx->cnt.bytes[op] += len;
     if (ep->blocked & RDMAX__BLK_BATCH) {
         ep->sq_stop = ep->sq_head;
-        if (ctx->batch_n > 0)
-            ctx->bwr[ctx->batch_n - 1].next = wr;
         if (++ctx->batch_n == RDMAX_BATCH_MAX)
             return rdmax__post_chain(ep, 1);  /* on failure the caller undoes its own request */
         return RDMAX_OK;
@@ -3928,8 +3990,15 @@ static struct ibv_send_wr *rdmax__ep_wr(rdmax_ep *ep, enum ibv_wr_opcode opcode)
     struct ibv_send_wr *wr = &ctx->gwr;  /* the SGEs the endpoint's (rdmax_ep.wr is the fast put's) */
     wr->sg_list = ep->sge;
     if (rdmax_unlikely(ep->blocked & RDMAX__BLK_BATCH)) {
-        wr = &ctx->bwr[ctx->batch_n];
-        wr->sg_list = ctx->bsge[ctx->batch_n];
+        /* the entry's request (already chained, its sg_list set) gets this request's fields, after the
+           short puts before it were counted and a full chain of them was posted (a refusal completes
+           their comps with RDMAX_ERR_IO; this request goes into the next chain) */
+        rdmax__chain_close(ctx, ep);
+        if (rdmax_unlikely(ctx->batch_n == RDMAX_BATCH_MAX))
+            (void)rdmax__post_chain(ep, 0);
+        wr = &ctx->bent[ctx->batch_n].wr;
+        if (ctx->chain_dirty <= ctx->batch_n)
+            ctx->chain_dirty = ctx->batch_n + 1;
     }
     wr->opcode = opcode;
     wr->send_flags = 0;
@@ -4277,60 +4346,87 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
 }
 
 #if RDMAX__HAS_RC
-/* A put of a post list (rdmax_batch_begin; rdmax_put saw blocked == RDMAX__BLK_BATCH: connected,
-   nothing pending) with 8 to 16 bytes of inline data and no comp: copied into the context's staging
-   (the buffer is promised free at once) in two words, into a staging request that is chained and points
-   at its SGE already. Other lengths, a full queue or few CQ entries: the general path, which chains too. */
-static rdmax_status rdmax__put_chain_general(rdmax_ep *ep, const void *buf, size_t len, uint64_t raddr,
-                                             uint32_t rkey);
-static inline __attribute__((always_inline)) rdmax_status rdmax__put_chain_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf, size_t len,
-                                                uint64_t raddr, uint32_t rkey)
+/* The room of a post list for short puts (rdmax__put_chain_fast): entries bent[chain_base .. chain_lim)
+   of ep's chain, within RDMAX_BATCH_MAX, the send slots short of the last one (the general path posts
+   that one, signaled) and the CQ entries short of the last one. Those CQ entries are taken from
+   scq_credits now, so a post elsewhere meanwhile cannot spend them, and what is not used goes back when
+   the room closes (rdmax__chain_close). Also sets the entries of the room that the general path changed.
+   Returns 0 when there is no room. */
+static uint32_t rdmax__chain_open(rdmax_ctx *ctx, rdmax_ep *ep)
 {
-    if (rdmax_unlikely(len - 8 > 8 || head - ep->sq_tail >= ep->sq_mask || ctx->scq_credits <= 1 ||
-                       !RDMAX__FAST_RC(ep)))
-        return rdmax__put_chain_general(ep, buf, len, raddr, rkey);
-    uint32_t n = ctx->batch_n, slot = head & ep->sq_mask;
-    struct ibv_send_wr *wr = &ctx->bwr[n];
-    struct ibv_sge *sge = ctx->bsge[n];
-    char *stage = ctx->inl_stage + (size_t)n * ctx->attr.max_inline;
+    uint32_t n = ctx->batch_n, used = ep->sq_head - ep->sq_tail;
+    uint32_t room = RDMAX_BATCH_MAX - n;
+    uint32_t sq = used < ep->sq_mask ? ep->sq_mask - used : 0;
+    uint32_t cq = ctx->scq_credits > 1 ? ctx->scq_credits - 1 : 0;
+    room = room < sq ? room : sq;
+    room = room < cq ? room : cq;
+    if (room == 0)
+        return 0;
+    if (n < ctx->chain_dirty)
+        rdmax__chain_clean(ctx, n, ctx->chain_dirty);
+    ctx->chain_c0 = ctx->scq_credits;
+    ctx->scq_credits -= room;
+    ctx->chain_base = n;
+    ctx->chain_lim = n + room;
+    return room;
+}
+
+/* A put of a post list (rdmax_batch_begin; rdmax_put saw blocked == RDMAX__BLK_BATCH: connected,
+   nothing pending) with 8 to 16 bytes of inline data and no comp, while the chain has room (rdmax_ctx
+   chain_lim: send slots, CQ entries and entries counted out when it opened): copied in two words into
+   its entry (the buffer is promised free at once), whose request is set for it (rdmax__bent) but for the
+   length, the remote fields and the wr_id; the slot gets its op. Its CQ entry was reserved, and its
+   count, signal and posted[] wait for the chain's close. Else rdmax__put_chain_open. */
+static __attribute__((noinline)) rdmax_status rdmax__put_chain_open(rdmax_ep *ep, const void *buf, size_t len,
+                                                                    uint64_t raddr, uint32_t rkey);
+static inline __attribute__((always_inline)) rdmax_status rdmax__put_chain_fast(rdmax_ep *ep, rdmax_ctx *ctx,
+                                                                               uint32_t head, const void *buf,
+                                                                               size_t len, uint64_t raddr,
+                                                                               uint32_t rkey)
+{
+    uint32_t n = ctx->batch_n;
+    if (rdmax_unlikely(n >= ctx->chain_lim || len - 8 > 8))
+        return rdmax__put_chain_open(ep, buf, len, raddr, rkey);
+    rdmax__bent *e = &ctx->bent[n];
     uint64_t w0, w1;
     memcpy(&w0, buf, 8);
     memcpy(&w1, (const char *)buf + len - 8, 8);
-    memcpy(stage, &w0, 8);
-    memcpy(stage + len - 8, &w1, 8);
-    sge->addr = (uintptr_t)stage;
-    sge->length = (uint32_t)len;
-    wr->num_sge = 1;
-    wr->opcode = IBV_WR_RDMA_WRITE;
-    wr->wr.rdma.remote_addr = raddr;
-    wr->wr.rdma.rkey = rkey;
-    wr->wr_id = ep->wr_id_base | slot;
-    rdmax__slot *s = &ep->slots[slot];
-    s->op = RDMAX_OP_PUT;
-    if (rdmax_likely(--ep->sig_left != 0 && ctx->scq_credits > ctx->scq_low)) {
-        wr->send_flags = IBV_SEND_INLINE;
-    } else {
-        ep->sig_left = ep->signal_interval;
-        wr->send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
-        s->signaled = 1;
-        s->len = (uint32_t)len;
-        s->raddr = raddr;
-    }
+    memcpy(e->inl, &w0, 8);
+    memcpy((char *)e->inl + len - 8, &w1, 8);
+    e->sge[0].length = (uint32_t)len;
+    e->wr.wr.rdma.remote_addr = raddr;
+    e->wr.wr.rdma.rkey = rkey;
+    uint32_t slot = head & ep->sq_mask;
+    e->wr.wr_id = ep->wr_id_base | slot;
+    ep->slots[slot].op = RDMAX_OP_PUT;  /* s->signaled is 0 in a free slot (retirement clears it) */
     ep->sq_head = ep->sq_stop = head + 1;
-    ctx->scq_credits--;
-    ctx->cnt.posted[RDMAX_OP_PUT]++;
+    ctx->batch_n = n + 1;
     ctx->cnt.bytes[RDMAX_OP_PUT] += len;
-    if (rdmax_unlikely(++ctx->batch_n == RDMAX_BATCH_MAX))
-        return rdmax__post_chain(ep, 1);
     return RDMAX_OK;
 }
 
-static rdmax_status rdmax__put_chain_general(rdmax_ep *ep, const void *buf, size_t len, uint64_t raddr, uint32_t rkey)
+/* The chain has no room for a short put (never opened, used up, or full) or the put is not 8 to 16
+   bytes: post a full chain, then open the room again (rdmax__chain_open) and chain the put; without room
+   (send queue or CQ entries short) or for other lengths the general path takes it, and chains it too. */
+static __attribute__((noinline)) rdmax_status rdmax__put_chain_open(rdmax_ep *ep, const void *buf, size_t len,
+                                                                    uint64_t raddr, uint32_t rkey)
 {
+    rdmax_ctx *ctx = ep->ctx;
+    if (rdmax_likely(len - 8 <= 8 && RDMAX__FAST_RC(ep))) {
+        rdmax__chain_close(ctx, ep);
+        if (ctx->batch_n == RDMAX_BATCH_MAX) {
+            /* a refusal completes the chain's comps with RDMAX_ERR_IO; this put is not posted */
+            rdmax_status st = rdmax__post_chain(ep, 0);
+            if (rdmax_unlikely(st != RDMAX_OK))
+                return st;
+        }
+        if (rdmax__chain_open(ctx, ep))
+            return rdmax__put_chain_fast(ep, ctx, ep->sq_head, buf, len, raddr, rkey);
+    }
     return rdmax__slow(ep, RDMAX_OP_PUT, buf, len, NULL, raddr, rkey, 0, 0, NULL, 0);
 }
 
-/* Out of line, without a stack frame of its own: rdmax_put's direct path stays as lean as it was. */
+/* Out of line: rdmax_put's direct path stays as lean as it was. */
 rdmax_status rdmax__put_chained(rdmax_ep *ep, const void *buf, size_t len, uint64_t raddr, uint32_t rkey)
 {
     return rdmax__put_chain_fast(ep, ep->ctx, ep->sq_head, buf, len, raddr, rkey);
@@ -5869,18 +5965,19 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
 {
     struct ibv_send_wr *bad = NULL;
     rdmax_ctx *ctx = ep->ctx;
+    rdmax__chain_close(ctx, ep);
     uint32_t n = ctx->batch_n;
-    ctx->bwr[n - 1].next = NULL;
+    ctx->bent[n - 1].wr.next = NULL;
     ctx->batch_n = 0;
     ep->ctx->cnt.post_calls += 1 - (uint64_t)n;  /* one call for n requests in posted[] */
     RDMAX__PROF_BEGIN(ep->ctx, POST);
-    int rc = ibv_post_send(ep->qp, ctx->bwr, &bad);
+    int rc = ibv_post_send(ep->qp, &ctx->bent[0].wr, &bad);
     RDMAX__PROF_END(ep->ctx, POST);
     if (n < RDMAX_BATCH_MAX)
-        ctx->bwr[n - 1].next = &ctx->bwr[n];  /* the staging stays chained */
+        ctx->bent[n - 1].wr.next = &ctx->bent[n].wr;  /* the staging stays chained */
     if (rdmax_unlikely(rc != 0)) {
         /* Take back the requests that were not posted (from `bad` on), newest first. */
-        uint32_t first_bad = (uint32_t)(bad ? bad - ctx->bwr : 0);
+        uint32_t first_bad = (uint32_t)(bad ? (const rdmax__bent *)(const void *)bad - ctx->bent : 0);
         /* The ones before `bad` count as posted only if the QP can run or flush them. rxe queues requests
            in its ring before the doorbell that finds the QP in RESET, INIT or RTR: those neither run nor
            complete, so kept they would hold their slots, comps and region references until the endpoint
@@ -5905,7 +6002,7 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
             ep->ctx->cnt.posted[s->op]--;
             ep->ctx->cnt.post_calls++;  /* not posted after all (see above) */
             /* its length from its SGEs: a chained put keeps s->len only when signaled */
-            const struct ibv_send_wr *w = &ctx->bwr[i - 1];
+            const struct ibv_send_wr *w = &ctx->bent[i - 1].wr;
             for (int k = 0; k < w->num_sge; k++)
                 ep->ctx->cnt.bytes[s->op] -= w->sg_list[k].length;
             if (!callers && (s->op == RDMAX_OP_GET || s->op == RDMAX_OP_FADD || s->op == RDMAX_OP_CSWAP))
@@ -5915,7 +6012,7 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
                data gets its credit back; its immediate is the user's. UD counts none. */
             if (!callers && (s->op == RDMAX_OP_SEND || s->op == RDMAX_OP_GRANT) && ep->qp->qp_type == IBV_QPT_RC) {
                 ep->tx_credits++;
-                ep->rx_unreturned += ntohl(ctx->bwr[i - 1].imm_data) & RDMAX__IMM_CREDITS;
+                ep->rx_unreturned += ntohl(ctx->bent[i - 1].wr.imm_data) & RDMAX__IMM_CREDITS;
             }
             if (!callers && s->op == RDMAX_OP_PUT_IMM)
                 ep->tx_credits++;
@@ -5930,8 +6027,10 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
         }
         ep->last_errno = rc;
         rdmax__ep_regate(ep);
+        rdmax__chain_reset(ctx);
         return RDMAX_ERR_IO;
     }
+    rdmax__chain_reset(ctx);
     return RDMAX_OK;
 }
 
@@ -6111,9 +6210,11 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     rdmax_ctx *ctx = ep->ctx;
     rdmax_ep_pending_purge(ep);  /* safe from inside a dispatch callback of this endpoint */
     if (ctx->batch_ep == ep) {  /* what it chained is never posted: its slots are canceled below */
+        rdmax__chain_close(ctx, ep);
         ctx->batch_ep = NULL;
         ctx->cnt.post_calls -= ctx->batch_n;  /* in posted[], and in no call */
         ctx->batch_n = 0;
+        rdmax__chain_reset(ctx);
     }
     rdmax_arb_group_cleanup(&ctx->arb, &ep->group);
     /* Operations in flight complete with CANCELED now; their completions, if any arrive, find the

@@ -373,6 +373,7 @@ static void setup(fz_in *in)
     ctx->attr.max_msg_sz = 1u << 20;
     ctx->attr.max_inline = MAXINL;
     ctx->inl_stage = (char *)calloc(RDMAX_BATCH_MAX, MAXINL);  /* the context's batch staging */
+    rdmax__chain_clean(ctx, 0, RDMAX_BATCH_MAX);  /* the post list's entries, as rdmax_ctx_create sets them */
     ctx->port_up = 1;
     g_ctx = ctx;
 

@@ -360,6 +360,7 @@ static void setup(fz_in *in)
     ctx->attr.max_srq_wr = NBUF;
     ctx->attr.max_cqe = CQMAX;
     ctx->inl_stage = (char *)calloc(RDMAX_BATCH_MAX, MAXINL);
+    rdmax__chain_clean(ctx, 0, RDMAX_BATCH_MAX);  /* the post list's entries, as rdmax_ctx_create sets them */
     ctx->port_up = 1;
     g_ctx = ctx;
 
