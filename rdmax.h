@@ -1232,7 +1232,7 @@ typedef struct rdmax__ep_ref {
 /* One request of a post list in the context's staging (rdmax_ctx.bent). Set at creation and kept: the
    request's next (the next entry's request; the last entry's is NULL), its sg_list (sge), one SGE
    pointing at inl, opcode RDMA write, inline, unsignaled - a chained put of 8 to 16 bytes
-   (rdmax__put_chain_fast) then writes only its data into inl, the length, the remote fields and the
+   (rdmax__put_chain) then writes only its data into inl, the length, the remote fields and the
    wr_id. The general path changes the other fields of the entries it takes (rdmax_ctx.chain_dirty). */
 typedef struct rdmax__bent {
     struct ibv_send_wr wr;
@@ -2376,7 +2376,7 @@ RDMAX_INLINE void rdmax__ep_regate(rdmax_ep *ep)
 RDMAX_API rdmax_status rdmax__op_slow(rdmax_ep *ep);
 RDMAX_API rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc);
 RDMAX_API rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uint32_t len, uint64_t raddr);
-RDMAX_API rdmax_status rdmax__put_chained(rdmax_ep *ep, const void *buf, size_t len, uint64_t raddr, uint32_t rkey);
+RDMAX_API rdmax_status rdmax__put_chained(rdmax_ep *ep, const void *buf, uint64_t raddr, uint32_t rkey, size_t len);
 
 RDMAX_INLINE rdmax_status rdmax__slow(rdmax_ep *ep, rdmax_op op, const void *buf, size_t len, const rdmax_mem *mem,
                                       uint64_t raddr, uint32_t rkey, uint64_t a, uint64_t b, rdmax_comp *comp,
@@ -2480,6 +2480,37 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
 }
 
 #if RDMAX__HAS_RC
+/* A put of a post list (rdmax_batch_begin; rdmax_put saw blocked == RDMAX__BLK_BATCH: connected, nothing
+   pending, and ep is the context's batch_ep) with 8 to 16 bytes of inline data and no comp, while the
+   chain has room (rdmax_ctx.chain_lim: entries, send slots and CQ entries counted out when it opened,
+   rdmax__chain_open): copied in two words into its entry (the buffer is promised free at once), whose
+   request is set for it (rdmax__bent) but for the length, the remote fields and the wr_id; the slot
+   gets its op. Its CQ entry was reserved at the opening; its count in posted[] and its signal wait for
+   the chain's close (rdmax__chain_close). Anything else: rdmax__put_chained, out of line. */
+RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf, size_t len,
+                                           uint64_t raddr, uint32_t rkey)
+{
+    uint32_t n = ctx->batch_n;
+    if (rdmax_unlikely(n >= ctx->chain_lim || len - 8 > 8))
+        return rdmax__put_chained(ep, buf, raddr, rkey, len);
+    rdmax__bent *e = &ctx->bent[n];
+    uint64_t w0, w1;
+    memcpy(&w0, buf, 8);
+    memcpy(&w1, (const char *)buf + len - 8, 8);
+    memcpy(e->inl, &w0, 8);
+    memcpy((char *)e->inl + len - 8, &w1, 8);
+    e->sge[0].length = (uint32_t)len;
+    e->wr.wr.rdma.remote_addr = raddr;
+    e->wr.wr.rdma.rkey = rkey;
+    uint32_t slot = head & ep->sq_mask;
+    e->wr.wr_id = ep->wr_id_base | slot;
+    ep->slots[slot].op = RDMAX_OP_PUT;  /* s->signaled is 0 in a free slot (retirement clears it) */
+    ep->sq_head = ep->sq_stop = head + 1;
+    ctx->batch_n = n + 1;
+    ctx->cnt.bytes[RDMAX_OP_PUT] += len;
+    return RDMAX_OK;
+}
+
 /* rdmax_put: RDMA write of len bytes to raddr/rkey of the peer.
    Parameters: buf, len, mem, comp as rdmax_send; raddr, rkey: the peer's region (rdmax_ep_remote).
    Result: with a comp RDMAX_INPROGRESS, inline or not; RDMAX_OK only for inline data without a comp;
@@ -2500,8 +2531,8 @@ RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, c
             wr->wr.rdma.rkey = rkey;
             return rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_PUT, (uint32_t)len, raddr);
         }
-        if (ep->blocked == RDMAX__BLK_BATCH)  /* a post list: chained, out of line (rdmax__put_chain_fast) */
-            return rdmax__put_chained(ep, buf, len, raddr, rkey);
+        if (ep->blocked == RDMAX__BLK_BATCH)  /* a post list: chained (rdmax__put_chain) */
+            return rdmax__put_chain(ep, ctx, head, buf, len, raddr, rkey);
     }
     return rdmax__slow(ep, RDMAX_OP_PUT, buf, len, mem, raddr, rkey, 0, 0, comp, 0);
 }

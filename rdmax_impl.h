@@ -4346,7 +4346,7 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
 }
 
 #if RDMAX__HAS_RC
-/* The room of a post list for short puts (rdmax__put_chain_fast): entries bent[chain_base .. chain_lim)
+/* The room of a post list for short puts (rdmax__put_chain): entries bent[chain_base .. chain_lim)
    of ep's chain, within RDMAX_BATCH_MAX, the send slots short of the last one (the general path posts
    that one, signaled) and the CQ entries short of the last one. Those CQ entries are taken from
    scq_credits now, so a post elsewhere meanwhile cannot spend them, and what is not used goes back when
@@ -4371,45 +4371,12 @@ static uint32_t rdmax__chain_open(rdmax_ctx *ctx, rdmax_ep *ep)
     return room;
 }
 
-/* A put of a post list (rdmax_batch_begin; rdmax_put saw blocked == RDMAX__BLK_BATCH: connected,
-   nothing pending) with 8 to 16 bytes of inline data and no comp, while the chain has room (rdmax_ctx
-   chain_lim: send slots, CQ entries and entries counted out when it opened): copied in two words into
-   its entry (the buffer is promised free at once), whose request is set for it (rdmax__bent) but for the
-   length, the remote fields and the wr_id; the slot gets its op. Its CQ entry was reserved, and its
-   count, signal and posted[] wait for the chain's close. Else rdmax__put_chain_open. */
-static __attribute__((noinline)) rdmax_status rdmax__put_chain_open(rdmax_ep *ep, const void *buf, size_t len,
-                                                                    uint64_t raddr, uint32_t rkey);
-static inline __attribute__((always_inline)) rdmax_status rdmax__put_chain_fast(rdmax_ep *ep, rdmax_ctx *ctx,
-                                                                               uint32_t head, const void *buf,
-                                                                               size_t len, uint64_t raddr,
-                                                                               uint32_t rkey)
-{
-    uint32_t n = ctx->batch_n;
-    if (rdmax_unlikely(n >= ctx->chain_lim || len - 8 > 8))
-        return rdmax__put_chain_open(ep, buf, len, raddr, rkey);
-    rdmax__bent *e = &ctx->bent[n];
-    uint64_t w0, w1;
-    memcpy(&w0, buf, 8);
-    memcpy(&w1, (const char *)buf + len - 8, 8);
-    memcpy(e->inl, &w0, 8);
-    memcpy((char *)e->inl + len - 8, &w1, 8);
-    e->sge[0].length = (uint32_t)len;
-    e->wr.wr.rdma.remote_addr = raddr;
-    e->wr.wr.rdma.rkey = rkey;
-    uint32_t slot = head & ep->sq_mask;
-    e->wr.wr_id = ep->wr_id_base | slot;
-    ep->slots[slot].op = RDMAX_OP_PUT;  /* s->signaled is 0 in a free slot (retirement clears it) */
-    ep->sq_head = ep->sq_stop = head + 1;
-    ctx->batch_n = n + 1;
-    ctx->cnt.bytes[RDMAX_OP_PUT] += len;
-    return RDMAX_OK;
-}
-
-/* The chain has no room for a short put (never opened, used up, or full) or the put is not 8 to 16
-   bytes: post a full chain, then open the room again (rdmax__chain_open) and chain the put; without room
-   (send queue or CQ entries short) or for other lengths the general path takes it, and chains it too. */
-static __attribute__((noinline)) rdmax_status rdmax__put_chain_open(rdmax_ep *ep, const void *buf, size_t len,
-                                                                    uint64_t raddr, uint32_t rkey)
+/* rdmax_put's chained put (rdmax__put_chain) found no room for a short put (never opened, used up, or
+   full) or a put that is not 8 to 16 bytes: post a full chain, then open the room again
+   (rdmax__chain_open) and chain the put; without room (send queue or CQ entries short) or for other
+   lengths the general path takes it, and chains it too. */
+__attribute__((noinline)) rdmax_status rdmax__put_chained(rdmax_ep *ep, const void *buf, uint64_t raddr,
+                                                          uint32_t rkey, size_t len)
 {
     rdmax_ctx *ctx = ep->ctx;
     if (rdmax_likely(len - 8 <= 8 && RDMAX__FAST_RC(ep))) {
@@ -4421,15 +4388,9 @@ static __attribute__((noinline)) rdmax_status rdmax__put_chain_open(rdmax_ep *ep
                 return st;
         }
         if (rdmax__chain_open(ctx, ep))
-            return rdmax__put_chain_fast(ep, ctx, ep->sq_head, buf, len, raddr, rkey);
+            return rdmax__put_chain(ep, ctx, ep->sq_head, buf, len, raddr, rkey);
     }
     return rdmax__slow(ep, RDMAX_OP_PUT, buf, len, NULL, raddr, rkey, 0, 0, NULL, 0);
-}
-
-/* Out of line: rdmax_put's direct path stays as lean as it was. */
-rdmax_status rdmax__put_chained(rdmax_ep *ep, const void *buf, size_t len, uint64_t raddr, uint32_t rkey)
-{
-    return rdmax__put_chain_fast(ep, ep->ctx, ep->sq_head, buf, len, raddr, rkey);
 }
 #endif
 
