@@ -876,6 +876,90 @@ out:
     free(comps);
 }
 
+/* Post lists of short puts on a context of 64 send-CQ entries (half of them is scq_low): a chain's room
+   is cut by the CQ entries, every put that finds 32 or fewer free is signaled, one in signal_interval
+   (5) otherwise, and nothing is flushed between the lists. The CQ must never overflow (the endpoint
+   would fail) and nothing may be stranded unsignaled: after each list, progress alone retires all but
+   the last 4 puts at most; the flush at the end returns RDMAX_OK, every put of 8 or 16 bytes landed,
+   and every posted put completed. */
+static void chain_cq_case(const char *topo, const char *dev)
+{
+    enum { LISTS = 200, PER = 32, N = LISTS * PER };
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.device = dev;
+    cd.logger.func = count_log;
+    cd.cq_depth = 64;
+    rdmax_ctx *c = NULL;
+    rdmax_mem *dst = NULL;
+    rdmax_ep *a = NULL, *b = NULL;
+    tl_begin("%s/post lists of short puts on 64 send-CQ entries: none stranded, none lost", topo);
+    REQUIRE(rdmax_ctx_create(&cd, &c) == RDMAX_OK, "context: %s", g_lastlog);
+    REQUIRE(rdmax_mem_alloc(c, (size_t)N * 16, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc dst");
+    memset(dst->addr, 0, (size_t)N * 16);
+    rdmax_ep_desc ed;
+    memset(&ed, 0, sizeof ed);
+    ed.sq_depth = 128;
+    ed.signal_interval = 5;
+    REQUIRE(rdmax_ep_create_pair(c, &ed, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    rdmax_counters c0, c1;
+    rdmax_counters_get(c, &c0);
+    int refused = 0;
+    for (int l = 0; l < LISTS && !refused; l++) {
+        rdmax_batch_begin(a);
+        for (int k = 0; k < PER; k++) {
+            int i = l * PER + k;
+            uint64_t v[2] = {0x5100000000000000ull | (uint64_t)i, 0x5200000000000000ull | (uint64_t)i};
+            size_t len = (i & 1) ? 16 : 8;
+            rdmax_status st;
+            long spins = 0;
+            while ((st = rdmax_put(a, v, len, NULL, (uintptr_t)dst->addr + (uint64_t)i * 16, dst->rkey, NULL)) ==
+                       RDMAX_ERR_NO_RESOURCE && spins++ < 10000000L)
+                rdmax_progress(c);
+            if (st != RDMAX_OK) {
+                CHECK_ST(st, RDMAX_OK);
+                refused = 1;
+                break;
+            }
+        }
+        CHECK_ST(rdmax_batch_end(a), RDMAX_OK);
+        /* the list's signaled puts retire everything before them: at most the 4 after the last one
+           (signal_interval - 1) stay outstanding, however long one progresses */
+        rdmax_ep_info inf;
+        long spins = 0;
+        do {
+            rdmax_progress(c);
+            rdmax_ep_query_info(a, &inf);
+        } while (inf.sq_free < 128 - 4 && spins++ < 10000000L);
+        if (inf.sq_free < 128 - 4) {
+            CHECK(0, "list %d: %u of 128 send slots free after progress, expected 124 or more (a put that "
+                  "had to be signaled was not)", l, inf.sq_free);
+            break;
+        }
+    }
+    CHECK_ST(rdmax_ep_flush(a, T_MS), RDMAX_OK);
+    rdmax_counters_get(c, &c1);
+    CHECK(c1.posted[RDMAX_OP_PUT] - c0.posted[RDMAX_OP_PUT] == N, "%llu puts posted, expected %d",
+          (unsigned long long)(c1.posted[RDMAX_OP_PUT] - c0.posted[RDMAX_OP_PUT]), N);
+    CHECK(c1.completed[RDMAX_OP_PUT] == c1.posted[RDMAX_OP_PUT], "%llu puts posted, %llu completed",
+          (unsigned long long)c1.posted[RDMAX_OP_PUT], (unsigned long long)c1.completed[RDMAX_OP_PUT]);
+    {
+        int wrong = -1;
+        const uint64_t *w = (const uint64_t *)dst->addr;
+        for (int i = 0; i < N && wrong < 0; i++)
+            if (w[2 * i] != (0x5100000000000000ull | (uint64_t)i) ||
+                w[2 * i + 1] != ((i & 1) ? (0x5200000000000000ull | (uint64_t)i) : 0))
+                wrong = i;
+        CHECK(wrong < 0, "put %d landed wrong", wrong);
+    }
+out:
+    tl_end();
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(dst);
+    rdmax_ctx_destroy(c);
+}
+
 /* Several regions advertised per endpoint (expose, then expose_list), read back with rdmax_ep_remote;
    a put lands in each; too many regions are refused at creation. */
 static void regions_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
@@ -961,6 +1045,7 @@ int main(int argc, char **argv)
     ops_suite(topo, ca, cb);
     contract_case(topo, ca, cb);
     qp_wr_case(topo, d0);
+    chain_cq_case(topo, d0);
     regions_case(topo, ca, cb);
     error_case(topo, "bad rkey", ca, cb, 0, RDMAX_ERR_REMOTE_ACCESS);
     error_case(topo, "put past the end of the region", ca, cb, 1, RDMAX_ERR_REMOTE_ACCESS);
