@@ -4485,8 +4485,6 @@ struct rdmax__srq {
     uint32_t target, posted;
     uint32_t n_bufs, n_free;
     uint32_t *free;             /* [n_bufs] */
-    uint64_t *addr;             /* [n_bufs]: each buffer's address, one load where the chunk arithmetic
-                                   took a dozen instructions twice per message (8 B per 4 KiB buffer) */
     struct { char *base; struct ibv_mr *mr; uint32_t lkey; } *chunks;
     uint32_t n_chunks, chunks_cap;
     uint32_t limit;             /* the limit armed now; 0: not armed */
@@ -4606,7 +4604,7 @@ static void rdmax__map_kill(rdmax_ctx *ctx, uint32_t qpn)
 
 static char *rdmax__srq_buf(const struct rdmax__srq *s, uint32_t b)
 {
-    return (char *)(uintptr_t)s->addr[b];
+    return s->chunks[b >> s->chunk_shift].base + (size_t)(b & (s->per_chunk - 1)) * s->recv_size;
 }
 
 /* Post free buffers of pool p until its target are posted. Called from the poll path (no allocation). */
@@ -4623,7 +4621,7 @@ static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
         uint32_t nf = s->n_free;
         for (uint32_t i = 0; i < k; i++) {
             uint32_t b = s->free[--nf];
-            sge[i].addr = s->addr[b];
+            sge[i].addr = (uintptr_t)rdmax__srq_buf(s, b);
             sge[i].lkey = s->chunks[b >> s->chunk_shift].lkey;
             wr[i].wr_id = id | b;
         }
@@ -4661,24 +4659,19 @@ static rdmax_status rdmax__srq_chunk(rdmax_ctx *ctx, struct rdmax__srq *s)
         uint32_t cap = s->chunks_cap ? 2 * s->chunks_cap : 16;
         __typeof__(s->chunks) c = (__typeof__(s->chunks))rdmax__alloc(ctx, cap * sizeof *c);
         uint32_t *f = (uint32_t *)rdmax__alloc(ctx, (size_t)cap * s->per_chunk * sizeof *f);
-        uint64_t *a = (uint64_t *)rdmax__alloc(ctx, (size_t)cap * s->per_chunk * sizeof *a);
-        if (!c || !f || !a) {
+        if (!c || !f) {
             rdmax__free(ctx, c);
             rdmax__free(ctx, f);
-            rdmax__free(ctx, a);
             return RDMAX_ERR_NO_MEMORY;
         }
         if (s->n_chunks) {
             memcpy(c, s->chunks, s->n_chunks * sizeof *c);
             memcpy(f, s->free, s->n_free * sizeof *f);
-            memcpy(a, s->addr, s->n_bufs * sizeof *a);
         }
         rdmax__free(ctx, s->chunks);
         rdmax__free(ctx, s->free);
-        rdmax__free(ctx, s->addr);
         s->chunks = c;
         s->free = f;
-        s->addr = a;
         s->chunks_cap = cap;
     }
     char *p = (char *)rdmax_numa_alloc(ctx, bytes);
@@ -4709,10 +4702,8 @@ static rdmax_status rdmax__srq_chunk(rdmax_ctx *ctx, struct rdmax__srq *s)
     s->chunks[s->n_chunks].base = p;
     s->chunks[s->n_chunks].mr = mr;
     s->chunks[s->n_chunks].lkey = mr->lkey;
-    for (uint32_t i = s->per_chunk; i-- > 0;) {  /* low indexes are posted first */
+    for (uint32_t i = s->per_chunk; i-- > 0;)  /* low indexes are posted first */
         s->free[s->n_free++] = s->n_chunks * s->per_chunk + i;
-        s->addr[s->n_chunks * s->per_chunk + i] = (uintptr_t)(p + (size_t)i * s->recv_size);
-    }
     s->n_chunks++;
     s->n_bufs += s->per_chunk;
     ctx->rx->bytes += bytes;
@@ -4761,7 +4752,6 @@ static void rdmax__pool_free(rdmax_ctx *ctx, uint32_t p)
     }
     rdmax__free(ctx, s->chunks);
     rdmax__free(ctx, s->free);
-    rdmax__free(ctx, s->addr);
     rdmax__free(ctx, s);
     ctx->rx->pool[p] = NULL;
 }

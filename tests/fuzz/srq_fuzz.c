@@ -38,13 +38,6 @@ enum { NEP = 3, MAXEP = 4, SQD = 16, NPOOL = 2, PER_CHUNK = 16, NCHUNK = 4, MAXO
 #define NBUF (PER_CHUNK * NCHUNK)
 #define SCQ_CREDITS 64u
 static const uint32_t g_size[NPOOL] = {256, 64};
-static struct rdmax__srq *pool_at(int p);
-
-/* buffer b of pool p, by the model's own arithmetic (not rdmax's address table) */
-static char *model_buf(int p, uint32_t b)
-{
-    return pool_at(p)->chunks[b / PER_CHUNK].base + (size_t)(b % PER_CHUNK) * g_size[p];
-}
 
 /* ---- fake device ------------------------------------------------------------------------------------ */
 typedef struct fwr {
@@ -113,10 +106,6 @@ static mep g_m[NEP];
 static mop g_ops[MAXOPS];
 static int g_nops;
 static rdmax_ctx *g_ctx;
-static struct rdmax__srq *pool_at(int p)
-{
-    return g_ctx->rx->pool[p];
-}
 static rdmax_ep *g_ep[NEP];
 static rdmax_mem g_mem[NEP];
 static fz_in *g_in;
@@ -246,13 +235,14 @@ static int fake_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struc
     int p = srq == &g_s[0].srq ? 0 : srq == &g_s[1].srq ? 1 : -1;
     FZ_CHECK(p >= 0, "post to an SRQ that is not the fake's");
     fsrq *f = &g_s[p];
+    const struct rdmax__srq *s = g_ctx->rx->pool[p];
     for (struct ibv_recv_wr *w = wr; w; w = w->next) {
         uint32_t b = (uint32_t)w->wr_id & RDMAX__WR_BUF_MASK;
         FZ_CHECK((w->wr_id & RDMAX__WR_SRQ) == RDMAX__WR_SRQ && (w->wr_id & RDMAX__WR_RECV) && pool_of_wr(w->wr_id) == p,
                  "pool %d: receive wr_id 0x%llx does not name its SRQ and pool", p, (unsigned long long)w->wr_id);
         FZ_CHECK(b < NBUF, "pool %d: buffer %u of %u", p, b, NBUF);
         FZ_CHECK(!f->posted[b], "pool %d: buffer %u posted twice", p, b);
-        FZ_CHECK(w->num_sge == 1 && w->sg_list[0].addr == (uintptr_t)model_buf(p, b) &&
+        FZ_CHECK(w->num_sge == 1 && w->sg_list[0].addr == (uintptr_t)rdmax__srq_buf(s, b) &&
                  w->sg_list[0].length == g_size[p] && w->sg_list[0].lkey == f->mr[b / PER_CHUNK].lkey,
                  "pool %d: buffer %u posted with the wrong address, length or key", p, b);
         FZ_CHECK(f->n < NBUF, "pool %d: more posted than buffers", p);
@@ -295,7 +285,7 @@ static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
     FZ_CHECK(ep == g_ep[e], "receive callback with another endpoint");
     mexp *x = next_exp(e);
     FZ_CHECK(!x->imm, "endpoint %d: a message where put_imm's immediate was due", e);
-    FZ_CHECK((char *)data == model_buf((int)x->pool, x->buf), "endpoint %d: message not in pool %u "
+    FZ_CHECK((char *)data == rdmax__srq_buf(g_ctx->rx->pool[x->pool], x->buf), "endpoint %d: message not in pool %u "
              "buffer %u", e, x->pool, x->buf);
     FZ_CHECK(len == x->len, "endpoint %d: %zu bytes delivered, the peer sent %u", e, len, x->len);
     for (uint32_t i = 0; i < len; i++)
@@ -387,16 +377,13 @@ static void setup(fz_in *in)
         s->chunks = (__typeof__(s->chunks))calloc(NCHUNK, sizeof *s->chunks);
         s->chunks_cap = NCHUNK;
         s->free = (uint32_t *)calloc(NBUF, sizeof *s->free);
-        s->addr = (uint64_t *)calloc(NBUF, sizeof *s->addr);
         for (uint32_t c = 0; c < NCHUNK; c++) {
             g_s[p].mr[c].lkey = 0x6000 + 16 * (uint32_t)p + c;
             s->chunks[c].base = (char *)calloc(PER_CHUNK, g_size[p]);
             s->chunks[c].mr = &g_s[p].mr[c];
             s->chunks[c].lkey = g_s[p].mr[c].lkey;
-            for (uint32_t i = PER_CHUNK; i-- > 0;) {
+            for (uint32_t i = PER_CHUNK; i-- > 0;)
                 s->free[s->n_free++] = c * PER_CHUNK + i;
-                s->addr[c * PER_CHUNK + i] = (uintptr_t)(s->chunks[c].base + (size_t)i * g_size[p]);
-            }
         }
         s->n_chunks = NCHUNK;
         s->n_bufs = NBUF;
@@ -472,7 +459,6 @@ static void teardown(void)
             free(s->chunks[c].base);
         free(s->chunks);
         free(s->free);
-        free(s->addr);
         free(s);
     }
     free(g_ctx->rx->map);
@@ -516,7 +502,7 @@ static void peer_message(fz_in *in, int e)
     uint64_t id = srq_take(m->pool);
     m->peer--;
     uint32_t b = (uint32_t)id & RDMAX__WR_BUF_MASK;
-    char *buf = model_buf((int)m->pool, b);
+    char *buf = rdmax__srq_buf(g_ctx->rx->pool[m->pool], b);
     uint32_t qpn = g_q[e].qp.qp_num;
     unsigned kind = fz_below(in, 16);
     if (kind == 15) {
