@@ -60,28 +60,6 @@ static void count_free(void *q, void *user)
     free(p);
 }
 
-/* A profile variable of ctx now, read through a profile object of its own; UINT64_MAX if unreadable.
-   (The object is allocated through the context's allocator: read after taking allocation deltas.) */
-static uint64_t prof(rdmax_ctx *ctx, uint32_t id)
-{
-    rdmax_profile *p = NULL;
-    uint64_t v = UINT64_MAX;
-    if (rdmax_profile_open(ctx, &p) != RDMAX_OK)
-        return UINT64_MAX;
-    if (rdmax_profile_read_u64(p, id, &v) != RDMAX_OK)
-        v = UINT64_MAX;
-    rdmax_profile_close(p);
-    return v;
-}
-
-/* The shared receive pool of recv_size on ctx (0: the context's); all zero when ctx has none. */
-static rdmax_recv_pool_info pool_of(const rdmax_ctx *ctx, uint32_t recv_size)
-{
-    rdmax_recv_pool_info pi;
-    rdmax_ctx_query_recv_pool(ctx, recv_size, &pi);
-    return pi;
-}
-
 static double now_s(void)
 {
     struct timespec t;
@@ -235,8 +213,8 @@ static int pairs_mode(int npairs)
     long avail1 = proc_kb("/proc/meminfo", "MemAvailable:");
     long long uv1 = uverbs_bytes();
     int64_t al1 = g_alloc_bytes;
-    rdmax_recv_pool_info srq = pool_of(ctx, 0);
-    uint64_t own = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES), n_eps = prof(ctx, RDMAX_PROFILE_VAR_ENDPOINTS);
+    rdmax_recv_pool_info srq = tl_pool(ctx, 0);
+    uint64_t own = tl_prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES), n_eps = tl_prof(ctx, RDMAX_PROFILE_VAR_ENDPOINTS);
     double pool = (double)srq.buffers * srq.recv_size;
     printf("# %d endpoints created and connected in %.2f s (%.0f per second)\n", n, t1 - t0, n / (t1 - t0));
     printf("# memory per endpoint: rdmax's own %llu B (endpoint_bytes: sizeof(rdmax_ep) %zu, then its %u send slots "
@@ -327,8 +305,8 @@ static int pairs_mode(int npairs)
     for (int i = 0; i < 1000; i++)
         rdmax_progress(ctx);
     {
-        uint64_t left = prof(ctx, RDMAX_PROFILE_VAR_ENDPOINTS), bytes = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
-        rdmax_recv_pool_info p = pool_of(ctx, 0);
+        uint64_t left = tl_prof(ctx, RDMAX_PROFILE_VAR_ENDPOINTS), bytes = tl_prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
+        rdmax_recv_pool_info p = tl_pool(ctx, 0);
         CHECK(left == 0 && bytes == 0 && p.target == 0, "left: %llu endpoints, %llu bytes, target %u",
               (unsigned long long)left, (unsigned long long)bytes, p.target);
         CHECK(p.posted + p.free == p.buffers, "buffers: %u posted + %u free of %u", p.posted, p.free, p.buffers);
@@ -1005,7 +983,7 @@ static int credits_mode(int nc, int m)
            "the server: its queue of %u credits drains in %.0f ms); %ld refused posts; worst refused-post wait "
            "%.1f ms; round trip idle %.1f ms (median; max %.1f ms), under this load up to %.1f ms: worst wait = "
            "%.1f loaded round trips; server grants %llu\n", nc, m, total, (unsigned long long)c.recv_imms, t1 - t0,
-           rate, pool_of(ctx, 0).target, pool_of(ctx, 0).target / rate * 1e3, refused, worst * 1e3, rtt[nc / 2] * 1e3,
+           rate, tl_pool(ctx, 0).target, tl_pool(ctx, 0).target / rate * 1e3, refused, worst * 1e3, rtt[nc / 2] * 1e3,
            rtt[nc - 1] * 1e3, loaded * 1e3, loaded > 0 ? worst / loaded : 0.0,
            (unsigned long long)c.posted[RDMAX_OP_GRANT]);
     CHECK(accepted == nc && failed == 0, "%d of %d accepted, %d clients failed", accepted, nc, failed);
@@ -1048,9 +1026,9 @@ static int memory_mode(int npairs)
     long rss1 = proc_kb("/proc/self/status", "VmRSS:");
     long long uv1 = uverbs_bytes();
     int64_t al1 = g_alloc_bytes;
-    uint64_t pool = prof(ctx, RDMAX_PROFILE_VAR_RECV_POOL_BYTES);  /* all pools' buffers */
+    uint64_t pool = tl_prof(ctx, RDMAX_PROFILE_VAR_RECV_POOL_BYTES);  /* all pools' buffers */
     const rdmax_ep_desc ed0 = rdmax_ep_query_desc(eps[0]), *d = &ed0;
-    uint64_t own = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES) / (uint64_t)n;
+    uint64_t own = tl_prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES) / (uint64_t)n;
     long long alloc = (long long)((al1 - al0) / n);  /* also the endpoint table, QP map, pool free lists */
     printf("# defaults: sq_depth %u, rq_depth %u, recv_size %u, max_inline %u; per endpoint: rdmax's own %llu B "
            "(sizeof(rdmax_ep) %zu B; the batch staging is the context's), allocator delta %lld B, provider queue "

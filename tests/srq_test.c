@@ -77,27 +77,6 @@ static rdmax_ctx *open_ctx(uint32_t recv_size, rdmax_ctx *parent)
     return c;
 }
 
-/* A profile variable of ctx now, read through a profile object of its own; UINT64_MAX if unreadable. */
-static uint64_t prof(rdmax_ctx *ctx, uint32_t id)
-{
-    rdmax_profile *p = NULL;
-    uint64_t v = UINT64_MAX;
-    if (rdmax_profile_open(ctx, &p) != RDMAX_OK)
-        return UINT64_MAX;
-    if (rdmax_profile_read_u64(p, id, &v) != RDMAX_OK)
-        v = UINT64_MAX;
-    rdmax_profile_close(p);
-    return v;
-}
-
-/* The shared receive pool of recv_size on ctx (0: the context's); all zero when ctx has none. */
-static rdmax_recv_pool_info pool_of(const rdmax_ctx *ctx, uint32_t recv_size)
-{
-    rdmax_recv_pool_info pi;
-    rdmax_ctx_query_recv_pool(ctx, recv_size, &pi);
-    return pi;
-}
-
 /* RNR as the device counts it: any of these moving means a sender met an empty receive queue. */
 static uint64_t rnr_count(const char *dev)
 {
@@ -347,24 +326,24 @@ static void own_pool_desc_case(rdmax_ctx *ctx)
     d.recv_pool = RDMAX_RECV_POOL_SHARED;
     /* the default receives from the context's shared pool and has no buffers of its own (they would be
        16 x 4 KiB of endpoint_bytes) */
-    uint64_t bytes_pre = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
-    uint32_t users0 = pool_of(ctx, 0).endpoints;
+    uint64_t bytes_pre = tl_prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
+    uint32_t users0 = tl_pool(ctx, 0).endpoints;
     REQUIRE(rdmax_ep_create(ctx, &d, &a) == RDMAX_OK, "create: %s", g_lastlog);
-    uint64_t bytes0 = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
-    CHECK(rdmax_ep_query_desc(a).recv_pool == RDMAX_RECV_POOL_SHARED && pool_of(ctx, 0).endpoints == users0 + 1 &&
+    uint64_t bytes0 = tl_prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
+    CHECK(rdmax_ep_query_desc(a).recv_pool == RDMAX_RECV_POOL_SHARED && tl_pool(ctx, 0).endpoints == users0 + 1 &&
           bytes0 - bytes_pre < 16 * 4096, "default: the shared pool has %u endpoints, %u before; the endpoint added "
-          "%llu bytes to endpoint_bytes", pool_of(ctx, 0).endpoints, users0, (unsigned long long)(bytes0 - bytes_pre));
+          "%llu bytes to endpoint_bytes", tl_pool(ctx, 0).endpoints, users0, (unsigned long long)(bytes0 - bytes_pre));
     d.recv_pool = RDMAX_RECV_POOL_OWN;
     d.rq_depth = 32;
     d.recv_size = 1024;
     REQUIRE(rdmax_ep_create(ctx, &d, &b) == RDMAX_OK, "create with an own pool: %s", g_lastlog);
-    uint64_t bytes1 = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
+    uint64_t bytes1 = tl_prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
     CHECK(bytes1 - bytes0 >= 32 * 1024 && bytes1 - bytes0 < 32 * 1024 + 4096,
           "an own pool of 32 x 1 KiB added %llu bytes to endpoint_bytes", (unsigned long long)(bytes1 - bytes0));
-    CHECK(pool_of(ctx, 1024).endpoints == 0, "the own pool's endpoint joined a shared pool of 1024-byte buffers");
+    CHECK(tl_pool(ctx, 1024).endpoints == 0, "the own pool's endpoint joined a shared pool of 1024-byte buffers");
     rdmax_ep_destroy(b);
     b = NULL;
-    bytes1 = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
+    bytes1 = tl_prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
     CHECK(bytes1 == bytes0, "endpoint_bytes %llu after the destroy, %llu before", (unsigned long long)bytes1,
           (unsigned long long)bytes0);
     tl_end();
@@ -443,7 +422,7 @@ static void recv_size_case(void)
     for (int i = 0; i < 10; i++)
         rdmax_progress(ctx);
     whitebox(ctx, NULL, WB_TICK, 0);
-    CHECK(pool_of(ctx, 0).recv_size == 1024, "the context's pool was freed");
+    CHECK(tl_pool(ctx, 0).recv_size == 1024, "the context's pool was freed");
     /* 31 sizes at once: the 32nd is refused by name */
     rdmax_ep *many[32];
     memset(many, 0, sizeof many);
@@ -488,7 +467,7 @@ static void stale_case(const char *dev)
     db.recv_cb = on_msg;
     db.user = &sb;
     REQUIRE(tl_pair(ca, cb, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
-    rdmax_recv_pool_info p = pool_of(cb, 0);
+    rdmax_recv_pool_info p = tl_pool(cb, 0);
     uint32_t target0 = p.target, posted0 = p.posted;
     CHECK(target0 == 8 && posted0 == 8, "target %u posted %u", target0, posted0);
     /* 7 sends (the window less the grant's credit) land in b's context, which does not poll yet */
@@ -505,7 +484,7 @@ static void stale_case(const char *dev)
     rdmax_counters_get(cb, &c0);
     rdmax_ep_destroy(b);
     b = NULL;
-    p = pool_of(cb, 0);
+    p = tl_pool(cb, 0);
     CHECK(p.target == 0, "target %u after the destroy", p.target);
     for (int i = 0; i < 1000; i++)
         rdmax_progress(cb);
@@ -513,13 +492,13 @@ static void stale_case(const char *dev)
     CHECK(c1.stale_wr_ids - c0.stale_wr_ids == 7 && c1.recv_msgs == c0.recv_msgs && sb.msgs == 0,
           "stale %llu (want 7), messages %llu", (unsigned long long)(c1.stale_wr_ids - c0.stale_wr_ids),
           (unsigned long long)(c1.recv_msgs - c0.recv_msgs));
-    p = pool_of(cb, 0);
+    p = tl_pool(cb, 0);
     CHECK(p.posted + p.free == p.buffers, "posted %u + free %u != %u buffers", p.posted, p.free, p.buffers);
     /* a new endpoint reuses the pool: no new chunk, its window posted again */
     uint32_t bufs = p.buffers;
     db.user = &sb2;
     REQUIRE(tl_pair(ca, cb, &d, &db, &a2, &b2) == RDMAX_OK, "second pair: %s", g_lastlog);
-    p = pool_of(cb, 0);
+    p = tl_pool(cb, 0);
     CHECK(p.buffers == bufs && p.posted >= 8, "buffers %u -> %u, posted %u", bufs, p.buffers, p.posted);
     uint64_t rnr0 = rnr_count(dev);
     for (uint32_t i = 0; i < 100;) {
@@ -596,7 +575,7 @@ static void limit_case(void)
     db.user = &sb;
     REQUIRE(tl_pair(ca, cb, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     whitebox(cb, NULL, WB_TICK, 0);
-    REQUIRE(pool_of(cb, 0).low_water == 16, "limit armed at %u, not a quarter of 64", pool_of(cb, 0).low_water);
+    REQUIRE(tl_pool(cb, 0).low_water == 16, "limit armed at %u, not a quarter of 64", tl_pool(cb, 0).low_water);
     unsigned char m[64];
     uint32_t seq = 0;
     for (int round = 0; round < 2; round++) {
@@ -620,7 +599,7 @@ static void limit_case(void)
             rdmax_progress(cb);
         }
         whitebox(cb, NULL, WB_TICK, 0);
-        CHECK(pool_of(cb, 0).low_water == 16, "limit not armed again: %u", pool_of(cb, 0).low_water);
+        CHECK(tl_pool(cb, 0).low_water == 16, "limit not armed again: %u", tl_pool(cb, 0).low_water);
     }
     CHECK(sb.bad == 0, "%u bad messages", sb.bad);
     tl_end();
@@ -655,9 +634,9 @@ static void limits_case(void)
     rdmax_ep_destroy(e[2]);
     e[2] = NULL;
     /* a window the receive CQ cannot hold */
-    rdmax_recv_pool_info p = pool_of(ctx, 0);
+    rdmax_recv_pool_info p = tl_pool(ctx, 0);
     uint32_t target = p.target, posted = p.posted, max_cqe = rdmax_ctx_attr(ctx)->max_cqe;
-    uint64_t n = prof(ctx, RDMAX_PROFILE_VAR_ENDPOINTS), bytes = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
+    uint64_t n = tl_prof(ctx, RDMAX_PROFILE_VAR_ENDPOINTS), bytes = tl_prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
     d.rq_depth = 65535;
@@ -672,8 +651,8 @@ static void limits_case(void)
         CHECK_ST(st, RDMAX_ERR_LIMIT);
         CHECK(e[2] == NULL && strstr(g_lastlog, want), "message: %s", g_lastlog);
     }
-    rdmax_recv_pool_info p1 = pool_of(ctx, 0);
-    uint64_t n1 = prof(ctx, RDMAX_PROFILE_VAR_ENDPOINTS), bytes1 = prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
+    rdmax_recv_pool_info p1 = tl_pool(ctx, 0);
+    uint64_t n1 = tl_prof(ctx, RDMAX_PROFILE_VAR_ENDPOINTS), bytes1 = tl_prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
     CHECK(n1 == n && p1.target == target && p1.posted == posted && bytes1 == bytes,
           "left behind: endpoints %llu -> %llu, target %u -> %u, posted %u -> %u, bytes %llu -> %llu",
           (unsigned long long)n, (unsigned long long)n1, target, p1.target, posted, p1.posted,
@@ -714,7 +693,7 @@ static int memlock_child(void)
     printf("# memlock child: %s; %s\n", rdmax_status_str(st), g_lastlog);
     int rc = st != RDMAX_ERR_LIMIT ? 20 : !strstr(g_lastlog, "RLIMIT_MEMLOCK") ? 21
              : !strstr(g_lastlog, "1048576 bytes") ? 22
-             : e != NULL || prof(ctx, RDMAX_PROFILE_VAR_ENDPOINTS) != 0 ? 23 : 0;
+             : e != NULL || tl_prof(ctx, RDMAX_PROFILE_VAR_ENDPOINTS) != 0 ? 23 : 0;
     if (rc == 0) {  /* a window that fits the limit still works */
         d.rq_depth = 4;
         rc = rdmax_ep_create(ctx, &d, &e) == RDMAX_OK ? 0 : 24;
@@ -787,7 +766,7 @@ static void threads_case(void)
     CHECK(whitebox(pa, NULL, WB_DEV_REFS, 0) == 2, "device refs %u with a child", whitebox(pa, NULL, WB_DEV_REFS, 0));
     {
         rdmax_recv_pool_info pi;
-        CHECK(!rdmax_ctx_query_recv_pool(ch, 0, &pi) && prof(ch, RDMAX_PROFILE_VAR_RECV_POOL_BYTES) == 0 &&
+        CHECK(!rdmax_ctx_query_recv_pool(ch, 0, &pi) && tl_prof(ch, RDMAX_PROFILE_VAR_RECV_POOL_BYTES) == 0 &&
               strcmp(rdmax_ctx_attr(ch)->name, rdmax_ctx_attr(pa)->name) == 0, "child attributes");
     }
     REQUIRE(rdmax_mem_alloc(pa, 2 * 4096, RDMAX_ACCESS_REMOTE_READ, &region) == RDMAX_OK, "region");
@@ -904,7 +883,7 @@ static void shared_events_case(void)
     db.user = &sb;
     REQUIRE(tl_pair(cl, pa, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     whitebox(pa, NULL, WB_TICK, 0);
-    REQUIRE(pool_of(pa, 0).low_water == 16, "limit %u", pool_of(pa, 0).low_water);
+    REQUIRE(tl_pool(pa, 0).low_water == 16, "limit %u", tl_pool(pa, 0).low_water);
     unsigned char m[64];
     for (uint32_t i = 0; i < 60; i++) {
         memcpy(m, &i, 4);
@@ -955,7 +934,7 @@ static void rnr_control_case(const char *dev)
     tl_begin("srq/control: %d sends past a window of 4 to a receiver that does not progress move the RNR counters",
              RAW);
     REQUIRE(tl_pair(ctx, ctx, &d, &d, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
-    REQUIRE(pool_of(ctx, 0).posted == 8, "%u buffers posted, expected the two windows", pool_of(ctx, 0).posted);
+    REQUIRE(tl_pool(ctx, 0).posted == 8, "%u buffers posted, expected the two windows", tl_pool(ctx, 0).posted);
     uint64_t rnr0 = rnr_count(dev);
     struct ibv_send_wr wr[RAW], *bad = NULL;
     memset(wr, 0, sizeof wr);

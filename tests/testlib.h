@@ -107,5 +107,27 @@ static inline rdmax_status tl_pair(rdmax_ctx *ca, rdmax_ctx *cb, const rdmax_ep_
     }
     return st;
 }
+/* tl_prof: a profile variable of ctx now, read through a profile object of its own; UINT64_MAX if
+   unreadable. (The object is allocated through the context's allocator: read after taking allocation
+   deltas.) tl_pool: the shared receive pool of recv_size on ctx (0: the context's); all zero when ctx
+   has none. */
+static inline uint64_t tl_prof(rdmax_ctx *ctx, uint32_t id)
+{
+    rdmax_profile *p = NULL;
+    uint64_t v = UINT64_MAX;
+    if (rdmax_profile_open(ctx, &p) != RDMAX_OK)
+        return UINT64_MAX;
+    if (rdmax_profile_read_u64(p, id, &v) != RDMAX_OK)
+        v = UINT64_MAX;
+    rdmax_profile_close(p);
+    return v;
+}
+
+static inline rdmax_recv_pool_info tl_pool(const rdmax_ctx *ctx, uint32_t recv_size)
+{
+    rdmax_recv_pool_info pi;
+    rdmax_ctx_query_recv_pool(ctx, recv_size, &pi);
+    return pi;
+}
 #endif
 #endif
