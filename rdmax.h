@@ -2355,8 +2355,9 @@ RDMAX_INLINE rdmax_status rdmax__rcache_lkey(rdmax_ctx *ctx, const void *buf, si
    while nothing blocks the endpoint, and sq_head (no room) while anything does (rdmax_ep.blocked: not
    connected, requests pending, chaining), kept right wherever those change (rdmax__ep_regate). The
    context's CQ entries are asked where the post decides on its signal: a post with few left is
-   signaled, out of line, and that path refuses one with none left. Everything else - errors, a full queue, pending requests, chained posts, comps,
-   registration-cache buffers, scatter/gather, UD - takes rdmax__op_slow, out of line. */
+   signaled, out of line, and that path refuses one with none left. Everything else - errors, a full
+   queue, pending requests, chained posts, comps, registration-cache buffers, scatter/gather, UD - takes
+   rdmax__op_slow, out of line. */
 #define RDMAX__BLK_STATE 1u    /* not RDMAX_EP_CONNECTED */
 #define RDMAX__BLK_PENDING 2u  /* requests wait in the pending queue: a direct post would overtake them */
 #define RDMAX__BLK_BATCH 4u    /* chaining (rdmax_batch_begin): requests go to the context's staging */
