@@ -5924,8 +5924,10 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
     RDMAX__PROF_BEGIN(ep->ctx, POST);
     int rc = ibv_post_send(ep->qp, &ctx->bent[0].wr, &bad);
     RDMAX__PROF_END(ep->ctx, POST);
+#if RDMAX_BATCH_MAX > 1  /* (a chain of one has nothing to join) */
     if (n < RDMAX_BATCH_MAX)
         ctx->bent[n - 1].wr.next = &ctx->bent[n].wr;  /* the staging stays chained */
+#endif
     if (rdmax_unlikely(rc != 0)) {
         /* Take back the requests that were not posted (from `bad` on), newest first. */
         uint32_t first_bad = (uint32_t)(bad ? (const rdmax__bent *)(const void *)bad - ctx->bent : 0);

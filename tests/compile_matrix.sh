@@ -80,6 +80,12 @@ done
 if $CC -std=c11 $W -DRDMAX_TRANSPORT_RC -DRDMAX_NO_MEMHOOKS -DRDMAX_NO_MALLOPT -c tests/compile/impl.c -o $out/x.o \
        >$out/log 2>&1; then pass "RDMAX_NO_MEMHOOKS and RDMAX_NO_MALLOPT accepted"
 else flunk "RDMAX_NO_MEMHOOKS and RDMAX_NO_MALLOPT accepted" "see log"; fi
+# The documented limits of RDMAX_BATCH_MAX build clean: a chain of one, and a long one.
+for bm in 1 64; do
+    if $CC -std=c11 $W -O2 -DRDMAX_TRANSPORT_RC -DRDMAX_TRANSPORT_UD -DRDMAX_BATCH_MAX=$bm -c tests/compile/impl.c \
+           -o $out/x.o >$out/log 2>&1; then pass "RDMAX_BATCH_MAX=$bm"
+    else flunk "RDMAX_BATCH_MAX=$bm" "see log"; cat $out/log; fi
+done
 # The header defines no object or function outside the implementation: a unit without it has no
 # defined global symbols of rdmax.
 $CC -std=c11 $W -DRDMAX_TRANSPORT_RC -DRDMAX_TRANSPORT_UD -O0 -c tests/compile/tu1.c -o $out/tu1.o >$out/log 2>&1
