@@ -1249,13 +1249,13 @@ typedef struct rdmax__bent {
 #endif
 #define RDMAX__WR_SLOT_MASK 0x7fffffffull
 
-/* The fast paths' prebuilt requests in the context, one per kind (rdmax_ctx.fwr) */
-#define RDMAX__FWR_PUT 0
-#define RDMAX__FWR_SEND 1
-#define RDMAX__FWR_GET 2
-#define RDMAX__FWR_FADD 3
-#define RDMAX__FWR_CSWAP 4
-#define RDMAX__FWR__COUNT 5
+/* The fast paths' prebuilt requests in the context, one per kind (rdmax_ctx.fwr); the put's is each
+   endpoint's own (rdmax_ep.wr) */
+#define RDMAX__FWR_SEND 0
+#define RDMAX__FWR_GET 1
+#define RDMAX__FWR_FADD 2
+#define RDMAX__FWR_CSWAP 3
+#define RDMAX__FWR__COUNT 4
 
 struct rdmax_ctx {
     rdmax_arb arb;              /* endpoints with pending requests, served round-robin */
@@ -1334,7 +1334,7 @@ struct rdmax_ctx {
     /* The requests of the fast paths (RDMAX__FWR_*): opcode, flags, one SGE (fsge) and next NULL are
        set at creation, so a post fills only the fields that change (a signaled one sets and restores
        IBV_SEND_SIGNALED out of line). The provider copies a request at the post. */
-    struct ibv_send_wr fwr[RDMAX__FWR__COUNT];  /* [RDMAX__FWR_PUT] unused: the put's is rdmax_ep.wr */
+    struct ibv_send_wr fwr[RDMAX__FWR__COUNT];
     struct ibv_send_wr gwr;     /* the general path's request (rdmax__ep_wr), its SGEs the endpoint's */
     struct ibv_sge fsge;
     struct ibv_sge asge;        /* the atomics' SGE: length 8 set at creation */

@@ -645,8 +645,7 @@ queues:
     ctx->rwc = ctx->rwc_top;
     {
         static const enum ibv_wr_opcode opc[RDMAX__FWR__COUNT] = {
-            IBV_WR_RDMA_WRITE, IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD,
-            IBV_WR_ATOMIC_CMP_AND_SWP};
+            IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP};
         for (int k = 0; k < RDMAX__FWR__COUNT; k++) {
             ctx->fwr[k].opcode = opc[k];
             ctx->fwr[k].send_flags = k <= RDMAX__FWR_SEND ? IBV_SEND_INLINE : 0;
