@@ -1271,14 +1271,15 @@ struct rdmax_ctx {
                                    rdmax__recv_cqes runs callbacks (which may progress) an array in its
                                    frame, so the inline poll needs no array of its own */
     struct ibv_comp_channel *channel;
-    uint32_t scq_credits;       /* send-CQ entries not yet reserved by a post */
-    uint32_t scq_low;           /* below this many credits every progress call polls (drains) the send CQ
-                                   and every post is signaled */
+    int32_t scq_spare;          /* send-CQ entries not yet reserved by a post, minus scq_low (rdmax__scq_free):
+                                   the fast post's signal test is then one decrement and one sign test */
+    uint32_t scq_low;           /* below this many free entries every progress call polls (drains) the send
+                                   CQ and every post is signaled */
     uint32_t scq_nest;          /* 1 while send completions are being handled: a comp callback that
                                    progresses must not poll the send CQ (its completions would retire
                                    ahead of the batch's rest, which RC's in-order retirement forbids) */
-    uint32_t scq_idle;          /* scq_credits when nothing is outstanding and the send CQ is known empty
-                                   (UINT32_MAX after a destroy left completions behind, until a tick
+    int32_t scq_idle;           /* scq_spare when nothing is outstanding and the send CQ is known empty
+                                   (INT32_MIN after a destroy left completions behind, until a tick
                                    drained them): progress then does not poll it */
     uint32_t rcq_drains;        /* receive-CQ polls that found it drained (the epoch of >>srq) */
     uint32_t comps_out;         /* posted operations whose rdmax_comp has not completed */
@@ -1317,7 +1318,7 @@ struct rdmax_ctx {
     uint32_t chain_lim;         /* short puts chain into bent[batch_n] while batch_n < chain_lim (0: no room;
                                    rdmax__chain_open, rdmax__chain_close) */
     uint32_t chain_base;        /* the first entry of the open room */
-    uint32_t chain_c0;          /* scq_credits when the room opened */
+    uint32_t chain_c0;          /* free send-CQ entries when the room opened */
     uint32_t chain_dirty;       /* entries below it may have had their set fields changed by the general
                                    path: rdmax__chain_clean sets them again */
     uint32_t chain_nsig;        /* entries in chain_sig: short puts signaled by rdmax__chain_close, whose
@@ -2368,6 +2369,12 @@ RDMAX_INLINE uint32_t rdmax__ep_sq_avail(const rdmax_ep *ep)
     return ep->sq_mask + 1 - (ep->sq_head - ep->sq_tail);
 }
 
+/* Send-CQ entries not yet reserved by a post. */
+RDMAX_INLINE uint32_t rdmax__scq_free(const rdmax_ctx *ctx)
+{
+    return (uint32_t)(ctx->scq_spare + (int32_t)ctx->scq_low);
+}
+
 /* sq_stop after a change of blocked, sq_head (out of line) or sq_tail. */
 RDMAX_INLINE void rdmax__ep_regate(rdmax_ep *ep)
 {
@@ -2399,7 +2406,7 @@ RDMAX_INLINE rdmax_status rdmax__slow(rdmax_ep *ep, rdmax_op op, const void *buf
 
 /* Post wr (one of ctx->fwr, or a put's rdmax_ep.wr), which the caller filled (sge, remote fields): the
    slot gets its op, and only an accepted post moves the queue and the counters, so a refusal has nothing
-   to undo but the signal count and a read's budget (rdmax__post_refused). One post in signal_interval is
+   to undo but the signal count, the CQ entry and a read's budget (rdmax__post_refused). One post in signal_interval is
    signaled, out of line (rdmax__fast_post_signaled: it keeps the length and address for an error report;
    the others are covered by it). */
 RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, struct ibv_send_wr *wr,
@@ -2416,8 +2423,9 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint
     /* Signaled too while fewer than half the send-CQ entries are free (scq_low, at least 1: so also the
        post that takes the last one; that path refuses a post when none is left): with many endpoints
        each one's share of the entries is below signal_interval, and an endpoint that never reaches its
-       signal would hold its entries until the last one forces a completion (rdmax__ep_post). */
-    if (rdmax_unlikely(--ep->sig_left == 0 || ctx->scq_credits <= ctx->scq_low))
+       signal would hold its entries until the last one forces a completion (rdmax__ep_post). The CQ
+       entry is taken here (scq_spare), given back if the post does not happen (rdmax__post_refused). */
+    if (rdmax_unlikely(--ep->sig_left == 0 || --ctx->scq_spare < 0))
         return rdmax__fast_post_signaled(ep, wr, len, raddr);
     RDMAX__PROF_BEGIN(ctx, POST);
     int rc = ep->post_send(ep->qp, wr, &ep->post_bad);  /* ibv_post_send */
@@ -2426,7 +2434,6 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint
         return rdmax__post_refused(ep, rc);
     ep->sq_head++;
     ctx = ep->ctx;  /* reloaded: one register less across the call */
-    ctx->scq_credits--;
     ctx->cnt.posted[op]++;
     /* a post of its own: post_calls follows from posted[], and an atomic's bytes are 8 x posted
        (rdmax_counters_get) */
@@ -2717,8 +2724,8 @@ RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
     /* Send completions that only free resources are polled every 4th call (a busy-waiting caller then
        spins faster and sees a reply sooner); every call when someone waits on a completion object or
        CQ entries run low; never while nothing is outstanding (all CQ entries unreserved). */
-    if (ctx->scq_credits != ctx->scq_idle && !ctx->scq_nest &&
-        (ctx->comps_out || (ctx->tick & 3) == 0 || ctx->scq_credits < ctx->scq_low))
+    if (ctx->scq_spare != ctx->scq_idle && !ctx->scq_nest &&
+        (ctx->comps_out || (ctx->tick & 3) == 0 || ctx->scq_spare < 0))
         n = rdmax__poll_send_fast(ctx);
     if (rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
         return rdmax__dispatch_then(ctx, n);

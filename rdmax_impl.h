@@ -639,8 +639,6 @@ queues:
     ctx->scq_poll = ctx->scq->context->ops.poll_cq;
     ctx->rcq_poll = ctx->rcq->context->ops.poll_cq;
     ctx->port_up = 1;
-    ctx->scq_credits = d.cq_depth;
-    ctx->scq_idle = d.cq_depth;
     ctx->tick = RDMAX__TICK_CALLS;
     ctx->rwc = ctx->rwc_top;
     {
@@ -655,6 +653,8 @@ queues:
         ctx->asge.length = 8;
     }
     ctx->scq_low = d.cq_depth > 1 ? d.cq_depth / 2 : 1;  /* at least 1 (rdmax__ep_fast_post) */
+    ctx->scq_spare = (int32_t)(d.cq_depth - ctx->scq_low);
+    ctx->scq_idle = ctx->scq_spare;
     ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
     ctx->eps_cap = ctx->desc.max_eps < 64 ? ctx->desc.max_eps : 64;  /* grows with the endpoints */
     ctx->eps = (rdmax__ep_ref *)rdmax__alloc(ctx, ctx->eps_cap * sizeof *ctx->eps);
@@ -3875,14 +3875,14 @@ static void rdmax__chain_signal(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t i)
 /* Closes the room (if open): the short puts chained in it are counted in posted[] once, the CQ entries
    they did not use go back, and the ones that must be signaled are: one in signal_interval (sig_left
    counts on as if each had been posted alone) and, as on the direct path, every one that found no more
-   than scq_low CQ entries free (taken as scq_credits when the room opened, minus the puts before it).
+   than scq_low CQ entries free (taken as the free entries when the room opened, minus the puts before it).
    Before anything else touches ep's chain, sq_head or sig_left: its post, the general path, destroy. */
 static void rdmax__chain_close(rdmax_ctx *ctx, rdmax_ep *ep)
 {
     if (ctx->chain_lim == 0)
         return;
     uint32_t base = ctx->chain_base, k = ctx->batch_n - base;
-    ctx->scq_credits += ctx->chain_lim - ctx->batch_n;
+    ctx->scq_spare += (int32_t)(ctx->chain_lim - ctx->batch_n);
     ctx->chain_lim = 0;
     ctx->cnt.posted[RDMAX_OP_PUT] += k;
     uint32_t c0 = ctx->chain_c0, low = ctx->scq_low;
@@ -3915,12 +3915,12 @@ static rdmax_status rdmax__ep_check(rdmax_ep *ep)
         return ep->state == RDMAX_EP_ERROR ? RDMAX_ERR_ENDPOINT
                : ep->state == RDMAX_EP_CLOSED ? RDMAX_ERR_CLOSED : RDMAX_ERR_NOT_CONNECTED;
     /* Out of send-queue or CQ entries, or requests are waiting: a direct post would overtake them. */
-    if (rdmax_unlikely(rdmax__ep_sq_avail(ep) == 0 || ep->ctx->scq_credits == 0 ||
+    if (rdmax_unlikely(rdmax__ep_sq_avail(ep) == 0 || rdmax__scq_free(ep->ctx) == 0 ||
                        (ep->group.count != 0 && ep->ctx->disp_ep != ep))) {
         ep->ctx->cnt.no_resource++;
         RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep,
                              rdmax__ep_sq_avail(ep) == 0 ? RDMAX_PROFILE_NORES_SQ
-                             : ep->ctx->scq_credits == 0 ? RDMAX_PROFILE_NORES_CQ : RDMAX_PROFILE_NORES_PENDING);
+                             : rdmax__scq_free(ep->ctx) == 0 ? RDMAX_PROFILE_NORES_CQ : RDMAX_PROFILE_NORES_PENDING);
         return RDMAX_ERR_NO_RESOURCE;
     }
     return RDMAX_OK;
@@ -3936,7 +3936,7 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
     uint32_t sig_left = ep->sig_left;  /* restored if the post is refused */
     /* Signal when asked for a completion, every signal_interval posts, and on the last free slot or CQ
        entries so that a completion always comes back to free them. */
-    int sig = comp != NULL || --ep->sig_left == 0 || rdmax__ep_sq_avail(ep) <= 1 || ctx->scq_credits <= ctx->scq_low;
+    int sig = comp != NULL || --ep->sig_left == 0 || rdmax__ep_sq_avail(ep) <= 1 || ctx->scq_spare <= 0;
     s->comp = comp;
     ctx->comps_out += comp != NULL;
     s->region = region;
@@ -3950,7 +3950,7 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
         ep->sig_left = ep->signal_interval;
     }
     ep->sq_head++;
-    ctx->scq_credits--;
+    ctx->scq_spare--;
     ctx->cnt.posted[op]++;
     ctx->cnt.bytes[op] += len;
     if (ep->blocked & RDMAX__BLK_BATCH) {
@@ -3967,7 +3967,7 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
     if (rdmax_unlikely(rc != 0)) {
         /* nothing was posted: give the slot back */
         ep->sq_head--;
-        ctx->scq_credits++;
+        ctx->scq_spare++;
         ctx->comps_out -= comp != NULL;
         s->comp = NULL;
         s->region = NULL;
@@ -4300,11 +4300,12 @@ static void rdmax__fast_untake(rdmax_ep *ep, uint8_t op)
         ep->rd_avail++;
 }
 
-/* The provider refused a fast-path post: nothing moved but the signal count and the read budget it
-   took. */
+/* The provider refused a fast-path post: nothing moved but the signal count, the CQ entry and the read
+   budget it took. */
 rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc)
 {
     rdmax__slot *s = &ep->slots[ep->sq_head & ep->sq_mask];
+    ep->ctx->scq_spare++;
     rdmax__fast_untake(ep, s->op);
     ep->sig_left = s->signaled ? 1 : ep->sig_left + 1;
     s->signaled = 0;
@@ -4320,8 +4321,12 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
 {
     rdmax_ctx *ctx = ep->ctx;
     rdmax__slot *s = &ep->slots[ep->sq_head & ep->sq_mask];
-    if (rdmax_unlikely(ctx->scq_credits == 0)) {
-        ep->sig_left++;  /* not posted: its decrement and its read budget are taken back */
+    /* The fast test stops at the signal count: sig_left 0 means its CQ entry is not taken yet. */
+    if (ep->sig_left == 0)
+        ctx->scq_spare--;
+    if (rdmax_unlikely(rdmax__scq_free(ctx) == UINT32_MAX)) {
+        ep->sig_left++;  /* not posted: its decrements and its read budget are taken back */
+        ctx->scq_spare++;
         rdmax__fast_untake(ep, s->op);
         return rdmax__ep_check(ep);
     }
@@ -4338,7 +4343,6 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
     if (rdmax_unlikely(rc != 0))
         return rdmax__post_refused(ep, rc);
     ep->sq_head++;
-    ctx->scq_credits--;
     ctx->cnt.posted[s->op]++;
     ctx->cnt.bytes[s->op] += len;
     return RDMAX_OK;
@@ -4348,7 +4352,7 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
 /* The room of a post list for short puts (rdmax__put_chain): entries bent[chain_base .. chain_lim)
    of ep's chain, within RDMAX_BATCH_MAX, the send slots short of the last one (the general path posts
    that one, signaled) and the CQ entries short of the last one. Those CQ entries are taken from
-   scq_credits now, so a post elsewhere meanwhile cannot spend them, and what is not used goes back when
+   the free ones now, so a post elsewhere meanwhile cannot spend them, and what is not used goes back when
    the room closes (rdmax__chain_close). Also sets the entries of the room that the general path changed.
    Returns 0 when there is no room. */
 static uint32_t rdmax__chain_open(rdmax_ctx *ctx, rdmax_ep *ep)
@@ -4356,15 +4360,15 @@ static uint32_t rdmax__chain_open(rdmax_ctx *ctx, rdmax_ep *ep)
     uint32_t n = ctx->batch_n, used = ep->sq_head - ep->sq_tail;
     uint32_t room = RDMAX_BATCH_MAX - n;
     uint32_t sq = used < ep->sq_mask ? ep->sq_mask - used : 0;
-    uint32_t cq = ctx->scq_credits > 1 ? ctx->scq_credits - 1 : 0;
+    uint32_t free = rdmax__scq_free(ctx), cq = free > 1 ? free - 1 : 0;
     room = room < sq ? room : sq;
     room = room < cq ? room : cq;
     if (room == 0)
         return 0;
     if (n < ctx->chain_dirty)
         rdmax__chain_clean(ctx, n, ctx->chain_dirty);
-    ctx->chain_c0 = ctx->scq_credits;
-    ctx->scq_credits -= room;
+    ctx->chain_c0 = free;
+    ctx->scq_spare -= (int32_t)room;
     ctx->chain_base = n;
     ctx->chain_lim = n + room;
     return room;
@@ -5381,7 +5385,7 @@ static void rdmax__ep_retire(rdmax_ep *ep, uint32_t upto, rdmax_status st)
         uint32_t slot = ep->sq_tail & ep->sq_mask;
         rdmax__slot *s = &ep->slots[slot];
         ep->sq_tail++;
-        ctx->scq_credits++;
+        ctx->scq_spare++;
         ctx->cnt.completed[s->op]++;
         s->signaled = 0;  /* a free slot is unsignaled: the fast path stores only the op */
         if (s->op == RDMAX_OP_GET || s->op == RDMAX_OP_FADD || s->op == RDMAX_OP_CSWAP)
@@ -5637,7 +5641,7 @@ int rdmax__send_cqes(rdmax_ctx *ctx, int n)
             }
             ep->sq_tail = last + 1;
             ep->rd_avail += rd;
-            ctx->scq_credits += last + 1 - tail;
+            ctx->scq_spare += (int32_t)(last + 1 - tail);
             /* Room again: requests waiting on this endpoint get their turn in the next dispatch. */
             if (ep->group.count)
                 rdmax_arb_group_schedule(&ctx->arb, &ep->group);
@@ -5650,7 +5654,7 @@ int rdmax__send_cqes(rdmax_ctx *ctx, int n)
             }
         }
         done += n;
-        if (rdmax_likely(n < 16 || ctx->scq_credits >= ctx->scq_low))
+        if (rdmax_likely(n < 16 || ctx->scq_spare >= 0))
             break;
         RDMAX__PROF_BEGIN(ctx, POLL);
         n = ibv_poll_cq(ctx->scq, 16, ctx->wc);
@@ -5950,7 +5954,7 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
                the others were accepted earlier, so their completions report it. */
             int callers = last_is_callers && i == n;
             ep->sq_head--;
-            ep->ctx->scq_credits++;
+            ep->ctx->scq_spare++;
             ep->ctx->cnt.posted[s->op]--;
             ep->ctx->cnt.post_calls++;  /* not posted after all (see above) */
             /* its length from its SGEs: a chained put keeps s->len only when signaled */
@@ -6112,7 +6116,7 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
             /* Failed or closed: an unsignaled request that ran has no completion coming and nothing
                behind it to bring one. The marker is flushed (a failed QP is in the error state) or
                completes, and either way its completion retires everything before it. */
-            st = rdmax__ep_sq_avail(ep) && ctx->scq_credits ? RDMAX_OK : RDMAX_ERR_NO_RESOURCE;
+            st = rdmax__ep_sq_avail(ep) && rdmax__scq_free(ctx) ? RDMAX_OK : RDMAX_ERR_NO_RESOURCE;
         else
             while ((st = rdmax__ep_check(ep)) == RDMAX_ERR_NO_RESOURCE && rdmax__now_ms() < deadline)
                 rdmax_progress(ctx);
@@ -6172,7 +6176,7 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     /* Operations in flight complete with CANCELED now; their completions, if any arrive, find the
        endpoint's table slot empty or of another generation and are dropped. */
     if (ep->sq_head != ep->sq_tail)
-        ctx->scq_idle = UINT32_MAX;  /* their completions may come: progress polls until a tick drained them */
+        ctx->scq_idle = INT32_MIN;  /* their completions may come: progress polls until a tick drained them */
     while (ep->sq_head != ep->sq_tail)
         rdmax__ep_retire(ep, (ep->sq_head - 1) & ep->sq_mask, RDMAX_ERR_CANCELED);
     uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
@@ -6462,11 +6466,12 @@ void rdmax__tick(rdmax_ctx *ctx)
        nothing about the endpoints: start their clocks anew. */
     int paused = now - ctx->last_pass_ms > 10 * RDMAX__TICK_MS;
     ctx->last_pass_ms = now;
-    if (!paused || ctx->scq_idle != ctx->desc.cq_depth) {
+    int32_t idle = (int32_t)(ctx->desc.cq_depth - ctx->scq_low);
+    if (!paused || ctx->scq_idle != idle) {
         while (rdmax__poll_send(ctx) > 0)  /* what already completed is not stalled */
             ;
         /* completions a destroy left in the send CQ are gone now: an idle progress skips it again */
-        ctx->scq_idle = ctx->desc.cq_depth;
+        ctx->scq_idle = idle;
     }
     for (uint32_t i = 0; i < ctx->eps_cap; i++) {
         rdmax_ep *ep = ctx->eps[i].ep;
@@ -6516,7 +6521,7 @@ static rdmax_status rdmax__grant_post(rdmax_ep *ep)
     rdmax_ctx *ctx = ep->ctx;
     if (ep->state != RDMAX_EP_CONNECTED)
         return RDMAX_ERR_ENDPOINT;
-    if (rdmax__ep_sq_avail(ep) == 0 || ctx->scq_credits == 0 || ep->tx_credits == 0)
+    if (rdmax__ep_sq_avail(ep) == 0 || rdmax__scq_free(ctx) == 0 || ep->tx_credits == 0)
         return RDMAX_ERR_NO_RESOURCE;
     if (ep->rx_unreturned == 0)
         return RDMAX_OK;  /* a send took them along meanwhile */
@@ -6597,7 +6602,7 @@ static rdmax_arb_result rdmax__dispatch_cb(rdmax_arb *arb, rdmax_arb_group *g, r
     /* From here on neither the endpoint (the callback may have destroyed it) nor, for explicit requests,
        the request (its owner may have freed it) is touched. */
     if (st == RDMAX_ERR_NO_RESOURCE)
-        return ctx->scq_credits == 0 ? RDMAX_ARB_STOP : RDMAX_ARB_DESCHED;
+        return rdmax__scq_free(ctx) == 0 ? RDMAX_ARB_STOP : RDMAX_ARB_DESCHED;
     if (!explicit_cb && comp && st != RDMAX_INPROGRESS)
         rdmax__complete(comp, st);  /* done at once (inline), or failed */
     return RDMAX_ARB_REMOVE;
@@ -6627,7 +6632,7 @@ __attribute__((noinline)) int rdmax__progress_more(rdmax_ctx *ctx, int n)
 
 static int rdmax__req_has_room(const rdmax_ep *ep, const rdmax_req *req)
 {
-    if (rdmax__ep_sq_avail(ep) == 0 || ep->ctx->scq_credits == 0)
+    if (rdmax__ep_sq_avail(ep) == 0 || rdmax__scq_free(ep->ctx) == 0)
         return 0;
     if (req->op == RDMAX_OP_SEND || req->op == RDMAX_OP_PUT_IMM)
         return ep->tx_credits > 1;

@@ -357,11 +357,11 @@ static void setup(fz_in *in)
     ctx->verbs = &g_vctx.context;
     ctx->scq = &g_scq.cq;
     ctx->rcq = &g_rcq.cq;
-    ctx->scq_credits = SCQ_CREDITS;
     ctx->scq_poll = ctx->rcq_poll = fake_poll_cq;  /* as rdmax_ctx_create: the provider's poll_cq */
     ctx->rwc = ctx->rwc_top;            /* as rdmax_ctx_create: where progress polls the receive CQ */
     ctx->tick = RDMAX__TICK_CALLS;
     ctx->scq_low = 8;
+    ctx->scq_spare = SCQ_CREDITS - 8;  /* as rdmax_ctx_create: the free entries minus scq_low */
     ctx->desc.max_eps = MAXEP;
     ctx->eps_cap = MAXEP;  /* the endpoint table's size (it grows up to max_eps in rdmax) */
     ctx->desc.logger.func = quiet;
@@ -637,8 +637,8 @@ static void check_step(void)
     }
     for (int i = 0; i < g_nops; i++)
         comps += g_ops[i].has_comp && (g_ops[i].accepted || g_ops[i].queued) && g_ops[i].completions == 0;
-    FZ_CHECK(ctx->scq_credits + outstanding == SCQ_CREDITS, "CQ credits %u + outstanding %u != %u",
-             ctx->scq_credits, outstanding, SCQ_CREDITS);
+    FZ_CHECK(rdmax__scq_free(ctx) + outstanding == SCQ_CREDITS, "CQ credits %u + outstanding %u != %u",
+             rdmax__scq_free(ctx), outstanding, SCQ_CREDITS);
     (void)comps;
 }
 

@@ -330,11 +330,11 @@ static void setup(fz_in *in)
     ctx->verbs = &g_vctx.context;
     ctx->scq = &g_scq.cq;
     ctx->rcq = &g_rcq.cq;
-    ctx->scq_credits = SCQ_CREDITS;
     ctx->scq_poll = ctx->rcq_poll = fake_poll_cq;  /* as rdmax_ctx_create: the provider's poll_cq */
     ctx->rwc = ctx->rwc_top;            /* as rdmax_ctx_create: where progress polls the receive CQ */
     ctx->tick = RDMAX__TICK_CALLS;
     ctx->scq_low = 8;
+    ctx->scq_spare = SCQ_CREDITS - 8;  /* as rdmax_ctx_create: the free entries minus scq_low */
     ctx->rcq_size = CQMAX;  /* big enough: rdmax__srq_reserve resizes nothing */
     ctx->desc.max_eps = MAXEP;
     ctx->desc.recv_size = g_size[0];
@@ -650,7 +650,7 @@ static void check_step(int settled)
         if (!m->gone && !g_q[e].err)
             peers[m->pool] += m->peer;
     }
-    FZ_CHECK(ctx->scq_credits + outstanding == SCQ_CREDITS, "CQ credits %u + outstanding %u != %u", ctx->scq_credits,
+    FZ_CHECK(rdmax__scq_free(ctx) + outstanding == SCQ_CREDITS, "CQ credits %u + outstanding %u != %u", rdmax__scq_free(ctx),
              outstanding, SCQ_CREDITS);
     uint64_t posted = 0;
     for (int p = 0; p < NPOOL; p++) {
