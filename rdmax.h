@@ -1356,8 +1356,10 @@ struct rdmax_ep {
     uint8_t blocked;            /* RDMAX__BLK_*: why a direct post may not take the fast path */
     uint32_t sq_mask;           /* sq_depth - 1 (power of two) */
     uint32_t sq_head, sq_tail;  /* next slot to fill, oldest outstanding */
-    uint32_t sq_stop;           /* the fast gate: sq_tail + sq_depth, or sq_head while blocked */
-    uint32_t sig_left;          /* posts until the next signaled one */
+    uint32_t sq_stop;           /* the fast gate: the nearer of sq_tail + sq_depth and sig_at, or sq_head
+                                   while blocked */
+    uint32_t sig_at;            /* sq_head of the next post that must be signaled (one in signal_interval);
+                                   never behind sq_head but while a post list chains (rdmax__chain_close) */
     uint32_t signal_interval;
     uint32_t max_inline;
     uint32_t rd_avail;          /* RDMA reads and atomics that may still be issued */
@@ -2375,10 +2377,12 @@ RDMAX_INLINE uint32_t rdmax__scq_free(const rdmax_ctx *ctx)
     return (uint32_t)(ctx->scq_spare + (int32_t)ctx->scq_low);
 }
 
-/* sq_stop after a change of blocked, sq_head (out of line) or sq_tail. */
+/* sq_stop after a change of blocked, sq_head (out of line), sq_tail or sig_at: the gate closes at a full
+   queue and at the post that must be signaled, so the fast post counts no signal of its own. */
 RDMAX_INLINE void rdmax__ep_regate(rdmax_ep *ep)
 {
-    ep->sq_stop = ep->blocked ? ep->sq_head : ep->sq_tail + ep->sq_mask + 1;
+    uint32_t head = ep->sq_head, full = ep->sq_tail + ep->sq_mask + 1;
+    ep->sq_stop = ep->blocked ? head : ep->sig_at - head < full - head ? ep->sig_at : full;
 }
 
 RDMAX_API rdmax_status rdmax__op_slow(rdmax_ep *ep);
@@ -2406,11 +2410,12 @@ RDMAX_INLINE rdmax_status rdmax__slow(rdmax_ep *ep, rdmax_op op, const void *buf
 
 /* Post wr (one of ctx->fwr, or a put's rdmax_ep.wr), which the caller filled (sge, remote fields): the
    slot gets its op, and only an accepted post moves the queue and the counters, so a refusal has nothing
-   to undo but the signal count, the CQ entry and a read's budget (rdmax__post_refused). One post in signal_interval is
-   signaled, out of line (rdmax__fast_post_signaled: it keeps the length and address for an error report;
-   the others are covered by it). */
+   to undo but the CQ entry and a read's budget (rdmax__post_refused). sig (a constant): the post at
+   sig_at, where the gate stopped (RDMAX__SIG_OPEN), one in signal_interval; it and every post while CQ
+   entries run low are signaled out of line (rdmax__fast_post_signaled: it keeps the length and address
+   for an error report; the others are covered by it). */
 RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, struct ibv_send_wr *wr,
-                                              rdmax_op op, uint32_t len, uint64_t raddr)
+                                              rdmax_op op, uint32_t len, uint64_t raddr, int sig)
 {
     uint32_t slot = head & ep->sq_mask;
     if (op == RDMAX_OP_PUT) {
@@ -2425,7 +2430,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint
        each one's share of the entries is below signal_interval, and an endpoint that never reaches its
        signal would hold its entries until the last one forces a completion (rdmax__ep_post). The CQ
        entry is taken here (scq_spare), given back if the post does not happen (rdmax__post_refused). */
-    if (rdmax_unlikely(--ep->sig_left == 0 || --ctx->scq_spare < 0))
+    if (rdmax_unlikely(--ctx->scq_spare < 0 || sig))
         return rdmax__fast_post_signaled(ep, wr, len, raddr);
     RDMAX__PROF_BEGIN(ctx, POST);
     int rc = ep->post_send(ep->qp, wr, &ep->post_bad);  /* ibv_post_send */
@@ -2454,6 +2459,25 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint
 #define RDMAX__FAST_RC(ep) 1
 #endif
 #define RDMAX__FAST_OPEN(ep, head) ((head) != (ep)->sq_stop && RDMAX__FAST_RC(ep))
+/* The gate's cold side: it stopped at the post that must be signaled, with room and nothing blocking. */
+#define RDMAX__SIG_OPEN(ep, head) \
+    ((head) == (ep)->sig_at && !(ep)->blocked && (head) - (ep)->sq_tail <= (ep)->sq_mask && RDMAX__FAST_RC(ep))
+
+/* The fast send: credits we owe the peer ride along in the immediate data (sig: rdmax__ep_fast_post). */
+RDMAX_INLINE rdmax_status rdmax__send_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf, size_t len,
+                                           int sig)
+{
+    struct ibv_send_wr *wr = &ctx->fwr[RDMAX__FWR_SEND];
+    wr->imm_data = htonl(ep->rx_unreturned);
+    ctx->fsge.addr = (uintptr_t)buf;
+    ctx->fsge.length = (uint32_t)len;
+    rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_SEND, (uint32_t)len, 0, sig);
+    if (rdmax_likely(st == RDMAX_OK)) {
+        ep->tx_credits--;
+        ep->rx_unreturned = 0;
+    }
+    return st;
+}
 
 /* rdmax_send: send len bytes to the peer's receive callback.
    Parameters: buf, len: the message; mem: its registration, or NULL (inline if len <= max_inline, else
@@ -2469,20 +2493,13 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
     rdmax_ctx *ctx = ep->ctx;
     uint32_t head = ep->sq_head;
     /* RC: never more sends in flight than the peer has receive buffers (no RNR in steady state); the
-       last credit is kept for a grant. Credits we owe the peer ride along in the immediate data. The
-       length is checked against the peer's receive buffers (it protects the peer). */
-    if (rdmax_likely(len - 1 < ep->send_inline && comp == NULL && buf != NULL && ep->tx_credits > 1 &&
-                     RDMAX__FAST_OPEN(ep, head))) {
-        struct ibv_send_wr *wr = &ctx->fwr[RDMAX__FWR_SEND];
-        wr->imm_data = htonl(ep->rx_unreturned);
-        ctx->fsge.addr = (uintptr_t)buf;
-        ctx->fsge.length = (uint32_t)len;
-        rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_SEND, (uint32_t)len, 0);
-        if (rdmax_likely(st == RDMAX_OK)) {
-            ep->tx_credits--;
-            ep->rx_unreturned = 0;
-        }
-        return st;
+       last credit is kept for a grant. The length is checked against the peer's receive buffers (it
+       protects the peer). */
+    if (rdmax_likely(len - 1 < ep->send_inline && comp == NULL && buf != NULL && ep->tx_credits > 1)) {
+        if (rdmax_likely(RDMAX__FAST_OPEN(ep, head)))
+            return rdmax__send_fast(ep, ctx, head, buf, len, 0);
+        if (RDMAX__SIG_OPEN(ep, head))
+            return rdmax__send_fast(ep, ctx, head, buf, len, 1);
     }
     return rdmax__slow(ep, RDMAX_OP_SEND, buf, len, mem, 0, 0, 0, 0, comp, 0);
 }
@@ -2519,6 +2536,18 @@ RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, uint32_
     return RDMAX_OK;
 }
 
+/* The fast put: the endpoint's own prebuilt request (rdmax_ep.wr; sig: rdmax__ep_fast_post). */
+RDMAX_INLINE rdmax_status rdmax__put_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf, size_t len,
+                                          uint64_t raddr, uint32_t rkey, int sig)
+{
+    struct ibv_send_wr *wr = &ep->wr;
+    ctx->fsge.addr = (uintptr_t)buf;
+    ctx->fsge.length = (uint32_t)len;
+    wr->wr.rdma.remote_addr = raddr;
+    wr->wr.rdma.rkey = rkey;
+    return rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_PUT, (uint32_t)len, raddr, sig);
+}
+
 /* rdmax_put: RDMA write of len bytes to raddr/rkey of the peer.
    Parameters: buf, len, mem, comp as rdmax_send; raddr, rkey: the peer's region (rdmax_ep_remote).
    Result: with a comp RDMAX_INPROGRESS, inline or not; RDMAX_OK only for inline data without a comp;
@@ -2531,16 +2560,12 @@ RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, c
     rdmax_ctx *ctx = ep->ctx;
     uint32_t head = ep->sq_head;
     if (rdmax_likely(len - 1 < ep->max_inline && comp == NULL && buf != NULL)) {
-        if (rdmax_likely(RDMAX__FAST_OPEN(ep, head))) {
-            struct ibv_send_wr *wr = &ep->wr;  /* prebuilt for this endpoint */
-            ctx->fsge.addr = (uintptr_t)buf;
-            ctx->fsge.length = (uint32_t)len;
-            wr->wr.rdma.remote_addr = raddr;
-            wr->wr.rdma.rkey = rkey;
-            return rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_PUT, (uint32_t)len, raddr);
-        }
+        if (rdmax_likely(RDMAX__FAST_OPEN(ep, head)))
+            return rdmax__put_fast(ep, ctx, head, buf, len, raddr, rkey, 0);
         if (ep->blocked == RDMAX__BLK_BATCH)  /* a post list: chained (rdmax__put_chain) */
             return rdmax__put_chain(ep, ctx, head, buf, len, raddr, rkey);
+        if (RDMAX__SIG_OPEN(ep, head))
+            return rdmax__put_fast(ep, ctx, head, buf, len, raddr, rkey, 1);
     }
     return rdmax__slow(ep, RDMAX_OP_PUT, buf, len, mem, raddr, rkey, 0, 0, comp, 0);
 }
@@ -2567,6 +2592,20 @@ RDMAX_INLINE rdmax_status rdmax_put_iov(rdmax_ep *ep, const rdmax_iov *iov, size
     return rdmax__slow(ep, RDMAX_OP_PUT, iov, iovcnt, NULL, raddr, rkey, 0, 0, comp, 1);
 }
 
+/* The fast get, its read budget taken (sig: rdmax__ep_fast_post). */
+RDMAX_INLINE rdmax_status rdmax__get_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, void *buf, size_t len,
+                                          const rdmax_mem *mem, uint64_t raddr, uint32_t rkey, int sig)
+{
+    struct ibv_send_wr *wr = &ctx->fwr[RDMAX__FWR_GET];
+    ctx->fsge.addr = (uintptr_t)buf;
+    ctx->fsge.length = (uint32_t)len;
+    ctx->fsge.lkey = mem->lkey;
+    wr->wr.rdma.remote_addr = raddr;
+    wr->wr.rdma.rkey = rkey;
+    rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_GET, (uint32_t)len, raddr, sig);
+    return rdmax_likely(st == RDMAX_OK) ? RDMAX_INPROGRESS : st;
+}
+
 /* rdmax_get: RDMA read of len bytes from raddr/rkey into buf (inside mem). Counts against the
    negotiated max_rd_atomic budget. len 0 reads nothing: RDMAX_OK without a comp; with one, a
    zero-length write goes in its place (a zero-length read has crashed rxe), so comp still reports,
@@ -2587,15 +2626,12 @@ RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const r
     /* one test for len 0 and len too long (len - 1 wraps for 0); a page is under every device's
        max_msg_sz (2^31 on rxe and the RoCE NICs), so a constant length of at most a page costs no test */
     if (rdmax_likely((len - 1 < 4096u || len - 1 < ctx->attr.max_msg_sz) && mem != NULL && comp == NULL &&
-                     buf != NULL && RDMAX__FAST_OPEN(ep, head) && RDMAX__TAKE(ep->rd_avail))) {
-        struct ibv_send_wr *wr = &ctx->fwr[RDMAX__FWR_GET];
-        ctx->fsge.addr = (uintptr_t)buf;
-        ctx->fsge.length = (uint32_t)len;
-        ctx->fsge.lkey = mem->lkey;
-        wr->wr.rdma.remote_addr = raddr;
-        wr->wr.rdma.rkey = rkey;
-        rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_GET, (uint32_t)len, raddr);
-        return rdmax_likely(st == RDMAX_OK) ? RDMAX_INPROGRESS : st;
+                     buf != NULL)) {
+        /* one TAKE at most: the gate is open, or it stopped at sig_at (RDMAX__SIG_OPEN), not both */
+        if (rdmax_likely(RDMAX__FAST_OPEN(ep, head) && RDMAX__TAKE(ep->rd_avail)))
+            return rdmax__get_fast(ep, ctx, head, buf, len, mem, raddr, rkey, 0);
+        if (RDMAX__SIG_OPEN(ep, head) && RDMAX__TAKE(ep->rd_avail))
+            return rdmax__get_fast(ep, ctx, head, buf, len, mem, raddr, rkey, 1);
     }
     return rdmax__slow(ep, RDMAX_OP_GET, buf, len, mem, raddr, rkey, 0, 0, comp, 0);
 }
@@ -2606,24 +2642,35 @@ RDMAX_INLINE rdmax_status rdmax_get_iov(rdmax_ep *ep, const rdmax_iov *iov, size
     return rdmax__slow(ep, RDMAX_OP_GET, iov, iovcnt, NULL, raddr, rkey, 0, 0, comp, 1);
 }
 
+/* The fast atomic, its read budget taken (sig: rdmax__ep_fast_post). */
+RDMAX_INLINE rdmax_status rdmax__atomic_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, enum ibv_wr_opcode opcode,
+                                             rdmax_op op, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
+                                             uint32_t rkey, uint64_t a, uint64_t b, int sig)
+{
+    struct ibv_send_wr *wr = &ctx->fwr[opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? RDMAX__FWR_FADD : RDMAX__FWR_CSWAP];
+    ctx->asge.addr = (uintptr_t)result;
+    ctx->asge.lkey = mem->lkey;
+    wr->wr.atomic.remote_addr = raddr;
+    wr->wr.atomic.rkey = rkey;
+    wr->wr.atomic.compare_add = a;
+    if (opcode == IBV_WR_ATOMIC_CMP_AND_SWP)
+        wr->wr.atomic.swap = b;
+    rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, wr, op, 8, raddr, sig);
+    return rdmax_likely(st == RDMAX_OK) ? RDMAX_INPROGRESS : st;
+}
+
 RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax_op op, uint64_t *result,
                                            const rdmax_mem *mem, uint64_t raddr, uint32_t rkey, uint64_t a,
                                            uint64_t b, rdmax_comp *comp)
 {
     rdmax_ctx *ctx = ep->ctx;
     uint32_t head = ep->sq_head;
-    if (rdmax_likely(!(raddr & 7) && mem != NULL && result != NULL && comp == NULL && RDMAX__FAST_OPEN(ep, head) &&
-                     RDMAX__TAKE(ep->rd_avail))) {
-        struct ibv_send_wr *wr = &ctx->fwr[opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? RDMAX__FWR_FADD : RDMAX__FWR_CSWAP];
-        ctx->asge.addr = (uintptr_t)result;
-        ctx->asge.lkey = mem->lkey;
-        wr->wr.atomic.remote_addr = raddr;
-        wr->wr.atomic.rkey = rkey;
-        wr->wr.atomic.compare_add = a;
-        if (opcode == IBV_WR_ATOMIC_CMP_AND_SWP)
-            wr->wr.atomic.swap = b;
-        rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, wr, op, 8, raddr);
-        return rdmax_likely(st == RDMAX_OK) ? RDMAX_INPROGRESS : st;
+    if (rdmax_likely(!(raddr & 7) && mem != NULL && result != NULL && comp == NULL)) {
+        /* one TAKE at most, as rdmax_get */
+        if (rdmax_likely(RDMAX__FAST_OPEN(ep, head) && RDMAX__TAKE(ep->rd_avail)))
+            return rdmax__atomic_fast(ep, ctx, head, opcode, op, result, mem, raddr, rkey, a, b, 0);
+        if (RDMAX__SIG_OPEN(ep, head) && RDMAX__TAKE(ep->rd_avail))
+            return rdmax__atomic_fast(ep, ctx, head, opcode, op, result, mem, raddr, rkey, a, b, 1);
     }
     return rdmax__slow(ep, op, result, 8, mem, raddr, rkey, a, b, comp, 0);
 }

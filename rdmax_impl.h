@@ -3873,10 +3873,11 @@ static void rdmax__chain_signal(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t i)
 }
 
 /* Closes the room (if open): the short puts chained in it are counted in posted[] once, the CQ entries
-   they did not use go back, and the ones that must be signaled are: one in signal_interval (sig_left
-   counts on as if each had been posted alone) and, as on the direct path, every one that found no more
-   than scq_low CQ entries free (taken as the free entries when the room opened, minus the puts before it).
-   Before anything else touches ep's chain, sq_head or sig_left: its post, the general path, destroy. */
+   they did not use go back, and the ones that must be signaled are: one in signal_interval (from sig_at,
+   which the chained puts left behind, as if each had been posted alone) and, as on the direct path,
+   every one that found no more than scq_low CQ entries free (taken as the free entries when the room
+   opened, minus the puts before it). Before anything else touches ep's chain, sq_head or sig_at: its
+   post, the general path, destroy. */
 static void rdmax__chain_close(rdmax_ctx *ctx, rdmax_ep *ep)
 {
     if (ctx->chain_lim == 0)
@@ -3888,14 +3889,16 @@ static void rdmax__chain_close(rdmax_ctx *ctx, rdmax_ep *ep)
     uint32_t c0 = ctx->chain_c0, low = ctx->scq_low;
     uint32_t m = c0 > low ? c0 - low : 0;  /* the puts from m on found scq_low entries or fewer */
     m = m < k ? m : k;
-    uint32_t i = ep->sig_left - 1;
+    uint32_t head0 = ep->sq_head - k;  /* sq_head before the chain's puts, which left sig_at as it was */
+    uint32_t i = ep->sig_at - head0;
     for (; i < m; i += ep->signal_interval)
         rdmax__chain_signal(ctx, ep, base + i);
-    ep->sig_left = i - m + 1;
+    ep->sig_at = head0 + i;
     for (uint32_t j = m; j < k; j++) {
         rdmax__chain_signal(ctx, ep, base + j);
-        ep->sig_left = ep->signal_interval;
+        ep->sig_at = head0 + j + ep->signal_interval;
     }
+    rdmax__ep_regate(ep);
 }
 
 /* After the chain was posted (or dropped): the entries' set fields back (rdmax__bent). */
@@ -3933,10 +3936,10 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
     rdmax_ctx *ctx = ep->ctx;
     uint32_t slot = ep->sq_head & ep->sq_mask;
     rdmax__slot *s = &ep->slots[slot];
-    uint32_t sig_left = ep->sig_left;  /* restored if the post is refused */
+    uint32_t sig_at = ep->sig_at;  /* restored if the post is refused */
     /* Signal when asked for a completion, every signal_interval posts, and on the last free slot or CQ
        entries so that a completion always comes back to free them. */
-    int sig = comp != NULL || --ep->sig_left == 0 || rdmax__ep_sq_avail(ep) <= 1 || ctx->scq_spare <= 0;
+    int sig = comp != NULL || ep->sq_head == sig_at || rdmax__ep_sq_avail(ep) <= 1 || ctx->scq_spare <= 0;
     s->comp = comp;
     ctx->comps_out += comp != NULL;
     s->region = region;
@@ -3947,7 +3950,7 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
     wr->wr_id = ep->wr_id_base | slot;
     if (sig) {
         wr->send_flags |= IBV_SEND_SIGNALED;
-        ep->sig_left = ep->signal_interval;
+        ep->sig_at = ep->sq_head + ep->signal_interval;
     }
     ep->sq_head++;
     ctx->scq_spare--;
@@ -3974,7 +3977,7 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
         s->signaled = 0;
         ctx->cnt.posted[op]--;
         ctx->cnt.bytes[op] -= len;
-        ep->sig_left = sig_left;
+        ep->sig_at = sig_at;
         ep->last_errno = rc;
         rdmax__ep_regate(ep);
         return RDMAX_ERR_IO;
@@ -4300,14 +4303,13 @@ static void rdmax__fast_untake(rdmax_ep *ep, uint8_t op)
         ep->rd_avail++;
 }
 
-/* The provider refused a fast-path post: nothing moved but the signal count, the CQ entry and the read
-   budget it took. */
+/* The provider refused a fast-path post: nothing moved but the CQ entry and the read budget it took
+   (sig_at moves only when a signaled post is accepted). */
 rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc)
 {
     rdmax__slot *s = &ep->slots[ep->sq_head & ep->sq_mask];
     ep->ctx->scq_spare++;
     rdmax__fast_untake(ep, s->op);
-    ep->sig_left = s->signaled ? 1 : ep->sig_left + 1;
     s->signaled = 0;
     ep->last_errno = rc;
     return RDMAX_ERR_IO;
@@ -4321,16 +4323,11 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
 {
     rdmax_ctx *ctx = ep->ctx;
     rdmax__slot *s = &ep->slots[ep->sq_head & ep->sq_mask];
-    /* The fast test stops at the signal count: sig_left 0 means its CQ entry is not taken yet. */
-    if (ep->sig_left == 0)
-        ctx->scq_spare--;
     if (rdmax_unlikely(rdmax__scq_free(ctx) == UINT32_MAX)) {
-        ep->sig_left++;  /* not posted: its decrements and its read budget are taken back */
-        ctx->scq_spare++;
+        ctx->scq_spare++;  /* not posted: its CQ entry and its read budget are taken back */
         rdmax__fast_untake(ep, s->op);
         return rdmax__ep_check(ep);
     }
-    ep->sig_left = ep->signal_interval;
     s->signaled = 1;
     s->len = len;
     s->raddr = raddr;
@@ -4342,7 +4339,9 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
     wr->send_flags = flags;
     if (rdmax_unlikely(rc != 0))
         return rdmax__post_refused(ep, rc);
+    ep->sig_at = ep->sq_head + ep->signal_interval;  /* the next one in signal_interval */
     ep->sq_head++;
+    rdmax__ep_regate(ep);
     ctx->cnt.posted[s->op]++;
     ctx->cnt.bytes[s->op] += len;
     return RDMAX_OK;
@@ -5006,7 +5005,7 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     size_t rbytes = shared ? 0 : (size_t)d->rq_depth * d->recv_size;
     st = RDMAX_ERR_NO_MEMORY;
     ep->sq_mask = d->sq_depth - 1;
-    ep->sig_left = d->signal_interval;
+    ep->sig_at = d->signal_interval - 1;  /* sq_head is 0 */
     ep->blocked = RDMAX__BLK_STATE;  /* until connected; sq_stop == sq_head == 0 */
     ep->wr.num_sge = 1;              /* the fast put's request (see rdmax_ep.wr); wr_id below */
     ep->wr.sg_list = &ctx->fsge;
@@ -6141,7 +6140,7 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
                 wr->wr.rdma.rkey = r0.rkey;
             }
             wr->num_sge = 0;
-            ep->sig_left = 1;  /* force this one signaled */
+            ep->sig_at = ep->sq_head;  /* force this one signaled */
             st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_FLUSH, 0, r0.addr, NULL);
         }
     }
@@ -6255,7 +6254,7 @@ rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms)
             struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND_WITH_IMM);
             wr->num_sge = 0;
             wr->imm_data = htonl(RDMAX__IMM_GRANT | RDMAX__IMM_CLOSE | ep->rx_unreturned);
-            ep->sig_left = 1;  /* force this one signaled */
+            ep->sig_at = ep->sq_head;  /* force this one signaled */
             st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_CLOSE, 0, 0, NULL);
             if (st == RDMAX_OK) {
                 ep->tx_credits--;
@@ -6449,7 +6448,7 @@ static void rdmax__keepalive(rdmax_ep *ep)
     wr->wr.rdma.remote_addr = r0.addr;
     wr->wr.rdma.rkey = r0.rkey;
     wr->num_sge = 0;
-    ep->sig_left = 1;  /* force this one signaled */
+    ep->sig_at = ep->sq_head;  /* force this one signaled */
     rdmax__ep_post(ep, wr, NULL, RDMAX_OP_KEEPALIVE, 0, r0.addr, NULL);
 }
 
@@ -6530,7 +6529,7 @@ static rdmax_status rdmax__grant_post(rdmax_ep *ep)
     wr->imm_data = htonl(RDMAX__IMM_GRANT | ep->rx_unreturned);
     /* Always signaled: a grant posted from inside progress may be the newest request with nothing
        behind it, and a flush waiting on it would otherwise never see it complete. */
-    ep->sig_left = 1;  /* force this one signaled */
+    ep->sig_at = ep->sq_head;  /* force this one signaled */
     rdmax_status st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_GRANT, 0, 0, NULL);
     if (st == RDMAX_OK) {
         ep->tx_credits--;
@@ -8481,7 +8480,7 @@ void rdmax__profile_ctx_fini(rdmax_ctx *ctx)
 /* Posts since ep's last signaled one (what a refused post must give back). */
 static inline uint32_t rdmax__test_ep_unsignaled(const rdmax_ep *ep)
 {
-    return ep->signal_interval - ep->sig_left;
+    return ep->signal_interval - (ep->sig_at - ep->sq_head + 1);
 }
 /* Tell ep its QP takes `max_inline` bytes inline (a lie above the QP's limit makes the provider refuse
    the post); returns the value before. */

@@ -394,7 +394,7 @@ static void setup(fz_in *in)
         ep->desc.retry_cnt = 6;
         ep->sq_mask = SQD - 1;
         ep->signal_interval = 1 + fz_below(in, SQD / 2);
-        ep->sig_left = ep->signal_interval;
+        ep->sig_at = ep->sq_head + ep->signal_interval - 1;
         ep->max_inline = MAXINL;
         ep->rd_avail = 4;
         ep->peer_recv_size = RSZ;
@@ -617,9 +617,11 @@ static void check_step(void)
         uint32_t out = ep->sq_head - ep->sq_tail;
         FZ_CHECK(out <= SQD && rdmax__ep_sq_avail(ep) + out == SQD, "endpoint %d: %u outstanding, %u slots free of %u",
                  e, out, rdmax__ep_sq_avail(ep), SQD);
-        /* the fast gate: open only while nothing blocks the endpoint, and then at the queue's end */
-        FZ_CHECK(ep->sq_stop == (ep->blocked ? ep->sq_head : ep->sq_tail + SQD), "endpoint %d: gate at %u, head %u "
-                 "tail %u, blocked %u", e, ep->sq_stop, ep->sq_head, ep->sq_tail, ep->blocked);
+        /* the fast gate: open only while nothing blocks the endpoint */
+        /* the gate stops at the queue's end or at the post that must be signaled (sig_at), the nearer */
+        uint32_t full = ep->sq_tail + SQD, gate = ep->sig_at - ep->sq_head < full - ep->sq_head ? ep->sig_at : full;
+        FZ_CHECK(ep->sq_stop == (ep->blocked ? ep->sq_head : gate), "endpoint %d: gate at %u, head %u tail %u sig_at %u, "
+                 "blocked %u", e, ep->sq_stop, ep->sq_head, ep->sq_tail, ep->sig_at, ep->blocked);
         outstanding += out;
         if (ep->qp->qp_type == IBV_QPT_RC && !(ep->blocked & RDMAX__BLK_BATCH))
             FZ_CHECK(ep->tx_credits == g_m[e].tx, "endpoint %d: %u send credits, the peer granted %u net", e,
