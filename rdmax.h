@@ -2444,6 +2444,10 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint
        (rdmax_counters_get) */
     if (op != RDMAX_OP_FADD && op != RDMAX_OP_CSWAP)
         ctx->cnt.bytes[op] += len;
+    if (op == RDMAX_OP_SEND) {  /* rdmax__send_fast */
+        ep->tx_credits--;
+        ep->rx_unreturned = 0;
+    }
     return RDMAX_OK;
 }
 
@@ -2463,7 +2467,8 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint
 #define RDMAX__SIG_OPEN(ep, head) \
     ((head) == (ep)->sig_at && !(ep)->blocked && (head) - (ep)->sq_tail <= (ep)->sq_mask && RDMAX__FAST_RC(ep))
 
-/* The fast send: credits we owe the peer ride along in the immediate data (sig: rdmax__ep_fast_post). */
+/* The fast send: credits we owe the peer ride along in the immediate data; an accepted post spends a
+   send credit and zeroes those owed (rdmax__ep_fast_post; sig: ibid.). */
 RDMAX_INLINE rdmax_status rdmax__send_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf, size_t len,
                                            int sig)
 {
@@ -2471,12 +2476,7 @@ RDMAX_INLINE rdmax_status rdmax__send_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_
     wr->imm_data = htonl(ep->rx_unreturned);
     ctx->fsge.addr = (uintptr_t)buf;
     ctx->fsge.length = (uint32_t)len;
-    rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_SEND, (uint32_t)len, 0, sig);
-    if (rdmax_likely(st == RDMAX_OK)) {
-        ep->tx_credits--;
-        ep->rx_unreturned = 0;
-    }
-    return st;
+    return rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_SEND, (uint32_t)len, 0, sig);
 }
 
 /* rdmax_send: send len bytes to the peer's receive callback.

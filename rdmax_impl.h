@@ -4344,6 +4344,10 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
     rdmax__ep_regate(ep);
     ctx->cnt.posted[s->op]++;
     ctx->cnt.bytes[s->op] += len;
+    if (s->op == RDMAX_OP_SEND) {  /* as rdmax__ep_fast_post */
+        ep->tx_credits--;
+        ep->rx_unreturned = 0;
+    }
     return RDMAX_OK;
 }
 
