@@ -1232,8 +1232,9 @@ typedef struct rdmax__ep_ref {
 /* One request of a post list in the context's staging (rdmax_ctx.bent). Set at creation and kept: the
    request's next (the next entry's request; the last entry's is NULL), its sg_list (sge), one SGE
    pointing at inl, opcode RDMA write, inline, unsignaled - a chained put of 8 to 16 bytes
-   (rdmax__put_chain) then writes only its data into inl, the length, the remote fields and the
-   wr_id. The general path changes the other fields of the entries it takes (rdmax_ctx.chain_dirty). */
+   (rdmax__put_chain) then writes only its data into inl, the length, the remote fields and the low half
+   of the wr_id (the high half names the chaining endpoint: rdmax_ctx.chain_hi). The general path
+   changes the other fields of the entries it takes (rdmax_ctx.chain_dirty). */
 typedef struct rdmax__bent {
     struct ibv_send_wr wr;
     struct ibv_sge sge[RDMAX_MAX_SGE];
@@ -1244,8 +1245,10 @@ typedef struct rdmax__bent {
 /* Byte offset of a wr_id's low 32 bits (the slot of a send request). */
 #if defined(__BYTE_ORDER__) && defined(__ORDER_BIG_ENDIAN__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #define RDMAX__WR_ID_LO 4
+#define RDMAX__WR_ID_HI 0
 #else
 #define RDMAX__WR_ID_LO 0
+#define RDMAX__WR_ID_HI 4
 #endif
 #define RDMAX__WR_SLOT_MASK 0x7fffffffull
 
@@ -1321,6 +1324,8 @@ struct rdmax_ctx {
     uint32_t chain_c0;          /* free send-CQ entries when the room opened */
     uint32_t chain_dirty;       /* entries below it may have had their set fields changed by the general
                                    path: rdmax__chain_clean sets them again */
+    uint32_t chain_hi;          /* the high half of the wr_id in every entry from chain_dirty on (the
+                                   endpoint whose room opened last: rdmax__chain_open) */
     uint32_t chain_nsig;        /* entries in chain_sig: short puts signaled by rdmax__chain_close, whose
                                    flags are set back after the post */
     uint32_t chain_sig[RDMAX_BATCH_MAX];
@@ -2509,7 +2514,7 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
    pending, and ep is the context's batch_ep) with 8 to 16 bytes of inline data and no comp, while the
    chain has room (rdmax_ctx.chain_lim: entries, send slots and CQ entries counted out when it opened,
    rdmax__chain_open): copied in two words into its entry (the buffer is promised free at once), whose
-   request is set for it (rdmax__bent) but for the length, the remote fields and the wr_id; the slot
+   request is set for it (rdmax__bent) but for the length, the remote fields and the wr_id's low half; the slot
    gets its op. Its CQ entry was reserved at the opening; its count in posted[] and its signal wait for
    the chain's close (rdmax__chain_close). Anything else: rdmax__put_chained, out of line. */
 RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf, size_t len,
@@ -2528,7 +2533,7 @@ RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, uint32_
     e->wr.wr.rdma.remote_addr = raddr;
     e->wr.wr.rdma.rkey = rkey;
     uint32_t slot = head & ep->sq_mask;
-    e->wr.wr_id = ep->wr_id_base | slot;
+    memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_LO, &slot, 4);  /* the high half is ep's (chain_hi) */
     ep->slots[slot].op = RDMAX_OP_PUT;  /* s->signaled is 0 in a free slot (retirement clears it) */
     ep->sq_head = ep->sq_stop = head + 1;
     ctx->batch_n = n + 1;

@@ -238,7 +238,8 @@ void rdmax_numa_free(rdmax_ctx *ctx, void *p, size_t len)
 
 /* ---- >>context ----------------------------------------------------------------------------------- */
 /* The post list's entries [from, to) set as rdmax__bent says (chained, one SGE at inl, RDMA write, inline,
-   unsignaled); chain_dirty (entries below it may have been changed by the general path) comes down to from. */
+   unsignaled, chain_hi in the wr_id); chain_dirty (entries below it may have been changed by the general
+   path) comes down to from. */
 static void rdmax__chain_clean(rdmax_ctx *ctx, uint32_t from, uint32_t to)
 {
     for (uint32_t i = from; i < to; i++) {
@@ -250,6 +251,7 @@ static void rdmax__chain_clean(rdmax_ctx *ctx, uint32_t from, uint32_t to)
         e->wr.send_flags = IBV_SEND_INLINE;
         e->sge[0].addr = (uintptr_t)e->inl;
         e->sge[0].lkey = 0;
+        memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_HI, &ctx->chain_hi, 4);
     }
     if (ctx->chain_dirty > from)
         ctx->chain_dirty = from;
@@ -4368,6 +4370,12 @@ static uint32_t rdmax__chain_open(rdmax_ctx *ctx, rdmax_ep *ep)
     room = room < cq ? room : cq;
     if (room == 0)
         return 0;
+    uint32_t hi = (uint32_t)(ep->wr_id_base >> 32);
+    if (ctx->chain_hi != hi) {  /* another endpoint chains: its name in every entry's wr_id */
+        ctx->chain_hi = hi;
+        for (uint32_t i = 0; i < RDMAX_BATCH_MAX; i++)
+            memcpy((char *)&ctx->bent[i].wr.wr_id + RDMAX__WR_ID_HI, &hi, 4);
+    }
     if (n < ctx->chain_dirty)
         rdmax__chain_clean(ctx, n, ctx->chain_dirty);
     ctx->chain_c0 = free;
