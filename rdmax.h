@@ -1235,10 +1235,13 @@ typedef struct rdmax__ep_ref {
    (rdmax__put_chain) then writes only its data into inl, the length, the remote fields and the low half
    of the wr_id (the high half names the chaining endpoint: rdmax_ctx.chain_hi). The general path
    changes the other fields of the entries it takes (rdmax_ctx.chain_dirty). */
+#define RDMAX__BENT_USED (sizeof(struct ibv_send_wr) + RDMAX_MAX_SGE * sizeof(struct ibv_sge) + 16)
 typedef struct rdmax__bent {
     struct ibv_send_wr wr;
     struct ibv_sge sge[RDMAX_MAX_SGE];
     uint64_t inl[2];            /* a chained short put's data (the buffer is promised free at once) */
+    /* to 512 bytes (with RDMAX_MAX_SGE up to 23): a chained put finds its entry with one shift */
+    char pad[RDMAX__BENT_USED < 512 ? 512 - RDMAX__BENT_USED : 8];
 } rdmax__bent;
 
 #define RDMAX__WR_RECV (1ull << 31)
