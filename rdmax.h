@@ -1245,13 +1245,18 @@ typedef struct rdmax__bent {
 } rdmax__bent;
 
 #define RDMAX__WR_RECV (1ull << 31)
-/* Byte offset of a wr_id's low 32 bits (the slot of a send request). */
+/* Byte offset of a wr_id's low 32 bits (the slot of a send request). rdmax's own immediate data
+   (credits, grant and close flags; UD's endpoint index and datagram number) travels little-endian, so
+   the common hosts swap no bytes: RDMAX__LE32 both ways. A user's immediate (rdmax_put_imm) travels in
+   network order. */
 #if defined(__BYTE_ORDER__) && defined(__ORDER_BIG_ENDIAN__) && __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
 #define RDMAX__WR_ID_LO 4
 #define RDMAX__WR_ID_HI 0
+#define RDMAX__LE32(x) __builtin_bswap32(x)
 #else
 #define RDMAX__WR_ID_LO 0
 #define RDMAX__WR_ID_HI 4
+#define RDMAX__LE32(x) ((uint32_t)(x))
 #endif
 #define RDMAX__WR_SLOT_MASK 0x7fffffffull
 
@@ -2481,7 +2486,7 @@ RDMAX_INLINE rdmax_status rdmax__send_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_
                                            int sig)
 {
     struct ibv_send_wr *wr = &ctx->fwr[RDMAX__FWR_SEND];
-    wr->imm_data = htonl(ep->rx_unreturned);
+    wr->imm_data = RDMAX__LE32(ep->rx_unreturned);
     ctx->fsge.addr = (uintptr_t)buf;
     ctx->fsge.length = (uint32_t)len;
     return rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_SEND, (uint32_t)len, 0, sig);

@@ -1654,7 +1654,7 @@ static int rdmax__ud_poll_recv(rdmax_ctx *ctx)
                 if (!memcmp(u->groups[k].gid, g, 16) && ctx->eps[u->groups[k].ep_idx].gen == u->groups[k].gen)
                     ep = ctx->eps[u->groups[k].ep_idx].ep;
         } else if (wc[i].wc_flags & IBV_WC_WITH_IMM) {
-            uint32_t imm = ntohl(wc[i].imm_data), e = imm & 0xffff;  /* our index, the datagram's number */
+            uint32_t imm = RDMAX__LE32(wc[i].imm_data), e = imm & 0xffff;  /* our index, the datagram's number */
             if (e < ctx->eps_cap && ctx->eps[e].ep && ctx->eps[e].ep->ud_qpn == wc[i].src_qp) {
                 ep = ctx->eps[e].ep;
                 if (rdmax_likely((uint16_t)(imm >> 16) == ep->ud_rx_next)) {
@@ -4067,7 +4067,7 @@ static rdmax_status rdmax__g_send(rdmax_ep *ep, const void *buf, size_t len, con
         return RDMAX_ERR_NO_RESOURCE;
     }
     struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND_WITH_IMM);
-    wr->imm_data = htonl(ep->rx_unreturned);
+    wr->imm_data = RDMAX__LE32(ep->rx_unreturned);
 #if RDMAX__HAS_UD
     wr->wr.ud.ah = ep->ah;  /* never NULL on a UD endpoint: creation fails without one */
     wr->wr.ud.remote_qpn = ep->ud_qpn;
@@ -5733,7 +5733,7 @@ static uint32_t rdmax__srq_recv(rdmax_ctx *ctx, const struct ibv_wc *wc, uint32_
         else
             ctx->cnt.recv_drops++;
     } else {
-        uint32_t imm = (wc->wc_flags & IBV_WC_WITH_IMM) ? ntohl(wc->imm_data) : 0;
+        uint32_t imm = (wc->wc_flags & IBV_WC_WITH_IMM) ? RDMAX__LE32(wc->imm_data) : 0;
         if (imm) {
             if (imm & RDMAX__IMM_CREDITS) {
                 ep->tx_credits += imm & RDMAX__IMM_CREDITS;
@@ -5853,7 +5853,7 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
             goto recycle;
         }
         if ((wc[i].wc_flags & IBV_WC_WITH_IMM) && ep->qp->qp_type == IBV_QPT_RC) {
-            uint32_t imm = ntohl(wc[i].imm_data);
+            uint32_t imm = RDMAX__LE32(wc[i].imm_data);
             if (imm & RDMAX__IMM_CREDITS) {
                 ep->tx_credits += imm & RDMAX__IMM_CREDITS;
                 if (ep->group.count)
@@ -5979,7 +5979,7 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
                data gets its credit back; its immediate is the user's. UD counts none. */
             if (!callers && (s->op == RDMAX_OP_SEND || s->op == RDMAX_OP_GRANT) && ep->qp->qp_type == IBV_QPT_RC) {
                 ep->tx_credits++;
-                ep->rx_unreturned += ntohl(ctx->bent[i - 1].wr.imm_data) & RDMAX__IMM_CREDITS;
+                ep->rx_unreturned += RDMAX__LE32(ctx->bent[i - 1].wr.imm_data) & RDMAX__IMM_CREDITS;
             }
             if (!callers && s->op == RDMAX_OP_PUT_IMM)
                 ep->tx_credits++;
@@ -6265,7 +6265,7 @@ rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms)
         if (st == RDMAX_OK) {
             struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND_WITH_IMM);
             wr->num_sge = 0;
-            wr->imm_data = htonl(RDMAX__IMM_GRANT | RDMAX__IMM_CLOSE | ep->rx_unreturned);
+            wr->imm_data = RDMAX__LE32(RDMAX__IMM_GRANT | RDMAX__IMM_CLOSE | ep->rx_unreturned);
             ep->sig_at = ep->sq_head;  /* force this one signaled */
             st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_CLOSE, 0, 0, NULL);
             if (st == RDMAX_OK) {
@@ -6538,7 +6538,7 @@ static rdmax_status rdmax__grant_post(rdmax_ep *ep)
         return RDMAX_OK;  /* a send took them along meanwhile */
     struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND_WITH_IMM);
     wr->num_sge = 0;
-    wr->imm_data = htonl(RDMAX__IMM_GRANT | ep->rx_unreturned);
+    wr->imm_data = RDMAX__LE32(RDMAX__IMM_GRANT | ep->rx_unreturned);
     /* Always signaled: a grant posted from inside progress may be the newest request with nothing
        behind it, and a flush waiting on it would otherwise never see it complete. */
     ep->sig_at = ep->sq_head;  /* force this one signaled */

@@ -176,7 +176,7 @@ static int fake_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
         for (int e = 0; e < NEP; e++)
             if (c == &g_rcq && wc[i].qp_num == g_q[e].qp.qp_num && g_q[e].qp.qp_type == IBV_QPT_RC &&
                 wc[i].status == IBV_WC_SUCCESS && (wc[i].wc_flags & IBV_WC_WITH_IMM))
-                g_m[e].tx += ntohl(wc[i].imm_data) & RDMAX__IMM_CREDITS;
+                g_m[e].tx += RDMAX__LE32(wc[i].imm_data) & RDMAX__IMM_CREDITS;
     }
     return n;
 }
@@ -213,7 +213,7 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
         for (int s = 0; s < w->num_sge; s++)
             len += w->sg_list[s].length;
         if (w->opcode == IBV_WR_SEND_WITH_IMM || w->opcode == IBV_WR_SEND)
-            is_app = !(ntohl(w->imm_data) & RDMAX__IMM_GRANT) && len > 0;
+            is_app = !(RDMAX__LE32(w->imm_data) & RDMAX__IMM_GRANT) && len > 0;
         if (k == refuse_at) {
             *bad = w;
             for (struct ibv_send_wr *x = w; x; x = x->next) {
@@ -241,7 +241,7 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
             FZ_CHECK(w->opcode == IBV_WR_SEND_WITH_IMM || w->opcode == IBV_WR_RDMA_WRITE,
                      "unexpected opcode %d on RC", (int)w->opcode);
             if (w->opcode == IBV_WR_SEND_WITH_IMM) {
-                uint32_t imm = ntohl(w->imm_data);
+                uint32_t imm = RDMAX__LE32(w->imm_data);
                 FZ_CHECK((imm & RDMAX__IMM_CREDITS) == m->owed, "endpoint %d returns %u credits, it reposted %u "
                          "buffers since it last returned any", e, imm & RDMAX__IMM_CREDITS, m->owed);
                 if (imm & RDMAX__IMM_GRANT)
@@ -509,7 +509,7 @@ static void peer_message(fz_in *in, int e)
         default: imm = fz_below(in, 64); break;                                /* credits on a message */
         }
         w->wc_flags = IBV_WC_WITH_IMM;
-        w->imm_data = htonl(imm);
+        w->imm_data = RDMAX__LE32(imm);  /* rdmax's own immediates are little-endian */
     }
     w->src_qp = ud && fz_below(in, 2) ? ep->qp->qp_num : 0x300;
     /* what rdmax must make of it */

@@ -177,7 +177,7 @@ static int fake_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
         if (e >= 0 && wc[i].status == IBV_WC_SUCCESS) {
             g_m[e].owed++;
             if (wc[i].opcode == IBV_WC_RECV && (wc[i].wc_flags & IBV_WC_WITH_IMM))
-                g_m[e].tx += ntohl(wc[i].imm_data) & RDMAX__IMM_CREDITS;
+                g_m[e].tx += RDMAX__LE32(wc[i].imm_data) & RDMAX__IMM_CREDITS;
         }
     }
     return n;
@@ -199,7 +199,7 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
         FZ_CHECK(w->opcode == IBV_WR_SEND_WITH_IMM || w->opcode == IBV_WR_RDMA_WRITE, "unexpected opcode %d",
                  (int)w->opcode);
         if (w->opcode == IBV_WR_SEND_WITH_IMM) {
-            uint32_t imm = ntohl(w->imm_data);
+            uint32_t imm = RDMAX__LE32(w->imm_data);
             FZ_CHECK((imm & RDMAX__IMM_CREDITS) == m->owed, "endpoint %d returns %u credits, its peer consumed "
                      "%u buffers since it last returned any", e, imm & RDMAX__IMM_CREDITS, m->owed);
             if (imm & RDMAX__IMM_GRANT)
@@ -547,7 +547,7 @@ static void peer_message(fz_in *in, int e)
         default: imm = fz_below(in, 64); break;                                 /* credits on a message */
         }
         w->wc_flags = IBV_WC_WITH_IMM;
-        w->imm_data = htonl(imm);
+        w->imm_data = RDMAX__LE32(imm);  /* rdmax's own immediates are little-endian */
     }
     if (imm & RDMAX__IMM_CLOSE)
         m->gone = 1;  /* a peer that said goodbye sends nothing more */
