@@ -561,9 +561,10 @@ typedef enum rdmax_op {
 #define RDMAX_CONN_INFO_HEAD 64       /* bytes of the out-of-band record without extra regions */
 #define RDMAX_CONN_INFO_REGION 20     /* bytes of each region after the first */
 #define RDMAX_CONN_INFO_SIZE (RDMAX_CONN_INFO_HEAD + RDMAX_CONN_INFO_REGION * (RDMAX_MAX_REGIONS - 1))
-                                      /* the largest record, version 2 */
+                                      /* the largest record, version 3 */
 #define RDMAX_CONN_INFO_MAGIC 0x52444d58u /* "RDMX" */
-#define RDMAX_CONN_INFO_VERSION 2
+#define RDMAX_CONN_INFO_VERSION 3     /* 3: rdmax's immediate data little-endian (2: network order; same
+                                         record), so peers of the two refuse each other at connect */
 #define RDMAX_CM_INFO_SIZE 36         /* bytes of the compact record in rdma_cm's private data (one region) */
 #define RDMAX_SETUP_TCP 0             /* rdmax_ctx_desc.conn_setup: rdmax's record over TCP */
 #define RDMAX_SETUP_CM 1              /* rdmax_ctx_desc.conn_setup: rdma_cm (librdmacm) */

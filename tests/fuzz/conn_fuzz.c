@@ -8,7 +8,7 @@
      something on every error;
    - rdmax_oob_exchange and the ready byte over a socketpair whose far end sends the input and closes:
      the status is what the record decides (short, head, decode), never a hang or a read past the length
-     its head gives (a version-2 record: 64 bytes, then 20 per region after the first).
+     its head gives (a version-3 record: 64 bytes, then 20 per region after the first).
    Input: byte 0 picks why_len (0: why NULL); the rest is the record as sent. */
 #define RDMAX_TRANSPORT_RC
 #define RDMAX_TRANSPORT_UD
