@@ -1858,9 +1858,9 @@ rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, co
 RDMAX_INLINE void rdmax__arb_leave(rdmax_arb *arb, rdmax_arb_group *g)
 {
     if (g->state == RDMAX__ARB_SCHED) {
-        rdmax__arb_ring_remove(&arb->current, g);
+        rdmax__arb_ring_remove(arb, &arb->current, g);
     } else if (g->state == RDMAX__ARB_RESCHED) {
-        rdmax__arb_ring_remove(&arb->resched, g);
+        rdmax__arb_ring_remove(arb, &arb->resched, g);
     }
 }
 
@@ -1952,6 +1952,8 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
         per_group = 1;
     }
     lap = ++arb->lap;
+    /* Hints pay only when the rings outgrow the caches; below that they are instructions for nothing. */
+    const int hints = arb->ngroups > RDMAX__ARB_HINT_MIN;
 
     while ((g = arb->current) != NULL) {
         if (g->lap == lap) {
@@ -1968,9 +1970,11 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
            chain of dependent loads: no prefetch of "the next group" can run ahead of it. So each visit
            leaves a hint in the group visited RDMAX__ARB_AHEAD visits earlier, and the next round
            prefetches that far ahead through the hints, several misses in flight at once. */
-        __builtin_prefetch(g->ahead);
-        __builtin_prefetch(g->ahead_head);
-        __builtin_prefetch(g->rnext);
+        if (hints) {
+            __builtin_prefetch(g->ahead);
+            __builtin_prefetch(g->ahead_head);
+            __builtin_prefetch(g->rnext);
+        }
 
         served = 0;
         for (;;) {
@@ -2048,11 +2052,11 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
             } else if (r == RDMAX_ARB_NEXT_GROUP) {
                 arb->current = g->rnext;
             } else if (r == RDMAX_ARB_DESCHED) {
-                rdmax__arb_ring_remove(&arb->current, g);
+                rdmax__arb_ring_remove(arb, &arb->current, g);
                 g->state = RDMAX__ARB_DESCHED;
             } else if (r == RDMAX_ARB_RESCHED) {
-                rdmax__arb_ring_remove(&arb->current, g);
-                rdmax__arb_ring_insert(&arb->resched, g);
+                rdmax__arb_ring_remove(arb, &arb->current, g);
+                rdmax__arb_ring_insert(arb, &arb->resched, g);
                 g->state = RDMAX__ARB_RESCHED;
             } else {
                 goto out; /* STOP (or an unknown value): g stays first for the next dispatch */
@@ -2061,7 +2065,7 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
         }
 
         /* Leave the hint for the next round (see the prefetch above). */
-        if (rdmax_likely(g != NULL)) {
+        if (hints && g != NULL) {
             uint32_t i = arb->hist_pos++ & (RDMAX__ARB_AHEAD - 1);
             back = arb->hist[i];
             if (back != NULL) {
@@ -2075,8 +2079,8 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
 out:
     /* Parked groups rejoin at the tail, in the order they left. */
     while ((g = arb->resched) != NULL) {
-        rdmax__arb_ring_remove(&arb->resched, g);
-        rdmax__arb_ring_insert(&arb->current, g);
+        rdmax__arb_ring_remove(arb, &arb->resched, g);
+        rdmax__arb_ring_insert(arb, &arb->current, g);
         g->state = RDMAX__ARB_SCHED;
     }
     arb->in_dispatch = 0;
