@@ -4457,8 +4457,11 @@ static rdmax_status rdmax__post_recvs(rdmax_ep *ep, uint32_t n)
      pool     chunks of per_chunk buffers of recv_size bytes (about 256 KiB, at most 256 buffers, at
               least one); each chunk is one NUMA-placed allocation and one MR. A buffer is named by its
               pool and index (chunk * per_chunk + slot), the low bits of its wr_id, whose endpoint field
-              is 0xffff (never a real endpoint index): pool << 25 | index.
-     posted   buffers in the SRQ now; free[0, n_free): the others, except those in a callback right now
+              is 0xffff (never a real endpoint index): receive bit | pool << 25 | index, bit 30 clear.
+     posted   buffers in the SRQ now; free[0, n_free) and wr[0, n_stage): the others, except those in
+              a callback right now
+     staged   wr[0, n_stage): buffers the receive path gave back in this poll batch, with the wr_id,
+              address and key it had them by, for rdmax__srq_fill to post as they are
      target   the sum of the credit windows (ep desc rq_depth) of the pool's endpoints
 
    Flow control without RNR, by construction. An endpoint with window W gives its peer W credits; the
@@ -4491,6 +4494,10 @@ static rdmax_status rdmax__post_recvs(rdmax_ep *ep, uint32_t n)
 #define RDMAX__WR_SRQ (0xffffull << 32)
 #define RDMAX__WR_POOL_SHIFT 25
 #define RDMAX__WR_BUF_MASK ((1u << RDMAX__WR_POOL_SHIFT) - 1)
+/* wr_id >> 30 of every buffer of a pool: the whole tag at once (bit 30 clear), so that a completion that
+   passes it, names a pool and a buffer below n_bufs carries exactly the wr_id its buffer is posted with */
+#define RDMAX__WR_SRQ_TAG ((RDMAX__WR_SRQ | RDMAX__WR_RECV) >> 30)
+RDMAX_STATIC_ASSERT(RDMAX__POOLS == 1u << (30 - RDMAX__WR_POOL_SHIFT), "a pool field of 5 bits, bits 25..29");
 #define RDMAX__MAP_LIVE 0x80000000u  /* map value: endpoint index in the low 16 bits */
 #define RDMAX__MAP_TOMB 0x40000000u  /* map value: drain epoch in the low 30 bits */
 
@@ -4502,13 +4509,15 @@ struct rdmax__srq {
     uint32_t cap;               /* buffers the SRQ can hold (max_wr as the device applied it) */
     uint32_t target, posted;
     uint32_t n_bufs, n_free;
+    uint32_t n_stage;           /* wr[0, n_stage): given back in this poll batch, ready to post */
     uint32_t *free;             /* [n_bufs] */
     struct { char *base; struct ibv_mr *mr; uint32_t lkey; } *chunks;
     uint32_t n_chunks, chunks_cap;
     uint32_t limit;             /* the limit armed now; 0: not armed */
     uint32_t users;             /* endpoints attached */
     /* the receive requests of rdmax__srq_fill, chained and pointing at their SGEs from the start (the
-       last one posted is cut off the chain for its post, then joined again) */
+       last one posted is cut off the chain for its post, then joined again); the receive path stages
+       the buffers it gives back in them (wr_id, address and key: nothing to compute again) */
     struct ibv_recv_wr wr[RDMAX__RECV_BATCH];
     struct ibv_sge sge[RDMAX__RECV_BATCH];
 };
@@ -4625,25 +4634,36 @@ static char *rdmax__srq_buf(const struct rdmax__srq *s, uint32_t b)
     return s->chunks[b >> s->chunk_shift].base + (size_t)(b & (s->per_chunk - 1)) * s->recv_size;
 }
 
-/* Post free buffers of pool p until its target are posted. Called from the poll path (no allocation). */
+/* Post the staged buffers of pool p (wr[0, n_stage), see rdmax__srq_recv), then free ones, until its
+   target are posted; staged ones beyond the target (it fell: an endpoint went) go to the free list.
+   Called from the poll path (no allocation). */
 static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
 {
     struct rdmax__srq *s = ctx->rx->pool[p];
     struct ibv_recv_wr *wr = s->wr, *bad;
     struct ibv_sge *sge = s->sge;
     uint64_t id = RDMAX__WR_SRQ | RDMAX__WR_RECV | (uint64_t)p << RDMAX__WR_POOL_SHIFT;
-    while (s->posted < s->target && s->n_free > 0) {
-        uint32_t k = s->target - s->posted;
-        k = k < s->n_free ? k : s->n_free;
-        k = k < RDMAX__RECV_BATCH ? k : RDMAX__RECV_BATCH;
-        uint32_t nf = s->n_free;
-        for (uint32_t i = 0; i < k; i++) {
-            uint32_t b = s->free[--nf];
-            sge[i].addr = (uintptr_t)rdmax__srq_buf(s, b);
-            sge[i].lkey = s->chunks[b >> s->chunk_shift].lkey;
-            wr[i].wr_id = id | b;
+    uint32_t k = s->n_stage, want = s->posted < s->target ? s->target - s->posted : 0;
+    s->n_stage = 0;
+    if (rdmax_unlikely(k > want)) {
+        for (uint32_t i = want; i < k; i++)
+            s->free[s->n_free++] = (uint32_t)wr[i].wr_id & RDMAX__WR_BUF_MASK;
+        k = want;
+    }
+    for (;;) {
+        uint32_t m = want < RDMAX__RECV_BATCH ? want : RDMAX__RECV_BATCH;
+        if (rdmax_unlikely(k < m && s->n_free > 0)) {
+            uint32_t nf = s->n_free;
+            for (; k < m && nf > 0; k++) {
+                uint32_t b = s->free[--nf];
+                sge[k].addr = (uintptr_t)rdmax__srq_buf(s, b);
+                sge[k].lkey = s->chunks[b >> s->chunk_shift].lkey;
+                wr[k].wr_id = id | b;
+            }
+            s->n_free = nf;
         }
-        s->n_free = nf;
+        if (k == 0)
+            return RDMAX_OK;
         wr[k - 1].next = NULL;
         ctx->cnt.recv_post_calls++;
         int rc = ibv_post_srq_recv(s->srq, wr, &bad);
@@ -4663,8 +4683,9 @@ static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
             wr[k - 1].next = &wr[k];
         s->posted += k;
         ctx->rx->posted += k;
+        want -= k;
+        k = 0;
     }
-    return RDMAX_OK;
 }
 
 /* One more chunk of buffers, registered. Registration is where the locked-memory limit bites. */
@@ -4865,7 +4886,7 @@ static rdmax_status rdmax__srq_reserve(rdmax_ctx *ctx, uint32_t p, uint32_t w)
     snprintf(why, sizeof why, "%llu RC receive credits", (unsigned long long)x->target + w);
     if ((st = rdmax__rcq_fit(ctx, (uint64_t)ctx->rq_total + x->target + w, why)) != RDMAX_OK)
         return st;
-    while (s->posted + s->n_free < need)
+    while (s->posted + s->n_free + s->n_stage < need)
         if ((st = rdmax__srq_chunk(ctx, s)) != RDMAX_OK)
             return st;
     if (need > s->cap) {
@@ -4945,7 +4966,7 @@ bool rdmax_ctx_query_recv_pool(const rdmax_ctx *ctx, uint32_t recv_size, rdmax_r
         out->endpoints = s->users;
         out->target = s->target;
         out->posted = s->posted;
-        out->free = s->n_free;
+        out->free = s->n_free + s->n_stage;
         out->buffers = s->n_bufs;
         out->chunks = s->n_chunks;
         out->srq_cap = s->cap;
@@ -5689,17 +5710,22 @@ int rdmax__send_cqes(rdmax_ctx *ctx, int n)
 /* One completion of a shared receive queue (>>srq); marks its pool in *pools for the refill. Returns the
    endpoint that consumed the buffer, as table index | generation << 16, for the credit it is owed once
    the buffer is posted again; UINT32_MAX when nobody is owed one (a destroyed endpoint, a failed one).
-   The buffer goes back to its pool's free list. */
+   The buffer is staged for its repost (rdmax__srq_fill). */
 static uint32_t rdmax__srq_recv(rdmax_ctx *ctx, const struct ibv_wc *wc, uint32_t *pools)
 {
     struct rdmax__rx *x = ctx->rx;
-    uint32_t p = (uint32_t)(wc->wr_id & RDMAX__WR_SLOT_MASK) >> RDMAX__WR_POOL_SHIFT;
+    uint32_t p = (uint32_t)(wc->wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1);
     uint32_t b = (uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK;
-    struct rdmax__srq *s = x && p < RDMAX__POOLS ? x->pool[p] : NULL;
+    struct rdmax__srq *s = x ? x->pool[p] : NULL;
     if (rdmax_unlikely(s == NULL || b >= s->n_bufs)) {
         ctx->cnt.stale_wr_ids++;
         return UINT32_MAX;
     }
+    /* the buffer's address and key, for the callback and for its repost (chunks may move while a
+       callback runs, their base and key do not) */
+    const __typeof__(*s->chunks) *c = &s->chunks[b >> s->chunk_shift];
+    char *buf = c->base + (size_t)(b & (s->per_chunk - 1)) * s->recv_size;
+    uint32_t lkey = c->lkey;
     *pools |= 1u << p;
     s->posted--;
     x->posted--;
@@ -5752,13 +5778,24 @@ static uint32_t rdmax__srq_recv(rdmax_ctx *ctx, const struct ibv_wc *wc, uint32_
         ctx->cnt.recv_msgs++;
         ctx->cnt.recv_bytes += wc->byte_len;
         if (ep->recv_cb)  /* may destroy ep: the caller checks the generation before the credit */
-            ep->recv_cb(ep, rdmax__srq_buf(s, b), wc->byte_len, ep->user);
+            ep->recv_cb(ep, buf, wc->byte_len, ep->user);
         else
             ctx->cnt.recv_drops++;
     }
 recycle:
-    if (rdmax_likely(x->pool[p] == s))  /* a callback may have freed the pool with its last endpoint */
-        s->free[s->n_free++] = b;
+    /* staged for the repost at the end of the batch (a callback that progressed may have filled the
+       staging: then the free list); a callback may have freed the pool with its last endpoint */
+    if (rdmax_likely(x->pool[p] == s)) {
+        uint32_t k = s->n_stage;
+        if (rdmax_likely(k < RDMAX__RECV_BATCH)) {
+            s->wr[k].wr_id = wc->wr_id;
+            s->sge[k].addr = (uintptr_t)buf;
+            s->sge[k].lkey = lkey;
+            s->n_stage = k + 1;
+        } else {
+            s->free[s->n_free++] = b;
+        }
+    }
     return who;
 }
 
@@ -5811,7 +5848,7 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
     uint32_t who[16], cnt[16], pools = 0, own[16];
     int n_who = 0, n_own = 0;
     for (int i = 0; i < n; i++) {
-        if ((wc[i].wr_id >> 32) == (RDMAX__WR_SRQ >> 32)) {
+        if ((wc[i].wr_id >> 30) == RDMAX__WR_SRQ_TAG) {
             uint32_t w = rdmax__srq_recv(ctx, &wc[i], &pools);
             if (w == UINT32_MAX)
                 continue;

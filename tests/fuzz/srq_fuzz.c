@@ -661,8 +661,8 @@ static void check_step(int settled)
         /* rdmax counts a buffer posted until it polls its completion */
         FZ_CHECK(s->posted == f->n + f->pending, "pool %d: rdmax counts %u posted, the SRQ holds %u and the CQ %u", p,
                  s->posted, f->n, f->pending);
-        FZ_CHECK(s->posted + s->n_free == s->n_bufs, "pool %d: %u posted + %u free != %u buffers", p, s->posted,
-                 s->n_free, s->n_bufs);
+        FZ_CHECK(s->posted + s->n_free == s->n_bufs && s->n_stage == 0, "pool %d: %u posted + %u free != %u buffers "
+                 "(%u staged after a poll)", p, s->posted, s->n_free, s->n_bufs, s->n_stage);
         FZ_CHECK(s->target == target[p], "pool %d: target %u, the windows of its endpoints add up to %u", p, s->target,
                  target[p]);
         if (settled)
