@@ -4458,11 +4458,12 @@ static rdmax_status rdmax__post_recvs(rdmax_ep *ep, uint32_t n)
 
      pool     chunks of per_chunk buffers of recv_size bytes (about 256 KiB, at most 256 buffers, at
               least one); each chunk is one NUMA-placed allocation and one MR. A buffer is named by its
-              pool and index (chunk * per_chunk + slot), the low bits of its wr_id, whose endpoint field
-              is 0xffff (never a real endpoint index): receive bit | pool << 25 | index, bit 30 clear.
+              pool and index (chunk << 8 | slot: a fixed field for the slot, so decoding one needs no
+              shift by a pool's count), the low bits of its wr_id, whose endpoint field is 0xffff (never
+              a real endpoint index): receive bit | pool << 25 | index, bit 30 clear.
      posted   buffers in the SRQ, and those a poll batch took out of it and rdmax__srq_fill has not
               counted out yet (in a callback, or staged); free[0, n_free): the others
-     staged   wr[0, n_stage): buffers the receive path gave back in this poll batch, with the wr_id,
+     staged   rq[0, n_stage): buffers the receive path gave back in this poll batch, with the wr_id,
               address and key it had them by, for rdmax__srq_fill to count out of posted and post as
               they are (so the poll path counts nothing per buffer)
      target   the sum of the credit windows (ep desc rq_depth) of the pool's endpoints
@@ -4497,6 +4498,7 @@ static rdmax_status rdmax__post_recvs(rdmax_ep *ep, uint32_t n)
 #define RDMAX__WR_SRQ (0xffffull << 32)
 #define RDMAX__WR_POOL_SHIFT 25
 #define RDMAX__WR_BUF_MASK ((1u << RDMAX__WR_POOL_SHIFT) - 1)
+#define RDMAX__SRQ_SLOT_BITS 8                /* a buffer index: chunk << 8 | slot (per_chunk <= 256) */
 /* wr_id >> 30 of every buffer of a pool: the whole tag at once (bit 30 clear), so that a completion that
    passes it, names a pool and a buffer below n_bufs carries exactly the wr_id its buffer is posted with */
 #define RDMAX__WR_SRQ_TAG ((RDMAX__WR_SRQ | RDMAX__WR_RECV) >> 30)
@@ -4504,15 +4506,19 @@ RDMAX_STATIC_ASSERT(RDMAX__POOLS == 1u << (30 - RDMAX__WR_POOL_SHIFT), "a pool f
 #define RDMAX__MAP_LIVE 0x80000000u  /* map value: endpoint index in the low 16 bits */
 #define RDMAX__MAP_TOMB 0x40000000u  /* map value: drain epoch in the low 30 bits */
 
+struct rdmax__srq_rq {
+    struct ibv_recv_wr wr;
+    struct ibv_sge sge;
+};
+
 struct rdmax__srq {
     struct ibv_srq *srq;
     uint32_t recv_size;
-    uint32_t per_chunk;         /* buffers per chunk, a power of two */
-    uint32_t chunk_shift;       /* log2(per_chunk) */
+    uint32_t per_chunk;         /* buffers per chunk, a power of two, at most 1 << RDMAX__SRQ_SLOT_BITS */
     uint32_t cap;               /* buffers the SRQ can hold (max_wr as the device applied it) */
     uint32_t target, posted;
     uint32_t n_bufs, n_free;
-    uint32_t n_stage;           /* wr[0, n_stage): given back in this poll batch, ready to post */
+    uint32_t n_stage;           /* rq[0, n_stage): given back in this poll batch, ready to post */
     uint32_t *free;             /* [n_bufs] */
     struct { char *base; struct ibv_mr *mr; uint32_t lkey; } *chunks;
     uint32_t n_chunks, chunks_cap;
@@ -4520,9 +4526,9 @@ struct rdmax__srq {
     uint32_t users;             /* endpoints attached */
     /* the receive requests of rdmax__srq_fill, chained and pointing at their SGEs from the start (the
        last one posted is cut off the chain for its post, then joined again); the receive path stages
-       the buffers it gives back in them (wr_id, address and key: nothing to compute again) */
-    struct ibv_recv_wr wr[RDMAX__RECV_BATCH];
-    struct ibv_sge sge[RDMAX__RECV_BATCH];
+       the buffers it gives back in them (wr_id, address and key: nothing to compute again), a request
+       beside its SGE (one index for both) */
+    struct rdmax__srq_rq rq[RDMAX__RECV_BATCH];
 };
 
 struct rdmax__rx {
@@ -4637,7 +4643,7 @@ static void rdmax__map_kill(rdmax_ctx *ctx, uint32_t qpn)
 
 static char *rdmax__srq_buf(const struct rdmax__srq *s, uint32_t b)
 {
-    return s->chunks[b >> s->chunk_shift].base + (size_t)(b & (s->per_chunk - 1)) * s->recv_size;
+    return s->chunks[b >> RDMAX__SRQ_SLOT_BITS].base + (size_t)(b & ((1u << RDMAX__SRQ_SLOT_BITS) - 1)) * s->recv_size;
 }
 
 /* Post the staged buffers of pool p (wr[0, n_stage), see rdmax__srq_recv), then free ones, until its
@@ -4646,8 +4652,8 @@ static char *rdmax__srq_buf(const struct rdmax__srq *s, uint32_t b)
 static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
 {
     struct rdmax__srq *s = ctx->rx->pool[p];
-    struct ibv_recv_wr *wr = s->wr, *bad;
-    struct ibv_sge *sge = s->sge;
+    struct rdmax__srq_rq *rq = s->rq;
+    struct ibv_recv_wr *bad;
     uint64_t id = RDMAX__WR_SRQ | RDMAX__WR_RECV | (uint64_t)p << RDMAX__WR_POOL_SHIFT;
     uint32_t k = s->n_stage;
     s->n_stage = 0;
@@ -4657,7 +4663,7 @@ static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
     uint32_t want = s->posted < s->target ? s->target - s->posted : 0;
     if (rdmax_unlikely(k > want)) {
         for (uint32_t i = want; i < k; i++)
-            s->free[s->n_free++] = (uint32_t)wr[i].wr_id & RDMAX__WR_BUF_MASK;
+            s->free[s->n_free++] = (uint32_t)rq[i].wr.wr_id & RDMAX__WR_BUF_MASK;
         k = want;
     }
     for (;;) {
@@ -4666,23 +4672,23 @@ static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
             uint32_t nf = s->n_free;
             for (; k < m && nf > 0; k++) {
                 uint32_t b = s->free[--nf];
-                sge[k].addr = (uintptr_t)rdmax__srq_buf(s, b);
-                sge[k].lkey = s->chunks[b >> s->chunk_shift].lkey;
-                wr[k].wr_id = id | b;
+                rq[k].sge.addr = (uintptr_t)rdmax__srq_buf(s, b);
+                rq[k].sge.lkey = s->chunks[b >> RDMAX__SRQ_SLOT_BITS].lkey;
+                rq[k].wr.wr_id = id | b;
             }
             s->n_free = nf;
         }
         if (k == 0)
             return RDMAX_OK;
-        wr[k - 1].next = NULL;
+        rq[k - 1].wr.next = NULL;
         ctx->cnt.recv_post_calls++;
-        int rc = ibv_post_srq_recv(s->srq, wr, &bad);
+        int rc = ibv_post_srq_recv(s->srq, &rq[0].wr, &bad);
         if (rdmax_unlikely(rc != 0)) {
             uint32_t back = 0;
             for (struct ibv_recv_wr *w = bad; w; w = w->next, back++)
                 s->free[s->n_free++] = (uint32_t)(w->wr_id & RDMAX__WR_BUF_MASK);
             if (k < RDMAX__RECV_BATCH)
-                wr[k - 1].next = &wr[k];
+                rq[k - 1].wr.next = &rq[k].wr;
             s->posted += k - back;
             ctx->rx->posted += k - back;
             rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ, "device %s: ibv_post_srq_recv of %u buffers failed: %s (%u of %u "
@@ -4690,7 +4696,7 @@ static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
             return RDMAX_ERR_IO;
         }
         if (k < RDMAX__RECV_BATCH)
-            wr[k - 1].next = &wr[k];
+            rq[k - 1].wr.next = &rq[k].wr;
         s->posted += k;
         ctx->rx->posted += k;
         want -= k;
@@ -4702,7 +4708,7 @@ static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
 static rdmax_status rdmax__srq_chunk(rdmax_ctx *ctx, struct rdmax__srq *s)
 {
     size_t bytes = (size_t)s->per_chunk * s->recv_size;
-    if ((uint64_t)s->n_bufs + s->per_chunk > RDMAX__WR_BUF_MASK)
+    if (s->n_chunks >= (RDMAX__WR_BUF_MASK >> RDMAX__SRQ_SLOT_BITS) + 1)
         return RDMAX_ERR_LIMIT;  /* not reached: max_srq_wr bounds target first */
     if (s->n_chunks == s->chunks_cap) {
         uint32_t cap = s->chunks_cap ? 2 * s->chunks_cap : 16;
@@ -4752,7 +4758,7 @@ static rdmax_status rdmax__srq_chunk(rdmax_ctx *ctx, struct rdmax__srq *s)
     s->chunks[s->n_chunks].mr = mr;
     s->chunks[s->n_chunks].lkey = mr->lkey;
     for (uint32_t i = s->per_chunk; i-- > 0;)  /* low indexes are posted first */
-        s->free[s->n_free++] = s->n_chunks * s->per_chunk + i;
+        s->free[s->n_free++] = s->n_chunks << RDMAX__SRQ_SLOT_BITS | i;
     s->n_chunks++;
     s->n_bufs += s->per_chunk;
     ctx->rx->bytes += bytes;
@@ -4846,13 +4852,14 @@ static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
     if (!s)
         return RDMAX_ERR_NO_MEMORY;
     s->recv_size = recv_size;
-    for (s->per_chunk = 1; s->per_chunk < 256 && (size_t)2 * s->per_chunk * recv_size <= RDMAX__SRQ_CHUNK_BYTES;)
-        s->per_chunk *= 2, s->chunk_shift++;
+    for (s->per_chunk = 1; s->per_chunk < 1u << RDMAX__SRQ_SLOT_BITS &&
+                           (size_t)2 * s->per_chunk * recv_size <= RDMAX__SRQ_CHUNK_BYTES;)
+        s->per_chunk *= 2;
     for (uint32_t i = 0; i < RDMAX__RECV_BATCH; i++) {
-        s->sge[i].length = recv_size;
-        s->wr[i].sg_list = &s->sge[i];
-        s->wr[i].num_sge = 1;
-        s->wr[i].next = i + 1 < RDMAX__RECV_BATCH ? &s->wr[i + 1] : NULL;
+        s->rq[i].sge.length = recv_size;
+        s->rq[i].wr.sg_list = &s->rq[i].sge;
+        s->rq[i].wr.num_sge = 1;
+        s->rq[i].wr.next = i + 1 < RDMAX__RECV_BATCH ? &s->rq[i + 1].wr : NULL;
     }
     struct ibv_srq_init_attr a;
     memset(&a, 0, sizeof a);
@@ -5783,25 +5790,25 @@ static void rdmax__srq_owe_other(rdmax_ctx *ctx, uint32_t qpn, struct rdmax__owe
     }
 }
 
-/* A polled buffer of pool p (s: a pool never goes during a poll batch, see >>srq) back to the pool: staged
-   for the repost at the end of the batch, or (a callback that progressed filled the staging) to the free
-   list. */
-static inline void rdmax__srq_give(struct rdmax__rx *x, struct rdmax__srq *s, uint32_t p, uint64_t wr_id, char *buf,
-                                   uint32_t lkey)
+/* A polled buffer (wr_id) of pool s (a pool never goes during a poll batch, see >>srq) back to the pool:
+   staged for the repost at the end of the batch, or (a callback that progressed filled the staging) to
+   the free list. The first one staged marks its pool for rdmax__srq_settle. */
+static inline void rdmax__srq_give(struct rdmax__rx *x, struct rdmax__srq *s, uint64_t wr_id, char *buf, uint32_t lkey)
 {
     uint32_t k = s->n_stage;
-    if (rdmax_likely(k < RDMAX__RECV_BATCH)) {
-        if (k == 0)
-            x->staged |= 1u << p;
-        s->wr[k].wr_id = wr_id;
-        s->sge[k].addr = (uintptr_t)buf;
-        s->sge[k].lkey = lkey;
-        s->n_stage = k + 1;
-    } else {
-        s->free[s->n_free++] = (uint32_t)wr_id & RDMAX__WR_BUF_MASK;
-        s->posted--;
-        x->posted--;
+    if (rdmax_unlikely(k - 1 >= RDMAX__RECV_BATCH - 1)) {  /* k 0, or the staging is full */
+        if (k == RDMAX__RECV_BATCH) {
+            s->free[s->n_free++] = (uint32_t)wr_id & RDMAX__WR_BUF_MASK;
+            s->posted--;
+            x->posted--;
+            return;
+        }
+        x->staged |= 1u << ((uint32_t)(wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1));
     }
+    s->rq[k].wr.wr_id = wr_id;
+    s->rq[k].sge.addr = (uintptr_t)buf;
+    s->rq[k].sge.lkey = lkey;
+    s->n_stage = k + 1;
 }
 
 /* The credit of a successful completion of QP qpn, owed once its buffer is posted again: to the last
@@ -5818,13 +5825,13 @@ static inline void rdmax__srq_credit(rdmax_ctx *ctx, uint32_t qpn, struct rdmax_
    a destroyed one's: counted and dropped), a failed or flushed one (owes no credit), put_imm's, one
    with credits, a grant or a goodbye in its immediate data. */
 static __attribute__((noinline)) void rdmax__srq_recv_other(rdmax_ctx *ctx, const struct ibv_wc *wc, struct rdmax__owed *o,
-                                                            struct rdmax__srq *s, uint32_t p, char *buf, uint32_t lkey)
+                                                            struct rdmax__srq *s, char *buf, uint32_t lkey)
 {
     struct rdmax__rx *x = ctx->rx;
     rdmax_ep *ep = x->last_ep;
     if (wc->qp_num != x->last_qpn && (ep = rdmax__srq_who(ctx, wc->qp_num, o)) == NULL) {
         ctx->cnt.stale_wr_ids++;  /* its endpoint was destroyed: dropped, the buffer recycled */
-        rdmax__srq_give(x, s, p, wc->wr_id, buf, lkey);
+        rdmax__srq_give(x, s, wc->wr_id, buf, lkey);
         return;
     }
     if (wc->status != IBV_WC_SUCCESS) {
@@ -5835,7 +5842,7 @@ static __attribute__((noinline)) void rdmax__srq_recv_other(rdmax_ctx *ctx, cons
             ctx->cnt.err_cqes++;
             rdmax__ep_fail(ep, wc, NULL);
         }
-        rdmax__srq_give(x, s, p, wc->wr_id, buf, lkey);
+        rdmax__srq_give(x, s, wc->wr_id, buf, lkey);
         return;
     }
     if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
@@ -5863,7 +5870,7 @@ static __attribute__((noinline)) void rdmax__srq_recv_other(rdmax_ctx *ctx, cons
                 ctx->cnt.recv_drops++;
         }
     }
-    rdmax__srq_give(x, s, p, wc->wr_id, buf, lkey);
+    rdmax__srq_give(x, s, wc->wr_id, buf, lkey);
     rdmax__srq_credit(ctx, wc->qp_num, o);
 }
 
@@ -5875,20 +5882,21 @@ static __attribute__((noinline)) void rdmax__srq_recv_other(rdmax_ctx *ctx, cons
 static inline void rdmax__srq_recv(rdmax_ctx *ctx, struct rdmax__rx *x, const struct ibv_wc *wc, struct rdmax__owed *o)
 {
     uint32_t p = (uint32_t)(wc->wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1);
-    uint32_t b = (uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK;
+    uint32_t ci = ((uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK) >> RDMAX__SRQ_SLOT_BITS;
+    uint32_t slot = (uint32_t)wc->wr_id & ((1u << RDMAX__SRQ_SLOT_BITS) - 1);
     struct rdmax__srq *s = x->pool[p];
-    if (rdmax_unlikely(s == NULL || b >= s->n_bufs)) {
+    if (rdmax_unlikely(s == NULL || ci >= s->n_chunks || slot >= s->per_chunk)) {
         ctx->cnt.stale_wr_ids++;
         return;
     }
     /* the buffer's address and key, for the callback and for its repost (chunks may move while a
        callback runs, their base and key do not) */
-    const __typeof__(*s->chunks) *c = &s->chunks[b >> s->chunk_shift];
-    char *buf = c->base + (size_t)(b & (s->per_chunk - 1)) * s->recv_size;
+    const __typeof__(*s->chunks) *c = &s->chunks[ci];
+    char *buf = c->base + (size_t)slot * s->recv_size;
     uint32_t lkey = c->lkey;
     if (rdmax_unlikely(wc->qp_num != x->last_qpn || wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV ||
                        (wc->imm_data != 0 && (wc->wc_flags & IBV_WC_WITH_IMM)))) {
-        rdmax__srq_recv_other(ctx, wc, o, s, p, buf, lkey);
+        rdmax__srq_recv_other(ctx, wc, o, s, buf, lkey);
         return;
     }
     rdmax_ep *ep = x->last_ep;
@@ -5901,7 +5909,7 @@ static inline void rdmax__srq_recv(rdmax_ctx *ctx, struct rdmax__rx *x, const st
         ctx->cnt.recv_msgs++;
         ctx->cnt.recv_drops++;
     }
-    rdmax__srq_give(x, s, p, wc->wr_id, buf, lkey);
+    rdmax__srq_give(x, s, wc->wr_id, buf, lkey);
     rdmax__srq_credit(ctx, wc->qp_num, o);
 }
 

@@ -120,6 +120,15 @@ static int q_of(struct ibv_qp *qp)
 
 static int pool_of_wr(uint64_t wr_id) { return (int)(((uint32_t)wr_id & RDMAX__WR_SLOT_MASK) >> RDMAX__WR_POOL_SHIFT); }
 
+/* A pool buffer's index (chunk << RDMAX__SRQ_SLOT_BITS | slot in the wr_id) as the fake counts them,
+   chunk * PER_CHUNK + slot; NBUF when it names no buffer. */
+static uint32_t buf_of_wr(uint64_t wr_id)
+{
+    uint32_t b = (uint32_t)wr_id & RDMAX__WR_BUF_MASK;
+    uint32_t c = b >> RDMAX__SRQ_SLOT_BITS, slot = b & ((1u << RDMAX__SRQ_SLOT_BITS) - 1);
+    return c < NCHUNK && slot < PER_CHUNK ? c * PER_CHUNK + slot : NBUF;
+}
+
 static void cq_push(fcq *c, uint64_t wr_id, enum ibv_wc_status st, enum ibv_wc_opcode opc, uint32_t qpn)
 {
     for (int i = 0; i < NEP; i++)
@@ -237,12 +246,13 @@ static int fake_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struc
     fsrq *f = &g_s[p];
     const struct rdmax__srq *s = g_ctx->rx->pool[p];
     for (struct ibv_recv_wr *w = wr; w; w = w->next) {
-        uint32_t b = (uint32_t)w->wr_id & RDMAX__WR_BUF_MASK;
+        uint32_t b = buf_of_wr(w->wr_id);
         FZ_CHECK((w->wr_id & RDMAX__WR_SRQ) == RDMAX__WR_SRQ && (w->wr_id & RDMAX__WR_RECV) && pool_of_wr(w->wr_id) == p,
                  "pool %d: receive wr_id 0x%llx does not name its SRQ and pool", p, (unsigned long long)w->wr_id);
         FZ_CHECK(b < NBUF, "pool %d: buffer %u of %u", p, b, NBUF);
         FZ_CHECK(!f->posted[b], "pool %d: buffer %u posted twice", p, b);
-        FZ_CHECK(w->num_sge == 1 && w->sg_list[0].addr == (uintptr_t)rdmax__srq_buf(s, b) &&
+        FZ_CHECK(w->num_sge == 1 &&
+                 w->sg_list[0].addr == (uintptr_t)rdmax__srq_buf(s, (uint32_t)w->wr_id & RDMAX__WR_BUF_MASK) &&
                  w->sg_list[0].length == g_size[p] && w->sg_list[0].lkey == f->mr[b / PER_CHUNK].lkey,
                  "pool %d: buffer %u posted with the wrong address, length or key", p, b);
         FZ_CHECK(f->n < NBUF, "pool %d: more posted than buffers", p);
@@ -365,13 +375,11 @@ static void setup(fz_in *in)
         s->srq = &g_s[p].srq;
         s->recv_size = g_size[p];
         s->per_chunk = PER_CHUNK;
-        while ((1u << s->chunk_shift) < PER_CHUNK)
-            s->chunk_shift++;
         for (int i = 0; i < RDMAX__RECV_BATCH; i++) {  /* as rdmax__pool_get: the prebuilt chain */
-            s->sge[i].length = g_size[p];
-            s->wr[i].sg_list = &s->sge[i];
-            s->wr[i].num_sge = 1;
-            s->wr[i].next = i + 1 < RDMAX__RECV_BATCH ? &s->wr[i + 1] : NULL;
+            s->rq[i].sge.length = g_size[p];
+            s->rq[i].wr.sg_list = &s->rq[i].sge;
+            s->rq[i].wr.num_sge = 1;
+            s->rq[i].wr.next = i + 1 < RDMAX__RECV_BATCH ? &s->rq[i + 1].wr : NULL;
         }
         s->cap = NBUF;
         s->chunks = (__typeof__(s->chunks))calloc(NCHUNK, sizeof *s->chunks);
@@ -383,7 +391,7 @@ static void setup(fz_in *in)
             s->chunks[c].mr = &g_s[p].mr[c];
             s->chunks[c].lkey = g_s[p].mr[c].lkey;
             for (uint32_t i = PER_CHUNK; i-- > 0;)
-                s->free[s->n_free++] = c * PER_CHUNK + i;
+                s->free[s->n_free++] = c << RDMAX__SRQ_SLOT_BITS | i;
         }
         s->n_chunks = NCHUNK;
         s->n_bufs = NBUF;
@@ -485,7 +493,7 @@ static uint64_t srq_take(int p)
     uint64_t id = f->q[f->head];
     f->head = (f->head + 1) % NBUF;
     f->n--;
-    f->posted[(uint32_t)id & RDMAX__WR_BUF_MASK] = 0;
+    f->posted[buf_of_wr(id)] = 0;
     f->pending++;
     return id;
 }
