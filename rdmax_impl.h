@@ -4646,20 +4646,37 @@ static char *rdmax__srq_buf(const struct rdmax__srq *s, uint32_t b)
     return s->chunks[b >> RDMAX__SRQ_SLOT_BITS].base + (size_t)(b & ((1u << RDMAX__SRQ_SLOT_BITS) - 1)) * s->recv_size;
 }
 
-/* Post the staged buffers of pool p (wr[0, n_stage), see rdmax__srq_recv), then free ones, until its
+/* ibv_post_srq_recv of rq[0, k) refused bad and what follows it up to rq[k - 1] (the chain is joined
+   again already): those go to the free list. */
+static rdmax_status rdmax__srq_post_failed(rdmax_ctx *ctx, struct rdmax__srq *s, uint32_t k, struct ibv_recv_wr *bad, int rc)
+{
+    uint32_t back = 0;
+    for (struct ibv_recv_wr *w = bad; w; w = w->next) {
+        s->free[s->n_free++] = (uint32_t)(w->wr_id & RDMAX__WR_BUF_MASK);
+        back++;
+        if (w == &s->rq[k - 1].wr)
+            break;
+    }
+    s->posted += k - back;
+    ctx->rx->posted += k - back;
+    rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ, "device %s: ibv_post_srq_recv of %u buffers failed: %s (%u of %u "
+               "posted, SRQ holds %u)", ctx->attr.name, back, strerror(rc), s->posted, s->target, s->cap);
+    return RDMAX_ERR_IO;
+}
+
+/* Post the staged buffers of pool p (rq[0, n_stage), see rdmax__srq_recv), then free ones, until its
    target are posted; staged ones beyond the target (it fell: an endpoint went) go to the free list.
    Called from the poll path (no allocation). */
 static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
 {
     struct rdmax__srq *s = ctx->rx->pool[p];
     struct rdmax__srq_rq *rq = s->rq;
-    struct ibv_recv_wr *bad;
+    struct ibv_recv_wr *bad = NULL;
     uint64_t id = RDMAX__WR_SRQ | RDMAX__WR_RECV | (uint64_t)p << RDMAX__WR_POOL_SHIFT;
     uint32_t k = s->n_stage;
     s->n_stage = 0;
     s->posted -= k;  /* the staged ones left the SRQ (see >>srq: posted) */
     ctx->rx->posted -= k;
-    ctx->rx->staged &= ~(1u << p);
     uint32_t want = s->posted < s->target ? s->target - s->posted : 0;
     if (rdmax_unlikely(k > want)) {
         for (uint32_t i = want; i < k; i++)
@@ -4683,25 +4700,38 @@ static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
         rq[k - 1].wr.next = NULL;
         ctx->cnt.recv_post_calls++;
         int rc = ibv_post_srq_recv(s->srq, &rq[0].wr, &bad);
-        if (rdmax_unlikely(rc != 0)) {
-            uint32_t back = 0;
-            for (struct ibv_recv_wr *w = bad; w; w = w->next, back++)
-                s->free[s->n_free++] = (uint32_t)(w->wr_id & RDMAX__WR_BUF_MASK);
-            if (k < RDMAX__RECV_BATCH)
-                rq[k - 1].wr.next = &rq[k].wr;
-            s->posted += k - back;
-            ctx->rx->posted += k - back;
-            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ, "device %s: ibv_post_srq_recv of %u buffers failed: %s (%u of %u "
-                       "posted, SRQ holds %u)", ctx->attr.name, back, strerror(rc), s->posted, s->target, s->cap);
-            return RDMAX_ERR_IO;
-        }
         if (k < RDMAX__RECV_BATCH)
             rq[k - 1].wr.next = &rq[k].wr;
+        if (rdmax_unlikely(rc != 0))
+            return rdmax__srq_post_failed(ctx, s, k, bad, rc);
         s->posted += k;
         ctx->rx->posted += k;
         want -= k;
         k = 0;
     }
+}
+
+/* rdmax__srq_fill from rdmax__srq_settle: in the common case the pool had its whole target posted before
+   the batch (posted counts the staged ones still), so exactly the staged ones go back, in one post, and
+   posted stays as it is. */
+static rdmax_status rdmax__srq_fill_staged(rdmax_ctx *ctx, struct rdmax__srq *s, uint32_t p)
+{
+    uint32_t k = s->n_stage;
+    if (rdmax_unlikely(k == 0 || s->posted != s->target))
+        return rdmax__srq_fill(ctx, p);
+    struct ibv_recv_wr *bad = NULL;
+    s->n_stage = 0;
+    s->rq[k - 1].wr.next = NULL;
+    ctx->cnt.recv_post_calls++;
+    int rc = ibv_post_srq_recv(s->srq, &s->rq[0].wr, &bad);
+    if (k < RDMAX__RECV_BATCH)
+        s->rq[k - 1].wr.next = &s->rq[k].wr;
+    if (rdmax_unlikely(rc != 0)) {
+        s->posted -= k;
+        ctx->rx->posted -= k;
+        return rdmax__srq_post_failed(ctx, s, k, bad, rc);
+    }
+    return RDMAX_OK;
 }
 
 /* One more chunk of buffers, registered. Registration is where the locked-memory limit bites. */
@@ -5900,15 +5930,14 @@ static inline void rdmax__srq_recv(rdmax_ctx *ctx, struct rdmax__rx *x, const st
         return;
     }
     rdmax_ep *ep = x->last_ep;
-    /* (the two counters in two blocks: side by side gcc makes them one vector add of five instructions) */
+    /* (the two counters apart: side by side gcc makes them one vector add of five instructions; the
+       message is counted once its callback returned, one add to memory) */
     ctx->cnt.recv_bytes += wc->byte_len;
-    if (rdmax_likely(ep->recv_cb != NULL)) {
-        ctx->cnt.recv_msgs++;
-        ep->recv_cb(ep, buf, wc->byte_len, ep->user);  /* may destroy ep, or free the pool with its last endpoint */
-    } else {
-        ctx->cnt.recv_msgs++;
+    if (rdmax_likely(ep->recv_cb != NULL))
+        ep->recv_cb(ep, buf, wc->byte_len, ep->user);  /* may destroy ep */
+    else
         ctx->cnt.recv_drops++;
-    }
+    ctx->cnt.recv_msgs++;
     rdmax__srq_give(x, s, wc->wr_id, buf, lkey);
     rdmax__srq_credit(ctx, wc->qp_num, o);
 }
@@ -5917,16 +5946,18 @@ static inline void rdmax__srq_recv(rdmax_ctx *ctx, struct rdmax__rx *x, const st
    posts what the outer one gave back so far, before it owes its credits), then owe their endpoints the
    credits (never before: see >>srq), and grant as soon as half a window is owed, busy or not. All are
    owed before any grant, so a grant returns every buffer of the batch its endpoint is owed. */
-static void rdmax__srq_settle(rdmax_ctx *ctx, struct rdmax__owed *o)
+static void rdmax__srq_settle(rdmax_ctx *ctx, struct rdmax__owed *o, int outermost)
 {
     struct rdmax__rx *x = ctx->rx;
     if (x->run) {
         rdmax__owe(o, x->last_who, x->run);
         x->run = 0;
     }
-    for (uint32_t p = 0, m = x->staged; m; p++, m >>= 1)
+    uint32_t m = x->staged;
+    x->staged = 0;  /* (rdmax__srq_fill does not clear a pool's bit: it runs for one with none staged too) */
+    for (uint32_t p = 0; m; p++, m >>= 1)
         if (m & 1)
-            rdmax__srq_fill(ctx, p);
+            rdmax__srq_fill_staged(ctx, x->pool[p], p);
     for (uint32_t i = 0; i < o->n; i++) {
         rdmax__ep_ref *r = &ctx->eps[o->who[i] & 0xffff];
         if (r->ep && r->gen == (uint16_t)(o->who[i] >> 16))
@@ -5938,6 +5969,8 @@ static void rdmax__srq_settle(rdmax_ctx *ctx, struct rdmax__owed *o)
             r->ep->state == RDMAX_EP_CONNECTED)
             rdmax__grant(r->ep);
     }
+    if (rdmax_unlikely(x->doomed != 0) && outermost)
+        rdmax__pool_reap(ctx);
 }
 
 int rdmax__poll_ud(rdmax_ctx *ctx)
@@ -6065,8 +6098,8 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
         if (ep->rx_unreturned >= ep->grant_at && ep->state == RDMAX_EP_CONNECTED && ep->qp->qp_type == IBV_QPT_RC)
             rdmax__grant(ep);
     }
-    if (ctx->rx && (ctx->rx->staged | ctx->rx->run | owed.n))
-        rdmax__srq_settle(ctx, &owed);
+    if ((x = ctx->rx) != NULL && (x->staged | x->run | owed.n | x->doomed))  /* (a callback may have made rx) */
+        rdmax__srq_settle(ctx, &owed, wc == ctx->rwc_top);
     if (rdmax_unlikely(ctx->flush_check))
         rdmax__flush_check(ctx);
     return n;
@@ -6081,8 +6114,6 @@ int rdmax__recv_cqes(rdmax_ctx *ctx, int n)
     ctx->rwc = nested;
     n = rdmax__recv_batch(ctx, wc, n);
     ctx->rwc = wc;
-    if (rdmax_unlikely(ctx->rx != NULL && ctx->rx->doomed != 0) && wc == ctx->rwc_top)
-        rdmax__pool_reap(ctx);
     return n;
 }
 
