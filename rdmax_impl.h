@@ -6002,11 +6002,11 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
     int n_own = 0;
     owed.n = 0;
     /* Without shared receive queues no completion names a pool: one that seems to goes the endpoints' way
-       (endpoint 0xffff: counted, dropped). rx never goes before the context. */
+       (endpoint 0xffff: counted, dropped). rx never goes before the context; a callback may make it, but
+       no completion of this batch then names a pool of it. */
     struct rdmax__rx *x = ctx->rx;
-    uint64_t srq_tag = x ? RDMAX__WR_SRQ_TAG : UINT64_MAX;
     for (int i = 0; i < n; i++) {
-        if ((wc[i].wr_id >> 30) == srq_tag) {
+        if ((wc[i].wr_id >> 30) == RDMAX__WR_SRQ_TAG && rdmax_likely(x != NULL)) {
             rdmax__srq_recv(ctx, x, &wc[i], &owed);
             continue;
         }
