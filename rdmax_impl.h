@@ -4544,10 +4544,24 @@ struct rdmax__rx {
        its QP leaves the map (rdmax__map_kill), so it never outlives the endpoint. */
     uint32_t last_qpn, last_who;
     rdmax_ep *last_ep;
+    uint64_t last_key;          /* rdmax__srq_key(0, last_qpn): a completion's immediate and QP number
+                                   at once, for the inline receive path */
     uint32_t run;               /* credits last_who is owed for buffers given back in this batch (>>srq) */
     uint32_t staged;            /* pools with buffers staged for their repost (rdmax__srq_fill) */
     uint32_t doomed;            /* pools whose last endpoint went during a poll batch: freed at its end */
 };
+
+/* A completion's immediate data (as it holds it, network order) and QP number side by side, as one
+   8-byte load of the completion reads them. */
+RDMAX_STATIC_ASSERT(offsetof(struct ibv_wc, qp_num) == offsetof(struct ibv_wc, imm_data) + 4,
+                    "ibv_wc: qp_num right after imm_data");
+static uint64_t rdmax__srq_key(uint32_t imm_raw, uint32_t qpn)
+{
+    uint32_t v[2] = {imm_raw, qpn};
+    uint64_t k;
+    memcpy(&k, v, sizeof k);
+    return k;
+}
 
 static uint32_t rdmax__map_hash(const struct rdmax__rx *x, uint32_t qpn)
 {
@@ -4632,8 +4646,10 @@ static rdmax_status rdmax__map_put(rdmax_ctx *ctx, uint32_t qpn, uint32_t idx)
 static void rdmax__map_kill(rdmax_ctx *ctx, uint32_t qpn)
 {
     struct rdmax__rx *x = ctx->rx;
-    if (x->last_qpn == qpn)
+    if (x->last_qpn == qpn) {
         x->last_qpn = UINT32_MAX;
+        x->last_key = rdmax__srq_key(0, UINT32_MAX);
+    }
     for (uint32_t i = rdmax__map_hash(x, qpn); x->map[i].v; i = (i + 1) & (x->map_cap - 1))
         if (x->map[i].qpn == qpn && (x->map[i].v & RDMAX__MAP_LIVE)) {
             x->map[i].v = RDMAX__MAP_TOMB | (*x->epoch & 0x3fffffffu);
@@ -4852,6 +4868,7 @@ static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
         x->map_cap = 64;
         x->epoch = &ctx->rcq_drains;
         x->last_qpn = UINT32_MAX;
+        x->last_key = rdmax__srq_key(0, UINT32_MAX);
         if (!(x->map = (__typeof__(x->map))rdmax__alloc(ctx, x->map_cap * sizeof *x->map))) {
             rdmax__free(ctx, x);
             return RDMAX_ERR_NO_MEMORY;
@@ -5804,6 +5821,7 @@ static rdmax_ep *rdmax__srq_who(rdmax_ctx *ctx, uint32_t qpn, struct rdmax__owed
     }
     uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
     x->last_qpn = qpn;
+    x->last_key = rdmax__srq_key(0, qpn);
     x->last_who = idx | (uint32_t)ctx->eps[idx].gen << 16;
     x->last_ep = ep;
     return ep;
@@ -5906,8 +5924,8 @@ static __attribute__((noinline)) void rdmax__srq_recv_other(rdmax_ctx *ctx, cons
 
 /* One completion of a shared receive queue (>>srq). The buffer is staged for its repost (rdmax__srq_fill,
    from rdmax__srq_settle at the end of the batch); a successful completion of a live endpoint is a credit
-   it is owed once the buffer is posted again (x->run, or o). Inline: a message without immediate data
-   of the last endpoint (a burst comes mostly from one QP: the endpoint of the last one, until
+   it is owed once the buffer is posted again (x->run, or o). Inline: a message with no credits in its
+   immediate data (or none) of the last endpoint (a burst comes mostly from one QP: the endpoint of the last one, until
    rdmax__map_kill forgets it, saves the map lookup); everything else in rdmax__srq_recv_other. */
 static inline void rdmax__srq_recv(rdmax_ctx *ctx, struct rdmax__rx *x, const struct ibv_wc *wc, struct rdmax__owed *o)
 {
@@ -5924,8 +5942,9 @@ static inline void rdmax__srq_recv(rdmax_ctx *ctx, struct rdmax__rx *x, const st
     const __typeof__(*s->chunks) *c = &s->chunks[ci];
     char *buf = c->base + (size_t)slot * s->recv_size;
     uint32_t lkey = c->lkey;
-    if (rdmax_unlikely(wc->qp_num != x->last_qpn || wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV ||
-                       (wc->imm_data != 0 && (wc->wc_flags & IBV_WC_WITH_IMM)))) {
+    uint64_t key;  /* the QP's number and the immediate (0: no credits; without WITH_IMM whatever it is) */
+    memcpy(&key, (const char *)wc + offsetof(struct ibv_wc, imm_data), sizeof key);
+    if (rdmax_unlikely(key != x->last_key || wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV)) {
         rdmax__srq_recv_other(ctx, wc, o, s, buf, lkey);
         return;
     }
