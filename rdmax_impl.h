@@ -5861,10 +5861,10 @@ static inline void rdmax__srq_give(struct rdmax__rx *x, struct rdmax__srq *s, ui
 
 /* The credit of a successful completion of QP qpn, owed once its buffer is posted again: to the last
    endpoint's run, or (a callback destroyed it, or progressed and met another endpoint) looked up. */
-static inline void rdmax__srq_credit(rdmax_ctx *ctx, uint32_t qpn, struct rdmax__owed *o)
+static inline void rdmax__srq_credit(rdmax_ctx *ctx, struct rdmax__rx *x, uint32_t qpn, struct rdmax__owed *o)
 {
-    if (rdmax_likely(qpn == ctx->rx->last_qpn))
-        ctx->rx->run++;
+    if (rdmax_likely(qpn == x->last_qpn))
+        x->run++;
     else
         rdmax__srq_owe_other(ctx, qpn, o);
 }
@@ -5919,7 +5919,7 @@ static __attribute__((noinline)) void rdmax__srq_recv_other(rdmax_ctx *ctx, cons
         }
     }
     rdmax__srq_give(x, s, wc->wr_id, buf, lkey);
-    rdmax__srq_credit(ctx, wc->qp_num, o);
+    rdmax__srq_credit(ctx, x, wc->qp_num, o);
 }
 
 /* One completion of a shared receive queue (>>srq). The buffer is staged for its repost (rdmax__srq_fill,
@@ -5958,7 +5958,7 @@ static inline void rdmax__srq_recv(rdmax_ctx *ctx, struct rdmax__rx *x, const st
         ctx->cnt.recv_drops++;
     ctx->cnt.recv_msgs++;
     rdmax__srq_give(x, s, wc->wr_id, buf, lkey);
-    rdmax__srq_credit(ctx, wc->qp_num, o);
+    rdmax__srq_credit(ctx, x, wc->qp_num, o);
 }
 
 /* End of a poll batch: post the buffers given back again (every pool with some staged: a nested batch
