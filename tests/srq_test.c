@@ -108,6 +108,16 @@ struct side {
     int data_bad;
 };
 
+/* A receive callback that destroys its endpoint (user: where the test keeps it, cleared). */
+static int g_destroyed_in_cb;
+static void on_msg_destroy(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)data, (void)len;
+    *(rdmax_ep **)user = NULL;
+    g_destroyed_in_cb++;
+    rdmax_ep_destroy(ep);
+}
+
 static void on_msg(rdmax_ep *ep, void *data, size_t len, void *user)
 {
     (void)ep;
@@ -361,8 +371,8 @@ static void recv_size_case(void)
     rdmax_ep *a = NULL, *b = NULL, *c = NULL, *e = NULL;
     struct side sb;
     memset(&sb, 0, sizeof sb);
-    tl_begin("srq/recv_size: one pool per size; the peer may send up to it; a pool of another size than the "
-             "context's goes with its last endpoint");
+    tl_begin("srq/recv_size: one pool per size; the peer may send up to it; another size's pool goes with its "
+             "last endpoint (after the batch, from a callback)");
     rdmax_ep_desc d, db;
     memset(&d, 0, sizeof d);
     d.recv_size = 64;  /* a's peer may send 64 bytes: a's buffers are 64 bytes */
@@ -440,6 +450,33 @@ static void recv_size_case(void)
           "%d sizes, then %s: %s", made, rdmax_status_str(st), g_lastlog);
     for (int i = 0; i < 32; i++)
         rdmax_ep_destroy(many[i]);
+    for (int i = 0; i < 10; i++)
+        rdmax_progress(ctx);  /* the receive CQ seen empty: the freed pools' slots may be used again */
+    {
+        /* a receive callback that destroys the last endpoint of a pool: the pool goes at the end of that
+           poll batch (never while the batch may still name it), and is gone when the call returns */
+        rdmax_ep_desc dx, dy;
+        memset(&dx, 0, sizeof dx);
+        memset(&dy, 0, sizeof dy);
+        dy.recv_size = 96;
+        dy.recv_cb = on_msg_destroy;
+        dy.user = &c;
+        g_destroyed_in_cb = 0;
+        REQUIRE(tl_pair(ctx, ctx, &dx, &dy, &e, &c) == RDMAX_OK, "pair: %s", g_lastlog);
+        rdmax_recv_pool_info pi;
+        CHECK(rdmax_ctx_query_recv_pool(ctx, 96, &pi) && pi.endpoints == 1, "no pool of 96 bytes with one endpoint");
+        CHECK_ST(rdmax_send(e, m, 96, NULL, NULL), RDMAX_OK);
+        for (long i = 0; g_destroyed_in_cb == 0 && i < 10000000L; i++)
+            rdmax_progress(ctx);
+        bool k96 = rdmax_ctx_query_recv_pool(ctx, 96, &pi);
+        CHECK(g_destroyed_in_cb == 1 && c == NULL && !k96, "callbacks %d, the pool of 96 bytes %s after the call "
+              "that destroyed its last endpoint", g_destroyed_in_cb, k96 ? "kept" : "freed");
+        rdmax_ep_destroy(e);
+        e = NULL;
+        for (int i = 0; i < 10; i++)
+            rdmax_progress(ctx);
+        CHECK(tl_pool(ctx, 0).recv_size == 1024, "the context's pool was freed");
+    }
     tl_end();
 out:
     rdmax_ep_destroy(a);
