@@ -5712,25 +5712,25 @@ static __attribute__((noinline)) uint32_t rdmax__retire_unsignaled(rdmax_ctx *ct
     return rd;
 }
 
-/* The n send completions in ctx->wc (rdmax__poll_send_fast polled them). A success of a live endpoint
-   retires its slots from the tail up to the one it names in one pass, with no call and the endpoint
+/* The send completions wc[i .. n) of the batch in ctx->wc, and what follows a batch: another poll when a
+   full batch came while fewer than half the send-CQ entries are free (with many endpoints posting
+   between progress calls, 16 completions a call give entries back slower than the posts take them, and
+   posts are refused for want of entries that sit completed in the CQ), then the flush check. A success
+   of a live endpoint retires its slots from the tail up to the one it names in one pass, the endpoint
    looked up once. Only that slot is signaled (RC completes in order: the signaled ones before it had
    their own completions), so only it can hold a comp, which completes after queue, CQ entries and read
    budget have moved (its callback may post on the endpoint, or progress). Anything else goes to
-   rdmax__send_cqe_other. A full batch while fewer than half the send-CQ entries are free is followed by
-   another poll, here (with many endpoints posting between progress calls, 16 completions a call give
-   entries back slower than the posts take them, and posts are refused for want of entries that sit
-   completed in the CQ). */
-int rdmax__send_cqes(rdmax_ctx *ctx, int n)
+   rdmax__send_cqe_other. cb: a comp whose callback is due first (rdmax__send_cqes retired its request,
+   wc[i - 1], and left it the call); NULL: none. Returns the completions of this and later batches,
+   counted from wc[0]. */
+static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i, int n, rdmax_comp *cb)
 {
     int done = 0;
     ctx->scq_nest = 1;
+    if (cb)
+        cb->cb(cb, RDMAX_OK);
     for (;;) {
-        ctx->cnt.cqes += (uint64_t)n;
-        /* profile snapshots from another thread: posted[] stores before completed[] stores (nothing on
-           x86, dmb ish on arm64) */
-        __atomic_thread_fence(__ATOMIC_RELEASE);
-        for (int i = 0; i < n; i++) {
+        for (; i < n; i++) {
             const struct ibv_wc *wc = &ctx->wc[i];
             uint64_t id = wc->wr_id;
             uint32_t idx = (uint32_t)(id >> 32) & 0xffff;
@@ -5780,11 +5780,70 @@ int rdmax__send_cqes(rdmax_ctx *ctx, int n)
             ctx->cnt.empty_polls++;
             break;
         }
+        ctx->cnt.cqes += (uint64_t)n;
+        /* profile snapshots from another thread: posted[] stores before completed[] stores (nothing on
+           x86, dmb ish on arm64) */
+        __atomic_thread_fence(__ATOMIC_RELEASE);
+        i = 0;
     }
     ctx->scq_nest = 0;
     if (rdmax_unlikely(ctx->flush_check))
         rdmax__flush_check(ctx);
     return done;
+}
+
+/* The n send completions in ctx->wc (rdmax__poll_send_fast polled them). The common one - a success of
+   a live endpoint that names the endpoint's oldest outstanding slot (no unsignaled requests before it),
+   with no cached registration to release and no pending requests to schedule - retires here, in a loop
+   that calls nothing and so needs no stack frame; a comp without a callback completes here too. At
+   anything else, and for a comp's callback, the rest of the batch goes to rdmax__send_cqes_slow, as
+   does a full batch (it may poll again) and a pending flush check. No user code runs in the loop, so
+   scq_nest stays 0 here: the slow path sets it before it can. */
+int rdmax__send_cqes(rdmax_ctx *ctx, int n)
+{
+    ctx->cnt.cqes += (uint64_t)n;
+    /* profile snapshots from another thread: posted[] stores before completed[] stores (nothing on x86,
+       dmb ish on arm64) */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    for (int i = 0; i < n; i++) {
+        const struct ibv_wc *wc = &ctx->wc[i];
+        uint64_t id = wc->wr_id;
+        uint32_t idx = (uint32_t)(id >> 32) & 0xffff;
+        if (rdmax_unlikely(wc->status != IBV_WC_SUCCESS || idx >= ctx->eps_cap))
+            return rdmax__send_cqes_slow(ctx, i, n, NULL);
+        rdmax__ep_ref *ref = &ctx->eps[idx];
+        rdmax_ep *ep = ref->ep;
+        if (rdmax_unlikely(!ep || ref->gen != (uint16_t)(id >> 48)))
+            return rdmax__send_cqes_slow(ctx, i, n, NULL);
+        uint32_t tail = ep->sq_tail, mask = ep->sq_mask, slot = tail & mask;
+        rdmax__slot *s = &ep->slots[slot];
+        /* the oldest slot, outstanding; nothing to release or schedule */
+        if (rdmax_unlikely(((uint32_t)id & mask) != slot || tail == ep->sq_head || s->region != NULL ||
+                           ep->group.count != 0))
+            return rdmax__send_cqes_slow(ctx, i, n, NULL);
+        uint32_t op = s->op;
+        ctx->cnt.completed[op]++;
+        ep->rd_avail += (RDMAX__RD_OPS >> op) & 1;
+        s->signaled = 0;  /* a free slot is unsignaled: the fast path stores only the op */
+        ep->sq_tail = tail + 1;
+        ctx->scq_spare++;
+        /* rdmax__ep_regate: while blocked sq_stop is sq_head, which did not move; else the gate moves
+           with the queue's end when it stood there and not at sig_at too */
+        if (!ep->blocked && ep->sq_stop == tail + mask + 1 && ep->sig_at != ep->sq_stop)
+            ep->sq_stop++;
+        rdmax_comp *c = s->comp;
+        if (c) {
+            s->comp = NULL;
+            ctx->comps_out--;
+            c->status = RDMAX_OK;
+            if (rdmax_unlikely(c->cb != NULL))
+                return rdmax__send_cqes_slow(ctx, i + 1, n, c);
+            c->done = 1;
+        }
+    }
+    if (rdmax_unlikely(n == 16 || ctx->flush_check))
+        return rdmax__send_cqes_slow(ctx, n, n, NULL);
+    return n;
 }
 
 /* The credits a poll batch owes, for rdmax__srq_settle to add once the batch's buffers are posted
