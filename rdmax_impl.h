@@ -5690,8 +5690,11 @@ static void rdmax__send_cqe_other(rdmax_ctx *ctx, const struct ibv_wc *wc)
     rdmax__ep_retire(ep, slot, wc->status == IBV_WC_WR_FLUSH_ERR ? RDMAX_ERR_FLUSHED : rdmax__wc_status(wc->status));
 }
 
-/* Reads and atomics: their retirement gives back read budget. */
+/* Reads and atomics: their retirement gives back read budget. rdmax__rd_op: 1 for them, by op (one load
+   where the mask takes a shift and a test). */
 #define RDMAX__RD_OPS (1u << RDMAX_OP_GET | 1u << RDMAX_OP_FADD | 1u << RDMAX_OP_CSWAP)
+static const uint8_t rdmax__rd_op[RDMAX_OP__COUNT] = {0, 0, 1, 1, 1};
+RDMAX_STATIC_ASSERT(RDMAX_OP_GET == 2 && RDMAX_OP_FADD == 3 && RDMAX_OP_CSWAP == 4, "rdmax: rdmax__rd_op's order");
 
 /* The unsignaled requests from tail up to (not including) last are done: their counters and regions.
    Returns how many of them were reads or atomics. Out of line: the single completion stays short. */
@@ -5805,31 +5808,33 @@ int rdmax__send_cqes(rdmax_ctx *ctx, int n)
     /* profile snapshots from another thread: posted[] stores before completed[] stores (nothing on x86,
        dmb ish on arm64) */
     __atomic_thread_fence(__ATOMIC_RELEASE);
-    for (int i = 0; i < n; i++) {
-        const struct ibv_wc *wc = &ctx->wc[i];
+    const struct ibv_wc *wc = ctx->wc;
+    int left = n;  /* > 0 */
+    for (;; wc++) {
         uint64_t id = wc->wr_id;
         uint32_t idx = (uint32_t)(id >> 32) & 0xffff;
         if (rdmax_unlikely(wc->status != IBV_WC_SUCCESS || idx >= ctx->eps_cap))
-            return rdmax__send_cqes_slow(ctx, i, n, NULL);
+            goto slow;
         rdmax__ep_ref *ref = &ctx->eps[idx];
         rdmax_ep *ep = ref->ep;
         if (rdmax_unlikely(!ep || ref->gen != (uint16_t)(id >> 48)))
-            return rdmax__send_cqes_slow(ctx, i, n, NULL);
-        uint32_t tail = ep->sq_tail, mask = ep->sq_mask, slot = tail & mask;
-        rdmax__slot *s = &ep->slots[slot];
-        /* the oldest slot, outstanding; nothing to release or schedule */
-        if (rdmax_unlikely(((uint32_t)id & mask) != slot || tail == ep->sq_head || s->region != NULL ||
-                           ep->group.count != 0))
-            return rdmax__send_cqes_slow(ctx, i, n, NULL);
+            goto slow;
+        uint32_t tail = ep->sq_tail;
+        rdmax__slot *s = &ep->slots[tail & ep->sq_mask];
+        /* the oldest slot, outstanding, no region to release; the endpoint not blocked, so no requests
+           pending to schedule (they set RDMAX__BLK_PENDING, which stays while any wait) */
+        if (rdmax_unlikely((((uint32_t)id - tail) & ep->sq_mask) != 0 || tail == ep->sq_head || s->region != NULL ||
+                           ep->blocked != 0))
+            goto slow;
         uint32_t op = s->op;
         ctx->cnt.completed[op]++;
-        ep->rd_avail += (RDMAX__RD_OPS >> op) & 1;
+        ep->rd_avail += rdmax__rd_op[op];
         s->signaled = 0;  /* a free slot is unsignaled: the fast path stores only the op */
         ep->sq_tail = tail + 1;
         ctx->scq_spare++;
-        /* rdmax__ep_regate: while blocked sq_stop is sq_head, which did not move; else the gate moves
-           with the queue's end when it stood there and not at sig_at too */
-        if (!ep->blocked && ep->sq_stop == tail + mask + 1 && ep->sig_at != ep->sq_stop)
+        /* rdmax__ep_regate, not blocked: the gate moves with the queue's end when it stood there (and not
+           at sig_at too) */
+        if (ep->sq_stop == tail + ep->sq_mask + 1 && ep->sig_at != ep->sq_stop)
             ep->sq_stop++;
         rdmax_comp *c = s->comp;
         if (c) {
@@ -5837,13 +5842,17 @@ int rdmax__send_cqes(rdmax_ctx *ctx, int n)
             ctx->comps_out--;
             c->status = RDMAX_OK;
             if (rdmax_unlikely(c->cb != NULL))
-                return rdmax__send_cqes_slow(ctx, i + 1, n, c);
+                return rdmax__send_cqes_slow(ctx, n - left + 1, n, c);
             c->done = 1;
         }
+        if (--left == 0)
+            break;
     }
     if (rdmax_unlikely(n == 16 || ctx->flush_check))
         return rdmax__send_cqes_slow(ctx, n, n, NULL);
     return n;
+slow:
+    return rdmax__send_cqes_slow(ctx, n - left, n, NULL);
 }
 
 /* The credits a poll batch owes, for rdmax__srq_settle to add once the batch's buffers are posted
