@@ -1233,10 +1233,16 @@ typedef struct rdmax__opd {
     rdmax_comp *comp;
 } rdmax__opd;
 
+/* A slot of the endpoint table that wr_ids index. key: the high half of the endpoint's wr_ids, generation
+   << 16 | index, with the index's bits flipped (RDMAX__EP_KEY) while ep is set; 0 while the slot is free
+   (so a zeroed table is all free): a free slot's key matches only an index of 0xffff, which is never
+   below eps_cap (max_eps <= 65535), so one compare tests presence and generation (rdmax__send_cqes). */
 typedef struct rdmax__ep_ref {
     rdmax_ep *ep;
+    uint32_t key;
     uint16_t gen;
 } rdmax__ep_ref;
+#define RDMAX__EP_KEY(gen, idx) ((uint32_t)(gen) << 16 | ((uint32_t)(idx) ^ 0xffffu))
 
 /* One request of a post list in the context's staging (rdmax_ctx.bent). Set at creation and kept: the
    request's next (the next entry's request; the last entry's is NULL), its sg_list (sge), one SGE

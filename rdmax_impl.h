@@ -5216,6 +5216,7 @@ registered:
     ep->post_send = ep->qp->context->ops.post_send;
     ctx->eps[idx].ep = ep;
     ctx->eps[idx].gen++;
+    ctx->eps[idx].key = RDMAX__EP_KEY(ctx->eps[idx].gen, idx);
     ctx->n_eps++;
     if (!shared)
         ctx->rq_total += d->rq_depth;
@@ -5816,9 +5817,9 @@ int rdmax__send_cqes(rdmax_ctx *ctx, int n)
         if (rdmax_unlikely(wc->status != IBV_WC_SUCCESS || idx >= ctx->eps_cap))
             goto slow;
         rdmax__ep_ref *ref = &ctx->eps[idx];
-        rdmax_ep *ep = ref->ep;
-        if (rdmax_unlikely(!ep || ref->gen != (uint16_t)(id >> 48)))
+        if (rdmax_unlikely(ref->key != ((uint32_t)(id >> 32) ^ 0xffffu)))  /* free, or another generation */
             goto slow;
+        rdmax_ep *ep = ref->ep;
         uint32_t tail = ep->sq_tail;
         rdmax__slot *s = &ep->slots[tail & ep->sq_mask];
         /* the oldest slot, outstanding, no region to release; the endpoint not blocked, so no requests
@@ -6472,6 +6473,7 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     int shared = 0;
     if (ep->qp && ctx->eps[idx].ep == ep) {
         ctx->eps[idx].ep = NULL;
+        ctx->eps[idx].key = 0;
         ctx->n_eps--;
         ctx->ep_bytes -= rdmax__ep_own_bytes(ep);
         if (ep->rbufs) {

@@ -435,6 +435,7 @@ static void setup(fz_in *in)
         ep->peer_qpn = 0x200 + (uint32_t)e;
         ctx->eps[e].ep = ep;
         ctx->eps[e].gen = (uint16_t)(1 + fz_below(in, 3));
+        ctx->eps[e].key = RDMAX__EP_KEY(ctx->eps[e].gen, e);
         ctx->n_eps++;
         ep->wr_id_base = (uint64_t)ctx->eps[e].gen << 48 | (uint64_t)e << 32;
         ep->wr.wr_id = ep->wr_id_base;
