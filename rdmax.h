@@ -1713,6 +1713,7 @@ RDMAX_API rdmax_status rdmax__rcache_open(rdmax_ctx *ctx);
 RDMAX_API rdmax_status rdmax__rcache_check(rdmax_ctx *ctx);
 RDMAX_API int rdmax__poll_send(rdmax_ctx *ctx);
 RDMAX_API int rdmax__send_cqes(rdmax_ctx *ctx, int n);
+RDMAX_API int rdmax__progress_cqes(rdmax_ctx *ctx, int n);  /* rdmax__send_cqes, then the pending queue */
 RDMAX_API int rdmax__poll_recv(rdmax_ctx *ctx);
 RDMAX_API int rdmax__recv_cqes(rdmax_ctx *ctx, int n);
 RDMAX_API int rdmax__poll_ud(rdmax_ctx *ctx);
@@ -2750,9 +2751,9 @@ RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep)
     return ctx->batch_n ? rdmax__post_chain(ep, 0) : RDMAX_OK;
 }
 
-/* The send CQ, polled inline: an empty poll costs no call of rdmax's own; completions are handled out of
-   line (rdmax__send_cqes). */
-RDMAX_INLINE int rdmax__poll_send_fast(rdmax_ctx *ctx)
+/* The send CQ, polled inline into ctx->wc: the completions polled (0 when none, or on an error, counted
+   as an empty poll). */
+RDMAX_INLINE int rdmax__poll_send_raw(rdmax_ctx *ctx)
 {
     RDMAX__PROF_BEGIN(ctx, POLL);
     int n = ctx->scq_poll(ctx->scq, 16, ctx->wc);  /* ibv_poll_cq */
@@ -2762,7 +2763,15 @@ RDMAX_INLINE int rdmax__poll_send_fast(rdmax_ctx *ctx)
         ctx->cnt.empty_polls++;
         return 0;
     }
-    return rdmax__send_cqes(ctx, n);
+    return n;
+}
+
+/* The send CQ, polled inline: an empty poll costs no call of rdmax's own; completions are handled out of
+   line (rdmax__send_cqes). */
+RDMAX_INLINE int rdmax__poll_send_fast(rdmax_ctx *ctx)
+{
+    int n = rdmax__poll_send_raw(ctx);
+    return n ? rdmax__send_cqes(ctx, n) : 0;
 }
 
 /* The receive CQ, polled inline into ctx->rwc (a receive callback may progress again: rdmax__recv_cqes
@@ -2787,7 +2796,8 @@ RDMAX_INLINE int rdmax__poll_recv_fast(rdmax_ctx *ctx)
 
 /* What rdmax_progress does after the receive CQ: every 1024th call the tick (a count down: one decrement
    and one branch), the send CQ, the pending queue. Returns the send completions handled. n is not live
-   across a call (the dispatch returns it), so the idle path keeps one register: no stack frame but ctx. */
+   across a call (the dispatch returns it), so the idle path keeps one register: no stack frame but ctx.
+   Completions end in a tail call of rdmax__progress_cqes, which serves the pending queue after them. */
 RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
 {
     /* Device events, the watchdog and keepalives: out of line. */
@@ -2795,16 +2805,18 @@ RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
         ctx->tick = RDMAX__TICK_CALLS;
         rdmax__tick(ctx);
     }
-    int n = 0;
     /* Send completions that only free resources are polled every 4th call (a busy-waiting caller then
        spins faster and sees a reply sooner); every call when someone waits on a completion object or
        CQ entries run low; never while nothing is outstanding (all CQ entries unreserved). */
     if (ctx->scq_spare != ctx->scq_idle && !ctx->scq_nest &&
-        (ctx->comps_out || (ctx->tick & 3) == 0 || ctx->scq_spare < 0))
-        n = rdmax__poll_send_fast(ctx);
+        (ctx->comps_out || (ctx->tick & 3) == 0 || ctx->scq_spare < 0)) {
+        int n = rdmax__poll_send_raw(ctx);
+        if (n)
+            return rdmax__progress_cqes(ctx, n);
+    }
     if (rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
-        return rdmax__dispatch_then(ctx, n);
-    return n;
+        return rdmax__dispatch_then(ctx, 0);
+    return 0;
 }
 
 /* rdmax_progress: poll receive completions (batches of 16), then send completions; run callbacks, repost

@@ -5725,9 +5725,10 @@ static __attribute__((noinline)) uint32_t rdmax__retire_unsignaled(rdmax_ctx *ct
    their own completions), so only it can hold a comp, which completes after queue, CQ entries and read
    budget have moved (its callback may post on the endpoint, or progress). Anything else goes to
    rdmax__send_cqe_other. cb: a comp whose callback is due first (rdmax__send_cqes retired its request,
-   wc[i - 1], and left it the call); NULL: none. Returns the completions of this and later batches,
-   counted from wc[0]. */
-static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i, int n, rdmax_comp *cb)
+   wc[i - 1], and left it the call); NULL: none. dispatch: serve the pending queue at the end
+   (rdmax__progress_cqes). Returns the completions of this and later batches, counted from wc[0]. */
+static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i, int n, rdmax_comp *cb,
+                                                          int dispatch)
 {
     int done = 0;
     ctx->scq_nest = 1;
@@ -5793,6 +5794,8 @@ static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i
     ctx->scq_nest = 0;
     if (rdmax_unlikely(ctx->flush_check))
         rdmax__flush_check(ctx);
+    if (dispatch && !rdmax_arb_is_empty(&ctx->arb))
+        rdmax__dispatch(ctx);
     return done;
 }
 
@@ -5803,7 +5806,7 @@ static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i
    anything else, and for a comp's callback, the rest of the batch goes to rdmax__send_cqes_slow, as
    does a full batch (it may poll again) and a pending flush check. No user code runs in the loop, so
    scq_nest stays 0 here: the slow path sets it before it can. */
-int rdmax__send_cqes(rdmax_ctx *ctx, int n)
+RDMAX_INLINE int rdmax__send_cqes_run(rdmax_ctx *ctx, int n, int dispatch)
 {
     ctx->cnt.cqes += (uint64_t)n;
     /* profile snapshots from another thread: posted[] stores before completed[] stores (nothing on x86,
@@ -5843,17 +5846,30 @@ int rdmax__send_cqes(rdmax_ctx *ctx, int n)
             ctx->comps_out--;
             c->status = RDMAX_OK;
             if (rdmax_unlikely(c->cb != NULL))
-                return rdmax__send_cqes_slow(ctx, n - left + 1, n, c);
+                return rdmax__send_cqes_slow(ctx, n - left + 1, n, c, dispatch);
             c->done = 1;
         }
         if (--left == 0)
             break;
     }
     if (rdmax_unlikely(n == 16 || ctx->flush_check))
-        return rdmax__send_cqes_slow(ctx, n, n, NULL);
+        return rdmax__send_cqes_slow(ctx, n, n, NULL, dispatch);
+    if (dispatch && rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
+        return rdmax__dispatch_then(ctx, n);
     return n;
 slow:
-    return rdmax__send_cqes_slow(ctx, n - left, n, NULL);
+    return rdmax__send_cqes_slow(ctx, n - left, n, NULL, dispatch);
+}
+
+int rdmax__send_cqes(rdmax_ctx *ctx, int n)
+{
+    return rdmax__send_cqes_run(ctx, n, 0);
+}
+
+/* rdmax__progress_send's completions, which it tail-calls: rdmax__send_cqes, then the pending queue. */
+int rdmax__progress_cqes(rdmax_ctx *ctx, int n)
+{
+    return rdmax__send_cqes_run(ctx, n, 1);
 }
 
 /* The credits a poll batch owes, for rdmax__srq_settle to add once the batch's buffers are posted
