@@ -5823,12 +5823,12 @@ RDMAX_INLINE int rdmax__send_cqes_run(rdmax_ctx *ctx, int n, int dispatch)
         if (rdmax_unlikely(ref->key != ((uint32_t)(id >> 32) ^ 0xffffu)))  /* free, or another generation */
             goto slow;
         rdmax_ep *ep = ref->ep;
-        uint32_t tail = ep->sq_tail;
-        rdmax__slot *s = &ep->slots[tail & ep->sq_mask];
-        /* the oldest slot, outstanding, no region to release; the endpoint not blocked, so no requests
-           pending to schedule (they set RDMAX__BLK_PENDING, which stays while any wait) */
-        if (rdmax_unlikely((((uint32_t)id - tail) & ep->sq_mask) != 0 || tail == ep->sq_head || s->region != NULL ||
-                           ep->blocked != 0))
+        uint32_t tail = ep->sq_tail, slot = tail & ep->sq_mask;
+        rdmax__slot *s = &ep->slots[slot];
+        /* the oldest slot (the low half of a wr_id is its slot), outstanding, no region to release; the
+           endpoint not blocked, so no requests pending to schedule (they set RDMAX__BLK_PENDING, which
+           stays while any wait) */
+        if (rdmax_unlikely((uint32_t)id != slot || tail == ep->sq_head || s->region != NULL || ep->blocked != 0))
             goto slow;
         uint32_t op = s->op;
         ctx->cnt.completed[op]++;
