@@ -5804,8 +5804,11 @@ static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i
    with no cached registration to release and no pending requests to schedule - retires here, in a loop
    that calls nothing and so needs no stack frame; a comp without a callback completes here too. At
    anything else, and for a comp's callback, the rest of the batch goes to rdmax__send_cqes_slow, as
-   does a full batch (it may poll again) and a pending flush check. No user code runs in the loop, so
-   scq_nest stays 0 here: the slow path sets it before it can. */
+   does a full batch (it may poll again). No user code runs in the loop, so scq_nest stays 0 here: the
+   slow path sets it before it can. Nor does the loop see a flushed completion, so it owes no flush
+   check: flush_check is set (rdmax__ep_flush_seen) only where one follows - at the end of the slow
+   path, of rdmax__recv_cqes, of the tick - or, when that one is skipped for scq_nest or
+   in_flush_check, at the end of the slow path or inside rdmax__flush_check's own pass. */
 RDMAX_INLINE int rdmax__send_cqes_run(rdmax_ctx *ctx, int n, int dispatch)
 {
     ctx->cnt.cqes += (uint64_t)n;
@@ -5852,7 +5855,7 @@ RDMAX_INLINE int rdmax__send_cqes_run(rdmax_ctx *ctx, int n, int dispatch)
         if (--left == 0)
             break;
     }
-    if (rdmax_unlikely(n == 16 || ctx->flush_check))
+    if (rdmax_unlikely(n == 16))
         return rdmax__send_cqes_slow(ctx, n, n, NULL, dispatch);
     if (dispatch && rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
         return rdmax__dispatch_then(ctx, n);
