@@ -5799,69 +5799,97 @@ static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i
     return done;
 }
 
-/* The n send completions in ctx->wc (rdmax__poll_send_fast polled them). The common one - a success of
-   a live endpoint that names the endpoint's oldest outstanding slot (no unsignaled requests before it),
-   with no cached registration to release and no pending requests to schedule - retires here, in a loop
-   that calls nothing and so needs no stack frame; a comp without a callback completes here too. At
-   anything else, and for a comp's callback, the rest of the batch goes to rdmax__send_cqes_slow, as
-   does a full batch (it may poll again). No user code runs in the loop, so scq_nest stays 0 here: the
-   slow path sets it before it can. Nor does the loop see a flushed completion, so it owes no flush
-   check: flush_check is set (rdmax__ep_flush_seen) only where one follows - at the end of the slow
-   path, of rdmax__recv_cqes, of the tick - or, when that one is skipped for scq_nest or
-   in_flush_check, at the end of the slow path or inside rdmax__flush_check's own pass. */
-RDMAX_INLINE int rdmax__send_cqes_run(rdmax_ctx *ctx, int n, int dispatch)
+/* The common send completion - a success of a live endpoint that names the endpoint's oldest
+   outstanding slot (no unsignaled requests before it), with no cached registration to release and no
+   pending requests to schedule - retires here, calling nothing, so its callers need no stack frame; a
+   comp without a callback completes here too. Returns RDMAX__CQE_DONE when it retired wc; RDMAX__CQE_SLOW
+   when wc is anything else (nothing changed: rdmax__send_cqes_slow handles it); RDMAX__CQE_CB when it
+   retired wc but for the callback of its comp (*cb), which rdmax__send_cqes_slow runs. No user code
+   runs here, so scq_nest stays 0: the slow path sets it before it can. Nor is a flushed completion
+   handled here, so no flush check is owed: flush_check is set (rdmax__ep_flush_seen) only where one
+   follows - at the end of the slow path, of rdmax__recv_cqes, of the tick - or, when that one is
+   skipped for scq_nest or in_flush_check, at the end of the slow path or inside rdmax__flush_check's
+   own pass. */
+#define RDMAX__CQE_DONE 0
+#define RDMAX__CQE_SLOW 1
+#define RDMAX__CQE_CB 2
+RDMAX_INLINE int rdmax__send_cqe_fast(rdmax_ctx *ctx, const struct ibv_wc *wc, rdmax_comp **cb)
 {
-    ctx->cnt.cqes += (uint64_t)n;
-    /* profile snapshots from another thread: posted[] stores before completed[] stores (nothing on x86,
-       dmb ish on arm64) */
-    __atomic_thread_fence(__ATOMIC_RELEASE);
-    const struct ibv_wc *wc = ctx->wc;
-    int left = n;  /* > 0 */
-    for (;; wc++) {
-        uint64_t id = wc->wr_id;
-        uint32_t idx = (uint32_t)(id >> 32) & 0xffff;
-        if (rdmax_unlikely(wc->status != IBV_WC_SUCCESS || idx >= ctx->eps_cap))
-            goto slow;
-        rdmax__ep_ref *ref = &ctx->eps[idx];
-        if (rdmax_unlikely(ref->key != ((uint32_t)(id >> 32) ^ 0xffffu)))  /* free, or another generation */
-            goto slow;
-        rdmax_ep *ep = ref->ep;
-        uint32_t tail = ep->sq_tail, slot = tail & ep->sq_mask;
-        rdmax__slot *s = &ep->slots[slot];
-        /* the oldest slot (the low half of a wr_id is its slot), outstanding, no region to release; the
-           endpoint not blocked, so no requests pending to schedule (they set RDMAX__BLK_PENDING, which
-           stays while any wait) */
-        if (rdmax_unlikely((uint32_t)id != slot || tail == ep->sq_head || s->region != NULL || ep->blocked != 0))
-            goto slow;
-        uint32_t op = s->op;
-        ctx->cnt.completed[op]++;
-        ep->rd_avail += rdmax__rd_op[op];
-        s->signaled = 0;  /* a free slot is unsignaled: the fast path stores only the op */
-        ep->sq_tail = tail + 1;
-        ctx->scq_spare++;
-        /* rdmax__ep_regate, not blocked: the gate moves with the queue's end when it stood there (and not
-           at sig_at too) */
-        if (ep->sq_stop == tail + ep->sq_mask + 1 && ep->sig_at != ep->sq_stop)
-            ep->sq_stop++;
-        rdmax_comp *c = s->comp;
-        if (c) {
-            s->comp = NULL;
-            ctx->comps_out--;
-            c->status = RDMAX_OK;
-            if (rdmax_unlikely(c->cb != NULL))
-                return rdmax__send_cqes_slow(ctx, n - left + 1, n, c, dispatch);
-            c->done = 1;
+    uint64_t id = wc->wr_id;
+    uint32_t idx = (uint32_t)(id >> 32) & 0xffff;
+    if (rdmax_unlikely(wc->status != IBV_WC_SUCCESS || idx >= ctx->eps_cap))
+        return RDMAX__CQE_SLOW;
+    rdmax__ep_ref *ref = &ctx->eps[idx];
+    if (rdmax_unlikely(ref->key != ((uint32_t)(id >> 32) ^ 0xffffu)))  /* free, or another generation */
+        return RDMAX__CQE_SLOW;
+    rdmax_ep *ep = ref->ep;
+    uint32_t tail = ep->sq_tail, slot = tail & ep->sq_mask;
+    rdmax__slot *s = &ep->slots[slot];
+    /* the oldest slot (the low half of a wr_id is its slot), outstanding, no region to release; the
+       endpoint not blocked, so no requests pending to schedule (they set RDMAX__BLK_PENDING, which stays
+       while any wait) */
+    if (rdmax_unlikely((uint32_t)id != slot || tail == ep->sq_head || s->region != NULL || ep->blocked != 0))
+        return RDMAX__CQE_SLOW;
+    uint32_t op = s->op;
+    ctx->cnt.completed[op]++;
+    ep->rd_avail += rdmax__rd_op[op];
+    s->signaled = 0;  /* a free slot is unsignaled: the fast path stores only the op */
+    ep->sq_tail = tail + 1;
+    ctx->scq_spare++;
+    /* rdmax__ep_regate, not blocked: the gate moves with the queue's end when it stood there (and not at
+       sig_at too) */
+    if (ep->sq_stop == tail + ep->sq_mask + 1 && ep->sig_at != ep->sq_stop)
+        ep->sq_stop++;
+    rdmax_comp *c = s->comp;
+    if (c) {
+        s->comp = NULL;
+        ctx->comps_out--;
+        c->status = RDMAX_OK;
+        if (rdmax_unlikely(c->cb != NULL)) {
+            *cb = c;
+            return RDMAX__CQE_CB;
         }
-        if (--left == 0)
-            break;
+        c->done = 1;
+    }
+    return RDMAX__CQE_DONE;
+}
+
+/* wc[i .. n) of a batch whose first i completions rdmax__send_cqes_run retired; then what follows a
+   batch (a full one may be followed by another poll: rdmax__send_cqes_slow). Frameless too. */
+static __attribute__((noinline)) int rdmax__send_cqes_loop(rdmax_ctx *ctx, int i, int n, int dispatch)
+{
+    for (; i < n; i++) {
+        rdmax_comp *cb = NULL;
+        int r = rdmax__send_cqe_fast(ctx, &ctx->wc[i], &cb);
+        if (rdmax_unlikely(r != RDMAX__CQE_DONE))
+            return rdmax__send_cqes_slow(ctx, i + (r == RDMAX__CQE_CB), n, cb, dispatch);
     }
     if (rdmax_unlikely(n == 16))
         return rdmax__send_cqes_slow(ctx, n, n, NULL, dispatch);
     if (dispatch && rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
         return rdmax__dispatch_then(ctx, n);
     return n;
-slow:
-    return rdmax__send_cqes_slow(ctx, n - left, n, NULL, dispatch);
+}
+
+/* The n send completions in ctx->wc (rdmax__poll_send_fast polled them): the first here (a progress
+   call that retires one completion goes no further), the rest in rdmax__send_cqes_loop, anything but
+   the common completion, and a comp's callback, in rdmax__send_cqes_slow. dispatch: serve the pending
+   queue after them. */
+RDMAX_INLINE int rdmax__send_cqes_run(rdmax_ctx *ctx, int n, int dispatch)
+{
+    ctx->cnt.cqes += (uint64_t)n;
+    /* profile snapshots from another thread: posted[] stores before completed[] stores (nothing on x86,
+       dmb ish on arm64) */
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    rdmax_comp *cb = NULL;
+    int r = rdmax__send_cqe_fast(ctx, &ctx->wc[0], &cb);
+    if (rdmax_unlikely(r != RDMAX__CQE_DONE))
+        return rdmax__send_cqes_slow(ctx, r == RDMAX__CQE_CB, n, cb, dispatch);
+    if (rdmax_unlikely(n > 1))
+        return rdmax__send_cqes_loop(ctx, 1, n, dispatch);
+    if (dispatch && rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
+        return rdmax__dispatch_then(ctx, 1);
+    return 1;
 }
 
 int rdmax__send_cqes(rdmax_ctx *ctx, int n)
