@@ -1301,9 +1301,10 @@ struct rdmax_ctx {
                                    the fast post's signal test is then one decrement and one sign test */
     uint32_t scq_low;           /* below this many free entries every progress call polls (drains) the send
                                    CQ and every post is signaled */
-    uint32_t scq_nest;          /* 1 while send completions are being handled: a comp callback that
-                                   progresses must not poll the send CQ (its completions would retire
-                                   ahead of the batch's rest, which RC's in-order retirement forbids) */
+    uint32_t scq_nest;          /* 1 while rdmax__send_cqes_slow handles send completions (the only
+                                   place user code runs amid a batch): a comp callback that progresses
+                                   must not poll the send CQ (its completions would retire ahead of the
+                                   batch's rest, which RC's in-order retirement forbids) */
     int32_t scq_idle;           /* scq_spare when nothing is outstanding and the send CQ is known empty
                                    (INT32_MIN after a destroy left completions behind, until a tick
                                    drained them): progress then does not poll it */
