@@ -638,11 +638,11 @@ typedef enum rdmax_op {
    measured no gain: 33 ns per element at 10,000 groups either way, against 4 ns at 10). So each visit
    leaves, in the group visited RDMAX__ARB_AHEAD visits earlier, a pointer to this group and to its next
    head element; the next round prefetches through them that many visits ahead, with many misses in
-   flight at once (6 ns per element). With RDMAX__ARB_HINT_MIN groups or fewer the rings sit in the caches
-   and the hints are left alone (a fifth of the instructions per element at 10 groups). Hints are only
-   prefetched, never dereferenced, so stale ones are harmless. The dispatcher does write hints into the groups it visited last (arb->hist): that is why a
-   group must go through rdmax_arb_group_cleanup() (or _purge()) before its memory is freed or reused,
-   even when it is idle and empty.
+   flight at once (6 ns per element). With RDMAX__ARB_HINT_MIN groups or fewer the rings sit in the
+   caches and the hints are left alone (a fifth of the instructions per element at 10 groups). Hints are
+   only prefetched, never dereferenced, so stale ones are harmless. The dispatcher does write hints into
+   the groups it visited last (arb->hist): that is why a group must go through rdmax_arb_group_cleanup()
+   (or _purge()) before its memory is freed or reused, even when it is idle and empty.
 
    Threads: none. One arbiter and its groups belong to one thread at a time (the context's).
 */
@@ -1297,8 +1297,9 @@ struct rdmax_ctx {
                                    rdmax__recv_cqes runs callbacks (which may progress) an array in its
                                    frame, so the inline poll needs no array of its own */
     struct ibv_comp_channel *channel;
-    int32_t scq_spare;          /* send-CQ entries not yet reserved by a post, minus scq_low (rdmax__scq_free):
-                                   the fast post's signal test is then one decrement and one sign test */
+    int32_t scq_spare;          /* send-CQ entries not yet reserved by a post, minus scq_low
+                                   (rdmax__scq_free): the fast post's signal test is then one decrement
+                                   and one sign test */
     uint32_t scq_low;           /* below this many free entries every progress call polls (drains) the send
                                    CQ and every post is signaled */
     uint32_t scq_nest;          /* 1 while rdmax__send_cqes_slow handles send completions (the only
@@ -2494,13 +2495,14 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint
 #endif
 #define RDMAX__FAST_OPEN(ep, head) ((head) != (ep)->sq_stop && RDMAX__FAST_RC(ep))
 /* The gate's cold side: it stopped at the post that must be signaled, with room and nothing blocking. */
-#define RDMAX__SIG_OPEN(ep, head) \
-    ((head) == (ep)->sig_at && !(ep)->blocked && (head) - (ep)->sq_tail <= (ep)->sq_mask && RDMAX__FAST_RC(ep))
+#define RDMAX__SIG_OPEN(ep, head)                                                                  \
+    ((head) == (ep)->sig_at && !(ep)->blocked && (head) - (ep)->sq_tail <= (ep)->sq_mask &&         \
+     RDMAX__FAST_RC(ep))
 
 /* The fast send: credits we owe the peer ride along in the immediate data; an accepted post spends a
    send credit and zeroes those owed (rdmax__ep_fast_post; sig: ibid.). */
-RDMAX_INLINE rdmax_status rdmax__send_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf, size_t len,
-                                           int sig)
+RDMAX_INLINE rdmax_status rdmax__send_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf,
+                                           size_t len, int sig)
 {
     struct ibv_send_wr *wr = &ctx->fwr[RDMAX__FWR_SEND];
     wr->imm_data = RDMAX__LE32(ep->rx_unreturned);
@@ -2539,7 +2541,8 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
    pending, and ep is the context's batch_ep) with 8 to 16 bytes of inline data and no comp, while the
    chain has room (rdmax_ctx.chain_lim: entries, send slots and CQ entries counted out when it opened,
    rdmax__chain_open): copied in two words into its entry (the buffer is promised free at once), whose
-   request is set for it (rdmax__bent) but for the length, the remote fields and the wr_id's low half; the slot
+   request is set for it (rdmax__bent) but for the length, the remote fields and the wr_id's low half; the
+   slot
    gets its op. Its CQ entry was reserved at the opening; its count in posted[] and its signal wait for
    the chain's close (rdmax__chain_close). Anything else: rdmax__put_chained, out of line. */
 RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf, size_t len,
@@ -2567,8 +2570,8 @@ RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, uint32_
 }
 
 /* The fast put: the endpoint's own prebuilt request (rdmax_ep.wr; sig: rdmax__ep_fast_post). */
-RDMAX_INLINE rdmax_status rdmax__put_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf, size_t len,
-                                          uint64_t raddr, uint32_t rkey, int sig)
+RDMAX_INLINE rdmax_status rdmax__put_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf,
+                                          size_t len, uint64_t raddr, uint32_t rkey, int sig)
 {
     struct ibv_send_wr *wr = &ep->wr;
     ctx->fsge.addr = (uintptr_t)buf;
@@ -2673,11 +2676,13 @@ RDMAX_INLINE rdmax_status rdmax_get_iov(rdmax_ep *ep, const rdmax_iov *iov, size
 }
 
 /* The fast atomic, its read budget taken (sig: rdmax__ep_fast_post). */
-RDMAX_INLINE rdmax_status rdmax__atomic_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, enum ibv_wr_opcode opcode,
-                                             rdmax_op op, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
-                                             uint32_t rkey, uint64_t a, uint64_t b, int sig)
+RDMAX_INLINE rdmax_status rdmax__atomic_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head,
+                                             enum ibv_wr_opcode opcode, rdmax_op op, uint64_t *result,
+                                             const rdmax_mem *mem, uint64_t raddr, uint32_t rkey, uint64_t a,
+                                             uint64_t b, int sig)
 {
-    struct ibv_send_wr *wr = &ctx->fwr[opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? RDMAX__FWR_FADD : RDMAX__FWR_CSWAP];
+    int k = opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? RDMAX__FWR_FADD : RDMAX__FWR_CSWAP;
+    struct ibv_send_wr *wr = &ctx->fwr[k];
     ctx->asge.addr = (uintptr_t)result;
     ctx->asge.lkey = mem->lkey;
     wr->wr.atomic.remote_addr = raddr;

@@ -1654,7 +1654,8 @@ static int rdmax__ud_poll_recv(rdmax_ctx *ctx)
                 if (!memcmp(u->groups[k].gid, g, 16) && ctx->eps[u->groups[k].ep_idx].gen == u->groups[k].gen)
                     ep = ctx->eps[u->groups[k].ep_idx].ep;
         } else if (wc[i].wc_flags & IBV_WC_WITH_IMM) {
-            uint32_t imm = RDMAX__LE32(wc[i].imm_data), e = imm & 0xffff;  /* our index, the datagram's number */
+            /* our index, the datagram's number */
+            uint32_t imm = RDMAX__LE32(wc[i].imm_data), e = imm & 0xffff;
             if (e < ctx->eps_cap && ctx->eps[e].ep && ctx->eps[e].ep->ud_qpn == wc[i].src_qp) {
                 ep = ctx->eps[e].ep;
                 if (rdmax_likely((uint16_t)(imm >> 16) == ep->ud_rx_next)) {
@@ -4664,7 +4665,8 @@ static char *rdmax__srq_buf(const struct rdmax__srq *s, uint32_t b)
 
 /* ibv_post_srq_recv of rq[0, k) refused bad and what follows it up to rq[k - 1] (the chain is joined
    again already): those go to the free list. */
-static rdmax_status rdmax__srq_post_failed(rdmax_ctx *ctx, struct rdmax__srq *s, uint32_t k, struct ibv_recv_wr *bad, int rc)
+static rdmax_status rdmax__srq_post_failed(rdmax_ctx *ctx, struct rdmax__srq *s, uint32_t k, struct ibv_recv_wr *bad,
+                                          int rc)
 {
     uint32_t back = 0;
     for (struct ibv_recv_wr *w = bad; w; w = w->next) {
@@ -4675,8 +4677,9 @@ static rdmax_status rdmax__srq_post_failed(rdmax_ctx *ctx, struct rdmax__srq *s,
     }
     s->posted += k - back;
     ctx->rx->posted += k - back;
-    rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ, "device %s: ibv_post_srq_recv of %u buffers failed: %s (%u of %u "
-               "posted, SRQ holds %u)", ctx->attr.name, back, strerror(rc), s->posted, s->target, s->cap);
+    rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ,
+               "device %s: ibv_post_srq_recv of %u buffers failed: %s (%u of %u posted, SRQ holds %u)", ctx->attr.name,
+               back, strerror(rc), s->posted, s->target, s->cap);
     return RDMAX_ERR_IO;
 }
 
@@ -5988,8 +5991,9 @@ static inline void rdmax__srq_credit(rdmax_ctx *ctx, struct rdmax__rx *x, uint32
 /* rdmax__srq_recv for every completion but a plain message of the last endpoint: another endpoint's (or
    a destroyed one's: counted and dropped), a failed or flushed one (owes no credit), put_imm's, one
    with credits, a grant or a goodbye in its immediate data. */
-static __attribute__((noinline)) void rdmax__srq_recv_other(rdmax_ctx *ctx, const struct ibv_wc *wc, struct rdmax__owed *o,
-                                                            struct rdmax__srq *s, char *buf, uint32_t lkey)
+static __attribute__((noinline)) void rdmax__srq_recv_other(rdmax_ctx *ctx, const struct ibv_wc *wc,
+                                                            struct rdmax__owed *o, struct rdmax__srq *s, char *buf,
+                                                            uint32_t lkey)
 {
     struct rdmax__rx *x = ctx->rx;
     rdmax_ep *ep = x->last_ep;
