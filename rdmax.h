@@ -1386,9 +1386,9 @@ struct rdmax_ep {
     uint8_t blocked;            /* RDMAX__BLK_*: why a direct post may not take the fast path */
     uint32_t sq_mask;           /* sq_depth - 1 (power of two) */
     uint32_t sq_head, sq_tail;  /* next slot to fill, oldest outstanding */
-    uint32_t sq_stop;           /* the fast gate: the nearer of sq_tail + sq_depth and sig_at, or sq_head
-                                   while blocked */
-    uint32_t sig_at;            /* sq_head of the next post that must be signaled (one in signal_interval);
+    uint32_t sq_stop;           /* the fast gate: sig_at, or sq_head while blocked */
+    uint32_t sig_at;            /* sq_head of the next post that must be signaled: one in signal_interval,
+                                   or the queue's end (sq_tail + sq_depth) if nearer (rdmax__sig_next);
                                    never behind sq_head but while a post list chains (rdmax__chain_close) */
     uint32_t signal_interval;
     uint32_t max_inline;
@@ -2408,12 +2408,20 @@ RDMAX_INLINE uint32_t rdmax__scq_free(const rdmax_ctx *ctx)
     return (uint32_t)(ctx->scq_spare + (int32_t)ctx->scq_low);
 }
 
-/* sq_stop after a change of blocked, sq_head (out of line), sq_tail or sig_at: the gate closes at a full
-   queue and at the post that must be signaled, so the fast post counts no signal of its own. */
+/* sq_stop after a change of blocked, sq_head (out of line) or sig_at: the gate closes at the post that
+   must be signaled, which is never beyond the queue's end, so the fast post counts no signal of its own
+   and retiring (sq_tail) moves no gate. */
 RDMAX_INLINE void rdmax__ep_regate(rdmax_ep *ep)
 {
-    uint32_t head = ep->sq_head, full = ep->sq_tail + ep->sq_mask + 1;
-    ep->sq_stop = ep->blocked ? head : ep->sig_at - head < full - head ? ep->sig_at : full;
+    ep->sq_stop = ep->blocked ? ep->sq_head : ep->sig_at;
+}
+
+/* sig_at after a signaled post at sq_head h: signal_interval posts on, or the queue's end if nearer (a
+   nearly full queue then signals more often, which frees its slots sooner). */
+RDMAX_INLINE uint32_t rdmax__sig_next(const rdmax_ep *ep, uint32_t h)
+{
+    uint32_t full = ep->sq_tail + ep->sq_mask + 1;
+    return full - h < ep->signal_interval ? full : h + ep->signal_interval;
 }
 
 RDMAX_API rdmax_status rdmax__op_slow(rdmax_ep *ep);

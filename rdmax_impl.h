@@ -3900,10 +3900,11 @@ static void rdmax__chain_close(rdmax_ctx *ctx, rdmax_ep *ep)
     uint32_t i = ep->sig_at - head0;
     for (; i < m; i += ep->signal_interval)
         rdmax__chain_signal(ctx, ep, base + i);
-    ep->sig_at = head0 + i;
+    uint32_t full = ep->sq_tail + ep->sq_mask + 1;
+    ep->sig_at = full - head0 < i ? full : head0 + i;  /* as rdmax__sig_next */
     for (uint32_t j = m; j < k; j++) {
         rdmax__chain_signal(ctx, ep, base + j);
-        ep->sig_at = head0 + j + ep->signal_interval;
+        ep->sig_at = rdmax__sig_next(ep, head0 + j);
     }
     rdmax__ep_regate(ep);
 }
@@ -3957,7 +3958,7 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
     wr->wr_id = ep->wr_id_base | slot;
     if (sig) {
         wr->send_flags |= IBV_SEND_SIGNALED;
-        ep->sig_at = ep->sq_head + ep->signal_interval;
+        ep->sig_at = rdmax__sig_next(ep, ep->sq_head);
     }
     ep->sq_head++;
     ctx->scq_spare--;
@@ -4346,7 +4347,7 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
     wr->send_flags = flags;
     if (rdmax_unlikely(rc != 0))
         return rdmax__post_refused(ep, rc);
-    ep->sig_at = ep->sq_head + ep->signal_interval;  /* the next one in signal_interval */
+    ep->sig_at = rdmax__sig_next(ep, ep->sq_head);
     ep->sq_head++;
     rdmax__ep_regate(ep);
     ctx->cnt.posted[s->op]++;
@@ -5838,11 +5839,7 @@ RDMAX_INLINE int rdmax__send_cqe_fast(rdmax_ctx *ctx, const struct ibv_wc *wc, r
     ep->rd_avail += rdmax__rd_op[op];
     s->signaled = 0;  /* a free slot is unsignaled: the fast path stores only the op */
     ep->sq_tail = tail + 1;
-    ctx->scq_spare++;
-    /* rdmax__ep_regate, not blocked: the gate moves with the queue's end when it stood there (and not at
-       sig_at too) */
-    if (ep->sq_stop == tail + ep->sq_mask + 1 && ep->sig_at != ep->sq_stop)
-        ep->sq_stop++;
+    ctx->scq_spare++;  /* not blocked: the gate stays at sig_at (rdmax__ep_regate) */
     rdmax_comp *c = s->comp;
     if (c) {
         s->comp = NULL;
@@ -8820,7 +8817,8 @@ void rdmax__profile_ctx_fini(rdmax_ctx *ctx)
    that no accessor shows, so a test does not write rdmax's private fields itself. Not API: for
    tests/ only; names and behaviour may change. */
 #ifdef RDMAX_TESTING
-/* Posts since ep's last signaled one (what a refused post must give back). */
+/* Posts since ep's last signaled one (what a refused post must give back), while the queue is far from
+   full (rdmax__sig_next). */
 static inline uint32_t rdmax__test_ep_unsignaled(const rdmax_ep *ep)
 {
     return ep->signal_interval - (ep->sig_at - ep->sq_head + 1);

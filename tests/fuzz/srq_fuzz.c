@@ -644,10 +644,11 @@ static void check_step(int settled)
         uint32_t out = ep->sq_head - ep->sq_tail;
         FZ_CHECK(out <= SQD && rdmax__ep_sq_avail(ep) + out == SQD, "endpoint %d: %u outstanding, %u slots free", e,
                  out, rdmax__ep_sq_avail(ep));
-        /* the gate stops at the queue's end or at the post that must be signaled (sig_at), the nearer */
-        uint32_t full = ep->sq_tail + SQD, gate = ep->sig_at - ep->sq_head < full - ep->sq_head ? ep->sig_at : full;
-        FZ_CHECK(ep->sq_stop == (ep->blocked ? ep->sq_head : gate), "endpoint %d: gate at %u, head %u tail %u sig_at %u, "
-                 "blocked %u", e, ep->sq_stop, ep->sq_head, ep->sq_tail, ep->sig_at, ep->blocked);
+        /* the gate stops at the post that must be signaled (sig_at), never beyond the queue's end */
+        FZ_CHECK(ep->sq_stop == (ep->blocked ? ep->sq_head : ep->sig_at), "endpoint %d: gate at %u, head %u tail %u "
+                 "sig_at %u, blocked %u", e, ep->sq_stop, ep->sq_head, ep->sq_tail, ep->sig_at, ep->blocked);
+        FZ_CHECK((ep->blocked & RDMAX__BLK_BATCH) || ep->sig_at - ep->sq_head <= ep->sq_tail + SQD - ep->sq_head,
+                 "endpoint %d: sig_at %u outside head %u .. tail %u + %u", e, ep->sig_at, ep->sq_head, ep->sq_tail, SQD);
         outstanding += out;
         FZ_CHECK(ep->tx_credits == m->tx, "endpoint %d: %u send credits, the peer granted %u net", e, ep->tx_credits,
                  m->tx);
