@@ -2549,10 +2549,9 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
    pending, and ep is the context's batch_ep) with 8 to 16 bytes of inline data and no comp, while the
    chain has room (rdmax_ctx.chain_lim: entries, send slots and CQ entries counted out when it opened,
    rdmax__chain_open): copied in two words into its entry (the buffer is promised free at once), whose
-   request is set for it (rdmax__bent) but for the length, the remote fields and the wr_id's low half; the
-   slot
-   gets its op. Its CQ entry was reserved at the opening; its count in posted[] and its signal wait for
-   the chain's close (rdmax__chain_close). Anything else: rdmax__put_chained, out of line. */
+   request is set for it (rdmax__bent) but for the length, the remote fields and the wr_id's low half;
+   the slot gets its op. Its CQ entry was reserved at the opening; its count in posted[] and its signal
+   wait for the chain's close (rdmax__chain_close). Anything else: rdmax__put_chained, out of line. */
 RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf, size_t len,
                                            uint64_t raddr, uint32_t rkey)
 {
