@@ -5903,6 +5903,21 @@ int rdmax__progress_cqes(rdmax_ctx *ctx, int n)
     return rdmax__send_cqes_run(ctx, n, 1);
 }
 
+/* rdmax's own immediate data of an RC receive (host order): the credits it returns (the endpoint's
+   waiting requests get their turn) and the peer's goodbye. Returns nonzero for a grant, which carries
+   nothing else. */
+static int rdmax__imm_take(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t imm)
+{
+    if (imm & RDMAX__IMM_CREDITS) {
+        ep->tx_credits += imm & RDMAX__IMM_CREDITS;
+        if (ep->group.count)
+            rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+    }
+    if (rdmax_unlikely(imm & RDMAX__IMM_CLOSE))
+        rdmax__ep_peer_closed(ep);
+    return (imm & RDMAX__IMM_GRANT) != 0;
+}
+
 /* The credits a poll batch owes, for rdmax__srq_settle to add once the batch's buffers are posted
    again: who[i] (table index | generation << 16) consumed cnt[i] buffers. The endpoint of the last
    completion (rdmax__rx.last_who) counts in rdmax__rx.run instead (a burst comes mostly from one), which
@@ -6019,14 +6034,7 @@ static __attribute__((noinline)) void rdmax__srq_recv_other(rdmax_ctx *ctx, cons
             ctx->cnt.recv_drops++;
     } else {
         uint32_t imm = (wc->wc_flags & IBV_WC_WITH_IMM) ? RDMAX__LE32(wc->imm_data) : 0;
-        if (imm & RDMAX__IMM_CREDITS) {
-            ep->tx_credits += imm & RDMAX__IMM_CREDITS;
-            if (ep->group.count)
-                rdmax_arb_group_schedule(&ctx->arb, &ep->group);
-        }
-        if (rdmax_unlikely(imm & RDMAX__IMM_CLOSE))
-            rdmax__ep_peer_closed(ep);
-        if (!(imm & RDMAX__IMM_GRANT)) {  /* a grant only carries credits */
+        if (!rdmax__imm_take(ctx, ep, imm)) {  /* a grant only carries credits */
             ctx->cnt.recv_msgs++;
             ctx->cnt.recv_bytes += wc->byte_len;
             if (ep->recv_cb)  /* may destroy ep, or free the pool with its last endpoint */
@@ -6180,15 +6188,7 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
             goto recycle;
         }
         if ((wc[i].wc_flags & IBV_WC_WITH_IMM) && ep->qp->qp_type == IBV_QPT_RC) {
-            uint32_t imm = RDMAX__LE32(wc[i].imm_data);
-            if (imm & RDMAX__IMM_CREDITS) {
-                ep->tx_credits += imm & RDMAX__IMM_CREDITS;
-                if (ep->group.count)
-                    rdmax_arb_group_schedule(&ctx->arb, &ep->group);
-            }
-            if (rdmax_unlikely(imm & RDMAX__IMM_CLOSE))
-                rdmax__ep_peer_closed(ep);
-            if (imm & RDMAX__IMM_GRANT)
+            if (rdmax__imm_take(ctx, ep, RDMAX__LE32(wc[i].imm_data)))
                 goto recycle;  /* a grant only carries credits */
         }
 #if RDMAX__HAS_UD
