@@ -93,13 +93,16 @@
            if (rdmax_put(ep, m->addr, len, m, r->addr, r->rkey, &c) == RDMAX_INPROGRESS)
                while (!c.done) rdmax_progress(ctx);          then c.status
        rdmax_send(ep, buf, len, mem, NULL);  rdmax_get(...);  mem NULL: raw buffer, see REGISTRATION CACHE
+       many small puts in one post: rdmax_put_list(ep, reqs, n, &done), or rdmax_batch_begin(ep), the
+       calls, rdmax_batch_end(ep)
        while (...) rdmax_progress(ctx);         drives completions and received messages
        rdmax_ep_flush(ep, 1000);  rdmax_ep_destroy(ep);  rdmax_ctx_destroy(ctx);
        applied settings and state: rdmax_ctx_query_desc, rdmax_ep_query_desc, rdmax_ep_query_state,
        rdmax_ep_query_info, rdmax_ctx_attr, rdmax_counters_get
 
    FAST-PATH RULES
-   rdmax_send/put/get/fadd/cswap and rdmax_progress never allocate, never log and take no lock. Results:
+   rdmax_send/put/put_list/get/fadd/cswap and rdmax_progress never allocate, never log and take no lock.
+   Results:
        RDMAX_OK                 done, and only without a comp: the data went inline (copied at the call),
                                 the buffer may be reused now. Also rdmax_get of 0 bytes without a comp.
        RDMAX_INPROGRESS         posted; comp (if given) reports the result later, from rdmax_progress
@@ -1020,6 +1023,14 @@ typedef struct rdmax_iov {
     uint32_t lkey;
 } rdmax_iov;
 
+/* One put of rdmax_put_list: as rdmax_put(ep, buf, len, NULL, raddr, rkey, NULL). */
+typedef struct rdmax_put_req {
+    const void *buf;
+    size_t len;
+    uint64_t raddr;
+    uint32_t rkey;
+} rdmax_put_req;
+
 /* A peer's memory region, as it was handed over in the connection record (rdmax_ep_remote). */
 typedef struct rdmax_rbuf {
     uint64_t addr;
@@ -1689,6 +1700,21 @@ RDMAX_API rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc
    and posted with one ibv_post_send (a full chain of RDMAX_BATCH_MAX is posted early). */
 RDMAX_API rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers);
 RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep);
+/* rdmax_put_list: the n puts of reqs, in order, in one post list: what rdmax_batch_begin, rdmax_put(ep,
+   r->buf, r->len, NULL, r->raddr, r->rkey, NULL) for each r and rdmax_batch_end do, with the tests and
+   the bookkeeping a put of 8 to 16 bytes needs done once per list (RC; inside the caller's own batch
+   the puts join it, and its rdmax_batch_end posts them).
+   Parameters: reqs: n puts (each as rdmax_put without mem and comp: any length, beyond the inline
+   size through the registration cache); done: NULL, or where the number of puts taken goes.
+   Result: RDMAX_OK (all n taken, every buffer free again), RDMAX_INPROGRESS (all n taken, some not
+   inline: keep those buffers until rdmax_ep_flush returns), or the error of the first put refused
+   (as rdmax_put: the puts before it were taken, *done says how many, and the list stops there), or
+   the post's RDMAX_ERR_IO (as rdmax_batch_end: the device refused the chain); RDMAX_ERR_INVALID_PARAM
+   for reqs NULL with n not 0.
+   Threads: the context's thread. */
+#if RDMAX__HAS_RC
+RDMAX_API rdmax_status rdmax_put_list(rdmax_ep *ep, const rdmax_put_req *reqs, size_t n, size_t *done);
+#endif
 /* Pending queue. rdmax_ep_pending_add queues req (cb set) and returns RDMAX_OK, or returns RDMAX_BUSY
    without queueing when the endpoint has room right now (post directly instead). rdmax_req_post posts the
    operation in req now if it can, else queues it; per-endpoint order always holds, because a direct
@@ -2545,13 +2571,28 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
 }
 
 #if RDMAX__HAS_RC
+/* A short put (8 to 16 bytes) into entry e of a chain: its data copied in two words (the buffer is
+   promised free at once), the length and the remote fields (the rest of the request is set for it:
+   rdmax__bent). The caller writes the wr_id's low half (the send slot) and gives the slot its op. A
+   macro: as an inline function (GCC 12) it cost rdmax_put's fast path a register move. */
+#define RDMAX__BENT_PUT(e_, b_, l_, ra_, rk_)                                                          \
+    do {                                                                                               \
+        uint64_t w0_, w1_;                                                                             \
+        memcpy(&w0_, (b_), 8);                                                                         \
+        memcpy(&w1_, (const char *)(b_) + (l_) - 8, 8);                                                \
+        memcpy((e_)->inl, &w0_, 8);                                                                    \
+        memcpy((char *)(e_)->inl + (l_) - 8, &w1_, 8);                                                 \
+        (e_)->sge[0].length = (uint32_t)(l_);                                                          \
+        (e_)->wr.wr.rdma.remote_addr = (ra_);                                                          \
+        (e_)->wr.wr.rdma.rkey = (rk_);                                                                 \
+    } while (0)
+
 /* A put of a post list (rdmax_batch_begin; rdmax_put saw blocked == RDMAX__BLK_BATCH: connected, nothing
    pending, and ep is the context's batch_ep) with 8 to 16 bytes of inline data and no comp, while the
    chain has room (rdmax_ctx.chain_lim: entries, send slots and CQ entries counted out when it opened,
-   rdmax__chain_open): copied in two words into its entry (the buffer is promised free at once), whose
-   request is set for it (rdmax__bent) but for the length, the remote fields and the wr_id's low half;
-   the slot gets its op. Its CQ entry was reserved at the opening; its count in posted[] and its signal
-   wait for the chain's close (rdmax__chain_close). Anything else: rdmax__put_chained, out of line. */
+   rdmax__chain_open): written into its entry (RDMAX__BENT_PUT). Its CQ entry was reserved at the
+   opening; its count in posted[] and its signal wait for the chain's close (rdmax__chain_close).
+   Anything else: rdmax__put_chained, out of line. */
 RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf, size_t len,
                                            uint64_t raddr, uint32_t rkey)
 {
@@ -2559,14 +2600,7 @@ RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, uint32_
     if (rdmax_unlikely(n >= ctx->chain_lim || len - 8 > 8))
         return rdmax__put_chained(ep, buf, raddr, rkey, len);
     rdmax__bent *e = &ctx->bent[n];
-    uint64_t w0, w1;
-    memcpy(&w0, buf, 8);
-    memcpy(&w1, (const char *)buf + len - 8, 8);
-    memcpy(e->inl, &w0, 8);
-    memcpy((char *)e->inl + len - 8, &w1, 8);
-    e->sge[0].length = (uint32_t)len;
-    e->wr.wr.rdma.remote_addr = raddr;
-    e->wr.wr.rdma.rkey = rkey;
+    RDMAX__BENT_PUT(e, buf, len, raddr, rkey);
     uint32_t slot = head & ep->sq_mask;
     memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_LO, &slot, 4);  /* the high half is ep's (chain_hi) */
     ep->slots[slot].op = RDMAX_OP_PUT;  /* s->signaled is 0 in a free slot (retirement clears it) */

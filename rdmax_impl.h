@@ -4412,6 +4412,68 @@ __attribute__((noinline)) rdmax_status rdmax__put_chained(rdmax_ep *ep, const vo
     }
     return rdmax__slow(ep, RDMAX_OP_PUT, buf, len, NULL, raddr, rkey, 0, 0, NULL, 0);
 }
+
+/* The puts of a list go straight into the chain's room (rdmax__bent_put) while it has room and they are
+   short: sq_head, batch_n and the bytes counted once per run. The rest, and a room to open, go through
+   rdmax_put as it would take them. */
+rdmax_status rdmax_put_list(rdmax_ep *ep, const rdmax_put_req *reqs, size_t n, size_t *done)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    size_t i = 0;
+    if (rdmax_unlikely(reqs == NULL && n != 0)) {
+        if (done)
+            *done = 0;
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+    int own = !(ep->blocked & RDMAX__BLK_BATCH);
+    if (own)
+        rdmax_batch_begin(ep);
+    rdmax_status st = RDMAX_OK, any = RDMAX_OK;
+    while (i < n) {
+        uint32_t k = ctx->batch_n, room = ctx->chain_lim - k;
+        /* an open room is ep's (the chain is closed before anything else touches ep), and
+           max_inline >= 16 lets every short put go inline, as rdmax_put's test would */
+        if (k < ctx->chain_lim && ep->blocked == RDMAX__BLK_BATCH && ep->max_inline >= 16) {
+            uint32_t m = n - i < room ? (uint32_t)(n - i) : room, head = ep->sq_head, mask = ep->sq_mask, j = 0;
+            uint64_t bytes = 0;
+            const rdmax_put_req *r = reqs + i;
+            rdmax__bent *e = &ctx->bent[k];
+            rdmax__slot *slots = ep->slots;  /* locals: a byte store (op) may alias anything, so fields reload */
+            for (; j < m; j++, r++, e++) {
+                size_t len = r->len;
+                const void *buf = r->buf;
+                if (rdmax_unlikely(len - 8 > 8 || buf == NULL))
+                    break;
+                RDMAX__BENT_PUT(e, buf, len, r->raddr, r->rkey);
+                uint32_t slot = (head + j) & mask;
+                memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_LO, &slot, 4);
+                slots[slot].op = RDMAX_OP_PUT;
+                bytes += len;
+            }
+            ep->sq_head = ep->sq_stop = head + j;
+            ctx->batch_n = k + j;
+            ctx->cnt.bytes[RDMAX_OP_PUT] += bytes;
+            i += j;
+            if (j == m)
+                continue;
+        }
+        const rdmax_put_req *r = &reqs[i];
+        st = rdmax_put(ep, r->buf, r->len, NULL, r->raddr, r->rkey, NULL);
+        if (st < 0)
+            break;
+        if (st == RDMAX_INPROGRESS)  /* not inline */
+            any = st;
+        i++;
+    }
+    if (own) {
+        rdmax_status se = rdmax_batch_end(ep);
+        if (st >= 0 && se < 0)
+            st = se;
+    }
+    if (done)
+        *done = i;
+    return st < 0 ? st : any;
+}
 #endif
 
 #define RDMAX__RECV_BATCH 16

@@ -16,7 +16,8 @@
      send       8-byte rdmax_send, inline, no comp: per send
      get        8-byte rdmax_get into registered memory, no comp: per get
      fadd       rdmax_fadd, no comp: per operation; cswap likewise
-     put_list   rdmax_batch_begin, 32 puts as above, rdmax_batch_end: per put
+     put_list   rdmax_put_list of 32 puts as above: per put
+     put_batch  rdmax_batch_begin, 32 rdmax_put calls as above, rdmax_batch_end: per put
      progress   rdmax_progress with nothing to do (its every-1024th tick included): per call
      retire     rdmax_progress that retires one completed get with a comp (the get's data has landed and
                 the process slept 2 ms before the call): per call, i.e. per completion
@@ -84,7 +85,12 @@ CG_FN static rdmax_status cg_cswap(rdmax_ep *ep, uint64_t *res, const rdmax_mem 
     return rdmax_cswap(ep, res, mem, raddr, rkey, 0, 1, NULL);
 }
 
-CG_FN static rdmax_status cg_put_list(rdmax_ep *ep, const void *buf, uint64_t raddr, uint32_t rkey)
+CG_FN static rdmax_status cg_put_list(rdmax_ep *ep, const rdmax_put_req *reqs)
+{
+    return rdmax_put_list(ep, reqs, 32, NULL);
+}
+
+CG_FN static rdmax_status cg_put_batch(rdmax_ep *ep, const void *buf, uint64_t raddr, uint32_t rkey)
 {
     rdmax_status st = RDMAX_OK;
     rdmax_batch_begin(ep);
@@ -172,24 +178,28 @@ static void case_post(int which, const char *name)
     report(name, ops);
 }
 
-static void case_put_list(void)
+/* 4 lists of 32 puts per round: rdmax_put_list (list) or begin, 32 rdmax_put, end */
+static void case_put_list(int list, const char *name)
 {
     uint64_t raddr = (uintptr_t)rmem->addr;
+    rdmax_put_req reqs[32];
+    for (int i = 0; i < 32; i++)
+        reqs[i] = (rdmax_put_req){.buf = sbuf, .len = 8, .raddr = raddr, .rkey = rmem->rkey};
     unsigned long ops = 0;
     CALLGRIND_ZERO_STATS;
     for (int r = 0; r < ROUNDS; r++) {
         rdmax_status st[4];
         CALLGRIND_TOGGLE_COLLECT;
         for (int k = 0; k < 4; k++)
-            st[k] = cg_put_list(a, sbuf, raddr, rmem->rkey);
+            st[k] = list ? cg_put_list(a, reqs) : cg_put_batch(a, sbuf, raddr, rmem->rkey);
         CALLGRIND_TOGGLE_COLLECT;
         for (int k = 0; k < 4; k++)
-            if (st[k] < 0)
-                fail("put_list", st[k]);
+            if (st[k] != RDMAX_OK)
+                fail(name, st[k]);
         ops += 4 * 32;
         drain();
     }
-    report("put_list", ops);
+    report(name, ops);
 }
 
 static void case_progress(void)
@@ -311,7 +321,8 @@ int main(int argc, char **argv)
     case_post(C_GET, "get");
     case_post(C_FADD, "fadd");
     case_post(C_CSWAP, "cswap");
-    case_put_list();
+    case_put_list(1, "put_list");
+    case_put_list(0, "put_batch");
     case_progress();
     case_retire();
     /* the sends all arrived (the flushes waited for their acknowledgements, the receiver polled since) */

@@ -198,7 +198,7 @@ instr_own() { # CASE -> own instructions per operation
 	perl bench/cg_calls.pl --own "$f" "cg_$1" 'librxe|libibverbs' |
 		awk -v n="$ops" '{ split($1, o, "="); printf "%.1f\n", o[2] / n }'
 }
-for c in put:40 send:40 get:45 fadd:45 cswap:45 put_list:40 progress:25 retire:60 recv:80; do
+for c in put:40 send:40 get:45 fadd:45 cswap:45 put_list:40 put_batch:40 progress:25 retire:60 recv:80; do
 	row "instr_${c%%:*}" 8 own_instructions "$(instr_own "${c%%:*}")" "budget (issue 15)" "${c#*:}" "le 1.0"
 done
 
@@ -352,7 +352,8 @@ elapsed=$((SECONDS - T0))
 	echo "with collection on only around those calls (one dump per case); own = the function's inclusive"
 	echo "count minus its calls into the verbs provider (librxe, libibverbs), per operation, the call itself"
 	echo "included. put/send 8 B inline and get/fadd/cswap into registered memory, all without a comp;"
-	echo "put_list: per put of a 32-put batch; progress: an idle rdmax_progress; retire: the rdmax_progress"
+	echo "put_list: per put of one rdmax_put_list call of 32; put_batch: per put of rdmax_batch_begin, 32 rdmax_put calls,"
+	echo "rdmax_batch_end; progress: an idle rdmax_progress; retire: the rdmax_progress"
 	echo "call that retires one completed get with a comp; recv: the rdmax_progress calls that deliver 16 landed"
 	echo "8 B messages to the callback, reposts and grants included, per message. The reference is the issue's"
 	echo "budget."

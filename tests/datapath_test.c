@@ -359,6 +359,102 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     }
     tl_end();
 
+    /* rdmax_put_list: as many puts as the send queue has slots (at most 40), of 1 to 40 bytes (the short
+       ones take the list's lean run, the rest rdmax_put's way), from buffers rewritten after the call;
+       each counted once. */
+    tl_begin("%s/put list of puts of 1 to 40 bytes", topo);
+    {
+        unsigned char srcs[40][40];
+        rdmax_put_req reqs[40];
+        rdmax_ep_info info;
+        CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush before");
+        rdmax_ep_query_info(a, &info);
+        unsigned n = info.sq_free < 40 ? info.sq_free : 40;
+        uint64_t bytes = 0;
+        memset(d, 0, 40 * 40);
+        for (unsigned i = 0; i < n; i++) {
+            size_t len = 1 + (i * 3) % 40;  /* 1, 4, 7, 10, 13, 16, 19, ... */
+            for (size_t k = 0; k < len; k++)
+                srcs[i][k] = (unsigned char)(i * 5 + k + 3);
+            reqs[i] = (rdmax_put_req){.buf = srcs[i], .len = len, .raddr = raddr + i * 40, .rkey = dst->rkey};
+            bytes += len;
+        }
+        rdmax_counters c0, c1;
+        rdmax_counters_get(ca, &c0);
+        size_t done = 0;
+        CHECK_ST(rdmax_put_list(a, reqs, n, &done), RDMAX_OK);
+        CHECK(done == n, "done %zu of %u", done, n);
+        memset(srcs, 0xee, sizeof srcs);  /* inline: the buffers are free at once */
+        CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush");
+        rdmax_counters_get(ca, &c1);
+        CHECK(c1.posted[RDMAX_OP_PUT] - c0.posted[RDMAX_OP_PUT] == n, "posted %llu of %u",
+              (unsigned long long)(c1.posted[RDMAX_OP_PUT] - c0.posted[RDMAX_OP_PUT]), n);
+        CHECK(c1.bytes[RDMAX_OP_PUT] - c0.bytes[RDMAX_OP_PUT] == bytes, "bytes %llu of %llu",
+              (unsigned long long)(c1.bytes[RDMAX_OP_PUT] - c0.bytes[RDMAX_OP_PUT]), (unsigned long long)bytes);
+        int bad = -1;
+        for (unsigned i = 0; i < n && bad < 0; i++)
+            for (size_t k = 0; k < 1 + (i * 3) % 40; k++)
+                if (d[i * 40 + k] != (unsigned char)(i * 5 + k + 3))
+                    bad = (int)i;
+        CHECK(bad < 0, "put %d landed wrong", bad);
+    }
+    tl_end();
+
+    /* A list longer than the send queue: it stops at the first put refused, says how many it took, and
+       exactly those land; a NULL buffer stops it with RDMAX_ERR_INVALID_PARAM the same way; a list inside
+       the caller's batch joins it (posted by rdmax_batch_end). */
+    tl_begin("%s/put list stops at the first refusal and says where", topo);
+    {
+        rdmax_ep_info info;
+        CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush before");
+        rdmax_ep_query_info(a, &info);
+        size_t n = (size_t)info.sq_free + 16, done = 0;
+        rdmax_put_req *reqs = (rdmax_put_req *)calloc(n, sizeof *reqs);
+        uint64_t *vals = (uint64_t *)calloc(n, sizeof *vals);
+        REQUIRE(reqs && vals && n * 8 <= BIG, "alloc");
+        memset(d, 0, n * 8);
+        for (size_t i = 0; i < n; i++) {
+            vals[i] = 0x5eed000000000000ull | i;
+            reqs[i] = (rdmax_put_req){.buf = &vals[i], .len = 8, .raddr = raddr + i * 8, .rkey = dst->rkey};
+        }
+        CHECK_ST(rdmax_put_list(a, reqs, n, &done), RDMAX_ERR_NO_RESOURCE);
+        CHECK(done > 0 && done <= info.sq_free, "took %zu with %u slots free", done, info.sq_free);
+        CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush");
+        size_t bad = n;
+        for (size_t i = 0; i < n && bad == n; i++)
+            if (((uint64_t *)(void *)d)[i] != (i < done ? vals[i] : 0))
+                bad = i;
+        CHECK(bad == n, "word %zu of %zu wrong (%zu taken)", bad, n, done);
+
+        done = 99;
+        CHECK_ST(rdmax_put_list(a, NULL, 3, &done), RDMAX_ERR_INVALID_PARAM);
+        CHECK(done == 0, "took %zu from a NULL list", done);
+        memset(d, 0, 16 * 8);
+        reqs[5].buf = NULL;
+        CHECK_ST(rdmax_put_list(a, reqs, 16, &done), RDMAX_ERR_INVALID_PARAM);
+        CHECK(done == 5, "took %zu before the NULL buffer", done);
+        CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush");
+        for (size_t i = 0; i < 16; i++)
+            CHECK(((uint64_t *)(void *)d)[i] == (i < 5 ? vals[i] : 0), "word %zu wrong", i);
+
+        uint64_t calls = post_calls(ca);
+        memset(d, 0, 16 * 8);
+        reqs[5].buf = &vals[5];
+        rdmax_batch_begin(a);
+        CHECK_ST(rdmax_put(a, &vals[0], 8, NULL, raddr, dst->rkey, NULL), RDMAX_OK);
+        CHECK_ST(rdmax_put_list(a, reqs + 1, 14, &done), RDMAX_OK);
+        CHECK(post_calls(ca) == calls, "the list posted inside the caller's batch");
+        CHECK_ST(rdmax_put(a, &vals[15], 8, NULL, raddr + 15 * 8, dst->rkey, NULL), RDMAX_OK);
+        CHECK_ST(rdmax_batch_end(a), RDMAX_OK);
+        CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush");
+        CHECK(post_calls(ca) - calls <= 2, "%llu post calls", (unsigned long long)(post_calls(ca) - calls));
+        for (size_t i = 0; i < 16; i++)
+            CHECK(((uint64_t *)(void *)d)[i] == vals[i], "word %zu wrong", i);
+        free(reqs);
+        free(vals);
+    }
+    tl_end();
+
     /* 24 signaled puts whose callbacks call rdmax_progress: the first callback's progress polls the send CQ
        again while the outer loop still holds the rest of its batch. Their completions are made to sit in
        the CQ together first (the data of all 24 has landed, then 100 ms for the acknowledgements), so the
