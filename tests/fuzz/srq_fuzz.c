@@ -16,10 +16,12 @@
    - a completion of a QP that is not (or no longer) ours, on a buffer of the SRQ;
    - completions of our sends, success or an error (the QP then flushes its send queue), how many the
      device returns per poll;
-   - the application's sends (inline and zero-copy, with and without a completion object).
+   - the application's sends (inline and zero-copy, with and without a completion object);
+   - receive callbacks that progress (one message in four by its pattern's seed, up to three deep).
    Checked after every step, against a model:
    - a delivered message is the bytes the peer wrote, in the buffer it landed in, in order, exactly once,
-     to the endpoint whose QP it came to; grants are not delivered; put_imm's immediate and length go to
+     to the endpoint whose QP it came to, its buffer not posted again before its callback returned;
+     grants are not delivered; put_imm's immediate and length go to
      imm_cb unchanged and carry no credits;
    - send credits are exactly the peer's grants minus our sends; the credits rdmax owes are exactly the
      buffers its peer consumed, and every send returns all of them (grants signaled);
@@ -85,6 +87,7 @@ typedef struct mexp {        /* what the endpoint's callbacks must get next */
     int imm;                 /* 1: imm_cb(imm, len); 0: recv_cb(buffer, len) with the pattern */
     uint32_t val, len, pool, buf;
     uint8_t seed;
+    int done;                /* came out of order (after a nested poll batch), ahead of those before it */
 } mexp;
 
 typedef struct mep {
@@ -279,34 +282,70 @@ static void on_comp(rdmax_comp *c, rdmax_status st)
     FZ_CHECK(o->completions == 1, "op %d: its completion ran %d times", (int)(o - g_ops), o->completions);
 }
 
-static mexp *next_exp(int e)
+static int g_nested;  /* a receive callback progressed in this step */
+
+/* The callback's expectation: the oldest one; after a callback progressed in this step (the nested poll
+   batch delivers later messages before the rest of the batch around it) the oldest one of the same
+   buffer (imm: of the same immediate and length). */
+static mexp *next_exp(int e, int imm, const void *data, uint32_t val, size_t len)
 {
     mep *m = &g_m[e];
-    FZ_CHECK(m->exp_n > 0, "endpoint %d: a callback that must not come (a grant, or another endpoint's)", e);
-    mexp *x = &m->exp[m->exp_head];
-    m->exp_head = (m->exp_head + 1) % FIFO;
-    m->exp_n--;
+    mexp *x = NULL, *first = NULL;
+    for (unsigned i = 0; i < m->exp_n && !x; i++) {
+        mexp *c = &m->exp[(m->exp_head + i) % FIFO];
+        if (c->done)
+            continue;
+        if (!first)
+            first = c;
+        if (c->imm == imm && (imm ? c->val == val && c->len == len
+                                  : (const char *)data == rdmax__srq_buf(g_ctx->rx->pool[c->pool], c->buf)))
+            x = c;
+    }
+    FZ_CHECK(first != NULL, "endpoint %d: a callback that must not come (a grant, or another endpoint's)", e);
+    if (!g_nested)
+        x = first;
+    FZ_CHECK(x != NULL, "endpoint %d: a callback for nothing the peer sent", e);
+    x->done = 1;
+    while (m->exp_n > 0 && m->exp[m->exp_head].done) {
+        m->exp_head = (m->exp_head + 1) % FIFO;
+        m->exp_n--;
+    }
     return x;
 }
+
+static int g_depth;  /* callbacks that progress, nested */
+static void progress(void);
 
 static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
 {
     int e = (int)(intptr_t)user;
     FZ_CHECK(ep == g_ep[e], "receive callback with another endpoint");
-    mexp *x = next_exp(e);
+    mexp *x = next_exp(e, 0, data, 0, len);
     FZ_CHECK(!x->imm, "endpoint %d: a message where put_imm's immediate was due", e);
     FZ_CHECK((char *)data == rdmax__srq_buf(g_ctx->rx->pool[x->pool], x->buf), "endpoint %d: message not in pool %u "
              "buffer %u", e, x->pool, x->buf);
     FZ_CHECK(len == x->len, "endpoint %d: %zu bytes delivered, the peer sent %u", e, len, x->len);
     for (uint32_t i = 0; i < len; i++)
         FZ_CHECK(((uint8_t *)data)[i] == pat(x->seed, i), "endpoint %d: byte %u of a message differs", e, i);
+    /* one message in four (by its seed, which the input chose) progresses from its callback, up to three
+       deep: a nested poll batch; the buffer being delivered is not posted again before its callback returns */
+    if (x->seed % 4 == 1 && g_depth < 3) {
+        uint32_t p = x->pool, b = x->buf;
+        fsrq *f = &g_s[p];
+        uint32_t fb = (b >> RDMAX__SRQ_SLOT_BITS) * PER_CHUNK + (b & ((1u << RDMAX__SRQ_SLOT_BITS) - 1));
+        g_depth++;
+        g_nested = 1;
+        progress();
+        g_depth--;
+        FZ_CHECK(!f->posted[fb], "endpoint %d: pool %u buffer %u posted again while its callback ran", e, p, b);
+    }
 }
 
 static void on_imm(rdmax_ep *ep, uint32_t imm, size_t len, void *user)
 {
     int e = (int)(intptr_t)user;
     FZ_CHECK(ep == g_ep[e], "imm callback with another endpoint");
-    mexp *x = next_exp(e);
+    mexp *x = next_exp(e, 1, NULL, imm, len);
     FZ_CHECK(x->imm, "endpoint %d: put_imm's immediate where a message was due", e);
     FZ_CHECK(imm == x->val && len == x->len, "endpoint %d: imm 0x%x len %zu, the peer put 0x%x len %u", e, imm, len,
              x->val, x->len);
@@ -534,7 +573,7 @@ static void peer_message(fz_in *in, int e)
         if (g_ep[e]->imm_cb) {
             FZ_CHECK(m->exp_n < FIFO, "model FIFO overflow");
             mexp *x = &m->exp[(m->exp_head + m->exp_n++) % FIFO];
-            x->imm = 1, x->val = imm, x->len = len;
+            x->imm = 1, x->val = imm, x->len = len, x->done = 0;
         }
         return;
     }
@@ -563,7 +602,7 @@ static void peer_message(fz_in *in, int e)
     if (!(imm & RDMAX__IMM_GRANT) && g_ep[e]->recv_cb) {
         FZ_CHECK(m->exp_n < FIFO, "model FIFO overflow");
         mexp *x = &m->exp[(m->exp_head + m->exp_n++) % FIFO];
-        x->imm = 0, x->len = len, x->seed = seed, x->pool = (uint32_t)m->pool, x->buf = b;
+        x->imm = 0, x->len = len, x->seed = seed, x->pool = (uint32_t)m->pool, x->buf = b, x->done = 0;
     }
 }
 
@@ -695,6 +734,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     int steps = 0;
     while (fz_left(&in) && steps++ < 4000) {
         int e = (int)fz_below(&in, NEP), settled = 0;
+        g_nested = 0;
         switch (fz_below(&in, 12)) {
         case 0: case 1: case 2: case 3: peer_message(&in, e); break;
         case 4: case 5: app_send(&in, e); break;
