@@ -4604,15 +4604,25 @@ struct rdmax__rx {
     uint64_t bytes, posted;     /* all pools' buffer bytes and buffers posted (for profile readers) */
     struct { uint32_t qpn, v; } *map;
     uint32_t map_cap, map_used; /* slots (a power of two); live entries and tombstones */
-    /* the endpoint of the last completion (rdmax__srq_recv); last_qpn UINT32_MAX: none. Forgotten when
+    /* the endpoint of the last completion (rdmax__srq_who); last_qpn UINT32_MAX: none. Forgotten when
        its QP leaves the map (rdmax__map_kill), so it never outlives the endpoint. */
     uint32_t last_qpn, last_who;
     rdmax_ep *last_ep;
     uint64_t last_key;          /* rdmax__srq_key(0, last_qpn): a completion's immediate and QP number
                                    at once, for the inline receive path */
+    uint64_t last_tag;          /* wr_id >> RDMAX__WR_POOL_SHIFT of the buffers of last_ep's pool (a QP
+                                   receives from its own pool's SRQ only); UINT64_MAX: none */
+    struct rdmax__srq *last_s;  /* last_ep's pool, whose buffers the inline path stages without marking
+                                   it in staged: last_bit (1 << its index; 0: none) marks it instead */
+    uint32_t last_bit;
     uint32_t run;               /* credits last_who is owed for buffers given back in this batch (>>srq) */
-    uint32_t staged;            /* pools with buffers staged for their repost (rdmax__srq_fill) */
+    uint32_t staged;            /* pools with buffers staged for their repost (rdmax__srq_fill) besides
+                                   last_bit's */
     uint32_t doomed;            /* pools whose last endpoint went during a poll batch: freed at its end */
+    uint32_t stirred;           /* set by whatever a receive callback may do that changes the last
+                                   endpoint or a pool's staging (a poll batch, rdmax__map_kill,
+                                   rdmax__srq_fill); cleared at the start of a poll batch and by
+                                   rdmax__srq_restage (see rdmax__srq_recv_fast) */
 };
 
 /* A completion's immediate data (as it holds it, network order) and QP number side by side, as one
@@ -4713,6 +4723,11 @@ static void rdmax__map_kill(rdmax_ctx *ctx, uint32_t qpn)
     if (x->last_qpn == qpn) {
         x->last_qpn = UINT32_MAX;
         x->last_key = rdmax__srq_key(0, UINT32_MAX);
+        x->last_tag = UINT64_MAX;
+        x->last_s = NULL;
+        x->staged |= x->last_bit;  /* its pool may have buffers staged */
+        x->last_bit = 0;
+        x->stirred = 1;
     }
     for (uint32_t i = rdmax__map_hash(x, qpn); x->map[i].v; i = (i + 1) & (x->map_cap - 1))
         if (x->map[i].qpn == qpn && (x->map[i].v & RDMAX__MAP_LIVE)) {
@@ -4757,6 +4772,7 @@ static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
     uint64_t id = RDMAX__WR_SRQ | RDMAX__WR_RECV | (uint64_t)p << RDMAX__WR_POOL_SHIFT;
     uint32_t k = s->n_stage;
     s->n_stage = 0;
+    ctx->rx->stirred = 1;  /* the staging changed (see rdmax__srq_recv_fast) */
     s->posted -= k;  /* the staged ones left the SRQ (see >>srq: posted) */
     ctx->rx->posted -= k;
     uint32_t want = s->posted < s->target ? s->target - s->posted : 0;
@@ -4799,8 +4815,10 @@ static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
 static rdmax_status rdmax__srq_fill_staged(rdmax_ctx *ctx, struct rdmax__srq *s, uint32_t p)
 {
     uint32_t k = s->n_stage;
-    if (rdmax_unlikely(k == 0 || s->posted != s->target))
+    if (rdmax_unlikely(s->posted != s->target))
         return rdmax__srq_fill(ctx, p);
+    if (k == 0)  /* (last_bit's pool is settled in every batch) */
+        return RDMAX_OK;
     struct ibv_recv_wr *bad = NULL;
     s->n_stage = 0;
     s->rq[k - 1].wr.next = NULL;
@@ -4935,6 +4953,7 @@ static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
         x->epoch = &ctx->rcq_drains;
         x->last_qpn = UINT32_MAX;
         x->last_key = rdmax__srq_key(0, UINT32_MAX);
+        x->last_tag = UINT64_MAX;
         if (!(x->map = (__typeof__(x->map))rdmax__alloc(ctx, x->map_cap * sizeof *x->map))) {
             rdmax__free(ctx, x);
             return RDMAX_ERR_NO_MEMORY;
@@ -6017,6 +6036,10 @@ static rdmax_ep *rdmax__srq_who(rdmax_ctx *ctx, uint32_t qpn, struct rdmax__owed
     x->last_key = rdmax__srq_key(0, qpn);
     x->last_who = idx | (uint32_t)ctx->eps[idx].gen << 16;
     x->last_ep = ep;
+    x->staged |= x->last_bit;  /* the pool of the one before may have buffers staged */
+    x->last_bit = 1u << ep->pool;
+    x->last_s = x->pool[ep->pool];
+    x->last_tag = (RDMAX__WR_SRQ | RDMAX__WR_RECV) >> RDMAX__WR_POOL_SHIFT | ep->pool;
     return ep;
 }
 
@@ -6032,19 +6055,18 @@ static void rdmax__srq_owe_other(rdmax_ctx *ctx, uint32_t qpn, struct rdmax__owe
 }
 
 /* A polled buffer (wr_id) of pool s (a pool never goes during a poll batch, see >>srq) back to the pool:
-   staged for the repost at the end of the batch, or (a callback that progressed filled the staging) to
-   the free list. The first one staged marks its pool for rdmax__srq_settle. */
-static inline void rdmax__srq_give(struct rdmax__rx *x, struct rdmax__srq *s, uint64_t wr_id, char *buf, uint32_t lkey)
+   staged for the repost at the end of the batch (its pool marked for rdmax__srq_settle), or (never, as
+   a poll batch stages at most its own completions: a nested one posts what the batch around it staged
+   first) to the free list when the staging is full. */
+static void rdmax__srq_give(struct rdmax__rx *x, struct rdmax__srq *s, uint64_t wr_id, char *buf, uint32_t lkey)
 {
     uint32_t k = s->n_stage;
-    if (rdmax_unlikely(k - 1 >= RDMAX__RECV_BATCH - 1)) {  /* k 0, or the staging is full */
-        if (k == RDMAX__RECV_BATCH) {
-            s->free[s->n_free++] = (uint32_t)wr_id & RDMAX__WR_BUF_MASK;
-            s->posted--;
-            x->posted--;
-            return;
-        }
-        x->staged |= 1u << ((uint32_t)(wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1));
+    x->staged |= 1u << ((uint32_t)(wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1));
+    if (rdmax_unlikely(k == RDMAX__RECV_BATCH)) {
+        s->free[s->n_free++] = (uint32_t)wr_id & RDMAX__WR_BUF_MASK;
+        s->posted--;
+        x->posted--;
+        return;
     }
     s->rq[k].wr.wr_id = wr_id;
     s->rq[k].sge.addr = (uintptr_t)buf;
@@ -6062,14 +6084,27 @@ static inline void rdmax__srq_credit(rdmax_ctx *ctx, struct rdmax__rx *x, uint32
         rdmax__srq_owe_other(ctx, qpn, o);
 }
 
-/* rdmax__srq_recv for every completion but a plain message of the last endpoint: another endpoint's (or
-   a destroyed one's: counted and dropped), a failed or flushed one (owes no credit), put_imm's, one
-   with credits, a grant or a goodbye in its immediate data. */
-static __attribute__((noinline)) void rdmax__srq_recv_other(rdmax_ctx *ctx, const struct ibv_wc *wc,
-                                                            struct rdmax__owed *o, struct rdmax__srq *s, char *buf,
-                                                            uint32_t lkey)
+/* One completion of a shared receive queue (>>srq), any but rdmax__srq_recv_fast's: another endpoint's
+   (or a destroyed one's: counted and dropped), a failed or flushed one (owes no credit), put_imm's, one
+   with credits, a grant or a goodbye in its immediate data; a wr_id that names no buffer (its pool went:
+   counted, dropped). The buffer is staged for its repost (rdmax__srq_fill, from rdmax__srq_settle at the
+   end of the batch); a successful completion of a live endpoint is a credit it is owed once the buffer
+   is posted again (x->run, or o). */
+static __attribute__((noinline)) void rdmax__srq_recv(rdmax_ctx *ctx, struct rdmax__rx *x, const struct ibv_wc *wc,
+                                                      struct rdmax__owed *o)
 {
-    struct rdmax__rx *x = ctx->rx;
+    uint32_t p = (uint32_t)(wc->wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1);
+    uint32_t ci = ((uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK) >> RDMAX__SRQ_SLOT_BITS;
+    uint32_t slot = (uint32_t)wc->wr_id & ((1u << RDMAX__SRQ_SLOT_BITS) - 1);
+    struct rdmax__srq *s = x->pool[p];
+    if (s == NULL || ci >= s->n_chunks || slot >= s->per_chunk) {
+        ctx->cnt.stale_wr_ids++;
+        return;
+    }
+    /* the buffer's address and key, for the callback and for its repost (chunks may move while a
+       callback runs, their base and key do not) */
+    char *buf = s->chunks[ci].base + (size_t)slot * s->recv_size;
+    uint32_t lkey = s->chunks[ci].lkey;
     rdmax_ep *ep = x->last_ep;
     if (wc->qp_num != x->last_qpn && (ep = rdmax__srq_who(ctx, wc->qp_num, o)) == NULL) {
         ctx->cnt.stale_wr_ids++;  /* its endpoint was destroyed: dropped, the buffer recycled */
@@ -6109,33 +6144,49 @@ static __attribute__((noinline)) void rdmax__srq_recv_other(rdmax_ctx *ctx, cons
     rdmax__srq_credit(ctx, x, wc->qp_num, o);
 }
 
-/* One completion of a shared receive queue (>>srq). The buffer is staged for its repost (rdmax__srq_fill,
-   from rdmax__srq_settle at the end of the batch); a successful completion of a live endpoint is a credit
-   it is owed once the buffer is posted again (x->run, or o). Inline: a message with no credits in its
-   immediate data (or none) of the last endpoint (a burst comes mostly from one QP: the endpoint of the last one, until
-   rdmax__map_kill forgets it, saves the map lookup); everything else in rdmax__srq_recv_other. */
-static inline void rdmax__srq_recv(rdmax_ctx *ctx, struct rdmax__rx *x, const struct ibv_wc *wc, struct rdmax__owed *o)
+/* rdmax__srq_recv_fast's completion after a callback that stirred (see rdmax__rx.stirred): staged again
+   (the staging may have been posted meanwhile, the request it was staged in reused), its credit to the
+   last endpoint's run or looked up (the callback may have destroyed it, or progressed and met another). */
+static __attribute__((noinline)) void rdmax__srq_restage(rdmax_ctx *ctx, struct rdmax__rx *x, const struct ibv_wc *wc,
+                                                         struct rdmax__owed *o, struct rdmax__srq *s)
 {
-    uint32_t p = (uint32_t)(wc->wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1);
+    uint32_t b = (uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK;
+    x->stirred = 0;
+    rdmax__srq_give(x, s, wc->wr_id, rdmax__srq_buf(s, b), s->chunks[b >> RDMAX__SRQ_SLOT_BITS].lkey);
+    rdmax__srq_credit(ctx, x, wc->qp_num, o);
+}
+
+/* The common completion of a shared receive queue, inline: a message with no credits in its immediate
+   data (or none) of the last endpoint (a burst comes mostly from one QP: the endpoint of the last one,
+   until rdmax__map_kill forgets it, saves the map lookup), whose wr_id the caller found to name a buffer
+   of the last endpoint's pool (x->last_tag); everything else in rdmax__srq_recv. The buffer is staged
+   (in the request at n_stage) before the callback, so that nothing is kept across it, and counted as
+   staged after it: a nested poll batch posts only rq[0, n_stage), and anything that may change the
+   staging or the last endpoint meanwhile sets x->stirred, which sends the completion to
+   rdmax__srq_restage. The pool needs no mark: rdmax__srq_settle posts last_bit's pool in every batch,
+   and rdmax__srq_who and rdmax__map_kill mark it when it stops being the last one's. Its staging holds
+   at most this batch's completions (a batch starts with every staging posted), so there is room. */
+static inline void rdmax__srq_recv_fast(rdmax_ctx *ctx, struct rdmax__rx *x, const struct ibv_wc *wc,
+                                        struct rdmax__owed *o)
+{
+    struct rdmax__srq *s = x->last_s;
     uint32_t ci = ((uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK) >> RDMAX__SRQ_SLOT_BITS;
     uint32_t slot = (uint32_t)wc->wr_id & ((1u << RDMAX__SRQ_SLOT_BITS) - 1);
-    struct rdmax__srq *s = x->pool[p];
-    if (rdmax_unlikely(s == NULL || ci >= s->n_chunks || slot >= s->per_chunk)) {
-        ctx->cnt.stale_wr_ids++;
-        return;
-    }
-    /* the buffer's address and key, for the callback and for its repost (chunks may move while a
-       callback runs, their base and key do not) */
-    const __typeof__(*s->chunks) *c = &s->chunks[ci];
-    char *buf = c->base + (size_t)slot * s->recv_size;
-    uint32_t lkey = c->lkey;
     uint64_t key;  /* the QP's number and the immediate (0: no credits; without WITH_IMM whatever it is) */
     memcpy(&key, (const char *)wc + offsetof(struct ibv_wc, imm_data), sizeof key);
-    if (rdmax_unlikely(key != x->last_key || wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV)) {
-        rdmax__srq_recv_other(ctx, wc, o, s, buf, lkey);
+    if (rdmax_unlikely(key != x->last_key || wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV ||
+                       ci >= s->n_chunks || slot >= s->per_chunk)) {
+        rdmax__srq_recv(ctx, x, wc, o);
         return;
     }
+    const __typeof__(*s->chunks) *c = &s->chunks[ci];
+    char *buf = c->base + (size_t)slot * s->recv_size;
     rdmax_ep *ep = x->last_ep;
+    struct rdmax__srq_rq *r = &s->rq[s->n_stage];
+    RDMAX_ASSERT(s->n_stage < RDMAX__RECV_BATCH);
+    r->wr.wr_id = wc->wr_id;
+    r->sge.addr = (uintptr_t)buf;
+    r->sge.lkey = c->lkey;
     /* (the two counters apart: side by side gcc makes them one vector add of five instructions; the
        message is counted once its callback returned, one add to memory) */
     ctx->cnt.recv_bytes += wc->byte_len;
@@ -6144,8 +6195,22 @@ static inline void rdmax__srq_recv(rdmax_ctx *ctx, struct rdmax__rx *x, const st
     else
         ctx->cnt.recv_drops++;
     ctx->cnt.recv_msgs++;
-    rdmax__srq_give(x, s, wc->wr_id, buf, lkey);
-    rdmax__srq_credit(ctx, x, wc->qp_num, o);
+    if (rdmax_unlikely(x->stirred)) {
+        rdmax__srq_restage(ctx, x, wc, o, s);
+        return;
+    }
+    s->n_stage++;
+    x->run++;
+}
+
+/* The staged buffers of every pool posted: the ones marked, and the last endpoint's pool. */
+static void rdmax__srq_post_staged(rdmax_ctx *ctx, struct rdmax__rx *x)
+{
+    uint32_t m = x->staged | x->last_bit;
+    x->staged = 0;  /* (rdmax__srq_fill does not clear a pool's bit: it runs for one with none staged too) */
+    for (uint32_t p = 0; m; p++, m >>= 1)
+        if (m & 1)
+            rdmax__srq_fill_staged(ctx, x->pool[p], p);
 }
 
 /* End of a poll batch: post the buffers given back again (every pool with some staged: a nested batch
@@ -6159,11 +6224,7 @@ static void rdmax__srq_settle(rdmax_ctx *ctx, struct rdmax__owed *o, int outermo
         rdmax__owe(o, x->last_who, x->run);
         x->run = 0;
     }
-    uint32_t m = x->staged;
-    x->staged = 0;  /* (rdmax__srq_fill does not clear a pool's bit: it runs for one with none staged too) */
-    for (uint32_t p = 0; m; p++, m >>= 1)
-        if (m & 1)
-            rdmax__srq_fill_staged(ctx, x->pool[p], p);
+    rdmax__srq_post_staged(ctx, x);
     for (uint32_t i = 0; i < o->n; i++) {
         rdmax__ep_ref *r = &ctx->eps[o->who[i] & 0xffff];
         if (r->ep && r->gen == (uint16_t)(o->who[i] >> 16))
@@ -6211,10 +6272,21 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
        (endpoint 0xffff: counted, dropped). rx never goes before the context; a callback may make it, but
        no completion of this batch then names a pool of it. */
     struct rdmax__rx *x = ctx->rx;
+    if (x != NULL) {
+        if (wc != ctx->rwc_top)  /* nested: the staging of the batch around it posted first (room) */
+            rdmax__srq_post_staged(ctx, x);
+        x->stirred = 0;
+    }
     for (int i = 0; i < n; i++) {
-        if ((wc[i].wr_id >> 30) == RDMAX__WR_SRQ_TAG && rdmax_likely(x != NULL)) {
-            rdmax__srq_recv(ctx, x, &wc[i], &owed);
-            continue;
+        if (rdmax_likely(x != NULL)) {
+            if (rdmax_likely((wc[i].wr_id >> RDMAX__WR_POOL_SHIFT) == x->last_tag)) {
+                rdmax__srq_recv_fast(ctx, x, &wc[i], &owed);
+                continue;
+            }
+            if ((wc[i].wr_id >> 30) == RDMAX__WR_SRQ_TAG) {
+                rdmax__srq_recv(ctx, x, &wc[i], &owed);
+                continue;
+            }
         }
         rdmax_ep *ep = rdmax__wr_ep(ctx, wc[i].wr_id);
         if (!ep)
@@ -6296,8 +6368,11 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
         if (ep->rx_unreturned >= ep->grant_at && ep->state == RDMAX_EP_CONNECTED && ep->qp->qp_type == IBV_QPT_RC)
             rdmax__grant(ep);
     }
-    if ((x = ctx->rx) != NULL && (x->staged | x->run | owed.n | x->doomed))  /* (a callback may have made rx) */
-        rdmax__srq_settle(ctx, &owed, wc == ctx->rwc_top);
+    if ((x = ctx->rx) != NULL) {  /* (a callback may have made rx) */
+        if (x->staged | x->run | owed.n | x->doomed)
+            rdmax__srq_settle(ctx, &owed, wc == ctx->rwc_top);
+        x->stirred = 1;  /* for the batch around this one, if any */
+    }
     if (rdmax_unlikely(ctx->flush_check))
         rdmax__flush_check(ctx);
     return n;
