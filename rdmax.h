@@ -1421,7 +1421,7 @@ struct rdmax_ep {
     rdmax_rbuf *remote;         /* the peer's advertised regions (n_remote of them; NULL: none) */
     rdmax_rbuf *local;          /* ours, copied from the desc at creation (n_local of them) */
     uint32_t n_remote, n_local;
-    rdmax_recv_cb recv_cb;
+    rdmax_recv_cb recv_cb;      /* never NULL: rdmax__recv_drop when the desc has none */
     void *user;
     rdmax_imm_cb imm_cb;
     uint32_t grant_at;          /* RC: grant when this many credits are owed (half the window) */

@@ -1327,6 +1327,14 @@ static rdmax_status rdmax__oob_sync(int fd, int timeout_ms, char *why, size_t wh
     return RDMAX_OK;
 }
 
+/* An endpoint's recv_cb when its desc has none (rdmax_ep.recv_cb is never NULL, so the receive paths
+   call it without a test): the message is dropped, and counted. */
+static void rdmax__recv_drop(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)data, (void)len, (void)user;
+    ep->ctx->cnt.recv_drops++;
+}
+
 /* ---- >>ud ---------------------------------------------------------------------------------------- */
 #if RDMAX__HAS_UD
 /* UD endpoints share the context's one UD QP: an endpoint is the peer's address (an AH from the cache,
@@ -1666,7 +1674,7 @@ static int rdmax__ud_poll_recv(rdmax_ctx *ctx)
                 }
             }
         }
-        if (!ep || !ep->recv_cb) {  /* a group member need not be connected to anyone */
+        if (!ep || ep->recv_cb == rdmax__recv_drop) {  /* a group member need not be connected to anyone */
             ctx->cnt.recv_drops++;  /* no endpoint of ours for this sender */
             continue;
         }
@@ -5216,7 +5224,7 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     ep->signal_interval = d->signal_interval;
     ep->max_inline = d->max_inline;
     ep->rd_avail = d->max_rd_atomic;
-    ep->recv_cb = d->recv_cb;
+    ep->recv_cb = d->recv_cb ? d->recv_cb : rdmax__recv_drop;
     ep->imm_cb = d->imm_cb;
     ep->user = d->user;
     ep->rq_depth = d->rq_depth;
@@ -6134,10 +6142,8 @@ static __attribute__((noinline)) void rdmax__srq_recv(rdmax_ctx *ctx, struct rdm
         if (!rdmax__imm_take(ctx, ep, imm)) {  /* a grant only carries credits */
             ctx->cnt.recv_msgs++;
             ctx->cnt.recv_bytes += wc->byte_len;
-            if (ep->recv_cb)  /* may destroy ep, or free the pool with its last endpoint */
-                ep->recv_cb(ep, buf, wc->byte_len, ep->user);
-            else
-                ctx->cnt.recv_drops++;
+            /* may destroy ep, or free the pool with its last endpoint */
+            ep->recv_cb(ep, buf, wc->byte_len, ep->user);
         }
     }
     rdmax__srq_give(x, s, wc->wr_id, buf, lkey);
@@ -6190,10 +6196,7 @@ static inline void rdmax__srq_recv_fast(rdmax_ctx *ctx, struct rdmax__rx *x, con
     /* (the two counters apart: side by side gcc makes them one vector add of five instructions; the
        message is counted once its callback returned, one add to memory) */
     ctx->cnt.recv_bytes += wc->byte_len;
-    if (rdmax_likely(ep->recv_cb != NULL))
-        ep->recv_cb(ep, buf, wc->byte_len, ep->user);  /* may destroy ep */
-    else
-        ctx->cnt.recv_drops++;
+    ep->recv_cb(ep, buf, wc->byte_len, ep->user);  /* may destroy ep */
     ctx->cnt.recv_msgs++;
     if (rdmax_unlikely(x->stirred)) {
         rdmax__srq_restage(ctx, x, wc, o, s);
@@ -6339,10 +6342,7 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
 #endif
         ctx->cnt.recv_msgs++;
         ctx->cnt.recv_bytes += len;
-        if (ep->recv_cb)
-            ep->recv_cb(ep, data, len, ep->user);
-        else
-            ctx->cnt.recv_drops++;
+        ep->recv_cb(ep, data, len, ep->user);
         /* The callback may have destroyed the endpoint. */
         if (rdmax__wr_ep(ctx, wc[i].wr_id) != ep) {
             ctx->cnt.stale_wr_ids--;
@@ -7500,7 +7500,8 @@ static void rdmax__ep_adopt(rdmax_ep *ep, const rdmax_ep_desc *desc)
         memset(&z, 0, sizeof z);
         desc = &z;
     }
-    ep->recv_cb = ep->desc.recv_cb = desc->recv_cb;
+    ep->desc.recv_cb = desc->recv_cb;
+    ep->recv_cb = desc->recv_cb ? desc->recv_cb : rdmax__recv_drop;
     ep->imm_cb = ep->desc.imm_cb = desc->imm_cb;
     ep->user = ep->desc.user = desc->user;
     /* the defaults of rdmax__ep_desc_defaults */

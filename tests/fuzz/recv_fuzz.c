@@ -400,7 +400,7 @@ static void setup(fz_in *in)
         ep->peer_recv_size = RSZ;
         ep->rq_depth = 32 + 16 * fz_below(in, 3);
         ep->recv_size = RSZ;
-        ep->recv_cb = fz_below(in, 8) != 7 ? on_recv : NULL;
+        ep->recv_cb = fz_below(in, 8) != 7 ? on_recv : rdmax__recv_drop;  /* as rdmax_ep_create */
         ep->user = (void *)(intptr_t)e;
         ep->slots = (rdmax__slot *)calloc(SQD, sizeof *ep->slots);
         ep->rq_free = (uint32_t *)calloc(ep->rq_depth, sizeof *ep->rq_free);
@@ -521,7 +521,7 @@ static void peer_message(fz_in *in, int e)
     } else {
         deliver = !(with_imm && (imm & RDMAX__IMM_GRANT));
     }
-    if (deliver && ep->recv_cb) {
+    if (deliver && ep->recv_cb != rdmax__recv_drop) {
         FZ_CHECK(m->exp_n < FIFO, "model FIFO overflow");
         mexp *x = &m->exp[(m->exp_head + m->exp_n++) % FIFO];
         x->idx = idx;
@@ -710,7 +710,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (g_q[e].cqes)
             FZ_CHECK(ep->state == RDMAX_EP_ERROR || ep->state == RDMAX_EP_CLOSED, "endpoint %d: state %d after its "
                      "QP flushed everything", e, ep->state);
-        FZ_CHECK(g_m[e].exp_n == 0 || !ep->recv_cb, "endpoint %d: %u messages never delivered", e, g_m[e].exp_n);
+        FZ_CHECK(g_m[e].exp_n == 0 || ep->recv_cb == rdmax__recv_drop, "endpoint %d: %u messages never delivered", e,
+                 g_m[e].exp_n);
     }
     FZ_CHECK(g_ctx->comps_out == 0, "%u completion objects outstanding at the end", g_ctx->comps_out);
     for (int i = 0; i < g_nops; i++) {

@@ -465,7 +465,7 @@ static void setup(fz_in *in)
         ep->peer_recv_size = 256;
         ep->rq_depth = 1 + fz_below(in, 16);  /* the credit window */
         ep->grant_at = ep->rq_depth / 2 ? ep->rq_depth / 2 : 1;
-        ep->recv_cb = fz_below(in, 8) != 7 ? on_recv : NULL;
+        ep->recv_cb = fz_below(in, 8) != 7 ? on_recv : rdmax__recv_drop;  /* as rdmax_ep_create */
         ep->imm_cb = fz_below(in, 8) != 7 ? on_imm : NULL;
         ep->user = (void *)(intptr_t)e;
         ep->slots = (rdmax__slot *)calloc(SQD, sizeof *ep->slots);
@@ -602,7 +602,7 @@ static void peer_message(fz_in *in, int e)
     }
     if (imm & RDMAX__IMM_CLOSE)
         m->gone = 1;  /* a peer that said goodbye sends nothing more */
-    if (!(imm & RDMAX__IMM_GRANT) && g_ep[e]->recv_cb) {
+    if (!(imm & RDMAX__IMM_GRANT) && g_ep[e]->recv_cb != rdmax__recv_drop) {
         FZ_CHECK(m->exp_n < FIFO, "model FIFO overflow");
         mexp *x = &m->exp[(m->exp_head + m->exp_n++) % FIFO];
         x->imm = 0, x->len = len, x->seed = seed, x->pool = (uint32_t)m->pool, x->buf = b, x->done = 0;
