@@ -589,7 +589,7 @@ typedef enum rdmax_op {
      +------------+
      | current    +---+   next group to serve; NULL: nothing scheduled (the one-branch check)
      | resched    |   |   groups that returned RESCHED, back when the dispatch returns
-     | disp_group |   |   group whose element is in a callback now; NULL once that group is purged
+     | disp       |   |   group whose element is in a callback now; 0 once that group is purged
      | hist[16]   |   |   groups visited last (prefetch hints, below)
      | pending    |   |   elements in all groups (profiling)
      +------------+   |
@@ -627,9 +627,9 @@ typedef enum rdmax_op {
 
    Destroying an endpoint from inside a callback (UCX PR 6401) is safe by design, without UCX's stack
    dummy element: before calling back, the dispatcher unlinks the element from its group and records the
-   group in arb->disp_group. rdmax_arb_group_purge()/_cleanup() of that group clears arb->disp_group, so
-   after the callback returns the dispatcher sees NULL and touches neither the group nor the element: it
-   just continues with arb->current, which every ring change keeps valid. The element being dispatched is
+   group in arb->disp. rdmax_arb_group_purge()/_cleanup() of that group clears arb->disp, so after the
+   callback returns the dispatcher sees 0 and touches neither the group nor the element: it just
+   continues with arb->current, which every ring change keeps valid. The element being dispatched is
    not part of such a purge: it belongs to the running callback (which still holds it), and the arbiter
    forgets it whatever the callback returns. An element whose callback returned REMOVE is never touched
    again either, so the callback may free it or push it again (re-pushing it from its own callback is
@@ -704,15 +704,16 @@ struct rdmax_arb {
     rdmax_arb_group *current;   /* next group to serve; NULL when nothing is scheduled */
     rdmax_arb_group *resched;   /* ring of groups that returned RESCHED in the running dispatch */
     size_t ngroups;             /* groups in the two rings */
-    rdmax_arb_group *disp_group;/* group of the element in a callback; NULL if none or purged */
-    rdmax_arb_elem *disp_after; /* first element push_head'ed into disp_group during the callback */
+    uintptr_t disp;             /* group of the element in a callback, with what the callback did to it
+                                   in the low bits (RDMAX__ARB_MOVED, _HEADS); 0 if none or purged */
+    rdmax_arb_elem *disp_after; /* with RDMAX__ARB_HEADS: the first element push_head'ed into that group
+                                   during the callback */
     size_t pending;             /* elements queued in all groups of this arbiter */
     uint32_t lap;               /* current dispatch lap */
     uint32_t hist_pos;          /* visits so far, modulo RDMAX__ARB_AHEAD indexes hist */
     rdmax_arb_group *hist[RDMAX__ARB_AHEAD]; /* the last groups visited, to set their ahead hints;
                                    purge clears a group from it, so every entry is alive or NULL */
     uint8_t in_dispatch;        /* a dispatch is running: a nested one returns 0 */
-    uint8_t disp_moved;         /* the callback descheduled its own group: honour that, not the result */
 };
 
 /* private */
@@ -723,6 +724,14 @@ enum {
     RDMAX__ARB_SCHED = 2,       /* bit 1 set: in the arbiter (ring or resched ring) */
     RDMAX__ARB_RESCHED = 3
 };
+/* arb->disp's low bits: the callback descheduled its own group (honour that, not its result), or
+   push_head'ed into it (arb->disp_after is valid). Any of them, or a purge (disp 0), makes disp differ
+   from the group, so the dispatcher tests one word after each callback. */
+#define RDMAX__ARB_MOVED ((uintptr_t)1)
+#define RDMAX__ARB_HEADS ((uintptr_t)2)
+#define RDMAX__ARB_DISP_FLAGS (RDMAX__ARB_MOVED | RDMAX__ARB_HEADS)
+RDMAX_STATIC_ASSERT(__alignof__(rdmax_arb_group) > RDMAX__ARB_DISP_FLAGS,
+                    "rdmax: arb->disp's flags live in a group address's low bits");
 
 /* ---- arbiter: out-of-line API ------------------------------------------------------------------- */
 
@@ -775,7 +784,7 @@ RDMAX_INLINE void rdmax_arb_init(rdmax_arb *arb)
     arb->current = NULL;
     arb->resched = NULL;
     arb->ngroups = 0;
-    arb->disp_group = NULL;
+    arb->disp = 0;
     arb->disp_after = NULL;
     arb->pending = 0;
     arb->lap = 0;
@@ -784,7 +793,6 @@ RDMAX_INLINE void rdmax_arb_init(rdmax_arb *arb)
         arb->hist[i] = NULL;
     }
     arb->in_dispatch = 0;
-    arb->disp_moved = 0;
 }
 
 RDMAX_INLINE void rdmax_arb_group_init(rdmax_arb_group *group)

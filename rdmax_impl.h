@@ -1885,8 +1885,9 @@ RDMAX_API void rdmax_arb_group_push_head(rdmax_arb *arb, rdmax_arb_group *group,
     group->head = elem;
     /* The element in the callback is unlinked; if it is kept it must land behind this one. Later
        push_heads go in front of this one, so the first one pushed marks the spot. */
-    if (arb->disp_group == group && arb->disp_after == NULL) {
+    if ((arb->disp & ~RDMAX__ARB_DISP_FLAGS) == (uintptr_t)group && !(arb->disp & RDMAX__ARB_HEADS)) {
         arb->disp_after = elem;
+        arb->disp |= RDMAX__ARB_HEADS;
     }
     group->count++;
     arb->pending++;
@@ -1899,8 +1900,8 @@ RDMAX_API void rdmax_arb_group_desched(rdmax_arb *arb, rdmax_arb_group *group)
     }
     rdmax__arb_leave(arb, group);
     group->state = RDMAX__ARB_DESCHED;
-    if (group == arb->disp_group) {
-        arb->disp_moved = 1;
+    if ((arb->disp & ~RDMAX__ARB_DISP_FLAGS) == (uintptr_t)group) {
+        arb->disp |= RDMAX__ARB_MOVED;
     }
 }
 
@@ -1912,8 +1913,8 @@ RDMAX_API void rdmax_arb_group_purge(rdmax_arb *arb, rdmax_arb_group *group, rdm
 
     /* The dispatcher must forget this group and its element in flight: that is the whole
        destroy-inside-callback protection. group->count includes that element, so pending drops by it. */
-    if (arb->disp_group == group) {
-        arb->disp_group = NULL;
+    if ((arb->disp & ~RDMAX__ARB_DISP_FLAGS) == (uintptr_t)group) {
+        arb->disp = 0;
     }
     for (int i = 0; i < RDMAX__ARB_AHEAD; i++) {
         if (arb->hist[i] == group) {
@@ -1949,6 +1950,7 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
     rdmax_arb_group *g, *back;
     rdmax_arb_elem *elem, *next, *after;
     rdmax_arb_result r;
+    uintptr_t did;
     size_t removed = 0, lap_start = 0;
     unsigned served;
     uint32_t lap;
@@ -1997,14 +1999,28 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
                 g->head = next;
             }
             elem->next = NULL; /* unlinked: the callback may free it or push it again */
-            arb->disp_group = g;
-            arb->disp_after = NULL;
-            arb->disp_moved = 0;
+            arb->disp = (uintptr_t)g;
 
             r = cb(arb, g, elem, arg);
 
-            if (rdmax_unlikely(arb->disp_group == NULL)) {
-                /* The callback purged or destroyed g: neither g nor elem may be touched. */
+            did = arb->disp ^ (uintptr_t)g; /* 0: the callback did nothing to its own group */
+            if (rdmax_likely(did == 0 && r == RDMAX_ARB_REMOVE)) {
+                /* the common case, in one test of the word and one of the result */
+                removed++;
+                arb->pending--;
+                if (--g->count == 0) {
+                    rdmax__arb_leave(arb, g);
+                    g->state = RDMAX__ARB_IDLE;
+                    break;
+                }
+                if (++served < per_group) {
+                    continue;
+                }
+                arb->current = g->rnext;
+                break;
+            }
+            if (rdmax_unlikely(did == (uintptr_t)g)) {
+                /* The callback purged or destroyed g (disp 0): neither g nor elem may be touched. */
                 g = NULL;
                 removed += (r == RDMAX_ARB_REMOVE);
                 if ((unsigned)r >= RDMAX_ARB_STOP) {
@@ -2012,7 +2028,6 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
                 }
                 break;
             }
-            arb->disp_group = NULL;
 
             if (rdmax_likely(r == RDMAX_ARB_REMOVE)) {
                 removed++;
@@ -2024,7 +2039,7 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
                 arb->pending--;
             } else {
                 /* Kept: back to the head, behind anything push_head'ed during the callback. */
-                after = arb->disp_after;
+                after = (did & RDMAX__ARB_HEADS) ? arb->disp_after : NULL;
                 if (after == NULL) {
                     elem->next = g->head != NULL ? g->head : RDMAX__ARB_END;
                     g->head = elem;
@@ -2045,7 +2060,7 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
                 g->state = RDMAX__ARB_IDLE;
                 break;
             }
-            if (rdmax_unlikely(arb->disp_moved)) {
+            if (rdmax_unlikely(did & RDMAX__ARB_MOVED)) {
                 /* The callback descheduled (and maybe rescheduled) its own group: keep that. */
                 if ((unsigned)r >= RDMAX_ARB_STOP) {
                     goto out;
@@ -2086,6 +2101,7 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
     }
 
 out:
+    arb->disp = 0; /* no callback runs: purge, desched and push_head of any group must not match */
     /* Parked groups rejoin at the tail, in the order they left. */
     while ((g = arb->resched) != NULL) {
         rdmax__arb_ring_remove(arb, &arb->resched, g);
