@@ -690,7 +690,7 @@ struct rdmax_arb_group {
     rdmax_arb_group *ahead;     /* prefetch hints from the previous round: the group visited
                                    RDMAX__ARB_AHEAD visits after this one, and its next element. Only */
     rdmax_arb_elem *ahead_head; /* ever prefetched, never dereferenced, so they may be stale */
-    uint32_t lap;               /* dispatch lap that last served the group */
+    uint32_t mark;              /* set by a callback that removed nothing (see dispatch) */
     uint8_t state;              /* RDMAX__ARB_IDLE ... */
 };
 
@@ -709,7 +709,7 @@ struct rdmax_arb {
     rdmax_arb_elem *disp_after; /* with RDMAX__ARB_HEADS: the first element push_head'ed into that group
                                    during the callback */
     size_t pending;             /* elements queued in all groups of this arbiter */
-    uint32_t lap;               /* current dispatch lap */
+    uint32_t mark;              /* the last lap mark used (see dispatch) */
     uint32_t hist_pos;          /* visits so far, modulo RDMAX__ARB_AHEAD indexes hist */
     rdmax_arb_group *hist[RDMAX__ARB_AHEAD]; /* the last groups visited, to set their ahead hints;
                                    purge clears a group from it, so every entry is alive or NULL */
@@ -787,7 +787,7 @@ RDMAX_INLINE void rdmax_arb_init(rdmax_arb *arb)
     arb->disp = 0;
     arb->disp_after = NULL;
     arb->pending = 0;
-    arb->lap = 0;
+    arb->mark = 0;
     arb->hist_pos = 0;
     for (int i = 0; i < RDMAX__ARB_AHEAD; i++) {
         arb->hist[i] = NULL;
@@ -804,7 +804,7 @@ RDMAX_INLINE void rdmax_arb_group_init(rdmax_arb_group *group)
     group->count = 0;
     group->ahead = NULL;
     group->ahead_head = NULL;
-    group->lap = 0;
+    group->mark = 0;
     group->state = RDMAX__ARB_IDLE;
 }
 

@@ -1951,9 +1951,9 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
     rdmax_arb_elem *elem, *next, *after;
     rdmax_arb_result r;
     uintptr_t did;
-    size_t removed = 0, lap_start = 0;
+    size_t removed = 0;
     unsigned served;
-    uint32_t lap;
+    uint32_t first, mark;
 
     if (rdmax_unlikely(arb->in_dispatch)) {
         return 0; /* called from a callback: the running dispatch will get to everything */
@@ -1962,21 +1962,19 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
     if (per_group == 0) {
         per_group = 1;
     }
-    lap = ++arb->lap;
+    /* The end of a lap without a removal: a callback that removes nothing marks its group with
+       first + removed (the removals so far), and before the next group is served after such a callback,
+       a group carrying that very mark means the dispatcher went round the whole ring since the last
+       removal (groups join at the tail, and current only moves on), every group tried once and none
+       removed anything: stop. A removal changes the mark, so a callback that returns REMOVE costs
+       nothing here. The marks of one dispatch are first ... first + removed, above those of every
+       earlier dispatch and above 0, the mark of a new group. (Only a group left unmarked for 2^32
+       removals can match by chance: one dispatch then returns early, which the next one makes good.) */
+    first = arb->mark + 1;
     /* Hints pay only when the rings outgrow the caches; below that they are instructions for nothing. */
     const int hints = arb->ngroups > RDMAX__ARB_HINT_MIN;
 
     while ((g = arb->current) != NULL) {
-        if (g->lap == lap) {
-            /* Back at a group served in this lap: a lap is over. Without a removal nothing changed. */
-            if (removed == lap_start) {
-                break;
-            }
-            lap = ++arb->lap;
-            lap_start = removed;
-        }
-        g->lap = lap;
-
         /* With many endpoints every group and head element is a cache miss, and walking a ring is a
            chain of dependent loads: no prefetch of "the next group" can run ahead of it. So each visit
            leaves a hint in the group visited RDMAX__ARB_AHEAD visits earlier, and the next round
@@ -2011,13 +2009,13 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
                 if (--g->count == 0) {
                     rdmax__arb_leave(arb, g);
                     g->state = RDMAX__ARB_IDLE;
-                    break;
+                    goto hint;
                 }
                 if (++served < per_group) {
                     continue;
                 }
                 arb->current = g->rnext;
-                break;
+                goto hint;
             }
             if (rdmax_unlikely(did == (uintptr_t)g)) {
                 /* The callback purged or destroyed g (disp 0): neither g nor elem may be touched. */
@@ -2088,6 +2086,18 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
             break;
         }
 
+        if (r != RDMAX_ARB_REMOVE) {
+            /* The end of a lap without a removal (see above)? */
+            mark = first + (uint32_t)removed;
+            if (g != NULL) {
+                g->mark = mark;
+            }
+            if (arb->current != NULL && arb->current->mark == mark) {
+                break;
+            }
+        }
+
+    hint:
         /* Leave the hint for the next round (see the prefetch above). */
         if (hints && g != NULL) {
             uint32_t i = arb->hist_pos++ & (RDMAX__ARB_AHEAD - 1);
@@ -2101,6 +2111,7 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
     }
 
 out:
+    arb->mark = first + (uint32_t)removed;
     arb->disp = 0; /* no callback runs: purge, desched and push_head of any group must not match */
     /* Parked groups rejoin at the tail, in the order they left. */
     while ((g = arb->resched) != NULL) {
