@@ -683,7 +683,7 @@ struct rdmax_arb_elem {
    are private. */
 struct rdmax_arb_group {
     rdmax_arb_elem *head;       /* first queued element, NULL if none */
-    rdmax_arb_elem *tail;       /* last queued element, NULL if none */
+    rdmax_arb_elem *tail;       /* last queued element; stale when head is NULL */
     rdmax_arb_group *rnext;     /* ring links while scheduled (or parked after RESCHED) */
     rdmax_arb_group *rprev;
     size_t count;               /* queued elements, plus the one in a callback right now */
@@ -717,7 +717,7 @@ struct rdmax_arb {
 };
 
 /* private */
-#define RDMAX__ARB_END ((rdmax_arb_elem *)(uintptr_t)1)
+#define RDMAX__ARB_END ((rdmax_arb_elem *)(uintptr_t)1) /* odd: no element's address */
 enum {
     RDMAX__ARB_IDLE = 0,        /* zero: a zeroed group is idle */
     RDMAX__ARB_DESCHED = 1,
@@ -732,6 +732,7 @@ enum {
 #define RDMAX__ARB_DISP_FLAGS (RDMAX__ARB_MOVED | RDMAX__ARB_HEADS)
 RDMAX_STATIC_ASSERT(__alignof__(rdmax_arb_group) > RDMAX__ARB_DISP_FLAGS,
                     "rdmax: arb->disp's flags live in a group address's low bits");
+RDMAX_STATIC_ASSERT(__alignof__(rdmax_arb_elem) > 1, "rdmax: RDMAX__ARB_END must be no element's address");
 
 /* ---- arbiter: out-of-line API ------------------------------------------------------------------- */
 
@@ -876,7 +877,7 @@ RDMAX_INLINE void rdmax_arb_group_push(rdmax_arb *arb, rdmax_arb_group *group, r
 {
     RDMAX_ASSERT(elem->next == NULL);
     elem->next = RDMAX__ARB_END;
-    if (group->tail != NULL) {
+    if (group->head != NULL) {
         group->tail->next = elem;
     } else {
         group->head = elem;

@@ -1944,24 +1944,34 @@ RDMAX_API void rdmax_arb_group_cleanup(rdmax_arb *arb, rdmax_arb_group *group)
     rdmax_arb_group_purge(arb, group, NULL, NULL);
 }
 
-RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group, rdmax_arb_cb cb,
-                                              void *arg)
+/* Leave the hint for the next round: in the group visited RDMAX__ARB_AHEAD visits before g, a pointer
+   to g and to its head element (see the prefetch in rdmax__arb_run). */
+RDMAX_INLINE void rdmax__arb_hint(rdmax_arb *arb, rdmax_arb_group *g, uint32_t *pos)
 {
-    rdmax_arb_group *g, *back;
+    uint32_t i = (*pos)++ & (RDMAX__ARB_AHEAD - 1);
+    rdmax_arb_group *back = arb->hist[i];
+    if (back != NULL) {
+        back->ahead = g;
+        back->ahead_head = g->head;
+    }
+    arb->hist[i] = g;
+}
+
+/* The dispatch loop. Compiled three times, each a function of its own (so that each gets the registers
+   to itself): per_group 1 (what RC and UD use) with hints and without (constants, so that neither loop
+   tests them), and a general one. Returns the removals and leaves arb->mark at the last mark used. */
+RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb_cb cb, void *arg,
+                                   const int hints, const int one)
+{
+    rdmax_arb_group *g = arb->current;
     rdmax_arb_elem *elem, *next, *after;
-    rdmax_arb_result r;
+    rdmax_arb_result r = RDMAX_ARB_REMOVE;
     uintptr_t did;
     size_t removed = 0;
-    unsigned served;
-    uint32_t first, mark;
-
-    if (rdmax_unlikely(arb->in_dispatch)) {
-        return 0; /* called from a callback: the running dispatch will get to everything */
-    }
-    arb->in_dispatch = 1;
-    if (per_group == 0) {
-        per_group = 1;
-    }
+    unsigned left;
+    uint32_t mark = 0;
+    uint32_t pos = hints ? arb->hist_pos : 0; /* in a register while the loop runs (no callback
+                                                  touches it) */
     /* The end of a lap without a removal: a callback that removes nothing marks its group with
        first + removed (the removals so far), and before the next group is served after such a callback,
        a group carrying that very mark means the dispatcher went round the whole ring since the last
@@ -1970,54 +1980,59 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
        nothing here. The marks of one dispatch are first ... first + removed, above those of every
        earlier dispatch and above 0, the mark of a new group. (Only a group left unmarked for 2^32
        removals can match by chance: one dispatch then returns early, which the next one makes good.) */
-    first = arb->mark + 1;
-    /* Hints pay only when the rings outgrow the caches; below that they are instructions for nothing. */
-    const int hints = arb->ngroups > RDMAX__ARB_HINT_MIN;
+    const uint32_t first = arb->mark + 1;
 
-    while ((g = arb->current) != NULL) {
-        /* With many endpoints every group and head element is a cache miss, and walking a ring is a
-           chain of dependent loads: no prefetch of "the next group" can run ahead of it. So each visit
-           leaves a hint in the group visited RDMAX__ARB_AHEAD visits earlier, and the next round
-           prefetches that far ahead through the hints, several misses in flight at once. */
+    if (g == NULL) {
+        goto out;
+    }
+    for (;;) {
+    visit:
+        /* A visit: g is arb->current. With many endpoints every group and head element is a cache miss,
+           and walking a ring is a chain of dependent loads: no prefetch of "the next group" can run
+           ahead of it. So each visit leaves a hint in the group visited RDMAX__ARB_AHEAD visits earlier
+           (rdmax__arb_hint), and the next round prefetches that far ahead through the hints, several
+           misses in flight at once. */
         if (hints) {
             __builtin_prefetch(g->ahead);
             __builtin_prefetch(g->ahead_head);
             __builtin_prefetch(g->rnext);
         }
-
-        served = 0;
+        left = per_group;
         for (;;) {
             elem = g->head;
             RDMAX_ASSERT(elem != NULL && g->count > 0);
             next = elem->next;
-            if (next == RDMAX__ARB_END) {
-                g->head = NULL;
-                g->tail = NULL;
-            } else {
-                g->head = next;
-            }
+            /* next, or NULL for END (1: element addresses are even); an empty group's tail is stale */
+            g->head = (rdmax_arb_elem *)((uintptr_t)next & ~(uintptr_t)RDMAX__ARB_END);
             elem->next = NULL; /* unlinked: the callback may free it or push it again */
             arb->disp = (uintptr_t)g;
 
             r = cb(arb, g, elem, arg);
 
-            did = arb->disp ^ (uintptr_t)g; /* 0: the callback did nothing to its own group */
-            if (rdmax_likely(did == 0 && r == RDMAX_ARB_REMOVE)) {
-                /* the common case, in one test of the word and one of the result */
+            if (rdmax_likely(r == RDMAX_ARB_REMOVE) && rdmax_likely(arb->disp == (uintptr_t)g)) {
+                /* the common case: the callback returned REMOVE and did nothing to its own group */
                 removed++;
                 arb->pending--;
                 if (--g->count == 0) {
-                    rdmax__arb_leave(arb, g);
+                    rdmax__arb_leave(arb, g); /* an empty group never stays in the arbiter */
                     g->state = RDMAX__ARB_IDLE;
-                    goto hint;
+                    break;
                 }
-                if (++served < per_group) {
+                if (!one && --left != 0) {
                     continue;
                 }
-                arb->current = g->rnext;
-                goto hint;
+                /* g is still current (only its own desched or purge, flagged in arb->disp, or a
+                   result other than REMOVE moves it), so the next group is its successor */
+                if (hints) {
+                    rdmax__arb_hint(arb, g, &pos);
+                }
+                g = g->rnext;
+                arb->current = g;
+                goto visit; /* never NULL: g is in the ring */
             }
-            if (rdmax_unlikely(did == (uintptr_t)g)) {
+
+            did = arb->disp ^ (uintptr_t)g; /* what the callback did to its own group */
+            if (did == (uintptr_t)g) {
                 /* The callback purged or destroyed g (disp 0): neither g nor elem may be touched. */
                 g = NULL;
                 removed += (r == RDMAX_ARB_REMOVE);
@@ -2026,8 +2041,7 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
                 }
                 break;
             }
-
-            if (rdmax_likely(r == RDMAX_ARB_REMOVE)) {
+            if (r == RDMAX_ARB_REMOVE) {
                 removed++;
                 g->count--;
                 arb->pending--;
@@ -2039,11 +2053,13 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
                 /* Kept: back to the head, behind anything push_head'ed during the callback. */
                 after = (did & RDMAX__ARB_HEADS) ? arb->disp_after : NULL;
                 if (after == NULL) {
-                    elem->next = g->head != NULL ? g->head : RDMAX__ARB_END;
-                    g->head = elem;
-                    if (g->tail == NULL) {
+                    if (g->head == NULL) {
+                        elem->next = RDMAX__ARB_END;
                         g->tail = elem;
+                    } else {
+                        elem->next = g->head;
                     }
+                    g->head = elem;
                 } else {
                     elem->next = after->next;
                     after->next = elem;
@@ -2054,11 +2070,11 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
             }
 
             if (g->count == 0) {
-                rdmax__arb_leave(arb, g); /* an empty group never stays in the arbiter */
+                rdmax__arb_leave(arb, g);
                 g->state = RDMAX__ARB_IDLE;
                 break;
             }
-            if (rdmax_unlikely(did & RDMAX__ARB_MOVED)) {
+            if (did & RDMAX__ARB_MOVED) {
                 /* The callback descheduled (and maybe rescheduled) its own group: keep that. */
                 if ((unsigned)r >= RDMAX_ARB_STOP) {
                     goto out;
@@ -2067,7 +2083,7 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
             }
 
             if (r == RDMAX_ARB_REMOVE) {
-                if (++served < per_group) {
+                if (!one && --left != 0) {
                     continue;
                 }
                 arb->current = g->rnext;
@@ -2086,32 +2102,70 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
             break;
         }
 
+        /* The visit is over, and g (if not purged) may have left the ring: the next group is whatever
+           is current now. */
         if (r != RDMAX_ARB_REMOVE) {
-            /* The end of a lap without a removal (see above)? */
             mark = first + (uint32_t)removed;
             if (g != NULL) {
                 g->mark = mark;
             }
-            if (arb->current != NULL && arb->current->mark == mark) {
-                break;
-            }
         }
-
-    hint:
-        /* Leave the hint for the next round (see the prefetch above). */
         if (hints && g != NULL) {
-            uint32_t i = arb->hist_pos++ & (RDMAX__ARB_AHEAD - 1);
-            back = arb->hist[i];
-            if (back != NULL) {
-                back->ahead = g;
-                back->ahead_head = g->head;
-            }
-            arb->hist[i] = g;
+            rdmax__arb_hint(arb, g, &pos);
+        }
+        g = arb->current;
+        if (g == NULL || (r != RDMAX_ARB_REMOVE && g->mark == mark)) {
+            break; /* nothing scheduled, or the end of a lap without a removal (see above) */
         }
     }
 
 out:
+    if (hints) {
+        arb->hist_pos = pos;
+    }
     arb->mark = first + (uint32_t)removed;
+    return removed;
+}
+
+static __attribute__((noinline)) size_t rdmax__arb_run_one(rdmax_arb *arb, rdmax_arb_cb cb, void *arg)
+{
+    return rdmax__arb_run(arb, 1, cb, arg, 0, 1);
+}
+
+static __attribute__((noinline)) size_t rdmax__arb_run_one_hints(rdmax_arb *arb, rdmax_arb_cb cb, void *arg)
+{
+    return rdmax__arb_run(arb, 1, cb, arg, 1, 1);
+}
+
+static __attribute__((noinline)) size_t rdmax__arb_run_any(rdmax_arb *arb, unsigned per_group,
+                                                           rdmax_arb_cb cb, void *arg, int hints)
+{
+    return rdmax__arb_run(arb, per_group, cb, arg, hints, 0);
+}
+
+RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group, rdmax_arb_cb cb,
+                                              void *arg)
+{
+    rdmax_arb_group *g;
+    size_t removed;
+
+    if (rdmax_unlikely(arb->in_dispatch)) {
+        return 0; /* called from a callback: the running dispatch will get to everything */
+    }
+    arb->in_dispatch = 1;
+    if (per_group == 0) {
+        per_group = 1;
+    }
+    /* Hints pay only when the rings outgrow the caches; below that they are instructions for nothing. */
+    const int hints = arb->ngroups > RDMAX__ARB_HINT_MIN;
+    if (per_group != 1) {
+        removed = rdmax__arb_run_any(arb, per_group, cb, arg, hints);
+    } else if (hints) {
+        removed = rdmax__arb_run_one_hints(arb, cb, arg);
+    } else {
+        removed = rdmax__arb_run_one(arb, cb, arg);
+    }
+
     arb->disp = 0; /* no callback runs: purge, desched and push_head of any group must not match */
     /* Parked groups rejoin at the tail, in the order they left. */
     while ((g = arb->resched) != NULL) {
@@ -2122,7 +2176,6 @@ out:
     arb->in_dispatch = 0;
     return removed;
 }
-
 
 
 /* ---- >>rcache: the registration cache ------------------------------------------------------------ */
