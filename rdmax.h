@@ -1294,6 +1294,9 @@ typedef struct rdmax__bent {
 #define RDMAX__LE32(x) ((uint32_t)(x))
 #endif
 #define RDMAX__WR_SLOT_MASK 0x7fffffffull
+/* rdmax_ctx.comps_out's nesting flag (its sign bit; the count stays far below it) */
+#define RDMAX__SCQ_NEST 0x80000000u
+#define RDMAX__SCQ_NESTED(ctx) ((int32_t)(ctx)->comps_out < 0)
 
 /* The fast paths' prebuilt requests in the context, one per kind (rdmax_ctx.fwr); the put's is each
    endpoint's own (rdmax_ep.wr) */
@@ -1322,15 +1325,16 @@ struct rdmax_ctx {
                                    and one sign test */
     uint32_t scq_low;           /* below this many free entries every progress call polls (drains) the send
                                    CQ and every post is signaled */
-    uint32_t scq_nest;          /* 1 while rdmax__send_cqes_slow handles send completions (the only
-                                   place user code runs amid a batch): a comp callback that progresses
-                                   must not poll the send CQ (its completions would retire ahead of the
-                                   batch's rest, which RC's in-order retirement forbids) */
     int32_t scq_idle;           /* scq_spare when nothing is outstanding and the send CQ is known empty
                                    (INT32_MIN after a destroy left completions behind, until a tick
                                    drained them): progress then does not poll it */
     uint32_t rcq_drains;        /* receive-CQ polls that found it drained (the epoch of >>srq) */
-    uint32_t comps_out;         /* posted operations whose rdmax_comp has not completed */
+    uint32_t comps_out;         /* posted operations whose rdmax_comp has not completed, plus
+                                   RDMAX__SCQ_NEST while rdmax__send_cqes_slow handles send completions
+                                   (the only place user code runs amid a batch): a comp callback that
+                                   progresses must not poll the send CQ (its completions would retire
+                                   ahead of the batch's rest, which RC's in-order retirement forbids).
+                                   One signed test then reads "comps out and not nested" (progress) */
     uint32_t rcq_size, rq_total; /* receive CQ entries, and receive requests all endpoints may post */
     uint32_t n_eps;
     uint32_t prof_event_mask;   /* profile events someone registered for (rdmax__profile_wants) */
@@ -2864,8 +2868,9 @@ RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
     /* Send completions that only free resources are polled every 4th call (a busy-waiting caller then
        spins faster and sees a reply sooner); every call when someone waits on a completion object or
        CQ entries run low; never while nothing is outstanding (all CQ entries unreserved). */
-    if (ctx->scq_spare != ctx->scq_idle && !ctx->scq_nest &&
-        (ctx->comps_out || (ctx->tick & 3) == 0 || ctx->scq_spare < 0)) {
+    if (ctx->scq_spare != ctx->scq_idle &&
+        ((int32_t)ctx->comps_out > 0 ||
+         (ctx->comps_out == 0 && ((ctx->tick & 3) == 0 || ctx->scq_spare < 0)))) {
         int n = rdmax__poll_send_raw(ctx);
         if (n)
             return rdmax__progress_cqes(ctx, n);

@@ -5795,7 +5795,7 @@ static void rdmax__ep_flush_seen(rdmax_ep *ep)
 
 static void rdmax__flush_check(rdmax_ctx *ctx)
 {
-    if (ctx->in_flush_check || ctx->scq_nest)  /* in a comp callback: when the send batch ends */
+    if (ctx->in_flush_check || RDMAX__SCQ_NESTED(ctx))  /* in a comp callback: when the send batch ends */
         return;
     ctx->in_flush_check = 1;
     for (int i = 0; i < 64; i++)
@@ -5831,7 +5831,7 @@ static rdmax_ep *rdmax__wr_ep(rdmax_ctx *ctx, uint64_t wr_id)
 
 int rdmax__poll_send(rdmax_ctx *ctx)
 {
-    if (ctx->scq_nest)  /* called from a comp callback: see rdmax_ctx.scq_nest */
+    if (RDMAX__SCQ_NESTED(ctx))  /* called from a comp callback: see rdmax_ctx.comps_out */
         return 0;
     return rdmax__poll_send_fast(ctx);
 }
@@ -5904,7 +5904,7 @@ static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i
                                                           int dispatch)
 {
     int done = 0;
-    ctx->scq_nest = 1;
+    ctx->comps_out += RDMAX__SCQ_NEST;
     if (cb)
         cb->cb(cb, RDMAX_OK);
     for (;;) {
@@ -5964,7 +5964,7 @@ static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i
         __atomic_thread_fence(__ATOMIC_RELEASE);
         i = 0;
     }
-    ctx->scq_nest = 0;
+    ctx->comps_out -= RDMAX__SCQ_NEST;
     if (rdmax_unlikely(ctx->flush_check))
         rdmax__flush_check(ctx);
     if (dispatch && !rdmax_arb_is_empty(&ctx->arb))
@@ -5978,11 +5978,11 @@ static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i
    comp without a callback completes here too. Returns RDMAX__CQE_DONE when it retired wc; RDMAX__CQE_SLOW
    when wc is anything else (nothing changed: rdmax__send_cqes_slow handles it); RDMAX__CQE_CB when it
    retired wc but for the callback of its comp (*cb), which rdmax__send_cqes_slow runs. No user code
-   runs here, so scq_nest stays 0: the slow path sets it before it can. Nor is a flushed completion
-   handled here, so no flush check is owed: flush_check is set (rdmax__ep_flush_seen) only where one
-   follows - at the end of the slow path, of rdmax__recv_cqes, of the tick - or, when that one is
-   skipped for scq_nest or in_flush_check, at the end of the slow path or inside rdmax__flush_check's
-   own pass. */
+   runs here, so the nesting flag (RDMAX__SCQ_NEST) stays clear: the slow path sets it before it can.
+   Nor is a flushed completion handled here, so no flush check is owed: flush_check is set
+   (rdmax__ep_flush_seen) only where one follows - at the end of the slow path, of rdmax__recv_cqes, of
+   the tick - or, when that one is skipped for the nesting flag or in_flush_check, at the end of the
+   slow path or inside rdmax__flush_check's own pass. */
 #define RDMAX__CQE_DONE 0
 #define RDMAX__CQE_SLOW 1
 #define RDMAX__CQE_CB 2
@@ -6644,7 +6644,7 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
                    timeout_ms);
         return RDMAX_ERR_INVALID_PARAM;
     }
-    if (ctx->scq_nest) {  /* it would wait for completions only the caller's caller can report */
+    if (RDMAX__SCQ_NESTED(ctx)) {  /* it would wait for completions only the caller's caller can report */
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_FLUSH_IN_CALLBACK,
                    "device %s: rdmax_ep_flush called from a comp callback: send completions are not "
                    "reported inside one (flush after it returns)", ctx->attr.name);
