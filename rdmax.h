@@ -1254,15 +1254,16 @@ typedef struct rdmax__opd {
 } rdmax__opd;
 
 /* A slot of the endpoint table that wr_ids index. key: the high half of the endpoint's wr_ids, generation
-   << 16 | index, with the index's bits flipped (RDMAX__EP_KEY) while ep is set; 0 while the slot is free
-   (so a zeroed table is all free): a free slot's key matches only an index of 0xffff, which is never
-   below eps_cap (max_eps <= 65535), so one compare tests presence and generation (rdmax__send_cqes). */
+   << 16 | index (RDMAX__EP_KEY) while ep is set; 0 while the slot is free (so a zeroed table is all
+   free). A generation is never 0 (rdmax__ep_alloc skips it), so a free slot's key matches no wr_id, and
+   one compare of the 8 bytes after a completion's wr_id's low half (the high half, then the status:
+   rdmax__wc_key) against the key, widened, tests success, presence and generation (rdmax__send_cqes). */
 typedef struct rdmax__ep_ref {
     rdmax_ep *ep;
     uint32_t key;
     uint16_t gen;
 } rdmax__ep_ref;
-#define RDMAX__EP_KEY(gen, idx) ((uint32_t)(gen) << 16 | ((uint32_t)(idx) ^ 0xffffu))
+#define RDMAX__EP_KEY(gen, idx) ((uint32_t)(gen) << 16 | (uint32_t)(idx))
 
 /* One request of a post list in the context's staging (rdmax_ctx.bent). Set at creation and kept: the
    request's next (the next entry's request; the last entry's is NULL), its sg_list (sge), one SGE

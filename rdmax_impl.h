@@ -5388,7 +5388,8 @@ registered:
 #endif
     ep->post_send = ep->qp->context->ops.post_send;
     ctx->eps[idx].ep = ep;
-    ctx->eps[idx].gen++;
+    if (++ctx->eps[idx].gen == 0)  /* never 0: a free slot's key (0) must match no wr_id */
+        ctx->eps[idx].gen = 1;
     ctx->eps[idx].key = RDMAX__EP_KEY(ctx->eps[idx].gen, idx);
     ctx->n_eps++;
     if (!shared)
@@ -5983,17 +5984,32 @@ static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i
    (rdmax__ep_flush_seen) only where one follows - at the end of the slow path, of rdmax__recv_cqes, of
    the tick - or, when that one is skipped for the nesting flag or in_flush_check, at the end of the
    slow path or inside rdmax__flush_check's own pass. */
+/* A send completion's wr_id's high half (generation << 16 | endpoint index), and its status above it: an
+   rdmax__ep_ref's key where the completion succeeded. Little-endian: the 8 bytes after the wr_id's low
+   half, one load. */
+RDMAX_STATIC_ASSERT(offsetof(struct ibv_wc, status) == 8 && sizeof(((struct ibv_wc *)0)->status) == 4,
+                    "rdmax: rdmax__wc_key reads struct ibv_wc's status after wr_id");
+RDMAX_INLINE uint64_t rdmax__wc_key(const struct ibv_wc *wc)
+{
+#if RDMAX__WR_ID_HI == 4
+    uint64_t k;
+    memcpy(&k, (const char *)wc + 4, 8);
+    return k;
+#else
+    return wc->wr_id >> 32 | (uint64_t)(uint32_t)wc->status << 32;
+#endif
+}
 #define RDMAX__CQE_DONE 0
 #define RDMAX__CQE_SLOW 1
 #define RDMAX__CQE_CB 2
 RDMAX_INLINE int rdmax__send_cqe_fast(rdmax_ctx *ctx, const struct ibv_wc *wc, rdmax_comp **cb)
 {
-    uint64_t id = wc->wr_id;
-    uint32_t idx = (uint32_t)(id >> 32) & 0xffff;
-    if (rdmax_unlikely(wc->status != IBV_WC_SUCCESS || idx >= ctx->eps_cap))
+    uint64_t id = wc->wr_id, key = rdmax__wc_key(wc);
+    uint32_t idx = (uint32_t)key & 0xffff;
+    if (rdmax_unlikely(idx >= ctx->eps_cap))
         return RDMAX__CQE_SLOW;
     rdmax__ep_ref *ref = &ctx->eps[idx];
-    if (rdmax_unlikely(ref->key != ((uint32_t)(id >> 32) ^ 0xffffu)))  /* free, or another generation */
+    if (rdmax_unlikely(key != ref->key))  /* failed, free, or another generation */
         return RDMAX__CQE_SLOW;
     rdmax_ep *ep = ref->ep;
     uint32_t tail = ep->sq_tail, slot = tail & ep->sq_mask;
