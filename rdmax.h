@@ -1106,7 +1106,8 @@ typedef struct rdmax_ep_desc {
     uint8_t transport;         /* 0: RC when selected, else UD; or RDMAX_TRANSPORT_ID_RC / _UD */
     uint32_t sq_depth;         /* 0: 32 send-queue slots (the provider's queue memory grows with it: on rxe
                                   36 KiB per endpoint at 32, 260 KiB at 256); rounded up to a power of two,
-                                  then down to one that fits the device's (or rdmax_ctx_desc's) max_qp_wr */
+                                  then down to one that fits the device's (or rdmax_ctx_desc's) max_qp_wr,
+                                  and to 32768 at most */
     uint32_t rq_depth;         /* RC: 0: 16 receive credits for this peer (min 4): sends and puts with
                                   immediate it may have in flight to us, backed by buffers of the shared
                                   receive pool. UD: unused (the context's ud_rq_depth) */
@@ -1409,6 +1410,9 @@ struct rdmax_ep {
     uint64_t wr_id_base;        /* generation << 48 | table index << 32 */
     uint8_t state;              /* rdmax_ep_state */
     uint8_t blocked;            /* RDMAX__BLK_*: why a direct post may not take the fast path */
+    uint16_t sq_regions;        /* outstanding slots holding a cached registration (sq_depth <= 32768):
+                                   with state and blocked one word that the fast retire tests once
+                                   (rdmax__ep_retire_word) */
     uint32_t sq_mask;           /* sq_depth - 1 (power of two) */
     uint32_t sq_head, sq_tail;  /* next slot to fill, oldest outstanding */
     uint32_t sq_stop;           /* the fast gate: sig_at, or sq_head while blocked */

@@ -3890,8 +3890,9 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
         d->sq_depth = 32;
     d->sq_depth = rdmax__pow2(d->sq_depth);
     /* Slots are indexed with sq_mask = sq_depth - 1, so the depth must stay a power of two: clamp to
-       the largest one under max_qp_wr, which need not be one itself. */
-    while (d->sq_depth > 1 && d->sq_depth > ctx->attr.max_qp_wr)
+       the largest one under max_qp_wr, which need not be one itself, and to 32768 (rdmax_ep.sq_regions
+       counts slots in 16 bits). */
+    while (d->sq_depth > 1 && (d->sq_depth > ctx->attr.max_qp_wr || d->sq_depth > 32768))
         d->sq_depth >>= 1;
     if (d->transport == RDMAX_TRANSPORT_ID_RC) {
         /* RC: rq_depth is the credit window of this peer, backed by the context's shared pool. Four is the
@@ -4039,6 +4040,7 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
     s->comp = comp;
     ctx->comps_out += comp != NULL;
     s->region = region;
+    ep->sq_regions += region != NULL;
     s->len = len;
     s->op = (uint8_t)op;
     s->signaled = (uint8_t)sig;
@@ -4069,6 +4071,7 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
         ctx->scq_spare++;
         ctx->comps_out -= comp != NULL;
         s->comp = NULL;
+        ep->sq_regions -= s->region != NULL;
         s->region = NULL;
         s->signaled = 0;
         ctx->cnt.posted[op]--;
@@ -5687,6 +5690,7 @@ static void rdmax__ep_retire(rdmax_ep *ep, uint32_t upto, rdmax_status st)
         if (s->region) {
             rdmax_rcache_put(ctx->rcache, s->region);
             s->region = NULL;
+            ep->sq_regions--;
         }
         if (c)
             rdmax__complete(c, st);
@@ -5885,6 +5889,7 @@ static __attribute__((noinline)) uint32_t rdmax__retire_unsignaled(rdmax_ctx *ct
         if (rdmax_unlikely(s->region != NULL)) {
             rdmax_rcache_put(ctx->rcache, s->region);
             s->region = NULL;
+            ep->sq_regions--;
         }
     }
     return rd;
@@ -5933,6 +5938,7 @@ static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i
             if (rdmax_unlikely(s->region != NULL)) {
                 rdmax_rcache_put(ctx->rcache, s->region);
                 s->region = NULL;
+                ep->sq_regions--;
             }
             ep->sq_tail = last + 1;
             ep->rd_avail += rd;
@@ -5999,6 +6005,23 @@ RDMAX_INLINE uint64_t rdmax__wc_key(const struct ibv_wc *wc)
     return wc->wr_id >> 32 | (uint64_t)(uint32_t)wc->status << 32;
 #endif
 }
+/* An endpoint's state, blocked and sq_regions as one word: RDMAX__EP_RETIRE_OK when it is connected, not
+   blocked and no slot holds a region. */
+RDMAX_STATIC_ASSERT(offsetof(rdmax_ep, blocked) == offsetof(rdmax_ep, state) + 1 &&
+                    offsetof(rdmax_ep, sq_regions) == offsetof(rdmax_ep, state) + 2 &&
+                    offsetof(rdmax_ep, state) % 4 == 0 && sizeof(((rdmax_ep *)0)->sq_regions) == 2,
+                    "rdmax: rdmax__ep_retire_word reads state, blocked and sq_regions as one word");
+#if RDMAX__WR_ID_HI == 4 /* little-endian */
+#define RDMAX__EP_RETIRE_OK ((uint32_t)RDMAX_EP_CONNECTED)
+#else
+#define RDMAX__EP_RETIRE_OK ((uint32_t)RDMAX_EP_CONNECTED << 24)
+#endif
+RDMAX_INLINE uint32_t rdmax__ep_retire_word(const rdmax_ep *ep)
+{
+    uint32_t w;
+    memcpy(&w, &ep->state, 4);
+    return w;
+}
 #define RDMAX__CQE_DONE 0
 #define RDMAX__CQE_SLOW 1
 #define RDMAX__CQE_CB 2
@@ -6014,10 +6037,10 @@ RDMAX_INLINE int rdmax__send_cqe_fast(rdmax_ctx *ctx, const struct ibv_wc *wc, r
     rdmax_ep *ep = ref->ep;
     uint32_t tail = ep->sq_tail, slot = tail & ep->sq_mask;
     rdmax__slot *s = &ep->slots[slot];
-    /* the oldest slot (the low half of a wr_id is its slot), outstanding, no region to release; the
-       endpoint not blocked, so no requests pending to schedule (they set RDMAX__BLK_PENDING, which stays
-       while any wait) */
-    if (rdmax_unlikely((uint32_t)id != slot || tail == ep->sq_head || s->region != NULL || ep->blocked != 0))
+    /* the oldest slot (the low half of a wr_id is its slot), outstanding; the endpoint connected, not
+       blocked, so no requests pending to schedule (they set RDMAX__BLK_PENDING, which stays while any
+       wait), and with no region to release in any slot */
+    if (rdmax_unlikely((uint32_t)id != slot || tail == ep->sq_head || rdmax__ep_retire_word(ep) != RDMAX__EP_RETIRE_OK))
         return RDMAX__CQE_SLOW;
     uint32_t op = s->op;
     ctx->cnt.completed[op]++;
@@ -6545,6 +6568,7 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
                 ep->tx_credits++;
             if (s->region && !callers)
                 rdmax_rcache_put(ep->ctx->rcache, s->region);
+            ep->sq_regions -= s->region != NULL;
             s->region = NULL;
             s->signaled = 0;
             ep->ctx->comps_out -= s->comp != NULL;

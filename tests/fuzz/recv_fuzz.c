@@ -624,6 +624,15 @@ static void check_step(void)
                  "sig_at %u, blocked %u", e, ep->sq_stop, ep->sq_head, ep->sq_tail, ep->sig_at, ep->blocked);
         FZ_CHECK((ep->blocked & RDMAX__BLK_BATCH) || ep->sig_at - ep->sq_head <= ep->sq_tail + SQD - ep->sq_head,
                  "endpoint %d: sig_at %u outside head %u .. tail %u + %u", e, ep->sig_at, ep->sq_head, ep->sq_tail, SQD);
+        /* sq_regions counts the outstanding slots that hold a region; free slots hold none */
+        uint32_t regions = 0;
+        for (uint32_t k = 0; k < SQD; k++)
+            if (ep->slots[k].region) {
+                FZ_CHECK(((k - ep->sq_tail) & (SQD - 1)) < out, "endpoint %d: free slot %u holds a region", e, k);
+                regions++;
+            }
+        FZ_CHECK(ep->sq_regions == regions, "endpoint %d: sq_regions %u, %u slots hold a region", e,
+                 ep->sq_regions, regions);
         outstanding += out;
         if (ep->qp->qp_type == IBV_QPT_RC && !(ep->blocked & RDMAX__BLK_BATCH))
             FZ_CHECK(ep->tx_credits == g_m[e].tx, "endpoint %d: %u send credits, the peer granted %u net", e,
