@@ -1758,8 +1758,8 @@ RDMAX_API int rdmax__progress_more(rdmax_ctx *ctx, int n);     /* rdmax_progress
 RDMAX_API rdmax_status rdmax__rcache_open(rdmax_ctx *ctx);
 RDMAX_API rdmax_status rdmax__rcache_check(rdmax_ctx *ctx);
 RDMAX_API int rdmax__poll_send(rdmax_ctx *ctx);
-RDMAX_API int rdmax__send_cqes(rdmax_ctx *ctx, int n);
-RDMAX_API int rdmax__progress_cqes(rdmax_ctx *ctx, int n);  /* rdmax__send_cqes, then the pending queue */
+RDMAX_API int rdmax__send_cqes(rdmax_ctx *ctx, uint64_t n);     /* n: 1 to 16 send completions in ctx->wc */
+RDMAX_API int rdmax__progress_cqes(rdmax_ctx *ctx, uint64_t n);  /* rdmax__send_cqes, then the pending queue */
 RDMAX_API int rdmax__poll_recv(rdmax_ctx *ctx);
 RDMAX_API int rdmax__recv_cqes(rdmax_ctx *ctx, int n);
 RDMAX_API int rdmax__poll_ud(rdmax_ctx *ctx);
@@ -2836,7 +2836,7 @@ RDMAX_INLINE int rdmax__poll_send_raw(rdmax_ctx *ctx)
 RDMAX_INLINE int rdmax__poll_send_fast(rdmax_ctx *ctx)
 {
     int n = rdmax__poll_send_raw(ctx);
-    return n ? rdmax__send_cqes(ctx, n) : 0;
+    return n ? rdmax__send_cqes(ctx, (uint64_t)n) : 0;
 }
 
 /* The receive CQ, polled inline into ctx->rwc (a receive callback may progress again: rdmax__recv_cqes
@@ -2878,7 +2878,7 @@ RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
          (ctx->comps_out == 0 && ((ctx->tick & 3) == 0 || ctx->scq_spare < 0)))) {
         int n = rdmax__poll_send_raw(ctx);
         if (n)
-            return rdmax__progress_cqes(ctx, n);
+            return rdmax__progress_cqes(ctx, (uint64_t)n);
     }
     if (rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
         return rdmax__dispatch_then(ctx, 0);

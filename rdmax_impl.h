@@ -6082,31 +6082,31 @@ static __attribute__((noinline)) int rdmax__send_cqes_loop(rdmax_ctx *ctx, int i
 /* The n send completions in ctx->wc (rdmax__poll_send_fast polled them): the first here (a progress
    call that retires one completion goes no further), the rest in rdmax__send_cqes_loop, anything but
    the common completion, and a comp's callback, in rdmax__send_cqes_slow. dispatch: serve the pending
-   queue after them. */
-RDMAX_INLINE int rdmax__send_cqes_run(rdmax_ctx *ctx, int n, int dispatch)
+   queue after them. n (1 to 16) comes 64 bits wide: the count takes it as it is. */
+RDMAX_INLINE int rdmax__send_cqes_run(rdmax_ctx *ctx, uint64_t n, int dispatch)
 {
-    ctx->cnt.cqes += (uint64_t)n;
+    ctx->cnt.cqes += n;
     /* profile snapshots from another thread: posted[] stores before completed[] stores (nothing on x86,
        dmb ish on arm64) */
     __atomic_thread_fence(__ATOMIC_RELEASE);
     rdmax_comp *cb = NULL;
     int r = rdmax__send_cqe_fast(ctx, &ctx->wc[0], &cb);
     if (rdmax_unlikely(r != RDMAX__CQE_DONE))
-        return rdmax__send_cqes_slow(ctx, r == RDMAX__CQE_CB, n, cb, dispatch);
+        return rdmax__send_cqes_slow(ctx, r == RDMAX__CQE_CB, (int)n, cb, dispatch);
     if (rdmax_unlikely(n > 1))
-        return rdmax__send_cqes_loop(ctx, 1, n, dispatch);
+        return rdmax__send_cqes_loop(ctx, 1, (int)n, dispatch);
     if (dispatch && rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
         return rdmax__dispatch_then(ctx, 1);
     return 1;
 }
 
-int rdmax__send_cqes(rdmax_ctx *ctx, int n)
+int rdmax__send_cqes(rdmax_ctx *ctx, uint64_t n)
 {
     return rdmax__send_cqes_run(ctx, n, 0);
 }
 
 /* rdmax__progress_send's completions, which it tail-calls: rdmax__send_cqes, then the pending queue. */
-int rdmax__progress_cqes(rdmax_ctx *ctx, int n)
+int rdmax__progress_cqes(rdmax_ctx *ctx, uint64_t n)
 {
     return rdmax__send_cqes_run(ctx, n, 1);
 }
