@@ -1349,6 +1349,8 @@ struct rdmax_ctx {
     uint8_t dev_dead;           /* the device reported a fatal error */
     uint8_t flush_check;        /* an endpoint saw a flushed completion before failing (rdmax__flush_check) */
     uint8_t in_flush_check;
+    uint8_t rd_op[RDMAX_OP__COUNT]; /* 1 for the reads and atomics, whose retirement gives back read budget,
+                                   by op: here, one load with no address to form first (rdmax__ctx_rd_op) */
     rdmax__ep_ref *eps;         /* table that wr_ids index: [eps_cap], grows up to max_eps */
     uint32_t eps_cap, eps_hint; /* table size; where the search for a free slot starts */
     uint64_t ep_bytes;          /* rdmax's own bytes of the live endpoints (malloc and mmap) */

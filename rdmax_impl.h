@@ -490,6 +490,8 @@ static void rdmax__log_desc(const rdmax_ctx_desc *d, rdmax_log_item item, const 
     va_end(ap);
 }
 
+static void rdmax__ctx_rd_op(rdmax_ctx *ctx);  /* which ops give back read budget (with the send completions) */
+
 rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
 {
     rdmax_ctx_desc d;
@@ -657,6 +659,7 @@ queues:
     ctx->scq_low = d.cq_depth > 1 ? d.cq_depth / 2 : 1;  /* at least 1 (rdmax__ep_fast_post) */
     ctx->scq_spare = (int32_t)(d.cq_depth - ctx->scq_low);
     ctx->scq_idle = ctx->scq_spare;
+    rdmax__ctx_rd_op(ctx);
     ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
     ctx->eps_cap = ctx->desc.max_eps < 64 ? ctx->desc.max_eps : 64;  /* grows with the endpoints */
     ctx->eps = (rdmax__ep_ref *)rdmax__alloc(ctx, ctx->eps_cap * sizeof *ctx->eps);
@@ -5869,11 +5872,14 @@ static void rdmax__send_cqe_other(rdmax_ctx *ctx, const struct ibv_wc *wc)
     rdmax__ep_retire(ep, slot, wc->status == IBV_WC_WR_FLUSH_ERR ? RDMAX_ERR_FLUSHED : rdmax__wc_status(wc->status));
 }
 
-/* Reads and atomics: their retirement gives back read budget. rdmax__rd_op: 1 for them, by op (one load
-   where the mask takes a shift and a test). */
+/* Reads and atomics: their retirement gives back read budget. rdmax_ctx.rd_op: 1 for them, by op (one load
+   where the mask takes a shift and a test), filled at creation. */
 #define RDMAX__RD_OPS (1u << RDMAX_OP_GET | 1u << RDMAX_OP_FADD | 1u << RDMAX_OP_CSWAP)
-static const uint8_t rdmax__rd_op[RDMAX_OP__COUNT] = {0, 0, 1, 1, 1};
-RDMAX_STATIC_ASSERT(RDMAX_OP_GET == 2 && RDMAX_OP_FADD == 3 && RDMAX_OP_CSWAP == 4, "rdmax: rdmax__rd_op's order");
+static void rdmax__ctx_rd_op(rdmax_ctx *ctx)
+{
+    for (unsigned op = 0; op < RDMAX_OP__COUNT; op++)
+        ctx->rd_op[op] = (uint8_t)((RDMAX__RD_OPS >> op) & 1);
+}
 
 /* The unsignaled requests from tail up to (not including) last are done: their counters and regions.
    Returns how many of them were reads or atomics. Out of line: the single completion stays short. */
@@ -6044,7 +6050,7 @@ RDMAX_INLINE int rdmax__send_cqe_fast(rdmax_ctx *ctx, const struct ibv_wc *wc, r
         return RDMAX__CQE_SLOW;
     uint32_t op = s->op;
     ctx->cnt.completed[op]++;
-    ep->rd_avail += rdmax__rd_op[op];
+    ep->rd_avail += ctx->rd_op[op];
     s->signaled = 0;  /* a free slot is unsignaled: the fast path stores only the op */
     ep->sq_tail = tail + 1;
     ctx->scq_spare++;  /* not blocked: the gate stays at sig_at (rdmax__ep_regate) */
