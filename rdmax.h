@@ -2874,10 +2874,11 @@ RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
     }
     /* Send completions that only free resources are polled every 4th call (a busy-waiting caller then
        spins faster and sees a reply sooner); every call when someone waits on a completion object or
-       CQ entries run low; never while nothing is outstanding (all CQ entries unreserved). */
-    if (ctx->scq_spare != ctx->scq_idle &&
-        ((int32_t)ctx->comps_out > 0 ||
-         (ctx->comps_out == 0 && ((ctx->tick & 3) == 0 || ctx->scq_spare < 0)))) {
+       CQ entries run low; never while nothing is outstanding (all CQ entries unreserved). A waited-on
+       comp is asked first: one test, and it implies an outstanding request. */
+    if ((int32_t)ctx->comps_out > 0 ||
+        (ctx->comps_out == 0 && ctx->scq_spare != ctx->scq_idle &&
+         ((ctx->tick & 3) == 0 || ctx->scq_spare < 0))) {
         int n = rdmax__poll_send_raw(ctx);
         if (n)
             return rdmax__progress_cqes(ctx, (uint64_t)n);
