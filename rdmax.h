@@ -1255,16 +1255,18 @@ typedef struct rdmax__opd {
 } rdmax__opd;
 
 /* A slot of the endpoint table that wr_ids index. key: the high half of the endpoint's wr_ids, generation
-   << 16 | index (RDMAX__EP_KEY) while ep is set; 0 while the slot is free (so a zeroed table is all
-   free). A generation is never 0 (rdmax__ep_alloc skips it), so a free slot's key matches no wr_id, and
-   one compare of the 8 bytes after a completion's wr_id's low half (the high half, then the status:
-   rdmax__wc_key) against the key, widened, tests success, presence and generation (rdmax__send_cqes). */
+   << 16 | index (RDMAX__EP_KEY) while ep is set; with RDMAX__EP_KEY_FREE added while the slot is free,
+   which keeps the last generation (the next one follows it) and matches no completion (its status, the
+   key's high half, is below 2^31). A zeroed slot is free too: a generation is never 0 (rdmax__ep_alloc
+   skips it). So one compare of the 8 bytes after a completion's wr_id's low half (the high half, then
+   the status: rdmax__wc_key) against the key tests success, presence and generation (rdmax__send_cqes). */
 typedef struct rdmax__ep_ref {
     rdmax_ep *ep;
-    uint32_t key;
-    uint16_t gen;
+    uint64_t key;
 } rdmax__ep_ref;
-#define RDMAX__EP_KEY(gen, idx) ((uint32_t)(gen) << 16 | (uint32_t)(idx))
+#define RDMAX__EP_KEY(gen, idx) ((uint64_t)(gen) << 16 | (uint64_t)(idx))
+#define RDMAX__EP_KEY_FREE (1ull << 63)
+#define RDMAX__REF_GEN(ref) ((uint16_t)((ref)->key >> 16))
 
 /* One request of a post list in the context's staging (rdmax_ctx.bent). Set at creation and kept: the
    request's next (the next entry's request; the last entry's is NULL), its sg_list (sge), one SGE
@@ -1351,8 +1353,11 @@ struct rdmax_ctx {
     uint8_t in_flush_check;
     uint8_t rd_op[RDMAX_OP__COUNT]; /* 1 for the reads and atomics, whose retirement gives back read budget,
                                    by op: here, one load with no address to form first (rdmax__ctx_rd_op) */
-    rdmax__ep_ref *eps;         /* table that wr_ids index: [eps_cap], grows up to max_eps */
-    uint32_t eps_cap, eps_hint; /* table size; where the search for a free slot starts */
+    rdmax__ep_ref *eps;         /* table that wr_ids index: [eps_mask + 1], the slots past eps_cap free */
+    uint32_t eps_cap, eps_hint; /* slots in use or free to use (grows up to max_eps); where the search for
+                                   a free slot starts */
+    uint32_t eps_mask;          /* the table's size (a power of two) - 1: a completion's index, masked,
+                                   is in the table without a bounds test (rdmax__send_cqe_fast) */
     uint64_t ep_bytes;          /* rdmax's own bytes of the live endpoints (malloc and mmap) */
     struct rdmax__rx *rx;       /* RC: shared receive queues and their pools; NULL until the first RC endpoint */
     struct rdmax__dev *dev;     /* the device and protection domain, shared with parent and children */

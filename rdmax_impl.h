@@ -95,6 +95,15 @@ const char *rdmax_op_str(rdmax_op op)
     return (unsigned)op < RDMAX_OP__COUNT ? names[op] : "unknown";
 }
 
+/* The index mask of the smallest power of two at least n (n: 1 to 65536): 2^k - 1. */
+static uint32_t rdmax__pow2_mask(uint32_t n)
+{
+    uint32_t m = 0;
+    while (m + 1 < n)
+        m = m << 1 | 1;
+    return m;
+}
+
 /* ---- >>alloc ------------------------------------------------------------------------------------- */
 #ifndef RDMAX_MALLOC
 #define RDMAX_MALLOC(sz) malloc(sz)
@@ -662,7 +671,8 @@ queues:
     rdmax__ctx_rd_op(ctx);
     ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
     ctx->eps_cap = ctx->desc.max_eps < 64 ? ctx->desc.max_eps : 64;  /* grows with the endpoints */
-    ctx->eps = (rdmax__ep_ref *)rdmax__alloc(ctx, ctx->eps_cap * sizeof *ctx->eps);
+    ctx->eps_mask = rdmax__pow2_mask(ctx->eps_cap);
+    ctx->eps = (rdmax__ep_ref *)rdmax__alloc(ctx, (ctx->eps_mask + 1ull) * sizeof *ctx->eps);
     if (!ctx->eps) {
         st = RDMAX_ERR_NO_MEMORY;
         goto fail;
@@ -1662,7 +1672,7 @@ static int rdmax__ud_poll_recv(rdmax_ctx *ctx)
         uint8_t g[16];
         if (rdmax__ud_group(data, g)) {
             for (uint32_t k = 0; k < u->n_groups; k++)
-                if (!memcmp(u->groups[k].gid, g, 16) && ctx->eps[u->groups[k].ep_idx].gen == u->groups[k].gen)
+                if (!memcmp(u->groups[k].gid, g, 16) && RDMAX__REF_GEN(&ctx->eps[u->groups[k].ep_idx]) == u->groups[k].gen)
                     ep = ctx->eps[u->groups[k].ep_idx].ep;
         } else if (wc[i].wc_flags & IBV_WC_WITH_IMM) {
             /* our index, the datagram's number */
@@ -1779,7 +1789,7 @@ rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group)
     uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
     memcpy(u->groups[u->n_groups].gid, mgid.raw, 16);
     u->groups[u->n_groups].ep_idx = idx;
-    u->groups[u->n_groups].gen = ctx->eps[idx].gen;
+    u->groups[u->n_groups].gen = RDMAX__REF_GEN(&ctx->eps[idx]);
     u->n_groups++;
     return RDMAX_OK;
 }
@@ -5262,12 +5272,14 @@ static rdmax_status rdmax__ep_slot(rdmax_ctx *ctx, uint32_t *out)
         return RDMAX_ERR_LIMIT;
     }
     uint32_t cap = 2 * ctx->eps_cap < ctx->desc.max_eps ? 2 * ctx->eps_cap : ctx->desc.max_eps;
-    rdmax__ep_ref *t = (rdmax__ep_ref *)rdmax__alloc(ctx, cap * sizeof *t);
+    uint32_t mask = rdmax__pow2_mask(cap);
+    rdmax__ep_ref *t = (rdmax__ep_ref *)rdmax__alloc(ctx, (mask + 1ull) * sizeof *t);
     if (!t)
         return RDMAX_ERR_NO_MEMORY;
     memcpy(t, ctx->eps, ctx->eps_cap * sizeof *t);
     rdmax__free(ctx, ctx->eps);
     ctx->eps = t;
+    ctx->eps_mask = mask;
     *out = ctx->eps_cap;
     ctx->eps_hint = ctx->eps_cap + 1;
     ctx->eps_cap = cap;
@@ -5278,6 +5290,7 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
 {
     *out = NULL;
     uint32_t idx;
+    uint16_t gen;  /* the slot's next generation */
     rdmax_status st = rdmax__ep_slot(ctx, &idx);
     if (st != RDMAX_OK)
         return st;
@@ -5394,14 +5407,15 @@ registered:
 #endif
     ep->post_send = ep->qp->context->ops.post_send;
     ctx->eps[idx].ep = ep;
-    if (++ctx->eps[idx].gen == 0)  /* never 0: a free slot's key (0) must match no wr_id */
-        ctx->eps[idx].gen = 1;
-    ctx->eps[idx].key = RDMAX__EP_KEY(ctx->eps[idx].gen, idx);
+    gen = (uint16_t)(RDMAX__REF_GEN(&ctx->eps[idx]) + 1);
+    if (gen == 0)  /* never 0: a zeroed slot must match no wr_id */
+        gen = 1;
+    ctx->eps[idx].key = RDMAX__EP_KEY(gen, idx);
     ctx->n_eps++;
     if (!shared)
         ctx->rq_total += d->rq_depth;
     ctx->ep_bytes += rdmax__ep_own_bytes(ep);
-    ep->wr_id_base = (uint64_t)ctx->eps[idx].gen << 48 | (uint64_t)idx << 32;
+    ep->wr_id_base = (uint64_t)gen << 48 | (uint64_t)idx << 32;
     ep->wr.wr_id = ep->wr_id_base;  /* the fast put stores only the low half (the slot) */
     for (uint32_t i = 0; !shared && i < d->rq_depth; i++)
         ep->rq_free[i] = i;
@@ -5830,7 +5844,7 @@ static rdmax_ep *rdmax__wr_ep(rdmax_ctx *ctx, uint64_t wr_id)
 {
     uint32_t idx = (uint32_t)(wr_id >> 32) & 0xffff;
     uint16_t gen = (uint16_t)(wr_id >> 48);
-    if (rdmax_unlikely(idx >= ctx->eps_cap || ctx->eps[idx].ep == NULL || ctx->eps[idx].gen != gen)) {
+    if (rdmax_unlikely(idx >= ctx->eps_cap || ctx->eps[idx].ep == NULL || RDMAX__REF_GEN(&ctx->eps[idx]) != gen)) {
         ctx->cnt.stale_wr_ids++;
         return NULL;
     }
@@ -5926,7 +5940,7 @@ static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i
             uint32_t idx = (uint32_t)(id >> 32) & 0xffff;
             rdmax__ep_ref *ref = &ctx->eps[idx];
             rdmax_ep *ep = idx < ctx->eps_cap ? ref->ep : NULL;
-            if (rdmax_unlikely(wc->status != IBV_WC_SUCCESS || !ep || ref->gen != (uint16_t)(id >> 48))) {
+            if (rdmax_unlikely(wc->status != IBV_WC_SUCCESS || !ep || RDMAX__REF_GEN(ref) != (uint16_t)(id >> 48))) {
                 rdmax__send_cqe_other(ctx, wc);
                 continue;
             }
@@ -6034,10 +6048,7 @@ RDMAX_INLINE uint32_t rdmax__ep_retire_word(const rdmax_ep *ep)
 RDMAX_INLINE int rdmax__send_cqe_fast(rdmax_ctx *ctx, const struct ibv_wc *wc, rdmax_comp **cb)
 {
     uint64_t id = wc->wr_id, key = rdmax__wc_key(wc);
-    uint32_t idx = (uint32_t)key & 0xffff;
-    if (rdmax_unlikely(idx >= ctx->eps_cap))
-        return RDMAX__CQE_SLOW;
-    rdmax__ep_ref *ref = &ctx->eps[idx];
+    rdmax__ep_ref *ref = &ctx->eps[(uint32_t)key & ctx->eps_mask];
     if (rdmax_unlikely(key != ref->key))  /* failed, free, or another generation */
         return RDMAX__CQE_SLOW;
     rdmax_ep *ep = ref->ep;
@@ -6167,7 +6178,7 @@ static rdmax_ep *rdmax__srq_who(rdmax_ctx *ctx, uint32_t qpn, struct rdmax__owed
     uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
     x->last_qpn = qpn;
     x->last_key = rdmax__srq_key(0, qpn);
-    x->last_who = idx | (uint32_t)ctx->eps[idx].gen << 16;
+    x->last_who = idx | (uint32_t)RDMAX__REF_GEN(&ctx->eps[idx]) << 16;
     x->last_ep = ep;
     x->staged |= x->last_bit;  /* the pool of the one before may have buffers staged */
     x->last_bit = 1u << ep->pool;
@@ -6183,7 +6194,7 @@ static void rdmax__srq_owe_other(rdmax_ctx *ctx, uint32_t qpn, struct rdmax__owe
     rdmax_ep *ep = rdmax__map_ep(ctx, qpn);
     if (ep) {
         uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
-        rdmax__owe(o, idx | (uint32_t)ctx->eps[idx].gen << 16, 1);
+        rdmax__owe(o, idx | (uint32_t)RDMAX__REF_GEN(&ctx->eps[idx]) << 16, 1);
     }
 }
 
@@ -6355,12 +6366,12 @@ static void rdmax__srq_settle(rdmax_ctx *ctx, struct rdmax__owed *o, int outermo
     rdmax__srq_post_staged(ctx, x);
     for (uint32_t i = 0; i < o->n; i++) {
         rdmax__ep_ref *r = &ctx->eps[o->who[i] & 0xffff];
-        if (r->ep && r->gen == (uint16_t)(o->who[i] >> 16))
+        if (r->ep && RDMAX__REF_GEN(r) == (uint16_t)(o->who[i] >> 16))
             r->ep->rx_unreturned += o->cnt[i];
     }
     for (uint32_t i = 0; i < o->n; i++) {
         rdmax__ep_ref *r = &ctx->eps[o->who[i] & 0xffff];
-        if (r->ep && r->gen == (uint16_t)(o->who[i] >> 16) && r->ep->rx_unreturned >= r->ep->grant_at &&
+        if (r->ep && RDMAX__REF_GEN(r) == (uint16_t)(o->who[i] >> 16) && r->ep->rx_unreturned >= r->ep->grant_at &&
             r->ep->state == RDMAX_EP_CONNECTED)
             rdmax__grant(r->ep);
     }
@@ -6477,14 +6488,14 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
         ep->rq_free[ep->rq_unposted++] = idx;
         /* reposted at the end of the batch, as the shared queue's buffers: one grant for the batch */
         uint32_t me = (uint32_t)(wc[i].wr_id >> 32) & 0xffff;
-        me |= (uint32_t)ctx->eps[me].gen << 16;
+        me |= (uint32_t)RDMAX__REF_GEN(&ctx->eps[me]) << 16;
         if (n_own == 0 || own[n_own - 1] != me)
             own[n_own++] = me;
     }
     for (int k = 0; k < n_own; k++) {
         rdmax__ep_ref *r = &ctx->eps[own[k] & 0xffff];
         rdmax_ep *ep = r->ep;
-        if (!ep || r->gen != (uint16_t)(own[k] >> 16) || ep->state == RDMAX_EP_ERROR)
+        if (!ep || RDMAX__REF_GEN(r) != (uint16_t)(own[k] >> 16) || ep->state == RDMAX_EP_ERROR)
             continue;  /* destroyed by a callback, or failed: its QP is in error */
         /* a batch, or half the window (a peer keeps one credit back: it may never send a whole batch) */
         if (ep->rq_unposted >= RDMAX__RECV_BATCH || ep->rq_unposted >= ep->grant_at)
@@ -6784,7 +6795,7 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     int shared = 0;
     if (ep->qp && ctx->eps[idx].ep == ep) {
         ctx->eps[idx].ep = NULL;
-        ctx->eps[idx].key = 0;
+        ctx->eps[idx].key |= RDMAX__EP_KEY_FREE;
         ctx->n_eps--;
         ctx->ep_bytes -= rdmax__ep_own_bytes(ep);
         if (ep->rbufs) {
@@ -7848,7 +7859,7 @@ static void rdmax__cm_events(rdmax_ctx *ctx)
             uint32_t idx = (uint32_t)(base >> 32) & 0xffff;
             for (int i = 0; i < 64 && rdmax__poll_recv(ctx) + rdmax__poll_send(ctx) > 0; i++)
                 ;
-            if (ctx->eps[idx].ep == ep && ctx->eps[idx].gen == (uint16_t)(base >> 48))
+            if (ctx->eps[idx].ep == ep && RDMAX__REF_GEN(&ctx->eps[idx]) == (uint16_t)(base >> 48))
                 rdmax__ep_peer_closed(ep);
             break;
         }

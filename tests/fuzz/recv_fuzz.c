@@ -365,6 +365,7 @@ static void setup(fz_in *in)
     rdmax__ctx_rd_op(ctx);             /* as rdmax_ctx_create: which ops give back read budget */
     ctx->desc.max_eps = MAXEP;
     ctx->eps_cap = MAXEP;  /* the endpoint table's size (it grows up to max_eps in rdmax) */
+    ctx->eps_mask = MAXEP - 1;  /* MAXEP is a power of two */
     ctx->desc.logger.func = quiet;
     ctx->log_level = RDMAX_LOG_ERROR;
     ctx->eps = (rdmax__ep_ref *)calloc(MAXEP, sizeof *ctx->eps);
@@ -419,10 +420,10 @@ static void setup(fz_in *in)
             ep->ud_qkey = RDMAX_UD_QKEY;
         }
         ctx->eps[e].ep = ep;
-        ctx->eps[e].gen = (uint16_t)(1 + fz_below(in, 3));
-        ctx->eps[e].key = RDMAX__EP_KEY(ctx->eps[e].gen, e);
+        uint16_t gen = (uint16_t)(1 + fz_below(in, 3));
+        ctx->eps[e].key = RDMAX__EP_KEY(gen, e);
         ctx->n_eps++;
-        ep->wr_id_base = (uint64_t)ctx->eps[e].gen << 48 | (uint64_t)e << 32;
+        ep->wr_id_base = (uint64_t)gen << 48 | (uint64_t)e << 32;
         ep->wr.wr_id = ep->wr_id_base;
         for (uint32_t i = 0; i < ep->rq_depth; i++)
             ep->rq_free[i] = i;

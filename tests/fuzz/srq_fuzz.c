@@ -392,6 +392,7 @@ static void setup(fz_in *in)
     ctx->desc.max_eps = MAXEP;
     ctx->desc.recv_size = g_size[0];
     ctx->eps_cap = MAXEP;
+    ctx->eps_mask = MAXEP - 1;  /* MAXEP is a power of two */
     ctx->desc.logger.func = quiet;
     ctx->log_level = RDMAX_LOG_ERROR;
     ctx->eps = (rdmax__ep_ref *)calloc(MAXEP, sizeof *ctx->eps);
@@ -477,10 +478,10 @@ static void setup(fz_in *in)
         snprintf(ep->peer, sizeof ep->peer, "fuzz-peer-%d", e);
         ep->peer_qpn = 0x200 + (uint32_t)e;
         ctx->eps[e].ep = ep;
-        ctx->eps[e].gen = (uint16_t)(1 + fz_below(in, 3));
-        ctx->eps[e].key = RDMAX__EP_KEY(ctx->eps[e].gen, e);
+        uint16_t gen = (uint16_t)(1 + fz_below(in, 3));
+        ctx->eps[e].key = RDMAX__EP_KEY(gen, e);
         ctx->n_eps++;
-        ep->wr_id_base = (uint64_t)ctx->eps[e].gen << 48 | (uint64_t)e << 32;
+        ep->wr_id_base = (uint64_t)gen << 48 | (uint64_t)e << 32;
         ep->wr.wr_id = ep->wr_id_base;
         g_ep[e] = ep;
         g_mem[e].lkey = 0x7000 + (uint32_t)e;
