@@ -1237,6 +1237,7 @@ typedef struct rdmax__slot {
     uint32_t len;
     uint8_t op;
     uint8_t signaled;
+    uint16_t zero;              /* 0: written with op and signaled as one word (rdmax__slot_op) */
     uint64_t raddr;             /* for the error report */
 } rdmax__slot;
 
@@ -1298,6 +1299,22 @@ typedef struct rdmax__bent {
 #define RDMAX__LE32(x) ((uint32_t)(x))
 #endif
 #define RDMAX__WR_SLOT_MASK 0x7fffffffull
+
+/* A post's slot takes its op and signaled = 0 in one 32-bit store (a 16-bit immediate costs x86 a
+   register or a decoder stall), the signaled post sets the flag after it; so no free slot needs
+   clearing: retirement leaves the flag as it was. */
+RDMAX_STATIC_ASSERT(offsetof(rdmax__slot, signaled) == offsetof(rdmax__slot, op) + 1 &&
+                    offsetof(rdmax__slot, zero) == offsetof(rdmax__slot, op) + 2 && offsetof(rdmax__slot, op) % 4 == 0,
+                    "rdmax: rdmax__slot_op stores op, signaled and zero as one 32-bit word");
+RDMAX_INLINE void rdmax__slot_op(rdmax__slot *s, unsigned op)
+{
+#if RDMAX__WR_ID_HI == 4 /* little-endian: op is the low byte */
+    uint32_t w = op;
+#else
+    uint32_t w = op << 24;
+#endif
+    memcpy(&s->op, &w, 4);
+}
 /* rdmax_ctx.comps_out's nesting flag (its sign bit; the count stays far below it) */
 #define RDMAX__SCQ_NEST 0x80000000u
 #define RDMAX__SCQ_NESTED(ctx) ((int32_t)(ctx)->comps_out < 0)
@@ -2514,7 +2531,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint
     } else {
         wr->wr_id = ep->wr_id_base | slot;
     }
-    ep->slots[slot].op = (uint8_t)op;  /* s->signaled is 0 in a free slot (retirement clears it) */
+    rdmax__slot_op(&ep->slots[slot], op);
     /* Signaled too while fewer than half the send-CQ entries are free (scq_low, at least 1: so also the
        post that takes the last one; that path refuses a post when none is left): with many endpoints
        each one's share of the entries is below signal_interval, and an endpoint that never reaches its
@@ -2628,7 +2645,7 @@ RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, uint32_
     RDMAX__BENT_PUT(e, buf, len, raddr, rkey);
     uint32_t slot = head & ep->sq_mask;
     memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_LO, &slot, 4);  /* the high half is ep's (chain_hi) */
-    ep->slots[slot].op = RDMAX_OP_PUT;  /* s->signaled is 0 in a free slot (retirement clears it) */
+    rdmax__slot_op(&ep->slots[slot], RDMAX_OP_PUT);
     ep->sq_head = ep->sq_stop = head + 1;
     ctx->batch_n = n + 1;
     ctx->cnt.bytes[RDMAX_OP_PUT] += len;

@@ -4551,7 +4551,7 @@ rdmax_status rdmax_put_list(rdmax_ep *ep, const rdmax_put_req *reqs, size_t n, s
                 RDMAX__BENT_PUT(e, buf, len, r->raddr, r->rkey);
                 uint32_t slot = (head + j) & mask;
                 memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_LO, &slot, 4);
-                slots[slot].op = RDMAX_OP_PUT;
+                rdmax__slot_op(&slots[slot], RDMAX_OP_PUT);
                 bytes += len;
             }
             ep->sq_head = ep->sq_stop = head + j;
@@ -5698,7 +5698,6 @@ static void rdmax__ep_retire(rdmax_ep *ep, uint32_t upto, rdmax_status st)
         ep->sq_tail++;
         ctx->scq_spare++;
         ctx->cnt.completed[s->op]++;
-        s->signaled = 0;  /* a free slot is unsignaled: the fast path stores only the op */
         if (s->op == RDMAX_OP_GET || s->op == RDMAX_OP_FADD || s->op == RDMAX_OP_CSWAP)
             ep->rd_avail++;
         rdmax_comp *c = s->comp;
@@ -5954,7 +5953,6 @@ static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i
             rdmax__slot *s = &ep->slots[slot];
             ctx->cnt.completed[s->op]++;
             rd += (RDMAX__RD_OPS >> s->op) & 1;
-            s->signaled = 0;  /* a free slot is unsignaled: the fast path stores only the op */
             if (rdmax_unlikely(s->region != NULL)) {
                 rdmax_rcache_put(ctx->rcache, s->region);
                 s->region = NULL;
@@ -6062,7 +6060,6 @@ RDMAX_INLINE int rdmax__send_cqe_fast(rdmax_ctx *ctx, const struct ibv_wc *wc, r
     uint32_t op = s->op;
     ctx->cnt.completed[op]++;
     ep->rd_avail += ctx->rd_op[op];
-    s->signaled = 0;  /* a free slot is unsignaled: the fast path stores only the op */
     ep->sq_tail = tail + 1;
     ctx->scq_spare++;  /* not blocked: the gate stays at sig_at (rdmax__ep_regate) */
     rdmax_comp *c = s->comp;
