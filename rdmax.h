@@ -121,7 +121,8 @@
 
    COMPLETION OBJECTS
    An rdmax_comp is a callback (comp->cb set: called with the status) or a flag you poll (cb NULL: rdmax
-   sets comp->status, then comp->done = 1). It must stay valid until it completes. rdmax sets done but
+   sets comp->done = 1, and comp->status holds the result from then on; rdmax may write the status
+   earlier, once the operation is accepted). It must stay valid until it completes. rdmax sets done but
    never clears it: reset it (comp.done = 0, or zero the struct) before reusing the object. Completions
    arrive from rdmax_progress (and rdmax_wait, rdmax_ep_flush, which call it), and also from
    rdmax_ep_destroy and rdmax_ep_pending_purge (RDMAX_ERR_CANCELED) and from a chained post that failed

@@ -4039,6 +4039,15 @@ static rdmax_status rdmax__ep_check(rdmax_ep *ep)
     return RDMAX_OK;
 }
 
+/* A comp whose request was accepted gets its success status now (nothing is set on a refusal): the
+   common completion then only sets done (rdmax__send_cqe_fast); a failure sets the status again
+   (rdmax__complete). */
+static void rdmax__comp_taken(rdmax_comp *comp)
+{
+    if (comp)
+        comp->status = RDMAX_OK;
+}
+
 /* The general path's post (or chain) of a request the caller filled in (rdmax__ep_wr). */
 static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_comp *comp, rdmax_op op, uint32_t len,
                                    uint64_t raddr, struct rdmax_rcache_region *region)
@@ -4069,8 +4078,10 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
     ctx->cnt.bytes[op] += len;
     if (ep->blocked & RDMAX__BLK_BATCH) {
         ep->sq_stop = ep->sq_head;
-        if (++ctx->batch_n == RDMAX_BATCH_MAX)
-            return rdmax__post_chain(ep, 1);  /* on failure the caller undoes its own request */
+        rdmax_status st;
+        if (++ctx->batch_n == RDMAX_BATCH_MAX && (st = rdmax__post_chain(ep, 1)) != RDMAX_OK)
+            return st;  /* the caller undoes its own request */
+        rdmax__comp_taken(comp);
         return RDMAX_OK;
     }
     struct ibv_send_wr *bad;
@@ -4095,6 +4106,7 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
         return RDMAX_ERR_IO;
     }
     rdmax__ep_regate(ep);
+    rdmax__comp_taken(comp);
     return RDMAX_OK;
 }
 
@@ -6065,8 +6077,7 @@ RDMAX_INLINE int rdmax__send_cqe_fast(rdmax_ctx *ctx, const struct ibv_wc *wc, r
     rdmax_comp *c = s->comp;
     if (c) {
         s->comp = NULL;
-        ctx->comps_out--;
-        c->status = RDMAX_OK;
+        ctx->comps_out--;  /* c->status is RDMAX_OK since the post (rdmax__comp_taken) */
         if (rdmax_unlikely(c->cb != NULL)) {
             *cb = c;
             return RDMAX__CQE_CB;
