@@ -116,45 +116,56 @@ bw_floor() { pair "$1" 18515 $FL bw -t "$2" -s "$3" -n "$4" -d "$DEV" -x "$GID" 
 } >"$RAW/env.txt"
 say "device $DEV ($ADDR, gid $GID), $ROUNDS rounds; raw output in $RAW"
 
-# ---- side-by-side cases: rounds of A F B (rdmax, the raw-verbs floor, then the reference tools), medians
-# taken on the host ----------------------------------------------------------------------------------
+# ---- side-by-side cases: rounds of rdmax, the raw-verbs floor and the reference tools, medians taken on
+# the host. Within a case the tools run in turn, and the turn starts one later each round (in_turn): over
+# three rounds each tool runs first, second and third once, so none always runs just after another
+# tool's exit (rxe tears a process's QPs down after it) ---------------------------------------------------
+# in_turn CMD...: eval each CMD (single-quoted at the call: expanded here), starting with the r-th and
+# wrapping around
+in_turn() {
+	local n=$# i k
+	for ((i = 0; i < n; i++)); do
+		k=$(((i + r - 1) % n + 1))
+		eval "${!k}"
+	done
+}
 for r in $(seq 1 "$ROUNDS"); do
 	d=$RAW/r$r
 	mkdir -p "$d"
 	say "round $r/$ROUNDS: latency (put, send, get at 8 B and 4 KiB; fadd, cswap; floor, perftest, ucx_perftest)"
 	for s in 8 4096; do
-		lat_rdmax "$d/lat_put_${s}__rdmax.txt" put $s $LAT_N
-		lat_floor "$d/lat_put_${s}__floor.txt" put $s $LAT_N
-		lat_perftest "$d/lat_put_${s}__ib_write_lat.txt" ib_write_lat $s $LAT_N
-		ucx "$d/lat_put_${s}__ucx_put_lat.txt" put_lat $s $LAT_N $([ $s -gt 8 ] && echo zcopy)
-		lat_rdmax "$d/lat_send_${s}__rdmax.txt" send $s $LAT_N
-		lat_floor "$d/lat_send_${s}__floor.txt" send $s $LAT_N
-		lat_perftest "$d/lat_send_${s}__ib_send_lat.txt" ib_send_lat $s $LAT_N
-		ucx "$d/lat_send_${s}__ucx_am_lat.txt" am_lat $s $LAT_N $([ $s -gt 8 ] && echo bcopy)
-		lat_rdmax "$d/lat_get_${s}__rdmax.txt" get $s $LAT_N
-		lat_floor "$d/lat_get_${s}__floor.txt" get $s $LAT_N
-		lat_perftest "$d/lat_get_${s}__ib_read_lat.txt" ib_read_lat $s $LAT_N
+		in_turn 'lat_rdmax "$d/lat_put_${s}__rdmax.txt" put $s $LAT_N' \
+			'lat_floor "$d/lat_put_${s}__floor.txt" put $s $LAT_N' \
+			'lat_perftest "$d/lat_put_${s}__ib_write_lat.txt" ib_write_lat $s $LAT_N' \
+			'ucx "$d/lat_put_${s}__ucx_put_lat.txt" put_lat $s $LAT_N $([ $s -gt 8 ] && echo zcopy)'
+		in_turn 'lat_rdmax "$d/lat_send_${s}__rdmax.txt" send $s $LAT_N' \
+			'lat_floor "$d/lat_send_${s}__floor.txt" send $s $LAT_N' \
+			'lat_perftest "$d/lat_send_${s}__ib_send_lat.txt" ib_send_lat $s $LAT_N' \
+			'ucx "$d/lat_send_${s}__ucx_am_lat.txt" am_lat $s $LAT_N $([ $s -gt 8 ] && echo bcopy)'
+		in_turn 'lat_rdmax "$d/lat_get_${s}__rdmax.txt" get $s $LAT_N' \
+			'lat_floor "$d/lat_get_${s}__floor.txt" get $s $LAT_N' \
+			'lat_perftest "$d/lat_get_${s}__ib_read_lat.txt" ib_read_lat $s $LAT_N'
 	done
-	lat_rdmax "$d/lat_fadd_8__rdmax.txt" fadd 8 $LAT_N
-	lat_floor "$d/lat_fadd_8__floor.txt" fadd 8 $LAT_N
-	pair "$d/lat_fadd_8__ib_atomic_lat.txt" 18515 ib_atomic_lat $(pt) -A FETCH_AND_ADD -n $LAT_N
-	lat_rdmax "$d/lat_cswap_8__rdmax.txt" cswap 8 $LAT_N
-	lat_floor "$d/lat_cswap_8__floor.txt" cswap 8 $LAT_N
-	pair "$d/lat_cswap_8__ib_atomic_lat.txt" 18515 ib_atomic_lat $(pt) -A CMP_AND_SWAP -n $LAT_N
+	in_turn 'lat_rdmax "$d/lat_fadd_8__rdmax.txt" fadd 8 $LAT_N' \
+		'lat_floor "$d/lat_fadd_8__floor.txt" fadd 8 $LAT_N' \
+		'pair "$d/lat_fadd_8__ib_atomic_lat.txt" 18515 ib_atomic_lat $(pt) -A FETCH_AND_ADD -n $LAT_N'
+	in_turn 'lat_rdmax "$d/lat_cswap_8__rdmax.txt" cswap 8 $LAT_N' \
+		'lat_floor "$d/lat_cswap_8__floor.txt" cswap 8 $LAT_N' \
+		'pair "$d/lat_cswap_8__ib_atomic_lat.txt" 18515 ib_atomic_lat $(pt) -A CMP_AND_SWAP -n $LAT_N'
 
 	say "round $r/$ROUNDS: bandwidth (64 KiB put, send, get; UD send 1 KiB)"
-	bw_rdmax "$d/bw_put_65536__rdmax.txt" put 65536 $BW_N
-	bw_floor "$d/bw_put_65536__floor.txt" put 65536 $BW_N
-	bw_perftest "$d/bw_put_65536__ib_write_bw.txt" ib_write_bw 65536 $BW_N
-	bw_rdmax "$d/bw_send_65536__rdmax.txt" send 65536 $BW_N
-	bw_floor "$d/bw_send_65536__floor.txt" send 65536 $BW_N
-	bw_perftest "$d/bw_send_65536__ib_send_bw.txt" ib_send_bw 65536 $BW_N
-	bw_rdmax "$d/bw_get_65536__rdmax.txt" get 65536 $BW_N
-	bw_floor "$d/bw_get_65536__floor.txt" get 65536 $BW_N
-	bw_perftest "$d/bw_get_65536__ib_read_bw.txt" ib_read_bw 65536 $BW_N
-	bw_rdmax "$d/bw_udsend_1024__rdmax.txt" send 1024 $UD_N "-c UD"
-	bw_floor "$d/bw_udsend_1024__floor.txt" send 1024 $UD_N "-c UD"
-	bw_perftest "$d/bw_udsend_1024__ib_send_bw_ud.txt" ib_send_bw 1024 $UD_N "-c UD"
+	in_turn 'bw_rdmax "$d/bw_put_65536__rdmax.txt" put 65536 $BW_N' \
+		'bw_floor "$d/bw_put_65536__floor.txt" put 65536 $BW_N' \
+		'bw_perftest "$d/bw_put_65536__ib_write_bw.txt" ib_write_bw 65536 $BW_N'
+	in_turn 'bw_rdmax "$d/bw_send_65536__rdmax.txt" send 65536 $BW_N' \
+		'bw_floor "$d/bw_send_65536__floor.txt" send 65536 $BW_N' \
+		'bw_perftest "$d/bw_send_65536__ib_send_bw.txt" ib_send_bw 65536 $BW_N'
+	in_turn 'bw_rdmax "$d/bw_get_65536__rdmax.txt" get 65536 $BW_N' \
+		'bw_floor "$d/bw_get_65536__floor.txt" get 65536 $BW_N' \
+		'bw_perftest "$d/bw_get_65536__ib_read_bw.txt" ib_read_bw 65536 $BW_N'
+	in_turn 'bw_rdmax "$d/bw_udsend_1024__rdmax.txt" send 1024 $UD_N "-c UD"' \
+		'bw_floor "$d/bw_udsend_1024__floor.txt" send 1024 $UD_N "-c UD"' \
+		'bw_perftest "$d/bw_udsend_1024__ib_send_bw_ud.txt" ib_send_bw 1024 $UD_N "-c UD"'
 
 	say "round $r/$ROUNDS: profiling (8 B put latency and rate: default, --profile, RDMAX_PROFILE)"
 	pair "$d/prof_lat_put_8__default.txt" 18515 $PP -t put -s 8 -n $LAT_N
@@ -165,12 +176,12 @@ for r in $(seq 1 "$ROUNDS"); do
 	pair "$d/prof_rate_put_8__points.txt" 18515 $B/rdmax_bw_prof -t put -s 8 -n $RATE_N --profile
 
 	say "round $r/$ROUNDS: message rate (8 B puts; ib_write_bw default and -l 4/8/16/32)"
-	bw_rdmax "$d/rate_put_8__rdmax.txt" put 8 $RATE_N
-	bw_floor "$d/rate_put_8__floor.txt" put 8 $RATE_N
-	bw_perftest "$d/rate_put_8__ib_write_bw.txt" ib_write_bw 8 $RATE_N
-	for l in 4 8 16 32; do
-		bw_perftest "$d/rate_put_8__ib_write_bw_l$l.txt" ib_write_bw 8 $RATE_N "-l $l"
-	done
+	in_turn 'bw_rdmax "$d/rate_put_8__rdmax.txt" put 8 $RATE_N' \
+		'bw_floor "$d/rate_put_8__floor.txt" put 8 $RATE_N' \
+		'bw_perftest "$d/rate_put_8__ib_write_bw.txt" ib_write_bw 8 $RATE_N
+		for l in 4 8 16 32; do
+			bw_perftest "$d/rate_put_8__ib_write_bw_l$l.txt" ib_write_bw 8 $RATE_N "-l $l"
+		done'
 done
 
 # ---- the page server example, for the record (not compared) ---------------------------------------

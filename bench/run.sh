@@ -334,7 +334,9 @@ elapsed=$((SECONDS - T0))
 		echo "| $c | $s | $m | ${r:--} | $t | ${ref:--} | ${ratio:--} | $(goal_text "$g") | $(met "$ratio" "$g") |"
 	done <"$ROWS"
 	echo
-	echo "Ratio = rdmax / reference. Latency (t_typical, the median; ucx_perftest: its 50th percentile) is"
+	echo "Ratio = rdmax / reference, each the median of three rounds; within a round the tools of a case"
+	echo "run one after another, and each round starts the turn one tool later (each runs first once)."
+	echo "Latency (t_typical, the median; ucx_perftest: its 50th percentile) is"
 	echo "lower-is-better: goal <= 1.02x the raw-verbs floor and <= 1.0x perftest and ucx_perftest."
 	echo "Bandwidth (BW average, MiB/s) and message rate (Mpps) are higher-is-better: >= 0.98x the floor,"
 	echo "64 KiB >= 1.0x perftest; 8 B rate >= 1.3x ib_write_bw's default and >= 1.0x its best post list"
