@@ -2,8 +2,9 @@
 # make demo: the RC send ping-pong on soft-RoCE (or the host's own device) beside ib_send_lat, run the way
 # `make bench` runs them: same boot, same device, same size, server pinned to CPU 1 and client to CPU 0
 # (taskset, as bench/guest.sh does: unpinned, the guest may leave both busy-polling processes on one
-# CPU), interleaved rdmax, ib_send_lat, rdmax, ... three times each. Prints every run's t_typical and
-# the median of the three per-round ratios rdmax / ib_send_lat with their spread (lowest, highest).
+# CPU), interleaved three times each (rdmax first in rounds 1 and 3, ib_send_lat first in round 2).
+# Prints every run's t_typical and the median of the three per-round ratios rdmax / ib_send_lat with
+# their spread (lowest, highest).
 # DEMO_ITERS (5000) iterations of 8 bytes per run.
 cd "$(dirname "$0")/.." || exit 1
 mkdir -p build
@@ -51,8 +52,10 @@ echo
 printf '%-6s %-28s %-28s %s\n' round "rdmax_pingpong_rc -t send" "ib_send_lat (perftest)" "ratio"
 rc=0 ratios=
 for r in 1 2 3; do
+    # the even round runs ib_send_lat first: neither tool always follows the other's exit
+    [ $((r % 2)) = 0 ] && { run_perftest build/demo-perftest-$r.log || { rc=1; echo "ib_send_lat failed:"; tail -5 build/demo-perftest-$r.log; }; }
     run_rdmax build/demo-rdmax-$r.log || { rc=1; echo "rdmax_pingpong_rc failed:"; tail -5 build/demo-rdmax-$r.log; }
-    run_perftest build/demo-perftest-$r.log || { rc=1; echo "ib_send_lat failed:"; tail -5 build/demo-perftest-$r.log; }
+    [ $((r % 2)) = 1 ] && { run_perftest build/demo-perftest-$r.log || { rc=1; echo "ib_send_lat failed:"; tail -5 build/demo-perftest-$r.log; }; }
     a=$(typical build/demo-rdmax-$r.log) b=$(typical build/demo-perftest-$r.log)
     q=$(awk -v a="$a" -v b="$b" 'BEGIN { if (a != "" && b > 0) printf "%.3f", a / b }')
     printf '%-6s %-28s %-28s %s\n' $r "${a:-failed} us" "${b:-failed} us" "${q:--}"
