@@ -2900,7 +2900,7 @@ RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
        CQ entries run low; never while nothing is outstanding (all CQ entries unreserved). A waited-on
        comp is asked first: one test, and it implies an outstanding request. */
     if ((int32_t)ctx->comps_out > 0 ||
-        (ctx->comps_out == 0 && ctx->scq_spare != ctx->scq_idle &&
+        (ctx->scq_spare != ctx->scq_idle && ctx->comps_out == 0 &&
          ((ctx->tick & 3) == 0 || ctx->scq_spare < 0))) {
         int n = rdmax__poll_send_raw(ctx);
         if (n)
