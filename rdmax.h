@@ -590,7 +590,7 @@ typedef enum rdmax_op {
      +------------+
      | current    +---+   next group to serve; NULL: nothing scheduled (the one-branch check)
      | resched    |   |   groups that returned RESCHED, back when the dispatch returns
-     | disp       |   |   group whose element is in a callback now; 0 once that group is purged
+     | disp       |   |   what a callback did to its own group (0: nothing, that group is current)
      | hist[16]   |   |   groups visited last (prefetch hints, below)
      | pending    |   |   elements in all groups (profiling)
      +------------+   |
@@ -627,10 +627,12 @@ typedef enum rdmax_op {
    group already scheduled has its turn first.
 
    Destroying an endpoint from inside a callback (UCX PR 6401) is safe by design, without UCX's stack
-   dummy element: before calling back, the dispatcher unlinks the element from its group and records the
-   group in arb->disp. rdmax_arb_group_purge()/_cleanup() of that group clears arb->disp, so after the
-   callback returns the dispatcher sees 0 and touches neither the group nor the element: it just
-   continues with arb->current, which every ring change keeps valid. The element being dispatched is
+   dummy element: before calling back, the dispatcher unlinks the element from its group; the group is
+   arb->current while the callback runs, until the callback itself moves it. The first purge, desched
+   or push_head of that group in the callback records what it did in arb->disp (0 while nothing was);
+   rdmax_arb_group_purge()/_cleanup() records "gone" (no group), so after the callback returns the
+   dispatcher touches neither the group nor the element: it just continues with arb->current, which
+   every ring change keeps valid. The element being dispatched is
    not part of such a purge: it belongs to the running callback (which still holds it), and the arbiter
    forgets it whatever the callback returns. An element whose callback returned REMOVE is never touched
    again either, so the callback may free it or push it again (re-pushing it from its own callback is
@@ -705,8 +707,9 @@ struct rdmax_arb {
     rdmax_arb_group *current;   /* next group to serve; NULL when nothing is scheduled */
     rdmax_arb_group *resched;   /* ring of groups that returned RESCHED in the running dispatch */
     size_t ngroups;             /* groups in the two rings */
-    uintptr_t disp;             /* group of the element in a callback, with what the callback did to it
-                                   in the low bits (RDMAX__ARB_MOVED, _HEADS); 0 if none or purged */
+    uintptr_t disp;             /* what the running callback did to its own group: 0 nothing (the group
+                                   is arb->current), else that group with RDMAX__ARB_MOVED, _HEADS in
+                                   the low bits, or RDMAX__ARB_GONE (purged) */
     rdmax_arb_elem *disp_after; /* with RDMAX__ARB_HEADS: the first element push_head'ed into that group
                                    during the callback */
     size_t pending;             /* elements queued in all groups of this arbiter */
@@ -726,11 +729,12 @@ enum {
     RDMAX__ARB_RESCHED = 3
 };
 /* arb->disp's low bits: the callback descheduled its own group (honour that, not its result), or
-   push_head'ed into it (arb->disp_after is valid). Any of them, or a purge (disp 0), makes disp differ
-   from the group, so the dispatcher tests one word after each callback. */
+   push_head'ed into it (arb->disp_after is valid); GONE, with no group: it purged it. Any of them makes
+   disp nonzero, so the dispatcher stores nothing before a callback and tests one word after it. */
 #define RDMAX__ARB_MOVED ((uintptr_t)1)
 #define RDMAX__ARB_HEADS ((uintptr_t)2)
 #define RDMAX__ARB_DISP_FLAGS (RDMAX__ARB_MOVED | RDMAX__ARB_HEADS)
+#define RDMAX__ARB_GONE RDMAX__ARB_MOVED
 RDMAX_STATIC_ASSERT(__alignof__(rdmax_arb_group) > RDMAX__ARB_DISP_FLAGS,
                     "rdmax: arb->disp's flags live in a group address's low bits");
 RDMAX_STATIC_ASSERT(__alignof__(rdmax_arb_elem) > 1, "rdmax: RDMAX__ARB_END must be no element's address");

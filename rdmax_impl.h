@@ -1876,6 +1876,17 @@ rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, co
 
 /* ---- >>arbiter ----------------------------------------------------------------------------------- */
 
+/* Is group the one whose element is in a callback right now? Until the callback does something to its
+   own group that group is arb->current (disp 0); from then on disp names it (GONE: none). No user code
+   runs in a dispatch outside its callbacks. */
+RDMAX_INLINE bool rdmax__arb_in_cb(const rdmax_arb *arb, const rdmax_arb_group *group)
+{
+    if (arb->disp == 0) {
+        return arb->in_dispatch && arb->current == group;
+    }
+    return (arb->disp & ~RDMAX__ARB_DISP_FLAGS) == (uintptr_t)group;
+}
+
 /* Take g out of whichever ring holds it (its state says which). */
 RDMAX_INLINE void rdmax__arb_leave(rdmax_arb *arb, rdmax_arb_group *g)
 {
@@ -1898,9 +1909,9 @@ RDMAX_API void rdmax_arb_group_push_head(rdmax_arb *arb, rdmax_arb_group *group,
     group->head = elem;
     /* The element in the callback is unlinked; if it is kept it must land behind this one. Later
        push_heads go in front of this one, so the first one pushed marks the spot. */
-    if ((arb->disp & ~RDMAX__ARB_DISP_FLAGS) == (uintptr_t)group && !(arb->disp & RDMAX__ARB_HEADS)) {
+    if (!(arb->disp & RDMAX__ARB_HEADS) && rdmax__arb_in_cb(arb, group)) {
         arb->disp_after = elem;
-        arb->disp |= RDMAX__ARB_HEADS;
+        arb->disp = (uintptr_t)group | (arb->disp & RDMAX__ARB_MOVED) | RDMAX__ARB_HEADS;
     }
     group->count++;
     arb->pending++;
@@ -1911,11 +1922,11 @@ RDMAX_API void rdmax_arb_group_desched(rdmax_arb *arb, rdmax_arb_group *group)
     if (!(group->state & RDMAX__ARB_SCHED)) {
         return;
     }
+    if (rdmax__arb_in_cb(arb, group)) { /* before leaving: that moves arb->current */
+        arb->disp = (uintptr_t)group | (arb->disp & RDMAX__ARB_HEADS) | RDMAX__ARB_MOVED;
+    }
     rdmax__arb_leave(arb, group);
     group->state = RDMAX__ARB_DESCHED;
-    if ((arb->disp & ~RDMAX__ARB_DISP_FLAGS) == (uintptr_t)group) {
-        arb->disp |= RDMAX__ARB_MOVED;
-    }
 }
 
 RDMAX_API void rdmax_arb_group_purge(rdmax_arb *arb, rdmax_arb_group *group, rdmax_arb_purge_cb cb,
@@ -1925,9 +1936,10 @@ RDMAX_API void rdmax_arb_group_purge(rdmax_arb *arb, rdmax_arb_group *group, rdm
     rdmax_arb_elem *next;
 
     /* The dispatcher must forget this group and its element in flight: that is the whole
-       destroy-inside-callback protection. group->count includes that element, so pending drops by it. */
-    if ((arb->disp & ~RDMAX__ARB_DISP_FLAGS) == (uintptr_t)group) {
-        arb->disp = 0;
+       destroy-inside-callback protection. group->count includes that element, so pending drops by it.
+       (Tested before leaving: that moves arb->current.) */
+    if (rdmax__arb_in_cb(arb, group)) {
+        arb->disp = RDMAX__ARB_GONE;
     }
     for (int i = 0; i < RDMAX__ARB_AHEAD; i++) {
         if (arb->hist[i] == group) {
@@ -2018,11 +2030,10 @@ RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb
             /* next, or NULL for END (1: element addresses are even); an empty group's tail is stale */
             g->head = (rdmax_arb_elem *)((uintptr_t)next & ~(uintptr_t)RDMAX__ARB_END);
             elem->next = NULL; /* unlinked: the callback may free it or push it again */
-            arb->disp = (uintptr_t)g;
 
-            r = cb(arb, g, elem, arg);
+            r = cb(arb, g, elem, arg); /* g is arb->current, and arb->disp 0 */
 
-            if (rdmax_likely(r == RDMAX_ARB_REMOVE) && rdmax_likely(arb->disp == (uintptr_t)g)) {
+            if (rdmax_likely(r == RDMAX_ARB_REMOVE) && rdmax_likely(arb->disp == 0)) {
                 /* the common case: the callback returned REMOVE and did nothing to its own group */
                 removed++;
                 arb->pending--;
@@ -2044,9 +2055,10 @@ RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb
                 goto visit; /* never NULL: g is in the ring */
             }
 
-            did = arb->disp ^ (uintptr_t)g; /* what the callback did to its own group */
-            if (did == (uintptr_t)g) {
-                /* The callback purged or destroyed g (disp 0): neither g nor elem may be touched. */
+            did = arb->disp; /* what the callback did to its own group (0 again for the next one) */
+            arb->disp = 0;
+            if (did == RDMAX__ARB_GONE) {
+                /* The callback purged or destroyed g: neither g nor elem may be touched. */
                 g = NULL;
                 removed += (r == RDMAX_ARB_REMOVE);
                 if ((unsigned)r >= RDMAX_ARB_STOP) {
@@ -2179,7 +2191,7 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
         removed = rdmax__arb_run_one(arb, cb, arg);
     }
 
-    arb->disp = 0; /* no callback runs: purge, desched and push_head of any group must not match */
+    RDMAX_ASSERT(arb->disp == 0); /* every callback's record was consumed */
     /* Parked groups rejoin at the tail, in the order they left. */
     while ((g = arb->resched) != NULL) {
         rdmax__arb_ring_remove(arb, &arb->resched, g);
