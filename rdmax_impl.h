@@ -2033,8 +2033,9 @@ RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb
 
             r = cb(arb, g, elem, arg); /* g is arb->current, and arb->disp 0 */
 
-            if (rdmax_likely(r == RDMAX_ARB_REMOVE) && rdmax_likely(arb->disp == 0)) {
-                /* the common case: the callback returned REMOVE and did nothing to its own group */
+            if (rdmax_likely(((uintptr_t)r | arb->disp) == 0)) {
+                /* the common case: the callback returned REMOVE (0) and did nothing to its own group
+                   (disp 0): one test for both */
                 removed++;
                 arb->pending--;
                 if (--g->count == 0) {
