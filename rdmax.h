@@ -717,7 +717,7 @@ struct rdmax_arb {
                                    during the callback */
     size_t pending;             /* elements queued in all groups of this arbiter */
     uint32_t mark;              /* the last lap mark used (see dispatch) */
-    uint32_t hist_pos;          /* visits so far, modulo RDMAX__ARB_AHEAD indexes hist */
+    uint32_t hist_pos;          /* the hist entry used last (the next visit uses the one after) */
     rdmax_arb_group *hist[RDMAX__ARB_AHEAD]; /* the last groups visited, to set their ahead hints;
                                    purge clears a group from it, so every entry is alive or NULL */
     uint8_t in_dispatch;        /* a dispatch is running: a nested one returns 0 */

@@ -1971,9 +1971,10 @@ RDMAX_API void rdmax_arb_group_cleanup(rdmax_arb *arb, rdmax_arb_group *group)
 
 /* Leave the hint for the next round: in the group visited RDMAX__ARB_AHEAD visits before g, a pointer
    to g and to its head element (see the prefetch in rdmax__arb_run). */
-RDMAX_INLINE void rdmax__arb_hint(rdmax_arb *arb, rdmax_arb_group *g, uint32_t *pos)
+RDMAX_INLINE void rdmax__arb_hint(rdmax_arb *arb, rdmax_arb_group *g, size_t *pos)
 {
-    uint32_t i = (*pos)++ & (RDMAX__ARB_AHEAD - 1);
+    size_t i = (*pos + 1) & (RDMAX__ARB_AHEAD - 1);
+    *pos = i;
     rdmax_arb_group *back = arb->hist[i];
     if (back != NULL) {
         back->ahead = g;
@@ -1995,8 +1996,8 @@ RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb
     size_t removed = 0;
     unsigned left;
     uint32_t mark = 0;
-    uint32_t pos = hints ? arb->hist_pos : 0; /* in a register while the loop runs (no callback
-                                                  touches it) */
+    size_t pos = hints ? arb->hist_pos : 0; /* in a register while the loop runs (no callback
+                                                touches it) */
     /* The end of a lap without a removal: a callback that removes nothing marks its group with
        first + removed (the removals so far), and before the next group is served after such a callback,
        a group carrying that very mark means the dispatcher went round the whole ring since the last
@@ -2038,9 +2039,15 @@ RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb
                    (disp 0): one test for both */
                 removed++;
                 arb->pending--;
+                if (one && hints) {
+                    rdmax__arb_hint(arb, g, &pos); /* with per_group 1 the visit ends here */
+                }
                 if (--g->count == 0) {
                     rdmax__arb_leave(arb, g); /* an empty group never stays in the arbiter */
                     g->state = RDMAX__ARB_IDLE;
+                    if (one) {
+                        g = NULL; /* hinted above */
+                    }
                     break;
                 }
                 if (!one && --left != 0) {
@@ -2048,7 +2055,7 @@ RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb
                 }
                 /* g is still current (only its own desched or purge, flagged in arb->disp, or a
                    result other than REMOVE moves it), so the next group is its successor */
-                if (hints) {
+                if (!one && hints) {
                     rdmax__arb_hint(arb, g, &pos);
                 }
                 g = g->rnext;
@@ -2147,7 +2154,7 @@ RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb
 
 out:
     if (hints) {
-        arb->hist_pos = pos;
+        arb->hist_pos = (uint32_t)pos;
     }
     arb->mark = first + (uint32_t)removed;
     return removed;
