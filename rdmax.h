@@ -1398,12 +1398,13 @@ struct rdmax_ctx {
     struct ibv_wc wc[16];       /* the send CQ's batch (rdmax__poll_send_fast) */
     struct ibv_wc rwc_top[16];  /* the receive CQ's batch of an outermost rdmax_progress (rwc) */
     /* Chained requests of the one endpoint that batches (rdmax_batch_begin), staged here rather than in
-       every endpoint: bent[0 .. batch_n). */
+       every endpoint: bent[0 .. batch_n), and while a room is open bent[0 .. chain_next - bent). */
     rdmax_ep *batch_ep;
-    uint32_t batch_n;
-    uint32_t chain_lim;         /* short puts chain into bent[batch_n] while batch_n < chain_lim (0: no room;
-                                   rdmax__chain_open, rdmax__chain_close) */
+    uint32_t batch_n;           /* while a room is open: its first entry (chain_base); rdmax__chain_close
+                                   sets it to the entries chained */
     uint32_t chain_base;        /* the first entry of the open room */
+    rdmax__bent *chain_next;    /* the open room (rdmax__chain_open, rdmax__chain_close): short puts chain */
+    rdmax__bent *chain_end;     /* into *chain_next while chain_next != chain_end (both NULL: no room) */
     uint32_t chain_c0;          /* free send-CQ entries when the room opened */
     uint32_t chain_dirty;       /* entries below it may have had their set fields changed by the general
                                    path: rdmax__chain_clean sets them again */
@@ -2639,23 +2640,22 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
 
 /* A put of a post list (rdmax_batch_begin; rdmax_put saw blocked == RDMAX__BLK_BATCH: connected, nothing
    pending, and ep is the context's batch_ep) with 8 to 16 bytes of inline data and no comp, while the
-   chain has room (rdmax_ctx.chain_lim: entries, send slots and CQ entries counted out when it opened,
-   rdmax__chain_open): written into its entry (RDMAX__BENT_PUT). Its CQ entry was reserved at the
-   opening; its count in posted[] and its signal wait for the chain's close (rdmax__chain_close).
-   Anything else: rdmax__put_chained, out of line. */
+   chain has room (rdmax_ctx.chain_next, chain_end: entries, send slots and CQ entries counted out when it
+   opened, rdmax__chain_open, only with max_inline >= 16): written into its entry (RDMAX__BENT_PUT). Its
+   CQ entry was reserved at the opening; its count in posted[], batch_n and its signal wait for the
+   chain's close (rdmax__chain_close). Anything else: rdmax__put_chained, out of line. */
 RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf, size_t len,
                                            uint64_t raddr, uint32_t rkey)
 {
-    uint32_t n = ctx->batch_n;
-    if (rdmax_unlikely(n >= ctx->chain_lim || len - 8 > 8))
+    rdmax__bent *e = ctx->chain_next;
+    if (rdmax_unlikely(e == ctx->chain_end || len - 8 > 8))
         return rdmax__put_chained(ep, buf, raddr, rkey, len);
-    rdmax__bent *e = &ctx->bent[n];
     RDMAX__BENT_PUT(e, buf, len, raddr, rkey);
     uint32_t slot = head & ep->sq_mask;
     memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_LO, &slot, 4);  /* the high half is ep's (chain_hi) */
     rdmax__slot_op(&ep->slots[slot], RDMAX_OP_PUT);
     ep->sq_head = ep->sq_stop = head + 1;
-    ctx->batch_n = n + 1;
+    ctx->chain_next = e + 1;
     ctx->cnt.bytes[RDMAX_OP_PUT] += len;
     return RDMAX_OK;
 }
@@ -2845,7 +2845,7 @@ RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep)
     ep->blocked &= (uint8_t)~RDMAX__BLK_BATCH;
     rdmax__ep_regate(ep);
     ctx->batch_ep = NULL;
-    return ctx->batch_n ? rdmax__post_chain(ep, 0) : RDMAX_OK;
+    return ctx->batch_n || ctx->chain_end ? rdmax__post_chain(ep, 0) : RDMAX_OK;  /* an open room: chained */
 }
 
 /* The send CQ, polled inline into ctx->wc: the completions polled (0 when none, or on an error, counted

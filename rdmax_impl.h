@@ -4009,11 +4009,12 @@ static void rdmax__chain_signal(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t i)
    post, the general path, destroy. */
 static void rdmax__chain_close(rdmax_ctx *ctx, rdmax_ep *ep)
 {
-    if (ctx->chain_lim == 0)
+    if (ctx->chain_end == NULL)
         return;
-    uint32_t base = ctx->chain_base, k = ctx->batch_n - base;
-    ctx->scq_spare += (int32_t)(ctx->chain_lim - ctx->batch_n);
-    ctx->chain_lim = 0;
+    uint32_t base = ctx->chain_base, n = (uint32_t)(ctx->chain_next - ctx->bent), k = n - base;
+    ctx->scq_spare += (int32_t)(ctx->chain_end - ctx->chain_next);
+    ctx->chain_next = ctx->chain_end = NULL;
+    ctx->batch_n = n;
     ctx->cnt.posted[RDMAX_OP_PUT] += k;
     uint32_t c0 = ctx->chain_c0, low = ctx->scq_low;
     uint32_t m = c0 > low ? c0 - low : 0;  /* the puts from m on found scq_low entries or fewer */
@@ -4496,7 +4497,7 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
 }
 
 #if RDMAX__HAS_RC
-/* The room of a post list for short puts (rdmax__put_chain): entries bent[chain_base .. chain_lim)
+/* The room of a post list for short puts (rdmax__put_chain): entries bent[chain_base .. chain_end)
    of ep's chain, within RDMAX_BATCH_MAX, the send slots short of the last one (the general path posts
    that one, signaled) and the CQ entries short of the last one. Those CQ entries are taken from
    the free ones now, so a post elsewhere meanwhile cannot spend them, and what is not used goes back when
@@ -4523,7 +4524,8 @@ static uint32_t rdmax__chain_open(rdmax_ctx *ctx, rdmax_ep *ep)
     ctx->chain_c0 = free;
     ctx->scq_spare -= (int32_t)room;
     ctx->chain_base = n;
-    ctx->chain_lim = n + room;
+    ctx->chain_next = &ctx->bent[n];
+    ctx->chain_end = &ctx->bent[n + room];
     return room;
 }
 
@@ -4535,7 +4537,9 @@ __attribute__((noinline)) rdmax_status rdmax__put_chained(rdmax_ep *ep, const vo
                                                           uint32_t rkey, size_t len)
 {
     rdmax_ctx *ctx = ep->ctx;
-    if (rdmax_likely(len - 8 <= 8 && RDMAX__FAST_RC(ep))) {
+    /* the room opens only with max_inline >= 16: rdmax_put then chains a short put without testing
+       its length against max_inline */
+    if (rdmax_likely(len - 8 <= 8 && ep->max_inline >= 16 && RDMAX__FAST_RC(ep))) {
         rdmax__chain_close(ctx, ep);
         if (ctx->batch_n == RDMAX_BATCH_MAX) {
             /* a refusal completes the chain's comps with RDMAX_ERR_IO; this put is not posted */
@@ -4566,14 +4570,14 @@ rdmax_status rdmax_put_list(rdmax_ep *ep, const rdmax_put_req *reqs, size_t n, s
         rdmax_batch_begin(ep);
     rdmax_status st = RDMAX_OK, any = RDMAX_OK;
     while (i < n) {
-        uint32_t k = ctx->batch_n, room = ctx->chain_lim - k;
-        /* an open room is ep's (the chain is closed before anything else touches ep), and
-           max_inline >= 16 lets every short put go inline, as rdmax_put's test would */
-        if (k < ctx->chain_lim && ep->blocked == RDMAX__BLK_BATCH && ep->max_inline >= 16) {
+        rdmax__bent *e = ctx->chain_next;
+        /* an open room is ep's (the chain is closed before anything else touches ep, and it opens only
+           with max_inline >= 16, so every short put goes inline, as rdmax_put's would) */
+        if (e != ctx->chain_end && ep->blocked == RDMAX__BLK_BATCH) {
+            uint32_t room = (uint32_t)(ctx->chain_end - e);
             uint32_t m = n - i < room ? (uint32_t)(n - i) : room, head = ep->sq_head, mask = ep->sq_mask, j = 0;
             uint64_t bytes = 0;
             const rdmax_put_req *r = reqs + i;
-            rdmax__bent *e = &ctx->bent[k];
             rdmax__slot *slots = ep->slots;  /* locals: a byte store (op) may alias anything, so fields reload */
             for (; j < m; j++, r++, e++) {
                 size_t len = r->len;
@@ -4587,7 +4591,7 @@ rdmax_status rdmax_put_list(rdmax_ep *ep, const rdmax_put_req *reqs, size_t n, s
                 bytes += len;
             }
             ep->sq_head = ep->sq_stop = head + j;
-            ctx->batch_n = k + j;
+            ctx->chain_next = e;
             ctx->cnt.bytes[RDMAX_OP_PUT] += bytes;
             i += j;
             if (j == m)
