@@ -1750,6 +1750,7 @@ RDMAX_API rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc
 /* Batching (rdmax_batch_begin, rdmax_batch_end, below): between begin and end, operations are chained
    and posted with one ibv_post_send (a full chain of RDMAX_BATCH_MAX is posted early). */
 RDMAX_API rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers);
+RDMAX_API rdmax_status rdmax__batch_end(rdmax_ep *ep);
 RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep);
 /* rdmax_put_list: the n puts of reqs, in order, in one post list: what rdmax_batch_begin, rdmax_put(ep,
    r->buf, r->len, NULL, r->raddr, r->rkey, NULL) for each r and rdmax_batch_end do, with the tests and
@@ -2839,13 +2840,9 @@ RDMAX_INLINE void rdmax_batch_begin(rdmax_ep *ep)
    complete with RDMAX_ERR_IO through their comps. Threads: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep)
 {
-    rdmax_ctx *ctx = ep->ctx;
     if (!(ep->blocked & RDMAX__BLK_BATCH))
         return RDMAX_OK;
-    ep->blocked &= (uint8_t)~RDMAX__BLK_BATCH;
-    rdmax__ep_regate(ep);
-    ctx->batch_ep = NULL;
-    return ctx->batch_n || ctx->chain_end ? rdmax__post_chain(ep, 0) : RDMAX_OK;  /* an open room: chained */
+    return rdmax__batch_end(ep);  /* out of line: the post */
 }
 
 /* The send CQ, polled inline into ctx->wc: the completions polled (0 when none, or on an error, counted

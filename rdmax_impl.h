@@ -4006,11 +4006,9 @@ static void rdmax__chain_signal(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t i)
    which the chained puts left behind, as if each had been posted alone) and, as on the direct path,
    every one that found no more than scq_low CQ entries free (taken as the free entries when the room
    opened, minus the puts before it). Before anything else touches ep's chain, sq_head or sig_at: its
-   post, the general path, destroy. */
-static void rdmax__chain_close(rdmax_ctx *ctx, rdmax_ep *ep)
+   post, the general path, destroy. The room is open (rdmax__chain_close tests that). */
+RDMAX_INLINE void rdmax__chain_close_open(rdmax_ctx *ctx, rdmax_ep *ep)
 {
-    if (ctx->chain_end == NULL)
-        return;
     uint32_t base = ctx->chain_base, n = (uint32_t)(ctx->chain_next - ctx->bent), k = n - base;
     ctx->scq_spare += (int32_t)(ctx->chain_end - ctx->chain_next);
     ctx->chain_next = ctx->chain_end = NULL;
@@ -4021,15 +4019,24 @@ static void rdmax__chain_close(rdmax_ctx *ctx, rdmax_ep *ep)
     m = m < k ? m : k;
     uint32_t head0 = ep->sq_head - k;  /* sq_head before the chain's puts, which left sig_at as it was */
     uint32_t i = ep->sig_at - head0;
-    for (; i < m; i += ep->signal_interval)
-        rdmax__chain_signal(ctx, ep, base + i);
-    uint32_t full = ep->sq_tail + ep->sq_mask + 1;
-    ep->sig_at = full - head0 < i ? full : head0 + i;  /* as rdmax__sig_next */
+    if (i < m) {
+        do
+            rdmax__chain_signal(ctx, ep, base + i);
+        while ((i += ep->signal_interval) < m);
+        uint32_t full = ep->sq_tail + ep->sq_mask + 1;
+        ep->sig_at = full - head0 < i ? full : head0 + i;  /* as rdmax__sig_next */
+    }  /* else sig_at stays: never beyond the queue's end (sq_tail + sq_depth), which only grows */
     for (uint32_t j = m; j < k; j++) {
         rdmax__chain_signal(ctx, ep, base + j);
         ep->sig_at = rdmax__sig_next(ep, head0 + j);
     }
     rdmax__ep_regate(ep);
+}
+
+static void rdmax__chain_close(rdmax_ctx *ctx, rdmax_ep *ep)
+{
+    if (ctx->chain_end != NULL)
+        rdmax__chain_close_open(ctx, ep);
 }
 
 /* After the chain was posted (or dropped): the entries' set fields back (rdmax__bent). */
@@ -6558,23 +6565,12 @@ int rdmax__recv_cqes(rdmax_ctx *ctx, int n)
     return n;
 }
 
-rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
+/* The chain's post was refused (rc): the requests from bad on are taken back (rdmax__chain_post). */
+static __attribute__((noinline)) rdmax_status rdmax__chain_refused(rdmax_ep *ep, int rc, struct ibv_send_wr *bad,
+                                                                   uint32_t n, int last_is_callers)
 {
-    struct ibv_send_wr *bad = NULL;
     rdmax_ctx *ctx = ep->ctx;
-    rdmax__chain_close(ctx, ep);
-    uint32_t n = ctx->batch_n;
-    ctx->bent[n - 1].wr.next = NULL;
-    ctx->batch_n = 0;
-    ep->ctx->cnt.post_calls += 1 - (uint64_t)n;  /* one call for n requests in posted[] */
-    RDMAX__PROF_BEGIN(ep->ctx, POST);
-    int rc = ibv_post_send(ep->qp, &ctx->bent[0].wr, &bad);
-    RDMAX__PROF_END(ep->ctx, POST);
-#if RDMAX_BATCH_MAX > 1  /* (a chain of one has nothing to join) */
-    if (n < RDMAX_BATCH_MAX)
-        ctx->bent[n - 1].wr.next = &ctx->bent[n].wr;  /* the staging stays chained */
-#endif
-    if (rdmax_unlikely(rc != 0)) {
+    {
         /* Take back the requests that were not posted (from `bad` on), newest first. */
         uint32_t first_bad = (uint32_t)(bad ? (const rdmax__bent *)(const void *)bad - ctx->bent : 0);
         /* The ones before `bad` count as posted only if the QP can run or flush them. rxe queues requests
@@ -6630,8 +6626,48 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
         rdmax__chain_reset(ctx);
         return RDMAX_ERR_IO;
     }
-    rdmax__chain_reset(ctx);
+}
+
+/* Posts the chain, its room closed: bent[0 .. batch_n), at least one. */
+RDMAX_INLINE rdmax_status rdmax__chain_post(rdmax_ep *ep, rdmax_ctx *ctx, int last_is_callers)
+{
+    struct ibv_send_wr *bad = NULL;
+    uint32_t n = ctx->batch_n;
+    ctx->bent[n - 1].wr.next = NULL;
+    ctx->batch_n = 0;
+    ctx->cnt.post_calls += 1 - (uint64_t)n;  /* one call for n requests in posted[] */
+    RDMAX__PROF_BEGIN(ctx, POST);
+    int rc = ep->post_send(ep->qp, &ctx->bent[0].wr, &bad);  /* ibv_post_send */
+    RDMAX__PROF_END(ep->ctx, POST);
+#if RDMAX_BATCH_MAX > 1  /* (a chain of one has nothing to join) */
+    if (n < RDMAX_BATCH_MAX)
+        ctx->bent[n - 1].wr.next = &ctx->bent[n].wr;  /* the staging stays chained */
+#endif
+    if (rdmax_unlikely(rc != 0))
+        return rdmax__chain_refused(ep, rc, bad, n, last_is_callers);
+    if (ctx->chain_nsig | ctx->chain_dirty)
+        rdmax__chain_reset(ctx);
     return RDMAX_OK;
+}
+
+rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    rdmax__chain_close(ctx, ep);
+    return rdmax__chain_post(ep, ctx, last_is_callers);
+}
+
+/* rdmax_batch_end's work (it saw RDMAX__BLK_BATCH): the room's close and the post in one function. */
+rdmax_status rdmax__batch_end(rdmax_ep *ep)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    ep->blocked &= (uint8_t)~RDMAX__BLK_BATCH;
+    ctx->batch_ep = NULL;
+    if (rdmax_likely(ctx->chain_end != NULL))
+        rdmax__chain_close_open(ctx, ep);  /* regates */
+    else if (rdmax__ep_regate(ep), ctx->batch_n == 0)
+        return RDMAX_OK;
+    return rdmax__chain_post(ep, ctx, 0);
 }
 
 rdmax_status rdmax_ep_error(const rdmax_ep *ep)
