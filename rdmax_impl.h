@@ -4536,12 +4536,11 @@ static uint32_t rdmax__chain_open(rdmax_ctx *ctx, rdmax_ep *ep)
     return room;
 }
 
-/* rdmax_put's chained put (rdmax__put_chain) found no room for a short put (never opened, used up, or
-   full) or a put that is not 8 to 16 bytes: post a full chain, then open the room again
-   (rdmax__chain_open) and chain the put; without room (send queue or CQ entries short) or for other
-   lengths the general path takes it, and chains it too. */
-__attribute__((noinline)) rdmax_status rdmax__put_chained(rdmax_ep *ep, const void *buf, uint64_t raddr,
-                                                          uint32_t rkey, size_t len)
+/* rdmax__put_chained's general case: close the room if open, post a full chain, then open the room
+   again (rdmax__chain_open) and chain the put; without room (send queue or CQ entries short) or for
+   other lengths the general path takes it, and chains it too. */
+static __attribute__((noinline)) rdmax_status rdmax__put_chained_slow(rdmax_ep *ep, const void *buf, uint64_t raddr,
+                                                                      uint32_t rkey, size_t len)
 {
     rdmax_ctx *ctx = ep->ctx;
     /* the room opens only with max_inline >= 16: rdmax_put then chains a short put without testing
@@ -4558,6 +4557,40 @@ __attribute__((noinline)) rdmax_status rdmax__put_chained(rdmax_ep *ep, const vo
             return rdmax__put_chain(ep, ctx, ep->sq_head, buf, len, raddr, rkey);
     }
     return rdmax__slow(ep, RDMAX_OP_PUT, buf, len, NULL, raddr, rkey, 0, 0, NULL, 0);
+}
+
+/* rdmax_put's chained put (rdmax__put_chain) found no room for a short put (never opened, used up, or
+   full) or a put that is not 8 to 16 bytes. Here the first put of a batch: no room open and nothing to
+   post, to clean or to rename (rdmax__chain_open's work in a function that calls nothing, so it saves
+   no registers), the put chained as rdmax__put_chain does; anything else rdmax__put_chained_slow. */
+__attribute__((noinline)) rdmax_status rdmax__put_chained(rdmax_ep *ep, const void *buf, uint64_t raddr,
+                                                          uint32_t rkey, size_t len)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    uint32_t n = ctx->batch_n, head = ep->sq_head, used = head - ep->sq_tail;
+    uint32_t free = rdmax__scq_free(ctx);
+    uint32_t room = RDMAX_BATCH_MAX - n, sq = ep->sq_mask - used, cq = free - 1;
+    room = room < sq ? room : sq;
+    room = room < cq ? room : cq;
+    /* used < sq_mask and free > 1 (so neither wraps), and room > 0: a room of at least one entry */
+    if (rdmax_likely(ctx->chain_end == NULL && len - 8 <= 8 && ep->max_inline >= 16 && RDMAX__FAST_RC(ep) &&
+                     used < ep->sq_mask && free > 1 && n < RDMAX_BATCH_MAX && n >= ctx->chain_dirty &&
+                     ctx->chain_hi == (uint32_t)(ep->wr_id_base >> 32))) {
+        ctx->chain_c0 = free;
+        ctx->scq_spare -= (int32_t)room;
+        ctx->chain_base = n;
+        rdmax__bent *e = &ctx->bent[n];
+        ctx->chain_end = e + room;
+        RDMAX__BENT_PUT(e, buf, len, raddr, rkey);
+        uint32_t slot = head & ep->sq_mask;
+        memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_LO, &slot, 4);
+        ep->slots[slot].op = RDMAX_OP_PUT;
+        ep->sq_head = ep->sq_stop = head + 1;
+        ctx->chain_next = e + 1;
+        ctx->cnt.bytes[RDMAX_OP_PUT] += len;
+        return RDMAX_OK;
+    }
+    return rdmax__put_chained_slow(ep, buf, raddr, rkey, len);
 }
 
 /* The puts of a list go straight into the chain's room (rdmax__bent_put) while it has room and they are
