@@ -2639,10 +2639,11 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
         (e_)->wr.wr.rdma.rkey = (rk_);                                                                 \
     } while (0)
 
-/* A put of a post list (rdmax_batch_begin; rdmax_put saw blocked == RDMAX__BLK_BATCH: connected, nothing
-   pending, and ep is the context's batch_ep) with 8 to 16 bytes of inline data and no comp, while the
-   chain has room (rdmax_ctx.chain_next, chain_end: entries, send slots and CQ entries counted out when it
-   opened, rdmax__chain_open, only with max_inline >= 16): written into its entry (RDMAX__BENT_PUT). Its
+/* A put of a post list (rdmax_batch_begin; rdmax_put saw ep is the context's batch_ep) with 8 to 16
+   bytes of inline data and no comp, while the chain has room (rdmax_ctx.chain_next, chain_end: entries,
+   send slots and CQ entries counted out when it opened, rdmax__chain_open, only with blocked ==
+   RDMAX__BLK_BATCH, i.e. connected and nothing pending, and max_inline >= 16; what blocks ep otherwise
+   closes it: rdmax__ep_block): written into its entry (RDMAX__BENT_PUT). Its
    CQ entry was reserved at the opening; its count in posted[], batch_n and its signal wait for the
    chain's close (rdmax__chain_close). Anything else: rdmax__put_chained, out of line. */
 RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf, size_t len,
@@ -2687,7 +2688,7 @@ RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, c
     if (rdmax_likely(len - 1 < ep->max_inline && comp == NULL && buf != NULL)) {
         if (rdmax_likely(RDMAX__FAST_OPEN(ep, head)))
             return rdmax__put_fast(ep, ctx, head, buf, len, raddr, rkey, 0);
-        if (ep->blocked == RDMAX__BLK_BATCH)  /* a post list: chained (rdmax__put_chain) */
+        if (ep == ctx->batch_ep)  /* a post list: chained (rdmax__put_chain) */
             return rdmax__put_chain(ep, ctx, head, buf, len, raddr, rkey);
         if (RDMAX__SIG_OPEN(ep, head))
             return rdmax__put_fast(ep, ctx, head, buf, len, raddr, rkey, 1);

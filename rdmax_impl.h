@@ -4039,6 +4039,16 @@ static void rdmax__chain_close(rdmax_ctx *ctx, rdmax_ep *ep)
         rdmax__chain_close_open(ctx, ep);
 }
 
+/* ep is blocked for `why` too (RDMAX__BLK_STATE, RDMAX__BLK_PENDING): a room it chains into closes, as
+   rdmax_put sends its puts to the room on batch_ep alone (rdmax__put_chain). */
+static void rdmax__ep_block(rdmax_ep *ep, uint8_t why)
+{
+    ep->blocked |= why;
+    if (ep->ctx->batch_ep == ep)
+        rdmax__chain_close(ep->ctx, ep);
+    rdmax__ep_regate(ep);
+}
+
 /* After the chain was posted (or dropped): the entries' set fields back (rdmax__bent). */
 static void rdmax__chain_reset(rdmax_ctx *ctx)
 {
@@ -4545,7 +4555,8 @@ static __attribute__((noinline)) rdmax_status rdmax__put_chained_slow(rdmax_ep *
     rdmax_ctx *ctx = ep->ctx;
     /* the room opens only with max_inline >= 16: rdmax_put then chains a short put without testing
        its length against max_inline */
-    if (rdmax_likely(len - 8 <= 8 && ep->max_inline >= 16 && RDMAX__FAST_RC(ep))) {
+    if (rdmax_likely(len - 8 <= 8 && ep->blocked == RDMAX__BLK_BATCH && ep->max_inline >= 16 &&
+                     RDMAX__FAST_RC(ep))) {
         rdmax__chain_close(ctx, ep);
         if (ctx->batch_n == RDMAX_BATCH_MAX) {
             /* a refusal completes the chain's comps with RDMAX_ERR_IO; this put is not posted */
@@ -4573,7 +4584,8 @@ __attribute__((noinline)) rdmax_status rdmax__put_chained(rdmax_ep *ep, const vo
     room = room < sq ? room : sq;
     room = room < cq ? room : cq;
     /* used < sq_mask and free > 1 (so neither wraps), and room > 0: a room of at least one entry */
-    if (rdmax_likely(ctx->chain_end == NULL && len - 8 <= 8 && ep->max_inline >= 16 && RDMAX__FAST_RC(ep) &&
+    if (rdmax_likely(ctx->chain_end == NULL && len - 8 <= 8 && ep->blocked == RDMAX__BLK_BATCH &&
+                     ep->max_inline >= 16 && RDMAX__FAST_RC(ep) &&
                      used < ep->sq_mask && free > 1 && n < RDMAX_BATCH_MAX && n >= ctx->chain_dirty &&
                      ctx->chain_hi == (uint32_t)(ep->wr_id_base >> 32))) {
         ctx->chain_c0 = free;
@@ -5829,8 +5841,7 @@ static void rdmax__ep_fail_why(rdmax_ep *ep, rdmax_status err, int wc_status, in
     if (ep->state == RDMAX_EP_ERROR || ep->state == RDMAX_EP_CLOSED)
         return;
     ep->state = RDMAX_EP_ERROR;
-    ep->blocked |= RDMAX__BLK_STATE;
-    rdmax__ep_regate(ep);
+    rdmax__ep_block(ep, RDMAX__BLK_STATE);
     ep->err = (int16_t)err;
     ep->last_wc_status = wc_status;
     if (kill_qp && ep->qp) {
@@ -6933,8 +6944,7 @@ static void rdmax__ep_closed(rdmax_ep *ep, int by_peer)
     if (ep->state != RDMAX_EP_CONNECTED)
         return;
     ep->state = RDMAX_EP_CLOSED;
-    ep->blocked |= RDMAX__BLK_STATE;
-    rdmax__ep_regate(ep);
+    rdmax__ep_block(ep, RDMAX__BLK_STATE);
     ep->err = by_peer ? RDMAX_ERR_CLOSED : RDMAX_OK;
     if (ep->group.count)  /* waiting requests now fail, in order */
         rdmax_arb_group_schedule(&ctx->arb, &ep->group);
@@ -7273,8 +7283,7 @@ static void rdmax__grant(rdmax_ep *ep)
     ep->grant_req.rdmax__ep = ep;
     rdmax_arb_group_push_head(&ctx->arb, &ep->group, &ep->grant_req.rdmax__elem);
     rdmax_arb_group_schedule(&ctx->arb, &ep->group);
-    ep->blocked |= RDMAX__BLK_PENDING;  /* direct posts go behind it */
-    rdmax__ep_regate(ep);
+    rdmax__ep_block(ep, RDMAX__BLK_PENDING);  /* direct posts go behind it */
 }
 
 /* The operation a request describes, posted directly. */
@@ -7361,8 +7370,7 @@ static void rdmax__req_queue(rdmax_ep *ep, rdmax_req *req)
     rdmax_arb_elem_init(&req->rdmax__elem);
     rdmax_arb_group_push(&ep->ctx->arb, &ep->group, &req->rdmax__elem);
     rdmax_arb_group_schedule(&ep->ctx->arb, &ep->group);
-    ep->blocked |= RDMAX__BLK_PENDING;  /* direct posts go behind it */
-    rdmax__ep_regate(ep);
+    rdmax__ep_block(ep, RDMAX__BLK_PENDING);  /* direct posts go behind it */
 }
 
 rdmax_status rdmax_ep_pending_add(rdmax_ep *ep, rdmax_req *req)
