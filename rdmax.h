@@ -2685,12 +2685,15 @@ RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, c
 {
     rdmax_ctx *ctx = ep->ctx;
     uint32_t head = ep->sq_head;
-    if (rdmax_likely(len - 1 < ep->max_inline && comp == NULL && buf != NULL)) {
-        if (rdmax_likely(RDMAX__FAST_OPEN(ep, head)))
+    if (rdmax_likely(RDMAX__FAST_OPEN(ep, head))) {
+        if (rdmax_likely(len - 1 < ep->max_inline && comp == NULL && buf != NULL))
             return rdmax__put_fast(ep, ctx, head, buf, len, raddr, rkey, 0);
-        if (ep == ctx->batch_ep)  /* a post list: chained (rdmax__put_chain) */
+    } else if (comp == NULL && buf != NULL) {
+        /* a post list: chained (rdmax__put_chain; its room opens only with max_inline >= 16, so a short
+           put needs no test against max_inline) */
+        if (ep == ctx->batch_ep)
             return rdmax__put_chain(ep, ctx, head, buf, len, raddr, rkey);
-        if (RDMAX__SIG_OPEN(ep, head))
+        if (len - 1 < ep->max_inline && RDMAX__SIG_OPEN(ep, head))
             return rdmax__put_fast(ep, ctx, head, buf, len, raddr, rkey, 1);
     }
     return rdmax__slow(ep, RDMAX_OP_PUT, buf, len, mem, raddr, rkey, 0, 0, comp, 0);
