@@ -6707,6 +6707,48 @@ rdmax_status rdmax__batch_end(rdmax_ep *ep)
     rdmax_ctx *ctx = ep->ctx;
     ep->blocked &= (uint8_t)~RDMAX__BLK_BATCH;
     ctx->batch_ep = NULL;
+    rdmax__bent *e = ctx->chain_next;
+    if (rdmax_likely(e != NULL && ctx->chain_base == 0)) {
+        /* The chain is one room of short puts (so no entry is dirty and none signaled yet), and its
+           close signals at most the one put at sig_at (none found scq_low CQ entries or fewer): as
+           rdmax__chain_close_open and rdmax__chain_post do, with that put's flag set back right after
+           the post. */
+        uint32_t n = (uint32_t)(e - ctx->bent), head0 = ep->sq_head - n, i = ep->sig_at - head0;
+        uint32_t c0 = ctx->chain_c0, low = ctx->scq_low;
+        if (rdmax_likely(c0 > low && c0 - low >= n && (i >= n || i + ep->signal_interval >= n))) {
+            ctx->scq_spare += (int32_t)(ctx->chain_end - e);
+            ctx->chain_next = ctx->chain_end = NULL;
+            ctx->cnt.posted[RDMAX_OP_PUT] += n;
+            ctx->cnt.post_calls += 1 - (uint64_t)n;  /* one call for n requests in posted[] */
+            rdmax__bent *sig = NULL;
+            if (i < n) {
+                sig = &ctx->bent[i];
+                rdmax__slot *s = &ep->slots[(uint32_t)sig->wr.wr_id & ep->sq_mask];
+                sig->wr.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
+                s->signaled = 1;
+                s->len = sig->sge[0].length;
+                s->raddr = sig->wr.wr.rdma.remote_addr;
+                uint32_t full = ep->sq_tail + ep->sq_mask + 1;
+                i += ep->signal_interval;
+                ep->sig_at = full - head0 < i ? full : head0 + i;  /* as rdmax__sig_next */
+            }
+            rdmax__ep_regate(ep);
+            struct ibv_send_wr *bad = NULL;
+            e[-1].wr.next = NULL;
+            RDMAX__PROF_BEGIN(ctx, POST);
+            int rc = ep->post_send(ep->qp, &ctx->bent[0].wr, &bad);  /* ibv_post_send */
+            RDMAX__PROF_END(ep->ctx, POST);
+#if RDMAX_BATCH_MAX > 1
+            if (n < RDMAX_BATCH_MAX)
+                e[-1].wr.next = &e->wr;  /* the staging stays chained */
+#endif
+            if (sig)
+                sig->wr.send_flags = IBV_SEND_INLINE;
+            if (rdmax_unlikely(rc != 0))
+                return rdmax__chain_refused(ep, rc, bad, n, 0);  /* batch_n is 0 */
+            return RDMAX_OK;
+        }
+    }
     if (rdmax_likely(ctx->chain_end != NULL))
         rdmax__chain_close_open(ctx, ep);  /* regates */
     else if (rdmax__ep_regate(ep), ctx->batch_n == 0)
