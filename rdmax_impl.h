@@ -4596,7 +4596,7 @@ __attribute__((noinline)) rdmax_status rdmax__put_chained(rdmax_ep *ep, const vo
         RDMAX__BENT_PUT(e, buf, len, raddr, rkey);
         uint32_t slot = head & ep->sq_mask;
         memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_LO, &slot, 4);
-        ep->slots[slot].op = RDMAX_OP_PUT;
+        rdmax__slot_op(&ep->slots[slot], RDMAX_OP_PUT);
         ep->sq_head = ep->sq_stop = head + 1;
         ctx->chain_next = e + 1;
         ctx->cnt.bytes[RDMAX_OP_PUT] += len;
