@@ -331,6 +331,33 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     }
     tl_end();
 
+    /* Retirement leaves a slot's signaled flag as it was, so every post must clear it: here every slot
+       was signaled (a put with a comp each) before a batch's first put reuses one. Were the flag left
+       set, flush would take that unsignaled put for a signaled one and wait for a completion that never
+       comes (RDMAX_ERR_TIMEOUT); the batch's first put is not at sig_at (the comps moved it on). */
+    tl_begin("%s/a batch's first put after every slot was signaled: flush completes", topo);
+    {
+        uint32_t depth = rdmax_ep_query_desc(a).sq_depth;
+        for (uint32_t i = 0; i < depth + 1; i++) {
+            rdmax_comp c;
+            memset(&c, 0, sizeof c);
+            uint64_t v = i;
+            CHECK_ST(rdmax_put(a, &v, 8, NULL, raddr, dst->rkey, &c), RDMAX_INPROGRESS);
+            while (!c.done)
+                progress2(ca, cb);
+            CHECK_ST(c.status, RDMAX_OK);
+        }
+        for (int round = 0; round < 3; round++) {
+            uint64_t v = 0x5151515100000000ull | (uint64_t)round;
+            rdmax_batch_begin(a);
+            CHECK_ST(rdmax_put(a, &v, 8, NULL, raddr + 8, dst->rkey, NULL), RDMAX_OK);
+            CHECK_ST(rdmax_batch_end(a), RDMAX_OK);
+            CHECK_ST(rdmax_ep_flush(a, T_MS), RDMAX_OK);
+            CHECK(((uint64_t *)(void *)d)[1] == v, "round %d: the put did not land", round);
+        }
+    }
+    tl_end();
+
     /* Chained puts of every inline length around the two-word copy (8 to 16 bytes) and past the
        RDMAX_BATCH_MAX chain, from one buffer rewritten after each call: each put's data is its own. */
     tl_begin("%s/batch of 70 puts of 1 to 40 bytes from a reused buffer", topo);
