@@ -244,14 +244,18 @@ static int seq_slow(struct side *s, uint64_t seq)
 }
 #endif
 
+/* The clock is read only after a refusal: a post that goes through (the usual case) costs no clock
+   read on the critical path (under emulation one costs about a microsecond). */
 static int post_retry(struct side *s, int (*post)(struct side *, uint64_t), uint64_t tag)
 {
+    int st = post(s, tag);
+    if (rdmax_likely(st != RDMAX_ERR_NO_RESOURCE))
+        return st;
     double deadline = now_us() + TIMEOUT_MS * 1000.0;
     for (;;) {
-        int st = post(s, tag);
-        if (st != RDMAX_ERR_NO_RESOURCE)
-            return st;
         rdmax_progress(rdmax_ep_ctx(s->ep));
+        if ((st = post(s, tag)) != RDMAX_ERR_NO_RESOURCE)
+            return st;
         if (now_us() > deadline)
             return RDMAX_ERR_TIMEOUT;
     }
@@ -269,7 +273,8 @@ static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
 {
     struct side *s = (struct side *)user;
     (void)ep;
-    s->t_arrive = now_us();
+    if (!s->is_server)  /* the client's timestamp; the server answers without a clock read */
+        s->t_arrive = now_us();
     uint64_t tag = s->expect_tag;
 #ifdef RDMAX_TRANSPORT_UD
     uint64_t seq = datagram_seq((const unsigned char *)data, len, tag);
@@ -320,7 +325,8 @@ static int put_arrived(struct side *s, uint64_t tag)
     if (*last != pattern(tag, s->size - 1))
         return 0;
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
-    s->t_arrive = now_us();
+    if (!s->is_server)
+        s->t_arrive = now_us();
     return 1;
 }
 
