@@ -12,7 +12,8 @@
    transport, message size and number of endpoints. The server allocates and registers the buffer the
    client will write to or read from (one message-sized region per endpoint), answers READY with its
    address and key, and accepts the data endpoints. The client then keeps every data endpoint's send queue
-   full: it posts up to -l operations chained into one ibv_post_send (rdmax_batch_begin/rdmax_batch_end),
+   full: it posts up to -l operations chained into one ibv_post_send (inline RC puts: rdmax_put_list;
+   the rest: rdmax_batch_begin, the operations, rdmax_batch_end),
    unsignaled except for one in -Q (the endpoint's signal_interval), and when rdmax answers
    RDMAX_ERR_NO_RESOURCE (send queue, CQ, read budget or the peer's receive credits are used up) it drives
    rdmax_progress and tries again. -O sets the send-queue depth, so it bounds the operations in flight per
@@ -375,6 +376,7 @@ struct tx {
     uint64_t credit;              /* UD: messages the receiver has processed */
     unsigned char *ring;          /* UD sends: ring_n slots of the message size, each datagram numbered */
     uint32_t ring_n;
+    rdmax_put_req *reqs;          /* inline RC puts with -l > 1: a post list of -l of them, built once */
 };
 
 static void on_credit(rdmax_ep *ep, void *data, size_t len, void *user)
@@ -493,8 +495,24 @@ static int run_size(struct run *r, struct row *row)
     uint64_t total = 0;
     int rc = 0;
     for (unsigned i = 0; i < r->n; i++) {
-        r->tx[i].posted = 0;
-        r->tx[i].target = o.duration > 0 ? UINT64_MAX : o.iters;
+        struct tx *x = &r->tx[i];
+        x->posted = 0;
+        x->target = o.duration > 0 ? UINT64_MAX : o.iters;
+        x->reqs = NULL;
+        if (o.test == T_PUT && !o.ud && r->lmem == NULL && o.post_list > 1) {
+            x->reqs = (rdmax_put_req *)malloc(o.post_list * sizeof *x->reqs);
+            if (!x->reqs) {
+                fprintf(stderr, "out of memory\n");
+                rc = -1;
+                goto out;
+            }
+            for (unsigned k = 0; k < o.post_list; k++) {
+                x->reqs[k].buf = x->lbuf;
+                x->reqs[k].len = r->size;
+                x->reqs[k].raddr = x->raddr;
+                x->reqs[k].rkey = x->rkey;
+            }
+        }
     }
     rdmax_counters c0, c1;
     rdmax_counters_get(r->ctx, &c0);
@@ -518,12 +536,17 @@ static int run_size(struct run *r, struct row *row)
                 room = o.post_list;
             if (room == 0)
                 continue;
-            int chain = room > 1;
-            if (chain)
+            int chain = room > 1, list = chain && x->reqs != NULL;
+            if (chain && !list)
                 rdmax_batch_begin(x->ep);
             rdmax_status st = RDMAX_OK;
-            uint64_t k;
-            for (k = 0; k < room; k++) {
+            uint64_t k = 0;
+            if (list) {
+                size_t took = 0;
+                st = rdmax_put_list(x->ep, x->reqs, (size_t)room, &took);
+                k = took;
+            }
+            for (; !list && k < room; k++) {
                 if (x->ring) {  /* UD: the datagram's number, in a slot no request in flight still uses */
                     uint64_t seq = x->posted + k;
                     seq += test_skip && seq >= 5;  /* the control: the receiver must count 1 missing */
@@ -538,7 +561,7 @@ static int run_size(struct run *r, struct row *row)
             }
             x->posted += k;
             total += k;
-            rdmax_status se = chain ? rdmax_batch_end(x->ep) : RDMAX_OK;
+            rdmax_status se = chain && !list ? rdmax_batch_end(x->ep) : RDMAX_OK;
             if ((st < 0 && st != RDMAX_ERR_NO_RESOURCE) || se < 0) {
                 rdmax_status e = st < 0 && st != RDMAX_ERR_NO_RESOURCE ? st : se;
                 fprintf(stderr, "%s of %zu bytes on endpoint %u: %s\n", test_names[o.test], r->size, i,
@@ -605,6 +628,10 @@ static int run_size(struct run *r, struct row *row)
     row->mpps = avg / 1e6;
     row->post_calls = c1.post_calls - c0.post_calls;
 out:
+    for (unsigned i = 0; i < r->n; i++) {
+        free(r->tx[i].reqs);
+        r->tx[i].reqs = NULL;
+    }
     free(smp.t);
     free(smp.n);
     return rc;
@@ -1177,7 +1204,7 @@ static void usage(FILE *f, const char *prog)
             "  -s, --size=BYTES       message size (K and M suffixes)                [%d]\n"
             "  -a, --all              all sizes 2 B .. 8 MiB (UD: .. MTU), powers of two\n"
             "  -q, --qps=N            data endpoints, served round-robin             [1]\n"
-            "  -l, --post_list=N      operations chained into one post (rdmax_batch) [%d]\n"
+            "  -l, --post_list=N      operations chained into one post (inline puts: rdmax_put_list; else rdmax_batch) [%d]\n"
             "  -Q, --cq-mod=N         one signaled operation every N (signal_interval) [64, at most -O/2]\n"
             "  -O, --outstanding=N    send-queue depth: operations in flight per endpoint [%d]\n"
             "  -n, --iters=N          operations per endpoint                        [%d]\n"
