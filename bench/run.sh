@@ -149,8 +149,8 @@ bestl=$(rate_best | awk '{ print $2 }' | sort | uniq -c | sort -rn | awk 'NR == 
 row rate_put 8 msg_rate_Mpps "$rr" "ib_write_bw best post list (-l ${bestl:-?} most often)" "$best" "ge 1.0"
 
 # Instructions per 8 B put (user space, callgrind). rdmax: the inclusive cost of bw_put (rdmax_put plus
-# the provider's post_send it calls) and of rdmax__post_chain called from elsewhere (a chain posted by
-# rdmax_batch_end), over the puts posted; the provider's share is its inclusive cost per call times the
+# the provider's post_send it calls), of bw_put_list (rdmax_put_list, the post list of -l > 1) and of
+# rdmax__post_chain called from elsewhere (a chain posted by rdmax_batch_end), over the puts posted; the provider's share is its inclusive cost per call times the
 # calls, over the puts. perftest: the provider's post_send entry (the same function of librxe, found as
 # bw_put's callee) per call in ib_write_lat.
 cgv() { perl bench/cg_calls.pl "$@" 2>/dev/null; }
@@ -161,14 +161,14 @@ instr_rdmax() { # FILE.out FILE.txt -> "total provider_per_put provider_fn"
 	[ -s "$out" ] || return 0
 	n=$(posted_puts "$txt")
 	[ -n "$n" ] && [ "$n" -gt 0 ] || return 0
-	p=$(cgv "$out" bw_put rdmax__post_chain rdmax__put_chained)
-	incl=$(echo "$p" | grep '^fn=bw_put ' | field incl)
+	p=$(cgv "$out" bw_put bw_put_list rdmax__post_chain rdmax__put_chained)
+	incl=$(echo "$p" | awk '/^fn=(bw_put|bw_put_list) / { sub(/.* incl=/, ""); s += $1 } END { print s + 0 }')
 	chain=$(echo "$p" | grep '^fn=rdmax__post_chain ' | field incl)
 	# chains posted from inside bw_put (its batch_end, or a chained put that filled the staging through
 	# rdmax__put_chained, which only rdmax_put calls) are in bw_put's count already
-	chain_in=$(echo "$p" | awk '/^fn=(bw_put|rdmax__put_chained) /{ f = 1; next } /^fn=/{ f = 0 }
+	chain_in=$(echo "$p" | awk '/^fn=(bw_put|bw_put_list|rdmax__put_chained) /{ f = 1; next } /^fn=/{ f = 0 }
 		f && /^callee=rdmax__post_chain / { sub(/.* incl=/, ""); s += $1 } END { print s + 0 }')
-	prov_fn=$(echo "$p" | awk '/^fn=/{ f = ($1 == "fn=bw_put") } f && /^callee=/ && /librxe/ { sub("callee=", "", $1); print $1; exit }')
+	prov_fn=$(echo "$p" | awk '/^fn=/{ f = ($1 == "fn=bw_put" || $1 == "fn=bw_put_list") } f && /^callee=/ && /librxe/ { sub("callee=", "", $1); print $1; exit }')
 	[ -n "$prov_fn" ] || prov_fn=$(echo "$p" | awk '/^fn=rdmax__post_chain /{ f = 1; next } /^fn=/{ f = 0 } f && /librxe/ { sub("callee=", "", $1); print $1; exit }')
 	prov_incl=$(cgv "$out" "$prov_fn" | grep "^fn=" | field incl)
 	awk -v i="${incl:-0}" -v c="${chain:-0}" -v ci="${chain_in:-0}" -v n="$n" -v pi="${prov_incl:-0}" -v f="$prov_fn" \
@@ -363,7 +363,7 @@ elapsed=$((SECONDS - T0))
 	echo "How the instructions were counted: callgrind in the guest, user space only. rdmax: rdmax_bw -t put"
 	echo "-s 8 -n 2000 (8 B puts go inline) with post list 1 and 32; the put is the out-of-line function"
 	echo "bw_put (rdmax_put and the verbs provider's post_send it calls, plus the call itself); with a post"
-	echo "list, chains posted by rdmax_batch_end (rdmax__post_chain) are added; the sum is divided by the puts"
+	echo "list, bw_put_list (rdmax_put_list of -l puts, its post included); the sum is divided by the puts"
 	echo "posted. \"Minus provider\" subtracts rxe's post_send (librxe ${prov_fn:-?}, the function bw_put calls)"
 	echo "per put. Reference: the same librxe function per call in ib_write_lat -s 8 -n 1000 (perftest posts"
 	echo "with ibv_post_send directly, so its own code around the call is a handful of instructions). The"

@@ -409,6 +409,11 @@ static BW_NOINLINE rdmax_status bw_put(struct tx *t, size_t size, const rdmax_me
     return rdmax_put(t->ep, t->lbuf, size, mem, t->raddr, t->rkey, NULL);
 }
 
+static BW_NOINLINE rdmax_status bw_put_list(struct tx *t, size_t n, size_t *took)
+{
+    return rdmax_put_list(t->ep, t->reqs, n, took);
+}
+
 static BW_NOINLINE rdmax_status bw_send(struct tx *t, size_t size, const rdmax_mem *mem)
 {
     return rdmax_send(t->ep, t->lbuf, size, mem, NULL);
@@ -543,7 +548,7 @@ static int run_size(struct run *r, struct row *row)
             uint64_t k = 0;
             if (list) {
                 size_t took = 0;
-                st = rdmax_put_list(x->ep, x->reqs, (size_t)room, &took);
+                st = bw_put_list(x, (size_t)room, &took);
                 k = took;
             }
             for (; !list && k < room; k++) {
