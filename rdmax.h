@@ -252,8 +252,10 @@
    nothing for that long sends one zero-length RDMA write, so a vanished peer is found within keepalive_ms
    + the RC retry time with no application traffic. Device events (port down/active, QP fatal, device
    fatal, CQ error, GID change) are read without blocking from the context's async fd. The watchdog,
-   keepalives and device events run from rdmax_progress (every 1024th call, at most one pass per 100 ms)
-   and from rdmax_wait (which sleeps in slices of 100 ms): a program that drives neither gets none of it.
+   keepalives and device events run from rdmax_progress (every 1024th call, at most once per step of the
+   coarse clock, 1-4 ms, so a spinning caller makes no system call for them per round trip; the watchdog
+   and keepalive pass at most once per 100 ms) and from rdmax_wait (which sleeps in slices of 100 ms): a
+   program that drives neither gets none of it.
    rdmax_ep_disconnect() drains, tells the peer and leaves both sides RDMAX_EP_CLOSED (the peer's
    rdmax_ep_error() and posts return RDMAX_ERR_CLOSED, and its flush says "the peer disconnected"):
    a close is not a failure, and is distinct from one in the state and in the EP_CLOSED profile event.
@@ -1367,9 +1369,10 @@ struct rdmax_ctx {
     uint32_t rcq_size, rq_total; /* receive CQ entries, and receive requests all endpoints may post */
     uint32_t n_eps;
     uint32_t prof_event_mask;   /* profile events someone registered for (rdmax__profile_wants) */
-    uint32_t tick;              /* progress calls until the next rdmax__tick (counts down from
-                                   RDMAX__TICK_CALLS: every 1024th call runs it) */
+    uint32_t tick;              /* progress calls until the next rdmax__tick_due (counts down from
+                                   RDMAX__TICK_CALLS) */
     int64_t next_tick_ms;       /* next watchdog and keepalive pass */
+    int64_t tick_coarse_ms;     /* the coarse clock at the last tick from progress (rdmax__tick_due) */
     int64_t port_down_ms;       /* when the port last went down (0: never), for error messages */
     int64_t last_pass_ms;       /* the last watchdog pass */
     uint8_t port_up;
@@ -1705,10 +1708,12 @@ RDMAX_API rdmax_status rdmax_ep_error(const rdmax_ep *ep); /* first error, RDMAX
    Result: RDMAX_OK, or the error that stopped the drain (the endpoint is closed either way).
    Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms);
-/* rdmax__tick: the low-rate slow path of rdmax_progress (device events, watchdog, keepalive), every
-   RDMAX__TICK_CALLS-th call. */
+/* rdmax__tick: the low-rate slow path (device events, watchdog, keepalive). rdmax_progress calls
+   rdmax__tick_due every RDMAX__TICK_CALLS-th call, which runs the tick at most once per step of the
+   coarse clock (1-4 ms). */
 #define RDMAX__TICK_CALLS 1024u
 RDMAX_API void rdmax__tick(rdmax_ctx *ctx);
+RDMAX_API void rdmax__tick_due(rdmax_ctx *ctx);
 
 /* Endpoint accessors. Threads: the context's thread.
    rdmax_ep_remote: region `index` the peer advertised (its desc's expose, then expose_list, in order),
@@ -2892,16 +2897,17 @@ RDMAX_INLINE int rdmax__poll_recv_fast(rdmax_ctx *ctx)
     return ud + rdmax__recv_cqes(ctx, n);
 }
 
-/* What rdmax_progress does after the receive CQ: every 1024th call the tick (a count down: one decrement
-   and one branch), the send CQ, the pending queue. Returns the send completions handled. n is not live
-   across a call (the dispatch returns it), so the idle path keeps one register: no stack frame but ctx.
+/* What rdmax_progress does after the receive CQ: every 1024th call the tick when due (a count down: one
+   decrement and one branch), the send CQ, the pending queue. Returns the send completions handled. n is
+   not live across a call (the dispatch returns it), so the idle path keeps one register: no stack frame
+   but ctx.
    Completions end in a tail call of rdmax__progress_cqes, which serves the pending queue after them. */
 RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
 {
     /* Device events, the watchdog and keepalives: out of line. */
     if (rdmax_unlikely(--ctx->tick == 0)) {
         ctx->tick = RDMAX__TICK_CALLS;
-        rdmax__tick(ctx);
+        rdmax__tick_due(ctx);
     }
     /* Send completions that only free resources are polled every 4th call (a busy-waiting caller then
        spins faster and sees a reply sooner); every call when someone waits on a completion object or

@@ -7219,6 +7219,21 @@ static void rdmax__keepalive(rdmax_ep *ep)
     rdmax__ep_post(ep, wr, NULL, RDMAX_OP_KEEPALIVE, 0, r0.addr, NULL);
 }
 
+/* The tick reads the event fds (two system calls) and the fine clock (a system call too where the clock
+   source has no vDSO reader, as in a TCG guest). A caller spinning on progress would pay that every 1024
+   calls, a few times per round trip, which costs latency the floor does not pay. The coarse clock is read
+   from the vDSO's data page, never a system call: the tick runs once per step of it (a jiffy, 1-4 ms). */
+void rdmax__tick_due(rdmax_ctx *ctx)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    if (now == ctx->tick_coarse_ms)
+        return;
+    ctx->tick_coarse_ms = now;
+    rdmax__tick(ctx);
+}
+
 void rdmax__tick(rdmax_ctx *ctx)
 {
     rdmax__async_events(ctx);
