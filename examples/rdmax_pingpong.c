@@ -15,8 +15,10 @@
    size, and half the round trip is reported, as ib_send_lat and ib_write_lat do. get, fadd and cswap are
    one-sided: the server only exposes memory and the full round trip is reported, as ib_read_lat and
    ib_atomic_lat do. Every iteration's payload is checked by whoever receives it; a mismatch stops the run
-   with a non-zero exit. Multicast (-g, UD only): the client sends each message to the group, every server
-   joined to it checks it, and one server (the one the client connected to) answers by unicast.
+   with a non-zero exit. Payloads are filled before their turn and checked after the answer (alternating
+   halves of each buffer), so the round trip holds only what perftest's does. Multicast (-g, UD only): the
+   client sends each message to the group, every server joined to it checks it, and one server (the one
+   the client connected to) answers by unicast.
    UD datagrams are numbered (the first 8 bytes, or below 8 bytes the pattern's tag byte): each end prints
    how many were missing, duplicated or out of order, beside rdmax's own ud.skipped, ud.late, ud.duplicates.
 */
@@ -76,11 +78,15 @@ struct row {
 struct side {
     rdmax_ep *ep;
     rdmax_ep *tx;            /* the client's pings go here: ep, or a multicast endpoint (-g) */
-    rdmax_mem *mem;          /* exposed buffer: put target, get source, atomic target; reply source */
+    rdmax_mem *mem;          /* exposed buffer: put target, get source, atomic target */
     unsigned char *buf;
     rdmax_mem *smem;         /* send / local staging buffer */
     unsigned char *sbuf;
     size_t size;
+    size_t half;             /* buf and sbuf are two halves of this many bytes each: iteration `tag` uses
+                                half tag & 1, so a payload is filled before its turn and checked after
+                                the answer, off the round trip, without overwriting one in flight */
+    uint64_t ready;          /* sbuf's half ready & 1 holds the payload of this tag (UINT64_MAX: none) */
     uint64_t got;            /* messages received */
     uint64_t expect_tag;     /* the tag the next message must carry */
     int bad;                 /* a payload check failed */
@@ -261,11 +267,22 @@ static int post_retry(struct side *s, int (*post)(struct side *, uint64_t), uint
     }
 }
 
+/* The payload of iteration `tag` into its half of sbuf, ahead of its turn (perftest sends whatever its
+   buffer holds; filling 4 KiB on the round trip costs microseconds under emulation). The half is free:
+   the message that used it last, two iterations ago, has been answered. */
+static void prefill(struct side *s, uint64_t tag)
+{
+    unsigned char *b = s->sbuf + (tag & 1) * s->half;
+    fill(b, s->size, tag);
+    stamp(b, s->size, tag);
+    s->ready = tag;
+}
+
 static int do_send(struct side *s, uint64_t tag)
 {
-    fill(s->sbuf, s->size, tag);
-    stamp(s->sbuf, s->size, tag);
-    int st = rdmax_send(s->tx ? s->tx : s->ep, s->sbuf, s->size, s->smem, NULL);
+    if (rdmax_unlikely(s->ready != tag))  /* UD: a lost ping moved the tag on */
+        prefill(s, tag);
+    int st = rdmax_send(s->tx ? s->tx : s->ep, s->sbuf + (tag & 1) * s->half, s->size, s->smem, NULL);
     return st == RDMAX_INPROGRESS ? RDMAX_OK : st;
 }
 
@@ -293,10 +310,14 @@ static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
     s->expect_tag++;
 #endif
     s->got++;
-    /* The server answers first and checks after: the check is done on every message, but not while
-       the client waits; the client's check comes after its timestamp. */
-    if (s->is_server && s->reply && s->got <= s->reply_limit && post_retry(s, do_send, tag) != RDMAX_OK)
-        s->bad = 1;
+    /* The server answers first (its payload filled ahead), then fills the next answer and checks: the
+       check is done on every message, but not while the client waits; the client's check comes after
+       its timestamp. */
+    if (s->is_server && s->reply && s->got <= s->reply_limit) {
+        if (post_retry(s, do_send, tag) != RDMAX_OK)
+            s->bad = 1;
+        prefill(s, tag + 1);
+    }
 #ifdef RDMAX_TRANSPORT_UD
     size_t from = len >= 8 ? 8 : 0;  /* the number is checked above */
 #else
@@ -310,18 +331,22 @@ static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
 }
 
 #ifdef RDMAX_TRANSPORT_RC
+/* Into the peer's half tag & 1: the peer checks a put after answering it, while our next put goes to
+   the other half. */
 static int do_put(struct side *s, uint64_t tag)
 {
-    fill(s->sbuf, s->size, tag);
+    if (rdmax_unlikely(s->ready != tag))
+        prefill(s, tag);
     const rdmax_rbuf *r = rdmax_ep_remote(s->ep, 0);  /* every side exposes s->mem (ep_desc_for) */
-    int st = rdmax_put(s->ep, s->sbuf, s->size, s->smem, r->addr, r->rkey, NULL);
+    size_t off = (tag & 1) * s->half;
+    int st = rdmax_put(s->ep, s->sbuf + off, s->size, s->smem, r->addr + off, r->rkey, NULL);
     return st == RDMAX_INPROGRESS ? RDMAX_OK : st;
 }
 
-/* A put has landed when the last byte of our exposed buffer carries the tag's pattern. */
+/* A put has landed when the last byte of our exposed half carries the tag's pattern. */
 static int put_arrived(struct side *s, uint64_t tag)
 {
-    volatile unsigned char *last = s->buf + s->size - 1;
+    volatile unsigned char *last = s->buf + (tag & 1) * s->half + s->size - 1;
     if (*last != pattern(tag, s->size - 1))
         return 0;
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
@@ -332,7 +357,7 @@ static int put_arrived(struct side *s, uint64_t tag)
 
 static void put_check(struct side *s, uint64_t tag)
 {
-    if (check(s->buf, s->size, tag, 0))
+    if (check(s->buf + (tag & 1) * s->half, s->size, tag, 0))
         s->bad = 1;
 }
 #endif
@@ -343,11 +368,11 @@ static int send_final(struct side *s, uint64_t tag)
 {
     rdmax_comp c;
     memset(&c, 0, sizeof c);
-    fill(s->sbuf, s->size, tag);
-    stamp(s->sbuf, s->size, tag);
+    prefill(s, tag);
+    unsigned char *b = s->sbuf + (tag & 1) * s->half;
     rdmax_status st;
     double deadline = now_us() + TIMEOUT_MS * 1000.0;
-    while ((st = rdmax_send(s->ep, s->sbuf, s->size, s->smem, &c)) == RDMAX_ERR_NO_RESOURCE && now_us() < deadline)
+    while ((st = rdmax_send(s->ep, b, s->size, s->smem, &c)) == RDMAX_ERR_NO_RESOURCE && now_us() < deadline)
         rdmax_progress(rdmax_ep_ctx(s->ep));
     if (st == RDMAX_OK)
         return 0;
@@ -366,9 +391,12 @@ static void serve_step(struct side *srv)
 {
 #ifdef RDMAX_TRANSPORT_RC
     if (g_opt->test == T_PUT && put_arrived(srv, srv->expect_tag)) {
-        put_check(srv, srv->expect_tag);  /* before answering: the client's next put overwrites it */
+        /* answer first: the client's next put goes to the other half, and the one after it comes only
+           once this answer arrived, after the check */
         if (post_retry(srv, do_put, srv->expect_tag) != RDMAX_OK)
             srv->bad = 1;
+        prefill(srv, srv->expect_tag + 1);
+        put_check(srv, srv->expect_tag);
         srv->expect_tag++;
     }
 #else
@@ -512,6 +540,8 @@ static int client_run(struct side *cli, struct side *srv, size_t size, struct ro
     int rc = 0;
     for (unsigned i = 0; i < total && rc == 0; i++) {
         uint64_t tag = cli->expect_tag;
+        if (half)
+            prefill(cli, tag);  /* before the clock starts, as perftest's buffer is ready before it */
         double t0 = now_us();
 #ifdef RDMAX_TRANSPORT_RC
         if (g_opt->test == T_PUT) {
@@ -726,21 +756,28 @@ static int write_files(const struct opts *o, const struct row *r, int n)
 }
 
 
-/* Buffers of one side for one size: the exposed region (remote rights) and a local staging one. */
+/* Buffers of one side for one size: the exposed region (remote rights) and a local staging one, each
+   two halves (struct side). */
 static int side_setup(rdmax_ctx *ctx, struct side *s, size_t size)
 {
-    size_t n = size < 8 ? 8 : size;
-    if (rdmax_mem_alloc(ctx, n, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_ATOMIC,
-                        &s->mem) != RDMAX_OK ||
-        rdmax_mem_alloc(ctx, n, RDMAX_ACCESS_LOCAL, &s->smem) != RDMAX_OK) {
-        fprintf(stderr, "registering %zu bytes: %s\n", n, last_item(ctx));
+    size_t n = size < 8 ? 8 : (size + 7) & ~(size_t)7;  /* halves 8-aligned (atomics) */
+    if (rdmax_mem_alloc(ctx, 2 * n, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE |
+                        RDMAX_ACCESS_REMOTE_ATOMIC, &s->mem) != RDMAX_OK ||
+        rdmax_mem_alloc(ctx, 2 * n, RDMAX_ACCESS_LOCAL, &s->smem) != RDMAX_OK) {
+        fprintf(stderr, "registering %zu bytes: %s\n", 2 * n, last_item(ctx));
         return -1;
     }
     s->buf = (unsigned char *)s->mem->addr;
     s->sbuf = (unsigned char *)s->smem->addr;
     s->size = size;
+    s->half = n;
+    s->ready = UINT64_MAX;
     if (g_opt->test == T_GET)
         fill(s->buf, size, 0);  /* what the client's reads must find */
+    if (g_opt->test == T_PUT) {  /* as if tags -2 and -1 had landed: no half looks arrived too early */
+        fill(s->buf, size, (uint64_t)-2);
+        fill(s->buf + n, size, (uint64_t)-1);
+    }
     return 0;
 }
 
