@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/run.sh - the side-by-side benchmark behind `make bench`: rdmax against perftest, ucx_perftest
-# and UCX's own data structures, on the same device, interleaved, medians of three rounds.
+# and UCX's own data structures, on the same device, interleaved, three rounds paired by round.
 #
 #   bench/run.sh                 (from anywhere; works in the repository root)
 #
@@ -85,6 +85,28 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) exit; if (NR % 2) pr
 # rounds CASE TOOL KIND: the per-round values, one per line
 rounds() { local f; for f in "$RAW"/r*/"$1__$2.txt"; do value "$f" "$3"; done; }
 med() { rounds "$1" "$2" "$3" | median; }
+# paired CASE TOOL REF KIND [REFKIND]: "tool reference" of one round, the one whose tool / reference
+# ratio is the median of the rounds where both ran (of two, the lower). Within a round the tools of a
+# case run back to back; between rounds the guest drifts (a round where every tool is 20% slower is
+# common), so the ratio of separate medians can pair a slow round of one tool with a fast one of another.
+paired() {
+	local d a b
+	for d in "$RAW"/r*; do
+		a=$(value "$d/$1__$2.txt" "$4")
+		b=$(value "$d/$1__$3.txt" "${5:-$4}")
+		[ -n "$a" ] && [ -n "$b" ] && echo "$a $b"
+	done | median_pair
+}
+# median_pair: lines "a b" -> the one whose a / b is the median (of an even count, the lower middle)
+median_pair() {
+	awk '$2 != 0 { print $1 / $2, $1, $2 }' | sort -g | awk '{ v[NR] = $2 " " $3 } END { if (NR) print v[int((NR + 1) / 2)] }'
+}
+# prow CASE SIZE METRIC RAWCASE TOOL REF KIND REFKIND LABEL GOAL: a row of paired values
+prow() {
+	local a b
+	read -r a b <<<"$(paired "$4" "$5" "$6" "$7" "$8")"
+	row "$1" "$2" "$3" "${a:-}" "$9" "${b:-}" "${10}"
+}
 # best post list of ib_write_bw per round, then the median; also which -l won most often
 rate_best() {
 	local d v best l bl
@@ -116,37 +138,37 @@ FLOOR="raw verbs floor"
 for op in put send get; do
 	case $op in put) pt=ib_write_lat ucx=ucx_put_lat ;; send) pt=ib_send_lat ucx=ucx_am_lat ;; get) pt=ib_read_lat ucx= ;; esac
 	for s in 8 4096; do
-		r=$(med "lat_${op}_$s" rdmax lat)
-		row "lat_$op" $s t_typical_us "$r" "$FLOOR" "$(med "lat_${op}_$s" floor lat)" "le 1.02"
-		row "lat_$op" $s t_typical_us "$r" "$pt" "$(med "lat_${op}_$s" $pt lat)" "le 1.0"
-		[ -n "$ucx" ] && row "lat_$op" $s t_typical_us "$r" "ucx_perftest ${ucx#ucx_} rc_verbs p50" "$(med "lat_${op}_$s" $ucx ucx)" "le 1.0"
+		prow "lat_$op" $s t_typical_us "lat_${op}_$s" rdmax floor lat lat "$FLOOR" "le 1.02"
+		prow "lat_$op" $s t_typical_us "lat_${op}_$s" rdmax $pt lat lat "$pt" "le 1.0"
+		[ -n "$ucx" ] && prow "lat_$op" $s t_typical_us "lat_${op}_$s" rdmax $ucx lat ucx "ucx_perftest ${ucx#ucx_} rc_verbs p50" "le 1.0"
 	done
 done
 for a in fadd:FETCH_AND_ADD cswap:CMP_AND_SWAP; do
-	r=$(med "lat_${a%%:*}_8" rdmax lat)
-	row "lat_${a%%:*}" 8 t_typical_us "$r" "$FLOOR" "$(med "lat_${a%%:*}_8" floor lat)" "le 1.02"
-	row "lat_${a%%:*}" 8 t_typical_us "$r" "ib_atomic_lat -A ${a#*:}" "$(med "lat_${a%%:*}_8" ib_atomic_lat lat)" "le 1.0"
+	prow "lat_${a%%:*}" 8 t_typical_us "lat_${a%%:*}_8" rdmax floor lat lat "$FLOOR" "le 1.02"
+	prow "lat_${a%%:*}" 8 t_typical_us "lat_${a%%:*}_8" rdmax ib_atomic_lat lat lat "ib_atomic_lat -A ${a#*:}" "le 1.0"
 done
 # profiling (issue 7): the default build has the variables and events compiled in; --profile reads them
 # once, after the run ("compiled in, not read" during it). RDMAX_PROFILE adds the timed points.
-row profile_lat_put 8 t_typical_us "$(med prof_lat_put_8 notread lat)" "default build, profile not opened" "$(med prof_lat_put_8 default lat)" "le 1.02"
-row profile_lat_put 8 t_typical_us "$(med prof_lat_put_8 points lat)" "default build, profile not opened" "$(med prof_lat_put_8 default lat)" "-"
-row profile_rate_put 8 msg_rate_Mpps "$(med prof_rate_put_8 notread rate)" "default build, profile not opened" "$(med prof_rate_put_8 default rate)" "ge 0.98"
-row profile_rate_put 8 msg_rate_Mpps "$(med prof_rate_put_8 points rate)" "default build, profile not opened" "$(med prof_rate_put_8 default rate)" "-"
+prow profile_lat_put 8 t_typical_us prof_lat_put_8 notread default lat lat "default build, profile not opened" "le 1.02"
+prow profile_lat_put 8 t_typical_us prof_lat_put_8 points default lat lat "default build, profile not opened" "-"
+prow profile_rate_put 8 msg_rate_Mpps prof_rate_put_8 notread default rate rate "default build, profile not opened" "ge 0.98"
+prow profile_rate_put 8 msg_rate_Mpps prof_rate_put_8 points default rate rate "default build, profile not opened" "-"
 for op in put:ib_write_bw send:ib_send_bw get:ib_read_bw; do
-	r=$(med "bw_${op%%:*}_65536" rdmax bw)
-	row "bw_${op%%:*}" 65536 bw_avg_MBps "$r" "$FLOOR" "$(med "bw_${op%%:*}_65536" floor bw)" "ge 0.98"
-	row "bw_${op%%:*}" 65536 bw_avg_MBps "$r" "${op#*:}" "$(med "bw_${op%%:*}_65536" "${op#*:}" bw)" "ge 1.0"
+	prow "bw_${op%%:*}" 65536 bw_avg_MBps "bw_${op%%:*}_65536" rdmax floor bw bw "$FLOOR" "ge 0.98"
+	prow "bw_${op%%:*}" 65536 bw_avg_MBps "bw_${op%%:*}_65536" rdmax "${op#*:}" bw bw "${op#*:}" "ge 1.0"
 done
-r=$(med bw_udsend_1024 rdmax bw)
-row bw_ud_send 1024 bw_avg_MBps "$r" "$FLOOR" "$(med bw_udsend_1024 floor bw)" "ge 0.98"
-row bw_ud_send 1024 bw_avg_MBps "$r" "ib_send_bw -c UD" "$(med bw_udsend_1024 ib_send_bw_ud bw)" "ge 1.0"
-rr=$(med rate_put_8 rdmax rate)
-row rate_put 8 msg_rate_Mpps "$rr" "$FLOOR" "$(med rate_put_8 floor rate)" "ge 0.98"
-row rate_put 8 msg_rate_Mpps "$rr" "ib_write_bw (default post list)" "$(med rate_put_8 ib_write_bw rate)" "ge 1.3"
-best=$(rate_best | awk '{ print $1 }' | median)
+prow bw_ud_send 1024 bw_avg_MBps bw_udsend_1024 rdmax floor bw bw "$FLOOR" "ge 0.98"
+prow bw_ud_send 1024 bw_avg_MBps bw_udsend_1024 rdmax ib_send_bw_ud bw bw "ib_send_bw -c UD" "ge 1.0"
+prow rate_put 8 msg_rate_Mpps rate_put_8 rdmax floor rate rate "$FLOOR" "ge 0.98"
+prow rate_put 8 msg_rate_Mpps rate_put_8 rdmax ib_write_bw rate rate "ib_write_bw (default post list)" "ge 1.3"
+# ib_write_bw's best post list of each round, paired with rdmax's rate of that round
 bestl=$(rate_best | awk '{ print $2 }' | sort | uniq -c | sort -rn | awk 'NR == 1 { print $2 }')
-row rate_put 8 msg_rate_Mpps "$rr" "ib_write_bw best post list (-l ${bestl:-?} most often)" "$best" "ge 1.0"
+read -r rr best <<<"$(for d in "$RAW"/r*; do
+	a=$(value "$d/rate_put_8__rdmax.txt" rate)
+	b=$(for l in 4 8 16 32; do value "$d/rate_put_8__ib_write_bw_l$l.txt" rate; done | sort -g | tail -1)
+	[ -n "$a" ] && [ -n "$b" ] && echo "$a $b"
+done | median_pair)"
+row rate_put 8 msg_rate_Mpps "${rr:-}" "ib_write_bw best post list (-l ${bestl:-?} most often)" "${best:-}" "ge 1.0"
 
 # Instructions per 8 B put (user space, callgrind). rdmax: the inclusive cost of bw_put (rdmax_put plus
 # the provider's post_send it calls), of bw_put_list (rdmax_put_list, the post list of -l > 1) and of
@@ -297,7 +319,7 @@ EOF
 	gnuplot <<EOF || say "gnuplot (ratios) failed"
 set terminal pngcairo size 1100,640 noenhanced font ",10"
 set output "$RES/ratios.png"
-set title "rdmax / reference (median of 3 rounds). Latency: below 1 is better; bandwidth and rate: above 1 is better"
+set title "rdmax / reference (the round with the median ratio of 3). Latency: below 1 is better; bandwidth and rate: above 1 is better"
 set style fill solid 0.6
 set boxwidth 0.7
 set yrange [0:*]
@@ -325,7 +347,8 @@ elapsed=$((SECONDS - T0))
 	echo "- host: $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'); load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 	echo "- run time of bench/run.sh: $((elapsed / 60)) min $((elapsed % 60)) s; VM exit status $vm_status"
 	echo "- method: one VM boot; per round each case runs rdmax, the raw-verbs floor, then the reference tools,"
-	echo "  three rounds; the value is the median of the rounds; server pinned to CPU 1 and client to CPU 0"
+	echo "  three rounds; each row is the round whose rdmax / reference ratio is the median of the three;"
+	echo "  server pinned to CPU 1 and client to CPU 0"
 	echo "- rxe retransmissions after an ack timeout (completer_retry_err) during the rounds: $retries"
 	echo
 	echo "| case | size | metric | rdmax | reference tool | reference | ratio | goal | met |"
@@ -334,8 +357,11 @@ elapsed=$((SECONDS - T0))
 		echo "| $c | $s | $m | ${r:--} | $t | ${ref:--} | ${ratio:--} | $(goal_text "$g") | $(met "$ratio" "$g") |"
 	done <"$ROWS"
 	echo
-	echo "Ratio = rdmax / reference, each the median of three rounds; within a round the tools of a case"
-	echo "run one after another, and each round starts the turn one tool later (each runs first once)."
+	echo "Ratio = rdmax / reference within one round, the round whose ratio is the median of the three; the"
+	echo "row shows both values of that round. Within a round the tools of a case run one after another, and"
+	echo "each round starts the turn one tool later (each runs first once); between rounds the guest drifts"
+	echo "(every tool 20% slower in one round is common), so ratios are taken within a round, not between"
+	echo "medians taken apart. Every round's values are listed below."
 	echo "Latency (t_typical, the median; ucx_perftest: its 50th percentile) is"
 	echo "lower-is-better: goal <= 1.02x the raw-verbs floor and <= 1.0x perftest and ucx_perftest."
 	echo "Bandwidth (BW average, MiB/s) and message rate (Mpps) are higher-is-better: >= 0.98x the floor,"
@@ -389,8 +415,8 @@ elapsed=$((SECONDS - T0))
 	echo
 	echo "\\* more than 3x (or less than a third of) the median of its rounds: a disturbed run. The usual cause"
 	echo "here is the host: other VMs on its two cores deschedule the guest's vCPUs, and a ping-pong then"
-	echo "advances once per host scheduler tick (t_typical near 2000-4000 us). The median keeps such a round"
-	echo "out of the result when the other two are clean."
+	echo "advances once per host scheduler tick (t_typical near 2000-4000 us). The median ratio keeps such a"
+	echo "round out of the result when the other two are clean."
 	echo
 	if [ -f "$RAW/pageserver.txt" ]; then
 		echo "rdmax_pageserver (not compared, for the record):"
