@@ -2500,11 +2500,16 @@ RDMAX_INLINE void rdmax__ep_regate(rdmax_ep *ep)
 }
 
 /* sig_at after a signaled post at sq_head h: signal_interval posts on, or the queue's end if nearer (a
-   nearly full queue then signals more often, which frees its slots sooner). */
-RDMAX_INLINE uint32_t rdmax__sig_next(const rdmax_ep *ep, uint32_t h)
+   nearly full queue then signals more often, which frees its slots sooner). rdmax__sig_from: d posts
+   on from h, or the queue's end if nearer. */
+RDMAX_INLINE uint32_t rdmax__sig_from(const rdmax_ep *ep, uint32_t h, uint32_t d)
 {
     uint32_t full = ep->sq_tail + ep->sq_mask + 1;
-    return full - h < ep->signal_interval ? full : h + ep->signal_interval;
+    return full - h < d ? full : h + d;
+}
+RDMAX_INLINE uint32_t rdmax__sig_next(const rdmax_ep *ep, uint32_t h)
+{
+    return rdmax__sig_from(ep, h, ep->signal_interval);
 }
 
 RDMAX_API rdmax_status rdmax__op_slow(rdmax_ep *ep);

@@ -3988,17 +3988,23 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
 }
 
 /* ---- >>post: the general path of the operations (rdmax__op_slow) and the post list's lean put ---- */
-/* Request bent[i] (a short put of ep's chain) is signaled: its flag, and its slot keeps what an error
-   report needs (as rdmax__fast_post_signaled). Its flags are set back after the post (chain_sig). */
-static void rdmax__chain_signal(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t i)
+/* Request e (a short put of ep's chain) is signaled: its flag, and its slot keeps what an error report
+   needs (as rdmax__fast_post_signaled). Its flags are set back after the post (chain_sig, or by the
+   caller: rdmax__batch_end). */
+RDMAX_INLINE void rdmax__chain_sig_put(rdmax_ep *ep, rdmax__bent *e)
 {
-    rdmax__bent *e = &ctx->bent[i];
     rdmax__slot *s = &ep->slots[(uint32_t)e->wr.wr_id & ep->sq_mask];
     e->wr.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
-    ctx->chain_sig[ctx->chain_nsig++] = i;
     s->signaled = 1;
     s->len = e->sge[0].length;
     s->raddr = e->wr.wr.rdma.remote_addr;
+}
+
+/* rdmax__chain_sig_put, and bent[i] noted in chain_sig. */
+static void rdmax__chain_signal(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t i)
+{
+    ctx->chain_sig[ctx->chain_nsig++] = i;
+    rdmax__chain_sig_put(ep, &ctx->bent[i]);
 }
 
 /* Closes the room (if open): the short puts chained in it are counted in posted[] once, the CQ entries
@@ -6672,21 +6678,30 @@ static __attribute__((noinline)) rdmax_status rdmax__chain_refused(rdmax_ep *ep,
     }
 }
 
+/* The post of bent[0 .. n), at least one (end: &bent[n]): the last request ends the list for the
+   provider, and the staging is chained again after it (rdmax__bent). Returns ibv_post_send's result. */
+RDMAX_INLINE int rdmax__chain_send(rdmax_ep *ep, rdmax_ctx *ctx, rdmax__bent *end, uint32_t n,
+                                   struct ibv_send_wr **bad)
+{
+    end[-1].wr.next = NULL;
+    RDMAX__PROF_BEGIN(ctx, POST);
+    int rc = ep->post_send(ep->qp, &ctx->bent[0].wr, bad);  /* ibv_post_send */
+    RDMAX__PROF_END(ep->ctx, POST);
+#if RDMAX_BATCH_MAX > 1  /* (a chain of one has nothing to join) */
+    if (n < RDMAX_BATCH_MAX)
+        end[-1].wr.next = &end->wr;  /* the staging stays chained */
+#endif
+    return rc;
+}
+
 /* Posts the chain, its room closed: bent[0 .. batch_n), at least one. */
 RDMAX_INLINE rdmax_status rdmax__chain_post(rdmax_ep *ep, rdmax_ctx *ctx, int last_is_callers)
 {
     struct ibv_send_wr *bad = NULL;
     uint32_t n = ctx->batch_n;
-    ctx->bent[n - 1].wr.next = NULL;
     ctx->batch_n = 0;
     ctx->cnt.post_calls += 1 - (uint64_t)n;  /* one call for n requests in posted[] */
-    RDMAX__PROF_BEGIN(ctx, POST);
-    int rc = ep->post_send(ep->qp, &ctx->bent[0].wr, &bad);  /* ibv_post_send */
-    RDMAX__PROF_END(ep->ctx, POST);
-#if RDMAX_BATCH_MAX > 1  /* (a chain of one has nothing to join) */
-    if (n < RDMAX_BATCH_MAX)
-        ctx->bent[n - 1].wr.next = &ctx->bent[n].wr;  /* the staging stays chained */
-#endif
+    int rc = rdmax__chain_send(ep, ctx, &ctx->bent[n], n, &bad);
     if (rdmax_unlikely(rc != 0))
         return rdmax__chain_refused(ep, rc, bad, n, last_is_callers);
     if (ctx->chain_nsig | ctx->chain_dirty)
@@ -6723,25 +6738,12 @@ rdmax_status rdmax__batch_end(rdmax_ep *ep)
             rdmax__bent *sig = NULL;
             if (i < n) {
                 sig = &ctx->bent[i];
-                rdmax__slot *s = &ep->slots[(uint32_t)sig->wr.wr_id & ep->sq_mask];
-                sig->wr.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
-                s->signaled = 1;
-                s->len = sig->sge[0].length;
-                s->raddr = sig->wr.wr.rdma.remote_addr;
-                uint32_t full = ep->sq_tail + ep->sq_mask + 1;
-                i += ep->signal_interval;
-                ep->sig_at = full - head0 < i ? full : head0 + i;  /* as rdmax__sig_next */
+                rdmax__chain_sig_put(ep, sig);
+                ep->sig_at = rdmax__sig_from(ep, head0, i + ep->signal_interval);
             }
             rdmax__ep_regate(ep);
             struct ibv_send_wr *bad = NULL;
-            e[-1].wr.next = NULL;
-            RDMAX__PROF_BEGIN(ctx, POST);
-            int rc = ep->post_send(ep->qp, &ctx->bent[0].wr, &bad);  /* ibv_post_send */
-            RDMAX__PROF_END(ep->ctx, POST);
-#if RDMAX_BATCH_MAX > 1
-            if (n < RDMAX_BATCH_MAX)
-                e[-1].wr.next = &e->wr;  /* the staging stays chained */
-#endif
+            int rc = rdmax__chain_send(ep, ctx, e, n, &bad);
             if (sig)
                 sig->wr.send_flags = IBV_SEND_INLINE;
             if (rdmax_unlikely(rc != 0))
