@@ -2655,13 +2655,11 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
    RDMAX__BLK_BATCH, i.e. connected and nothing pending, and max_inline >= 16; what blocks ep otherwise
    closes it: rdmax__ep_block): written into its entry (RDMAX__BENT_PUT). Its
    CQ entry was reserved at the opening; its count in posted[], batch_n and its signal wait for the
-   chain's close (rdmax__chain_close). Anything else: rdmax__put_chained, out of line. */
-RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf, size_t len,
-                                           uint64_t raddr, uint32_t rkey)
+   chain's close (rdmax__chain_close). Anything else: rdmax__put_chained, out of line.
+   rdmax__put_chain_at: the put into entry e, the room's next (rdmax__put_chained: its first). */
+RDMAX_INLINE rdmax_status rdmax__put_chain_at(rdmax_ep *ep, rdmax_ctx *ctx, rdmax__bent *e, uint32_t head,
+                                              const void *buf, size_t len, uint64_t raddr, uint32_t rkey)
 {
-    rdmax__bent *e = ctx->chain_next;
-    if (rdmax_unlikely(e == ctx->chain_end || len - 8 > 8))
-        return rdmax__put_chained(ep, buf, raddr, rkey, len);
     RDMAX__BENT_PUT(e, buf, len, raddr, rkey);
     uint32_t slot = head & ep->sq_mask;
     memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_LO, &slot, 4);  /* the high half is ep's (chain_hi) */
@@ -2670,6 +2668,14 @@ RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, uint32_
     ctx->chain_next = e + 1;
     ctx->cnt.bytes[RDMAX_OP_PUT] += len;
     return RDMAX_OK;
+}
+RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf, size_t len,
+                                           uint64_t raddr, uint32_t rkey)
+{
+    rdmax__bent *e = ctx->chain_next;
+    if (rdmax_unlikely(e == ctx->chain_end || len - 8 > 8))
+        return rdmax__put_chained(ep, buf, raddr, rkey, len);
+    return rdmax__put_chain_at(ep, ctx, e, head, buf, len, raddr, rkey);
 }
 
 /* The fast put: the endpoint's own prebuilt request (rdmax_ep.wr; sig: rdmax__ep_fast_post). */

@@ -4526,6 +4526,18 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
    the free ones now, so a post elsewhere meanwhile cannot spend them, and what is not used goes back when
    the room closes (rdmax__chain_close). Also sets the entries of the room that the general path changed.
    Returns 0 when there is no room. */
+/* The room's opening once its size is known: entries bent[n .. n + room), the CQ entries taken (free:
+   the free ones now, chain_c0). Returns its first entry, where the caller puts chain_next. */
+RDMAX_INLINE rdmax__bent *rdmax__room_take(rdmax_ctx *ctx, uint32_t n, uint32_t room, uint32_t free)
+{
+    rdmax__bent *e = &ctx->bent[n];
+    ctx->chain_c0 = free;
+    ctx->scq_spare -= (int32_t)room;
+    ctx->chain_base = n;
+    ctx->chain_end = e + room;
+    return e;
+}
+
 static uint32_t rdmax__chain_open(rdmax_ctx *ctx, rdmax_ep *ep)
 {
     uint32_t n = ctx->batch_n, used = ep->sq_head - ep->sq_tail;
@@ -4544,11 +4556,7 @@ static uint32_t rdmax__chain_open(rdmax_ctx *ctx, rdmax_ep *ep)
     }
     if (n < ctx->chain_dirty)
         rdmax__chain_clean(ctx, n, ctx->chain_dirty);
-    ctx->chain_c0 = free;
-    ctx->scq_spare -= (int32_t)room;
-    ctx->chain_base = n;
-    ctx->chain_next = &ctx->bent[n];
-    ctx->chain_end = &ctx->bent[n + room];
+    ctx->chain_next = rdmax__room_take(ctx, n, room, free);
     return room;
 }
 
@@ -4578,8 +4586,9 @@ static __attribute__((noinline)) rdmax_status rdmax__put_chained_slow(rdmax_ep *
 
 /* rdmax_put's chained put (rdmax__put_chain) found no room for a short put (never opened, used up, or
    full) or a put that is not 8 to 16 bytes. Here the first put of a batch: no room open and nothing to
-   post, to clean or to rename (rdmax__chain_open's work in a function that calls nothing, so it saves
-   no registers), the put chained as rdmax__put_chain does; anything else rdmax__put_chained_slow. */
+   post, to clean or to rename (rdmax__chain_open's work, its opening rdmax__room_take, in a function
+   that calls nothing, so it saves no registers), the put chained (rdmax__put_chain_at); anything else
+   rdmax__put_chained_slow. */
 __attribute__((noinline)) rdmax_status rdmax__put_chained(rdmax_ep *ep, const void *buf, uint64_t raddr,
                                                           uint32_t rkey, size_t len)
 {
@@ -4594,19 +4603,8 @@ __attribute__((noinline)) rdmax_status rdmax__put_chained(rdmax_ep *ep, const vo
                      ep->max_inline >= 16 && RDMAX__FAST_RC(ep) &&
                      used < ep->sq_mask && free > 1 && n < RDMAX_BATCH_MAX && n >= ctx->chain_dirty &&
                      ctx->chain_hi == (uint32_t)(ep->wr_id_base >> 32))) {
-        ctx->chain_c0 = free;
-        ctx->scq_spare -= (int32_t)room;
-        ctx->chain_base = n;
-        rdmax__bent *e = &ctx->bent[n];
-        ctx->chain_end = e + room;
-        RDMAX__BENT_PUT(e, buf, len, raddr, rkey);
-        uint32_t slot = head & ep->sq_mask;
-        memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_LO, &slot, 4);
-        rdmax__slot_op(&ep->slots[slot], RDMAX_OP_PUT);
-        ep->sq_head = ep->sq_stop = head + 1;
-        ctx->chain_next = e + 1;
-        ctx->cnt.bytes[RDMAX_OP_PUT] += len;
-        return RDMAX_OK;
+        rdmax__bent *e = rdmax__room_take(ctx, n, room, free);
+        return rdmax__put_chain_at(ep, ctx, e, head, buf, len, raddr, rkey);
     }
     return rdmax__put_chained_slow(ep, buf, raddr, rkey, len);
 }
