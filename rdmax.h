@@ -1282,9 +1282,10 @@ typedef struct rdmax__ep_ref {
 /* One request of a post list in the context's staging (rdmax_ctx.bent). Set at creation and kept: the
    request's next (the next entry's request; the last entry's is NULL), its sg_list (sge), one SGE
    pointing at inl, opcode RDMA write, inline, unsignaled - a chained put of 8 to 16 bytes
-   (rdmax__put_chain) then writes only its data into inl, the length, the remote fields and the low half
-   of the wr_id (the high half names the chaining endpoint: rdmax_ctx.chain_hi). The general path
-   changes the other fields of the entries it takes (rdmax_ctx.chain_dirty). */
+   (rdmax__put_chain) then writes only its data into inl, the length and the remote fields; the low half
+   of the wr_id (its send slot) is written when the room closes (rdmax__room_settle; the high half names
+   the chaining endpoint: rdmax_ctx.chain_hi). The general path changes the other fields of the entries
+   it takes (rdmax_ctx.chain_dirty). */
 #define RDMAX__BENT_USED (sizeof(struct ibv_send_wr) + RDMAX_MAX_SGE * sizeof(struct ibv_sge) + 16)
 typedef struct rdmax__bent {
     struct ibv_send_wr wr;
@@ -1454,7 +1455,8 @@ struct rdmax_ep {
     uint32_t sq_stop;           /* the fast gate: sig_at, or sq_head while blocked */
     uint32_t sig_at;            /* sq_head of the next post that must be signaled: one in signal_interval,
                                    or the queue's end (sq_tail + sq_depth) if nearer (rdmax__sig_next);
-                                   never behind sq_head but while a post list chains (rdmax__chain_close) */
+                                   never behind sq_head (short puts chained in a room take their slots,
+                                   and move sq_head, only when it closes: rdmax__chain_close) */
     uint32_t signal_interval;
     uint32_t max_inline;
     uint32_t rd_avail;          /* RDMA reads and atomics that may still be issued */
@@ -2653,29 +2655,26 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
    bytes of inline data and no comp, while the chain has room (rdmax_ctx.chain_next, chain_end: entries,
    send slots and CQ entries counted out when it opened, rdmax__chain_open, only with blocked ==
    RDMAX__BLK_BATCH, i.e. connected and nothing pending, and max_inline >= 16; what blocks ep otherwise
-   closes it: rdmax__ep_block): written into its entry (RDMAX__BENT_PUT). Its
-   CQ entry was reserved at the opening; its count in posted[], batch_n and its signal wait for the
-   chain's close (rdmax__chain_close). Anything else: rdmax__put_chained, out of line.
+   closes it: rdmax__ep_block): written into its entry (RDMAX__BENT_PUT). Its CQ entry and send slot
+   were reserved at the opening; its slot (sq_head, the slot's op, the wr_id), its count in posted[],
+   batch_n and its signal wait for the chain's close (rdmax__chain_close, rdmax__room_settle), which
+   comes before anything else touches ep. Anything else: rdmax__put_chained, out of line.
    rdmax__put_chain_at: the put into entry e, the room's next (rdmax__put_chained: its first). */
-RDMAX_INLINE rdmax_status rdmax__put_chain_at(rdmax_ep *ep, rdmax_ctx *ctx, rdmax__bent *e, uint32_t head,
-                                              const void *buf, size_t len, uint64_t raddr, uint32_t rkey)
+RDMAX_INLINE rdmax_status rdmax__put_chain_at(rdmax_ctx *ctx, rdmax__bent *e, const void *buf, size_t len,
+                                              uint64_t raddr, uint32_t rkey)
 {
     RDMAX__BENT_PUT(e, buf, len, raddr, rkey);
-    uint32_t slot = head & ep->sq_mask;
-    memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_LO, &slot, 4);  /* the high half is ep's (chain_hi) */
-    rdmax__slot_op(&ep->slots[slot], RDMAX_OP_PUT);
-    ep->sq_head = ep->sq_stop = head + 1;
     ctx->chain_next = e + 1;
     ctx->cnt.bytes[RDMAX_OP_PUT] += len;
     return RDMAX_OK;
 }
-RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf, size_t len,
-                                           uint64_t raddr, uint32_t rkey)
+RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, const void *buf, size_t len, uint64_t raddr,
+                                           uint32_t rkey)
 {
     rdmax__bent *e = ctx->chain_next;
     if (rdmax_unlikely(e == ctx->chain_end || len - 8 > 8))
         return rdmax__put_chained(ep, buf, raddr, rkey, len);
-    return rdmax__put_chain_at(ep, ctx, e, head, buf, len, raddr, rkey);
+    return rdmax__put_chain_at(ctx, e, buf, len, raddr, rkey);
 }
 
 /* The fast put: the endpoint's own prebuilt request (rdmax_ep.wr; sig: rdmax__ep_fast_post). */
@@ -2708,7 +2707,7 @@ RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, c
         /* a post list: chained (rdmax__put_chain; its room opens only with max_inline >= 16, so a short
            put needs no test against max_inline) */
         if (ep == ctx->batch_ep)
-            return rdmax__put_chain(ep, ctx, head, buf, len, raddr, rkey);
+            return rdmax__put_chain(ep, ctx, buf, len, raddr, rkey);
         if (len - 1 < ep->max_inline && RDMAX__SIG_OPEN(ep, head))
             return rdmax__put_fast(ep, ctx, head, buf, len, raddr, rkey, 1);
     }

@@ -4007,6 +4007,40 @@ static void rdmax__chain_signal(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t i)
     rdmax__chain_sig_put(ep, &ctx->bent[i]);
 }
 
+/* The short puts chained in the open room, bent[chain_base .. next) (rdmax__put_chain_at writes only
+   their data, length and remote fields): they take their send slots now, from sq_head on; each entry's
+   wr_id gets its slot, each slot its op (rdmax__slot_op), four at a time up to the queue's end, then
+   from its start. Returns how many. */
+RDMAX_INLINE uint32_t rdmax__room_settle(rdmax_ctx *ctx, rdmax_ep *ep, rdmax__bent *next)
+{
+    rdmax__bent *e = &ctx->bent[ctx->chain_base];
+    uint32_t k = (uint32_t)(next - e), head = ep->sq_head, slot = head & ep->sq_mask;
+    uint32_t run = ep->sq_mask + 1 - slot;  /* the slots before the queue's end */
+    rdmax__slot *sp = &ep->slots[slot];
+    run = run < k ? run : k;
+    for (uint32_t m = run;; m = k - run, slot = 0, sp = ep->slots) {
+        for (; m >= 4; m -= 4, e += 4, sp += 4, slot += 4) {
+            uint32_t s1 = slot + 1, s2 = slot + 2, s3 = slot + 3;
+            memcpy((char *)&e[0].wr.wr_id + RDMAX__WR_ID_LO, &slot, 4);
+            memcpy((char *)&e[1].wr.wr_id + RDMAX__WR_ID_LO, &s1, 4);
+            memcpy((char *)&e[2].wr.wr_id + RDMAX__WR_ID_LO, &s2, 4);
+            memcpy((char *)&e[3].wr.wr_id + RDMAX__WR_ID_LO, &s3, 4);
+            rdmax__slot_op(&sp[0], RDMAX_OP_PUT);
+            rdmax__slot_op(&sp[1], RDMAX_OP_PUT);
+            rdmax__slot_op(&sp[2], RDMAX_OP_PUT);
+            rdmax__slot_op(&sp[3], RDMAX_OP_PUT);
+        }
+        for (; m > 0; m--, e++, sp++, slot++) {
+            memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_LO, &slot, 4);
+            rdmax__slot_op(sp, RDMAX_OP_PUT);
+        }
+        if (e == next)
+            break;
+    }
+    ep->sq_head = head + k;
+    return k;
+}
+
 /* Closes the room (if open): the short puts chained in it are counted in posted[] once, the CQ entries
    they did not use go back, and the ones that must be signaled are: one in signal_interval (from sig_at,
    which the chained puts left behind, as if each had been posted alone) and, as on the direct path,
@@ -4015,7 +4049,7 @@ static void rdmax__chain_signal(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t i)
    post, the general path, destroy. The room is open (rdmax__chain_close tests that). */
 RDMAX_INLINE void rdmax__chain_close_open(rdmax_ctx *ctx, rdmax_ep *ep)
 {
-    uint32_t base = ctx->chain_base, n = (uint32_t)(ctx->chain_next - ctx->bent), k = n - base;
+    uint32_t base = ctx->chain_base, k = rdmax__room_settle(ctx, ep, ctx->chain_next), n = base + k;
     ctx->scq_spare += (int32_t)(ctx->chain_end - ctx->chain_next);
     ctx->chain_next = ctx->chain_end = NULL;
     ctx->batch_n = n;
@@ -4579,7 +4613,7 @@ static __attribute__((noinline)) rdmax_status rdmax__put_chained_slow(rdmax_ep *
                 return st;
         }
         if (rdmax__chain_open(ctx, ep))
-            return rdmax__put_chain(ep, ctx, ep->sq_head, buf, len, raddr, rkey);
+            return rdmax__put_chain(ep, ctx, buf, len, raddr, rkey);
     }
     return rdmax__slow(ep, RDMAX_OP_PUT, buf, len, NULL, raddr, rkey, 0, 0, NULL, 0);
 }
@@ -4604,14 +4638,14 @@ __attribute__((noinline)) rdmax_status rdmax__put_chained(rdmax_ep *ep, const vo
                      used < ep->sq_mask && free > 1 && n < RDMAX_BATCH_MAX && n >= ctx->chain_dirty &&
                      ctx->chain_hi == (uint32_t)(ep->wr_id_base >> 32))) {
         rdmax__bent *e = rdmax__room_take(ctx, n, room, free);
-        return rdmax__put_chain_at(ep, ctx, e, head, buf, len, raddr, rkey);
+        return rdmax__put_chain_at(ctx, e, buf, len, raddr, rkey);
     }
     return rdmax__put_chained_slow(ep, buf, raddr, rkey, len);
 }
 
 /* The puts of a list go straight into the chain's room (rdmax__bent_put) while it has room and they are
-   short: sq_head, batch_n and the bytes counted once per run. The rest, and a room to open, go through
-   rdmax_put as it would take them. */
+   short: the bytes counted once per run (sq_head and the slots at the room's close, rdmax__room_settle).
+   The rest, and a room to open, go through rdmax_put as it would take them. */
 rdmax_status rdmax_put_list(rdmax_ep *ep, const rdmax_put_req *reqs, size_t n, size_t *done)
 {
     rdmax_ctx *ctx = ep->ctx;
@@ -4631,22 +4665,17 @@ rdmax_status rdmax_put_list(rdmax_ep *ep, const rdmax_put_req *reqs, size_t n, s
            with max_inline >= 16, so every short put goes inline, as rdmax_put's would) */
         if (e != ctx->chain_end && ep->blocked == RDMAX__BLK_BATCH) {
             uint32_t room = (uint32_t)(ctx->chain_end - e);
-            uint32_t m = n - i < room ? (uint32_t)(n - i) : room, head = ep->sq_head, mask = ep->sq_mask, j = 0;
+            uint32_t m = n - i < room ? (uint32_t)(n - i) : room, j = 0;
             uint64_t bytes = 0;
             const rdmax_put_req *r = reqs + i;
-            rdmax__slot *slots = ep->slots;  /* locals: a byte store (op) may alias anything, so fields reload */
-            for (; j < m; j++, r++, e++) {
+            for (; j < m; j++, r++, e++) {  /* as rdmax__put_chain_at: slots at the close */
                 size_t len = r->len;
                 const void *buf = r->buf;
                 if (rdmax_unlikely(len - 8 > 8 || buf == NULL))
                     break;
                 RDMAX__BENT_PUT(e, buf, len, r->raddr, r->rkey);
-                uint32_t slot = (head + j) & mask;
-                memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_LO, &slot, 4);
-                rdmax__slot_op(&slots[slot], RDMAX_OP_PUT);
                 bytes += len;
             }
-            ep->sq_head = ep->sq_stop = head + j;
             ctx->chain_next = e;
             ctx->cnt.bytes[RDMAX_OP_PUT] += bytes;
             i += j;
@@ -6726,9 +6755,10 @@ rdmax_status rdmax__batch_end(rdmax_ep *ep)
            close signals at most the one put at sig_at (none found scq_low CQ entries or fewer): as
            rdmax__chain_close_open and rdmax__chain_post do, with that put's flag set back right after
            the post. */
-        uint32_t n = (uint32_t)(e - ctx->bent), head0 = ep->sq_head - n, i = ep->sig_at - head0;
+        uint32_t n = (uint32_t)(e - ctx->bent), head0 = ep->sq_head, i = ep->sig_at - head0;
         uint32_t c0 = ctx->chain_c0, low = ctx->scq_low;
         if (rdmax_likely(c0 > low && c0 - low >= n && (i >= n || i + ep->signal_interval >= n))) {
+            rdmax__room_settle(ctx, ep, e);  /* sq_head: head0 + n */
             ctx->scq_spare += (int32_t)(ctx->chain_end - e);
             ctx->chain_next = ctx->chain_end = NULL;
             ctx->cnt.posted[RDMAX_OP_PUT] += n;
@@ -6822,6 +6852,13 @@ void rdmax_ep_query_info(const rdmax_ep *ep, rdmax_ep_info *out)
     out->state = (rdmax_ep_state)ep->state;
     out->sq_free = rdmax__ep_sq_avail(ep);
     out->outstanding = ep->sq_head - ep->sq_tail;
+    const rdmax_ctx *ctx = ep->ctx;
+    if (ctx->batch_ep == ep && ctx->chain_end != NULL) {
+        /* the short puts chained in the open room take their slots at its close (rdmax__room_settle) */
+        uint32_t k = (uint32_t)(ctx->chain_next - &ctx->bent[ctx->chain_base]);
+        out->sq_free -= k;
+        out->outstanding += k;
+    }
     out->reads_free = ep->rd_avail;
     out->send_credits = ep->tx_credits;
     out->pending = rdmax_arb_group_count(&ep->group);
