@@ -1757,6 +1757,7 @@ RDMAX_API rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc
 /* Batching (rdmax_batch_begin, rdmax_batch_end, below): between begin and end, operations are chained
    and posted with one ibv_post_send (a full chain of RDMAX_BATCH_MAX is posted early). */
 RDMAX_API rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers);
+RDMAX_API void rdmax__batch_begin(rdmax_ep *ep);
 RDMAX_API rdmax_status rdmax__batch_end(rdmax_ep *ep);
 RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep);
 /* rdmax_put_list: the n puts of reqs, in order, in one post list: what rdmax_batch_begin, rdmax_put(ep,
@@ -2846,12 +2847,7 @@ RDMAX_INLINE rdmax_status rdmax_cswap(rdmax_ep *ep, uint64_t *result, const rdma
    Parameters: ep. Result: none. Threads: the context's thread. */
 RDMAX_INLINE void rdmax_batch_begin(rdmax_ep *ep)
 {
-    rdmax_ctx *ctx = ep->ctx;
-    if (rdmax_unlikely(ctx->batch_ep != NULL && ctx->batch_ep != ep))
-        rdmax_batch_end(ctx->batch_ep);
-    ctx->batch_ep = ep;
-    ep->blocked |= RDMAX__BLK_BATCH;
-    ep->sq_stop = ep->sq_head;
+    rdmax__batch_begin(ep);  /* out of line: with the opening of the room for short puts */
 }
 
 /* rdmax_batch_end: post what was chained since rdmax_batch_begin.

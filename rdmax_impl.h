@@ -6744,6 +6744,24 @@ rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
     return rdmax__chain_post(ep, ctx, last_is_callers);
 }
 
+/* rdmax_batch_begin's work: ep chains (the previous endpoint's chain posted first), and when ep may
+   chain short puts (rdmax__put_chained_slow's test, but for the length) their room opens now
+   (rdmax__chain_open), so the batch's first put goes inline as the others do. */
+void rdmax__batch_begin(rdmax_ep *ep)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    if (rdmax_unlikely(ctx->batch_ep != NULL && ctx->batch_ep != ep))
+        rdmax_batch_end(ctx->batch_ep);
+    ctx->batch_ep = ep;
+    ep->blocked |= RDMAX__BLK_BATCH;
+    ep->sq_stop = ep->sq_head;
+#if RDMAX__HAS_RC
+    if (rdmax_likely(ep->blocked == RDMAX__BLK_BATCH && ep->max_inline >= 16 && RDMAX__FAST_RC(ep) &&
+                     ctx->chain_end == NULL))
+        (void)rdmax__chain_open(ctx, ep);
+#endif
+}
+
 /* rdmax_batch_end's work (it saw RDMAX__BLK_BATCH): the room's close and the post in one function. */
 rdmax_status rdmax__batch_end(rdmax_ep *ep)
 {
@@ -6752,13 +6770,13 @@ rdmax_status rdmax__batch_end(rdmax_ep *ep)
     ctx->batch_ep = NULL;
     rdmax__bent *e = ctx->chain_next;
     if (rdmax_likely(e != NULL && ctx->chain_base == 0)) {
-        /* The chain is one room of short puts (so no entry is dirty and none signaled yet), and its
-           close signals at most the one put at sig_at (none found scq_low CQ entries or fewer): as
-           rdmax__chain_close_open and rdmax__chain_post do, with that put's flag set back right after
-           the post. */
+        /* The chain is one room of short puts, at least one (n - 1 < ...; so no entry is dirty and none
+           signaled yet), and its close signals at most the one put at sig_at (none found scq_low CQ
+           entries or fewer): as rdmax__chain_close_open and rdmax__chain_post do, with that put's flag
+           set back right after the post. */
         uint32_t n = (uint32_t)(e - ctx->bent), head0 = ep->sq_head, i = ep->sig_at - head0;
         uint32_t c0 = ctx->chain_c0, low = ctx->scq_low;
-        if (rdmax_likely(c0 > low && c0 - low >= n && (i >= n || i + ep->signal_interval >= n))) {
+        if (rdmax_likely(c0 > low && n - 1 < c0 - low && (i >= n || i + ep->signal_interval >= n))) {
             rdmax__room_settle(ctx, ep, e);  /* sq_head: head0 + n */
             ctx->scq_spare += (int32_t)(ctx->chain_end - e);
             ctx->chain_next = ctx->chain_end = NULL;
@@ -6782,7 +6800,9 @@ rdmax_status rdmax__batch_end(rdmax_ep *ep)
     }
     if (rdmax_likely(ctx->chain_end != NULL))
         rdmax__chain_close_open(ctx, ep);  /* regates */
-    else if (rdmax__ep_regate(ep), ctx->batch_n == 0)
+    else
+        rdmax__ep_regate(ep);
+    if (ctx->batch_n == 0)  /* nothing chained (the room opened at rdmax_batch_begin may be empty) */
         return RDMAX_OK;
     return rdmax__chain_post(ep, ctx, 0);
 }

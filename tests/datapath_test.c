@@ -313,6 +313,35 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     }
     tl_end();
 
+    /* rdmax_batch_begin opens the room for short puts at once: closed empty, it posts nothing, takes no
+       send slot and keeps no CQ entry; the puts of the next batch still land, and show as outstanding
+       (rdmax_ep_query_info) while they wait in the room. */
+    tl_begin("%s/an empty batch posts nothing", topo);
+    {
+        CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush before");
+        rdmax_ep_info i0, i1;
+        rdmax_ep_query_info(a, &i0);
+        uint64_t calls = post_calls(ca);
+        rdmax_batch_begin(a);
+        CHECK_ST(rdmax_batch_end(a), RDMAX_OK);
+        rdmax_ep_query_info(a, &i1);
+        CHECK(post_calls(ca) == calls, "%llu post calls for an empty batch",
+              (unsigned long long)(post_calls(ca) - calls));
+        CHECK(i1.sq_free == i0.sq_free && i1.outstanding == 0,
+              "sq_free %u (was %u), outstanding %u after an empty batch", i1.sq_free, i0.sq_free, i1.outstanding);
+        uint64_t v = 0x4242424200000000ull;
+        rdmax_batch_begin(a);
+        CHECK_ST(rdmax_put(a, &v, 8, NULL, raddr, dst->rkey, NULL), RDMAX_OK);
+        CHECK_ST(rdmax_put(a, &v, 8, NULL, raddr + 8, dst->rkey, NULL), RDMAX_OK);
+        rdmax_ep_query_info(a, &i1);
+        CHECK(i1.outstanding == 2 && i1.sq_free == i0.sq_free - 2,
+              "outstanding %u, sq_free %u (was %u) with 2 puts chained", i1.outstanding, i1.sq_free, i0.sq_free);
+        CHECK_ST(rdmax_batch_end(a), RDMAX_OK);
+        CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush");
+        CHECK(((uint64_t *)(void *)d)[0] == v && ((uint64_t *)(void *)d)[1] == v, "the puts did not land");
+    }
+    tl_end();
+
     tl_begin("%s/batch of 32 puts is one post", topo);
     {
         uint64_t calls = post_calls(ca);
