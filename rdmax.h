@@ -594,6 +594,7 @@ typedef enum rdmax_op {
      | resched    |   |   groups that returned RESCHED, back when the dispatch returns
      | disp       |   |   what a callback did to its own group (0: nothing, that group is current)
      | hist[8]    |   |   groups visited last (prefetch hints, below)
+     | hints_set  |   |   hints set since the rings last changed (near hints, below)
      | pending    |   |   elements in all groups (profiling)
      +------------+   |
                       v
@@ -650,10 +651,19 @@ typedef enum rdmax_op {
    groups (Zen 4: 16 was 1-4% slower at 1,000 groups, 8-11% at 10,000 and 6-15% at 1,000,000, 32
    slower still, 4 twice as slow from 100,000 up). With RDMAX__ARB_HINT_MIN groups or fewer the rings
    sit in the caches and the hints are left alone (a fifth of the instructions per element at 10
-   groups). Hints are only prefetched, never dereferenced, so stale ones are harmless. The dispatcher
-   does write hints into the groups it visited last (arb->hist): that is why a group must go through
-   rdmax_arb_group_cleanup() (or _purge()) before its memory is freed or reused, even when it is idle
-   and empty.
+   groups). These far hints are only prefetched, never dereferenced, so stale ones are harmless. The
+   dispatcher does write hints into the groups it visited last (arb->hist): that is why a group must
+   go through rdmax_arb_group_cleanup() (or _purge()) before its memory is freed or reused, even when
+   it is idle and empty.
+   Near hints, with up to RDMAX__ARB_NEAR_MAX groups (rings that stay in the second-level cache): the
+   dispatch loop is bound by its stores there, and writing a hint per visit costs a fifth of the time
+   per element at 1,000 groups. So the hint points RDMAX__ARB_AHEAD / 2 visits ahead, and once every
+   scheduled group has one set since the rings last changed (arb->hints_set, reset by every insert
+   into and removal from a ring), the hints are exact: each names a group that is scheduled, so the
+   dispatcher may read it (its line was prefetched that many visits ago), prefetch the group after it
+   (RDMAX__ARB_AHEAD visits ahead) and that group's current head element, and write no hints at all
+   until the rings change again. Reading a hint is the one thing far hints cannot afford (it would wait
+   for memory from 100,000 groups up: 44 ns per element instead of 25).
 
    Threads: none. One arbiter and its groups belong to one thread at a time (the context's).
 */
@@ -696,8 +706,9 @@ struct rdmax_arb_group {
     rdmax_arb_group *rprev;
     size_t count;               /* queued elements, plus the one in a callback right now */
     rdmax_arb_group *ahead;     /* prefetch hints from the previous round: the group visited
-                                   RDMAX__ARB_AHEAD visits after this one, and its next element. Only */
-    rdmax_arb_elem *ahead_head; /* ever prefetched, never dereferenced, so they may be stale */
+                                   RDMAX__ARB_AHEAD (near hints: half as many) visits after this one,
+                                   and its next element. Only prefetched, unless exact (see above), */
+    rdmax_arb_elem *ahead_head; /* so they may be stale */
     uint32_t mark;              /* set by a callback that removed nothing (see dispatch) */
     uint8_t state;              /* RDMAX__ARB_IDLE ... */
 };
@@ -706,6 +717,11 @@ struct rdmax_arb_group {
 #ifndef RDMAX__ARB_HINT_MIN      /* (tests/fuzz/arbiter_fuzz.c sets 0: its 12 groups then leave hints) */
 #define RDMAX__ARB_HINT_MIN 64  /* hints only with more groups than this in the rings */
 #endif
+#ifndef RDMAX__ARB_NEAR_MAX
+#define RDMAX__ARB_NEAR_MAX 4096 /* near hints up to this many groups in the rings, far ones beyond */
+#endif
+#define RDMAX__ARB_FAR 1        /* hint modes (see the manual above) */
+#define RDMAX__ARB_NEAR 2
 
 /* One per interface. Zero (or rdmax_arb_init) means empty. Fields are private. */
 struct rdmax_arb {
@@ -722,11 +738,15 @@ struct rdmax_arb {
     uint32_t hist_pos;          /* the hist entry used last (the next visit uses the one after) */
     rdmax_arb_group *hist[RDMAX__ARB_AHEAD]; /* the last groups visited, to set their ahead hints;
                                    purge clears a group from it, so every entry is alive or NULL */
+    size_t hints_set;           /* near hints set since the rings last changed; RDMAX__ARB_EXACT once
+                                   that is a whole round and more: every scheduled group's ahead is a
+                                   scheduled group, and the hints stay as they are (see dispatch) */
     uint8_t in_dispatch;        /* a dispatch is running: a nested one returns 0 */
 };
 
 /* private */
 #define RDMAX__ARB_END ((rdmax_arb_elem *)(uintptr_t)1) /* odd: no element's address */
+#define RDMAX__ARB_EXACT SIZE_MAX /* arb->hints_set: the hints are exact (see dispatch) */
 enum {
     RDMAX__ARB_IDLE = 0,        /* zero: a zeroed group is idle */
     RDMAX__ARB_DESCHED = 1,
@@ -803,6 +823,7 @@ RDMAX_INLINE void rdmax_arb_init(rdmax_arb *arb)
     for (int i = 0; i < RDMAX__ARB_AHEAD; i++) {
         arb->hist[i] = NULL;
     }
+    arb->hints_set = 0;
     arb->in_dispatch = 0;
 }
 
@@ -902,6 +923,7 @@ RDMAX_INLINE void rdmax__arb_ring_insert(rdmax_arb *arb, rdmax_arb_group **ring,
 {
     rdmax_arb_group *first = *ring;
     arb->ngroups++;
+    arb->hints_set = 0; /* the ring order changed: hints are guesses again */
     if (first == NULL) {
         g->rnext = g;
         g->rprev = g;
@@ -918,6 +940,7 @@ RDMAX_INLINE void rdmax__arb_ring_insert(rdmax_arb *arb, rdmax_arb_group **ring,
 RDMAX_INLINE void rdmax__arb_ring_remove(rdmax_arb *arb, rdmax_arb_group **ring, rdmax_arb_group *g)
 {
     arb->ngroups--;
+    arb->hints_set = 0;
     if (g->rnext == g) {
         *ring = NULL;
     } else {

@@ -1969,13 +1969,26 @@ RDMAX_API void rdmax_arb_group_cleanup(rdmax_arb *arb, rdmax_arb_group *group)
     rdmax_arb_group_purge(arb, group, NULL, NULL);
 }
 
-/* Leave the hint for the next round: in the group visited RDMAX__ARB_AHEAD visits before g, a pointer
-   to g and to its head element (see the prefetch in rdmax__arb_run). */
-RDMAX_INLINE void rdmax__arb_hint(rdmax_arb *arb, rdmax_arb_group *g, size_t *pos)
+/* Leave the hint for the next round: in the group visited RDMAX__ARB_AHEAD visits before g (mode
+   RDMAX__ARB_NEAR: half as many), a pointer to g and to its head element (see the prefetch in
+   rdmax__arb_run). In mode RDMAX__ARB_NEAR nothing is written once the hints are exact: every hint
+   set since the rings last changed points to a group scheduled then and still, and once that has
+   been a whole round (arb->ngroups hints after the first RDMAX__ARB_AHEAD, which only refill hist),
+   every scheduled group carries one. Any change of the rings starts the count again. */
+RDMAX_INLINE void rdmax__arb_hint(rdmax_arb *arb, rdmax_arb_group *g, size_t *pos, const int mode)
 {
+    if (mode == RDMAX__ARB_NEAR) {
+        if (rdmax_likely(arb->hints_set == RDMAX__ARB_EXACT)) {
+            return;
+        }
+        if (++arb->hints_set >= arb->ngroups + RDMAX__ARB_AHEAD) {
+            arb->hints_set = RDMAX__ARB_EXACT;
+        }
+    }
     size_t i = (*pos + 1) & (RDMAX__ARB_AHEAD - 1);
     *pos = i;
-    rdmax_arb_group *back = arb->hist[i];
+    rdmax_arb_group *back =
+        arb->hist[mode == RDMAX__ARB_NEAR ? (i + RDMAX__ARB_AHEAD / 2) & (RDMAX__ARB_AHEAD - 1) : i];
     if (back != NULL) {
         back->ahead = g;
         back->ahead_head = g->head;
@@ -1983,9 +1996,10 @@ RDMAX_INLINE void rdmax__arb_hint(rdmax_arb *arb, rdmax_arb_group *g, size_t *po
     arb->hist[i] = g;
 }
 
-/* The dispatch loop. Compiled three times, each a function of its own (so that each gets the registers
-   to itself): per_group 1 (what RC and UD use) with hints and without (constants, so that neither loop
-   tests them), and a general one. Returns the removals and leaves arb->mark at the last mark used. */
+/* The dispatch loop. Compiled four times, each a function of its own (so that each gets the registers
+   to itself): per_group 1 (what RC and UD use) without hints, with far hints and with near ones
+   (constants, so that no loop tests them), and a general one. Returns the removals and leaves
+   arb->mark at the last mark used. hints: 0, RDMAX__ARB_FAR or RDMAX__ARB_NEAR (see rdmax.h). */
 RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb_cb cb, void *arg,
                                    const int hints, const int one)
 {
@@ -2019,7 +2033,15 @@ RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb
            (rdmax__arb_hint), and the next round prefetches that far ahead through the hints, several
            misses in flight at once. (No prefetch of g->rnext besides: it could start at most one
            callback before the load that follows that callback, and it measured slower.) */
-        if (hints) {
+        if (hints == RDMAX__ARB_NEAR && rdmax_likely(arb->hints_set == RDMAX__ARB_EXACT)) {
+            /* Exact hints: g->ahead, the group RDMAX__ARB_AHEAD / 2 visits on, is scheduled (so it
+               may be read), and its line was prefetched that many visits ago: its own hint gives
+               the group RDMAX__ARB_AHEAD visits on, and its head the element it will serve. No
+               hint is written, so a visit stores nothing for them. */
+            rdmax_arb_group *ahead = g->ahead;
+            __builtin_prefetch(ahead->ahead);
+            __builtin_prefetch(ahead->head);
+        } else if (hints) {
             __builtin_prefetch(g->ahead);
             __builtin_prefetch(g->ahead_head);
         }
@@ -2040,7 +2062,7 @@ RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb
                 removed++;
                 arb->pending--;
                 if (one && hints) {
-                    rdmax__arb_hint(arb, g, &pos); /* with per_group 1 the visit ends here */
+                    rdmax__arb_hint(arb, g, &pos, hints); /* with per_group 1 the visit ends here */
                 }
                 if (--g->count == 0) {
                     rdmax__arb_leave(arb, g); /* an empty group never stays in the arbiter */
@@ -2056,7 +2078,7 @@ RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb
                 /* g is still current (only its own desched or purge, flagged in arb->disp, or a
                    result other than REMOVE moves it), so the next group is its successor */
                 if (!one && hints) {
-                    rdmax__arb_hint(arb, g, &pos);
+                    rdmax__arb_hint(arb, g, &pos, hints);
                 }
                 g = g->rnext;
                 arb->current = g;
@@ -2144,7 +2166,7 @@ RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb
             }
         }
         if (hints && g != NULL) {
-            rdmax__arb_hint(arb, g, &pos);
+            rdmax__arb_hint(arb, g, &pos, hints);
         }
         g = arb->current;
         if (g == NULL || (r != RDMAX_ARB_REMOVE && g->mark == mark)) {
@@ -2165,9 +2187,14 @@ static __attribute__((noinline)) size_t rdmax__arb_run_one(rdmax_arb *arb, rdmax
     return rdmax__arb_run(arb, 1, cb, arg, 0, 1);
 }
 
-static __attribute__((noinline)) size_t rdmax__arb_run_one_hints(rdmax_arb *arb, rdmax_arb_cb cb, void *arg)
+static __attribute__((noinline)) size_t rdmax__arb_run_one_far(rdmax_arb *arb, rdmax_arb_cb cb, void *arg)
 {
-    return rdmax__arb_run(arb, 1, cb, arg, 1, 1);
+    return rdmax__arb_run(arb, 1, cb, arg, RDMAX__ARB_FAR, 1);
+}
+
+static __attribute__((noinline)) size_t rdmax__arb_run_one_near(rdmax_arb *arb, rdmax_arb_cb cb, void *arg)
+{
+    return rdmax__arb_run(arb, 1, cb, arg, RDMAX__ARB_NEAR, 1);
 }
 
 static __attribute__((noinline)) size_t rdmax__arb_run_any(rdmax_arb *arb, unsigned per_group,
@@ -2189,14 +2216,18 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
     if (per_group == 0) {
         per_group = 1;
     }
-    /* Hints pay only when the rings outgrow the caches; below that they are instructions for nothing. */
+    /* Hints pay only when the rings outgrow the first-level cache; below that they are instructions
+       for nothing. Near ones (see rdmax.h) while the rings are small enough to stay in the caches
+       close by, far ones beyond. */
     const int hints = arb->ngroups > RDMAX__ARB_HINT_MIN;
     if (per_group != 1) {
-        removed = rdmax__arb_run_any(arb, per_group, cb, arg, hints);
-    } else if (hints) {
-        removed = rdmax__arb_run_one_hints(arb, cb, arg);
-    } else {
+        removed = rdmax__arb_run_any(arb, per_group, cb, arg, hints ? RDMAX__ARB_FAR : 0);
+    } else if (!hints) {
         removed = rdmax__arb_run_one(arb, cb, arg);
+    } else if (arb->ngroups <= RDMAX__ARB_NEAR_MAX) {
+        removed = rdmax__arb_run_one_near(arb, cb, arg);
+    } else {
+        removed = rdmax__arb_run_one_far(arb, cb, arg);
     }
 
     RDMAX_ASSERT(arb->disp == 0); /* every callback's record was consumed */
