@@ -568,6 +568,113 @@ static void test_callback_reentry(void)
     teardown(&arb, eps, 2);
 }
 
+/* Near prefetch hints (rdmax.h, RDMAX__ARB_NEAR_MAX): with a few hundred groups and a stable ring the
+   dispatcher reaches exact hints and then reads them (the group named by a hint). Here the ring runs
+   until the hints are exact, then callbacks destroy scheduled groups (cleanup + free: ASan reports any
+   later read of one), desched others and schedule new ones, and the order must stay strict
+   round-robin: between two changes, every lap visits the same groups in the same order. Every served
+   element is freed and replaced by a new one (so the heads the hints read change all the time). */
+#define NH_GROUPS 300
+#define NH_NEW 40               /* groups created during the run */
+static struct {
+    t_ep *eps[NH_GROUPS + NH_NEW];
+    int nslots;
+    int seq[4 * (NH_GROUPS + NH_NEW)]; /* slots served since the ring last changed (first laps) */
+    int nseq;
+    long served, next_id;
+    int budget;
+    int change;                 /* what the next hooked callback does: 0 nothing, 1 destroy, ... */
+    int changed;                /* the ring changed in this dispatch: order check starts over */
+    int exact_seen;
+} NH;
+
+static rdmax_arb_result nh_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e, void *arg)
+{
+    int slot = ep_of(g)->slot;
+    (void)arg;
+    if (NH.budget == 0) {
+        return RDMAX_ARB_STOP; /* the element goes back to the head */
+    }
+    NH.budget--;
+    NH.served++;
+    /* strict round-robin while the ring is unchanged: lap k repeats lap k-1 */
+    if (!NH.changed && NH.nseq < (int)(sizeof NH.seq / sizeof NH.seq[0])) {
+        int n = (int)arb->ngroups;
+        ASSERT(NH.nseq < n || NH.seq[NH.nseq - n] == slot, "visit %d: slot %d, the lap before served %d there",
+               NH.nseq, slot, NH.seq[NH.nseq - n]);
+        NH.seq[NH.nseq++] = slot;
+    }
+    free(el_of(e));
+    rdmax_arb_group_push(arb, g, &el_new(NH.next_id++, slot)->link);
+    if (NH.change != 0) {
+        int victim = (slot + 1 + (int)(NH.served % 97)) % NH.nslots;
+        while (NH.eps[victim] == NULL || victim == slot) {
+            victim = (victim + 1) % NH.nslots;
+        }
+        if (NH.change == 1) {           /* destroy another scheduled group */
+            rdmax_arb_group_purge(arb, &NH.eps[victim]->grp, purge_free_cb, NULL);
+            free(NH.eps[victim]);
+            NH.eps[victim] = NULL;
+        } else if (NH.change == 2) {    /* desched another one, then destroy it (not in the ring) */
+            rdmax_arb_group_desched(arb, &NH.eps[victim]->grp);
+            rdmax_arb_group_purge(arb, &NH.eps[victim]->grp, purge_free_cb, NULL);
+            free(NH.eps[victim]);
+            NH.eps[victim] = NULL;
+        } else if (NH.change == 3 && NH.nslots < NH_GROUPS + NH_NEW) { /* a new endpoint joins */
+            int ns = NH.nslots++;
+            NH.eps[ns] = ep_new(ns);
+            rdmax_arb_group_push(arb, &NH.eps[ns]->grp, &el_new(NH.next_id++, ns)->link);
+            rdmax_arb_group_push(arb, &NH.eps[ns]->grp, &el_new(NH.next_id++, ns)->link);
+            rdmax_arb_group_schedule(arb, &NH.eps[ns]->grp);
+        } else if (NH.change == 4) {    /* destroy its own group */
+            rdmax_arb_group_purge(arb, g, purge_free_cb, NULL);
+            free(NH.eps[slot]);
+            NH.eps[slot] = NULL;
+        }
+        NH.change = 0;
+        NH.changed = 1;
+        NH.nseq = 0;
+    }
+    return RDMAX_ARB_REMOVE;
+}
+
+static void test_near_hints(void)
+{
+    rdmax_arb arb;
+    int i, round;
+    memset(&NH, 0, sizeof NH);
+    rdmax_arb_init(&arb);
+    NH.nslots = NH_GROUPS;
+    NH.next_id = 1;
+    for (i = 0; i < NH_GROUPS; i++) {
+        NH.eps[i] = ep_new(i);
+        rdmax_arb_group_push(&arb, &NH.eps[i]->grp, &el_new(NH.next_id++, i)->link);
+        rdmax_arb_group_push(&arb, &NH.eps[i]->grp, &el_new(NH.next_id++, i)->link);
+        rdmax_arb_group_schedule(&arb, &NH.eps[i]->grp);
+    }
+    for (round = 0; round < 400; round++) {
+        int stable = round % 20 < 12; /* a dozen quiet dispatches (exact hints), then changes */
+        NH.budget = 64;
+        NH.changed = 0;
+        if (!stable) {
+            NH.change = 1 + round % 4;
+        }
+        rdmax_arb_dispatch(&arb, 1, nh_cb, NULL);
+        if (arb.ngroups > RDMAX__ARB_HINT_MIN && arb.ngroups <= RDMAX__ARB_NEAR_MAX &&
+            arb.hints_set == RDMAX__ARB_EXACT) {
+            NH.exact_seen++;
+        }
+        if (NH.changed || !stable) {
+            NH.nseq = 0; /* the next dispatch starts a new stretch of the order check */
+        }
+    }
+    ASSERT(NH.exact_seen > 20 || RDMAX__ARB_NEAR_MAX < NH_GROUPS, /* (far hints only: the rest still holds) */
+           "the hints were exact after only %d of 400 dispatches", NH.exact_seen);
+    ASSERT(rdmax_arb_pending(&arb) == (size_t)(2 * (int)arb.ngroups), "pending %zu, want %d",
+           rdmax_arb_pending(&arb), 2 * (int)arb.ngroups);
+    teardown(&arb, NH.eps, NH.nslots);
+}
+
 /* ======================================================================================================
    Random test against a reference model.
    Model per group slot: the queue as an array of element ids, the schedule state, and for fairness the
@@ -1219,6 +1326,7 @@ int main(int argc, char **argv)
     tl_run("desched_and_push", test_desched_and_push);
     tl_run("lap_without_progress", test_lap_without_progress);
     tl_run("callback_reentry", test_callback_reentry);
+    tl_run("near_hints", test_near_hints);
     tl_run("random_model", test_random);
     if (tl_failed_total) {
         printf("# arbiter_test: FAILED (seed %llu)\n", g_seed);
