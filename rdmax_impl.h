@@ -7311,8 +7311,9 @@ static void rdmax__keepalive(rdmax_ep *ep)
 /* The tick reads the event fds (two system calls) and the fine clock (a system call too where the clock
    source has no vDSO reader, as in a TCG guest). A caller spinning on progress would pay that every 1024
    calls, a few times per round trip, which costs latency the floor does not pay. The coarse clock is read
-   from the vDSO's data page, never a system call: the tick runs once per step of it (a jiffy, 1-4 ms). */
-void rdmax__tick_due(rdmax_ctx *ctx)
+   from the vDSO's data page, never a system call: the tick runs once per step of it (a jiffy, 1-4 ms).
+   Not inlined: its timespec would give rdmax_progress's idle path a stack frame. */
+__attribute__((noinline)) void rdmax__tick_due(rdmax_ctx *ctx)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
