@@ -1825,6 +1825,7 @@ RDMAX_API rdmax_status rdmax__rcache_check(rdmax_ctx *ctx);
 RDMAX_API int rdmax__poll_send(rdmax_ctx *ctx);
 RDMAX_API int rdmax__send_cqes(rdmax_ctx *ctx, uint64_t n);     /* n: 1 to 16 send completions in ctx->wc */
 RDMAX_API int rdmax__progress_cqes(rdmax_ctx *ctx, uint64_t n);  /* rdmax__send_cqes, then the pending queue */
+RDMAX_API int rdmax__progress_one(rdmax_ctx *ctx);               /* rdmax__progress_cqes of one completion */
 RDMAX_API int rdmax__poll_recv(rdmax_ctx *ctx);
 RDMAX_API int rdmax__recv_cqes(rdmax_ctx *ctx, int n);
 RDMAX_API int rdmax__poll_ud(rdmax_ctx *ctx);
@@ -2929,8 +2930,8 @@ RDMAX_INLINE int rdmax__poll_recv_fast(rdmax_ctx *ctx)
 /* What rdmax_progress does after the receive CQ: every 1024th call the tick when due (a count down: one
    decrement and one branch), the send CQ, the pending queue. Returns the send completions handled. n is
    not live across a call (the dispatch returns it), so the idle path keeps one register: no stack frame
-   but ctx.
-   Completions end in a tail call of rdmax__progress_cqes, which serves the pending queue after them. */
+   but ctx. Completions end in a tail call of rdmax__progress_one (a batch of one: no count to pass or
+   test) or rdmax__progress_cqes, which serve the pending queue after them. */
 RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
 {
     /* Device events, the watchdog and keepalives: out of line. */
@@ -2945,9 +2946,17 @@ RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
     if ((int32_t)ctx->comps_out > 0 ||
         (ctx->scq_spare != ctx->scq_idle && ctx->comps_out == 0 &&
          ((ctx->tick & 3) == 0 || ctx->scq_spare < 0))) {
-        int n = rdmax__poll_send_raw(ctx);
-        if (n)
+        RDMAX__PROF_BEGIN(ctx, POLL);
+        int n = ctx->scq_poll(ctx->scq, 16, ctx->wc);  /* ibv_poll_cq */
+        RDMAX__PROF_END(ctx, POLL);
+        ctx->cnt.polls++;
+        /* one compare against 1 for all three: a batch of one (the common one, asked first), more, or
+           none (an error counts as an empty poll, as in rdmax__poll_send_raw) */
+        if (n == 1)
+            return rdmax__progress_one(ctx);
+        if (n > 1)
             return rdmax__progress_cqes(ctx, (uint64_t)n);
+        ctx->cnt.empty_polls++;
     }
     if (rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
         return rdmax__dispatch_then(ctx, 0);

@@ -6276,6 +6276,12 @@ int rdmax__progress_cqes(rdmax_ctx *ctx, uint64_t n)
     return rdmax__send_cqes_run(ctx, n, 1);
 }
 
+/* rdmax__progress_cqes of a batch of one (the count is a constant, no test for the rest of a batch). */
+int rdmax__progress_one(rdmax_ctx *ctx)
+{
+    return rdmax__send_cqes_run(ctx, 1, 1);
+}
+
 /* rdmax's own immediate data of an RC receive (host order): the credits it returns (the endpoint's
    waiting requests get their turn) and the peer's goodbye. Returns nonzero for a grant, which carries
    nothing else. */
