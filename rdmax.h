@@ -1403,8 +1403,9 @@ struct rdmax_ctx {
     uint8_t dev_dead;           /* the device reported a fatal error */
     uint8_t flush_check;        /* an endpoint saw a flushed completion before failing (rdmax__flush_check) */
     uint8_t in_flush_check;
-    uint8_t rd_op[RDMAX_OP__COUNT]; /* 1 for the reads and atomics, whose retirement gives back read budget,
-                                   by op: here, one load with no address to form first (rdmax__ctx_rd_op) */
+    uint64_t retire_step[RDMAX_OP__COUNT]; /* by op, what the fast retire adds to an endpoint's rd_avail
+                                   and sq_tail as one word: sq_tail 1, rd_avail 1 for the reads and
+                                   atomics, whose retirement gives back read budget (rdmax__ctx_retire_step) */
     rdmax__ep_ref *eps;         /* table that wr_ids index: [eps_mask + 1], the slots past eps_cap free */
     uint32_t eps_cap, eps_hint; /* slots in use or free to use (grows up to max_eps); where the search for
                                    a free slot starts */
@@ -1474,7 +1475,9 @@ struct rdmax_ep {
                                    with state and blocked one word that the fast retire tests once
                                    (rdmax__ep_retire_word) */
     uint32_t sq_mask;           /* sq_depth - 1 (power of two) */
-    uint32_t sq_head, sq_tail;  /* next slot to fill, oldest outstanding */
+    uint32_t rd_avail;          /* RDMA reads and atomics that may still be issued; with sq_tail one 8-byte
+                                   word that the fast retire adds its step to (rdmax_ctx.retire_step) */
+    uint32_t sq_tail;           /* oldest outstanding slot */
     uint32_t sq_stop;           /* the fast gate: sig_at, or sq_head while blocked */
     uint32_t sig_at;            /* sq_head of the next post that must be signaled: one in signal_interval,
                                    or the queue's end (sq_tail + sq_depth) if nearer (rdmax__sig_next);
@@ -1482,7 +1485,8 @@ struct rdmax_ep {
                                    and move sq_head, only when it closes: rdmax__chain_close) */
     uint32_t signal_interval;
     uint32_t max_inline;
-    uint32_t rd_avail;          /* RDMA reads and atomics that may still be issued */
+    uint32_t sq_head;           /* next slot to fill; not beside sq_stop, whose stores of the same value
+                                   (a chained put's) the compiler would otherwise vectorize */
     uint32_t peer_recv_size;    /* largest message the peer accepts */
     uint32_t send_inline;       /* RC: min(max_inline, peer_recv_size), the fast send's one length test
                                    (0 until connected, and on UD) */

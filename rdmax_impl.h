@@ -499,7 +499,7 @@ static void rdmax__log_desc(const rdmax_ctx_desc *d, rdmax_log_item item, const 
     va_end(ap);
 }
 
-static void rdmax__ctx_rd_op(rdmax_ctx *ctx);  /* which ops give back read budget (with the send completions) */
+static void rdmax__ctx_retire_step(rdmax_ctx *ctx);  /* which ops give back read budget (with the send completions) */
 
 rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
 {
@@ -668,7 +668,7 @@ queues:
     ctx->scq_low = d.cq_depth > 1 ? d.cq_depth / 2 : 1;  /* at least 1 (rdmax__ep_fast_post) */
     ctx->scq_spare = (int32_t)(d.cq_depth - ctx->scq_low);
     ctx->scq_idle = ctx->scq_spare;
-    rdmax__ctx_rd_op(ctx);
+    rdmax__ctx_retire_step(ctx);
     ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
     ctx->eps_cap = ctx->desc.max_eps < 64 ? ctx->desc.max_eps : 64;  /* grows with the endpoints */
     ctx->eps_mask = rdmax__pow2_mask(ctx->eps_cap);
@@ -6037,13 +6037,13 @@ static void rdmax__send_cqe_other(rdmax_ctx *ctx, const struct ibv_wc *wc)
     rdmax__ep_retire(ep, slot, wc->status == IBV_WC_WR_FLUSH_ERR ? RDMAX_ERR_FLUSHED : rdmax__wc_status(wc->status));
 }
 
-/* Reads and atomics: their retirement gives back read budget. rdmax_ctx.rd_op: 1 for them, by op (one load
-   where the mask takes a shift and a test), filled at creation. */
+/* Reads and atomics: their retirement gives back read budget. rdmax_ctx.retire_step, by op, filled at
+   creation: the fast retire's one add to rd_avail and sq_tail (rdmax__ep_retire_step). */
 #define RDMAX__RD_OPS (1u << RDMAX_OP_GET | 1u << RDMAX_OP_FADD | 1u << RDMAX_OP_CSWAP)
-static void rdmax__ctx_rd_op(rdmax_ctx *ctx)
+static void rdmax__ctx_retire_step(rdmax_ctx *ctx)
 {
     for (unsigned op = 0; op < RDMAX_OP__COUNT; op++)
-        ctx->rd_op[op] = (uint8_t)((RDMAX__RD_OPS >> op) & 1);
+        ctx->retire_step[op] = 1ull << 32 | ((RDMAX__RD_OPS >> op) & 1);
 }
 
 /* The unsignaled requests from tail up to (not including) last are done: their counters and regions.
@@ -6192,6 +6192,33 @@ RDMAX_INLINE uint32_t rdmax__ep_retire_word(const rdmax_ep *ep)
     memcpy(&w, &ep->state, 4);
     return w;
 }
+/* The compiler forgets what it knows of x, at no instruction: two tables in the context indexed by the
+   same x are then each addressed with x scaled (GCC would otherwise form their shared base with an lea,
+   one instruction more). */
+#if defined(__GNUC__) || defined(__clang__)
+#define RDMAX__OPAQUE(x) __asm__("" : "+r"(x))
+#else
+#define RDMAX__OPAQUE(x) ((void)0)
+#endif
+/* sq_tail one on and rd_avail the op's read budget back (step: rdmax_ctx.retire_step) in one add: little-
+   endian, rd_avail is the low half of the word it makes with sq_tail, and never carries into it (it is
+   below 2^31 outside a fast post's RDMAX__TAKE, whose -1 the same call's rdmax__op_slow puts back to 0);
+   sq_tail's carry leaves the word. */
+RDMAX_STATIC_ASSERT(offsetof(rdmax_ep, sq_tail) == offsetof(rdmax_ep, rd_avail) + 4 &&
+                    offsetof(rdmax_ep, rd_avail) % 8 == 0,
+                    "rdmax: rdmax__ep_retire_step adds to rd_avail and sq_tail as one word");
+RDMAX_INLINE void rdmax__ep_retire_step(rdmax_ep *ep, uint64_t step)
+{
+#if RDMAX__WR_ID_HI == 4 /* little-endian */
+    uint64_t w;
+    memcpy(&w, &ep->rd_avail, 8);
+    w += step;
+    memcpy(&ep->rd_avail, &w, 8);
+#else
+    ep->sq_tail++;
+    ep->rd_avail += (uint32_t)step;
+#endif
+}
 #define RDMAX__CQE_DONE 0
 #define RDMAX__CQE_SLOW 1
 #define RDMAX__CQE_CB 2
@@ -6209,10 +6236,10 @@ RDMAX_INLINE int rdmax__send_cqe_fast(rdmax_ctx *ctx, const struct ibv_wc *wc, r
        wait), and with no region to release in any slot */
     if (rdmax_unlikely((uint32_t)id != slot || tail == ep->sq_head || rdmax__ep_retire_word(ep) != RDMAX__EP_RETIRE_OK))
         return RDMAX__CQE_SLOW;
-    uint32_t op = s->op;
+    size_t op = s->op;
     ctx->cnt.completed[op]++;
-    ep->rd_avail += ctx->rd_op[op];
-    ep->sq_tail = tail + 1;
+    RDMAX__OPAQUE(op);
+    rdmax__ep_retire_step(ep, ctx->retire_step[op]);  /* sq_tail = tail + 1, the read budget back */
     ctx->scq_spare++;  /* not blocked: the gate stays at sig_at (rdmax__ep_regate) */
     rdmax_comp *c = s->comp;
     if (c) {

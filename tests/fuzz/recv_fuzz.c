@@ -362,7 +362,7 @@ static void setup(fz_in *in)
     ctx->tick = RDMAX__TICK_CALLS;
     ctx->scq_low = 8;
     ctx->scq_spare = SCQ_CREDITS - 8;  /* as rdmax_ctx_create: the free entries minus scq_low */
-    rdmax__ctx_rd_op(ctx);             /* as rdmax_ctx_create: which ops give back read budget */
+    rdmax__ctx_retire_step(ctx);             /* as rdmax_ctx_create: which ops give back read budget */
     ctx->desc.max_eps = MAXEP;
     ctx->eps_cap = MAXEP;  /* the endpoint table's size (it grows up to max_eps in rdmax) */
     ctx->eps_mask = MAXEP - 1;  /* MAXEP is a power of two */

@@ -387,7 +387,7 @@ static void setup(fz_in *in)
     ctx->tick = RDMAX__TICK_CALLS;
     ctx->scq_low = 8;
     ctx->scq_spare = SCQ_CREDITS - 8;  /* as rdmax_ctx_create: the free entries minus scq_low */
-    rdmax__ctx_rd_op(ctx);             /* as rdmax_ctx_create: which ops give back read budget */
+    rdmax__ctx_retire_step(ctx);             /* as rdmax_ctx_create: which ops give back read budget */
     ctx->rcq_size = CQMAX;  /* big enough: rdmax__srq_reserve resizes nothing */
     ctx->desc.max_eps = MAXEP;
     ctx->desc.recv_size = g_size[0];
