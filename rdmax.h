@@ -122,7 +122,9 @@
    COMPLETION OBJECTS
    An rdmax_comp is a callback (comp->cb set: called with the status) or a flag you poll (cb NULL: rdmax
    sets comp->done = 1, and comp->status holds the result from then on; rdmax may write the status
-   earlier, once the operation is accepted). It must stay valid until it completes. rdmax sets done but
+   earlier, once the operation is accepted). Set cb (or leave it NULL) before the call that takes the
+   comp, and leave it so until the comp completes: which of the two it is, is read at the post. It must
+   stay valid until it completes. rdmax sets done but
    never clears it: reset it (comp.done = 0, or zero the struct) before reusing the object. Completions
    arrive from rdmax_progress (and rdmax_wait, rdmax_ep_flush, which call it), and also from
    rdmax_ep_destroy and rdmax_ep_pending_purge (RDMAX_ERR_CANCELED) and from a chained post that failed
@@ -989,7 +991,7 @@ typedef struct rdmax_comp rdmax_comp;
 
 typedef void (*rdmax_comp_cb)(rdmax_comp *comp, rdmax_status status);
 /* A completion the caller owns. Either set cb (called from rdmax_progress) or leave it NULL and poll
-   `done`; `user` is yours. An operation given one always reports through it (see THE COMPLETION
+   `done`, decided before the operation that takes it (see COMPLETION OBJECTS); `user` is yours. An operation given one always reports through it (see THE COMPLETION
    CONTRACT). rdmax never clears `done`: reset it before reusing the object. */
 struct rdmax_comp {
     rdmax_comp_cb cb;
@@ -1333,6 +1335,11 @@ typedef struct rdmax__bent {
 #define RDMAX__LE32(x) ((uint32_t)(x))
 #endif
 #define RDMAX__WR_SLOT_MASK 0x7fffffffull
+/* A send request whose comp has a callback (rdmax__ep_post): the bit in its wr_id's low half keeps its
+   completion from matching the fast retire's slot compare (rdmax__send_cqe_fast), so the callback runs
+   where user code may (rdmax__send_cqes_slow), and the fast retire tests no callback. */
+#define RDMAX__WR_CB (1ull << 30)
+#define RDMAX__WR_SEND_SLOT_MASK (RDMAX__WR_SLOT_MASK & ~RDMAX__WR_CB)
 
 /* A post's slot takes its op and signaled = 0 in one 32-bit store (a 16-bit immediate costs x86 a
    register or a decoder stall), the signaled post sets the flag after it; so no free slot needs

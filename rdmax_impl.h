@@ -4177,7 +4177,7 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
     s->op = (uint8_t)op;
     s->signaled = (uint8_t)sig;
     s->raddr = raddr;
-    wr->wr_id = ep->wr_id_base | slot;
+    wr->wr_id = ep->wr_id_base | slot | (comp != NULL && comp->cb != NULL ? RDMAX__WR_CB : 0);
     if (sig) {
         wr->send_flags |= IBV_SEND_SIGNALED;
         ep->sig_at = rdmax__sig_next(ep, ep->sq_head);
@@ -6015,7 +6015,7 @@ static void rdmax__send_cqe_other(rdmax_ctx *ctx, const struct ibv_wc *wc)
     rdmax_ep *ep = rdmax__wr_ep(ctx, wc->wr_id);
     if (!ep)
         return;
-    uint32_t slot = (uint32_t)(wc->wr_id & RDMAX__WR_SLOT_MASK);
+    uint32_t slot = (uint32_t)(wc->wr_id & RDMAX__WR_SEND_SLOT_MASK);
     uint32_t outstanding = ep->sq_head - ep->sq_tail;
     if (rdmax_unlikely(slot > ep->sq_mask || ((slot - ep->sq_tail) & ep->sq_mask) >= outstanding)) {
         ctx->cnt.stale_wr_ids++;
@@ -6074,16 +6074,13 @@ static __attribute__((noinline)) uint32_t rdmax__retire_unsignaled(rdmax_ctx *ct
    looked up once. Only that slot is signaled (RC completes in order: the signaled ones before it had
    their own completions), so only it can hold a comp, which completes after queue, CQ entries and read
    budget have moved (its callback may post on the endpoint, or progress). Anything else goes to
-   rdmax__send_cqe_other. cb: a comp whose callback is due first (rdmax__send_cqes retired its request,
-   wc[i - 1], and left it the call); NULL: none. dispatch: serve the pending queue at the end
-   (rdmax__progress_cqes). Returns the completions of this and later batches, counted from wc[0]. */
-static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i, int n, rdmax_comp *cb,
-                                                          int dispatch)
+   rdmax__send_cqe_other. A comp with a callback completes only here (RDMAX__WR_CB). dispatch: serve the
+   pending queue at the end (rdmax__progress_cqes). Returns the completions of this and later batches,
+   counted from wc[0]. */
+static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i, int n, int dispatch)
 {
     int done = 0;
     ctx->comps_out += RDMAX__SCQ_NEST;
-    if (cb)
-        cb->cb(cb, RDMAX_OK);
     for (;;) {
         for (; i < n; i++) {
             const struct ibv_wc *wc = &ctx->wc[i];
@@ -6152,10 +6149,10 @@ static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i
 /* The common send completion - a success of a live endpoint that names the endpoint's oldest
    outstanding slot (no unsignaled requests before it), with no cached registration to release and no
    pending requests to schedule - retires here, calling nothing, so its callers need no stack frame; a
-   comp without a callback completes here too. Returns RDMAX__CQE_DONE when it retired wc; RDMAX__CQE_SLOW
-   when wc is anything else (nothing changed: rdmax__send_cqes_slow handles it); RDMAX__CQE_CB when it
-   retired wc but for the callback of its comp (*cb), which rdmax__send_cqes_slow runs. No user code
-   runs here, so the nesting flag (RDMAX__SCQ_NEST) stays clear: the slow path sets it before it can.
+   comp without a callback completes here too (one with a callback was posted with RDMAX__WR_CB in its
+   wr_id, which the slot compare sends to the slow path). Returns nonzero (RDMAX__CQE_SLOW) when wc is
+   anything else: nothing changed, rdmax__send_cqes_slow handles it. No user code runs here, so the
+   nesting flag (RDMAX__SCQ_NEST) stays clear: the slow path sets it before it can.
    Nor is a flushed completion handled here, so no flush check is owed: flush_check is set
    (rdmax__ep_flush_seen) only where one follows - at the end of the slow path, of rdmax__recv_cqes, of
    the tick - or, when that one is skipped for the nesting flag or in_flush_check, at the end of the
@@ -6221,8 +6218,7 @@ RDMAX_INLINE void rdmax__ep_retire_step(rdmax_ep *ep, uint64_t step)
 }
 #define RDMAX__CQE_DONE 0
 #define RDMAX__CQE_SLOW 1
-#define RDMAX__CQE_CB 2
-RDMAX_INLINE int rdmax__send_cqe_fast(rdmax_ctx *ctx, const struct ibv_wc *wc, rdmax_comp **cb)
+RDMAX_INLINE int rdmax__send_cqe_fast(rdmax_ctx *ctx, const struct ibv_wc *wc)
 {
     uint64_t id = wc->wr_id, key = rdmax__wc_key(wc);
     rdmax__ep_ref *ref = &ctx->eps[(uint32_t)key & ctx->eps_mask];
@@ -6231,7 +6227,8 @@ RDMAX_INLINE int rdmax__send_cqe_fast(rdmax_ctx *ctx, const struct ibv_wc *wc, r
     rdmax_ep *ep = ref->ep;
     uint32_t tail = ep->sq_tail, slot = tail & ep->sq_mask;
     rdmax__slot *s = &ep->slots[slot];
-    /* the oldest slot (the low half of a wr_id is its slot), outstanding; the endpoint connected, not
+    /* the oldest slot (the low half of a wr_id is its slot; RDMAX__WR_CB set: no), outstanding; the
+       endpoint connected, not
        blocked, so no requests pending to schedule (they set RDMAX__BLK_PENDING, which stays while any
        wait), and with no region to release in any slot */
     if (rdmax_unlikely((uint32_t)id != slot || tail == ep->sq_head || rdmax__ep_retire_word(ep) != RDMAX__EP_RETIRE_OK))
@@ -6244,11 +6241,7 @@ RDMAX_INLINE int rdmax__send_cqe_fast(rdmax_ctx *ctx, const struct ibv_wc *wc, r
     rdmax_comp *c = s->comp;
     if (c) {
         s->comp = NULL;
-        ctx->comps_out--;  /* c->status is RDMAX_OK since the post (rdmax__comp_taken) */
-        if (rdmax_unlikely(c->cb != NULL)) {
-            *cb = c;
-            return RDMAX__CQE_CB;
-        }
+        ctx->comps_out--;  /* c->status is RDMAX_OK since the post (rdmax__comp_taken); no callback */
         c->done = 1;
     }
     return RDMAX__CQE_DONE;
@@ -6258,14 +6251,11 @@ RDMAX_INLINE int rdmax__send_cqe_fast(rdmax_ctx *ctx, const struct ibv_wc *wc, r
    batch (a full one may be followed by another poll: rdmax__send_cqes_slow). Frameless too. */
 static __attribute__((noinline)) int rdmax__send_cqes_loop(rdmax_ctx *ctx, int i, int n, int dispatch)
 {
-    for (; i < n; i++) {
-        rdmax_comp *cb = NULL;
-        int r = rdmax__send_cqe_fast(ctx, &ctx->wc[i], &cb);
-        if (rdmax_unlikely(r != RDMAX__CQE_DONE))
-            return rdmax__send_cqes_slow(ctx, i + (r == RDMAX__CQE_CB), n, cb, dispatch);
-    }
+    for (; i < n; i++)
+        if (rdmax_unlikely(rdmax__send_cqe_fast(ctx, &ctx->wc[i]) != RDMAX__CQE_DONE))
+            return rdmax__send_cqes_slow(ctx, i, n, dispatch);
     if (rdmax_unlikely(n == 16))
-        return rdmax__send_cqes_slow(ctx, n, n, NULL, dispatch);
+        return rdmax__send_cqes_slow(ctx, n, n, dispatch);
     if (dispatch && rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
         return rdmax__dispatch_then(ctx, n);
     return n;
@@ -6281,10 +6271,8 @@ RDMAX_INLINE int rdmax__send_cqes_run(rdmax_ctx *ctx, uint64_t n, int dispatch)
     /* profile snapshots from another thread: posted[] stores before completed[] stores (nothing on x86,
        dmb ish on arm64) */
     __atomic_thread_fence(__ATOMIC_RELEASE);
-    rdmax_comp *cb = NULL;
-    int r = rdmax__send_cqe_fast(ctx, &ctx->wc[0], &cb);
-    if (rdmax_unlikely(r != RDMAX__CQE_DONE))
-        return rdmax__send_cqes_slow(ctx, r == RDMAX__CQE_CB, (int)n, cb, dispatch);
+    if (rdmax_unlikely(rdmax__send_cqe_fast(ctx, &ctx->wc[0]) != RDMAX__CQE_DONE))
+        return rdmax__send_cqes_slow(ctx, 0, (int)n, dispatch);
     if (rdmax_unlikely(n > 1))
         return rdmax__send_cqes_loop(ctx, 1, (int)n, dispatch);
     if (dispatch && rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
