@@ -6220,7 +6220,7 @@ RDMAX_INLINE void rdmax__ep_retire_step(rdmax_ep *ep, uint64_t step)
 #define RDMAX__CQE_SLOW 1
 RDMAX_INLINE int rdmax__send_cqe_fast(rdmax_ctx *ctx, const struct ibv_wc *wc)
 {
-    uint64_t id = wc->wr_id, key = rdmax__wc_key(wc);
+    uint64_t key = rdmax__wc_key(wc);
     rdmax__ep_ref *ref = &ctx->eps[(uint32_t)key & ctx->eps_mask];
     if (rdmax_unlikely(key != ref->key))  /* failed, free, or another generation */
         return RDMAX__CQE_SLOW;
@@ -6228,10 +6228,9 @@ RDMAX_INLINE int rdmax__send_cqe_fast(rdmax_ctx *ctx, const struct ibv_wc *wc)
     uint32_t tail = ep->sq_tail, slot = tail & ep->sq_mask;
     rdmax__slot *s = &ep->slots[slot];
     /* the oldest slot (the low half of a wr_id is its slot; RDMAX__WR_CB set: no), outstanding; the
-       endpoint connected, not
-       blocked, so no requests pending to schedule (they set RDMAX__BLK_PENDING, which stays while any
-       wait), and with no region to release in any slot */
-    if (rdmax_unlikely((uint32_t)id != slot || tail == ep->sq_head || rdmax__ep_retire_word(ep) != RDMAX__EP_RETIRE_OK))
+       endpoint connected, not blocked, so no requests pending to schedule (they set RDMAX__BLK_PENDING,
+       which stays while any wait), and with no region to release in any slot */
+    if (rdmax_unlikely((uint32_t)wc->wr_id != slot || tail == ep->sq_head || rdmax__ep_retire_word(ep) != RDMAX__EP_RETIRE_OK))
         return RDMAX__CQE_SLOW;
     size_t op = s->op;
     ctx->cnt.completed[op]++;
