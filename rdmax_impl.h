@@ -6225,13 +6225,17 @@ RDMAX_INLINE int rdmax__send_cqe_fast(rdmax_ctx *ctx, const struct ibv_wc *wc)
     if (rdmax_unlikely(key != ref->key))  /* failed, free, or another generation */
         return RDMAX__CQE_SLOW;
     rdmax_ep *ep = ref->ep;
-    uint32_t tail = ep->sq_tail, slot = tail & ep->sq_mask;
-    rdmax__slot *s = &ep->slots[slot];
-    /* the oldest slot (the low half of a wr_id is its slot; RDMAX__WR_CB set: no), outstanding; the
+    uint32_t tail = ep->sq_tail;
+    /* outstanding; the oldest slot (the low half of a wr_id is its slot; RDMAX__WR_CB set: no); the
        endpoint connected, not blocked, so no requests pending to schedule (they set RDMAX__BLK_PENDING,
-       which stays while any wait), and with no region to release in any slot */
-    if (rdmax_unlikely((uint32_t)wc->wr_id != slot || tail == ep->sq_head || rdmax__ep_retire_word(ep) != RDMAX__EP_RETIRE_OK))
+       which stays while any wait), and with no region to release in any slot. Outstanding first: tail
+       is then dead once masked (no copy) */
+    if (rdmax_unlikely(tail == ep->sq_head))
         return RDMAX__CQE_SLOW;
+    uint32_t slot = tail & ep->sq_mask;
+    if (rdmax_unlikely((uint32_t)wc->wr_id != slot || rdmax__ep_retire_word(ep) != RDMAX__EP_RETIRE_OK))
+        return RDMAX__CQE_SLOW;
+    rdmax__slot *s = &ep->slots[slot];
     size_t op = s->op;
     ctx->cnt.completed[op]++;
     RDMAX__OPAQUE(op);
