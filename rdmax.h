@@ -124,8 +124,8 @@
    sets comp->done = 1, and comp->status holds the result from then on; rdmax may write the status
    earlier, once the operation is accepted). Set cb (or leave it NULL) before the call that takes the
    comp, and leave it so until the comp completes: which of the two it is, is read at the post. It must
-   stay valid until it completes. rdmax sets done but
-   never clears it: reset it (comp.done = 0, or zero the struct) before reusing the object. Completions
+   stay valid until it completes. rdmax sets done but never clears it: reset it (comp.done = 0, or zero
+   the struct) before reusing the object. Completions
    arrive from rdmax_progress (and rdmax_wait, rdmax_ep_flush, which call it), and also from
    rdmax_ep_destroy and rdmax_ep_pending_purge (RDMAX_ERR_CANCELED) and from a chained post that failed
    (RDMAX_ERR_IO, see rdmax_batch_begin). A comp callback may post new operations and call rdmax_progress
