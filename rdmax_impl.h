@@ -6773,6 +6773,8 @@ RDMAX_INLINE int rdmax__chain_send(rdmax_ep *ep, rdmax_ctx *ctx, rdmax__bent *en
 #if RDMAX_BATCH_MAX > 1  /* (a chain of one has nothing to join) */
     if (n < RDMAX_BATCH_MAX)
         end[-1].wr.next = &end->wr;  /* the staging stays chained */
+#else
+    (void)n;
 #endif
     return rc;
 }
