@@ -991,8 +991,9 @@ typedef struct rdmax_comp rdmax_comp;
 
 typedef void (*rdmax_comp_cb)(rdmax_comp *comp, rdmax_status status);
 /* A completion the caller owns. Either set cb (called from rdmax_progress) or leave it NULL and poll
-   `done`, decided before the operation that takes it (see COMPLETION OBJECTS); `user` is yours. An operation given one always reports through it (see THE COMPLETION
-   CONTRACT). rdmax never clears `done`: reset it before reusing the object. */
+   `done`, decided before the operation that takes it (see COMPLETION OBJECTS); `user` is yours. An
+   operation given one always reports through it (see THE COMPLETION CONTRACT). rdmax never clears
+   `done`: reset it before reusing the object. */
 struct rdmax_comp {
     rdmax_comp_cb cb;
     void *user;

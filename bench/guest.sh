@@ -117,9 +117,9 @@ bw_floor() { pair "$1" 18515 $FL bw -t "$2" -s "$3" -n "$4" -d "$DEV" -x "$GID" 
 say "device $DEV ($ADDR, gid $GID), $ROUNDS rounds; raw output in $RAW"
 
 # ---- side-by-side cases: rounds of rdmax, the raw-verbs floor and the reference tools, ratios taken on
-# the host, within each round. Within a case the tools run in turn, and the turn starts one later each round (in_turn): over
-# three rounds each tool runs first, second and third once, so none always runs just after another
-# tool's exit (rxe tears a process's QPs down after it) ---------------------------------------------------
+# the host, within each round. Within a case the tools run in turn, and the turn starts one later each
+# round (in_turn): over three rounds each tool runs first, second and third once, so none always runs
+# just after another tool's exit (rxe tears a process's QPs down after it) -------------------------------
 # in_turn CMD...: eval each CMD (single-quoted at the call: expanded here), starting with the r-th and
 # wrapping around
 in_turn() {
