@@ -6402,7 +6402,7 @@ static inline void rdmax__srq_credit(rdmax_ctx *ctx, struct rdmax__rx *x, uint32
 
 /* One completion of a shared receive queue (>>srq), any but rdmax__srq_recv_fast's: another endpoint's
    (or a destroyed one's: counted and dropped), a failed or flushed one (owes no credit), put_imm's, one
-   with credits, a grant or a goodbye in its immediate data; a wr_id that names no buffer (its pool went:
+   with a grant or a goodbye in its immediate data; a wr_id that names no buffer (its pool went:
    counted, dropped). The buffer is staged for its repost (rdmax__srq_fill, from rdmax__srq_settle at the
    end of the batch); a successful completion of a live endpoint is a credit it is owed once the buffer
    is posted again (x->run, or o). */
@@ -6470,8 +6470,8 @@ static __attribute__((noinline)) void rdmax__srq_restage(rdmax_ctx *ctx, struct 
     rdmax__srq_credit(ctx, x, wc->qp_num, o);
 }
 
-/* The common completion of a shared receive queue, inline: a message with no credits in its immediate
-   data (or none) of the last endpoint (a burst comes mostly from one QP: the endpoint of the last one,
+/* The common completion of a shared receive queue, inline: a message (credits in its immediate data
+   or none) of the last endpoint (a burst comes mostly from one QP: the endpoint of the last one,
    until rdmax__map_kill forgets it, saves the map lookup), whose wr_id the caller found to name a buffer
    of the last endpoint's pool (x->last_tag); everything else in rdmax__srq_recv. The buffer is staged
    (in the request at n_stage) before the callback, so that nothing is kept across it, and counted as
@@ -6488,14 +6488,23 @@ static inline void rdmax__srq_recv_fast(rdmax_ctx *ctx, struct rdmax__rx *x, con
     uint32_t slot = (uint32_t)wc->wr_id & ((1u << RDMAX__SRQ_SLOT_BITS) - 1);
     uint64_t key;  /* the QP's number and the immediate (0: no credits; without WITH_IMM whatever it is) */
     memcpy(&key, (const char *)wc + offsetof(struct ibv_wc, imm_data), sizeof key);
+    rdmax_ep *ep = x->last_ep;
     if (rdmax_unlikely(key != x->last_key || wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV ||
                        ci >= s->n_chunks || slot >= s->per_chunk)) {
-        rdmax__srq_recv(ctx, x, wc, o);
-        return;
+        /* A ping-pong's every message returns credits in its immediate data: taken here too (beside
+           the test of the common case, which stays as it is), a grant or a goodbye goes the slow way. */
+        const uint64_t credits = rdmax__srq_key(RDMAX__LE32(RDMAX__IMM_CREDITS), 0);
+        if ((key & ~credits) != x->last_key || !(wc->wc_flags & IBV_WC_WITH_IMM) || wc->status != IBV_WC_SUCCESS ||
+            wc->opcode != IBV_WC_RECV || ci >= s->n_chunks || slot >= s->per_chunk) {
+            rdmax__srq_recv(ctx, x, wc, o);
+            return;
+        }
+        ep->tx_credits += RDMAX__LE32(wc->imm_data) & RDMAX__IMM_CREDITS;
+        if (ep->group.count)
+            rdmax_arb_group_schedule(&ctx->arb, &ep->group);
     }
     const __typeof__(*s->chunks) *c = &s->chunks[ci];
     char *buf = c->base + (size_t)slot * s->recv_size;
-    rdmax_ep *ep = x->last_ep;
     struct rdmax__srq_rq *r = &s->rq[s->n_stage];
     RDMAX_ASSERT(s->n_stage < RDMAX__RECV_BATCH);
     r->wr.wr_id = wc->wr_id;

@@ -1,8 +1,8 @@
 /* The shared receive queue of RC endpoints on a real device (rxe in the test VM): puts with immediate
-   data, credits that flow with tiny windows and never meet RNR, the context's recv_size, receives of a
-   destroyed endpoint dropped and their buffers recycled, the SRQ's low-water event, limits that fail
-   with a status and a message naming them (nothing half-made left), and two threads whose contexts
-   share one protection domain and serve one registered region.
+   data, credits that flow with tiny windows and never meet RNR and come back exactly in a ping-pong,
+   the context's recv_size, receives of a destroyed endpoint dropped and their buffers recycled, the
+   SRQ's low-water event, limits that fail with a status and a message naming them (nothing half-made
+   left), and two threads whose contexts share one protection domain and serve one registered region.
    Usage: srq_test */
 #define RDMAX_TRANSPORT_RC
 #define RDMAX_IMPLEMENTATION
@@ -204,6 +204,57 @@ out:
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
     rdmax_mem_free(dst);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* A ping-pong between two contexts (each sees one QP: its messages take the inline receive path,
+   credits in their immediate data): after every round trip a has its window back, and b all of it but
+   the credit of its own last reply. A credit lost or counted twice shows at once. */
+static void pingpong_credits_case(void)
+{
+    enum { ROUNDS = 40 };
+    rdmax_ctx *ca = open_ctx(0, NULL), *cb = open_ctx(0, NULL);
+    rdmax_ep *a = NULL, *b = NULL;
+    struct side sa, sb;
+    memset(&sa, 0, sizeof sa);
+    memset(&sb, 0, sizeof sb);
+    tl_begin("srq/ping-pong credits: %d round trips between two contexts, each side's credits exact after each",
+             ROUNDS);
+    rdmax_ep_desc da, db;
+    memset(&da, 0, sizeof da);
+    da.rq_depth = 8;
+    da.recv_cb = on_msg;
+    da.user = &sa;
+    db = da;
+    db.user = &sb;
+    REQUIRE(tl_pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    rdmax_ep_info ia, ib;
+    rdmax_ep_query_info(a, &ia);
+    rdmax_ep_query_info(b, &ib);
+    uint32_t ca0 = ia.send_credits, cb0 = ib.send_credits;
+    for (uint32_t k = 0; k < ROUNDS; k++) {
+        unsigned char m[64];
+        memcpy(m, &k, 4);
+        for (size_t i = 4; i < 64; i++)
+            m[i] = (unsigned char)(k + i);
+        CHECK_ST(rdmax_send(a, m, 64, NULL, NULL), RDMAX_OK);
+        REQUIRE(spin_until(ca, cb, &sb.msgs, k + 1) == 0, "round %u: b never got the ping", k);
+        CHECK_ST(rdmax_send(b, m, 64, NULL, NULL), RDMAX_OK);
+        REQUIRE(spin_until(ca, cb, &sa.msgs, k + 1) == 0, "round %u: a never got the answer", k);
+        rdmax_ep_query_info(a, &ia);
+        rdmax_ep_query_info(b, &ib);
+        REQUIRE(ia.send_credits == ca0 && ib.send_credits == cb0 - 1,
+                "round %u: a has %u credits (want %u), b %u (want %u)", k, ia.send_credits, ca0,
+                ib.send_credits, cb0 - 1);
+    }
+    CHECK(sa.bad == 0 && sb.bad == 0, "%u/%u bad messages", sa.bad, sb.bad);
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_ctx_destroy(ca);
+    rdmax_ctx_destroy(cb);
     if (tl_case_failed)
         tl_end();
 }
@@ -1012,6 +1063,7 @@ int main(void)
     tiny_window_case(ctx, dev, RDMAX_RECV_POOL_OWN, RDMAX_RECV_POOL_SHARED);
     own_pool_desc_case(ctx);
     rdmax_ctx_destroy(ctx);
+    pingpong_credits_case();
     recv_size_case();
     stale_case(dev);
     limit_case();
