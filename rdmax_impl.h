@@ -6477,7 +6477,7 @@ static __attribute__((noinline)) void rdmax__srq_restage(rdmax_ctx *ctx, struct 
    (in the request at n_stage) before the callback, so that nothing is kept across it, and counted as
    staged after it: a nested poll batch posts only rq[0, n_stage), and anything that may change the
    staging or the last endpoint meanwhile sets x->stirred, which sends the completion to
-   rdmax__srq_restage. The pool needs no mark: rdmax__srq_settle posts last_bit's pool in every batch,
+   rdmax__srq_restage. The pool needs no mark: every batch posts last_bit's pool (rdmax__srq_settle, _last),
    and rdmax__srq_who and rdmax__map_kill mark it when it stops being the last one's. Its staging holds
    at most this batch's completions (a batch starts with every staging posted), so there is room. */
 static inline void rdmax__srq_recv_fast(rdmax_ctx *ctx, struct rdmax__rx *x, const struct ibv_wc *wc,
@@ -6558,6 +6558,20 @@ static void rdmax__srq_settle(rdmax_ctx *ctx, struct rdmax__owed *o, int outermo
     }
     if (rdmax_unlikely(x->doomed != 0) && outermost)
         rdmax__pool_reap(ctx);
+}
+
+/* rdmax__srq_settle when the batch gave back buffers of the last endpoint only (a ping-pong's every
+   batch): its pool posted again, then the credits owed (the endpoint is alive: rdmax__map_kill clears
+   last_s), the grant as there. */
+static void rdmax__srq_settle_last(rdmax_ctx *ctx, struct rdmax__rx *x)
+{
+    rdmax_ep *ep = x->last_ep;
+    uint32_t run = x->run;
+    x->run = 0;
+    rdmax__srq_fill_staged(ctx, x->last_s, ep->pool);
+    ep->rx_unreturned += run;
+    if (ep->rx_unreturned >= ep->grant_at && ep->state == RDMAX_EP_CONNECTED)
+        rdmax__grant(ep);
 }
 
 int rdmax__poll_ud(rdmax_ctx *ctx)
@@ -6686,7 +6700,9 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
             rdmax__grant(ep);
     }
     if ((x = ctx->rx) != NULL) {  /* (a callback may have made rx) */
-        if (x->staged | x->run | owed.n | x->doomed)
+        if (rdmax_likely((x->staged | owed.n | x->doomed) == 0 && x->run != 0 && x->last_s != NULL))
+            rdmax__srq_settle_last(ctx, x);
+        else if (x->staged | x->run | owed.n | x->doomed)
             rdmax__srq_settle(ctx, &owed, wc == ctx->rwc_top);
         x->stirred = 1;  /* for the batch around this one, if any */
     }
