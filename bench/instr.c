@@ -23,6 +23,9 @@
                 the process slept 2 ms before the call): per call, i.e. per completion
      recv       rdmax_progress calls that deliver 16 8-byte messages (sent inline, landed while the process
                 slept 2 ms) to the receive callback, reposts and grants included: per message
+     recv_one   a ping-pong's receive: rdmax_progress calls of a second context that deliver one 8-byte
+                message with a credit in its immediate data (the peer received one message before),
+                its repost included (nothing amortised): per message
 
    Prints "instr case=NAME ops=N part=NAME" per case, then "instr done". Without valgrind the program
    runs the same loops (the client requests do nothing), so it doubles as a quick functional check.
@@ -111,6 +114,11 @@ CG_FN static int cg_retire(rdmax_ctx *c)
 }
 
 CG_FN static int cg_recv(rdmax_ctx *c)
+{
+    return rdmax_progress(c);
+}
+
+CG_FN static int cg_recv_one(rdmax_ctx *c)
 {
     return rdmax_progress(c);
 }
@@ -291,6 +299,60 @@ static void case_recv(void)
     printf("instr recv_calls=%lu for %lu messages\n", calls, ops);
 }
 
+/* Two contexts, so that each sees one QP, as a ping-pong's two processes do: q sends p one message
+   (collection off), p answers with the credit it now owes, and q's context receives it (measured). */
+static void case_recv_one(const rdmax_ep_desc *d)
+{
+    rdmax_ctx *ctx2;
+    rdmax_ep *p, *q;
+    rdmax_ctx_desc cd;
+    rdmax_conn_info ip, iq;
+    memset(&cd, 0, sizeof cd);
+    cd.device = rdmax_ctx_attr(ctx)->name;
+    rdmax_status st = rdmax_ctx_create(&cd, &ctx2);
+    if (st != RDMAX_OK)
+        fail("recv_one: second context", st);
+    rdmax_ep_desc e = *d;
+    e.expose = NULL;  /* (ctx's memory) */
+    if ((st = rdmax_ep_create(ctx, &e, &p)) != RDMAX_OK || (st = rdmax_ep_create(ctx2, &e, &q)) != RDMAX_OK)
+        fail("recv_one: ep_create", st);
+    rdmax_ep_local_info(p, &ip);
+    rdmax_ep_local_info(q, &iq);
+    if ((st = rdmax_ep_connect_info(p, &iq)) != RDMAX_OK || (st = rdmax_ep_connect_info(q, &ip)) != RDMAX_OK)
+        fail("recv_one: connect", st);
+    unsigned long ops = 0, calls = 0;
+    CALLGRIND_ZERO_STATS;
+    for (int r = 0; r < ROUNDS * 4; r++) {
+        unsigned long want = received + 1;
+        if ((st = rdmax_send(q, sbuf, 8, NULL, NULL)) < 0)
+            fail("recv_one: send", st);
+        for (long spin = 0; received < want; spin++) {
+            if (spin > 100000000L)
+                fail("recv_one: the message never arrived", RDMAX_ERR_TIMEOUT);
+            rdmax_progress(ctx);
+            rdmax_progress(ctx2);
+        }
+        want = received + 1;
+        if ((st = rdmax_send(p, sbuf, 8, NULL, NULL)) < 0)
+            fail("recv_one: answer", st);
+        sleep_ms(2);  /* the answer lands in ctx2's receive CQ; nothing polls it meanwhile */
+        for (long spin = 0; received < want; spin++) {
+            if (spin > 100000000L)
+                fail("recv_one: the answer never arrived", RDMAX_ERR_TIMEOUT);
+            CALLGRIND_TOGGLE_COLLECT;
+            cg_recv_one(ctx2);
+            CALLGRIND_TOGGLE_COLLECT;
+            calls++;
+        }
+        ops++;
+    }
+    report("recv_one", ops);
+    printf("instr recv_one_calls=%lu for %lu messages\n", calls, ops);
+    rdmax_ep_destroy(p);
+    rdmax_ep_destroy(q);
+    rdmax_ctx_destroy(ctx2);
+}
+
 int main(int argc, char **argv)
 {
     rdmax_ctx_desc cd;
@@ -331,6 +393,9 @@ int main(int argc, char **argv)
     if (received != (unsigned long)ROUNDS * BATCH)
         fprintf(stderr, "instr: %lu of %d sends received\n", received, ROUNDS * BATCH);
     case_recv();
+    d.rq_depth = 0;  /* the default window, as the examples use */
+    d.sq_depth = 0;
+    case_recv_one(&d);
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
     rdmax_mem_free(lmem);

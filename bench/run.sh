@@ -223,6 +223,8 @@ instr_own() { # CASE -> own instructions per operation
 for c in put:40 send:40 get:45 fadd:45 cswap:45 put_list:40 put_batch:40 progress:25 retire:60 recv:80; do
 	row "instr_${c%%:*}" 8 own_instructions "$(instr_own "${c%%:*}")" "budget (issue 15)" "${c#*:}" "le 1.0"
 done
+# a ping-pong's receive (one message with a credit, its repost not amortised) beside recv's batch of 16
+row instr_recv_one 8 own_instructions "$(instr_own recv_one)" "rdmax, recv (a batch of 16)" "$(instr_own recv)" "-"
 
 # host cases
 hv() { sed -n "s/^bench $1 case=$2 value=\([^ ]*\) .*/\1/p" "$RAW/host_$1.txt" 2>/dev/null | head -1; }
@@ -383,8 +385,9 @@ elapsed=$((SECONDS - T0))
 	echo "put_list: per put of one rdmax_put_list call of 32; put_batch: per put of rdmax_batch_begin, 32 rdmax_put calls,"
 	echo "rdmax_batch_end; progress: an idle rdmax_progress; retire: the rdmax_progress"
 	echo "call that retires one completed get with a comp; recv: the rdmax_progress calls that deliver 16 landed"
-	echo "8 B messages to the callback, reposts and grants included, per message. The reference is the issue's"
-	echo "budget."
+	echo "8 B messages to the callback, reposts and grants included, per message; recv_one: a ping-pong's receive"
+	echo "(a second context's rdmax_progress delivers one message with a credit in its immediate data, its"
+	echo "repost included). The reference is the issue's budget (recv_one's: recv's count)."
 	echo
 	echo "How the instructions were counted: callgrind in the guest, user space only. rdmax: rdmax_bw -t put"
 	echo "-s 8 -n 2000 (8 B puts go inline) with post list 1 and 32; the put is the out-of-line function"
