@@ -107,18 +107,11 @@ prow() {
 	read -r a b <<<"$(paired "$4" "$5" "$6" "$7" "$8")"
 	row "$1" "$2" "$3" "${a:-}" "$9" "${b:-}" "${10}"
 }
-# best post list of ib_write_bw per round, then the median; also which -l won most often
-rate_best() {
-	local d v best l bl
-	for d in "$RAW"/r*; do
-		best= bl=
-		for l in 4 8 16 32; do
-			v=$(value "$d/rate_put_8__ib_write_bw_l$l.txt" rate)
-			[ -n "$v" ] || continue
-			if [ -z "$best" ] || awk -v a="$v" -v b="$best" 'BEGIN { exit !(a > b) }'; then best=$v bl=$l; fi
-		done
-		[ -n "$best" ] && echo "$best $bl"
-	done
+# best_l ROUNDDIR: "rate l" of ib_write_bw's best post list in that round (of equal rates, the shortest list)
+best_l() {
+	local l
+	for l in 4 8 16 32; do echo "$(value "$1/rate_put_8__ib_write_bw_l$l.txt" rate) $l"; done |
+		awk 'NF == 2' | sort -k1,1g -k2,2nr | tail -1
 }
 
 CSV=$RES/summary.csv
@@ -161,11 +154,11 @@ prow bw_ud_send 1024 bw_avg_MBps bw_udsend_1024 rdmax floor bw bw "$FLOOR" "ge 0
 prow bw_ud_send 1024 bw_avg_MBps bw_udsend_1024 rdmax ib_send_bw_ud bw bw "ib_send_bw -c UD" "ge 1.0"
 prow rate_put 8 msg_rate_Mpps rate_put_8 rdmax floor rate rate "$FLOOR" "ge 0.98"
 prow rate_put 8 msg_rate_Mpps rate_put_8 rdmax ib_write_bw rate rate "ib_write_bw (default post list)" "ge 1.3"
-# ib_write_bw's best post list of each round, paired with rdmax's rate of that round
-bestl=$(rate_best | awk '{ print $2 }' | sort | uniq -c | sort -rn | awk 'NR == 1 { print $2 }')
+# ib_write_bw's best post list of each round, paired with rdmax's rate of that round; which -l won most often
+bestl=$(for d in "$RAW"/r*; do best_l "$d"; done | awk '{ print $2 }' | sort | uniq -c | sort -rn | awk 'NR == 1 { print $2 }')
 read -r rr best <<<"$(for d in "$RAW"/r*; do
 	a=$(value "$d/rate_put_8__rdmax.txt" rate)
-	b=$(for l in 4 8 16 32; do value "$d/rate_put_8__ib_write_bw_l$l.txt" rate; done | sort -g | tail -1)
+	read -r b _ <<<"$(best_l "$d")"
 	[ -n "$a" ] && [ -n "$b" ] && echo "$a $b"
 done | median_pair)"
 row rate_put 8 msg_rate_Mpps "${rr:-}" "ib_write_bw best post list (-l ${bestl:-?} most often)" "${best:-}" "ge 1.0"
