@@ -2896,14 +2896,21 @@ RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep)
     return rdmax__batch_end(ep);  /* out of line: the post */
 }
 
-/* The send CQ, polled inline into ctx->wc: the completions polled (0 when none, or on an error, counted
-   as an empty poll). */
-RDMAX_INLINE int rdmax__poll_send_raw(rdmax_ctx *ctx)
+/* The send CQ's poll itself, counted: the provider's result as it gave it. */
+RDMAX_INLINE int rdmax__scq_poll(rdmax_ctx *ctx)
 {
     RDMAX__PROF_BEGIN(ctx, POLL);
     int n = ctx->scq_poll(ctx->scq, 16, ctx->wc);  /* ibv_poll_cq */
     RDMAX__PROF_END(ctx, POLL);
     ctx->cnt.polls++;
+    return n;
+}
+
+/* The send CQ, polled inline into ctx->wc: the completions polled (0 when none, or on an error, counted
+   as an empty poll). */
+RDMAX_INLINE int rdmax__poll_send_raw(rdmax_ctx *ctx)
+{
+    int n = rdmax__scq_poll(ctx);
     if (rdmax_likely(n <= 0)) {
         ctx->cnt.empty_polls++;
         return 0;
@@ -2958,10 +2965,7 @@ RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
     if ((int32_t)ctx->comps_out > 0 ||
         (ctx->scq_spare != ctx->scq_idle && ctx->comps_out == 0 &&
          ((ctx->tick & 3) == 0 || ctx->scq_spare < 0))) {
-        RDMAX__PROF_BEGIN(ctx, POLL);
-        int n = ctx->scq_poll(ctx->scq, 16, ctx->wc);  /* ibv_poll_cq */
-        RDMAX__PROF_END(ctx, POLL);
-        ctx->cnt.polls++;
+        int n = rdmax__scq_poll(ctx);
         /* one compare against 1 for all three: a batch of one (the common one, asked first), more, or
            none (an error counts as an empty poll, as in rdmax__poll_send_raw) */
         if (n == 1)
