@@ -401,7 +401,7 @@ elapsed=$((SECONDS - T0))
 		cs=${n%%__*}
 		tl=${n#*__}
 		k=lat
-		case $cs in bw_*) k=bw ;; rate_*) k=rate ;; esac
+		case $cs in bw_*) k=bw ;; rate_* | prof_rate_*) k=rate ;; esac
 		case $tl in ucx_*) k=ucx ;; esac
 		m=$(rounds "$cs" "$tl" $k | median)
 		printf '%-28s %-22s %s\n' "$cs" "$tl" "$(rounds "$cs" "$tl" $k | awk -v m="${m:-0}" \
