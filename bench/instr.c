@@ -269,6 +269,22 @@ static void case_retire(void)
     printf("instr retire_exact=%lu of %lu\n", one, ops);
 }
 
+/* Measured calls of fn (cg_recv, cg_recv_one: a callgrind part each) on c until `received` reaches
+   want; returns how many. */
+static unsigned long recv_until(int (*fn)(rdmax_ctx *), rdmax_ctx *c, unsigned long want, const char *what)
+{
+    unsigned long calls = 0;
+    for (long spin = 0; received < want; spin++) {
+        if (spin > 100000000L)
+            fail(what, RDMAX_ERR_TIMEOUT);
+        CALLGRIND_TOGGLE_COLLECT;
+        fn(c);
+        CALLGRIND_TOGGLE_COLLECT;
+        calls++;
+    }
+    return calls;
+}
+
 #define RECV_BURST 16
 
 static void case_recv(void)
@@ -284,14 +300,7 @@ static void case_recv(void)
                 fail("recv: send", st);
         }
         sleep_ms(2);  /* the messages land in the receive CQ; nothing polls it meanwhile */
-        for (long spin = 0; received < want; spin++) {
-            if (spin > 100000000L)
-                fail("recv: the messages never arrived", RDMAX_ERR_TIMEOUT);
-            CALLGRIND_TOGGLE_COLLECT;
-            cg_recv(ctx);
-            CALLGRIND_TOGGLE_COLLECT;
-            calls++;
-        }
+        calls += recv_until(cg_recv, ctx, want, "recv: the messages never arrived");
         ops += RECV_BURST;
         drain();  /* credits back to the sender (collection off) */
     }
@@ -336,14 +345,7 @@ static void case_recv_one(const rdmax_ep_desc *d)
         if ((st = rdmax_send(p, sbuf, 8, NULL, NULL)) < 0)
             fail("recv_one: answer", st);
         sleep_ms(2);  /* the answer lands in ctx2's receive CQ; nothing polls it meanwhile */
-        for (long spin = 0; received < want; spin++) {
-            if (spin > 100000000L)
-                fail("recv_one: the answer never arrived", RDMAX_ERR_TIMEOUT);
-            CALLGRIND_TOGGLE_COLLECT;
-            cg_recv_one(ctx2);
-            CALLGRIND_TOGGLE_COLLECT;
-            calls++;
-        }
+        calls += recv_until(cg_recv_one, ctx2, want, "recv_one: the answer never arrived");
         ops++;
     }
     report("recv_one", ops);
