@@ -208,19 +208,57 @@ out:
         tl_end();
 }
 
+/* The 64-byte message number `seq` of on_msg's pattern. */
+static void msg_fill(unsigned char *m, uint32_t seq)
+{
+    memcpy(m, &seq, 4);
+    for (size_t i = 4; i < 64; i++)
+        m[i] = (unsigned char)(seq + i);
+}
+
+/* The nested variant's receiver: on each first message of a round it has a (same thread, the other
+   context) send the second, and progresses its own context until that arrives, so the second is
+   received in a poll batch inside this callback. */
+static struct {
+    rdmax_ep *a;
+    rdmax_ctx *cb;
+    uint32_t sent, bad;
+} g_nest;
+static void on_msg_nest(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    struct side *s = (struct side *)user;
+    on_msg(ep, data, len, user);
+    if (s->msgs % 2 == 0)
+        return;
+    unsigned char m[64];
+    msg_fill(m, g_nest.sent);
+    if (rdmax_send(g_nest.a, m, 64, NULL, NULL) != RDMAX_OK) {
+        g_nest.bad++;
+        return;
+    }
+    g_nest.sent++;
+    uint32_t want = s->msgs + 1;
+    for (long i = 0; s->msgs < want && i < 50000000L; i++)
+        rdmax_progress(g_nest.cb);
+    g_nest.bad += s->msgs < want;
+}
+
 /* A ping-pong between two contexts (each sees one QP: its messages take the inline receive path,
    credits in their immediate data): after every round trip a has its window back, and b all of it but
-   the credit of its own last reply. A credit lost or counted twice shows at once. */
-static void pingpong_credits_case(void)
+   the credits of its own replies since a's last message. A credit lost or counted twice shows at once.
+   nested: a sends two messages per round, the second from inside b's receive callback, which receives
+   it in a nested poll batch (the inline path's staging and settle under nesting); b answers both. */
+static void pingpong_credits_case(int nested)
 {
     enum { ROUNDS = 40 };
+    const uint32_t per = nested ? 2 : 1;  /* messages each way per round */
     rdmax_ctx *ca = open_ctx(0, NULL), *cb = open_ctx(0, NULL);
     rdmax_ep *a = NULL, *b = NULL;
     struct side sa, sb;
     memset(&sa, 0, sizeof sa);
     memset(&sb, 0, sizeof sb);
-    tl_begin("srq/ping-pong credits: %d round trips between two contexts, each side's credits exact after each",
-             ROUNDS);
+    tl_begin("srq/ping-pong credits%s: %d round trips between two contexts, each side's credits exact after each",
+             nested ? " (the second message of each round received in a nested batch)" : "", ROUNDS);
     rdmax_ep_desc da, db;
     memset(&da, 0, sizeof da);
     da.rq_depth = 8;
@@ -228,25 +266,33 @@ static void pingpong_credits_case(void)
     da.user = &sa;
     db = da;
     db.user = &sb;
+    db.recv_cb = nested ? on_msg_nest : on_msg;
     REQUIRE(tl_pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    memset(&g_nest, 0, sizeof g_nest);
+    g_nest.a = a;
+    g_nest.cb = cb;
     rdmax_ep_info ia, ib;
     rdmax_ep_query_info(a, &ia);
     rdmax_ep_query_info(b, &ib);
     uint32_t ca0 = ia.send_credits, cb0 = ib.send_credits;
     for (uint32_t k = 0; k < ROUNDS; k++) {
         unsigned char m[64];
-        memcpy(m, &k, 4);
-        for (size_t i = 4; i < 64; i++)
-            m[i] = (unsigned char)(k + i);
+        msg_fill(m, g_nest.sent);
         CHECK_ST(rdmax_send(a, m, 64, NULL, NULL), RDMAX_OK);
-        REQUIRE(spin_until(ca, cb, &sb.msgs, k + 1) == 0, "round %u: b never got the ping", k);
-        CHECK_ST(rdmax_send(b, m, 64, NULL, NULL), RDMAX_OK);
-        REQUIRE(spin_until(ca, cb, &sa.msgs, k + 1) == 0, "round %u: a never got the answer", k);
+        g_nest.sent++;
+        REQUIRE(spin_until(ca, cb, &sb.msgs, per * (k + 1)) == 0 && g_nest.bad == 0,
+                "round %u: b got %u of %u messages (%u failures in its callback)", k, sb.msgs, per * (k + 1),
+                g_nest.bad);
+        for (uint32_t j = 0; j < per; j++) {
+            msg_fill(m, per * k + j);
+            CHECK_ST(rdmax_send(b, m, 64, NULL, NULL), RDMAX_OK);
+        }
+        REQUIRE(spin_until(ca, cb, &sa.msgs, per * (k + 1)) == 0, "round %u: a never got the answers", k);
         rdmax_ep_query_info(a, &ia);
         rdmax_ep_query_info(b, &ib);
-        REQUIRE(ia.send_credits == ca0 && ib.send_credits == cb0 - 1,
+        REQUIRE(ia.send_credits == ca0 && ib.send_credits == cb0 - per,
                 "round %u: a has %u credits (want %u), b %u (want %u)", k, ia.send_credits, ca0,
-                ib.send_credits, cb0 - 1);
+                ib.send_credits, cb0 - per);
     }
     CHECK(sa.bad == 0 && sb.bad == 0, "%u/%u bad messages", sa.bad, sb.bad);
     tl_end();
@@ -1063,7 +1109,8 @@ int main(void)
     tiny_window_case(ctx, dev, RDMAX_RECV_POOL_OWN, RDMAX_RECV_POOL_SHARED);
     own_pool_desc_case(ctx);
     rdmax_ctx_destroy(ctx);
-    pingpong_credits_case();
+    pingpong_credits_case(0);
+    pingpong_credits_case(1);
     recv_size_case();
     stale_case(dev);
     limit_case();
