@@ -7345,10 +7345,12 @@ static int rdmax__ep_expects_completion(const rdmax_ep *ep)
 }
 
 /* Zero-length RDMA write: no buffer and no receive on the peer, but it needs an answer from the peer's
-   device, so a vanished peer shows as retry exceeded within the RC retry time. */
+   device, so a vanished peer shows as retry exceeded within the RC retry time. It goes while requests
+   wait too (rdmax__ep_check would refuse it then): requests waiting for credits from a dead peer are
+   exactly the case it must find, and a write that delivers nothing cannot overtake them. */
 static void rdmax__keepalive(rdmax_ep *ep)
 {
-    if (rdmax__ep_check(ep) != RDMAX_OK)
+    if (rdmax__ep_sq_avail(ep) == 0 || rdmax__scq_free(ep->ctx) == 0)
         return;
     rdmax_rbuf r0 = rdmax__ep_remote0(ep);
     struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_WRITE);

@@ -274,6 +274,115 @@ out:
     tl_end();
 }
 
+/* Requests that wait for credits a dead peer will never return: nothing is outstanding, so only the
+   keepalive can find the peer, and it must go although requests wait (it did not: the endpoint stayed
+   connected with its requests queued for good). Each queued request then completes exactly once, with
+   an error. The peer is on a context of its own that is never progressed, so no credit comes back. The
+   control, keepalive off, stays connected with its requests waiting. */
+enum { KP_N = 20 };
+static int kp_calls[2][KP_N];
+static rdmax_status kp_status[2][KP_N];
+
+static void kp_done(rdmax_comp *c, rdmax_status st)
+{
+    int *k = (int *)c->user;
+    kp_calls[k[0]][k[1]]++;
+    kp_status[k[0]][k[1]] = st;
+}
+
+static void case_keepalive_pending(rdmax_ctx *c, rdmax_mem *mem)
+{
+    tl_begin("failure/keepalive finds a dead peer while sends wait for its credits; each queued request fails once");
+    rdmax_ctx *c2 = open_ctx(getenv("RDMAX_TEST_DEV0"));
+    rdmax_ep_desc on, off;
+    memset(&on, 0, sizeof on);
+    on.expose = mem;
+    on.rq_depth = 4;
+    on.keepalive_ms = 1000;
+    off = on;
+    off.keepalive_ms = RDMAX_OFF;
+    rdmax_ep *ep[2] = {NULL, NULL}, *peer[2] = {NULL, NULL};
+    static rdmax_req req[2][KP_N];
+    static rdmax_comp comp[2][KP_N];
+    static int key[2][KP_N][2];
+    memset(kp_calls, 0, sizeof kp_calls);
+    REQUIRE(tl_pair(c, c2, &on, &on, &ep[0], &peer[0]) == RDMAX_OK, "pair (keepalive on)");
+    REQUIRE(tl_pair(c, c2, &off, &off, &ep[1], &peer[1]) == RDMAX_OK, "pair (keepalive off)");
+    for (int e = 0; e < 2; e++)
+        for (int i = 0; i < KP_N; i++) {
+            memset(&req[e][i], 0, sizeof req[e][i]);
+            memset(&comp[e][i], 0, sizeof comp[e][i]);
+            key[e][i][0] = e;
+            key[e][i][1] = i;
+            comp[e][i].cb = kp_done;
+            comp[e][i].user = key[e][i];
+            req[e][i].op = RDMAX_OP_SEND;
+            req[e][i].buf = mem->addr;
+            req[e][i].len = 8;
+            req[e][i].mem = mem;
+            req[e][i].comp = &comp[e][i];
+            rdmax_status st = rdmax_req_post(ep[e], &req[e][i]);
+            REQUIRE(st == RDMAX_INPROGRESS || st == RDMAX_OK, "rdmax_req_post %d: %s", i, rdmax_status_str(st));
+        }
+    /* what went out completes (the peer's device acknowledges it); the rest waits for credits */
+    int64_t t0 = now_ms();
+    rdmax_ep_info i0, i1;
+    do {
+        rdmax_progress(c);
+        rdmax_ep_query_info(ep[0], &i0);
+        rdmax_ep_query_info(ep[1], &i1);
+    } while ((i0.outstanding || i1.outstanding) && now_ms() - t0 < GUARD_MS);
+    REQUIRE(i0.outstanding == 0 && i1.outstanding == 0, "sends still outstanding after %d ms", GUARD_MS);
+    REQUIRE(i0.pending > 0 && i1.pending > 0, "no request waits for credits (pending %zu, %zu)", i0.pending,
+            i1.pending);
+    size_t waiting = i0.pending;
+    /* the peers go without a word, as in a killed process */
+    rdmax_ep_destroy(peer[0]);
+    rdmax_ep_destroy(peer[1]);
+    peer[0] = peer[1] = NULL;
+    int64_t ms = wait_state(c, NULL, ep[0]);
+    REQUIRE(ms >= 0, "endpoint still connected %d ms after its peer went, %zu requests waiting", GUARD_MS, waiting);
+    CHECK(rdmax_ep_error(ep[0]) == RDMAX_ERR_RETRY_EXCEEDED || rdmax_ep_error(ep[0]) == RDMAX_ERR_STALLED,
+          "error %s", rdmax_status_str(rdmax_ep_error(ep[0])));
+    t0 = now_ms();
+    int done = 0;
+    while (done < KP_N && now_ms() - t0 < GUARD_MS) {
+        rdmax_progress(c);
+        done = 0;
+        for (int i = 0; i < KP_N; i++)
+            done += kp_calls[0][i] != 0;
+    }
+    int twice = 0, ok_after = 0;
+    for (int i = 0; i < KP_N; i++) {
+        twice += kp_calls[0][i] > 1;
+        ok_after += i >= KP_N - (int)waiting && kp_status[0][i] == RDMAX_OK;
+    }
+    CHECK(done == KP_N, "%d of %d requests completed after the failure", done, KP_N);
+    CHECK(twice == 0, "%d requests completed more than once", twice);
+    CHECK(ok_after == 0, "%d of the %zu waiting requests reported success", ok_after, waiting);
+    rdmax_ep_query_info(ep[0], &i0);
+    CHECK(i0.pending == 0, "%zu requests still queued", i0.pending);
+    /* control: without keepalive nothing tells the other endpoint, for twice as long */
+    t0 = now_ms();
+    while (now_ms() - t0 < 2 * ms + 1000)
+        rdmax_progress(c);
+    rdmax_ep_query_info(ep[1], &i1);
+    CHECK(rdmax_ep_query_state(ep[1]) == RDMAX_EP_CONNECTED && i1.pending == waiting,
+          "the endpoint without keepalive failed too (or its requests moved): the check does not show the "
+          "keepalive at work");
+    rdmax_ep_desc ad = rdmax_ep_query_desc(ep[0]);
+    printf("    keepalive with %zu requests waiting for credits: failed after %lld ms (keepalive %u ms + retry "
+           "time %llu ms)\n", waiting, (long long)ms, on.keepalive_ms,
+           (unsigned long long)((4096ull << ad.timeout) * (ad.retry_cnt + 1u) / 1000000u));
+out:
+    rdmax_ep_destroy(ep[0]);
+    rdmax_ep_destroy(ep[1]);
+    rdmax_ep_destroy(peer[0]);
+    rdmax_ep_destroy(peer[1]);
+    rdmax_ctx_destroy(c2);
+    tl_end();
+}
+
 struct rx {
     int count;
     char last[16];
@@ -1141,6 +1250,7 @@ int main(int argc, char **argv)
         case_responder_side(c, mem);
         case_watchdog(c, mem);
         case_keepalive(c, mem);
+        case_keepalive_pending(c, mem);
         case_disconnect(c, mem);
         case_reconnect(c);
     }
