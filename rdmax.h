@@ -252,12 +252,17 @@
    (ep_desc.retry_cnt + 1): 0.47 s with the defaults (timeout 14, retry_cnt 6); timeout 18 gives 7.5 s.
    Keepalive (RC, ep_desc.keepalive_ms, default 4000, RDMAX_OFF to disable): an endpoint that posted
    nothing for that long sends one zero-length RDMA write, so a vanished peer is found within keepalive_ms
-   + the RC retry time with no application traffic. Device events (port down/active, QP fatal, device
-   fatal, CQ error, GID change) are read without blocking from the context's async fd. The watchdog,
-   keepalives and device events run from rdmax_progress (every 1024th call, at most once per step of the
-   coarse clock, 1-4 ms, so a spinning caller makes no system call for them per round trip; the watchdog
-   and keepalive pass at most once per 100 ms) and from rdmax_wait (which sleeps in slices of 100 ms): a
-   program that drives neither gets none of it.
+   + the RC retry time with no application traffic, also while requests wait in its pending queue for
+   credits the peer will never return. Device events (port down/active, QP fatal, device fatal, CQ error,
+   GID change) are read without blocking from the context's async fd. The watchdog, keepalives and device
+   events run from rdmax_progress and rdmax_wait by elapsed time, not by the number of calls: the first
+   call after a millisecond has passed runs them (at most once per step of the coarse clock, 1-4 ms, so a
+   spinning caller makes no system call for them per round trip; the watchdog and keepalive pass at most
+   once per 100 ms), however long the program spent between calls, in callbacks or elsewhere; rdmax_wait
+   sleeps in slices of 100 ms. THE RULE: call rdmax_progress (or rdmax_wait) at least once per bound, and
+   a dead peer is found within the bound plus the gap between two calls. A gap longer than an endpoint's
+   watchdog bound (a program stopped in a debugger) restarts its watchdog clock. A program that drives
+   neither gets none of it.
    rdmax_ep_disconnect() drains, tells the peer and leaves both sides RDMAX_EP_CLOSED (the peer's
    rdmax_ep_error() and posts return RDMAX_ERR_CLOSED, and its flush says "the peer disconnected"):
    a close is not a failure, and is distinct from one in the state and in the EP_CLOSED profile event.
@@ -1401,8 +1406,10 @@ struct rdmax_ctx {
     uint32_t rcq_size, rq_total; /* receive CQ entries, and receive requests all endpoints may post */
     uint32_t n_eps;
     uint32_t prof_event_mask;   /* profile events someone registered for (rdmax__profile_wants) */
-    uint32_t tick;              /* progress calls until the next rdmax__tick_due (counts down from
-                                   RDMAX__TICK_CALLS) */
+    uint32_t tick_at;           /* rdmax__tick_clock() from which progress calls rdmax__tick_due */
+    uint32_t tick_clock_ms;     /* rdmax__tick_clock() units per ms (at least 1), measured once */
+    int64_t clock_skew_ms;      /* added to the health pass's clock: 0, but for rdmax__test_clock_advance */
+    uint32_t lazy_polls;        /* progress calls that may skip the send CQ (it is polled every 4th) */
     int64_t next_tick_ms;       /* next watchdog and keepalive pass */
     int64_t tick_coarse_ms;     /* the coarse clock at the last tick from progress (rdmax__tick_due) */
     int64_t port_down_ms;       /* when the port last went down (0: never), for error messages */
@@ -1746,9 +1753,8 @@ RDMAX_API rdmax_status rdmax_ep_error(const rdmax_ep *ep); /* first error, RDMAX
    Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms);
 /* rdmax__tick: the low-rate slow path (device events, watchdog, keepalive). rdmax_progress calls
-   rdmax__tick_due every RDMAX__TICK_CALLS-th call, which runs the tick at most once per step of the
-   coarse clock (1-4 ms). */
-#define RDMAX__TICK_CALLS 1024u
+   rdmax__tick_due once a millisecond has passed since its last call (ctx->tick_at), which runs the tick
+   at most once per step of the coarse clock (1-4 ms). */
 RDMAX_API void rdmax__tick(rdmax_ctx *ctx);
 RDMAX_API void rdmax__tick_due(rdmax_ctx *ctx);
 
@@ -2444,19 +2450,35 @@ RDMAX_INLINE bool rdmax__profile_wants(const rdmax_ctx *ctx, int type)
             rdmax__profile_event((ctx), (type), (ep), (detail));                                           \
     } while (0)
 
-/* Time stamps of profile points: raw TSC ticks on x86, ns elsewhere; converted at print. */
+/* The cheapest clock: raw TSC ticks on x86 (one instruction, no system call), ns elsewhere. Profile points
+   stamp with it (converted at print), and rdmax_progress tests the health pass's due time against it. */
 RDMAX_API uint64_t rdmax__prof_now_ns(void);
 #if (defined(__x86_64__) || defined(__i386__)) && !defined(RDMAX_PROFILE_CLOCK_MONOTONIC)
-#define RDMAX__PROF_TSC 1
-RDMAX_INLINE uint64_t rdmax__prof_ticks(void)
+#define RDMAX__TICKS_TSC 1
+RDMAX_INLINE uint64_t rdmax__ticks(void)
 {
     return __builtin_ia32_rdtsc();
 }
+/* The clock the health pass is due by (rdmax_ctx.tick_at): bits 16..47 of the TSC, units of 65,536
+   ticks (about 20 us at 3 GHz), in two instructions where the 64-bit value takes four. Due times are
+   compared by signed difference, so only a gap of over half a wrap (7.8 h at 5 GHz) between two progress
+   calls could hold a pass back, by as much again. */
+RDMAX_INLINE uint32_t rdmax__tick_clock(void)
+{
+    uint32_t lo, hi;
+    __asm__ __volatile__("rdtsc\n\tshrd $16, %%edx, %%eax" : "=a"(lo), "=d"(hi));
+    (void)hi;
+    return lo;
+}
 #else
-#define RDMAX__PROF_TSC 0
-RDMAX_INLINE uint64_t rdmax__prof_ticks(void)
+#define RDMAX__TICKS_TSC 0
+RDMAX_INLINE uint64_t rdmax__ticks(void)
 {
     return rdmax__prof_now_ns();
+}
+RDMAX_INLINE uint32_t rdmax__tick_clock(void)
+{
+    return (uint32_t)(rdmax__prof_now_ns() >> 16);
 }
 #endif
 
@@ -2477,9 +2499,9 @@ RDMAX_INLINE void rdmax__prof_add(rdmax_ctx *ctx, unsigned point, uint64_t ticks
 #if defined(RDMAX__PROF_BEGIN) != defined(RDMAX__PROF_END)
 #error "rdmax: define both RDMAX__PROF_BEGIN and RDMAX__PROF_END, or neither"
 #elif !defined(RDMAX__PROF_BEGIN) && defined(RDMAX_PROFILE)
-#define RDMAX__PROF_BEGIN(ctx, point) const uint64_t rdmax__prof_t0_##point = rdmax__prof_ticks()
+#define RDMAX__PROF_BEGIN(ctx, point) const uint64_t rdmax__prof_t0_##point = rdmax__ticks()
 #define RDMAX__PROF_END(ctx, point)                                                                        \
-    rdmax__prof_add((ctx), RDMAX__PROF_POINT_##point, rdmax__prof_ticks() - rdmax__prof_t0_##point)
+    rdmax__prof_add((ctx), RDMAX__PROF_POINT_##point, rdmax__ticks() - rdmax__prof_t0_##point)
 #elif !defined(RDMAX__PROF_BEGIN)
 #define RDMAX__PROF_BEGIN(ctx, point)
 #define RDMAX__PROF_END(ctx, point)
@@ -2946,25 +2968,23 @@ RDMAX_INLINE int rdmax__poll_recv_fast(rdmax_ctx *ctx)
     return ud + rdmax__recv_cqes(ctx, n);
 }
 
-/* What rdmax_progress does after the receive CQ: every 1024th call the tick when due (a count down: one
-   decrement and one branch), the send CQ, the pending queue. Returns the send completions handled. n is
+/* What rdmax_progress does after the receive CQ: the tick when due, the send CQ, the pending queue. Returns the send completions handled. n is
    not live across a call (the dispatch returns it), so the idle path keeps one register: no stack frame
    but ctx. Completions end in a tail call of rdmax__progress_one (a batch of one: no count to pass or
    test) or rdmax__progress_cqes, which serve the pending queue after them. */
 RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
 {
-    /* Device events, the watchdog and keepalives: out of line. */
-    if (rdmax_unlikely(--ctx->tick == 0)) {
-        ctx->tick = RDMAX__TICK_CALLS;
+    /* Device events, the watchdog and keepalives: out of line, due by elapsed time rather than by calls,
+       so that a caller who spends long between calls (slow callbacks, work of its own) gets them on time. */
+    if (rdmax_unlikely((int32_t)(rdmax__tick_clock() - ctx->tick_at) >= 0))
         rdmax__tick_due(ctx);
-    }
     /* Send completions that only free resources are polled every 4th call (a busy-waiting caller then
        spins faster and sees a reply sooner); every call when someone waits on a completion object or
        CQ entries run low; never while nothing is outstanding (all CQ entries unreserved). A waited-on
        comp is asked first: one test, and it implies an outstanding request. */
     if ((int32_t)ctx->comps_out > 0 ||
         (ctx->scq_spare != ctx->scq_idle && ctx->comps_out == 0 &&
-         ((ctx->tick & 3) == 0 || ctx->scq_spare < 0))) {
+         ((ctx->lazy_polls++ & 3) == 0 || ctx->scq_spare < 0))) {
         int n = rdmax__scq_poll(ctx);
         /* one compare against 1 for all three: a batch of one (the common one, asked first), more, or
            none (an error counts as an empty poll, as in rdmax__poll_send_raw) */
@@ -2980,8 +3000,8 @@ RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
 }
 
 /* rdmax_progress: poll receive completions (batches of 16), then send completions; run callbacks, repost
-   receive buffers, then serve endpoints with pending requests (one branch when there are none); every
-   1024th call also the watchdog, keepalives and device events (see FAILURES).
+   receive buffers, then serve endpoints with pending requests (one branch when there are none); once a
+   millisecond has passed also the watchdog, keepalives and device events (see FAILURES).
    Parameters: ctx. Result: the number of completions handled (>= 0).
    Threads: the context's thread. */
 RDMAX_INLINE int rdmax_progress(rdmax_ctx *ctx)

@@ -49,6 +49,8 @@ const char RDMAX__SELECTION = 1;
 #define RDMAX__IMM_CREDITS 0x3fffffffu
 static void rdmax__grant(rdmax_ep *ep);
 static int64_t rdmax__now_ms(void);
+static int64_t rdmax__health_ms(const rdmax_ctx *ctx);
+static double rdmax__ns_per_tick(void);
 static void rdmax__ep_peer_closed(rdmax_ep *ep);
 static void rdmax__ep_fail_why(rdmax_ep *ep, rdmax_status err, int wc_status, int kill_qp, const char *fmt, ...);
 static void rdmax__dev_release(rdmax_ctx *ctx);
@@ -652,7 +654,7 @@ queues:
     ctx->scq_poll = ctx->scq->context->ops.poll_cq;
     ctx->rcq_poll = ctx->rcq->context->ops.poll_cq;
     ctx->port_up = 1;
-    ctx->tick = RDMAX__TICK_CALLS;
+    ctx->tick_clock_ms = (uint32_t)(1e6 / rdmax__ns_per_tick() / 65536.0) + 1;  /* measured once (20 ms) */
     ctx->rwc = ctx->rwc_top;
     {
         static const enum ibv_wr_opcode opc[RDMAX__FWR__COUNT] = {
@@ -1213,6 +1215,13 @@ static int64_t rdmax__now_ms(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The clock of the health pass (watchdog and keepalive): rdmax__now_ms, which a test may move forward
+   (rdmax__test_clock_advance) to show the pass runs by elapsed time, not by calls. */
+static int64_t rdmax__health_ms(const rdmax_ctx *ctx)
+{
+    return rdmax__now_ms() + ctx->clock_skew_ms;
 }
 
 /* Read exactly n bytes before the deadline. Returns n, 0..n-1 when the peer closed early, -1 on
@@ -5753,7 +5762,7 @@ static rdmax_status rdmax__ep_connected(rdmax_ep *ep, const rdmax_conn_info *r, 
     ep->peer_qpn = r->qpn;
     memcpy(ep->peer_gid, r->gid, 16);
     ep->tx_credits = r->credits;
-    ep->wd_ms = ep->ka_ms = rdmax__now_ms();
+    ep->wd_ms = ep->ka_ms = rdmax__health_ms(ctx);
     ep->state = RDMAX_EP_CONNECTED;
     ep->blocked &= (uint8_t)~RDMAX__BLK_STATE;
     rdmax__ep_regate(ep);
@@ -7361,16 +7370,18 @@ static void rdmax__keepalive(rdmax_ep *ep)
     rdmax__ep_post(ep, wr, NULL, RDMAX_OP_KEEPALIVE, 0, r0.addr, NULL);
 }
 
-/* The tick reads the event fds (two system calls) and the fine clock (a system call too where the clock
-   source has no vDSO reader, as in a TCG guest). A caller spinning on progress would pay that every 1024
-   calls, a few times per round trip, which costs latency the floor does not pay. The coarse clock is read
-   from the vDSO's data page, never a system call: the tick runs once per step of it (a jiffy, 1-4 ms).
-   Not inlined: its timespec would give rdmax_progress's idle path a stack frame. */
+/* rdmax_progress calls this once a millisecond of rdmax__tick_clock() has passed since its last call, whatever
+   the caller did in between. The tick reads the event fds (two system calls) and the fine clock (a system
+   call too where the clock source has no vDSO reader, as in a TCG guest), which a spinning caller should
+   not pay every millisecond: the coarse clock is read from the vDSO's data page, never a system call, and
+   the tick runs once per step of it (a jiffy, 1-4 ms). Not inlined: its timespec would give
+   rdmax_progress's idle path a stack frame. */
 __attribute__((noinline)) void rdmax__tick_due(rdmax_ctx *ctx)
 {
+    ctx->tick_at = rdmax__tick_clock() + ctx->tick_clock_ms;
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 + ctx->clock_skew_ms;
     if (now == ctx->tick_coarse_ms)
         return;
     ctx->tick_coarse_ms = now;
@@ -7382,25 +7393,24 @@ void rdmax__tick(rdmax_ctx *ctx)
     rdmax__async_events(ctx);
     rdmax__cm_events(ctx);
     rdmax__srq_tick(ctx);
-    int64_t now = rdmax__now_ms();
+    int64_t now = rdmax__health_ms(ctx);
     if (now < ctx->next_tick_ms)
         return;
     ctx->next_tick_ms = now + RDMAX__TICK_MS;
-    /* A caller that did not drive progress for a while (busy elsewhere, stopped in a debugger) says
-       nothing about the endpoints: start their clocks anew. */
-    int paused = now - ctx->last_pass_ms > 10 * RDMAX__TICK_MS;
+    int64_t gap = now - ctx->last_pass_ms;
     ctx->last_pass_ms = now;
-    int32_t idle = (int32_t)(ctx->desc.cq_depth - ctx->scq_low);
-    if (!paused || ctx->scq_idle != idle) {
-        while (rdmax__poll_send(ctx) > 0)  /* what already completed is not stalled */
-            ;
-        /* completions a destroy left in the send CQ are gone now: an idle progress skips it again */
-        ctx->scq_idle = idle;
-    }
+    while (rdmax__poll_send(ctx) > 0)  /* what already completed is not stalled */
+        ;
+    /* completions a destroy left in the send CQ are gone now: an idle progress skips it again */
+    ctx->scq_idle = (int32_t)(ctx->desc.cq_depth - ctx->scq_low);
     for (uint32_t i = 0; i < ctx->eps_cap; i++) {
         rdmax_ep *ep = ctx->eps[i].ep;
         if (!ep || ep->state != RDMAX_EP_CONNECTED || ep->qp->qp_type != IBV_QPT_RC)
             continue;
+        /* A gap between passes longer than the endpoint's watchdog bound (the program stopped in a
+           debugger, or suspended) says nothing about its operations: their clock starts anew. Any shorter
+           gap counts, so the bounds hold for a caller that drives progress at least once per bound. */
+        int paused = gap > (int64_t)ep->desc.watchdog_ms;
         /* On the shared receive queue a QP moved to the error state flushes no receive of its own: an
            endpoint whose outstanding requests expect no completion (they ran unsignaled) would never learn
            of it. Asked of the QP only while such requests stand still, once a tick. */
@@ -7423,7 +7433,7 @@ void rdmax__tick(rdmax_ctx *ctx)
                                (long long)(now - ep->wd_ms), ep->desc.watchdog_ms, (long long)rdmax__retry_ms(ep));
             continue;
         }
-        if (paused || ep->sq_head != ep->ka_head) {
+        if (ep->sq_head != ep->ka_head) {  /* (a keepalive after a pause does no harm) */
             ep->ka_head = ep->sq_head;
             ep->ka_ms = now;
         } else if (ep->desc.keepalive_ms != RDMAX_OFF && ep->sq_head == ep->sq_tail &&
@@ -8524,7 +8534,7 @@ static rdmax_status rdmax__cm_listener_event(rdmax_listener *l, struct rdma_cm_e
         id->context = ep;
         ep->cm_id = id;
         rdmax__ep_adopt(ep, desc);  /* its keepalive too, held off until the client confirmed */
-        ep->ka_ms = rdmax__now_ms();
+        ep->ka_ms = rdmax__health_ms(ep->ctx);
         h->id = NULL;
         l->n_hs--;
         *out = ep;
@@ -9242,26 +9252,26 @@ uint64_t rdmax__prof_now_ns(void)
 }
 
 /* ns per tick, measured once against CLOCK_MONOTONIC over 20 ms (the first print waits that long). */
-#if RDMAX__PROF_TSC
-static uint64_t rdmax__prof_npt_bits;  /* the double's bits; 0 until measured (a race measures twice) */
+#if RDMAX__TICKS_TSC
+static uint64_t rdmax__npt_bits;  /* the double's bits; 0 until measured (a race measures twice) */
 #endif
-static double rdmax__prof_ns_per_tick(void)
+static double rdmax__ns_per_tick(void)
 {
-#if RDMAX__PROF_TSC
+#if RDMAX__TICKS_TSC
     double v;
-    uint64_t b = __atomic_load_n(&rdmax__prof_npt_bits, __ATOMIC_RELAXED);
+    uint64_t b = __atomic_load_n(&rdmax__npt_bits, __ATOMIC_RELAXED);
     if (b) {
         memcpy(&v, &b, sizeof v);
         return v;
     }
-    uint64_t n0 = rdmax__prof_now_ns(), t0 = rdmax__prof_ticks(), n1, t1;
+    uint64_t n0 = rdmax__prof_now_ns(), t0 = rdmax__ticks(), n1, t1;
     do {
         n1 = rdmax__prof_now_ns();
-        t1 = rdmax__prof_ticks();
+        t1 = rdmax__ticks();
     } while (n1 - n0 < 20000000u);
     v = t1 > t0 ? (double)(n1 - n0) / (double)(t1 - t0) : 1.0;
     memcpy(&b, &v, sizeof b);
-    __atomic_store_n(&rdmax__prof_npt_bits, b, __ATOMIC_RELAXED);
+    __atomic_store_n(&rdmax__npt_bits, b, __ATOMIC_RELAXED);
     return v;
 #else
     return 1.0;
@@ -9282,7 +9292,7 @@ void rdmax_profile_print(rdmax_ctx *ctx, FILE *f)
 #endif
     static const char rule[] = "-------  --------------------  ----------------  ----------------  ----------------";
     struct rdmax__prof *st = rdmax__prof_state(ctx);
-    double npt = rdmax__prof_ns_per_tick();
+    double npt = rdmax__ns_per_tick();
     fprintf(f, "rdmax profile points (device %s)\n", ctx->attr.name);
     fprintf(f, " status                  name             total                nr            avg.ns\n%s\n", rule);
     for (unsigned i = 0; i < RDMAX__PROF_POINT__COUNT; i++) {
@@ -9414,6 +9424,20 @@ static inline uint32_t rdmax__test_ep_set_max_inline(rdmax_ep *ep, uint32_t max_
     uint32_t was = ep->max_inline;
     ep->max_inline = max_inline;
     return was;
+}
+/* Move the health pass's clock (watchdog, keepalive) forward by ms, as if that much time had passed
+   since the last progress call: the tick is due at the next one. */
+static inline void rdmax__test_clock_advance(rdmax_ctx *ctx, int64_t ms)
+{
+    ctx->clock_skew_ms += ms;
+    ctx->tick_at = rdmax__tick_clock();
+}
+/* Hold the health pass (its due time never comes) or let it run again at the next progress call:
+   bench/instr.c counts the fast paths apart from the pass, whose cost depends on the time between calls,
+   and counts the pass in a case of its own. */
+static inline void rdmax__test_tick_hold(rdmax_ctx *ctx, int hold)
+{
+    ctx->tick_at = rdmax__tick_clock() + (hold ? INT32_MAX : 0u);  /* (held for hours) */
 }
 /* Set the length every send-queue slot of ep keeps (poison: a rollback that read a free slot shows). */
 static inline void rdmax__test_ep_poison_slots(rdmax_ep *ep, uint32_t len)

@@ -213,7 +213,7 @@ if [ "${RDMAX_BENCH_CALLGRIND:-1}" = 1 ] && command -v valgrind >/dev/null; then
 	cg cg_rdmax_l32 18515 $BW -- $BW -t put -s 8 -n 2000 -l 32 --profile
 	cg cg_ib_write_lat 18515 ib_write_lat $(pt) -s 8 -n 1000 -- ib_write_lat $(pt) -s 8 -n 1000
 	# rdmax's own instructions per operation: bench/instr.c, one callgrind part per case
-	say "callgrind: own instructions per operation (bench/instr.c: put, send, get, fadd, cswap, put_list, put_batch, progress, retire, recv, recv_one)"
+	say "callgrind: own instructions per operation (bench/instr.c: put, send, get, fadd, cswap, put_list, put_batch, progress, tick, retire, recv, recv_one)"
 	rm -f "$RAW"/cg_instr.out*
 	timeout -k 5 600 $CLI valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$RAW/cg_instr.out" \
 		$B/instr -d "$DEV" >"$RAW/cg_instr.txt" 2>&1

@@ -18,7 +18,9 @@
      fadd       rdmax_fadd, no comp: per operation; cswap likewise
      put_list   rdmax_put_list of 32 puts as above: per put
      put_batch  rdmax_batch_begin, 32 rdmax_put calls as above, rdmax_batch_end: per put
-     progress   rdmax_progress with nothing to do (its every-1024th tick included): per call
+     progress   rdmax_progress with nothing to do: per call
+     tick       rdmax_progress with nothing to do but the health pass (device events, watchdog, keepalive),
+                which runs at most once a millisecond (the clock moved 100 ms before each call): per pass
      retire     rdmax_progress that retires one completed get with a comp (the get's data has landed and
                 the process slept 2 ms before the call): per call, i.e. per completion
      recv       rdmax_progress calls that deliver 16 8-byte messages (sent inline, landed while the process
@@ -27,11 +29,15 @@
                 message with a credit in its immediate data (the peer received one message before),
                 its repost included (nothing amortised): per message
 
+   The health pass is held (rdmax__test_tick_hold) outside the tick case: it runs by elapsed time, so
+   how many measured calls it would fall into depends on how slowly the program runs under callgrind.
+
    Prints "instr case=NAME ops=N part=NAME" per case, then "instr done". Without valgrind the program
    runs the same loops (the client requests do nothing), so it doubles as a quick functional check.
 */
 #define RDMAX_TRANSPORT_RC
 #define RDMAX_IMPLEMENTATION
+#define RDMAX_TESTING /* rdmax__test_tick_hold, rdmax__test_clock_advance */
 #include "../rdmax.h"
 
 #include <stdio.h>
@@ -104,6 +110,11 @@ CG_FN static rdmax_status cg_put_batch(rdmax_ep *ep, const void *buf, uint64_t r
 }
 
 CG_FN static int cg_progress(rdmax_ctx *c)
+{
+    return rdmax_progress(c);
+}
+
+CG_FN static int cg_tick(rdmax_ctx *c)
 {
     return rdmax_progress(c);
 }
@@ -230,6 +241,23 @@ static void case_progress(void)
     report("progress", ops);
 }
 
+/* The health pass alone: the clock moves a pass period before each measured call (collection off). */
+static void case_tick(void)
+{
+    drain();
+    unsigned long ops = 0;
+    CALLGRIND_ZERO_STATS;
+    for (int r = 0; r < 64; r++) {
+        rdmax__test_clock_advance(ctx, 100);
+        CALLGRIND_TOGGLE_COLLECT;
+        cg_tick(ctx);
+        CALLGRIND_TOGGLE_COLLECT;
+        rdmax__test_tick_hold(ctx, 1);
+        ops++;
+    }
+    report("tick", ops);
+}
+
 static void sleep_ms(int ms)
 {
     struct timespec ts = {0, ms * 1000000L};
@@ -321,6 +349,7 @@ static void case_recv_one(const rdmax_ep_desc *d)
     rdmax_status st = rdmax_ctx_create(&cd, &ctx2);
     if (st != RDMAX_OK)
         fail("recv_one: second context", st);
+    rdmax__test_tick_hold(ctx2, 1);
     rdmax_ep_desc e = *d;
     e.expose = NULL;  /* (ctx's memory) */
     if ((st = rdmax_ep_create(ctx, &e, &p)) != RDMAX_OK || (st = rdmax_ep_create(ctx2, &e, &q)) != RDMAX_OK)
@@ -366,6 +395,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "instr: no RDMA device: %s\n", rdmax_status_str(st));
         return 1;
     }
+    rdmax__test_tick_hold(ctx, 1);
     if ((st = rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_LOCAL, &lmem)) != RDMAX_OK ||
         (st = rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_ATOMIC,
                               &rmem)) != RDMAX_OK)
@@ -388,6 +418,7 @@ int main(int argc, char **argv)
     case_put_list(1, "put_list");
     case_put_list(0, "put_batch");
     case_progress();
+    case_tick();
     case_retire();
     /* the sends all arrived (the flushes waited for their acknowledgements, the receiver polled since) */
     for (int i = 0; i < 1000 && received < (unsigned long)ROUNDS * BATCH; i++)

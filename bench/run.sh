@@ -218,6 +218,8 @@ for c in put:40 send:40 get:45 fadd:45 cswap:45 put_list:40 put_batch:40 progres
 done
 # a ping-pong's receive (one message with a credit, its repost not amortised) beside recv's batch of 16
 row instr_recv_one 8 own_instructions "$(instr_own recv_one)" "rdmax, recv (a batch of 16)" "$(instr_own recv)" "-"
+# the health pass (device events, watchdog, keepalive): at most once a millisecond, by elapsed time
+row instr_tick 8 own_instructions_per_pass "$(instr_own tick)" "-" "" "-"
 
 # host cases
 hv() { sed -n "s/^bench $1 case=$2 value=\([^ ]*\) .*/\1/p" "$RAW/host_$1.txt" 2>/dev/null | head -1; }

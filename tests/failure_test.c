@@ -11,6 +11,7 @@
    veth0, rxe1 on veth1; devices deletes rxe1 and adds it back). */
 #define RDMAX_TRANSPORT_RC
 #define RDMAX_IMPLEMENTATION
+#define RDMAX_TESTING /* rdmax__test_clock_advance */
 #include "../rdmax.h"
 #include "testlib.h"
 
@@ -379,6 +380,78 @@ out:
     rdmax_ep_destroy(ep[1]);
     rdmax_ep_destroy(peer[0]);
     rdmax_ep_destroy(peer[1]);
+    rdmax_ctx_destroy(c2);
+    tl_end();
+}
+
+static uint64_t keepalives(rdmax_ctx *c)
+{
+    rdmax_counters k;
+    rdmax_counters_get(c, &k);
+    return k.posted[RDMAX_OP_KEEPALIVE];
+}
+
+/* The health pass runs by elapsed time, not by calls: a caller whose callbacks take 2 s each (the clock
+   the test controls moves 2 s before each progress call) gets its keepalive on the first call past
+   keepalive_ms, after a handful of calls (it needed 1,024 calls, and a gap of more than 1 s between
+   passes restarted every clock, so it never came). Control: as many calls without the clock moving post
+   none (keepalive_ms is 60 s of real time). Then the same in real time: a caller that sleeps 20 ms per
+   call finds its dead peer (the guard is a hang guard, not a bound). */
+static void case_health_clock(rdmax_ctx *c, rdmax_mem *mem)
+{
+    tl_begin("failure/the health pass runs by elapsed time: a keepalive after keepalive_ms whatever the call rate");
+    rdmax_ctx *c2 = open_ctx(getenv("RDMAX_TEST_DEV0"));
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.expose = mem;
+    d.keepalive_ms = 60000;
+    rdmax_ep *a = NULL, *b = NULL;
+    REQUIRE(tl_pair(c, c2, &d, &d, &a, &b) == RDMAX_OK, "pair");
+    rdmax_progress(c);
+    uint64_t k0 = keepalives(c);
+    enum { CALLS = 32, STEP_MS = 2000 };
+    for (int i = 0; i < CALLS; i++)
+        rdmax_progress(c);
+    CHECK(keepalives(c) == k0, "control: %llu keepalives in %d calls without the clock moving",
+          (unsigned long long)(keepalives(c) - k0), CALLS);
+    int calls = 0;
+    while (keepalives(c) == k0 && calls < CALLS) {
+        rdmax__test_clock_advance(c, STEP_MS);
+        rdmax_progress(c);
+        calls++;
+    }
+    CHECK(keepalives(c) == k0 + 1, "%llu keepalives after %d calls %d ms apart (keepalive_ms %u)",
+          (unsigned long long)(keepalives(c) - k0), calls, STEP_MS, d.keepalive_ms);
+    CHECK(calls <= (int)(d.keepalive_ms / STEP_MS) + 2, "the keepalive took %d calls %d ms apart (keepalive_ms %u)",
+          calls, STEP_MS, d.keepalive_ms);
+    printf("    test clock: keepalive posted at call %d, %d ms apart (keepalive_ms %u)\n", calls, STEP_MS,
+           d.keepalive_ms);
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    a = b = NULL;
+    /* real time: 20 ms between calls, the peer gone without a word */
+    d.keepalive_ms = 1000;
+    REQUIRE(tl_pair(c, c2, &d, &d, &a, &b) == RDMAX_OK, "pair");
+    rdmax_ep_destroy(b);
+    b = NULL;
+    int64_t t0 = now_ms();
+    calls = 0;
+    while (rdmax_ep_query_state(a) == RDMAX_EP_CONNECTED && now_ms() - t0 < GUARD_MS) {
+        rdmax_progress(c);
+        struct timespec ts = {0, 20 * 1000000};
+        nanosleep(&ts, NULL);
+        calls++;
+    }
+    int64_t ms = now_ms() - t0;
+    CHECK(rdmax_ep_query_state(a) == RDMAX_EP_ERROR, "a caller sleeping 20 ms per call: still connected after "
+          "%lld ms (%d calls)", (long long)ms, calls);
+    rdmax_ep_desc ad = rdmax_ep_query_desc(a);
+    printf("    20 ms between calls: the dead peer found after %lld ms, %d calls (keepalive %u ms + retry time "
+           "%llu ms)\n", (long long)ms, calls, d.keepalive_ms,
+           (unsigned long long)((4096ull << ad.timeout) * (ad.retry_cnt + 1u) / 1000000u));
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
     rdmax_ctx_destroy(c2);
     tl_end();
 }
@@ -1251,6 +1324,7 @@ int main(int argc, char **argv)
         case_watchdog(c, mem);
         case_keepalive(c, mem);
         case_keepalive_pending(c, mem);
+        case_health_clock(c, mem);
         case_disconnect(c, mem);
         case_reconnect(c);
     }

@@ -1107,7 +1107,7 @@ static void overhead_info(void)
         }
         double t1 = now_s();
         printf("INFO overhead: one BEGIN/END pair: %.1f ns (%s)\n", (t1 - t0) * 1e9 / K,
-               RDMAX__PROF_TSC ? "rdtsc" : "clock_gettime");
+               RDMAX__TICKS_TSC ? "rdtsc" : "clock_gettime");
     }
 #endif
 out:

@@ -20,7 +20,7 @@
    on purpose, because it is bookkeeping a program has no use for; the cases check it directly because
    from outside its effect is invisible, or visible only by winning a race:
      WB_TICK          runs rdmax's tick (device events, arming the low-water mark) now: rdmax_progress runs
-                      it every 1024th call and rdmax_wait every 100 ms, and a case that must read an event
+                      it once a millisecond and rdmax_wait every 100 ms, and a case that must read an event
                       or arm the mark at a known point cannot wait for either
      WB_DEV_REFS      contexts holding ctx's device (a parent and its children): the device must stay open
                       while a child holds it, whoever goes first

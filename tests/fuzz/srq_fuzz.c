@@ -384,7 +384,6 @@ static void setup(fz_in *in)
     ctx->rcq = &g_rcq.cq;
     ctx->scq_poll = ctx->rcq_poll = fake_poll_cq;  /* as rdmax_ctx_create: the provider's poll_cq */
     ctx->rwc = ctx->rwc_top;            /* as rdmax_ctx_create: where progress polls the receive CQ */
-    ctx->tick = RDMAX__TICK_CALLS;
     ctx->scq_low = 8;
     ctx->scq_spare = SCQ_CREDITS - 8;  /* as rdmax_ctx_create: the free entries minus scq_low */
     rdmax__ctx_retire_step(ctx);             /* as rdmax_ctx_create: which ops give back read budget */
