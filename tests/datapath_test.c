@@ -804,7 +804,7 @@ static void killed_peer_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb, con
     }
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
-    (void)d;  /* the defaults: a lost peer must be reported within the documented ~0.5 s, not hang */
+    (void)d;  /* the defaults: a lost peer must be reported within the documented 7.5 s, not hang */
     REQUIRE(rdmax_accept(l, &d, &ep, 5000) == RDMAX_OK, "accept: %s", g_lastlog);
     char ch;
     REQUIRE(read(pipefd[0], &ch, 1) == 1, "child did not connect");
@@ -826,12 +826,12 @@ static void killed_peer_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb, con
     double ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) / 1e6;
     CHECK_ST(c.status, RDMAX_ERR_RETRY_EXCEEDED);
     /* How soon the loss is found is the QP's ack timeout times its retries, which the defaults set
-       (4.096 us * 2^14 = 67 ms, 6 retries); the time it took here depends on the machine's load. */
+       (4.096 us * 2^18 = 1.07 s, 6 retries); the time it took here depends on the machine's load. */
     printf("INFO %s/peer process killed: the error took %.0f ms\n", topo, ms);
     struct ibv_qp_attr qa;
     struct ibv_qp_init_attr qi;
     CHECK(ibv_query_qp(ep_qp(ep), &qa, IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT, &qi) == 0, "ibv_query_qp");
-    CHECK(qa.timeout == 14 && qa.retry_cnt == 6, "QP ack timeout %u, retry count %u: expected 14 and 6",
+    CHECK(qa.timeout == 18 && qa.retry_cnt == 6, "QP ack timeout %u, retry count %u: expected 18 and 6",
           qa.timeout, qa.retry_cnt);
     CHECK(rdmax_ep_query_state(ep) == RDMAX_EP_ERROR, "endpoint not in error");
     CHECK(rdmax_ep_flush(ep, 2000) != RDMAX_ERR_TIMEOUT, "flush of a dead endpoint hangs");

@@ -247,6 +247,7 @@ static void case_keepalive(rdmax_ctx *c, rdmax_mem *mem)
     memset(&on, 0, sizeof on);
     on.expose = mem;
     on.keepalive_ms = 1000;
+    on.timeout = 14;  /* RC retry time 0.47 s (the default 7.5 s only makes the test longer) */
     off = on;
     off.keepalive_ms = RDMAX_OFF;
     rdmax_ep *a = NULL, *b = NULL, *x = NULL, *y = NULL;
@@ -300,6 +301,7 @@ static void case_keepalive_pending(rdmax_ctx *c, rdmax_mem *mem)
     on.expose = mem;
     on.rq_depth = 4;
     on.keepalive_ms = 1000;
+    on.timeout = 14;  /* RC retry time 0.47 s */
     off = on;
     off.keepalive_ms = RDMAX_OFF;
     rdmax_ep *ep[2] = {NULL, NULL}, *peer[2] = {NULL, NULL};
@@ -431,6 +433,7 @@ static void case_health_clock(rdmax_ctx *c, rdmax_mem *mem)
     a = b = NULL;
     /* real time: 20 ms between calls, the peer gone without a word */
     d.keepalive_ms = 1000;
+    d.timeout = 14;  /* RC retry time 0.47 s */
     REQUIRE(tl_pair(c, c2, &d, &d, &a, &b) == RDMAX_OK, "pair");
     rdmax_ep_destroy(b);
     b = NULL;
@@ -1235,6 +1238,7 @@ static void case_reconnect(rdmax_ctx *c)
         rdmax_ep_desc d;
         memset(&d, 0, sizeof d);
         d.keepalive_ms = 500;  /* the kill may find nothing in flight: keepalive finds the dead peer then */
+        d.timeout = 14;        /* within 0.47 s of the RC retry time */
         REQUIRE(rdmax_connect(c, "127.0.0.1", port, &d, &ep, GUARD_MS) == RDMAX_OK, "round %d: connect", round);
         memset(comp, 0, sizeof comp);
         int posted = 0;
