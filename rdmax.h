@@ -1047,6 +1047,10 @@ typedef void (*rdmax_recv_cb)(rdmax_ep *ep, void *data, size_t len, void *user);
 /* A put with immediate data (rdmax_put_imm) landed: its len bytes are in place in the memory it
    targeted, and imm is the sender's 32 bits, untouched by rdmax. */
 typedef void (*rdmax_imm_cb)(rdmax_ep *ep, uint32_t imm, size_t len, void *user);
+/* An endpoint left RDMAX_EP_CONNECTED (rdmax_ep_desc.state_cb): state RDMAX_EP_ERROR with the error as
+   reason (what rdmax_ep_error returns), or RDMAX_EP_CLOSED with reason RDMAX_ERR_CLOSED (the peer
+   closed) or RDMAX_OK (this side did: rdmax_ep_disconnect). */
+typedef void (*rdmax_state_cb)(rdmax_ep *ep, rdmax_ep_state state, rdmax_status reason, void *user);
 
 typedef struct rdmax_allocator {
     void *(*alloc)(size_t size, void *user);
@@ -1192,6 +1196,10 @@ typedef struct rdmax_ep_desc {
                                   recv_size of the endpoint's own (default window 16, at least 4, at most
                                   max_qp_wr), for a peer where latency wins over memory (see RECEIVING).
                                   UD: unused (reads back 0) */
+    rdmax_state_cb state_cb;   /* NULL: none. Called once when the endpoint fails or closes, with user,
+                                  from rdmax_progress or rdmax_wait outside every other callback (at the
+                                  next health pass, within a few ms): it may destroy the endpoint, post on
+                                  others, connect or accept (see FAILURES) */
 } rdmax_ep_desc;
 #define RDMAX_RECV_POOL_SHARED 0
 #define RDMAX_RECV_POOL_OWN 1
@@ -1422,6 +1430,7 @@ struct rdmax_ctx {
     uint8_t port_up;
     uint8_t dev_dead;           /* the device reported a fatal error */
     uint8_t flush_check;        /* an endpoint saw a flushed completion before failing (rdmax__flush_check) */
+    uint8_t state_news;         /* an endpoint with a state_cb failed or closed (rdmax__state_tell) */
     uint8_t in_flush_check;
     uint64_t retire_step[RDMAX_OP__COUNT]; /* by op, what the fast retire adds to an endpoint's rd_avail
                                    and sq_tail as one word: sq_tail 1, rd_avail 1 for the reads and
@@ -1543,6 +1552,7 @@ struct rdmax_ep {
     uint8_t peer_gid[16];       /* the RoCE peer, for messages */
     int16_t err;                /* rdmax_status that failed or closed the endpoint */
     uint8_t flush_seen;
+    uint8_t state_told;         /* the state last given to desc.state_cb (rdmax__state_tell) */
     uint8_t shared_qp;          /* UD: qp is the context's */
     uint32_t wd_tail;           /* watchdog: sq_tail when last seen moving, at wd_ms */
     int64_t wd_ms;

@@ -5917,6 +5917,7 @@ static void rdmax__ep_fail_why(rdmax_ep *ep, rdmax_status err, int wc_status, in
     if (ep->state == RDMAX_EP_ERROR || ep->state == RDMAX_EP_CLOSED)
         return;
     ep->state = RDMAX_EP_ERROR;
+    ctx->state_news |= ep->desc.state_cb != NULL;
     rdmax__ep_block(ep, RDMAX__BLK_STATE);
     ep->err = (int16_t)err;
     ep->last_wc_status = wc_status;
@@ -7137,6 +7138,7 @@ static void rdmax__ep_closed(rdmax_ep *ep, int by_peer)
     if (ep->state != RDMAX_EP_CONNECTED)
         return;
     ep->state = RDMAX_EP_CLOSED;
+    ctx->state_news |= ep->desc.state_cb != NULL;
     rdmax__ep_block(ep, RDMAX__BLK_STATE);
     ep->err = by_peer ? RDMAX_ERR_CLOSED : RDMAX_OK;
     if (ep->group.count)  /* waiting requests now fail, in order */
@@ -7390,11 +7392,31 @@ __attribute__((noinline)) void rdmax__tick_due(rdmax_ctx *ctx)
     rdmax__tick(ctx);
 }
 
+/* Each endpoint with a state_cb that failed or closed since, once, with its state and reason. Only from a
+   health pass outside every callback (no completion or receive loop is walking an endpoint then), so the
+   callback may destroy its endpoint or any other: the table is read again after each call. */
+static void rdmax__state_tell(rdmax_ctx *ctx)
+{
+    if (RDMAX__SCQ_NESTED(ctx) || ctx->rwc != ctx->rwc_top)
+        return;  /* (in a callback: at a later pass) */
+    ctx->state_news = 0;
+    for (uint32_t i = 0; i < ctx->eps_cap; i++) {
+        rdmax_ep *ep = ctx->eps[i].ep;
+        if (!ep || !ep->desc.state_cb || ep->state == ep->state_told ||
+            (ep->state != RDMAX_EP_ERROR && ep->state != RDMAX_EP_CLOSED))
+            continue;
+        ep->state_told = ep->state;
+        ep->desc.state_cb(ep, (rdmax_ep_state)ep->state, (rdmax_status)ep->err, ep->desc.user);
+    }
+}
+
 void rdmax__tick(rdmax_ctx *ctx)
 {
     rdmax__async_events(ctx);
     rdmax__cm_events(ctx);
     rdmax__srq_tick(ctx);
+    if (ctx->state_news)
+        rdmax__state_tell(ctx);
     int64_t now = rdmax__health_ms(ctx);
     if (now < ctx->next_tick_ms)
         return;
@@ -7962,6 +7984,7 @@ static void rdmax__ep_adopt(rdmax_ep *ep, const rdmax_ep_desc *desc)
     ep->recv_cb = desc->recv_cb ? desc->recv_cb : rdmax__recv_drop;
     ep->imm_cb = ep->desc.imm_cb = desc->imm_cb;
     ep->user = ep->desc.user = desc->user;
+    ep->desc.state_cb = desc->state_cb;
     /* the defaults of rdmax__ep_desc_defaults */
     ep->desc.keepalive_ms = desc->keepalive_ms ? desc->keepalive_ms : 4000;
     ep->desc.watchdog_ms = desc->watchdog_ms ? desc->watchdog_ms : (uint32_t)(2 * rdmax__retry_ms(ep) + 2000);

@@ -508,6 +508,106 @@ out:
     tl_end();
 }
 
+/* The state callback: once per endpoint, from progress outside every other callback, with the reason:
+   failed (the peer vanished: keepalive), closed by the peer, closed here. The failed endpoint's callback
+   destroys its own endpoint (allowed; ASan sees a use after free in the san build). */
+struct st_seen {
+    int calls;
+    rdmax_ep_state state;
+    rdmax_status reason;
+    int destroy;
+};
+static void st_cb(rdmax_ep *ep, rdmax_ep_state state, rdmax_status reason, void *user)
+{
+    struct st_seen *s = (struct st_seen *)user;
+    s->calls++;
+    s->state = state;
+    s->reason = reason;
+    if (s->destroy)
+        rdmax_ep_destroy(ep);
+}
+
+static void st_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep, (void)data, (void)len, (void)user;
+}
+
+/* progress c (and c2) until s has been called or the guard passes */
+static int st_wait(rdmax_ctx *c, rdmax_ctx *c2, const struct st_seen *s)
+{
+    int64_t t0 = now_ms();
+    while (s->calls == 0 && now_ms() - t0 < GUARD_MS) {
+        rdmax_progress(c);
+        if (c2)
+            rdmax_progress(c2);
+    }
+    /* a little more: a second call would show now */
+    for (int i = 0; i < 2000; i++) {
+        rdmax_progress(c);
+        if (c2)
+            rdmax_progress(c2);
+    }
+    return s->calls;
+}
+
+static void case_state_cb(rdmax_ctx *c, rdmax_mem *mem)
+{
+    tl_begin("state/state_cb: failed, closed by the peer, closed here; once each, from progress, may destroy");
+    rdmax_ctx *c2 = open_ctx(getenv("RDMAX_TEST_DEV0"));
+    struct st_seen sf, sp, sh, sx;
+    memset(&sf, 0, sizeof sf);
+    memset(&sp, 0, sizeof sp);
+    memset(&sh, 0, sizeof sh);
+    memset(&sx, 0, sizeof sx);
+    sf.destroy = 1;
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.expose = mem;
+    d.timeout = 14;  /* the peer's loss is found in 0.47 s */
+    d.keepalive_ms = 500;
+    d.state_cb = st_cb;
+    d.recv_cb = st_recv;
+    rdmax_ep *a = NULL, *b = NULL, *x = NULL, *y = NULL;
+    /* failed: the peer (on c2, never progressed) goes without a word */
+    d.user = &sf;
+    REQUIRE(tl_pair(c, c2, &d, NULL, &a, &b) == RDMAX_OK, "pair");
+    rdmax_ep_destroy(b);
+    b = NULL;
+    REQUIRE(st_wait(c, NULL, &sf) == 1, "failed endpoint: %d calls", sf.calls);
+    a = NULL;  /* its callback destroyed it */
+    CHECK(sf.state == RDMAX_EP_ERROR && (sf.reason == RDMAX_ERR_RETRY_EXCEEDED || sf.reason == RDMAX_ERR_STALLED),
+          "failed endpoint: state %d reason %s", sf.state, rdmax_status_str(sf.reason));
+    /* closed by the peer, and closed here: x disconnects, y hears it */
+    d.user = &sh;
+    rdmax_ep_desc dy = d;
+    dy.user = &sp;
+    REQUIRE(tl_pair(c, c2, &d, &dy, &x, &y) == RDMAX_OK, "pair");
+    CHECK_ST(rdmax_ep_disconnect(x, 10000), RDMAX_OK);
+    CHECK(sh.calls == 0, "closed here: called %d times inside rdmax_ep_disconnect (progress should)", sh.calls);
+    CHECK(st_wait(c, c2, &sh) == 1 && sh.state == RDMAX_EP_CLOSED && sh.reason == RDMAX_OK,
+          "closed here: %d calls, state %d, reason %s", sh.calls, sh.state, rdmax_status_str(sh.reason));
+    CHECK(st_wait(c2, c, &sp) == 1 && sp.state == RDMAX_EP_CLOSED && sp.reason == RDMAX_ERR_CLOSED,
+          "closed by the peer: %d calls, state %d, reason %s", sp.calls, sp.state, rdmax_status_str(sp.reason));
+    /* control: a connected endpoint's callback is never called */
+    d.user = &sx;
+    rdmax_ep *p = NULL, *q = NULL;
+    REQUIRE(tl_pair(c, c2, &d, &d, &p, &q) == RDMAX_OK, "pair");
+    for (int i = 0; i < 20000; i++) {
+        rdmax_progress(c);
+        rdmax_progress(c2);
+    }
+    CHECK(sx.calls == 0, "a connected pair's callback was called %d times", sx.calls);
+    rdmax_ep_destroy(p);
+    rdmax_ep_destroy(q);
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_ep_destroy(x);
+    rdmax_ep_destroy(y);
+    rdmax_ctx_destroy(c2);
+    tl_end();
+}
+
 /* veth: cut the link under a stream of signaled puts for longer than the watchdog bound. */
 static void case_linkcut(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_mem *m1, const char *netdev)
 {
@@ -1330,6 +1430,7 @@ int main(int argc, char **argv)
         case_keepalive_pending(c, mem);
         case_health_clock(c, mem);
         case_disconnect(c, mem);
+        case_state_cb(c, mem);
         case_reconnect(c);
     }
     rdmax_mem_free(mem);
