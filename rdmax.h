@@ -1619,11 +1619,14 @@ RDMAX_API const rdmax_dev_attr *rdmax_ctx_attr(const rdmax_ctx *ctx);
 RDMAX_API rdmax_ctx_desc rdmax_ctx_query_desc(const rdmax_ctx *ctx);
 RDMAX_API int rdmax_ctx_fd(const rdmax_ctx *ctx);
 RDMAX_API rdmax_status rdmax_ctx_arm(rdmax_ctx *ctx);
-/* rdmax_wait: blocks on the completion channel until a completion arrives or timeout_ms passes, then
-   progresses (also the watchdog, keepalives and device events, in slices of 100 ms).
+/* rdmax_wait: blocks until a completion arrives, one of the context's listeners has work for
+   rdmax_accept (a client connecting or a handshake step), or timeout_ms passes, then progresses (also the
+   watchdog, keepalives, device events and state callbacks, in slices of 100 ms). So a server's loop is
+   rdmax_progress, rdmax_accept(l, desc, &ep, 0) until it returns RDMAX_ERR_TIMEOUT, rdmax_wait.
    Parameters: ctx; timeout_ms (-1: forever; 0: do not block).
-   Result: RDMAX_OK (completions were handled), RDMAX_ERR_TIMEOUT (none within timeout_ms) or
-   RDMAX_ERR_IO (the CQs could not be armed).
+   Result: RDMAX_OK (completions were handled, or a listener has work), RDMAX_ERR_TIMEOUT (neither within
+   timeout_ms), RDMAX_ERR_IO (the CQs could not be armed) or RDMAX_ERR_NO_MEMORY (more than 16
+   listeners, and their poll set could not be allocated).
    Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_wait(rdmax_ctx *ctx, int timeout_ms);
 RDMAX_API void rdmax_counters_get(const rdmax_ctx *ctx, rdmax_counters *out);

@@ -49,6 +49,8 @@ const char RDMAX__SELECTION = 1;
 #define RDMAX__IMM_CREDITS 0x3fffffffu
 static void rdmax__grant(rdmax_ep *ep);
 static int64_t rdmax__now_ms(void);
+#define RDMAX__WAIT_STACK 18
+static struct pollfd *rdmax__wait_fds(rdmax_ctx *ctx, struct pollfd *stack, nfds_t *n);
 static int64_t rdmax__health_ms(const rdmax_ctx *ctx);
 static double rdmax__ns_per_tick(void);
 static void rdmax__ep_peer_closed(rdmax_ep *ep);
@@ -778,25 +780,34 @@ rdmax_status rdmax_wait(rdmax_ctx *ctx, int timeout_ms)
     if (rdmax_progress(ctx))  /* a completion that raced with arming */
         return RDMAX_OK;
     /* Sleep in slices of the tick period, so the watchdog and keepalives run while the caller blocks;
-       a device event wakes us too. */
+       a device event wakes us too, and a listener with work (a client to accept). */
     int64_t deadline = timeout_ms < 0 ? INT64_MAX : rdmax__now_ms() + timeout_ms;
+    int accept_ready = 0;
     for (;;) {
         int64_t left = deadline - rdmax__now_ms();
         int slice = left < RDMAX__TICK_MS ? (int)(left < 0 ? 0 : left) : RDMAX__TICK_MS;
-        struct pollfd pfd[2] = {{ctx->channel->fd, POLLIN, 0}, {ctx->verbs->async_fd, POLLIN, 0}};
-        int r = poll(pfd, 2, slice);
+        struct pollfd stack[RDMAX__WAIT_STACK], *pfd;
+        nfds_t n = 0;
+        if (!(pfd = rdmax__wait_fds(ctx, stack, &n)))
+            return RDMAX_ERR_NO_MEMORY;
+        int r = poll(pfd, n, slice);
+        int cq_ready = r > 0 && (pfd[0].revents & POLLIN);
+        for (nfds_t i = 2; r > 0 && i < n; i++)
+            accept_ready |= pfd[i].revents != 0;
+        if (pfd != stack)
+            rdmax__free(ctx, pfd);
         rdmax__tick(ctx);
-        if (r > 0 && (pfd[0].revents & POLLIN)) {
+        if (cq_ready) {
             struct ibv_cq *cq;
             void *cq_ctx;
             while (ibv_get_cq_event(ctx->channel, &cq, &cq_ctx) == 0)
                 ibv_ack_cq_events(cq, 1);
             break;
         }
-        if (slice == (int)left || left <= 0)
+        if (accept_ready || slice == (int)left || left <= 0)
             break;
     }
-    return rdmax_progress(ctx) ? RDMAX_OK : RDMAX_ERR_TIMEOUT;
+    return rdmax_progress(ctx) || accept_ready ? RDMAX_OK : RDMAX_ERR_TIMEOUT;
 }
 
 /* ibv_post_send calls: the requests in posted[] plus ctx->cnt.post_calls (see rdmax_ctx.cnt). */
@@ -7813,6 +7824,29 @@ int rdmax_listener_fd(const rdmax_listener *l)
     if (l->cm_ch)
         return l->cm_ch->fd;
     return l->epfd;
+}
+
+/* rdmax_wait's poll set: the completion channel, the async fd, then each listener's fd. Beyond the
+   stack's room (RDMAX__WAIT_STACK) the set is allocated (rdmax_wait is no fast path); NULL only when
+   that fails. */
+static struct pollfd *rdmax__wait_fds(rdmax_ctx *ctx, struct pollfd *stack, nfds_t *n)
+{
+    nfds_t k = 2;
+    for (rdmax_listener *l = ctx->listeners; l; l = l->next)
+        k++;
+    struct pollfd *p = k <= RDMAX__WAIT_STACK ? stack : (struct pollfd *)rdmax__alloc(ctx, k * sizeof *p);
+    if (!p)
+        return NULL;
+    memset(p, 0, k * sizeof *p);
+    p[0].fd = ctx->channel->fd;
+    p[1].fd = ctx->verbs->async_fd;
+    k = 2;
+    for (rdmax_listener *l = ctx->listeners; l; l = l->next)
+        p[k++].fd = rdmax_listener_fd(l);
+    for (nfds_t i = 0; i < k; i++)
+        p[i].events = POLLIN;
+    *n = k;
+    return p;
 }
 
 static void rdmax__hs_end(rdmax_listener *l, struct rdmax__hs *h)

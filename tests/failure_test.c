@@ -608,6 +608,60 @@ out:
     tl_end();
 }
 
+/* One wait for everything: rdmax_wait returns when a listener has a client, with no completion to wake
+   it (before: it slept the whole timeout, so a server loop of progress, accept, wait stalled). The
+   client is a child process; control: with no client, rdmax_wait times out. */
+static void case_wait_listener(void)
+{
+    tl_begin("wait/rdmax_wait returns when a listener has a client to accept");
+    rdmax_ctx *c = open_ctx(getenv("RDMAX_TEST_DEV0"));
+    rdmax_listener *l = NULL;
+    rdmax_ep *ep = NULL;
+    pid_t pid = -1;
+    REQUIRE(rdmax_listen(c, "127.0.0.1", 0, &l) == RDMAX_OK, "listen");
+    CHECK_ST(rdmax_wait(c, 300), RDMAX_ERR_TIMEOUT);
+    uint16_t port = rdmax_listener_port(l);
+    pid = fork();
+    if (pid == 0) {
+        rdmax_ctx *cc = open_ctx(getenv("RDMAX_TEST_DEV0"));
+        rdmax_ep *e = NULL;
+        rdmax_status st = rdmax_connect(cc, "127.0.0.1", port, NULL, &e, 30000);
+        for (int i = 0; i < 1000; i++)
+            rdmax_progress(cc);
+        rdmax_ep_destroy(e);
+        rdmax_ctx_destroy(cc);
+        _exit(st == RDMAX_OK ? 0 : 1);
+    }
+    int waits = 0, timeouts = 0;
+    int64_t t0 = now_ms();
+    while (!ep && now_ms() - t0 < GUARD_MS) {
+        rdmax_status st = rdmax_accept(l, NULL, &ep, 0);
+        if (st == RDMAX_OK)
+            break;
+        REQUIRE(st == RDMAX_ERR_TIMEOUT, "accept: %s", rdmax_status_str(st));
+        st = rdmax_wait(c, GUARD_MS);
+        waits++;
+        timeouts += st == RDMAX_ERR_TIMEOUT;
+    }
+    CHECK(ep != NULL, "no endpoint after %d waits", waits);
+    CHECK(timeouts == 0, "%d of %d waits of %d ms timed out with a client at the listener", timeouts, waits,
+          GUARD_MS);
+    int status = -1;
+    waitpid(pid, &status, 0);
+    pid = -1;
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the client's connect failed (status %d)", status);
+    printf("    %d waits until the client's endpoint was accepted\n", waits);
+out:
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+    }
+    rdmax_ep_destroy(ep);
+    rdmax_listener_close(l);
+    rdmax_ctx_destroy(c);
+    tl_end();
+}
+
 /* veth: cut the link under a stream of signaled puts for longer than the watchdog bound. */
 static void case_linkcut(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_mem *m1, const char *netdev)
 {
@@ -1431,6 +1485,7 @@ int main(int argc, char **argv)
         case_health_clock(c, mem);
         case_disconnect(c, mem);
         case_state_cb(c, mem);
+        case_wait_listener();
         case_reconnect(c);
     }
     rdmax_mem_free(mem);
