@@ -7152,6 +7152,14 @@ static void rdmax__ep_closed(rdmax_ep *ep, int by_peer)
     ctx->state_news |= ep->desc.state_cb != NULL;
     rdmax__ep_block(ep, RDMAX__BLK_STATE);
     ep->err = by_peer ? RDMAX_ERR_CLOSED : RDMAX_OK;
+    /* The QP leaves RTS, so that the peer reaches nothing of ours through it after the close, whoever
+       closed (a raw peer wrote into an exposed region after its own goodbye, and after our disconnect). */
+    if (ep->qp->qp_type == IBV_QPT_RC) {
+        struct ibv_qp_attr a;
+        memset(&a, 0, sizeof a);
+        a.qp_state = IBV_QPS_ERR;
+        ibv_modify_qp(ep->qp, &a, IBV_QP_STATE);
+    }
     if (ep->group.count)  /* waiting requests now fail, in order */
         rdmax_arb_group_schedule(&ctx->arb, &ep->group);
     RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_EP_CLOSED, ep, (uint64_t)by_peer);

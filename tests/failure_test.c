@@ -662,6 +662,85 @@ out:
     tl_end();
 }
 
+/* A peer playing raw verbs on its own QP (a's, behind its rdmax endpoint): one signaled request, its
+   completion polled straight from the QP's send CQ. Returns the completion's status, -1 on the guard. */
+static int raw_post(rdmax_ep *a, enum ibv_wr_opcode op, const rdmax_mem *src, uint32_t len, uint64_t raddr,
+                    uint32_t rkey, uint32_t imm)
+{
+    struct ibv_qp *qp = ep_qp(a);
+    struct ibv_sge sge = {(uintptr_t)src->addr, len, src->lkey};
+    struct ibv_send_wr wr, *bad;
+    memset(&wr, 0, sizeof wr);
+    wr.wr_id = 0x7777;
+    wr.opcode = op;
+    wr.sg_list = &sge;
+    wr.num_sge = len ? 1 : 0;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.imm_data = imm;
+    wr.wr.rdma.remote_addr = raddr;
+    wr.wr.rdma.rkey = rkey;
+    if (ibv_post_send(qp, &wr, &bad))
+        return -2;
+    int64_t t0 = now_ms();
+    struct ibv_wc wc;
+    while (now_ms() - t0 < GUARD_MS)
+        if (ibv_poll_cq(qp->send_cq, 1, &wc) == 1 && wc.wr_id == 0x7777)
+            return wc.status;
+    return -1;
+}
+
+/* An exposed region is out of the peer's reach once the endpoint is closed, whoever closed it: a raw
+   write through the peer's QP lands while connected (control), and is refused after the server's
+   rdmax_ep_disconnect and after the peer's own goodbye (both landed: the closed QP stayed ready). The
+   peer's context is never progressed, so its rdmax never reacts. */
+static void case_closed_access(rdmax_ctx *c, rdmax_mem *mem)
+{
+    tl_begin("failure/a closed endpoint's exposed region: raw writes after either side's close are refused");
+    rdmax_ctx *c2 = open_ctx(getenv("RDMAX_TEST_DEV0"));
+    rdmax_mem *src = NULL;
+    rdmax_ep *a = NULL, *b = NULL;
+    REQUIRE(rdmax_mem_alloc(c2, 4096, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "mem_alloc");
+    rdmax_ep_desc da, db;
+    memset(&da, 0, sizeof da);
+    memset(&db, 0, sizeof db);
+    da.timeout = db.timeout = 14;  /* a refused write fails within 0.47 s */
+    da.keepalive_ms = db.keepalive_ms = RDMAX_OFF;
+    db.expose = mem;
+    volatile unsigned char *r = (volatile unsigned char *)mem->addr;
+    for (int round = 0; round < 2; round++) {
+        const char *who = round == 0 ? "the server's disconnect" : "the peer's goodbye";
+        REQUIRE(tl_pair(c2, c, &da, &db, &a, &b) == RDMAX_OK, "pair");
+        const rdmax_rbuf *rb = rdmax_ep_remote(a, 0);
+        REQUIRE(rb != NULL, "no region");
+        memset(src->addr, 0x11 + round, 64);
+        r[0] = 0;
+        int st = raw_post(a, IBV_WR_RDMA_WRITE, src, 64, rb->addr, rb->rkey, 0);
+        CHECK(st == IBV_WC_SUCCESS && r[0] == 0x11 + round, "control (%s): a write while connected: status %d, "
+              "byte 0x%x", who, st, r[0]);
+        if (round == 0) {
+            CHECK_ST(rdmax_ep_disconnect(b, 5000), RDMAX_OK);
+        } else {
+            st = raw_post(a, IBV_WR_SEND_WITH_IMM, src, 0, 0, 0, RDMAX__LE32(RDMAX__IMM_GRANT | RDMAX__IMM_CLOSE));
+            CHECK(st == IBV_WC_SUCCESS, "the goodbye: status %d", st);
+            REQUIRE(wait_state(c, NULL, b) >= 0, "the goodbye never closed the server's endpoint");
+        }
+        CHECK(rdmax_ep_query_state(b) == RDMAX_EP_CLOSED, "server endpoint state %d", rdmax_ep_query_state(b));
+        memset(src->addr, 0x99, 64);
+        st = raw_post(a, IBV_WR_RDMA_WRITE, src, 64, rb->addr, rb->rkey, 0);
+        CHECK(st != IBV_WC_SUCCESS && r[0] == 0x11 + round, "after %s: a raw write completed with status %d, "
+              "byte 0x%x (0x99: it landed)", who, st, r[0]);
+        rdmax_ep_destroy(a);
+        rdmax_ep_destroy(b);
+        a = b = NULL;
+    }
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(src);
+    rdmax_ctx_destroy(c2);
+    tl_end();
+}
+
 /* veth: cut the link under a stream of signaled puts for longer than the watchdog bound. */
 static void case_linkcut(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_mem *m1, const char *netdev)
 {
@@ -1485,6 +1564,7 @@ int main(int argc, char **argv)
         case_health_clock(c, mem);
         case_disconnect(c, mem);
         case_state_cb(c, mem);
+        case_closed_access(c, mem);
         case_wait_listener();
         case_reconnect(c);
     }
