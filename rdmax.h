@@ -287,9 +287,10 @@
                              rdmax_connect is under its deadline and a timeout names the step
                              ("rdma_resolve_route timed out after 80 ms"). rdmax_listener_fd() is the event
                              channel's fd. rdmax_ep_disconnect() also calls rdma_disconnect(), and a peer
-                             that disconnects, destroys its endpoint or exits is seen as RDMAX_EP_CLOSED
-                             (RDMA_CM_EVENT_DISCONNECTED, read by rdmax_progress's slow tick) with no
-                             traffic needed. rdmax creates its own QP on the context's PD (the cm id has
+                             that disconnects is seen as RDMAX_EP_CLOSED, one that exits, is killed or
+                             destroys its endpoint without a disconnect as RDMAX_EP_ERROR with
+                             RDMAX_ERR_PEER_GONE (RDMA_CM_EVENT_DISCONNECTED with no goodbye before it, read
+                             by rdmax_progress's slow tick), with no traffic needed. rdmax creates its own QP on the context's PD (the cm id has
                              none), so everything else about an endpoint is the same in both modes.
    REGISTRATION CACHE
    A buffer passed without an rdmax_mem ("raw") is registered through the context's cache, by its
@@ -485,7 +486,8 @@ extern "C" {
     X(RDMAX_ERR_COMPLETION, -46, "the work completion reported another error")                            \
     X(RDMAX_ERR_STALLED, -47, "no completion within the endpoint's watchdog bound (link down or peer gone)") \
     X(RDMAX_ERR_CLOSED, -48, "endpoint closed: the peer disconnected, or this side did")                   \
-    X(RDMAX_ERR_DEVICE, -49, "the device reported a fatal error")
+    X(RDMAX_ERR_DEVICE, -49, "the device reported a fatal error")                                           \
+    X(RDMAX_ERR_PEER_GONE, -50, "the peer's connection ended without its goodbye (killed, exited, or its endpoint destroyed without rdmax_ep_disconnect)")
 
 typedef enum rdmax_status {
 #define RDMAX__X(name, val, text) name = val,

@@ -8245,8 +8245,12 @@ static void rdmax__cm_events(rdmax_ctx *ctx)
             uint32_t idx = (uint32_t)(base >> 32) & 0xffff;
             for (int i = 0; i < 64 && rdmax__poll_recv(ctx) + rdmax__poll_send(ctx) > 0; i++)
                 ;
+            /* A goodbye (rdmax_ep_disconnect) closed it by now; without one the peer went away (killed,
+               exited, or destroyed its endpoint): a failure, not a close. */
             if (ctx->eps[idx].ep == ep && RDMAX__REF_GEN(&ctx->eps[idx]) == (uint16_t)(base >> 48))
-                rdmax__ep_peer_closed(ep);
+                rdmax__ep_fail_why(ep, RDMAX_ERR_PEER_GONE, IBV_WC_GENERAL_ERR, 1,
+                                   "rdma_cm: the peer disconnected without its goodbye (its process was killed or "
+                                   "exited, or it destroyed its endpoint without rdmax_ep_disconnect)");
             break;
         }
         case RDMA_CM_EVENT_DEVICE_REMOVAL:

@@ -9,7 +9,7 @@
        listener's fd;
      - connect: nobody listening, a listener that comes later, a server that never answers, an address
        nobody has: the status, and a timeout names the rdma_cm step;
-     - a peer process killed with SIGKILL: the endpoint is RDMAX_EP_CLOSED (rdma_cm's DISCONNECTED) with
+     - a peer process killed with SIGKILL: the endpoint fails, RDMAX_ERR_PEER_GONE (DISCONNECTED, no goodbye), with
        keepalive off and no traffic; the control, the TCP mode, stays connected;
      - connect time with the TCP record and with rdma_cm, median of N connects (printed, not asserted).
    Usage: cm_test IPV4_ADDR [IPV6_ADDR]   (the server's addresses, on RDMAX_TEST_DEV0) */
@@ -809,8 +809,8 @@ static void peer_killed_tests(const char *addr)
         rdmax_ep *ep = NULL;
         int fds[2] = {-1, -1};
         if (cm)
-            tl_begin("cm/a peer process killed with SIGKILL: RDMAX_EP_CLOSED (DISCONNECTED), keepalive off, no "
-                     "traffic");
+            tl_begin("cm/a peer process killed with SIGKILL: RDMAX_EP_ERROR, RDMAX_ERR_PEER_GONE (DISCONNECTED with no "
+                     "goodbye), keepalive off, no traffic");
         else
             tl_begin("cm/control: the same with the TCP record stays connected (nothing tells it)");
         REQUIRE(pipe(fds) == 0, "pipe");
@@ -829,9 +829,10 @@ static void peer_killed_tests(const char *addr)
         while (rdmax_ep_query_state(ep) == RDMAX_EP_CONNECTED && now_ms() < end)
             rdmax_wait(ctx, 100);
         if (cm) {
-            CHECK(rdmax_ep_query_state(ep) == RDMAX_EP_CLOSED && rdmax_ep_error(ep) == RDMAX_ERR_CLOSED,
-                  "state %d, error %s", (int)rdmax_ep_query_state(ep), rdmax_status_str(rdmax_ep_error(ep)));
-            printf("INFO cm/peer killed: endpoint closed %lld ms after the kill\n", (long long)(now_ms() - t0));
+            CHECK(rdmax_ep_query_state(ep) == RDMAX_EP_ERROR && rdmax_ep_error(ep) == RDMAX_ERR_PEER_GONE,
+                  "state %d, error %s (a kill must not read as a graceful close)", (int)rdmax_ep_query_state(ep),
+                  rdmax_status_str(rdmax_ep_error(ep)));
+            printf("INFO cm/peer killed: endpoint failed %lld ms after the kill\n", (long long)(now_ms() - t0));
         } else {
             CHECK(rdmax_ep_query_state(ep) == RDMAX_EP_CONNECTED, "state %d: the control saw the kill",
                   (int)rdmax_ep_query_state(ep));
@@ -862,7 +863,7 @@ static void close_order_test(const char *addr)
     rdmax_ep *ep = NULL;
     int got = 0, at_close = -1;
     tl_begin("cm/a peer that sends %d messages, flushes and destroys its endpoint: all %d delivered before "
-             "RDMAX_EP_CLOSED", MSGS, MSGS);
+             "the endpoint fails (RDMAX_ERR_PEER_GONE: no goodbye)", MSGS, MSGS);
     REQUIRE((ctx = ctx_make(g_dev0, 1, 0, 0)) != NULL, "no device");
     REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
     uint16_t port = rdmax_listener_port(l);
@@ -897,7 +898,8 @@ static void close_order_test(const char *addr)
             break;
         }
     }
-    CHECK(ep && rdmax_ep_query_state(ep) == RDMAX_EP_CLOSED, "not closed: state %d", ep ? (int)rdmax_ep_query_state(ep) : -1);
+    CHECK(ep && rdmax_ep_query_state(ep) == RDMAX_EP_ERROR && rdmax_ep_error(ep) == RDMAX_ERR_PEER_GONE,
+          "state %d, error %s", ep ? (int)rdmax_ep_query_state(ep) : -1, ep ? rdmax_status_str(rdmax_ep_error(ep)) : "-");
     CHECK(at_close == MSGS, "%d of %d messages delivered when the endpoint closed", at_close, MSGS);
 out:
     rdmax_ep_destroy(ep);
