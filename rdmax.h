@@ -167,9 +167,15 @@
    A UD endpoint is an address (peer GID, QPN, Q_Key) on the context's one UD QP: thousands cost no
    QP each. Connect it like RC (records or rdmax_connect); send only, up to the path MTU, unordered and
    unreliable (rdmax counts datagrams lost, late and duplicated: profile ud.skipped, ud.late,
-   ud.duplicates). Multicast: rdmax_mcast_join(ep, "239.1.2.3") makes ep receive the IPv4 group
-   (joined at the IP level too); rdmax_mcast_ep_create makes an endpoint that sends to the group;
-   rdmax_mcast_leave leaves.
+   ud.duplicates). A datagram reaches an endpoint only from that endpoint's peer: the sender's QPN and
+   source GID (from the GRH; on RoCE v2 over IPv4 the source IPv4 address) must be the peer's, since a
+   QPN is only unique per device; others are dropped and counted (profile ud.wrong_source, also in
+   recv_drops). Verified on rxe (tests/ud_test cross): a sender on another device that made a QP with
+   the peer's QPN, and a real peer naming another endpoint, get nothing delivered. It trusts the
+   network's source addresses: a host that takes the peer's IP address is not told apart.
+   Multicast: rdmax_mcast_join(ep, "239.1.2.3") makes ep receive the IPv4 group (joined at the IP level
+   too; a group's datagrams go to the endpoint that joined, from any sender); rdmax_mcast_ep_create
+   makes an endpoint that sends to the group; rdmax_mcast_leave leaves.
 
    RECEIVING (RC): SHARED RECEIVE QUEUES AND CREDITS
    A context's RC endpoints receive into shared receive queues, one per buffer size in use (ep desc
@@ -1283,6 +1289,8 @@ typedef struct rdmax_counters {
     uint64_t ud_duplicates;     /* UD: datagrams that came twice */
     uint64_t recv_imms;         /* puts with immediate data received (handed to imm_cb or dropped) */
     uint64_t srq_limit_events;  /* the shared receive queue fell below its low-water mark (diagnostic) */
+    uint64_t ud_wrong_source;   /* UD: datagrams naming an endpoint whose peer did not send them (source
+                                   GID or QPN not the peer's), dropped (also in recv_drops) */
 } rdmax_counters;
 
 
@@ -2252,7 +2260,7 @@ typedef struct rdmax_profile_var {
     X(FLUSHED_CQES, "flushed_cqes", COUNTER, "send completions flushed after their endpoint failed")       \
     X(RECV_FLUSHED, "recv_flushed", COUNTER, "receive buffers flushed after their endpoint failed")        \
     X(STALE_WR_IDS, "stale_wr_ids", COUNTER, "completions of destroyed endpoints, dropped")                \
-    X(RECV_DROPS, "recv_drops", COUNTER, "received messages dropped (no receive callback, short UD)")      \
+    X(RECV_DROPS, "recv_drops", COUNTER, "received messages dropped (no receive callback, short UD, UD of no peer)") \
     X(NO_RESOURCE, "no_resource", COUNTER, "posts refused with RDMAX_ERR_NO_RESOURCE")                     \
     X(EP_ERRORS, "ep_errors", COUNTER, "endpoints moved to the error state")                               \
     X(ENDPOINTS, "endpoints", LEVEL, "endpoints of the context now")                                       \
@@ -2283,7 +2291,9 @@ typedef struct rdmax_profile_var {
     X(EP_BYTES, "endpoint_bytes", LEVEL, "rdmax's own bytes of the live endpoints (malloc and mmap)")      \
     X(RECV_POOL_BYTES, "recv_pool.bytes", LEVEL, "bytes of the shared receive pool (RC)")                  \
     X(RECV_POOL_POSTED, "recv_pool.posted", LEVEL, "buffers of the shared receive pool posted now")        \
-    X(SRQ_LIMIT_EVENTS, "srq_limit_events", COUNTER, "the shared receive queue fell below its low-water mark")
+    X(SRQ_LIMIT_EVENTS, "srq_limit_events", COUNTER, "the shared receive queue fell below its low-water mark") \
+    X(UD_WRONG_SOURCE, "ud.wrong_source", COUNTER,                                                         \
+      "UD datagrams naming an endpoint whose peer did not send them (source GID or QPN), dropped")
 
 enum rdmax_profile_var_id {
     RDMAX__PROF_VAR_BEFORE_FIXED = 3 * RDMAX_OP__COUNT - 1,

@@ -1373,8 +1373,8 @@ static void rdmax__recv_drop(rdmax_ep *ep, void *data, size_t len, void *user)
 /* UD endpoints share the context's one UD QP: an endpoint is the peer's address (an AH from the cache,
    the peer's QPN and Q_Key), its send slots and its counters. The QP's receive pool is the context's.
    A datagram finds its endpoint by its immediate data, which carries our endpoint's index (the peer read
-   it from the credits field of our record), checked against the sender's QPN; a datagram to a multicast
-   group finds the endpoint that joined the group by the destination address in its GRH.
+   it from the credits field of our record), checked against the sender's QPN and source GID; a datagram
+   to a multicast group finds the endpoint that joined the group by the destination address in its GRH.
    Address handles are created once per destination GID and kept until the context goes: creating one is
    a system call, and a UD endpoint without one cannot be made, so a post never carries a NULL AH. */
 #define RDMAX__MCAST_MAX 8      /* groups per endpoint */
@@ -1633,6 +1633,21 @@ static int rdmax__ud_group(const uint8_t *grh, uint8_t gid[16])
     return 1;
 }
 
+/* Whether the datagram behind grh (the 40 bytes the device writes in front of it) came from gid: a QPN
+   is only unique per device, the source address tells devices apart. An IPv6 header has the source GID
+   at 8. RoCE v2 sends an IPv4-mapped GID's (::ffff:a.b.c.d) datagrams over IPv4: the device puts the
+   IPv4 header (20 bytes, no options: 0x45) in the last 20 of the 40 (rxe zeroes the first 20; rdma-core's
+   ibv_init_ah_from_wc reads it so), source address at 32. Either form may match; a datagram of the other
+   form cannot pass for gid's: an IPv4 one has zeros where a mapped GID has 0xffff, an IPv6 one would need
+   the receiver's own address to hold the peer's IPv4 address. */
+static int rdmax__ud_from(const uint8_t *grh, const uint8_t gid[16])
+{
+    static const uint8_t v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    if (grh[20] == 0x45 && !memcmp(grh + 32, gid + 12, 4) && !memcmp(gid, v4mapped, 12))
+        return 1;
+    return !memcmp(grh + 8, gid, 16);
+}
+
 /* A datagram out of its sender's numbering (rdmax__ud_poll_recv counts the in-order case). Ahead: the
    ones in between are skipped (lost, or late). Behind, within the last 64: late if not seen yet, else a
    duplicate; further back it cannot be told apart and counts as late. */
@@ -1694,12 +1709,17 @@ static int rdmax__ud_poll_recv(rdmax_ctx *ctx)
             for (uint32_t k = 0; k < u->n_groups; k++)
                 if (!memcmp(u->groups[k].gid, g, 16) && RDMAX__REF_GEN(&ctx->eps[u->groups[k].ep_idx]) == u->groups[k].gen)
                     ep = ctx->eps[u->groups[k].ep_idx].ep;
-        } else if (wc[i].wc_flags & IBV_WC_WITH_IMM) {
+        } else if (rdmax_likely(wc[i].wc_flags & IBV_WC_WITH_IMM)) {
             /* our index, the datagram's number */
             uint32_t imm = RDMAX__LE32(wc[i].imm_data), e = imm & 0xffff;
-            if (e < ctx->eps_cap && ctx->eps[e].ep && ctx->eps[e].ep->ud_qpn == wc[i].src_qp) {
-                ep = ctx->eps[e].ep;
-                if (rdmax_likely((uint16_t)(imm >> 16) == ep->ud_rx_next)) {
+            if (e < ctx->eps_cap && (ep = ctx->eps[e].ep) != NULL) {
+                /* The sender must be the endpoint's peer: its QPN, and its GID (a QPN is only unique per
+                   device; at most a 16-byte compare, the GRH just written and the endpoint just read). */
+                if (rdmax_unlikely(ep->ud_qpn != wc[i].src_qp || !(wc[i].wc_flags & IBV_WC_GRH) ||
+                                   !rdmax__ud_from(data, ep->peer_gid))) {
+                    ctx->cnt.ud_wrong_source++;  /* and a drop, below */
+                    ep = NULL;
+                } else if (rdmax_likely((uint16_t)(imm >> 16) == ep->ud_rx_next)) {
                     ep->ud_rx_next++;
                     ep->ud_rx_seen = ep->ud_rx_seen << 1 | 1;
                 } else {
@@ -9096,6 +9116,7 @@ static void rdmax__prof_collect(rdmax_ctx *ctx, uint64_t *v)
     v[RDMAX_PROFILE_VAR_UD_DUPLICATES] = RDMAX__PROF_LOAD(c->ud_duplicates);
     v[RDMAX_PROFILE_VAR_RECV_IMMS] = RDMAX__PROF_LOAD(c->recv_imms);
     v[RDMAX_PROFILE_VAR_SRQ_LIMIT_EVENTS] = RDMAX__PROF_LOAD(c->srq_limit_events);
+    v[RDMAX_PROFILE_VAR_UD_WRONG_SOURCE] = RDMAX__PROF_LOAD(c->ud_wrong_source);
     v[RDMAX_PROFILE_VAR_EP_BYTES] = RDMAX__PROF_LOAD(ctx->ep_bytes);
     /* The pools' totals live in rx, which lasts as long as the context (a pool may be freed meanwhile). */
     struct rdmax__rx *rx = __atomic_load_n(&ctx->rx, __ATOMIC_ACQUIRE);

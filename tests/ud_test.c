@@ -1,6 +1,8 @@
 /* UD on a real device: datagrams of 1, 64 and MTU bytes arrive whole and without the GRH, MTU + 1 is
    refused before posting, an endpoint with no address cannot send, and multicast reaches two receiving
-   processes, each getting every message, until one leaves; 10,000 endpoints share one context's UD QP.
+   processes, each getting every message, until one leaves; 10,000 endpoints share one context's UD QP;
+   cross: a datagram reaches an endpoint only from its peer (source GID and QPN), not from a QP with the
+   peer's number on another device, nor from a real peer naming another endpoint.
    Usage: ud_test [loopback|cross] (cross: sender on $RDMAX_TEST_DEV1, receivers on $RDMAX_TEST_DEV0).
    Multicast needs a route for 224.0.0.0/4 on the device's netdev (tests/guest.sh adds it). */
 #define RDMAX_TRANSPORT_UD
@@ -245,6 +247,247 @@ out:
     rdmax_ep_destroy(b);
     rdmax_ep_destroy(idle);
     rdmax_ctx_destroy(c);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* ---- the sender's identity (cross): raw verbs on a device, a forger's tools ---- */
+struct tagged {
+    int n[4];  /* datagrams received by payload tag: H(onest), F(orged), P (the forger to its own peer), X */
+};
+
+static void on_tagged(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep;
+    struct tagged *t = (struct tagged *)user;
+    const char *tags = "HFPX", *k = len ? strchr(tags, ((char *)data)[0]) : NULL;
+    if (k && *k)
+        t->n[k - tags]++;
+}
+
+struct raw {
+    struct ibv_context *vctx;
+    struct ibv_pd *pd;
+    struct ibv_cq *cq;
+    struct ibv_qp *qps[8192];
+    int n;
+};
+
+static int raw_open(struct raw *r, const char *dev)
+{
+    memset(r, 0, sizeof *r);
+    int n = 0;
+    struct ibv_device **l = ibv_get_device_list(&n);
+    for (int i = 0; l && i < n && !r->vctx; i++)
+        if (!strcmp(ibv_get_device_name(l[i]), dev))
+            r->vctx = ibv_open_device(l[i]);
+    if (l)
+        ibv_free_device_list(l);
+    if (!r->vctx || !(r->pd = ibv_alloc_pd(r->vctx)) || !(r->cq = ibv_create_cq(r->vctx, 64, NULL, NULL, 0)))
+        return -1;
+    return 0;
+}
+
+/* One more UD QP (kept until raw_close: no number is given back meanwhile), or NULL. */
+static struct ibv_qp *raw_qp(struct raw *r)
+{
+    if (r->n == (int)(sizeof r->qps / sizeof r->qps[0]))
+        return NULL;
+    struct ibv_qp_init_attr a;
+    memset(&a, 0, sizeof a);
+    a.send_cq = a.recv_cq = r->cq;
+    a.qp_type = IBV_QPT_UD;
+    a.cap.max_send_wr = 32;
+    a.cap.max_recv_wr = 1;
+    a.cap.max_send_sge = a.cap.max_recv_sge = 1;
+    a.cap.max_inline_data = 64;
+    struct ibv_qp *qp = ibv_create_qp(r->pd, &a);
+    if (qp)
+        r->qps[r->n++] = qp;
+    return qp;
+}
+
+static int raw_rts(struct ibv_qp *qp, uint8_t port)
+{
+    struct ibv_qp_attr a;
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = port;
+    a.qkey = RDMAX_UD_QKEY;
+    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+        return -1;
+    a.qp_state = IBV_QPS_RTR;
+    if (ibv_modify_qp(qp, &a, IBV_QP_STATE))
+        return -1;
+    a.qp_state = IBV_QPS_RTS;
+    a.sq_psn = 1;
+    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+static void raw_close(struct raw *r)
+{
+    for (int i = 0; i < r->n; i++)
+        ibv_destroy_qp(r->qps[i]);
+    if (r->cq)
+        ibv_destroy_cq(r->cq);
+    if (r->pd)
+        ibv_dealloc_pd(r->pd);
+    if (r->vctx)
+        ibv_close_device(r->vctx);
+    memset(r, 0, sizeof *r);
+}
+
+/* A datagram formatted as rdmax's: immediate data = the receiving endpoint's index | number << 16
+   (little-endian, as rdmax_send writes it), to the receiver's UD QP; waits for its send completion. */
+static int raw_send(struct raw *r, struct ibv_qp *qp, struct ibv_ah *ah, uint32_t qpn, uint32_t imm,
+                    const char *payload)
+{
+    struct ibv_sge sge = {(uintptr_t)payload, (uint32_t)strlen(payload), 0};
+    struct ibv_send_wr wr, *bad;
+    memset(&wr, 0, sizeof wr);
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.opcode = IBV_WR_SEND_WITH_IMM;
+    wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+    wr.imm_data = RDMAX__LE32(imm);
+    wr.wr.ud.ah = ah;
+    wr.wr.ud.remote_qpn = qpn;
+    wr.wr.ud.remote_qkey = RDMAX_UD_QKEY;
+    if (ibv_post_send(qp, &wr, &bad))
+        return -1;
+    struct ibv_wc wc;
+    int n = 0;
+    for (long i = 0; i < 100000000L && (n = ibv_poll_cq(r->cq, 1, &wc)) == 0; i++)
+        ;
+    return n == 1 && wc.status == IBV_WC_SUCCESS ? 0 : -1;
+}
+
+/* Issue 30 item 4: QP numbers are per device, so the receiver must tell a peer by its source GID too.
+   R (receiver) and H (the honest peer) are contexts on dev0; a forger F on dev1 makes UD QPs until one has
+   H's QPN. R's endpoint r1 is H's peer; r2 is F's (F is a real peer too, with its own GID). F sends
+   datagrams formatted as H's to r1; H's second endpoint h2 sends to r2 (a real peer naming another
+   endpoint, whose peer has the same QPN). Control: H's own datagrams to r1 and F's to r2 arrive - the
+   forged datagrams differ from those only by where they come from. */
+static void sender_identity(const char *dev0, const char *dev1, const rdmax_dev_attr *a1)
+{
+    const int N = 10;
+    rdmax_ctx *R = NULL, *H = NULL;
+    rdmax_ep *r1 = NULL, *r2 = NULL, *h1 = NULL, *h2 = NULL;
+    struct raw *f = (struct raw *)calloc(1, sizeof *f), *bump = (struct raw *)calloc(1, sizeof *bump);
+    struct ibv_ah *ah = NULL;
+    struct tagged t1, t2;
+    memset(&t1, 0, sizeof t1);
+    memset(&t2, 0, sizeof t2);
+    rdmax_profile *p = NULL;
+    tl_begin("ud/cross/a sender on another device with the peer's QPN: %d forged datagrams dropped and counted "
+             "(ud.wrong_source), none delivered", N);
+    REQUIRE(f && bump && raw_open(f, dev1) == 0 && raw_open(bump, dev0) == 0, "raw verbs on %s and %s", dev1, dev0);
+    /* QPNs rise on each device as QPs are made: H's must lie ahead of dev1's next one for F to reach it */
+    struct ibv_qp *q = raw_qp(f);
+    REQUIRE(q, "ibv_create_qp on %s", dev1);
+    uint32_t next1 = q->qp_num;
+    while ((q = raw_qp(bump)) != NULL && q->qp_num < next1 + 16)
+        ;
+    REQUIRE(q, "ibv_create_qp on %s", dev0);
+    R = open_ctx(dev0);
+    H = open_ctx(dev0);
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.recv_cb = on_tagged;
+    d.user = &t1;
+    REQUIRE(rdmax_ep_create(R, &d, &r1) == RDMAX_OK, "r1");
+    d.user = &t2;
+    REQUIRE(rdmax_ep_create(R, &d, &r2) == RDMAX_OK, "r2");
+    REQUIRE(rdmax_ep_create(H, NULL, &h1) == RDMAX_OK && rdmax_ep_create(H, NULL, &h2) == RDMAX_OK, "h1, h2");
+    raw_close(bump);
+    rdmax_conn_info ir1, ir2, ih;
+    rdmax_ep_local_info(r1, &ir1);
+    rdmax_ep_local_info(r2, &ir2);
+    rdmax_ep_local_info(h1, &ih);
+    uint32_t hqpn = ih.qpn;
+    struct ibv_qp *fq = NULL;
+    while ((q = raw_qp(f)) != NULL && q->qp_num <= hqpn)
+        if (q->qp_num == hqpn)
+            fq = q;
+    REQUIRE(fq, "%s: no UD QP numbered 0x%x (dev1 went from 0x%x to 0x%x in %d QPs)", dev1, hqpn, next1,
+            q ? q->qp_num : 0, f->n);
+    REQUIRE(raw_rts(fq, a1->port) == 0, "forger's QP to RTS");
+    printf("    forger: QP 0x%x on %s after %d QPs, as H's on %s\n", fq->qp_num, dev1, f->n - 1, dev0);
+    /* r1 <-> h1; r2's peer is F (h1's record with F's GID: the same QPN); h2 -> r2 */
+    rdmax_conn_info iF = ih;
+    memcpy(iF.gid, a1->gid.raw, 16);
+    REQUIRE(rdmax_ep_connect_info(r1, &ih) == RDMAX_OK && rdmax_ep_connect_info(h1, &ir1) == RDMAX_OK &&
+            rdmax_ep_connect_info(r2, &iF) == RDMAX_OK && rdmax_ep_connect_info(h2, &ir2) == RDMAX_OK, "connect");
+    struct ibv_ah_attr aa;
+    memset(&aa, 0, sizeof aa);
+    aa.port_num = a1->port;
+    aa.is_global = 1;
+    memcpy(aa.grh.dgid.raw, ir1.gid, 16);
+    aa.grh.sgid_index = (uint8_t)a1->gid_index;
+    aa.grh.hop_limit = 64;
+    REQUIRE((ah = ibv_create_ah(f->pd, &aa)) != NULL, "ibv_create_ah on %s", dev1);
+    rdmax_counters c0, c1;
+    rdmax_counters_get(R, &c0);
+    uint16_t seq = rdmax__test_ud_tx_seq(h1);  /* the numbers H would give its next datagrams */
+    for (int i = 0; i < N; i++) {
+        REQUIRE(raw_send(f, fq, ah, ir1.qpn, ir1.credits | (uint32_t)(uint16_t)(seq + i) << 16, "F forged") == 0,
+                "forger's send %d", i);
+        REQUIRE(raw_send(f, fq, ah, ir2.qpn, ir2.credits | (uint32_t)i << 16, "P to its own peer") == 0,
+                "forger's send %d to r2", i);
+        REQUIRE(rdmax_send(h1, "H honest", 8, NULL, NULL) == RDMAX_OK, "h1 send");
+        REQUIRE(rdmax_send(h2, "X wrong endpoint", 16, NULL, NULL) == RDMAX_OK, "h2 send");
+    }
+    CHECK_ST(rdmax_ep_flush(h1, 5000), RDMAX_OK);
+    CHECK_ST(rdmax_ep_flush(h2, 5000), RDMAX_OK);
+    /* until the controls are in and every other datagram is accounted for, delivered or dropped */
+    for (time_t t0 = time(NULL); time(NULL) - t0 < 10;) {
+        rdmax_progress(R);
+        rdmax_counters_get(R, &c1);
+        if (t1.n[0] >= N && t2.n[2] >= N &&
+            (int)(c1.recv_drops - c0.recv_drops) + t1.n[1] + t2.n[1] + t1.n[3] + t2.n[3] >= 2 * N)
+            break;
+    }
+    for (int i = 0; i < 100000; i++)
+        rdmax_progress(R);
+    rdmax_counters_get(R, &c1);
+    uint64_t wrong = c1.ud_wrong_source - c0.ud_wrong_source, drops = c1.recv_drops - c0.recv_drops, pv = 0;
+    printf("    forged (F to r1): %d of %d delivered; h2 naming r2: %d of %d delivered; ud_wrong_source +%llu, "
+           "recv_drops +%llu\n", t1.n[1] + t2.n[1], N, t1.n[3] + t2.n[3], N, (unsigned long long)wrong,
+           (unsigned long long)drops);
+    CHECK(t1.n[1] == 0 && t2.n[1] == 0, "%d of %d forged datagrams delivered", t1.n[1] + t2.n[1], N);
+    CHECK(wrong == 2 * (uint64_t)N && drops == 2 * (uint64_t)N, "ud_wrong_source +%llu, recv_drops +%llu (want %d each)",
+          (unsigned long long)wrong, (unsigned long long)drops, 2 * N);
+    REQUIRE(rdmax_profile_open(R, &p) == RDMAX_OK, "profile");
+    CHECK(rdmax_profile_read_u64(p, RDMAX_PROFILE_VAR_UD_WRONG_SOURCE, &pv) == RDMAX_OK && pv == c1.ud_wrong_source,
+          "profile ud.wrong_source %llu, counters %llu", (unsigned long long)pv, (unsigned long long)c1.ud_wrong_source);
+    tl_end();
+    tl_begin("ud/cross/a real peer naming another endpoint (whose peer has its QPN on another device): dropped "
+             "and counted");
+    CHECK(t1.n[3] == 0 && t2.n[3] == 0, "%d of %d delivered", t1.n[3] + t2.n[3], N);
+    tl_end();
+    tl_begin("ud/cross/control: the peer's own datagrams, and the forger's to the endpoint it is the peer of, "
+             "arrive");
+    CHECK(t1.n[0] == N, "h1 to r1: %d of %d", t1.n[0], N);
+    CHECK(t2.n[2] == N, "forger to r2 (its peer): %d of %d", t2.n[2], N);
+    CHECK(t1.n[2] == 0 && t2.n[0] == 0, "misdelivered: r1 got %d of the forger's to r2, r2 %d of h1's", t1.n[2],
+          t2.n[0]);
+    tl_end();
+out:
+    rdmax_profile_close(p);
+    rdmax_ep_destroy(r1);
+    rdmax_ep_destroy(r2);
+    rdmax_ep_destroy(h1);
+    rdmax_ep_destroy(h2);
+    rdmax_ctx_destroy(R);
+    rdmax_ctx_destroy(H);
+    if (ah)
+        ibv_destroy_ah(ah);
+    if (f)
+        raw_close(f);
+    if (bump)
+        raw_close(bump);
+    free(f);
+    free(bump);
     if (tl_case_failed)
         tl_end();
 }
@@ -513,6 +756,8 @@ int main(int argc, char **argv)
     if (!cross) {
         scale(d0, 10000);
         shared_qp_failure(d0);
+    } else {
+        sender_identity(d0, d1, rdmax_ctx_attr(cs));
     }
     if (cr != cs)
         rdmax_ctx_destroy(cr);
