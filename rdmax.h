@@ -165,9 +165,10 @@
 
    UD AND MULTICAST (RDMAX_TRANSPORT_UD)
    A UD endpoint is an address (peer GID, QPN, Q_Key) on the context's one UD QP: thousands cost no
-   QP each. Connect it like RC (records or rdmax_connect); send only, up to the path MTU, unordered and
-   unreliable (rdmax counts datagrams lost, late and duplicated: profile ud.skipped, ud.late,
-   ud.duplicates). A datagram reaches an endpoint only from that endpoint's peer: the sender's QPN and
+   QP each. Connect it like RC (records or rdmax_connect); send only, 0 bytes (delivered with len 0, also
+   between endpoints of one context: verified on rxe) up to the path MTU, unordered and unreliable
+   (rdmax counts datagrams lost, late and duplicated: profile ud.skipped, ud.late, ud.duplicates).
+   A datagram reaches an endpoint only from that endpoint's peer: the sender's QPN and
    source GID (from the GRH; on RoCE v2 over IPv4 the source IPv4 address) must be the peer's, since a
    QPN is only unique per device; others are dropped and counted (profile ud.wrong_source, also in
    recv_drops). Verified on rxe (tests/ud_test cross): a sender on another device that made a QP with

@@ -1701,8 +1701,6 @@ static int rdmax__ud_poll_recv(rdmax_ctx *ctx)
             continue;
         }
         len -= RDMAX_UD_GRH;
-        if (len == 0 && wc[i].src_qp == u->qp->qp_num)  /* a flush marker to ourselves */
-            continue;
         rdmax_ep *ep = NULL;
         uint8_t g[16];
         if (rdmax__ud_group(data, g)) {
@@ -1726,6 +1724,10 @@ static int rdmax__ud_poll_recv(rdmax_ctx *ctx)
                     rdmax__ud_seq(ctx, ep, (uint16_t)(imm >> 16));
                 }
             }
+        } else if (len == 0 && wc[i].src_qp == u->qp->qp_num && rdmax__ud_from(data, ctx->attr.gid.raw)) {
+            /* Our flush marker (rdmax_ep_flush): the one datagram rdmax sends without immediate data, so a
+               user's empty datagram (rdmax_send always carries it) is never taken for one. */
+            continue;
         }
         if (!ep || ep->recv_cb == rdmax__recv_drop) {  /* a group member need not be connected to anyone */
             ctx->cnt.recv_drops++;  /* no endpoint of ours for this sender */
@@ -6710,8 +6712,8 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
             }
             data += RDMAX_UD_GRH;  /* UD receives carry a 40-byte GRH in front */
             len -= RDMAX_UD_GRH;
-            if (len == 0 && wc[i].src_qp == ep->qp->qp_num)  /* our own flush marker */
-                goto recycle;
+            if (len == 0 && !(wc[i].wc_flags & IBV_WC_WITH_IMM) && wc[i].src_qp == ep->qp->qp_num)
+                goto recycle;  /* our own flush marker: a user's datagram has immediate data */
         }
 #endif
         ctx->cnt.recv_msgs++;
@@ -7074,8 +7076,9 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
             rdmax_rbuf r0 = rdmax__ep_remote0(ep);  /* zero length: never accessed */
 #if RDMAX__HAS_UD
             if (ep->qp->qp_type == IBV_QPT_UD) {
-                /* UD has no RDMA write: send an empty datagram to our own QP; the receive path knows it
-                   (zero bytes from our own QPN) and drops it without counting a drop. */
+                /* UD has no RDMA write: send an empty datagram to our own QP, without immediate data (a
+                   user's datagram always has it); the receive path knows it (zero bytes, no immediate,
+                   from our own QPN and GID) and drops it without counting a drop. */
                 wr = rdmax__ep_wr(ep, IBV_WR_SEND);
                 wr->wr.ud.ah = rdmax__ah_get(ctx, ctx->attr.gid.raw);
                 wr->wr.ud.remote_qpn = ep->qp->qp_num;

@@ -2,7 +2,8 @@
    refused before posting, an endpoint with no address cannot send, and multicast reaches two receiving
    processes, each getting every message, until one leaves; 10,000 endpoints share one context's UD QP;
    cross: a datagram reaches an endpoint only from its peer (source GID and QPN), not from a QP with the
-   peer's number on another device, nor from a real peer naming another endpoint.
+   peer's number on another device, nor from a real peer naming another endpoint; loopback: a 0-byte
+   datagram between two endpoints of one context arrives, the flush marker still does not.
    Usage: ud_test [loopback|cross] (cross: sender on $RDMAX_TEST_DEV1, receivers on $RDMAX_TEST_DEV0).
    Multicast needs a route for 224.0.0.0/4 on the device's netdev (tests/guest.sh adds it). */
 #define RDMAX_TRANSPORT_UD
@@ -21,7 +22,7 @@
 struct rx {
     unsigned char last[4096];
     size_t len;
-    int count;
+    int count, empty;
     unsigned char seen[NMSG * 2];
     int bad;
 };
@@ -50,6 +51,7 @@ static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
         memcpy(r->last, data, len);
     r->len = len;
     r->count++;
+    r->empty += len == 0;
     if (len >= 4) {
         uint32_t seq;
         memcpy(&seq, data, 4);
@@ -246,6 +248,76 @@ out:
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
     rdmax_ep_destroy(idle);
+    rdmax_ctx_destroy(c);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* Issue 30 item 5: a 0-byte datagram between two endpoints of one context is the user's, not rdmax's
+   flush marker (an empty datagram to its own QP too): it arrives with len 0. The marker, behind empty
+   and non-empty datagrams, is still neither delivered nor counted as a drop. */
+static void zero_byte(const char *dev)
+{
+    rdmax_ctx *c = open_ctx(dev);
+    rdmax_ep *a = NULL, *b = NULL;
+    struct rx r;
+    memset(&r, 0, sizeof r);
+    rdmax_ep_desc da, db;
+    memset(&da, 0, sizeof da);
+    memset(&db, 0, sizeof db);
+    db.recv_cb = on_recv;
+    db.user = &r;
+    rdmax_counters c0, c1;
+    tl_begin("ud/loopback/a 0-byte datagram between two endpoints of one context arrives with len 0");
+    REQUIRE(rdmax_ep_create(c, &da, &a) == RDMAX_OK && rdmax_ep_create(c, &db, &b) == RDMAX_OK, "endpoints");
+    rdmax_conn_info ia, ib;
+    rdmax_ep_local_info(a, &ia);
+    rdmax_ep_local_info(b, &ib);
+    REQUIRE(rdmax_ep_connect_info(a, &ib) == RDMAX_OK && rdmax_ep_connect_info(b, &ia) == RDMAX_OK, "connect");
+    rdmax_counters_get(c, &c0);
+    r.len = 99;
+    CHECK_ST(rdmax_send(a, NULL, 0, NULL, NULL), RDMAX_OK);
+    for (time_t t0 = time(NULL); r.count < 1 && time(NULL) - t0 < 5;)
+        rdmax_progress(c);
+    rdmax_counters_get(c, &c1);
+    printf("    0-byte datagram: %d delivered (len %zu), recv_drops +%llu\n", r.count, r.count ? r.len : 0,
+           (unsigned long long)(c1.recv_drops - c0.recv_drops));
+    CHECK(r.count == 1 && r.len == 0, "%d delivered, len %zu", r.count, r.len);
+    CHECK(c1.recv_drops == c0.recv_drops, "recv_drops +%llu", (unsigned long long)(c1.recv_drops - c0.recv_drops));
+    tl_end();
+    tl_begin("ud/loopback/the flush marker behind 0-byte and 4-byte datagrams: flush OK, marker neither "
+             "delivered nor dropped");
+    {
+        rdmax_counters_get(c, &c0);
+        int before = r.count, empty = r.empty;
+        for (int i = 0; i < 5; i++) {
+            CHECK_ST(rdmax_send(a, NULL, 0, NULL, NULL), RDMAX_OK);
+            CHECK_ST(rdmax_send(a, "abcd", 4, NULL, NULL), RDMAX_OK);
+        }
+        CHECK_ST(rdmax_ep_flush(a, 5000), RDMAX_OK);
+        rdmax_counters_get(c, &c1);
+        CHECK(c1.posted[RDMAX_OP_FLUSH] == c0.posted[RDMAX_OP_FLUSH] + 1, "no marker was sent (%llu)",
+              (unsigned long long)(c1.posted[RDMAX_OP_FLUSH] - c0.posted[RDMAX_OP_FLUSH]));
+        /* the marker is the last to arrive: every receive completion taken, 11 of them, then a while more */
+        for (time_t t0 = time(NULL); time(NULL) - t0 < 5;) {
+            rdmax_progress(c);
+            rdmax_counters_get(c, &c1);
+            if (r.count >= before + 10 && c1.cqes - c0.cqes >= 12)  /* 11 receives + the marker's send */
+                break;
+        }
+        for (int i = 0; i < 100000; i++)
+            rdmax_progress(c);
+        rdmax_counters_get(c, &c1);
+        CHECK(r.count == before + 10 && r.empty == empty + 5, "%d delivered, %d of them empty (want 10, 5 empty; "
+              "6 empty: the marker delivered)", r.count - before, r.empty - empty);
+        CHECK(c1.recv_msgs - c0.recv_msgs == 10, "recv_msgs +%llu", (unsigned long long)(c1.recv_msgs - c0.recv_msgs));
+        CHECK(c1.recv_drops == c0.recv_drops, "recv_drops +%llu (the marker counted as a drop?)",
+              (unsigned long long)(c1.recv_drops - c0.recv_drops));
+    }
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
     rdmax_ctx_destroy(c);
     if (tl_case_failed)
         tl_end();
@@ -756,6 +828,7 @@ int main(int argc, char **argv)
     if (!cross) {
         scale(d0, 10000);
         shared_qp_failure(d0);
+        zero_byte(d0);
     } else {
         sender_identity(d0, d1, rdmax_ctx_attr(cs));
     }

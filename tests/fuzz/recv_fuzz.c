@@ -518,7 +518,8 @@ static void peer_message(fz_in *in, int e)
     mep *m = &g_m[e];
     int deliver;
     if (ud) {
-        deliver = len >= RDMAX_UD_GRH && !(len == RDMAX_UD_GRH && w->src_qp == ep->qp->qp_num);
+        /* a flush marker: empty, from our own QPN, without immediate data (a user's datagram has it) */
+        deliver = len >= RDMAX_UD_GRH && !(len == RDMAX_UD_GRH && w->src_qp == ep->qp->qp_num && !with_imm);
     } else {
         deliver = !(with_imm && (imm & RDMAX__IMM_GRANT));
     }
