@@ -150,7 +150,8 @@
    Give messages ids when that matters. UD keeps neither order nor delivery: a datagram may be lost.
 
    CONNECTING
-   rdmax_connect: timeout_ms covers everything (TCP connect with retries, record exchange, ready byte).
+   rdmax_connect: timeout_ms covers everything (TCP connect with retries, record exchange, ready byte);
+   it returns once the server's rdmax_accept call that returns the peer's endpoint has run.
    rdmax_accept: timeout_ms is only the wait; each client's handshake has its own deadline
    (rdmax_ctx_desc.handshake_ms), see rdmax_accept.
 
@@ -1714,8 +1715,11 @@ RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, 
    256), non-blocking, each with its own deadline (rdmax_ctx_desc.handshake_ms) apart from the accept wait:
    a silent, slow or malformed client delays nobody. The endpoint is made only after the client's record
    checks out, with the desc of the call that read that record, which may be an earlier call than the one
-   that returns it: recv_cb, imm_cb, user, watchdog_ms and keepalive_ms are always the returning call's,
-   the rest (queue depths, sizes, timeouts, expose) the making call's, so pass the same to every call. Results: RDMAX_OK; RDMAX_ERR_TIMEOUT: nobody finished within timeout_ms (0 polls; an empty
+   that returns it: recv_cb, imm_cb, user, state_cb, watchdog_ms and keepalive_ms are always the returning
+   call's, the rest (queue depths, sizes, timeouts, expose) the making call's, so pass the same to every
+   call. The server's ready byte comes from the returning call, and the client's rdmax_connect returns only
+   after it, so no message of the client meets another call's callbacks or user; bytes a client that is
+   not rdmax sends before that byte are dropped and counted (recv_drops). Results: RDMAX_OK; RDMAX_ERR_TIMEOUT: nobody finished within timeout_ms (0 polls; an empty
    wait logs at debug level only, and handshakes in progress go on in the next call); a handshake failure
    (RDMAX_ERR_OOB_*, including RDMAX_ERR_OOB_TIMEOUT for a client that stalled): that client is dropped,
    the listener stays usable, call again. rdmax_connect resolves host (IPv4 or IPv6) and retries a peer

@@ -8003,17 +8003,28 @@ static rdmax_status rdmax__hs_step(rdmax_listener *l, struct rdmax__hs *h, const
                        "device %s, client %s: %s", ctx->attr.name, h->peer, why);
             return st;
         }
-        /* The record checked out: now the endpoint is worth making. */
-        if ((st = rdmax_ep_create(ctx, desc, &h->ep)) != RDMAX_OK)
+        /* The record checked out: now the endpoint is worth making. Its callbacks and user come from the
+           call that returns it (rdmax__ep_adopt); until then it has none, so a message the client sends
+           before our ready byte (which that call sends) is dropped and counted, never delivered to
+           another call's callback with another call's user. */
+        rdmax_ep_desc made;
+        memset(&made, 0, sizeof made);
+        if (desc)
+            made = *desc;
+        made.recv_cb = NULL;
+        made.imm_cb = NULL;
+        made.user = NULL;
+        made.state_cb = NULL;
+        if ((st = rdmax_ep_create(ctx, &made, &h->ep)) != RDMAX_OK)
             return st;
         snprintf(h->ep->peer, sizeof h->ep->peer, "%s", h->peer);
         if ((st = rdmax_ep_connect_info(h->ep, &them)) != RDMAX_OK)
             return st;
-        /* Our record and our ready byte in one write: a fresh socket's buffer takes the largest record. */
-        uint8_t msg[RDMAX_CONN_INFO_SIZE + 1];
+        /* Our record in one write (a fresh socket's buffer takes the largest record); our ready byte only
+           from the call that returns the endpoint: the client sends nothing before it. */
+        uint8_t msg[RDMAX_CONN_INFO_SIZE];
         rdmax_ep_local_info(h->ep, &me);
         size_t len = rdmax_conn_info_encode(&me, msg);
-        msg[len++] = 'R';
         if (send(h->fd, msg, len, MSG_NOSIGNAL) != (ssize_t)len) {
             rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
                        "device %s, client %s: sending our record failed: %s", ctx->attr.name,
@@ -8092,8 +8103,15 @@ rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep
             }
             if (st == RDMAX_OK) {
                 rdmax__ep_adopt(h->ep, desc);
-                *out = h->ep;
-                h->ep = NULL;
+                if (send(h->fd, "R", 1, MSG_NOSIGNAL) != 1) {
+                    rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
+                               "device %s, client %s: sending our ready byte failed: %s", ctx->attr.name,
+                               h->peer, strerror(errno));
+                    st = RDMAX_ERR_OOB_SYNC;
+                } else {
+                    *out = h->ep;
+                    h->ep = NULL;
+                }
             }
             rdmax__hs_end(l, h);
             l->next_hs = (i + 1) % RDMAX__HS_MAX;

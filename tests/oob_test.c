@@ -652,10 +652,10 @@ out:
             if (fd < 0 || write(fd, rec, len) != (ssize_t)len)
                 _exit(3);
             uint8_t theirs[RDMAX_CONN_INFO_SIZE + 1];
-            size_t n = 0, want = sizeof theirs;  /* the listener's record (its length field), then 'R' */
+            size_t n = 0, want = RDMAX_CONN_INFO_SIZE;  /* the listener's record (its length field) */
             for (int tries = 0; n < want; tries++) {
                 if (tries == 6000)  /* 60 s */
-                    _exit(5);  /* the listener's record and ready byte: its endpoint was made */
+                    _exit(5);  /* the listener's record: its endpoint was made */
                 if (rdmax_accept(l2, NULL, &got, 10) == RDMAX_OK)
                     _exit(4);
                 ssize_t k = recv(fd, theirs + n, sizeof theirs - n, MSG_DONTWAIT);
@@ -663,7 +663,7 @@ out:
                     _exit(5);
                 n += k > 0 ? (size_t)k : 0;
                 if (n >= 8)
-                    want = (size_t)(theirs[6] << 8 | theirs[7]) + 1;
+                    want = (size_t)(theirs[6] << 8 | theirs[7]);
             }
             rdmax_ctx_destroy(c2);  /* listener still open */
             int again = tcp_connect(AF_INET, p2);
@@ -735,24 +735,28 @@ static void accept_desc_tests(void)
         REQUIRE(write(fd[c], rec, len) == (ssize_t)len, "client %d record", c);
     }
     /* desc A: both records read, both endpoints made, nobody confirmed yet */
-    size_t n[2] = {0, 0}, want[2] = {RDMAX_CONN_INFO_SIZE + 1, RDMAX_CONN_INFO_SIZE + 1};
+    size_t n[2] = {0, 0}, want[2] = {RDMAX_CONN_INFO_SIZE, RDMAX_CONN_INFO_SIZE};
     uint8_t theirs[2][RDMAX_CONN_INFO_SIZE + 1];
     for (int tries = 0; n[0] < want[0] || n[1] < want[1]; tries++) {
-        REQUIRE(tries < 6000, "the listener's records and ready bytes did not come (%zu, %zu bytes)", n[0], n[1]);
+        REQUIRE(tries < 6000, "the listener's records did not come (%zu, %zu bytes)", n[0], n[1]);
         CHECK_ST(rdmax_accept(l, &d[0], &ep, 10), RDMAX_ERR_TIMEOUT);
         for (int c = 0; c < 2; c++) {
             ssize_t k = recv(fd[c], theirs[c] + n[c], sizeof theirs[c] - n[c], MSG_DONTWAIT);
             REQUIRE(k > 0 || (k < 0 && errno == EAGAIN), "client %d: the listener closed", c);
             n[c] += k > 0 ? (size_t)k : 0;
             if (n[c] >= 8)
-                want[c] = (size_t)(theirs[c][6] << 8 | theirs[c][7]) + 1;
+                want[c] = (size_t)(theirs[c][6] << 8 | theirs[c][7]);
         }
     }
+    CHECK(n[0] == want[0] && n[1] == want[1], "the listener sent more than its records (%zu, %zu bytes): a ready "
+          "byte before the call that returns the endpoint", n[0], n[1]);
     /* client 0 confirms, desc B returns it; then client 1, desc C */
     for (int c = 0; c < 2; c++) {
         REQUIRE(write(fd[c], "R", 1) == 1, "client %d ready byte", c);
         CHECK_ST(rdmax_accept(l, &d[1 + c], &got[c], 60000), RDMAX_OK);
         REQUIRE(got[c], "no endpoint");
+        char rb = 0;
+        CHECK(recv(fd[c], &rb, 1, 0) == 1 && rb == 'R', "client %d: no ready byte after the returning call", c);
         rdmax_ep_desc a = rdmax_ep_query_desc(got[c]);
         CHECK(a.user == &g_user[1 + c], "client %d: user of desc %c, the returning call's is %c", c,
               a.user == &g_user[0] ? 'A' : a.user == &g_user[1] ? 'B' : 'C', 'B' + c);
@@ -771,6 +775,109 @@ out:
     tl_end();
 }
 
+/* A client's messages reach only the callbacks and user of the accept call that returns its endpoint.
+   The bad case forced: a hand-made client reads the listener's record (taken by a call with desc A),
+   connects its QP and sends "early" before its ready byte, acknowledged by the server's device; the
+   server progresses; then a call with desc B returns the endpoint and the client sends "late". Before,
+   the listener's ready byte came with its record and "early" went to A's callback with A's user (in a
+   service, one client's request under another's endpoint); now nothing goes to A: "early" is dropped and
+   counted (a real client cannot send before the ready byte the returning call sends), "late" reaches B. */
+struct early_rx {
+    int a, b;
+    char last[8];
+};
+static struct early_rx g_early;
+static void early_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep;
+    if (user == &g_early.a)
+        g_early.a++;
+    else if (user == &g_early.b)
+        g_early.b++;
+    memcpy(g_early.last, data, len < sizeof g_early.last ? len : sizeof g_early.last - 1);
+}
+
+static void early_message_tests(void)
+{
+    rdmax_ctx *ctx = NULL, *cctx = NULL;
+    rdmax_listener *l = NULL;
+    rdmax_ep *cli = NULL, *ep = NULL;
+    rdmax_mem *m = NULL;
+    int fd = -1;
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.handshake_ms = 600000;
+    memset(&g_early, 0, sizeof g_early);
+    tl_begin("listener/a message sent before the returning accept call never reaches another call's user");
+    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK && rdmax_ctx_create(&cd, &cctx) == RDMAX_OK, "no device");
+    REQUIRE(rdmax_listen(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
+    REQUIRE(rdmax_mem_alloc(cctx, 64, RDMAX_ACCESS_LOCAL, &m) == RDMAX_OK, "mem_alloc");
+    rdmax_ep_desc da, db;
+    memset(&da, 0, sizeof da);
+    da.recv_cb = early_recv;
+    db = da;
+    da.user = &g_early.a;
+    db.user = &g_early.b;
+    REQUIRE(rdmax_ep_create(cctx, NULL, &cli) == RDMAX_OK, "client endpoint");
+    uint8_t rec[RDMAX_CONN_INFO_SIZE + 1];
+    rdmax_conn_info me, them;
+    rdmax_ep_local_info(cli, &me);
+    size_t len = rdmax_conn_info_encode(&me, rec);
+    REQUIRE((fd = tcp_connect(AF_INET, rdmax_listener_port(l))) >= 0, "connect");
+    REQUIRE(write(fd, rec, len) == (ssize_t)len, "record");
+    size_t n = 0, want = 8;  /* the head, then what its length field says: never a byte past the record */
+    for (int tries = 0; n < want; tries++) {
+        REQUIRE(tries < 6000, "the listener's record did not come (%zu bytes)", n);
+        CHECK_ST(rdmax_accept(l, &da, &ep, 10), RDMAX_ERR_TIMEOUT);
+        ssize_t k = recv(fd, rec + n, want - n, MSG_DONTWAIT);
+        REQUIRE(k > 0 || (k < 0 && errno == EAGAIN), "the listener closed");
+        n += k > 0 ? (size_t)k : 0;
+        if (n >= 8)
+            want = (size_t)(rec[6] << 8 | rec[7]);
+    }
+    char why[160];
+    REQUIRE(rdmax_conn_info_decode(rec, n, &them, why, sizeof why) == RDMAX_OK, "the listener's record: %s", why);
+    REQUIRE(rdmax_ep_connect_info(cli, &them) == RDMAX_OK, "client connect_info");
+    rdmax_counters k0, k1;
+    rdmax_counters_get(ctx, &k0);
+    memcpy(m->addr, "early", 6);
+    rdmax_comp c;
+    memset(&c, 0, sizeof c);
+    REQUIRE(rdmax_send(cli, m->addr, 6, m, &c) == RDMAX_INPROGRESS, "early send");
+    for (int i = 0; !c.done && i < 100000000; i++)
+        rdmax_progress(cctx);
+    REQUIRE(c.done && c.status == RDMAX_OK, "the early message was not acknowledged: %s", rdmax_status_str(c.status));
+    for (int i = 0; i < 10000; i++)
+        rdmax_progress(ctx);
+    rdmax_counters_get(ctx, &k1);
+    CHECK(g_early.a == 0, "the early message reached desc A's callback with A's user");
+    CHECK(k1.recv_drops == k0.recv_drops + 1, "the early message: recv_drops %llu -> %llu (want one more)",
+          (unsigned long long)k0.recv_drops, (unsigned long long)k1.recv_drops);
+    REQUIRE(write(fd, "R", 1) == 1, "ready byte");
+    CHECK_ST(rdmax_accept(l, &db, &ep, 60000), RDMAX_OK);
+    REQUIRE(ep, "no endpoint");
+    char rb = 0;
+    CHECK(recv(fd, &rb, 1, 0) == 1 && rb == 'R', "no ready byte after the returning call");
+    memcpy(m->addr, "late", 5);
+    REQUIRE(rdmax_send(cli, m->addr, 5, m, NULL) >= 0, "late send");
+    for (int i = 0; g_early.b == 0 && i < 100000000; i++) {
+        rdmax_progress(cctx);
+        rdmax_progress(ctx);
+    }
+    CHECK(g_early.b == 1 && g_early.a == 0 && !strcmp(g_early.last, "late"),
+          "after the returning call: %d to B, %d to A, last \"%s\"", g_early.b, g_early.a, g_early.last);
+out:
+    if (fd >= 0)
+        close(fd);
+    rdmax_ep_destroy(cli);
+    rdmax_ep_destroy(ep);
+    rdmax_mem_free(m);
+    rdmax_listener_close(l);
+    rdmax_ctx_destroy(cctx);
+    rdmax_ctx_destroy(ctx);
+    tl_end();
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -779,6 +886,7 @@ int main(int argc, char **argv)
         device_tests();
         listener_tests();
         accept_desc_tests();
+        early_message_tests();
     }
     else {
         host_tests(AF_INET);
