@@ -210,9 +210,17 @@ install: $(B)/rdmax.pc
 	install -m 644 $(HDRS) $(DESTDIR)$(INCLUDEDIR)/rdmax/
 	install -m 644 $(B)/rdmax.pc $(DESTDIR)$(PKGCONFIGDIR)/rdmax.pc
 
+# make uninstall: the files, then each folder install -d may have made, walking up from include/rdmax
+# and lib/pkgconfig while the folder is empty (rmdir never removes one that is not). The walk stops
+# below PREFIX (/usr/local is not ours), or with DESTDIR below DESTDIR: a staging tree's prefix and its
+# parents were made by install, so a fresh DESTDIR is left empty.
+UNINSTALL_STOP = $(if $(DESTDIR),,$(PREFIX))
 uninstall:
 	rm -f $(addprefix $(DESTDIR)$(INCLUDEDIR)/rdmax/,$(HDRS)) $(DESTDIR)$(PKGCONFIGDIR)/rdmax.pc
-	-rmdir $(DESTDIR)$(INCLUDEDIR)/rdmax 2>/dev/null
+	@stop='$(UNINSTALL_STOP)'; for d in '$(INCLUDEDIR)/rdmax' '$(PKGCONFIGDIR)'; do \
+	    while case $$d in "$$stop"/?*) true;; *) false;; esac && rmdir '$(DESTDIR)'"$$d" 2>/dev/null; do \
+	        d=$$(dirname "$$d"); done; \
+	done
 
 clean:
 	rm -rf build build-asan build-ubsan $(BB)

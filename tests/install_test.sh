@@ -1,7 +1,8 @@
 #!/bin/sh
 # make install into a temporary DESTDIR: the headers land in include/rdmax/ (nothing loose in include/),
 # rdmax.pc carries rdmax.h's version; a program outside the source tree builds with nothing but
-# `pkg-config --cflags --libs rdmax` and runs; make uninstall removes every file it installed.
+# `pkg-config --cflags --libs rdmax` and runs; make uninstall removes every file it installed and the
+# folders install made that are empty then.
 cd "$(dirname "$0")/.." || exit 1
 src=$(pwd)
 tmp=$(mktemp -d) || exit 1
@@ -53,7 +54,25 @@ if (cd "$tmp/app" && ${CC:-cc} -std=c11 -Wall -Wextra -Werror app.c -o app $flag
     pass "a program builds with pkg-config --cflags --libs rdmax alone, and runs"
 else flunk "build against the installed .pc" "flags: $flags"; fi
 
+# install made every folder of the fresh DESTDIR, so uninstall leaves it empty (not even the prefix)
 if make -s -C "$src" uninstall DESTDIR="$root" PREFIX=$prefix >"$tmp/log" 2>&1 &&
-   [ -z "$(find "$root" -type f)" ] && [ ! -d "$inc/rdmax" ]; then pass "make uninstall removes everything"
-else find "$root" >"$tmp/log"; flunk "make uninstall" "files left"; fi
+   [ -z "$(find "$root" -mindepth 1)" ]; then pass "make uninstall leaves the fresh DESTDIR empty"
+else find "$root" >"$tmp/log"; flunk "make uninstall" "files or folders left"; fi
+
+# control: a folder that holds something else is kept (and what is in it), the empty ones still go
+root2=$tmp/root2
+mkdir -p "$root2$prefix/lib" && echo other >"$root2$prefix/lib/other.txt"
+if make -s -C "$src" install DESTDIR="$root2" PREFIX=$prefix >"$tmp/log" 2>&1 &&
+   make -s -C "$src" uninstall DESTDIR="$root2" PREFIX=$prefix >"$tmp/log" 2>&1 &&
+   [ "$(cd "$root2" && find . -mindepth 1 | sort | paste -sd' ')" = \
+     "./opt ./opt/rdmax-install-test ./opt/rdmax-install-test/lib ./opt/rdmax-install-test/lib/other.txt" ]; then
+    pass "make uninstall keeps a folder with another file in it"
+else find "$root2" >"$tmp/log"; flunk "make uninstall (control)" "wrong folders left"; fi
+
+# without DESTDIR the prefix is the user's: its folders go when empty, the prefix itself stays
+p3=$tmp/prefix3
+if make -s -C "$src" install PREFIX="$p3" >"$tmp/log" 2>&1 && [ -f "$p3/include/rdmax/rdmax.h" ] &&
+   make -s -C "$src" uninstall PREFIX="$p3" >"$tmp/log" 2>&1 && [ -d "$p3" ] &&
+   [ -z "$(find "$p3" -mindepth 1)" ]; then pass "make uninstall without DESTDIR keeps the prefix, empties it"
+else find "$p3" >"$tmp/log"; flunk "make uninstall (no DESTDIR)" "wrong folders left"; fi
 exit $fail
