@@ -183,21 +183,26 @@
    A context's RC endpoints receive into shared receive queues, one per buffer size in use (ep desc
    recv_size, default the context's recv_size, 4096): buffers come from one pool per size, refilled in
    batches by rdmax_progress, so an endpoint costs no buffers of its own. Each endpoint gives its peer a
-   window of rq_depth credits (default 16, at least 4); a send or put with immediate data spends one and
-   is refused with RDMAX_ERR_NO_RESOURCE when none is left (one is always kept back for a grant). The pool
-   holds the sum of all windows and a consumed buffer is posted again before its credit goes back, so a
-   sender never meets receiver-not-ready (RNR); rdmax_ctx_query_recv_pool shows a pool's buffers, how
-   many are posted, the windows it backs and its low-water mark. Credits return in the immediate data of the receiver's
-   sends, or in a grant sent from the receive path as soon as half a window is owed, however busy the
-   receiver is: a refused post waits a few round trips, not for the receiver to go idle. Memory: the pool
-   costs rq_depth x recv_size per endpoint (16 x 4 KiB = 64 KiB by default), rdmax's own state under
-   2 KiB per endpoint (the batch staging is the context's), the provider's send queue grows with sq_depth
-   and max_inline (about 37 KiB per endpoint on rxe with the defaults). The receive CQ holds every credit of the context: its max_cqe (32767 on rxe) / rq_depth
-   endpoints per context (2047 at the default window, 8191 at 4); more endpoints need more contexts.
-   A receive pool of its own: ep desc recv_pool = RDMAX_RECV_POOL_OWN gives one endpoint rq_depth buffers
-   of recv_size of its own on its own receive queue (registered once, reposted in batches of at most half
-   the window), with the same credits and no RNR; it costs rq_depth x recv_size of rdmax's own memory
-   per endpoint (in profile endpoint_bytes). On rxe it saves no latency (send 8 B ping-pong, medians 11.25 us
+   window of rq_depth (default 16, at least 4): the peer may have rq_depth sends and puts with immediate
+   data outstanding; the next one is refused with RDMAX_ERR_NO_RESOURCE (or waits, as an rdmax_req)
+   until credits come back, and rdmax_ep_query_info's send_credits says how many may go now. The window
+   is backed by rq_depth + 1 buffers: the one more takes the sender's credit grants and goodbye (each a
+   zero-length send that consumes a buffer), so they never wait for the window. The pool holds the sum
+   of all endpoints' rq_depth + 1 and a consumed buffer is posted again before its credit goes back, so
+   a sender never meets receiver-not-ready (RNR); rdmax_ctx_query_recv_pool shows a pool's buffers, how
+   many are posted, the credits it backs (target) and its low-water mark. Credits return in the
+   immediate data of the receiver's sends, or in a grant sent from the receive path as soon as half a
+   window is owed, however busy the receiver is: a refused post waits a few round trips, not for the
+   receiver to go idle. Memory: the pool costs (rq_depth + 1) x recv_size per endpoint (17 x 4 KiB = 68
+   KiB by default), rdmax's own state under 2 KiB per endpoint (the batch staging is the context's), the
+   provider's send queue grows with sq_depth and max_inline (about 37 KiB per endpoint on rxe with the
+   defaults). The receive CQ holds every credit of the context: its max_cqe (32767 on rxe) /
+   (rq_depth + 1) endpoints per context (1927 at the default window, 6553 at 4); more endpoints need
+   more contexts.
+   A receive pool of its own: ep desc recv_pool = RDMAX_RECV_POOL_OWN gives one endpoint rq_depth + 1
+   buffers of recv_size of its own on its own receive queue (registered once, reposted in batches of at
+   most half the window), with the same window and no RNR; it costs (rq_depth + 1) x recv_size of
+   rdmax's own memory per endpoint (in profile endpoint_bytes). On rxe it saves no latency (send 8 B ping-pong, medians 11.25 us
    on the shared queue, 11.75 us on an own pool: bench/results/scale.md); it is there for devices where a
    shared receive queue costs latency. The default stays the shared queue.
 
@@ -1109,7 +1114,8 @@ typedef struct rdmax_rbuf {
 
 /* The connection record, decoded. On the wire, in network order, RDMAX_CONN_INFO_HEAD bytes:
      0 magic u32 | 4 version u16 | 6 length u16 (of the whole record) | 8 transport u8 | 9 mtu u8 (1..5)
-    10 credits u16 (receive buffers the sender of the record has posted; RC: >= 2)
+    10 credits u16 (receive buffers the sender of the record has posted; RC: >= 2, its window + 1:
+       the peer keeps the last for grants, see RECEIVING)
     12 qpn u32 (24 bits, != 0) | 16 psn u32 (24 bits) | 20 qkey u32 (UD; 0 for RC) | 24 rkey u32
     28 recv_size u32 (largest message the sender of the record accepts) | 32 gid[16]
     48 region 0 address u64 | 56 region 0 length u64 (0: no region; then address and rkey are 0)
@@ -1168,9 +1174,10 @@ typedef struct rdmax_ep_desc {
                                   36 KiB per endpoint at 32, 260 KiB at 256); rounded up to a power of two,
                                   then down to one that fits the device's (or rdmax_ctx_desc's) max_qp_wr,
                                   and to 32768 at most */
-    uint32_t rq_depth;         /* RC: 0: 16 receive credits for this peer (min 4): sends and puts with
-                                  immediate it may have in flight to us, backed by buffers of the shared
-                                  receive pool. UD: unused (the context's ud_rq_depth) */
+    uint32_t rq_depth;         /* RC: 0: 16, the window of this peer (min 4, max 65534): the sends and
+                                  puts with immediate it may have in flight to us, backed by rq_depth + 1
+                                  buffers of the shared receive pool (the one more for its grants, see
+                                  RECEIVING). UD: unused (the context's ud_rq_depth) */
     uint32_t recv_size;        /* RC: 0: the context's recv_size: the largest message the peer may send (its
                                   rdmax_send refuses more), and the size of the shared buffers it lands in
                                   (one pool per size in use). UD: path MTU + GRH */
@@ -1202,9 +1209,9 @@ typedef struct rdmax_ep_desc {
                                   setup (RDMAX_SETUP_CM) carries one region: connect and accept refuse
                                   more with RDMAX_ERR_INVALID_PARAM */
     uint8_t recv_pool;         /* RC: RDMAX_RECV_POOL_SHARED (0): the peer's messages land in the context's
-                                  shared receive queue; RDMAX_RECV_POOL_OWN: in rq_depth buffers of
+                                  shared receive queue; RDMAX_RECV_POOL_OWN: in rq_depth + 1 buffers of
                                   recv_size of the endpoint's own (default window 16, at least 4, at most
-                                  max_qp_wr), for a peer where latency wins over memory (see RECEIVING).
+                                  max_qp_wr - 1), for a peer where latency wins over memory (see RECEIVING).
                                   UD: unused (reads back 0) */
     rdmax_state_cb state_cb;   /* NULL: none. Called once when the endpoint fails or closes, with user,
                                   from rdmax_progress or rdmax_wait outside every other callback (at the
@@ -1221,7 +1228,9 @@ typedef struct rdmax_ep_info {
     uint32_t sq_free;           /* send-queue slots free now */
     uint32_t outstanding;       /* operations posted and not yet completed (0 after a flush) */
     uint32_t reads_free;        /* RDMA reads and atomics that may still be issued */
-    uint32_t send_credits;      /* RC: sends the peer has receive buffers for (UD: UINT32_MAX) */
+    uint32_t send_credits;      /* RC: sends and puts with immediate that may go now: the peer's window
+                                   (its rq_depth) less those outstanding or not yet granted back (the
+                                   credit kept for grants not counted). UD: UINT32_MAX */
     size_t pending;             /* requests waiting in the endpoint's pending queue */
     uint32_t qp_num, peer_qp_num;
     uint32_t n_remote;          /* regions the peer advertised (rdmax_ep_remote) */
@@ -1238,7 +1247,8 @@ typedef struct rdmax_ep_info {
 typedef struct rdmax_recv_pool_info {
     uint32_t recv_size;         /* bytes of each buffer: the pool's key */
     uint32_t endpoints;         /* endpoints receiving into it now */
-    uint32_t target;            /* the sum of their credit windows (ep desc rq_depth): buffers kept posted */
+    uint32_t target;            /* the credits they give: the sum of their windows + 1 each (ep desc
+                                   rq_depth + 1): buffers kept posted */
     uint32_t posted;            /* buffers in the shared receive queue now */
     uint32_t free;              /* buffers neither posted nor in a receive callback */
     uint32_t buffers;           /* buffers allocated and registered (buffers x recv_size bytes); they stay
@@ -1531,7 +1541,8 @@ struct rdmax_ep {
     uint32_t peer_recv_size;    /* largest message the peer accepts */
     uint32_t send_inline;       /* RC: min(max_inline, peer_recv_size), the fast send's one length test
                                    (0 until connected, and on UD) */
-    uint32_t tx_credits;        /* RC sends the peer has receive buffers for (one more kept for grants) */
+    uint32_t tx_credits;        /* RC: receive buffers the peer has for us: sends may take all but the
+                                   last, kept for grants and the goodbye (so the fast test is > 1) */
     uint32_t rx_unreturned;     /* receive buffers reposted but not yet granted back to the peer */
     rdmax_req grant_req;        /* a grant that could not be posted waits at the head of the queue */
     rdmax__slot *slots;
@@ -1550,8 +1561,8 @@ struct rdmax_ep {
     rdmax_imm_cb imm_cb;
     uint32_t grant_at;          /* RC: grant when this many credits are owed (half the window) */
     uint32_t pool;              /* RC: the shared receive queue its peer's messages land in */
-    /* a receive pool of its own: none (rbufs NULL) on the shared receive queue (RC: rq_depth is the
-       credit window) or the context's UD QP */
+    /* a receive pool of its own: none (rbufs NULL) on the shared receive queue or the context's UD QP.
+       RC: rq_depth is the buffers that back the peer, the window + 1 (the credits in our record) */
     char *rbufs;
     struct ibv_mr *rmr;
     uint32_t rq_depth, recv_size, rq_unposted, *rq_free;
@@ -1644,7 +1655,7 @@ RDMAX_API rdmax_status rdmax_wait(rdmax_ctx *ctx, int timeout_ms);
 RDMAX_API void rdmax_counters_get(const rdmax_ctx *ctx, rdmax_counters *out);
 RDMAX_API struct rdmax_rcache *rdmax_ctx_rcache(const rdmax_ctx *ctx);
 /* rdmax_ctx_query_recv_pool: the shared receive pool of RC endpoints whose buffers are recv_size bytes,
-   now (rdmax_recv_pool_info): its buffers, how many are posted and free, the credit windows it backs,
+   now (rdmax_recv_pool_info): its buffers, how many are posted and free, the credits it backs,
    the low-water mark. The profile variables recv_pool.bytes and recv_pool.posted are the totals over
    all pools, readable from another thread.
    Parameters: a live ctx; recv_size (0: the context's recv_size, whose pool lives as long as the

@@ -4001,17 +4001,18 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
     while (d->sq_depth > 1 && (d->sq_depth > ctx->attr.max_qp_wr || d->sq_depth > 32768))
         d->sq_depth >>= 1;
     if (d->transport == RDMAX_TRANSPORT_ID_RC) {
-        /* RC: rq_depth is the credit window of this peer, backed by the context's shared pool. Four is the
-           least: a grant goes at half the window, and a grant also uses a buffer at the peer, so with a
-           threshold of one each grant would answer the other's forever (see >>srq). */
+        /* RC: rq_depth is the window of this peer: the sends and puts with immediate it may have in
+           flight to us, backed by rq_depth + 1 buffers (the one more for its grants, see >>srq). Four is
+           the least: a grant goes at half the window, and a grant also uses a buffer at the peer, so with
+           a threshold of one each grant would answer the other's forever. */
         if (!d->rq_depth)
             d->rq_depth = 16;
         if (d->rq_depth < 4)
             d->rq_depth = 4;
-        if (d->rq_depth > 65535)
-            d->rq_depth = 65535;  /* the connection record's credits field */
-        if (d->recv_pool == RDMAX_RECV_POOL_OWN && d->rq_depth > ctx->attr.max_qp_wr)
-            d->rq_depth = ctx->attr.max_qp_wr;  /* its own receive queue */
+        if (d->rq_depth > 65534)
+            d->rq_depth = 65534;  /* + 1: the connection record's credits field */
+        if (d->recv_pool == RDMAX_RECV_POOL_OWN && d->rq_depth >= ctx->attr.max_qp_wr)
+            d->rq_depth = ctx->attr.max_qp_wr - 1;  /* + 1 buffers on its own receive queue */
         if (!d->recv_size)
             d->recv_size = ctx->desc.recv_size;
         if (d->recv_size > ctx->attr.max_msg_sz)
@@ -4831,23 +4832,31 @@ static rdmax_status rdmax__post_recvs(rdmax_ep *ep, uint32_t n)
      staged   rq[0, n_stage): buffers the receive path gave back in this poll batch, with the wr_id,
               address and key it had them by, for rdmax__srq_fill to count out of posted and post as
               they are (so the poll path counts nothing per buffer)
-     target   the sum of the credit windows (ep desc rq_depth) of the pool's endpoints
+     target   the sum of the credits (ep->rq_depth: the window + 1) of the pool's endpoints
 
-   Flow control without RNR, by construction. An endpoint with window W gives its peer W credits; the
-   peer spends one per send or put with immediate data (each consumes a buffer of the pool) and gets it
-   back in the immediate data of our next send, or in a grant. A consumed buffer is reposted (at the end
-   of the poll batch that saw it) before its credit can go back, so for every endpoint
-       peer's credits + its messages in flight + consumed and not yet reposted + owed = W,
+   Flow control without RNR, by construction. An endpoint with window W (ep desc rq_depth) backs its peer
+   with C = W + 1 buffers and gives it C credits (the connection record's credits field); the peer
+   spends one per send or put with immediate data (each consumes a buffer of the pool) and gets it back
+   in the immediate data of our next send, or in a grant. A consumed buffer is reposted (at the end of
+   the poll batch that saw it) before its credit can go back, so for every endpoint
+       peer's credits + its messages in flight + consumed and not yet reposted + owed = C,
    and summed over a pool's endpoints, what their peers can still send is at most target, which is at
    most posted + consumed-and-not-yet-reposted: the SRQ never runs dry, no sender meets RNR, and a
    receive CQ of the targets' sum (plus UD's own receives) cannot overflow. Grants go from the receive
-   path as soon as owed >= W/2 (ep->grant_at); one credit is kept back on each side for a grant, so two
-   peers out of credits can always hand each other credits back (a grant carries at least grant_at
-   credits, so two grants that cross leave both sides with credits). A grant uses a buffer too, owed
-   back like any other: with W >= 4 one grant received (owed 1 < grant_at 2) never triggers a grant in
-   return, which is why 4 is the smallest window (with 2, grants would answer grants forever). A sender
-   out of credits has W - 1 of them owed by a peer that drained its queue, and W - 1 >= W/2: it is
-   granted without asking. Destroying an endpoint lowers target; its buffers stay in the pool.
+   path as soon as owed >= W/2 (ep->grant_at); a sender keeps its last credit for a grant (or its
+   goodbye), so W of the C are the application's: a window of W allows W outstanding, and two peers out
+   of credits can always hand each other credits back (a grant carries at least grant_at credits, so two
+   grants that cross leave both sides with credits). The extra buffer is why the grant needs no credit
+   of the window: a grant is a send too and consumes a buffer at the peer, so it must be backed like any
+   other. A grant's buffer is owed back like any other: with W >= 4 one grant received (owed 1 < grant_at
+   2) never triggers a grant in return, which is why 4 is the smallest window (with 2, grants would
+   answer grants forever). A sender out of credits has C - 1 = W of them owed by a peer that drained its
+   queue, and W >= W/2: it is granted without asking. Destroying an endpoint lowers target by C; its
+   buffers stay in the pool.
+   The credits field keeps its meaning on the wire (buffers the peer may consume, its last kept for
+   grants), so versions agree without a new record version: an older peer sends at most C - 1 = W into
+   our C buffers; an older receiver advertises its window W' as W' buffers, and we send W' - 1, as it
+   expects.
 
    A receive completion names its QP (wc->qp_num); a small open-addressing map gives the endpoint. A
    destroyed endpoint leaves a tombstone stamped with the receive CQ's drain epoch (how many polls found
@@ -5177,7 +5186,7 @@ static rdmax_status rdmax__srq_chunk(rdmax_ctx *ctx, struct rdmax__srq *s)
         if (e == ENOMEM || e == EPERM || e == EAGAIN) {
             rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LIMIT, "device %s: registering %zu more bytes of receive buffers failed: %s; "
                        "the locked memory limit (RLIMIT_MEMLOCK, ulimit -l) is %s, and this pool has %zu bytes "
-                       "registered for %u credits (rq_depth x recv_size %u decides it)", ctx->attr.name, bytes,
+                       "registered for %u credits ((rq_depth + 1) x recv_size %u decides it)", ctx->attr.name, bytes,
                        strerror(e), lim, (size_t)s->n_bufs * s->recv_size, s->target, s->recv_size);
             return RDMAX_ERR_LIMIT;
         }
@@ -5208,7 +5217,7 @@ static rdmax_status rdmax__rcq_fit(rdmax_ctx *ctx, uint64_t need, const char *wh
         want = ctx->attr.max_cqe;
     if (want > ctx->attr.max_cqe) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LIMIT, "device %s: the receive CQ would need %llu entries for %s, more than the "
-                   "device's max_cqe %u (each RC endpoint needs its credit window, rq_depth entries: lower it, "
+                   "device's max_cqe %u (each RC endpoint needs its window + 1, rq_depth + 1 entries: lower it, "
                    "or spread the endpoints over more contexts)", ctx->attr.name,
                    (unsigned long long)need, why, ctx->attr.max_cqe);
         return RDMAX_ERR_LIMIT;
@@ -5508,7 +5517,9 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     int reserved = 0;
     struct ibv_qp *parked[4];
     int n_parked = 0;
-    size_t rbytes = shared ? 0 : (size_t)d->rq_depth * d->recv_size;
+    /* RC: the window's buffers and one for the peer's grants (>>srq); UD: set to 0 below */
+    ep->rq_depth = d->rq_depth + (type == IBV_QPT_RC);
+    size_t rbytes = shared ? 0 : (size_t)ep->rq_depth * d->recv_size;
     st = RDMAX_ERR_NO_MEMORY;
     ep->sq_mask = d->sq_depth - 1;
     ep->sig_at = d->signal_interval - 1;  /* sq_head is 0 */
@@ -5523,7 +5534,6 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     ep->recv_cb = d->recv_cb ? d->recv_cb : rdmax__recv_drop;
     ep->imm_cb = d->imm_cb;
     ep->user = d->user;
-    ep->rq_depth = d->rq_depth;
     ep->recv_size = d->recv_size;
     ep->grant_at = d->rq_depth / 2 ? d->rq_depth / 2 : 1;
     ep->slots = (rdmax__slot *)rdmax__alloc(ctx, d->sq_depth * sizeof *ep->slots);
@@ -5540,11 +5550,11 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
 #endif
     if (shared) {
         if ((st = rdmax__pool_get(ctx, d->recv_size, &ep->pool)) != RDMAX_OK ||
-            (st = rdmax__srq_reserve(ctx, ep->pool, d->rq_depth)) != RDMAX_OK)
+            (st = rdmax__srq_reserve(ctx, ep->pool, ep->rq_depth)) != RDMAX_OK)
             goto fail;
         reserved = 1;
     } else {
-        ep->rq_free = (uint32_t *)rdmax__alloc(ctx, d->rq_depth * sizeof *ep->rq_free);
+        ep->rq_free = (uint32_t *)rdmax__alloc(ctx, ep->rq_depth * sizeof *ep->rq_free);
         ep->rbufs = (char *)rdmax_numa_alloc(ctx, rbytes);
         if (!ep->rq_free || !ep->rbufs)
             goto fail;
@@ -5556,7 +5566,7 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
             goto fail;
         }
         /* Every posted receive may complete before we poll: the receive CQ must hold them all. */
-        if ((st = rdmax__rcq_fit(ctx, (uint64_t)ctx->rq_total + d->rq_depth + (ctx->rx ? ctx->rx->target : 0),
+        if ((st = rdmax__rcq_fit(ctx, (uint64_t)ctx->rq_total + ep->rq_depth + (ctx->rx ? ctx->rx->target : 0),
                                  "receive buffers of its own and RC receive credits")) != RDMAX_OK)
             goto fail;
     }
@@ -5567,7 +5577,7 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     qa.srq = shared ? ctx->rx->pool[ep->pool]->srq : NULL;
     qa.qp_type = type;
     qa.cap.max_send_wr = d->sq_depth;
-    qa.cap.max_recv_wr = shared ? 0 : d->rq_depth;
+    qa.cap.max_recv_wr = shared ? 0 : ep->rq_depth;
     qa.cap.max_send_sge = ctx->attr.max_sge < RDMAX_MAX_SGE ? ctx->attr.max_sge : RDMAX_MAX_SGE;
     qa.cap.max_recv_sge = shared ? 0 : 1;
     qa.cap.max_inline_data = d->max_inline;
@@ -5584,7 +5594,7 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
         int e = errno;
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_SETUP, "device %s: ibv_create_qp(%s, sq %u, rq %u%s, inline %u) failed: %s (this "
                    "context has %u endpoints; the device's max_qp is %u)", ctx->attr.name,
-                   type == IBV_QPT_RC ? "RC" : "UD", d->sq_depth, shared ? 0 : d->rq_depth, shared ? " + SRQ" : "",
+                   type == IBV_QPT_RC ? "RC" : "UD", d->sq_depth, shared ? 0 : ep->rq_depth, shared ? " + SRQ" : "",
                    d->max_inline, ep->qp ? "only reused QP numbers" : strerror(e), ctx->n_eps, ctx->attr.max_qp);
         if (ep->qp)
             ibv_destroy_qp(ep->qp);
@@ -5610,13 +5620,13 @@ registered:
     ctx->eps[idx].key = RDMAX__EP_KEY(gen, idx);
     ctx->n_eps++;
     if (!shared)
-        ctx->rq_total += d->rq_depth;
+        ctx->rq_total += ep->rq_depth;
     ctx->ep_bytes += rdmax__ep_own_bytes(ep);
     ep->wr_id_base = (uint64_t)gen << 48 | (uint64_t)idx << 32;
     ep->wr.wr_id = ep->wr_id_base;  /* the fast put stores only the low half (the slot) */
-    for (uint32_t i = 0; !shared && i < d->rq_depth; i++)
+    for (uint32_t i = 0; !shared && i < ep->rq_depth; i++)
         ep->rq_free[i] = i;
-    ep->rq_unposted = shared ? 0 : d->rq_depth;
+    ep->rq_unposted = shared ? 0 : ep->rq_depth;
     snprintf(ep->peer, sizeof ep->peer, "(not connected)");
     *out = ep;
     return RDMAX_OK;
@@ -5624,7 +5634,7 @@ fail:
     while (n_parked)
         ibv_destroy_qp(parked[--n_parked]);
     if (reserved)
-        rdmax__srq_release(ctx, ep->pool, d->rq_depth);  /* its buffers stay in the pool */
+        rdmax__srq_release(ctx, ep->pool, ep->rq_depth);  /* its buffers stay in the pool */
     if (ep->rmr)
         ibv_dereg_mr(ep->rmr);
     rdmax_numa_free(ctx, ep->rbufs, rbytes);
@@ -5761,6 +5771,7 @@ void rdmax_ep_local_info(const rdmax_ep *ep, rdmax_conn_info *info)
     info->psn = (ep->qp->qp_num * 2654435761u) & 0xffffff;
     memcpy(info->gid, ep->ctx->attr.gid.raw, 16);
     info->recv_size = ep->recv_size;
+    /* RC: every buffer that backs the peer (the window + 1): its sender keeps the last one for grants */
     info->credits = (uint16_t)(ep->rq_depth > 65535 ? 65535 : ep->rq_depth);
 #if RDMAX__HAS_UD
     if (info->transport == RDMAX_TRANSPORT_ID_UD) {
@@ -7008,7 +7019,8 @@ void rdmax_ep_query_info(const rdmax_ep *ep, rdmax_ep_info *out)
         out->outstanding += k;
     }
     out->reads_free = ep->rd_avail;
-    out->send_credits = ep->tx_credits;
+    /* the sends that may go now: not the credit kept back for grants (UD: UINT32_MAX, none counted) */
+    out->send_credits = ep->tx_credits == UINT32_MAX ? UINT32_MAX : ep->tx_credits ? ep->tx_credits - 1 : 0;
     out->pending = rdmax_arb_group_count(&ep->group);
     out->qp_num = ep->qp->qp_num;
     out->peer_qp_num = ep->peer_qpn;

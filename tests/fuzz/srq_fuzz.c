@@ -464,8 +464,9 @@ static void setup(fz_in *in)
         ep->pool = (uint32_t)m->pool;
         ep->recv_size = g_size[m->pool];
         ep->peer_recv_size = 256;
-        ep->rq_depth = 1 + fz_below(in, 16);  /* the credit window */
-        ep->grant_at = ep->rq_depth / 2 ? ep->rq_depth / 2 : 1;
+        uint32_t window = 1 + fz_below(in, 16);  /* ep desc rq_depth (below rdmax's least, 4, on purpose) */
+        ep->rq_depth = window + 1;  /* as rdmax_ep_create: the buffers (credits) that back it, + 1 for grants */
+        ep->grant_at = window / 2 ? window / 2 : 1;
         ep->recv_cb = fz_below(in, 8) != 7 ? on_recv : rdmax__recv_drop;  /* as rdmax_ep_create */
         ep->imm_cb = fz_below(in, 8) != 7 ? on_imm : NULL;
         ep->user = (void *)(intptr_t)e;
