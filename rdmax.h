@@ -13,9 +13,9 @@
    CONTENTS (search for a heading in capitals; code sections open with a "---- name ----" banner)
      Manual:  TRANSPORT SELECTION, OPTIONAL DEFINES, ENVIRONMENT, STEP BY STEP, FAST-PATH RULES (and THE
               COMPLETION CONTRACT), COMPLETION OBJECTS, ORDERING AND DELIVERY, CONNECTING, PENDING QUEUE,
-              UD AND MULTICAST, RECEIVING (RC), LIMITS, THREAD SAFETY (and THREADS AND SHARED
-              REGISTRATIONS), ERROR HANDLING, LOGGING, FAILURES, WATCHDOG, KEEPALIVE, DISCONNECT,
-              CONNECTION SETUP, REGISTRATION CACHE (and ROUTES), LICENSE (end of file)
+              UD AND MULTICAST, RECEIVING (RC), REPLYING TO A REQUEST (RC), LIMITS, THREAD SAFETY (and
+              THREADS AND SHARED REGISTRATIONS), ERROR HANDLING, LOGGING, FAILURES, WATCHDOG, KEEPALIVE,
+              DISCONNECT, CONNECTION SETUP, REGISTRATION CACHE (and ROUTES), LICENSE (end of file)
      Code, one header (one include guard, one extern "C"), in this order:
               ---- transport selection, ---- includes and portability, ---- status codes,
               ---- constants (also log items), ---- arbiter: the pending queue, ---- arbiter: out-of-line API,
@@ -205,6 +205,20 @@
    rdmax's own memory per endpoint (in profile endpoint_bytes). On rxe it saves no latency (send 8 B ping-pong, medians 11.25 us
    on the shared queue, 11.75 us on an own pool: bench/results/scale.md); it is there for devices where a
    shared receive queue costs latency. The default stays the shared queue.
+
+   REPLYING TO A REQUEST (RC)
+   A reply that lands in the requester's memory (a region it exposed, registered with
+   RDMAX_ACCESS_REMOTE_WRITE; the request can say where) goes one of two ways. rdmax_put_imm is one
+   operation and one credit: the data lands in place and the requester's imm_cb (it needs one, or the
+   notice is only counted as a drop) gets imm and len, so imm names the request (its 32 bits are all the
+   notice carries). rdmax_put then rdmax_send is two operations and the same one credit (a put takes
+   none): the send can carry a larger header (up to the requester's recv_size), which reaches recv_cb
+   copied into a receive buffer. Either way the requester's callback runs after the reply's data is in
+   place, since one endpoint's operations run in order (ORDERING AND DELIVERY). rdmax_put_imm always
+   takes the general path; a short put and a short send without a comp take the fast paths. A send also
+   returns, in its immediate data, the credits its sender owes for the requests it received; a
+   put_imm's immediate is yours, so a responder that replies only with rdmax_put_imm returns them in
+   grants (a zero-length send each half window) instead.
 
    LIMITS
    An endpoint past a limit fails with RDMAX_ERR_LIMIT and a log line that names the limit and its value

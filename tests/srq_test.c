@@ -1,9 +1,9 @@
 /* The shared receive queue of RC endpoints on a real device (rxe in the test VM): puts with immediate
-   data, a window of N that allows N outstanding, credits that flow with tiny windows and never meet RNR
-   and come back exactly in a ping-pong,
-   the context's recv_size, receives of a destroyed endpoint dropped and their buffers recycled, the
-   SRQ's low-water event, limits that fail with a status and a message naming them (nothing half-made
-   left), and two threads whose contexts share one protection domain and serve one registered region.
+   data, replies by put_imm and by put + send, a window of N that allows N outstanding, credits that
+   flow with tiny windows and never meet RNR and come back exactly in a ping-pong, the context's
+   recv_size, receives of a destroyed endpoint dropped and their buffers recycled, the SRQ's low-water
+   event, limits that fail with a status and a message naming them (nothing half-made left), and two
+   threads whose contexts share one protection domain and serve one registered region.
    Usage: srq_test [window]   (window: only the window cases) */
 #define RDMAX_TRANSPORT_RC
 #define RDMAX_IMPLEMENTATION
@@ -432,6 +432,144 @@ out:
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
     rdmax_mem_free(dst);
+    rdmax_ctx_destroy(ca);
+    rdmax_ctx_destroy(cb);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* ---- replying to a request (the manual's REPLYING TO A REQUEST) ----
+   a sends K requests, one at a time; b replies to each with 64 bytes into a's exposed region, by
+   rdmax_put_imm (imm = the request's number) or by rdmax_put then rdmax_send (a 256-byte header naming
+   it). Checked: a's callback (imm_cb, recv_cb) finds the reply's data in place and the request named;
+   each reply costs b one credit either way; b posted K put_imm, or K puts and K sends; with put_imm
+   replies b returned the requests' credits in grants, with sends in their immediate data (no grant). */
+static struct {
+    const unsigned char *region;  /* a's exposed region: reply k in slot k % 64 */
+    uint32_t req_seen, req_bad;   /* b: requests received */
+    uint32_t replies, bad, not_in_place;
+} g_rep;
+
+static void rep_fill(unsigned char *p, uint32_t k)
+{
+    for (int i = 0; i < 64; i++)
+        p[i] = (unsigned char)(k * 7 + (uint32_t)i);
+}
+
+static void rep_check(uint32_t k)
+{
+    unsigned char want[64];
+    rep_fill(want, k);
+    g_rep.not_in_place += memcmp(g_rep.region + (k % 64) * 64, want, 64) != 0;
+    g_rep.bad += k != g_rep.replies;
+    g_rep.replies++;
+}
+
+static void rep_on_request(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep, (void)user;
+    uint32_t k;
+    memcpy(&k, data, 4);
+    g_rep.req_bad += len != 64 || k != g_rep.req_seen;
+    g_rep.req_seen++;
+}
+
+static void rep_on_imm(rdmax_ep *ep, uint32_t imm, size_t len, void *user)
+{
+    (void)ep, (void)user;
+    g_rep.bad += len != 64;
+    rep_check(imm);
+}
+
+static void rep_on_header(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep, (void)user;
+    const unsigned char *h = (const unsigned char *)data;
+    uint32_t k;
+    memcpy(&k, h, 4);
+    for (size_t i = 4; i < len; i++)
+        g_rep.bad += h[i] != (unsigned char)(k + i);
+    g_rep.bad += len != 256;
+    rep_check(k);
+}
+
+static void reply_case(void)
+{
+    enum { K = 40 };
+    rdmax_ctx *ca = open_ctx(0, NULL), *cb = open_ctx(0, NULL);
+    rdmax_mem *region = NULL;
+    tl_begin("srq/replies by put_imm (one operation, one credit, imm names the request) and by put + send (two "
+             "operations, one credit, 256-byte header): data in place at the callback");
+    REQUIRE(rdmax_mem_alloc(ca, 64 * 64, RDMAX_ACCESS_REMOTE_WRITE, &region) == RDMAX_OK, "alloc");
+    for (int how = 0; how < 2; how++) {
+        rdmax_ep *a = NULL, *b = NULL;
+        memset(&g_rep, 0, sizeof g_rep);
+        g_rep.region = (const unsigned char *)region->addr;
+        rdmax_ep_desc da, db;
+        memset(&da, 0, sizeof da);
+        da.rq_depth = 8;
+        db = da;
+        da.expose = region;
+        da.imm_cb = rep_on_imm;
+        da.recv_cb = rep_on_header;
+        db.recv_cb = rep_on_request;
+        REQUIRE(tl_pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+        const rdmax_rbuf *r = rdmax_ep_remote(b, 0);
+        rdmax_counters c0, c1;
+        rdmax_counters_get(cb, &c0);
+        uint32_t extra_credit = 0;
+        for (uint32_t k = 0; k < K; k++) {
+            unsigned char req[64], reply[64], hdr[256];
+            memset(req, 0, sizeof req);
+            memcpy(req, &k, 4);
+            CHECK_ST(rdmax_send(a, req, 64, NULL, NULL), RDMAX_OK);
+            if (spin_until(ca, cb, &g_rep.req_seen, k + 1) != 0)
+                break;
+            rep_fill(reply, k);
+            rdmax_ep_info i0, i1;
+            rdmax_ep_query_info(b, &i0);
+            rdmax_status st;
+            if (how == 0) {
+                st = rdmax_put_imm(b, reply, 64, NULL, r->addr + (k % 64) * 64, r->rkey, k, NULL);
+            } else {
+                memcpy(hdr, &k, 4);
+                for (size_t i = 4; i < sizeof hdr; i++)
+                    hdr[i] = (unsigned char)(k + i);
+                st = rdmax_put(b, reply, 64, NULL, r->addr + (k % 64) * 64, r->rkey, NULL);
+                if (st >= 0)
+                    st = rdmax_send(b, hdr, sizeof hdr, NULL, NULL);
+            }
+            rdmax_ep_query_info(b, &i1);
+            CHECK(st >= 0, "reply %u: %s", k, rdmax_status_str(st));
+            extra_credit += i0.send_credits - i1.send_credits != 1;
+            if (spin_until(ca, cb, &g_rep.replies, k + 1) != 0)
+                break;
+        }
+        rdmax_ep_flush(b, 10000);
+        rdmax_counters_get(cb, &c1);
+        uint64_t imms = c1.posted[RDMAX_OP_PUT_IMM] - c0.posted[RDMAX_OP_PUT_IMM];
+        uint64_t puts = c1.posted[RDMAX_OP_PUT] - c0.posted[RDMAX_OP_PUT];
+        uint64_t sends = c1.posted[RDMAX_OP_SEND] - c0.posted[RDMAX_OP_SEND];
+        uint64_t grants = c1.posted[RDMAX_OP_GRANT] - c0.posted[RDMAX_OP_GRANT];
+        const char *name = how == 0 ? "put_imm" : "put + send";
+        CHECK(g_rep.req_seen == K && g_rep.replies == K && g_rep.req_bad == 0 && g_rep.bad == 0 &&
+                  g_rep.not_in_place == 0,
+              "%s: %u of %d requests (%u bad), %u replies (%u bad, %u not in place at the callback)", name,
+              g_rep.req_seen, K, g_rep.req_bad, g_rep.replies, g_rep.bad, g_rep.not_in_place);
+        CHECK(extra_credit == 0, "%s: %u replies did not cost exactly one credit", name, extra_credit);
+        CHECK(how == 0 ? imms == K && puts == 0 && sends == 0 && grants > 0
+                       : imms == 0 && puts == K && sends == K && grants == 0,
+              "%s: b posted %llu put_imm, %llu puts, %llu sends, %llu grants", name, (unsigned long long)imms,
+              (unsigned long long)puts, (unsigned long long)sends, (unsigned long long)grants);
+        printf("# replies by %s: %d requests, b posted %llu put_imm, %llu puts, %llu sends, %llu grants\n", name, K,
+               (unsigned long long)imms, (unsigned long long)puts, (unsigned long long)sends,
+               (unsigned long long)grants);
+        rdmax_ep_destroy(a);
+        rdmax_ep_destroy(b);
+    }
+    tl_end();
+out:
+    rdmax_mem_free(region);
     rdmax_ctx_destroy(ca);
     rdmax_ctx_destroy(cb);
     if (tl_case_failed)
@@ -1245,6 +1383,7 @@ int main(int argc, char **argv)
         return tl_failed_total ? 1 : 0;
     }
     imm_case(ctx);
+    reply_case();
     tiny_window_case(ctx, dev, RDMAX_RECV_POOL_SHARED, RDMAX_RECV_POOL_SHARED);
     tiny_window_case(ctx, dev, RDMAX_RECV_POOL_OWN, RDMAX_RECV_POOL_OWN);
     tiny_window_case(ctx, dev, RDMAX_RECV_POOL_OWN, RDMAX_RECV_POOL_SHARED);
