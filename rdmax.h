@@ -343,10 +343,12 @@
    working; the child's mappings carry no registration and it has no monitor until it makes a cache.
    Why this one (measured: bench/rcache_bench.c, tests/rcache_device_test.c; 2-core host, Linux 6.18;
    rxe in a TCG guest, Linux 6.1):
-     - it covers every route below; the opt-in hooks + malloc policy miss three and cannot link -static;
+     - it covers every route below but shmat(SHM_REMAP) (2); the opt-in hooks + malloc policy miss three
+       and cannot link -static;
      - a hit is the same code either way (5.6 ns monitor on and off; UCX's ucs_rcache 45 ns); a miss in
-       a mapping already registered costs what it costs without the monitor (96 vs 108 ns with no-op
-       registration); the first miss in a new mapping adds 0.8 us (PROCMAP_QUERY, Linux 6.11+) or a
+       a mapping already registered costs the cache's own 96-108 ns (no-op registration) plus one ioctl
+       that checks the kernel still holds the registration (0.3 us on the host, 1.5 us in the guest;
+       see (2)); the first miss in a new mapping adds 0.8 us (PROCMAP_QUERY, Linux 6.11+) or a
        read of /proc/self/maps before 6.11 (~0.45 us per mapping of the process: 244 us with 550);
      - per-operation registration (what is left without a monitor) costs ibv_reg_mr + ibv_dereg_mr:
        42 us (4 KiB) to 56 us (1 MiB) per operation on rxe in the guest;
@@ -365,6 +367,7 @@
      madvise DONTNEED, refill                   covered (REMOVE)          covered               stale
      madvise FREE (+PAGEOUT), refill            covered (REMOVE)          covered               none (1)
      shmdt + shmat                              never cached (shared)     covered               stale
+     shmat(SHM_REMAP) over a cached range       NOT covered: stale (2)    covered               stale
      syscall(SYS_munmap) + syscall(SYS_mmap)    covered (UNMAP)           NOT covered: stale    stale
      munmap by another thread                   covered (UNMAP)           covered               stale
      file mapping replaced by another file's    never cached (file)       covered               stale
@@ -373,6 +376,17 @@
      the same routes in a -static program       covered                   cannot link           stale
      (1) 6.1 keeps pages a registration pins even on MADV_PAGEOUT: nothing goes stale to show; the test
          checks that the REMOVE event dropped the region. Older kernels could discard them.
+     (2) the kernel replaces the private mapping with the segment and sends no UNMAP event (do_shmat
+         maps with no userfaultfd list: 6.1, 6.12 and 6.18 alike); the registration goes with the old
+         mapping. A region cached there hands out the old pages on a hit, which no system call checks.
+         What a program must do: rdmax_rcache_invalidate(rdmax_ctx_rcache(ctx), addr, len) before
+         shmat(SHM_REMAP) over memory it passed raw (or pass that memory with an rdmax_mem of its own).
+         The address never stays unwatched: a miss in a watched mapping first checks (one ioctl) that
+         the kernel still holds its registration; if not, every region cached in the old mapping is
+         invalidated (rdmax_rcache_monitor_info.lost counts these) and what is mapped there now is
+         looked up like a new mapping (the segment: shared, not cached; a later private mapping:
+         watched). The check looks at the range's first and last page, so a replacement strictly inside
+         a missed range goes unseen there.
    Not covered by either: another process changing memory this one maps shared (never cached by the
    monitor), an MR registered by the program itself (rdmax_mem_reg: the program owns it).
    ERRORS (the cache on its own: rdmax_rcache_create, _get, _invalidate, _drain): rdmax_status values,
@@ -2112,6 +2126,8 @@ typedef struct rdmax_rcache_monitor_info {
     int error;          /* errno of the step that failed, 0 if none */
     char why[200];      /* how it was opened, or what failed and why */
     uint64_t unmap, remove, remap, other; /* events read since it started */
+    uint64_t lost;      /* watched mappings a miss found replaced without an event (shmat SHM_REMAP):
+                           their cached regions were invalidated, the new mapping watched */
 } rdmax_rcache_monitor_info;
 /* rdmax_rcache_monitor_query: whether the process's memory monitor can run, runs, and why not.
    Parameters: out (not NULL) receives the report. Result: none (out->error, out->why).

@@ -2724,6 +2724,12 @@ __attribute__((constructor)) static void rdmax__rcache_policy_at_start(void)
 #ifndef USERFAULTFD_IOC_NEW
 #define USERFAULTFD_IOC_NEW _IO(0xAA, 0x00)
 #endif
+/* UFFDIO_CONTINUE's argument (5.13+), copied so that older headers build: used only as a probe */
+typedef struct rdmax__uffd_continue {
+    uint64_t start, len, mode;
+    int64_t mapped;
+} rdmax__uffd_continue;
+#define RDMAX__UFFDIO_CONTINUE _IOWR(0xAA, 0x07, rdmax__uffd_continue)
 #endif
 
 #define RDMAX__RCACHE_EV_MON (UINT64_C(1) << 62) /* slot claimed by the monitor: a reader waits for it */
@@ -2749,8 +2755,10 @@ typedef struct rdmax__mon_state {
     rdmax__mon_ext *ext;
     size_t n_ext, cap_ext;
     uint64_t ext_seen;  /* ring position up to which ext is up to date */
+    int probe;          /* how rdmax__mon_registered asks: 1 UFFDIO_CONTINUE, 0 UFFDIO_WRITEPROTECT */
+    uint64_t lost;      /* memo entries whose registration was found gone without an event */
 } rdmax__mon_state;
-rdmax__mon_state rdmax__mon = {-1, -1, 0, 0, NULL, 0, 0, 0, {0}, {0, 0, 0, 0}, NULL, 0, 0, 0};
+rdmax__mon_state rdmax__mon = {-1, -1, 0, 0, NULL, 0, 0, 0, {0}, {0, 0, 0, 0}, NULL, 0, 0, 0, 0, 0};
 pthread_mutex_t rdmax__mon_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Takes the monitor lock. A child forked while a thread of its parent held the lock would wait for
@@ -2777,6 +2785,82 @@ static void rdmax__mon_fail(int err, const char *what)
     }
     rdmax__mon.error = err;
     snprintf(rdmax__mon.why, sizeof rdmax__mon.why, "%s: %s (vm.unprivileged_userfaultfd=%s)", what, strerror(err), v);
+}
+
+/* 1 if the page at a is still registered with a userfaultfd, 0 if not (or unknown: the caller then
+   treats it as gone, which costs a registration, never correctness). The kernel drops a registration
+   with its mapping, and some calls replace a mapping without an UNMAP event: shmat(SHM_REMAP) (do_shmat
+   maps with no userfaultfd list; 6.1, 6.12, 6.18 alike). UFFDIO_CONTINUE only looks the mapping up:
+   ENOENT when it carries no registration, EINVAL when it does (CONTINUE is for shmem/hugetlb minor
+   faults, never anonymous memory), with no side effect. UFFDIO_WRITEPROTECT (unprotect) is the
+   fallback where that does not hold: it can split a huge page's mapping and flushes the TLB. */
+static int rdmax__mon_registered(uintptr_t a)
+{
+    rdmax__mon_state *m = &rdmax__mon;
+    uint64_t ps = (uint64_t)sysconf(_SC_PAGESIZE);
+    int i, r;
+    for (i = 0; i < 1000; i++) {
+        if (m->probe) {
+            rdmax__uffd_continue c;
+            memset(&c, 0, sizeof c);
+            c.start = (uint64_t)a;
+            c.len = ps;
+            r = ioctl(m->fd, RDMAX__UFFDIO_CONTINUE, &c);
+            if (r != 0 && errno == EINVAL) return 1;
+        } else {
+            struct uffdio_writeprotect w;
+            memset(&w, 0, sizeof w);
+            w.range.start = (uint64_t)a;
+            w.range.len = ps;
+            r = ioctl(m->fd, UFFDIO_WRITEPROTECT, &w);
+            if (r == 0) return 1;
+        }
+        if (r == 0 || errno != EAGAIN) return 0;
+        sched_yield(); /* an event is on its way to the monitor thread, which never waits for us */
+    }
+    return 0;
+}
+
+/* Picks the probe: UFFDIO_CONTINUE if it tells a page without a registration (ENOENT) from one with it
+   (EINVAL) on a page of our own, else UFFDIO_WRITEPROTECT (a kernel before 5.13 has no CONTINUE and
+   answers EINVAL to both). Monitor lock held, fd open. */
+static void rdmax__mon_probe_choose(void)
+{
+    rdmax__mon_state *m = &rdmax__mon;
+    size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+    struct uffdio_register reg;
+    /* read-only: a mapping of its own, never merged into a neighbour that registering would split */
+    void *pg = mmap(NULL, ps, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    int none, some = 0;
+    m->probe = 1;
+    if (pg == MAP_FAILED) {
+        m->probe = 0;
+        return;
+    }
+    none = rdmax__mon_registered((uintptr_t)pg);
+    memset(&reg, 0, sizeof reg);
+    reg.mode = UFFDIO_REGISTER_MODE_WP;
+    reg.range.start = (uint64_t)(uintptr_t)pg;
+    reg.range.len = ps;
+    if (ioctl(m->fd, UFFDIO_REGISTER, &reg) == 0) {
+        some = rdmax__mon_registered((uintptr_t)pg);
+        ioctl(m->fd, UFFDIO_UNREGISTER, &reg.range); /* else its munmap would wait for a monitor thread */
+    }
+    m->probe = !none && some;
+    munmap(pg, ps);
+}
+
+/* Publishes [s, e) as unmapped, as the monitor thread does for a kernel event. */
+static void rdmax__mon_publish(uintptr_t s, uintptr_t e)
+{
+    uint64_t q = __atomic_fetch_add(&rdmax__rcache_event_head, 1, __ATOMIC_SEQ_CST);
+    rdmax__rcache_event *ev = &rdmax__rcache_events[q & (RDMAX_RCACHE_EVENT_RING_SIZE - 1u)];
+    __atomic_store_n(&ev->seq, (q + 1) | RDMAX__RCACHE_EV_BUSY, __ATOMIC_RELAXED);
+    __atomic_thread_fence(__ATOMIC_RELEASE);
+    __atomic_store_n(&ev->start, (uint64_t)s, __ATOMIC_RELAXED);
+    __atomic_store_n(&ev->end, (uint64_t)e, __ATOMIC_RELAXED);
+    __atomic_store_n(&ev->kind, (uint64_t)RDMAX__RCACHE_EV_UNMAP, __ATOMIC_RELAXED);
+    __atomic_store_n(&ev->seq, q + 1, __ATOMIC_RELEASE);
 }
 
 /* Opens the userfaultfd (not the thread) once per process; 1 if it is usable. Monitor lock held. */
@@ -2851,6 +2935,7 @@ static int rdmax__mon_open_locked(void)
     } else {
         *m->forked = 1; /* this process's page (a child's copy reads 0 until here) */
     }
+    rdmax__mon_probe_choose();
     snprintf(m->why, sizeof m->why, "userfaultfd%s: unmap, remove and remap events",
              m->user_mode_only ? " (user-mode only)" : "");
     return 1;
@@ -3087,8 +3172,21 @@ static int rdmax__mon_watch(uintptr_t s, uintptr_t e)
     rdmax__mon_prune_locked();
     for (i = 0; i < m->n_ext; i++)
         if (m->ext[i].s <= s && e <= m->ext[i].e) {
-            ok = 1;
-            goto out;
+            /* the memo is trusted only while the kernel still holds the registration (see
+               rdmax__mon_registered): a mapping replaced without an event must not leave its address
+               unwatched for good. Both ends of the range: a replacement that covers neither lies
+               inside it and is missed (documented with the shmat route in the manual). */
+            uintptr_t ps = (uintptr_t)sysconf(_SC_PAGESIZE);
+            if (rdmax__mon_registered(s) && (e - s <= ps || rdmax__mon_registered(e - ps))) {
+                ok = 1;
+                goto out;
+            }
+            /* gone: every cache drops its regions there (the old pages), the memo forgets it, and the
+               mapping found there now is looked up and registered like a new one */
+            __atomic_add_fetch(&m->lost, 1, __ATOMIC_RELAXED);
+            rdmax__mon_publish(m->ext[i].s, m->ext[i].e);
+            rdmax__mon_prune_locked();
+            break;
         }
     if (!rdmax__mon_vma_extent(s, e, &lo, &hi)) goto out;
     memset(&reg, 0, sizeof reg);
@@ -3142,6 +3240,7 @@ RDMAX_API void rdmax_rcache_monitor_query(rdmax_rcache_monitor_info *out)
     out->remove = __atomic_load_n(&rdmax__mon.n[1], __ATOMIC_RELAXED);
     out->remap = __atomic_load_n(&rdmax__mon.n[2], __ATOMIC_RELAXED);
     out->other = __atomic_load_n(&rdmax__mon.n[3], __ATOMIC_RELAXED);
+    out->lost = __atomic_load_n(&rdmax__mon.lost, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&rdmax__mon_lock);
 }
 
@@ -3613,6 +3712,10 @@ static int rdmax__rcache_watched(rdmax_rcache *rc, uint64_t ps, uint64_t pe)
     case RDMAX_RCACHE_UNCACHED: return 0;
     default:
         w = rdmax__mon_watch((uintptr_t)(ps << sh), (uintptr_t)(pe << sh));
+        /* the watch publishes an event when it finds a registration gone: drop the old regions there
+           now, before the miss merges them into its new one */
+        if (__atomic_load_n(&rdmax__rcache_event_head, __ATOMIC_RELAXED) != rc->rdmax__seen)
+            rdmax__rcache_drain_locked(rc);
         return w || rdmax__rcache_hooks_cover();
     }
 }

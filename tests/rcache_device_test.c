@@ -20,6 +20,8 @@
                 shmdt + shmat, syscall(SYS_munmap/SYS_mmap), munmap by another thread, a file mapping
                 replaced by another file's, a memfd truncated or punched; each with its control on a
                 sender in mode RDMAX_RCACHE_MANUAL (the default build), where the stale bytes arrive.
+                Then shmat(SHM_REMAP) over a cached range, with and without rdmax_rcache_invalidate
+                first, followed by shmdt, munmap and a fresh mmap there (case_shm_remap).
    Cases (the issue's numbers):
      rcache_disable     6. raw buffer above max_inline refused with RDMAX_ERR_NO_MEMH, nothing posted
      first_use          1b. a buffer malloc'd before the context's first raw buffer (so before the
@@ -1538,6 +1540,194 @@ out:
 
 static const char *rname(int v) { return v == R_NEW ? "new bytes" : v == R_STALE ? "stale bytes" : "either"; }
 
+/* ---- shmat(SHM_REMAP) over a cached private range (issue 27, item 5) ----
+   The kernel replaces the mapping with no userfaultfd UNMAP event (do_shmat maps with no list for
+   one), and the registration goes with the old mapping. A region cached there serves the old pages on
+   a hit until something drops it: the manual's route table says what a program must do. What must
+   never happen is the address staying unwatched: after shmdt, munmap and a fresh mmap there, the new
+   pages must arrive, and a later munmap must be seen (an event, an invalidation).
+   remedy 1: the program calls rdmax_rcache_invalidate on the range before shmat(SHM_REMAP); steps:
+     0 map 1 MiB, put it twice (cached)   1 invalidate, shmat(SHM_REMAP), NEW1, put
+     2 shmdt, munmap, fresh mmap, NEW2, put   3 munmap + mmap(MAP_FIXED), NEW3, put (an event)
+   remedy 0: no invalidate; the first quarter is what was cached:
+     0 map 1 MiB, put its first quarter twice   1 shmat(SHM_REMAP), NEW1, put the first quarter (a hit
+     on the old pages: stale where the monitor caches it, the documented gap)   2 shmdt, munmap, fresh
+     mmap, NEW2, put the second half (a miss in the mapping, not touching the quarter, so not merged
+     with it: the monitor finds the registration gone and drops the quarter's region)   3 put the first
+     quarter (must be new)   4 munmap + mmap(MAP_FIXED), NEW3, put all (an event) */
+#define SHM_STEPS 5
+typedef struct shmrun {
+    int got[SHM_STEPS];           /* R_NEW / R_STALE, -1 not run */
+    long long hits[SHM_STEPS], misses[SHM_STEPS], inval[SHM_STEPS];
+    int cached;                   /* step 0's second put was a hit */
+    uint64_t unmap, lost;         /* the monitor's counters over the run */
+    char err[160];
+} shmrun;
+
+static int shm_put(rig *r, shmrun *o, int step, const unsigned char *p, size_t len, unsigned char v)
+{
+    rdmax_rcache_stats s0 = stats(r), s1;
+    memset(r->d, 0, len);
+    rdmax_status st = put_raw(r, p, len, 0);
+    s1 = stats(r);
+    if (st != RDMAX_OK) {
+        snprintf(o->err, sizeof o->err, "step %d: put: %s", step, rdmax_status_str(st));
+        return -1;
+    }
+    o->got[step] = first_not(r->d, len, v) < 0 ? R_NEW : R_STALE;
+    o->hits[step] = D(hits);
+    o->misses[step] = D(misses);
+    o->inval[step] = D(invalidations);
+    return 0;
+}
+
+#define SFAIL(...) do { snprintf(o->err, sizeof o->err, __VA_ARGS__); goto done; } while (0)
+static int shm_remap_run(rig *r, int remedy, shmrun *o)
+{
+    const size_t len = MIB, half = len / 2, quarter = len / 4;
+    unsigned char *p = NULL;
+    int id = -1, attached = 0, res = -1, last = 3;
+    rdmax_rcache_monitor_info m0, m1;
+    memset(o, 0, sizeof *o);
+    for (int i = 0; i < SHM_STEPS; i++)
+        o->got[i] = -1;
+    size_t plen = remedy ? len : quarter;
+    rdmax_rcache_monitor_query(&m0);
+    if (!(p = map_anon(NULL, len, 0)))
+        SFAIL("mmap: %s", strerror(errno));
+    memset(p, OLD, len);
+    if (shm_put(r, o, 0, p, plen, OLD) != 0)
+        goto done;
+    if (o->got[0] != R_NEW) /* what was cached at this address before: the poisoning this case is about */
+        SFAIL("step 0: the first put of a fresh mapping got stale bytes");
+    if (shm_put(r, o, 0, p, plen, OLD) != 0)
+        goto done;
+    o->cached = o->hits[0] == 1;
+    /* 1 */
+    if ((id = shmget(IPC_PRIVATE, len, IPC_CREAT | 0600)) < 0)
+        SFAIL("shmget: %s", strerror(errno));
+    if (remedy)
+        rdmax_rcache_invalidate(rdmax_ctx_rcache(r->cs), p, len);
+    if (shmat(id, p, SHM_REMAP) != (void *)p)
+        SFAIL("shmat(SHM_REMAP) at %p: %s", (void *)p, strerror(errno));
+    attached = 1;
+    shmctl(id, IPC_RMID, NULL); /* gone with its last detach */
+    memset(p, NEW, len);
+    if (shm_put(r, o, 1, p, plen, NEW) != 0)
+        goto done;
+    /* 2 */
+    attached = 0;
+    if (shmdt(p) != 0 || munmap(p, len) != 0 || map_anon(p, len, 0) != p)
+        SFAIL("shmdt, munmap, mmap at %p: %s", (void *)p, strerror(errno));
+    memset(p, NEW + 1, len);
+    if (remedy ? shm_put(r, o, 2, p, len, NEW + 1) : shm_put(r, o, 2, p + half, half, NEW + 1))
+        goto done;
+    if (!remedy) { /* 3: the first half, cached before the shmat */
+        if (shm_put(r, o, 3, p, quarter, NEW + 1) != 0)
+            goto done;
+        last = 4;
+    }
+    /* the mapping is watched again: this munmap is an event */
+    if (munmap(p, len) != 0 || map_anon(p, len, 1) != p)
+        SFAIL("munmap + mmap(MAP_FIXED): %s", strerror(errno));
+    memset(p, NEW + 2, len);
+    if (shm_put(r, o, last, p, len, NEW + 2) != 0)
+        goto done;
+    res = 0;
+done:
+    rdmax_rcache_monitor_query(&m1);
+    o->unmap = m1.unmap - m0.unmap;
+    o->lost = m1.lost - m0.lost;
+    if (attached)
+        shmdt(p);
+    else if (p)
+        munmap(p, len);
+    if (id >= 0)
+        shmctl(id, IPC_RMID, NULL);
+    return res;
+}
+
+static void shm_print(const char *who, const shmrun *o, int n)
+{
+    char line[400];
+    int k = snprintf(line, sizeof line, "# route shmat(SHM_REMAP) %s: %s", who, o->cached ? "cached" : "not cached");
+    for (int i = 1; i < n && k < (int)sizeof line; i++)
+        k += snprintf(line + k, sizeof line - (size_t)k, "; step %d %s (hits %+lld misses %+lld invalidations %+lld)", i,
+                      o->got[i] < 0 ? "not run" : rname(o->got[i]), o->hits[i], o->misses[i], o->inval[i]);
+    printf("%s; monitor: unmap events +%llu, lost registrations +%llu\n", line, (unsigned long long)o->unmap,
+           (unsigned long long)o->lost);
+}
+
+static void case_shm_remap(rig *r, rig *rm, const char *tag)
+{
+#ifdef RDMAX_MEMHOOKS
+    const int hooks = 1; /* the shmat hook records the range it replaces */
+#else
+    const int hooks = 0;
+#endif
+    shmrun o, c;
+    tl_begin("route/%sshmat(SHM_REMAP) over a cached range, rdmax_rcache_invalidate first", tag);
+    REQUIRE(shm_remap_run(r, 1, &o) == 0, "%s", o.err);
+    shm_print("invalidate first", &o, 4);
+    CHECK(o.got[1] == R_NEW, "after invalidate + shmat(SHM_REMAP): %s", rname(o.got[1]));
+    CHECK(o.got[2] == R_NEW, "after shmdt, munmap and a fresh mmap: %s (the address stayed unwatched)",
+          rname(o.got[2]));
+    CHECK(o.got[3] == R_NEW, "after munmap + mmap(MAP_FIXED) of the fresh mapping: %s", rname(o.got[3]));
+    if (o.cached && !hooks) { /* the monitor caches: the fresh mapping was watched, its munmap an event */
+        CHECK(o.misses[1] == 1 && o.hits[2] == 0, "shared memory was cached: step 1 misses %+lld, step 2 hits %+lld",
+              o.misses[1], o.hits[2]);
+        CHECK(o.inval[3] >= 1 && o.unmap >= 1, "munmap of the fresh mapping: invalidations %+lld, unmap events +%llu",
+              o.inval[3], (unsigned long long)o.unmap);
+    }
+    if (rm) { /* the same on a MANUAL cache: the shared pages cached at step 1 arrive at step 2 */
+        rdmax_rcache_invalidate(rdmax_ctx_rcache(rm->cs), NULL, SIZE_MAX);
+        REQUIRE(shm_remap_run(rm, 1, &c) == 0, "control: %s", c.err);
+        shm_print("invalidate first, control", &c, 4);
+        CHECK(c.got[2] == R_STALE, "control: step 2 got %s, expected stale bytes: the check cannot fail",
+              rname(c.got[2]));
+    }
+out:
+    tl_end();
+}
+
+static void case_shm_remap_plain(rig *r, rig *rm, const char *tag)
+{
+#ifdef RDMAX_MEMHOOKS
+    const int hooks = 1;
+#else
+    const int hooks = 0;
+#endif
+    shmrun o, c;
+    int exp1;
+    tl_begin("route/%sshmat(SHM_REMAP) over a cached range, no invalidate (stale until a miss there, as documented)",
+             tag);
+    REQUIRE(shm_remap_run(r, 0, &o) == 0, "%s", o.err);
+    shm_print("no invalidate", &o, 5);
+    /* step 1 is a hit on the old pages where the monitor caches: no event, nothing to drop it */
+    exp1 = o.cached && !hooks ? R_STALE : R_NEW;
+    CHECK(o.got[1] == exp1, "after shmat(SHM_REMAP): %s, expected %s (the manual's route table)", rname(o.got[1]),
+          rname(exp1));
+    CHECK(o.got[2] == R_NEW, "the other half after shmdt, munmap and a fresh mmap: %s", rname(o.got[2]));
+    CHECK(o.got[3] == R_NEW, "the cached quarter after shmdt, munmap, a fresh mmap and a miss there: %s", rname(o.got[3]));
+    CHECK(o.got[4] == R_NEW, "after munmap + mmap(MAP_FIXED) of the fresh mapping: %s", rname(o.got[4]));
+    if (o.cached && !hooks) {
+        CHECK(o.inval[2] >= 1 && o.lost >= 1, "the miss in the replaced mapping: invalidations %+lld, lost +%llu",
+              o.inval[2], (unsigned long long)o.lost);
+        CHECK(o.inval[4] >= 1 && o.unmap >= 1, "munmap of the fresh mapping: invalidations %+lld, unmap events +%llu",
+              o.inval[4], (unsigned long long)o.unmap);
+    }
+    if (rm) {
+        rdmax_rcache_invalidate(rdmax_ctx_rcache(rm->cs), NULL, SIZE_MAX);
+        REQUIRE(shm_remap_run(rm, 0, &c) == 0, "control: %s", c.err);
+        shm_print("no invalidate, control", &c, 5);
+        CHECK(c.got[1] == R_STALE && c.got[3] == R_STALE,
+              "control: steps 1 and 3 got %s and %s, expected stale bytes: the check cannot fail", rname(c.got[1]),
+              rname(c.got[3]));
+    }
+out:
+    tl_end();
+}
+
 static void case_routes(rig *r, rig *rm, const char *tag)
 {
     for (size_t i = 0; i < sizeof g_routes / sizeof g_routes[0]; i++) {
@@ -1578,6 +1768,8 @@ static void case_routes(rig *r, rig *rm, const char *tag)
     out:
         tl_end();
     }
+    case_shm_remap(r, rm, tag);
+    case_shm_remap_plain(r, rm, tag);
 }
 
 int main(int argc, char **argv)
