@@ -1447,6 +1447,7 @@ struct rdmax_ctx {
        the device is opened): read once at creation, one load less per poll */
     int (*scq_poll)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
     int (*rcq_poll)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
+    int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask); /* ibv_modify_qp (tests: fake) */
     struct ibv_wc *rwc;         /* where rdmax_progress polls the receive CQ into: rwc_top, or while
                                    rdmax__recv_cqes runs callbacks (which may progress) an array in its
                                    frame, so the inline poll needs no array of its own */

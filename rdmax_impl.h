@@ -653,6 +653,7 @@ queues:
         goto fail;
     }
     fcntl(ctx->channel->fd, F_SETFL, fcntl(ctx->channel->fd, F_GETFL) | O_NONBLOCK);
+    ctx->modify_qp = ibv_modify_qp;
     ctx->scq_poll = ctx->scq->context->ops.poll_cq;
     ctx->rcq_poll = ctx->rcq->context->ops.poll_cq;
     ctx->port_up = 1;
@@ -6054,6 +6055,15 @@ static int64_t rdmax__retry_ms(const rdmax_ep *ep)
     return (int64_t)((4096ull << ep->desc.timeout) * (ep->desc.retry_cnt + 1u) / 1000000u) + 1;
 }
 
+/* ep's QP to the error state: the device flushes what is in flight and the peer reaches nothing more. */
+static void rdmax__qp_to_error(rdmax_ep *ep)
+{
+    struct ibv_qp_attr a;
+    memset(&a, 0, sizeof a);
+    a.qp_state = IBV_QPS_ERR;
+    ep->ctx->modify_qp(ep->qp, &a, IBV_QP_STATE);
+}
+
 /* Moves ep to RDMAX_EP_ERROR (once) with `err` and a reason, logs it once with the endpoint, the peer
    (out-of-band address and RoCE GID/QPN) and, when the port is down, says that the link is. With
    `kill_qp` the QP goes to the error state too, so the device flushes what is still in flight and every
@@ -6068,12 +6078,8 @@ static void rdmax__ep_fail_why(rdmax_ep *ep, rdmax_status err, int wc_status, in
     rdmax__ep_block(ep, RDMAX__BLK_STATE);
     ep->err = (int16_t)err;
     ep->last_wc_status = wc_status;
-    if (kill_qp && ep->qp) {
-        struct ibv_qp_attr a;
-        memset(&a, 0, sizeof a);
-        a.qp_state = IBV_QPS_ERR;
-        ibv_modify_qp(ep->qp, &a, IBV_QP_STATE);
-    }
+    if (kill_qp && ep->qp)
+        rdmax__qp_to_error(ep);
     if (ep->group.count)  /* waiting requests now fail with RDMAX_ERR_ENDPOINT, in order */
         rdmax_arb_group_schedule(&ctx->arb, &ep->group);
     ctx->cnt.ep_errors++;
@@ -7292,12 +7298,8 @@ static void rdmax__ep_closed(rdmax_ep *ep, int by_peer)
     ep->err = by_peer ? RDMAX_ERR_CLOSED : RDMAX_OK;
     /* The QP leaves RTS, so that the peer reaches nothing of ours through it after the close, whoever
        closed (a raw peer wrote into an exposed region after its own goodbye, and after our disconnect). */
-    if (ep->qp->qp_type == IBV_QPT_RC) {
-        struct ibv_qp_attr a;
-        memset(&a, 0, sizeof a);
-        a.qp_state = IBV_QPS_ERR;
-        ibv_modify_qp(ep->qp, &a, IBV_QP_STATE);
-    }
+    if (ep->qp->qp_type == IBV_QPT_RC)
+        rdmax__qp_to_error(ep);
     if (ep->group.count)  /* waiting requests now fail, in order */
         rdmax_arb_group_schedule(&ctx->arb, &ep->group);
     RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_EP_CLOSED, ep, (uint64_t)by_peer);

@@ -200,6 +200,14 @@ static uint8_t pat(uint8_t seed, uint32_t i) { return (uint8_t)(seed * 31u + i *
 
 static int g_nested;  /* a receive callback progressed in this step */
 
+/* A QP moved to the error state (a failure or a close): the fake device only notes it. */
+static int fake_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
+{
+    if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR)
+        qp->state = IBV_QPS_ERR;
+    return 0;
+}
+
 static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
     int e = q_of(qp);
@@ -383,6 +391,7 @@ static void setup(fz_in *in)
     ctx->scq = &g_scq.cq;
     ctx->rcq = &g_rcq.cq;
     ctx->scq_poll = ctx->rcq_poll = fake_poll_cq;  /* as rdmax_ctx_create: the provider's poll_cq */
+    ctx->modify_qp = fake_modify_qp;    /* as rdmax_ctx_create: ibv_modify_qp */
     ctx->rwc = ctx->rwc_top;            /* as rdmax_ctx_create: where progress polls the receive CQ */
     ctx->scq_low = 8;
     ctx->scq_spare = SCQ_CREDITS - 8;  /* as rdmax_ctx_create: the free entries minus scq_low */
