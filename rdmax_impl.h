@@ -58,6 +58,7 @@ static void rdmax__ep_fail_why(rdmax_ep *ep, rdmax_status err, int wc_status, in
 static void rdmax__dev_release(rdmax_ctx *ctx);
 static void rdmax__srq_close(rdmax_ctx *ctx);
 #define RDMAX__TICK_MS 100  /* period of the watchdog and keepalive pass */
+#define RDMAX__HS_MAX 256   /* handshakes an rdma_cm listener runs side by side; a TCP listener's default */
 /* rdma_cm connection setup (>>cm) */
 static rdmax_status rdmax__cm_ctx_open(rdmax_ctx *ctx);
 static void rdmax__cm_ctx_cleanup(rdmax_ctx *ctx);
@@ -536,6 +537,10 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
         d.cq_depth = 4096;
     if (!d.handshake_ms)
         d.handshake_ms = 10000;
+    if (!d.handshake_first_ms)
+        d.handshake_first_ms = 1000;
+    if (!d.handshake_slots)
+        d.handshake_slots = RDMAX__HS_MAX;
     if (!d.ud_rq_depth)
         d.ud_rq_depth = 512;
     if (!d.max_eps || d.max_eps > 65535)
@@ -7810,14 +7815,19 @@ void rdmax_ep_pending_purge(rdmax_ep *ep)
 }
 
 /* ---- >>oob --------------------------------------------------------------------------------------- */
-/* A listener runs up to RDMAX__HS_MAX handshakes side by side, each non-blocking with its own deadline,
-   so a silent, slow or malformed client delays nobody else. The endpoint (QP and receive pool) is made
-   only once the client's record has checked out. */
-#define RDMAX__HS_MAX 256
+/* A listener runs up to handshake_slots handshakes side by side, each non-blocking with its own
+   deadline, so a silent, slow or malformed client delays nobody else. The endpoint (QP and receive pool)
+   is made only once the client's record has checked out. A flood cannot lock it: a client silent for
+   handshake_first_ms goes, and when every slot is taken a new client takes the slot of the handshake
+   idle the longest, if it has been idle RDMAX__HS_BUSY_MS at least (a client that is sending is never
+   pushed out by a flood of new ones; an honest handshake idles a few ms between its steps). */
+#define RDMAX__HS_BUSY_MS 500
 struct rdmax__hs {
     int fd;                     /* -1: slot free */
     uint8_t phase;              /* 0: reading the client's record; 1: waiting for its ready byte */
     uint32_t got;
+    int64_t start;              /* when it was taken off the backlog */
+    int64_t last;               /* when its client last sent bytes (the idlest goes first) */
     int64_t deadline;
     rdmax_ep *ep;
     uint8_t rec[RDMAX_CONN_INFO_SIZE];
@@ -7831,7 +7841,9 @@ struct rdmax_listener {
     uint16_t port;
     uint32_t n_hs;
     uint32_t next_hs;           /* where the next rdmax_accept starts stepping (round-robin) */
-    struct rdmax__hs hs[RDMAX__HS_MAX];
+    uint32_t slots;             /* rdmax_ctx_desc.handshake_slots: hs[] holds that many */
+    uint64_t evicted;           /* handshakes pushed out by a new client while all slots were taken */
+    struct rdmax__hs *hs;
     /* RDMAX_SETUP_CM (>>cm): the listening id, its event channel and the handshakes; NULL otherwise */
     struct rdma_event_channel *cm_ch;
     struct rdma_cm_id *cm_id;
@@ -7923,7 +7935,8 @@ rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax
         if (res->ai_family == AF_INET6)  /* one socket serves IPv4 and IPv6 */
             setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
     }
-    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, RDMAX__HS_MAX)) {
+    uint32_t slots = ctx->desc.handshake_slots;
+    if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) || listen(fd, (int)(slots > 65535 ? 65535 : slots))) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LISTEN,
                    "listen: %s port %u: %s", host ? host : "(any)", port, strerror(errno));
         if (fd >= 0)
@@ -7933,21 +7946,25 @@ rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax
     }
     freeaddrinfo(res);
     rdmax_listener *l = (rdmax_listener *)rdmax__alloc(ctx, sizeof *l);
+    struct rdmax__hs *hs = (struct rdmax__hs *)rdmax__alloc(ctx, slots * sizeof *hs);
     int epfd = epoll_create1(EPOLL_CLOEXEC);
-    if (!l || epfd < 0) {
+    if (!l || !hs || epfd < 0) {
         close(fd);
         if (epfd >= 0)
             close(epfd);
+        rdmax__free(ctx, hs);
         rdmax__free(ctx, l);
-        return l ? RDMAX_ERR_IO : RDMAX_ERR_NO_MEMORY;
+        return l && hs ? RDMAX_ERR_IO : RDMAX_ERR_NO_MEMORY;
     }
+    l->hs = hs;
+    l->slots = slots;
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
     struct epoll_event ev;
     memset(&ev, 0, sizeof ev);
     ev.events = EPOLLIN;
     ev.data.u32 = UINT32_MAX;
     epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev);
-    for (int i = 0; i < RDMAX__HS_MAX; i++)
+    for (uint32_t i = 0; i < slots; i++)
         l->hs[i].fd = -1;
     l->epfd = epfd;
     struct sockaddr_storage ss;
@@ -8017,11 +8034,12 @@ void rdmax_listener_close(rdmax_listener *l)
         rdmax__cm_listener_close(l);
         return;
     }
-    for (int i = 0; i < RDMAX__HS_MAX; i++)
+    for (uint32_t i = 0; i < l->slots; i++)
         if (l->hs[i].fd >= 0)
             rdmax__hs_end(l, &l->hs[i]);
     close(l->epfd);
     close(l->fd);
+    rdmax__free(l->ctx, l->hs);
     rdmax__free(l->ctx, l);
 }
 
@@ -8052,11 +8070,24 @@ static rdmax_status rdmax__ep_handshake(rdmax_ctx *ctx, int fd, const char *peer
     return RDMAX_OK;
 }
 
-/* Take waiting clients off the backlog into free handshake slots. */
+/* Take waiting clients off the backlog into handshake slots; with every slot taken, a new client takes
+   the slot of the handshake idle the longest, once idle RDMAX__HS_BUSY_MS; else it waits in the backlog. */
 static void rdmax__hs_accept(rdmax_listener *l)
 {
     rdmax_ctx *ctx = l->ctx;
-    while (l->n_hs < RDMAX__HS_MAX) {
+    for (;;) {
+        int64_t now = rdmax__now_ms();
+        uint32_t i = 0;
+        if (l->n_hs == l->slots) {
+            for (uint32_t k = 1; k < l->slots; k++)
+                if (l->hs[k].last < l->hs[i].last)
+                    i = k;
+            if (now - l->hs[i].last < RDMAX__HS_BUSY_MS)
+                return;
+        } else {
+            while (l->hs[i].fd >= 0)
+                i++;
+        }
         struct sockaddr_storage ss;
         socklen_t sl = sizeof ss;
         int fd = accept4(l->fd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -8066,13 +8097,18 @@ static void rdmax__hs_accept(rdmax_listener *l)
                            "accept on port %u: %s", l->port, strerror(errno));
             return;
         }
-        uint32_t i = 0;
-        while (l->hs[i].fd >= 0)
-            i++;
+        if (l->hs[i].fd >= 0) {
+            rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_HANDSHAKE_TIMEOUT,
+                       "device %s, client %s: handshake dropped, idle for %lld ms: all %u slots taken and a new "
+                       "client came", ctx->attr.name, l->hs[i].peer, (long long)(now - l->hs[i].last), l->slots);
+            rdmax__hs_end(l, &l->hs[i]);
+            l->evicted++;
+        }
         struct rdmax__hs *h = &l->hs[i];
         memset(h, 0, sizeof *h);
         h->fd = fd;
-        h->deadline = rdmax__now_ms() + ctx->desc.handshake_ms;
+        h->start = h->last = now;
+        h->deadline = now + ctx->desc.handshake_ms;
         rdmax__sockaddr_str((struct sockaddr *)&ss, h->peer, sizeof h->peer);
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -8107,6 +8143,7 @@ static rdmax_status rdmax__hs_step(rdmax_listener *l, struct rdmax__hs *h, const
             return RDMAX_ERR_OOB_SHORT;
         }
         h->got += (uint32_t)k;
+        h->last = rdmax__now_ms();
         rdmax_status st = RDMAX_OK;
         if (h->got == 8)
             st = rdmax__conn_head_check(h->rec, why, why_len);
@@ -8201,21 +8238,24 @@ rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep
         /* Each call returns at the first finished handshake, so it starts where the last one stopped:
            from slot 0 every time, clients in the first slots would keep the others from being stepped
            until their deadline passed (seen with 50 clients connecting 1,000 endpoints). */
-        for (uint32_t k = 0; k < RDMAX__HS_MAX; k++) {
-            uint32_t i = (l->next_hs + k) % RDMAX__HS_MAX;
+        for (uint32_t k = 0; k < l->slots; k++) {
+            uint32_t i = (l->next_hs + k) % l->slots;
             struct rdmax__hs *h = &l->hs[i];
             if (h->fd < 0)
                 continue;
             rdmax_status st = rdmax__hs_step(l, h, desc);
-            if (st == RDMAX_INPROGRESS && now >= h->deadline) {
+            int64_t first = h->start + ctx->desc.handshake_first_ms;
+            int silent = h->phase == 0 && h->got == 0;
+            if (st == RDMAX_INPROGRESS && (now >= h->deadline || (silent && now >= first))) {
                 rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE_TIMEOUT,
                            "device %s, client %s: handshake did not finish within %u ms (%s)",
-                           ctx->attr.name, h->peer, ctx->desc.handshake_ms,
-                           h->phase ? "no ready byte" : "no whole connection record");
+                           ctx->attr.name, h->peer, silent ? ctx->desc.handshake_first_ms : ctx->desc.handshake_ms,
+                           silent ? "not one byte" : h->phase ? "no ready byte" : "no whole connection record");
                 st = RDMAX_ERR_OOB_TIMEOUT;
             }
             if (st == RDMAX_INPROGRESS) {
-                next = h->deadline < next ? h->deadline : next;
+                int64_t due = silent && first < h->deadline ? first : h->deadline;
+                next = due < next ? due : next;
                 continue;
             }
             if (st == RDMAX_OK) {
@@ -8231,7 +8271,7 @@ rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep
                 }
             }
             rdmax__hs_end(l, h);
-            l->next_hs = (i + 1) % RDMAX__HS_MAX;
+            l->next_hs = (i + 1) % l->slots;
             return st;
         }
         if (now >= deadline) {

@@ -10,6 +10,9 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <poll.h>
+#include <dirent.h>
+#include <time.h>
+#include <sys/resource.h>
 
 static void good_record(rdmax_conn_info *r)
 {
@@ -878,6 +881,219 @@ out:
     tl_end();
 }
 
+/* A listener a flood cannot lock (issue 30, item 3). Deterministic cases first: every slot held by a
+   slow client (one byte each, so none is silent), handshake_ms of 10 minutes: a new client takes the
+   oldest one's slot and is served (before: no slot until a handshake deadline, so it timed out); every
+   slot held by a silent socket: they go after handshake_first_ms. Then the flood as it was reported:
+   2,000 hostile sockets in a burst (half silent, a quarter with a truncated record, a quarter closing at
+   once) beside 20 real clients, defaults: all 20 served (their connect times reported; 60 s is a hang
+   guard), and the listener's fds back to their level after. */
+static int64_t tl_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int count_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+static int open_slow(uint16_t port, const char *bytes, size_t n)
+{
+    int fd = tcp_connect(AF_INET, port);
+    if (fd >= 0 && n && write(fd, bytes, n) != (ssize_t)n) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* rdmax_accept until an endpoint comes or guard_ms passes; the failures of the others are ignored */
+static rdmax_ep *accept_one(rdmax_listener *l, int64_t guard_ms)
+{
+    rdmax_ep *ep = NULL;
+    for (int64_t end = tl_now_ms() + guard_ms; !ep && tl_now_ms() < end;)
+        if (rdmax_accept(l, NULL, &ep, 100) != RDMAX_OK)
+            ep = NULL;
+    return ep;
+}
+
+static void flood_tests(void)
+{
+    enum { SLOTS = 8 };
+    for (int silent = 0; silent < 2; silent++) {
+        rdmax_ctx *ctx = NULL;
+        rdmax_listener *l = NULL;
+        rdmax_ep *ep = NULL;
+        int slow[SLOTS];
+        for (int i = 0; i < SLOTS; i++)
+            slow[i] = -1;
+        rdmax_ctx_desc cd;
+        memset(&cd, 0, sizeof cd);
+        cd.handshake_ms = 600000;
+        cd.handshake_first_ms = silent ? 300 : 600000;
+        cd.handshake_slots = SLOTS;
+        cd.log_level = RDMAX_LOG_ERROR;
+        cd.log_level_set = true;
+        if (silent)
+            tl_begin("listener/%d silent sockets in all %d slots go after handshake_first_ms: a real client is served",
+                     SLOTS, SLOTS);
+        else
+            tl_begin("listener/%d slow clients in all %d slots: a new client takes the oldest slot and is served",
+                     SLOTS, SLOTS);
+        REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device");
+        REQUIRE(rdmax_listen(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
+        uint16_t port = rdmax_listener_port(l);
+        for (int i = 0; i < SLOTS; i++) {
+            REQUIRE((slow[i] = open_slow(port, "\x52", silent ? 0 : 1)) >= 0, "slow client %d", i);
+            CHECK_ST(rdmax_accept(l, NULL, &ep, 0), RDMAX_ERR_TIMEOUT);  /* into a slot, in order */
+        }
+        pid_t pid = real_client("127.0.0.1", port, 30000);
+        ep = accept_one(l, 60000);
+        CHECK(ep != NULL, "the real client was not served within 60 s");
+        CHECK(child_ok(pid), "the real client failed");
+        char b;
+        CHECK(recv(slow[0], &b, 1, MSG_DONTWAIT) == 0, "the oldest %s client still holds its slot",
+              silent ? "silent" : "slow");
+    out:
+        for (int i = 0; i < SLOTS; i++)
+            if (slow[i] >= 0)
+                close(slow[i]);
+        rdmax_ep_destroy(ep);
+        rdmax_listener_close(l);
+        rdmax_ctx_destroy(ctx);
+        tl_end();
+    }
+}
+
+static void flood_burst_test(void)
+{
+    enum { HOSTILE = 2000, HONEST = 20 };
+    rdmax_ctx *ctx = NULL;
+    rdmax_listener *l = NULL;
+    rdmax_ep *eps[HONEST] = {0};
+    pid_t flood = -1, honest[HONEST];
+    int times[2] = {-1, -1};
+    for (int i = 0; i < HONEST; i++)
+        honest[i] = -1;
+    tl_begin("listener/%d hostile sockets in a burst beside %d real clients, defaults: all served, fds back", HOSTILE,
+             HONEST);
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.log_level = RDMAX_LOG_ERROR;
+    cd.log_level_set = true;
+    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device");
+    REQUIRE(rdmax_listen(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
+    uint16_t port = rdmax_listener_port(l);
+    int fds0 = count_fds();
+    REQUIRE(pipe(times) == 0, "pipe");
+    flood = fork();
+    if (flood == 0) {
+        struct rlimit rl = {HOSTILE + 64, HOSTILE + 64};
+        setrlimit(RLIMIT_NOFILE, &rl);
+        static int held[HOSTILE];
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_port = htons(port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        for (int i = 0; i < HOSTILE; i++) {
+            held[i] = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+            if (held[i] < 0)
+                continue;
+            connect(held[i], (struct sockaddr *)&a, sizeof a);
+            if (i % 4 == 2) {  /* a truncated record: a head that promises more */
+                struct pollfd p = {held[i], POLLOUT, 0};
+                poll(&p, 1, 50);
+                (void)!write(held[i], "RDMX\x00\x01\x00\x40", 8);
+            } else if (i % 4 == 3) {
+                close(held[i]);
+                held[i] = -1;
+            }
+        }
+        sleep(20);  /* then they all go */
+        _exit(0);
+    }
+    for (int i = 0; i < HONEST; i++) {
+        honest[i] = fork();
+        if (honest[i] == 0) {
+            int64_t t0 = tl_now_ms();
+            rdmax_ctx_desc c2d;
+            memset(&c2d, 0, sizeof c2d);
+            rdmax_ctx *c2;
+            rdmax_ep *e2;
+            if (rdmax_ctx_create(&c2d, &c2) != RDMAX_OK || rdmax_connect(c2, "127.0.0.1", port, NULL, &e2, 60000) != RDMAX_OK)
+                _exit(3);
+            int ms = (int)(tl_now_ms() - t0);
+            (void)!write(times[1], &ms, sizeof ms);
+            rdmax_ep_destroy(e2);
+            rdmax_ctx_destroy(c2);
+            _exit(0);
+        }
+    }
+    int served = 0;
+    for (int64_t end = tl_now_ms() + 120000; served < HONEST && tl_now_ms() < end;) {
+        rdmax_ep *ep = NULL;
+        if (rdmax_accept(l, NULL, &ep, 100) == RDMAX_OK)
+            eps[served++] = ep;
+    }
+    int ok = 0, max_ms = 0, sum_ms = 0;
+    for (int i = 0; i < HONEST; i++) {
+        ok += child_ok(honest[i]);
+        honest[i] = -1;
+    }
+    close(times[1]);
+    times[1] = -1;
+    int ms;
+    while (read(times[0], &ms, sizeof ms) == sizeof ms) {
+        max_ms = ms > max_ms ? ms : max_ms;
+        sum_ms += ms;
+    }
+    close(times[0]);
+    times[0] = -1;
+    CHECK(served == HONEST && ok == HONEST, "%d of %d real clients served, %d connected", served, HONEST, ok);
+    printf("    %d hostile sockets: %d of %d real clients connected, in %d ms on average, %d ms at most\n", HOSTILE,
+           ok, HONEST, ok ? sum_ms / ok : 0, max_ms);
+    kill(flood, SIGKILL);
+    waitpid(flood, NULL, 0);
+    flood = -1;
+    for (int i = 0; i < HONEST; i++)
+        rdmax_ep_destroy(eps[i]), eps[i] = NULL;
+    /* the hostile sockets are gone: their handshakes end at the next steps */
+    int fds = count_fds();
+    for (int64_t end = tl_now_ms() + 60000; fds > fds0 && tl_now_ms() < end; fds = count_fds()) {
+        rdmax_ep *ep = NULL;
+        rdmax_accept(l, NULL, &ep, 100);
+        rdmax_ep_destroy(ep);
+    }
+    CHECK(fds == fds0, "the listener's process holds %d fds, %d before the flood", fds, fds0);
+out:
+    if (flood > 0) {
+        kill(flood, SIGKILL);
+        waitpid(flood, NULL, 0);
+    }
+    for (int i = 0; i < HONEST; i++) {
+        if (honest[i] > 0)
+            child_ok(honest[i]);
+        rdmax_ep_destroy(eps[i]);
+    }
+    for (int i = 0; i < 2; i++)
+        if (times[i] >= 0)
+            close(times[i]);
+    rdmax_listener_close(l);
+    rdmax_ctx_destroy(ctx);
+    tl_end();
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -887,6 +1103,8 @@ int main(int argc, char **argv)
         listener_tests();
         accept_desc_tests();
         early_message_tests();
+        flood_tests();
+        flood_burst_test();
     }
     else {
         host_tests(AF_INET);
