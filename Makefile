@@ -17,7 +17,7 @@ B := build
 HDRS := rdmax.h rdmax_impl.h
 
 EXAMPLES := $(B)/rdmax_pingpong_rc $(B)/rdmax_pingpong_ud $(B)/rdmax_bw $(B)/rdmax_pageserver \
-            $(B)/readme_example $(B)/ex_put $(B)/ex_multicast $(B)/ex_pending $(B)/ex_rcache
+            $(B)/readme_example $(B)/ex_put $(B)/ex_multicast $(B)/ex_pending $(B)/ex_rcache $(B)/rdmax_rpc
 TESTS := $(B)/failure_test $(B)/oob_test $(B)/cm_test $(B)/datapath_test $(B)/ud_test $(B)/numa_test $(B)/pending_test \
          $(B)/rcache_device_test $(B)/rcache_device_hooks_test $(B)/rcache_device_static_test \
          $(B)/profile_test $(B)/profile_points_test $(B)/misuse_test \
@@ -62,6 +62,8 @@ $(B)/rdmax_pingpong_ud: examples/rdmax_pingpong.c $(HDRS) | $(B)
 $(B)/rdmax_bw: examples/rdmax_bw.c $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
 $(B)/rdmax_pageserver: examples/rdmax_pageserver.c $(HDRS) | $(B)
+	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
+$(B)/rdmax_rpc: examples/rdmax_rpc.c $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
 # The small one-topic examples (examples/ex_*.c; tests/examples_test.sh runs them).
 $(B)/ex_%: examples/ex_%.c $(HDRS) | $(B)
