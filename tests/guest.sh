@@ -91,6 +91,9 @@ if [ "$topo" = san ]; then
     [ "${RDMAX_VALGRIND:-1}" = 0 ] || run valgrind tests/valgrind_examples.sh short
 elif [ "$topo" = twohost ]; then
     run twohost_cm tests/twohost_cm.sh
+    # a request/response service (examples/rdmax_rpc): server on h0, 8 clients on h1, clients and then
+    # the server SIGKILLed
+    run rpc_twohost tests/rpc_test.sh twohost
     # make soak: the same under netem on the two-host link (RDMAX_NETEM, e.g. "loss 1%", on each side)
     if [ -n "${RDMAX_NETEM:-}" ]; then
         tc qdisc replace dev "${RDMAX_TEST_NETDEV0:-eth0}" root netem $RDMAX_NETEM ||
@@ -137,6 +140,9 @@ else
     run examples_dummy tests/examples_test.sh dummy
     run readme tests/readme_test.sh
     run cm_dummy tests/cm_test.sh dummy
+    # a request/response service (examples/rdmax_rpc): 8 clients x 16 endpoints, clients and then the
+    # server SIGKILLed, TCP record and rdma_cm setup
+    run rpc tests/rpc_test.sh dummy
     # peers SIGKILLed at random points of their life (make soak: 100 rounds)
     run kill $B/kill_test -n ${RDMAX_KILL_ROUNDS:-10}
 fi
