@@ -16,7 +16,7 @@
 # (see RECEIVING in rdmax.h: 128 x 64 KiB), so R0 is not the level before the clients came; what must
 # hold is that nothing piles up per endpoint lifetime: R0 <= R1 + margin and R2 <= R1 + margin, margin
 # 2 MiB (a leak of the provider's queues alone, ~37 KiB per endpoint, would be 4.6 MiB per round).
-# Each setup runs: TCP record (default) and rdma_cm (--cm).
+# Setups: TCP record (the default) and rdma_cm (--cm); guest.sh runs both on dummy, TCP on twohost.
 # Topologies: dummy (everything on one host; the two roles run side by side) and twohost (the server on
 # h0, the clients on h1; they coordinate through marker files in the shared build directory, and a
 # kill's time is taken on the other host when it sees the marker, 50 ms polls: no clock is compared
@@ -57,10 +57,21 @@ poll() {
     done
 }
 has_mark() { [ -e "$dir/$1" ]; }
-# mark NAME: tell the other role (its time is taken where it is seen)
-mark() { now > "$dir/$1.tmp" && mv "$dir/$1.tmp" "$dir/$1"; }
-# seen NAME: waits for the other role's mark, prints the local time it was seen; 1 after the guard
-seen() { poll "${2:-120}" has_mark "$1" || return 1; now; }
+# hostoff: the offset (ms) from this host's clock to the clock of the machine that
+# stamps the shared directory's files (their mtime), measured by writing a file of our own; twohost
+# guests' clocks differ, the file server's is one for both
+hostoff() {
+    f=$dir/.off.h$h
+    a=$(now); echo "$a" > "$f"; b=$(now)
+    m=$(stat -c %.3Y "$f" | tr -d .)
+    echo $(( m - (a + b) / 2 ))
+}
+# mark NAME [T]: tell the other role (T: when, on this host's clock; default now) and our offset
+mark() { echo "${2:-$(now)} $(hostoff)" > "$dir/$1.tmp" && mv "$dir/$1.tmp" "$dir/$1"; }
+# seen NAME: waits for the other role's mark; 1 after the guard
+seen() { poll "${2:-120}" has_mark "$1"; }
+# marktime NAME: the time in NAME on this host's clock (the writer's time, moved by both offsets)
+marktime() { read -r t o < "$dir/$1"; echo $(( t + o - $(hostoff) )); }
 lines() { grep -c "$2" "$1" 2>/dev/null; }
 at_least() { [ "$(lines "$1" "$2")" -ge "$3" ]; }
 gone_both() { grep -q 'client=0 gone' "$slog" && grep -q 'client=1 gone' "$slog"; }
@@ -86,7 +97,8 @@ server_role() {
     r1=$(grep "rpc server: live=$LIVE " "$slog" | head -1 | sed 's/.*rss_kb=\([0-9]*\).*/\1/')
     r_listen=$(grep listening "$slog" | sed 's/.*rss_kb=\([0-9]*\).*/\1/')
     pass "server: $NCLI clients x $EPS endpoints live ($LIVE), VmRSS ${r1} KiB (${r_listen} KiB when listening)"
-    tk=$(seen killed 300) || { bad "server: no kill mark from the client side"; kill -9 $spid; return; }
+    seen killed 300 || { bad "server: no kill mark from the client side"; kill -9 $spid; return; }
+    tk=$(marktime killed)
     if poll $GUARD gone_both; then
         live=$(field "$sst" live)
         for c in 0 1; do
@@ -103,7 +115,7 @@ server_role() {
         bad "server: the SIGKILLed clients' endpoints not all gone ${GUARD} s after the kill ($(grep -c gone "$slog") clients gone; status: $(cat "$sst"))"
     fi
     mark found
-    seen round1done 300 >/dev/null || { bad "server: round 1 never ended on the client side"; kill -9 $spid; return; }
+    seen round1done 300 || { bad "server: round 1 never ended on the client side"; kill -9 $spid; return; }
     if poll $GUARD at_least "$slog" "rpc server: live=0 " 1; then
         r0=$(grep "rpc server: live=0 " "$slog" | head -1 | sed 's/.*rss_kb=\([0-9]*\).*/\1/')
         if [ "$r0" -le $((r1 + MARGIN_KB)) ]; then pass "server: 0 endpoints after round 1, VmRSS ${r0} KiB (round 1 with $LIVE live: ${r1} KiB; margin $MARGIN_KB)"
@@ -120,18 +132,21 @@ server_role() {
     else
         bad "server: round 2 never had $LIVE endpoints live (status: $(cat "$sst"))"
     fi
-    seen round2running 300 >/dev/null || { bad "server: round 2 never ran on the client side"; kill -9 $spid; return; }
+    seen round2running 300 || { bad "server: round 2 never ran on the client side"; kill -9 $spid; return; }
     sleep 1
-    cp "$sst" "$out/$setup-server-final.st"
+    cat "$sst" > "$out/$setup-server-final.st"
     st=$(cat "$sst")
     if [ "$(field "$sst" misrouted)" = 0 ] && [ "$(field "$sst" bad)" = 0 ] && [ "$(field "$sst" slow)" -gt 0 ]; then
         pass "server: 0 misrouted, 0 bad requests ($st)"
     else
         bad "server: misrouted or bad requests, or no slow callback ($st)"
     fi
-    kill -9 $spid
-    mark serverkilled
+    t=$(now); kill -9 $spid
+    mark serverkilled "$t"
     wait $spid 2>/dev/null
+    # stay up until the clients are done (twohost: this guest's end would take its link away, and the
+    # clients would lose a host, not a process)
+    seen clientsdone 300 || bad "server: the clients never finished"
 }
 
 # (started directly, not under timeout(1): a SIGKILL must reach the program itself; guest.sh's timeout
@@ -151,7 +166,7 @@ start_clients() {
 summary() { grep "^rpc client=$1 eps" "$out/$setup-client$1.log"; }
 
 client_role() {
-    seen listening 120 >/dev/null || { bad "clients: the server never listened"; return; }
+    seen listening 120 || { bad "clients: the server never listened"; return; }
     has_mark abort && return
     # round 1
     start_clients 0
@@ -159,10 +174,10 @@ client_role() {
         bad "clients: round 1: not every client had 100 answers within 180 s"
         for c in $clients; do echo "    client $c: $(cat "$dir/c$c.st" 2>/dev/null)"; done
     fi
-    kill -9 $pid0 $pid1
-    mark killed
+    t=$(now); kill -9 $pid0 $pid1
+    mark killed "$t"
     for c in 0 1; do echo "# client $c SIGKILLed: $(cat "$dir/c$c.st")"; done
-    seen found 300 >/dev/null || { bad "clients: the server never reported the kill"; }
+    seen found 300 || { bad "clients: the server never reported the kill"; }
     survivors="2 3 4 5 6 7" spids=
     for c in $survivors; do eval "spids=\"\$spids \$pid$c\""; done
     kill -TERM $spids
@@ -186,12 +201,13 @@ client_role() {
     fi
     wait $pid0 $pid1 2>/dev/null
     mark round1done
-    seen empty 300 >/dev/null || { bad "clients: the server never emptied"; }
+    seen empty 300 || { bad "clients: the server never emptied"; }
     # round 2
     start_clients 8
     poll 180 status_ok_at_least 100 || bad "clients: round 2: not every client had 100 answers within 180 s"
     mark round2running
-    tk=$(seen serverkilled 300) || { bad "clients: no server kill mark"; kill -9 $pids; return; }
+    seen serverkilled 300 || { bad "clients: no server kill mark"; kill -9 $pids; mark clientsdone; return; }
+    tk=$(marktime serverkilled)
     if ! poll $GUARD exited $pids; then
         bad "clients: round 2: clients still running ${GUARD} s after the server's kill"
         for c in $clients; do echo "    client $c: $(cat "$dir/c$c.st" 2>/dev/null)"; done
@@ -220,6 +236,7 @@ client_role() {
     else
         bad "clients: round 2: ${badc:-ok $ok + failed $failed != sent $sent, or nothing was outstanding at the kill}"
     fi
+    mark clientsdone
 }
 
 port=18650
