@@ -161,7 +161,9 @@
    names the operation; posted now or queued) or rdmax_ep_pending_add (your callback posts). Each
    endpoint's requests wait in its own FIFO group; rdmax_progress serves the groups with work round-robin,
    one request per group per turn, as completions return resources, so one busy endpoint cannot starve
-   the others. While requests wait, direct posts on that endpoint are refused (order holds).
+   the others. While requests wait, direct posts on that endpoint are refused (order holds). When the
+   endpoint fails or closes, its waiting requests complete in order with an error (RDMAX_ERR_ENDPOINT
+   when it failed).
    rdmax_ep_query_info(ep, &i).pending counts them; rdmax_ep_pending_purge cancels them.
 
    UD AND MULTICAST (RDMAX_TRANSPORT_UD)
@@ -1770,7 +1772,9 @@ RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, 
    call's, the rest (queue depths, sizes, timeouts, expose) the making call's, so pass the same to every
    call. The server's ready byte comes from the returning call, and the client's rdmax_connect returns only
    after it, so no message of the client meets another call's callbacks or user; bytes a client that is
-   not rdmax sends before that byte are dropped and counted (recv_drops). Results: RDMAX_OK; RDMAX_ERR_TIMEOUT: nobody finished within timeout_ms (0 polls; an empty
+   not rdmax sends before that byte are dropped and counted (recv_drops). Not yet with RDMAX_SETUP_CM:
+   there the client's connect returns on ESTABLISHED, and a message it sends before the accept call that
+   returns its endpoint meets the making call's callbacks and user (pass the same to every call). Results: RDMAX_OK; RDMAX_ERR_TIMEOUT: nobody finished within timeout_ms (0 polls; an empty
    wait logs at debug level only, and handshakes in progress go on in the next call); a handshake failure
    (RDMAX_ERR_OOB_*, including RDMAX_ERR_OOB_TIMEOUT for a client that stalled): that client is dropped,
    the listener stays usable, call again. rdmax_connect resolves host (IPv4 or IPv6) and retries a peer
