@@ -190,13 +190,26 @@
    until credits come back, and rdmax_ep_query_info's send_credits says how many may go now. The window
    is backed by rq_depth + 1 buffers: the one more takes the sender's credit grants and goodbye (each a
    zero-length send that consumes a buffer), so they never wait for the window. The pool holds the sum
-   of all endpoints' rq_depth + 1 and a consumed buffer is posted again before its credit goes back, so
-   a sender never meets receiver-not-ready (RNR); rdmax_ctx_query_recv_pool shows a pool's buffers, how
-   many are posted, the credits it backs (target) and its low-water mark. Credits return in the
+   of all endpoints' rq_depth + 1 and a reserve, and a consumed buffer is posted again before its credit
+   goes back, so a sender never meets receiver-not-ready (RNR) while every peer keeps to its window;
+   rdmax_ctx_query_recv_pool shows a pool's buffers, how many are posted, the credits it backs (target),
+   its reserve and its low-water mark. Credits return in the
    immediate data of the receiver's sends, or in a grant sent from the receive path as soon as half a
    window is owed, however busy the receiver is: a refused post waits a few round trips, not for the
-   receiver to go idle. Memory: the pool costs (rq_depth + 1) x recv_size per endpoint (17 x 4 KiB = 68
-   KiB by default), rdmax's own state under 2 KiB per endpoint (the batch staging is the context's), the
+   receiver to go idle.
+   A peer that sends past its window (not rdmax, or broken) is failed: when a grant to it falls due and
+   it has sent more than the buffers given to it (its window + 1 and every credit returned so far), its
+   endpoint goes to RDMAX_EP_ERROR with RDMAX_ERR_PEER_WINDOW (counted in window_breaks) and its QP
+   leaves RTS, so it takes no more buffers; an honest peer never is. A shared queue cannot stop a peer
+   from taking buffers before it is found: what such peers take first comes out of the pool's reserve
+   (rdmax_ctx_desc.recv_reserve, 256 KiB of buffers by default) before it comes out of honest peers'
+   credits. How soon it is found: a peer that gives no credits back is out of grants after its window's
+   worth (tests/srq_test breakers on rxe: four peers keeping 256 sends in flight past a window of 16
+   were failed after about 560 messages each, and an honest client beside them met one RNR in 200 round
+   trips); a peer that gives credits back and keeps many sends in flight may not be found at all. So for
+   peers you do not trust, accept them with recv_pool = RDMAX_RECV_POOL_OWN: a peer past its window then
+   meets RNR on its own receive queue and nowhere else (same test: 0 RNR for the honest client).
+   Memory: the pool costs (rq_depth + 1) x recv_size per endpoint (17 x 4 KiB = 68 KiB by default), rdmax's own state under 2 KiB per endpoint (the batch staging is the context's), the
    provider's send queue grows with sq_depth and max_inline (about 37 KiB per endpoint on rxe with the
    defaults). The receive CQ holds every credit of the context: its max_cqe (32767 on rxe) /
    (rq_depth + 1) endpoints per context (1927 at the default window, 6553 at 4); more endpoints need
@@ -530,7 +543,8 @@ extern "C" {
     X(RDMAX_ERR_STALLED, -47, "no completion within the endpoint's watchdog bound (link down or peer gone)") \
     X(RDMAX_ERR_CLOSED, -48, "endpoint closed: the peer disconnected, or this side did")                   \
     X(RDMAX_ERR_DEVICE, -49, "the device reported a fatal error")                                           \
-    X(RDMAX_ERR_PEER_GONE, -50, "the peer's connection ended without its goodbye (killed, exited, or its endpoint destroyed without rdmax_ep_disconnect)")
+    X(RDMAX_ERR_PEER_GONE, -50, "the peer's connection ended without its goodbye (killed, exited, or its endpoint destroyed without rdmax_ep_disconnect)") \
+    X(RDMAX_ERR_PEER_WINDOW, -51, "the peer sent past its credit window (more messages than receive buffers given to it)")
 
 typedef enum rdmax_status {
 #define RDMAX__X(name, val, text) name = val,
@@ -1190,6 +1204,11 @@ typedef struct rdmax_ctx_desc {
     uint32_t handshake_slots;  /* 0: 256: handshakes a TCP listener runs side by side (its backlog too);
                                   when all are taken, a new client takes the oldest one's slot */
     uint32_t ud_rq_depth;      /* 0: 512: receive buffers of the context's UD QP (all UD endpoints share it) */
+    uint32_t recv_reserve;     /* 0: a chunk's worth (256 KiB: 64 buffers of 4 KiB); RDMAX_OFF: none.
+                                  Buffers each shared receive pool keeps posted
+                                  beyond its endpoints' credits: what peers that send past their window
+                                  take before they are found comes out of it, not out of honest peers'
+                                  credits (see RECEIVING) */
     uint8_t rcache_mode;       /* 0: RDMAX_RCACHE_AUTO (cache what a memory monitor covers, register the
                                   rest per operation); RDMAX_RCACHE_MANUAL; RDMAX_RCACHE_UNCACHED */
     uint8_t conn_setup;        /* 0: RDMAX_SETUP_TCP; RDMAX_SETUP_CM: listen/accept/connect through rdma_cm
@@ -1282,7 +1301,8 @@ typedef struct rdmax_recv_pool_info {
     uint32_t recv_size;         /* bytes of each buffer: the pool's key */
     uint32_t endpoints;         /* endpoints receiving into it now */
     uint32_t target;            /* the credits they give: the sum of their windows + 1 each (ep desc
-                                   rq_depth + 1): buffers kept posted */
+                                   rq_depth + 1); target + reserve buffers are kept posted */
+    uint32_t reserve;           /* buffers posted beyond the credits (rdmax_ctx_desc.recv_reserve) */
     uint32_t posted;            /* buffers in the shared receive queue now */
     uint32_t free;              /* buffers neither posted nor in a receive callback */
     uint32_t buffers;           /* buffers allocated and registered (buffers x recv_size bytes); they stay
@@ -1337,6 +1357,7 @@ typedef struct rdmax_counters {
     uint64_t srq_limit_events;  /* the shared receive queue fell below its low-water mark (diagnostic) */
     uint64_t ud_wrong_source;   /* UD: datagrams naming an endpoint whose peer did not send them (source
                                    GID or QPN not the peer's), dropped (also in recv_drops) */
+    uint64_t window_breaks;     /* RC: endpoints failed with RDMAX_ERR_PEER_WINDOW (also in ep_errors) */
 } rdmax_counters;
 
 
@@ -2355,7 +2376,8 @@ typedef struct rdmax_profile_var {
     X(RECV_POOL_POSTED, "recv_pool.posted", LEVEL, "buffers of the shared receive pool posted now")        \
     X(SRQ_LIMIT_EVENTS, "srq_limit_events", COUNTER, "the shared receive queue fell below its low-water mark") \
     X(UD_WRONG_SOURCE, "ud.wrong_source", COUNTER,                                                         \
-      "UD datagrams naming an endpoint whose peer did not send them (source GID or QPN), dropped")
+      "UD datagrams naming an endpoint whose peer did not send them (source GID or QPN), dropped")         \
+    X(WINDOW_BREAKS, "window_breaks", COUNTER, "RC endpoints failed because their peer sent past its credit window")
 
 enum rdmax_profile_var_id {
     RDMAX__PROF_VAR_BEFORE_FIXED = 3 * RDMAX_OP__COUNT - 1,

@@ -4961,7 +4961,9 @@ static rdmax_status rdmax__post_recvs(rdmax_ep *ep, uint32_t n)
    2) never triggers a grant in return, which is why 4 is the smallest window (with 2, grants would
    answer grants forever). A sender out of credits has C - 1 = W of them owed by a peer that drained its
    queue, and W >= W/2: it is granted without asking. Destroying an endpoint lowers target by C; its
-   buffers stay in the pool.
+   buffers stay in the pool. The pool's reserve (rdmax_ctx_desc.recv_reserve) is in target from the
+   pool's creation: buffers beyond the credits, for what a peer that breaks its window takes before
+   rdmax__grant_or_fail finds it (owed more than C, which an honest peer never is).
    The credits field keeps its meaning on the wire (buffers the peer may consume, its last kept for
    grants), so versions agree without a new record version: an older peer sends at most C - 1 = W into
    our C buffers; an older receiver advertises its window W' as W' buffers, and we send W' - 1, as it
@@ -4999,7 +5001,8 @@ struct rdmax__srq {
     uint32_t recv_size;
     uint32_t per_chunk;         /* buffers per chunk, a power of two, at most 1 << RDMAX__SRQ_SLOT_BITS */
     uint32_t cap;               /* buffers the SRQ can hold (max_wr as the device applied it) */
-    uint32_t target, posted;
+    uint32_t target, posted;    /* target: credits of its endpoints plus reserve, the buffers kept posted */
+    uint32_t reserve;           /* rdmax_ctx_desc.recv_reserve: posted beyond the credits (see below) */
     uint32_t n_bufs, n_free;
     uint32_t n_stage;           /* rq[0, n_stage): given back in this poll batch, ready to post */
     uint32_t *free;             /* [n_bufs] */
@@ -5346,6 +5349,7 @@ static void rdmax__pool_free(rdmax_ctx *ctx, uint32_t p)
     struct rdmax__srq *s = ctx->rx->pool[p];
     ctx->rx->bytes -= (uint64_t)s->n_bufs * s->recv_size;
     ctx->rx->posted -= s->posted;
+    ctx->rx->target -= s->target;  /* its reserve (no endpoint is left) */
     ctx->rx->cooling |= 1u << p;
     ctx->rx->staged &= ~(1u << p);
     ctx->rx->cool_epoch[p] = ctx->rcq_drains;
@@ -5430,6 +5434,13 @@ static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
         return RDMAX_ERR_IO;
     }
     s->cap = a.attr.max_wr;
+    /* the reserve is kept posted as long as the pool lives: rdmax__srq_reserve posts it with the first
+       endpoint's credits; a device's limit leaves room for credits */
+    s->reserve = ctx->desc.recv_reserve == 0 ? s->per_chunk : ctx->desc.recv_reserve == RDMAX_OFF ? 0 : ctx->desc.recv_reserve;
+    if (s->reserve > ctx->attr.max_srq_wr / 2)
+        s->reserve = ctx->attr.max_srq_wr / 2;
+    s->target = s->reserve;
+    x->target += s->reserve;
     x->cooling &= ~(1u << p);
     x->pool[p] = s;
     *out = p;
@@ -5446,9 +5457,9 @@ static rdmax_status rdmax__srq_reserve(rdmax_ctx *ctx, uint32_t p, uint32_t w)
     uint64_t need = (uint64_t)s->target + w;
     if (need > ctx->attr.max_srq_wr) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LIMIT, "device %s: the shared receive queue would need %llu buffers (%u endpoints' "
-                   "credits so far plus %u), more than the device's max_srq_wr %u: lower rdmax_ep_desc.rq_depth or "
-                   "spread the endpoints over more contexts", ctx->attr.name, (unsigned long long)need, s->target, w,
-                   ctx->attr.max_srq_wr);
+                   "credits and the reserve so far plus %u), more than the device's max_srq_wr %u: lower "
+                   "rdmax_ep_desc.rq_depth or spread the endpoints over more contexts", ctx->attr.name,
+                   (unsigned long long)need, s->target, w, ctx->attr.max_srq_wr);
         return RDMAX_ERR_LIMIT;
     }
     char why[96];
@@ -5548,7 +5559,8 @@ bool rdmax_ctx_query_recv_pool(const rdmax_ctx *ctx, uint32_t recv_size, rdmax_r
             continue;
         out->recv_size = s->recv_size;
         out->endpoints = s->users;
-        out->target = s->target;
+        out->target = s->target - s->reserve;
+        out->reserve = s->reserve;
         out->posted = s->posted - s->n_stage;
         out->free = s->n_free + s->n_stage;
         out->buffers = s->n_bufs;
@@ -6703,6 +6715,24 @@ static void rdmax__srq_post_staged(rdmax_ctx *ctx, struct rdmax__rx *x)
             rdmax__srq_fill_staged(ctx, x->pool[p], p);
 }
 
+/* Credits owed back are due (half a window): grant them, unless the peer is owed more than the buffers
+   that back it, rq_depth. An honest peer never is: what it has sent and not had back is at most its
+   credits (see >>srq), and what we owe is part of that. So it sent past its window: it fails, its QP
+   leaves RTS and consumes no more buffers of the pool. Checked only here, where a grant is due (never
+   on the way of a message), because a grant would hide the excess: it would return the credits the peer
+   took without having them. */
+static void rdmax__grant_or_fail(rdmax_ep *ep)
+{
+    if (rdmax_likely(ep->rx_unreturned <= ep->rq_depth)) {
+        rdmax__grant(ep);
+        return;
+    }
+    ep->ctx->cnt.window_breaks++;
+    rdmax__ep_fail_why(ep, RDMAX_ERR_PEER_WINDOW, IBV_WC_GENERAL_ERR, 1,
+                       "the peer sent past its credit window: %u of its messages are not returned yet, and "
+                       "it was given %u receive buffers", ep->rx_unreturned, ep->rq_depth);
+}
+
 /* End of a poll batch: post the buffers given back again (every pool with some staged: a nested batch
    posts what the outer one gave back so far, before it owes its credits), then owe their endpoints the
    credits (never before: see >>srq), and grant as soon as half a window is owed, busy or not. All are
@@ -6724,7 +6754,7 @@ static void rdmax__srq_settle(rdmax_ctx *ctx, struct rdmax__owed *o, int outermo
         rdmax__ep_ref *r = &ctx->eps[o->who[i] & 0xffff];
         if (r->ep && RDMAX__REF_GEN(r) == (uint16_t)(o->who[i] >> 16) && r->ep->rx_unreturned >= r->ep->grant_at &&
             r->ep->state == RDMAX_EP_CONNECTED)
-            rdmax__grant(r->ep);
+            rdmax__grant_or_fail(r->ep);
     }
     if (rdmax_unlikely(x->doomed != 0) && outermost)
         rdmax__pool_reap(ctx);
@@ -6741,7 +6771,7 @@ static void rdmax__srq_settle_last(rdmax_ctx *ctx, struct rdmax__rx *x)
     rdmax__srq_fill_staged(ctx, x->last_s, ep->pool);
     ep->rx_unreturned += run;
     if (ep->rx_unreturned >= ep->grant_at && ep->state == RDMAX_EP_CONNECTED)
-        rdmax__grant(ep);
+        rdmax__grant_or_fail(ep);
 }
 
 int rdmax__poll_ud(rdmax_ctx *ctx)
@@ -6867,7 +6897,7 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
             rdmax__post_recvs(ep, ep->rq_unposted);
         /* Half the peer's credits are back with us and no send took them along: grant them. */
         if (ep->rx_unreturned >= ep->grant_at && ep->state == RDMAX_EP_CONNECTED && ep->qp->qp_type == IBV_QPT_RC)
-            rdmax__grant(ep);
+            rdmax__grant_or_fail(ep);
     }
     if ((x = ctx->rx) != NULL) {  /* (a callback may have made rx) */
         if (rdmax_likely((x->staged | owed.n | x->doomed) == 0 && x->run != 0 && x->last_s != NULL))
@@ -9295,6 +9325,7 @@ static void rdmax__prof_collect(rdmax_ctx *ctx, uint64_t *v)
     v[RDMAX_PROFILE_VAR_RECV_IMMS] = RDMAX__PROF_LOAD(c->recv_imms);
     v[RDMAX_PROFILE_VAR_SRQ_LIMIT_EVENTS] = RDMAX__PROF_LOAD(c->srq_limit_events);
     v[RDMAX_PROFILE_VAR_UD_WRONG_SOURCE] = RDMAX__PROF_LOAD(c->ud_wrong_source);
+    v[RDMAX_PROFILE_VAR_WINDOW_BREAKS] = RDMAX__PROF_LOAD(c->window_breaks);
     v[RDMAX_PROFILE_VAR_EP_BYTES] = RDMAX__PROF_LOAD(ctx->ep_bytes);
     /* The pools' totals live in rx, which lasts as long as the context (a pool may be freed meanwhile). */
     struct rdmax__rx *rx = __atomic_load_n(&ctx->rx, __ATOMIC_ACQUIRE);

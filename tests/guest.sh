@@ -107,6 +107,7 @@ elif [ "$topo" = veth ]; then
     run datapath_cross $B/datapath_test cross
     run failure_linkcut $B/failure_test linkcut
     run ud_cross $B/ud_test cross
+    run srq_breakers $B/srq_test breakers
     run rcache_device_cross $B/rcache_device_test
     run examples_veth tests/examples_test.sh veth
     run cm_veth tests/cm_test.sh veth

@@ -4,7 +4,8 @@
    recv_size, receives of a destroyed endpoint dropped and their buffers recycled, the SRQ's low-water
    event, limits that fail with a status and a message naming them (nothing half-made left), and two
    threads whose contexts share one protection domain and serve one registered region.
-   Usage: srq_test [window]   (window: only the window cases) */
+   Usage: srq_test [window or breakers]   (window: only the window cases; breakers: peers past their
+   window, on the veth topology) */
 #define RDMAX_TRANSPORT_RC
 #define RDMAX_IMPLEMENTATION
 #include "../rdmax.h"
@@ -61,12 +62,16 @@ static void keep_log(rdmax_log_level lvl, rdmax_log_item item, const char *msg, 
         snprintf(g_lastlog, sizeof g_lastlog, "%s", msg);
 }
 
-static rdmax_ctx *open_ctx(uint32_t recv_size, rdmax_ctx *parent)
+/* A context on dev (NULL: the default device) with recv_size, parent and recv_reserve as given (0:
+   their defaults). */
+static rdmax_ctx *open_ctx_ex(const char *dev, uint32_t recv_size, rdmax_ctx *parent, uint32_t reserve)
 {
     rdmax_ctx_desc d;
     memset(&d, 0, sizeof d);
+    d.device = dev;
     d.recv_size = recv_size;
     d.parent = parent;
+    d.recv_reserve = reserve;
     d.logger.func = keep_log;
     d.log_level = RDMAX_LOG_ERROR;
     d.log_level_set = true;
@@ -76,6 +81,11 @@ static rdmax_ctx *open_ctx(uint32_t recv_size, rdmax_ctx *parent)
         exit(1);
     }
     return c;
+}
+
+static rdmax_ctx *open_ctx(uint32_t recv_size, rdmax_ctx *parent)
+{
+    return open_ctx_ex(NULL, recv_size, parent, 0);
 }
 
 /* RNR as the device counts it: any of these moving means a sender met an empty receive queue. */
@@ -875,7 +885,8 @@ static void stale_case(const char *dev)
     REQUIRE(tl_pair(ca, cb, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     rdmax_recv_pool_info p = tl_pool(cb, 0);
     uint32_t target0 = p.target, posted0 = p.posted;
-    CHECK(target0 == 9 && posted0 == 9, "target %u posted %u (want the window + 1)", target0, posted0);
+    CHECK(target0 == 9 && posted0 == 9 + p.reserve, "target %u posted %u (want the window + 1 and the reserve %u)",
+          target0, posted0, p.reserve);
     /* 8 sends (the window) land in b's context, which does not poll yet */
     unsigned char m[64];
     for (uint32_t i = 0; i < 8; i++) {
@@ -966,7 +977,9 @@ out:
 /* ---- the SRQ's low-water event ---- */
 static void limit_case(void)
 {
-    rdmax_ctx *ca = open_ctx(0, NULL), *cb = open_ctx(0, NULL);
+    /* cb without a reserve: the mark is a quarter of what is posted, and the bursts below are sized to
+       a pool of the window alone */
+    rdmax_ctx *ca = open_ctx(0, NULL), *cb = open_ctx_ex(NULL, 0, NULL, RDMAX_OFF);
     rdmax_ep *a = NULL, *b = NULL;
     struct side sb;
     memset(&sb, 0, sizeof sb);
@@ -1275,7 +1288,7 @@ out:
 /* Events of contexts sharing a device: whichever context reads one that belongs to another queues it. */
 static void shared_events_case(void)
 {
-    rdmax_ctx *pa = open_ctx(0, NULL), *ch = open_ctx(0, pa), *cl = open_ctx(0, NULL);
+    rdmax_ctx *pa = open_ctx_ex(NULL, 0, NULL, RDMAX_OFF), *ch = open_ctx(0, pa), *cl = open_ctx(0, NULL);  /* pa: as limit_case's cb */
     rdmax_ep *a = NULL, *b = NULL;
     struct side sb;
     memset(&sb, 0, sizeof sb);
@@ -1330,7 +1343,7 @@ out:
 static void rnr_control_case(const char *dev)
 {
     enum { RAW = 24 };
-    rdmax_ctx *ctx = open_ctx(0, NULL);
+    rdmax_ctx *ctx = open_ctx_ex(NULL, 0, NULL, RDMAX_OFF);  /* a pool of the two windows alone */
     rdmax_ep *a = NULL, *b = NULL;
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
@@ -1370,12 +1383,216 @@ out:
         tl_end();
 }
 
+/* ---- peers that send past their window ---- */
+static void on_echo(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)user;
+    if (rdmax_send(ep, data, len, NULL, NULL) != RDMAX_OK)
+        printf("# echo refused\n");
+}
+
+static struct {
+    uint32_t fails;
+    rdmax_status reason[4];
+} g_viol;
+
+static void on_viol_state(rdmax_ep *ep, rdmax_ep_state st, rdmax_status why, void *user)
+{
+    (void)ep;
+    if (st == RDMAX_EP_ERROR) {
+        g_viol.reason[(uintptr_t)user] = why;
+        g_viol.fails++;
+    }
+}
+
+/* Violator v's QP (an rdmax endpoint of a context nobody progresses, driven by raw verbs): one send of
+   64 bytes with immediate data 0 (it gives no credits back), signaled, wr_id v. */
+static int viol_post(struct ibv_qp *qp, const rdmax_mem *src, uint32_t v)
+{
+    struct ibv_sge sge = {(uintptr_t)src->addr, 64, src->lkey};
+    struct ibv_send_wr wr, *bad;
+    memset(&wr, 0, sizeof wr);
+    wr.wr_id = v;
+    wr.opcode = IBV_WR_SEND_WITH_IMM;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.imm_data = 0;
+    return ibv_post_send(qp, &wr, &bad);
+}
+
+/* Four peers keep 256 sends in flight each, past their window of 16, into a server on device d0 that
+   also serves an honest client's checked echo round trips from device d1 (so d1's RNR counters are the
+   honest traffic's alone). Modes:
+     BREAK_SHARED   the violators' server endpoints on the shared pool (reserve 1024): each violator is
+                    failed with RDMAX_ERR_PEER_WINDOW (it gives no credits back, so the server is out of
+                    grants for it after its window's worth and then owes it more than its buffers); the
+                    honest client, with RNR retries unbounded (until the violators are cut a full pool is
+                    possible: they may take more than the reserve first), finishes every round trip; the
+                    RNR counts of both devices are reported
+     BREAK_OWN      the violators' server endpoints with receive pools of their own: the violators meet RNR
+                    on their own queues and nowhere else; the honest client's device counts no RNR
+     BREAK_CONTROL  shared pool without a reserve, nobody polls the server: the RNR counters move (the
+                    checks above can see RNR) */
+enum breaker_mode { BREAK_SHARED, BREAK_OWN, BREAK_CONTROL };
+
+static void violators_case(const char *d0, const char *d1, enum breaker_mode mode)
+{
+    enum { V = 4, INFLIGHT = 256, TRIPS = 200 };
+    rdmax_ctx *srv = open_ctx_ex(d0, 0, NULL, mode == BREAK_SHARED ? 1024 : mode == BREAK_CONTROL ? RDMAX_OFF : 0),
+              *hc = open_ctx_ex(d1, 0, NULL, 0), *vc = open_ctx_ex(d0, 0, NULL, 0);
+    rdmax_ep *h = NULL, *hs = NULL, *v[V] = {0}, *vs[V] = {0};
+    rdmax_mem *src = NULL;
+    struct side hside;
+    memset(&hside, 0, sizeof hside);
+    memset(&g_viol, 0, sizeof g_viol);
+    if (mode == BREAK_CONTROL)
+        tl_begin("srq/control: %d peers keeping %d sends in flight past a window of 16 into a pool with no "
+                 "reserve that nobody polls move the RNR counters", V, INFLIGHT);
+    else if (mode == BREAK_SHARED)
+        tl_begin("srq/window breakers on the shared pool: %d peers keep %d sends in flight past a window of 16: "
+                 "each fails with RDMAX_ERR_PEER_WINDOW, an honest client's %d checked round trips all come back",
+                 V, INFLIGHT, TRIPS);
+    else
+        tl_begin("own_pool/window breakers on pools of their own: %d peers keep %d sends in flight past a window "
+                 "of 16: they meet RNR alone; an honest client's %d checked round trips, no RNR on its device",
+                 V, INFLIGHT, TRIPS);
+    REQUIRE(rdmax_mem_alloc(vc, 4096, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "mem_alloc");
+    memset(src->addr, 0x5a, 64);
+    rdmax_ep_desc dh, ds, dv, dvs;
+    memset(&dh, 0, sizeof dh);
+    memset(&ds, 0, sizeof ds);
+    memset(&dv, 0, sizeof dv);
+    memset(&dvs, 0, sizeof dvs);
+    dh.recv_cb = on_msg;
+    dh.user = &hside;
+    dh.rnr_retry = 7;  /* unbounded: see BREAK_SHARED */
+    ds.recv_cb = on_echo;
+    dv.sq_depth = INFLIGHT;
+    dv.rnr_retry = 7;  /* a violator on its own pool keeps retrying: it never fails, the test stops it */
+    dh.keepalive_ms = ds.keepalive_ms = dv.keepalive_ms = dvs.keepalive_ms = RDMAX_OFF;
+    dvs.state_cb = on_viol_state;
+    if (mode == BREAK_OWN)
+        dvs.recv_pool = RDMAX_RECV_POOL_OWN;
+    REQUIRE(tl_pair(hc, srv, &dh, &ds, &h, &hs) == RDMAX_OK, "honest pair: %s", g_lastlog);
+    for (uintptr_t i = 0; i < V; i++) {
+        dvs.user = (void *)i;
+        REQUIRE(tl_pair(vc, srv, &dv, &dvs, &v[i], &vs[i]) == RDMAX_OK, "violator pair %u: %s", (unsigned)i,
+                g_lastlog);
+    }
+    rdmax_recv_pool_info p0 = tl_pool(srv, 0);
+    printf("# server pool: %u credits, reserve %u, %u posted\n", p0.target, p0.reserve, p0.posted);
+    uint32_t want_reserve = mode == BREAK_SHARED ? 1024 : mode == BREAK_CONTROL ? 0 : 64;
+    CHECK(p0.reserve == want_reserve && p0.posted == p0.target + p0.reserve, "reserve %u (want %u), %u posted for %u credits",
+          p0.reserve, want_reserve, p0.posted, p0.target);
+    uint64_t rnr_srv0 = rnr_count(d0), rnr_h0 = rnr_count(d1);
+    struct ibv_qp *vqp[V];
+    for (uint32_t i = 0; i < V; i++) {
+        rdmax_ep_info vi;
+        rdmax_ep_query_info(v[i], &vi);
+        vqp[i] = vi.qp;
+        for (int k = 0; k < INFLIGHT; k++)
+            REQUIRE(viol_post(vqp[i], src, i) == 0, "violator %u: post %d", i, k);
+    }
+    if (mode == BREAK_CONTROL) {
+        /* nothing polls the server: the violators meet an empty queue (the wait is only a hang guard) */
+        for (int i = 0; i < 1000 && rnr_count(d0) == rnr_srv0; i++)
+            usleep(10000);
+        CHECK(rnr_count(d0) > rnr_srv0, "the RNR counters of %s did not move (%llu)", d0, (unsigned long long)rnr_srv0);
+        printf("# control: RNR counters of %s %llu before, %llu after\n", d0, (unsigned long long)rnr_srv0,
+               (unsigned long long)rnr_count(d0));
+        tl_end();
+        goto out;
+    }
+    uint32_t sent = 0, reposts = 0;
+    unsigned char msg[64];
+    struct ibv_cq *vcq = vqp[0]->send_cq;
+    time_t t0 = time(NULL);  /* a hang guard only */
+    /* BREAK_OWN: nothing fails the violators; they flood until the honest client is done */
+    while ((hside.msgs < TRIPS || (mode == BREAK_SHARED && g_viol.fails < V)) && time(NULL) - t0 < 120) {
+        /* each violator keeps INFLIGHT in flight while its server endpoint is up */
+        struct ibv_wc wc[32];
+        int n = ibv_poll_cq(vcq, 32, wc);
+        for (int k = 0; k < n; k++) {
+            uint32_t i = (uint32_t)wc[k].wr_id;
+            if (i < V && wc[k].status == IBV_WC_SUCCESS && rdmax_ep_query_state(vs[i]) == RDMAX_EP_CONNECTED)
+                reposts += viol_post(vqp[i], src, i) == 0;
+        }
+        rdmax_progress(srv);
+        rdmax_progress(hc);
+        if (sent == hside.msgs && sent < TRIPS) {  /* one round trip at a time, each checked by on_msg */
+            msg_fill(msg, sent);
+            if (rdmax_send(h, msg, sizeof msg, NULL, NULL) == RDMAX_OK)
+                sent++;
+        }
+    }
+    uint64_t rnr_srv1 = rnr_count(d0), rnr_h1 = rnr_count(d1);
+    rdmax_counters c;
+    rdmax_counters_get(srv, &c);
+    printf("# server: %llu messages received, %llu grants posted, window_breaks %llu; %u violator sends reposted\n",
+           (unsigned long long)c.recv_msgs, (unsigned long long)c.posted[RDMAX_OP_GRANT],
+           (unsigned long long)c.window_breaks, reposts);
+    printf("# honest: %u of %d round trips, %u bad; RNR counters: server's device %s +%llu, the honest client's "
+           "device %s +%llu\n", hside.msgs, TRIPS, hside.bad, d0, (unsigned long long)(rnr_srv1 - rnr_srv0), d1,
+           (unsigned long long)(rnr_h1 - rnr_h0));
+    CHECK(hside.msgs == TRIPS && hside.bad == 0, "honest client: %u of %d round trips, %u bad", hside.msgs, TRIPS,
+          hside.bad);
+    CHECK(rdmax_ep_query_state(h) == RDMAX_EP_CONNECTED && rdmax_ep_query_state(hs) == RDMAX_EP_CONNECTED,
+          "honest endpoints in state %d / %d", rdmax_ep_query_state(h), rdmax_ep_query_state(hs));
+    if (mode == BREAK_SHARED) {
+        CHECK(g_viol.fails == V, "%u of %d violators failed", g_viol.fails, V);
+        for (int i = 0; i < V; i++)
+            CHECK(g_viol.reason[i] == RDMAX_ERR_PEER_WINDOW, "violator %d failed with %s", i,
+                  rdmax_status_str(g_viol.reason[i]));
+        CHECK(c.window_breaks == V, "window_breaks %llu", (unsigned long long)c.window_breaks);
+        uint64_t pv = 0;
+        rdmax_profile *prof = NULL;
+        CHECK(rdmax_profile_open(srv, &prof) == RDMAX_OK &&
+                  rdmax_profile_read_u64(prof, RDMAX_PROFILE_VAR_WINDOW_BREAKS, &pv) == RDMAX_OK && pv == V,
+              "profile window_breaks %llu", (unsigned long long)pv);
+        if (prof)
+            rdmax_profile_close(prof);
+    } else {
+        CHECK(rnr_h1 == rnr_h0, "the honest client's device %s counted %llu RNR", d1,
+              (unsigned long long)(rnr_h1 - rnr_h0));
+        CHECK(rnr_srv1 > rnr_srv0, "the violators met no RNR on their own queues (server's device +0)");
+        CHECK(g_viol.fails == 0 && c.window_breaks == 0, "%u violators failed, window_breaks %llu", g_viol.fails,
+              (unsigned long long)c.window_breaks);
+    }
+    tl_end();
+out:
+    for (int i = 0; i < V; i++) {
+        rdmax_ep_destroy(v[i]);
+        rdmax_ep_destroy(vs[i]);
+    }
+    rdmax_ep_destroy(h);
+    rdmax_ep_destroy(hs);
+    rdmax_mem_free(src);
+    rdmax_ctx_destroy(vc);
+    rdmax_ctx_destroy(hc);
+    rdmax_ctx_destroy(srv);
+    if (tl_case_failed)
+        tl_end();
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     rdmax_ctx *ctx = open_ctx(0, NULL);
     char dev[64];
     snprintf(dev, sizeof dev, "%s", rdmax_ctx_attr(ctx)->name);
+    if (argc > 1 && !strcmp(argv[1], "breakers")) {  /* veth: the server on DEV0, the honest client on DEV1 */
+        const char *d0 = getenv("RDMAX_TEST_DEV0"), *d1 = getenv("RDMAX_TEST_DEV1");
+        rdmax_ctx_destroy(ctx);
+        if (!d0 || !d1) {
+            printf("FAIL breakers: RDMAX_TEST_DEV0 and RDMAX_TEST_DEV1 must name two devices\n");
+            return 1;
+        }
+        violators_case(d0, d1, BREAK_SHARED);
+        violators_case(d0, d1, BREAK_OWN);
+        violators_case(d0, d1, BREAK_CONTROL);
+        return tl_failed_total ? 1 : 0;
+    }
     window_case(dev, 4);
     window_case(dev, 0);
     if (argc > 1 && !strcmp(argv[1], "window")) {  /* those alone (a control build against older headers) */
