@@ -6911,6 +6911,92 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
     return n;
 }
 
+/* rdmax__recv_one's rare end: the callback did something that may have moved the staging or the last
+   endpoint (x->stirred: it progressed, destroyed or made an endpoint, ...). The buffer goes back as a
+   batch's would, its credit to its endpoint if that still lives. */
+static void rdmax__recv_one_stirred(rdmax_ctx *ctx, struct rdmax__rx *x, struct rdmax__srq *s, uint64_t wr_id,
+                                    char *buf, uint32_t lkey, uint32_t who)
+{
+    struct rdmax__owed o;
+    o.n = 0;
+    rdmax__srq_give(x, s, wr_id, buf, lkey);
+    const rdmax__ep_ref *r = &ctx->eps[who & 0xffff];
+    if (r->ep && RDMAX__REF_GEN(r) == (uint16_t)(who >> 16))
+        rdmax__owe(&o, who, 1);
+    rdmax__srq_settle(ctx, &o, 1);
+}
+
+/* A poll that found one completion (a ping-pong's every receive): a message of the last endpoint on its
+   shared queue, with nothing staged, goes straight through: credits in its immediate data taken, the
+   callback, the buffer posted again on its own and its credit owed at once. Anything else (another
+   endpoint, a grant, an error, a pool being refilled) returns 0 before touching anything, for
+   rdmax__recv_batch. The outermost poll only (recv_cqes checks): a nested one goes the batch's way. */
+static int rdmax__recv_one(rdmax_ctx *ctx, const struct ibv_wc *wc)
+{
+    struct rdmax__rx *x = ctx->rx;
+    if (x == NULL || (wc->wr_id >> RDMAX__WR_POOL_SHIFT) != x->last_tag)
+        return 0;
+    struct rdmax__srq *s = x->last_s;
+    uint32_t ci = ((uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK) >> RDMAX__SRQ_SLOT_BITS;
+    uint32_t slot = (uint32_t)wc->wr_id & ((1u << RDMAX__SRQ_SLOT_BITS) - 1);
+    uint64_t key;  /* the QP's number and the immediate, as rdmax__srq_recv_fast reads them */
+    memcpy(&key, (const char *)wc + offsetof(struct ibv_wc, imm_data), sizeof key);
+    const uint64_t credit_bits = rdmax__srq_key(RDMAX__LE32(RDMAX__IMM_CREDITS), 0);
+    uint32_t credits = 0;
+    if (key != x->last_key) {  /* credits in the immediate, nothing else: taken below */
+        if ((key & ~credit_bits) != x->last_key || !(wc->wc_flags & IBV_WC_WITH_IMM))
+            return 0;
+        credits = RDMAX__LE32(wc->imm_data) & RDMAX__IMM_CREDITS;
+    }
+    if (wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV || ci >= s->n_chunks || slot >= s->per_chunk ||
+        s->posted != s->target)  /* (below target: the batch's repost tops the pool up) */
+        return 0;
+    /* outermost: every batch before settled (rq[0] is free) */
+    RDMAX_ASSERT(s->n_stage == 0 && x->staged == 0 && x->run == 0);
+    ctx->rcq_drains++;  /* fewer than a batch: the CQ was drained (as rdmax__recv_batch) */
+    ctx->cnt.cqes++;
+    rdmax_ep *ep = x->last_ep;
+    uint32_t who = x->last_who;
+    if (credits) {
+        ep->tx_credits += credits;
+        if (ep->group.count)
+            rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+    }
+    char *buf = s->chunks[ci].base + (size_t)slot * s->recv_size;
+    uint32_t lkey = s->chunks[ci].lkey;
+    uint64_t wr_id = wc->wr_id;
+    ctx->cnt.recv_bytes += wc->byte_len;
+    x->stirred = 0;
+    ep->recv_cb(ep, buf, wc->byte_len, ep->user);  /* may destroy ep */
+    ctx->cnt.recv_msgs++;
+    if (rdmax_unlikely(x->stirred)) {
+        rdmax__recv_one_stirred(ctx, x, s, wr_id, buf, lkey, who);
+    } else {
+        /* rq[0] alone, cut off the chain for its post (as rdmax__srq_fill_staged does) */
+        struct ibv_recv_wr *bad = NULL;
+        s->rq[0].wr.wr_id = wr_id;
+        s->rq[0].sge.addr = (uintptr_t)buf;
+        s->rq[0].sge.lkey = lkey;
+        s->rq[0].wr.next = NULL;
+        ctx->cnt.recv_post_calls++;
+        int rc = ibv_post_srq_recv(s->srq, &s->rq[0].wr, &bad);
+        s->rq[0].wr.next = &s->rq[1].wr;
+        if (rdmax_unlikely(rc != 0)) {
+            s->posted--;
+            x->posted--;
+            rdmax__srq_post_failed(ctx, s, 1, bad, rc);
+        }
+        ep->rx_unreturned++;
+        if (ep->rx_unreturned >= ep->grant_at && ep->state == RDMAX_EP_CONNECTED)
+            rdmax__grant_or_fail(ep);
+    }
+    if (rdmax_unlikely(x->doomed != 0))
+        rdmax__pool_reap(ctx);
+    if (rdmax_unlikely(ctx->flush_check))
+        rdmax__flush_check(ctx);
+    return 1;
+}
+
 /* The n receive completions rdmax__poll_recv_fast polled into ctx->rwc. A callback that progresses
    polls again: into this frame's array (rwc points there until the batch is done), not over the rest
    of this batch. */
@@ -6918,7 +7004,8 @@ int rdmax__recv_cqes(rdmax_ctx *ctx, int n)
 {
     struct ibv_wc *wc = ctx->rwc, nested[16];
     ctx->rwc = nested;
-    n = rdmax__recv_batch(ctx, wc, n);
+    if (n != 1 || wc != ctx->rwc_top || !rdmax__recv_one(ctx, wc))
+        n = rdmax__recv_batch(ctx, wc, n);
     ctx->rwc = wc;
     return n;
 }
