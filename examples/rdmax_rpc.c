@@ -331,7 +331,8 @@ static void server_state(rdmax_ep *ep, rdmax_ep_state state, rdmax_status reason
     S.status_dirty = 1;
 }
 
-static int run_server(const struct opts *o)
+/* The context both roles run on: the device and connection setup from the options. */
+static rdmax_ctx *open_ctx(const struct opts *o)
 {
     rdmax_ctx_desc cd = {0};
     cd.device = o->device;
@@ -340,8 +341,17 @@ static int run_server(const struct opts *o)
     rdmax_status st = rdmax_ctx_create(&cd, &ctx);
     if (st != RDMAX_OK) {
         fprintf(stderr, "rdmax_ctx_create: %s\n", rdmax_status_str(st));
-        return 1;
+        return NULL;
     }
+    return ctx;
+}
+
+static int run_server(const struct opts *o)
+{
+    rdmax_ctx *ctx = open_ctx(o);
+    if (!ctx)
+        return 1;
+    rdmax_status st;
     S.o = o;
     S.ctx = ctx;
     S.live.next = S.live.prev = &S.live;
@@ -592,15 +602,10 @@ static void client_status(void)
 
 static int run_client(const struct opts *o)
 {
-    rdmax_ctx_desc cd = {0};
-    cd.device = o->device;
-    cd.conn_setup = o->cm ? RDMAX_SETUP_CM : RDMAX_SETUP_TCP;
-    rdmax_ctx *ctx;
-    rdmax_status st = rdmax_ctx_create(&cd, &ctx);
-    if (st != RDMAX_OK) {
-        fprintf(stderr, "rdmax_ctx_create: %s\n", rdmax_status_str(st));
+    rdmax_ctx *ctx = open_ctx(o);
+    if (!ctx)
         return 1;
-    }
+    rdmax_status st;
     C.o = o;
     C.eps = calloc(o->eps, sizeof *C.eps);
     if (!C.eps)
