@@ -1893,10 +1893,15 @@ RDMAX_API rdmax_ctx *rdmax_ep_ctx(const rdmax_ep *ep);
    "239.1.2.3") on the device's netdev, joining it at the IP level too so rxe and RoCE NICs receive it;
    its datagrams then reach ep's recv_cb. rdmax_mcast_leave detaches and leaves. rdmax_mcast_ep_create
    makes a send-only endpoint (desc copied) whose rdmax_send goes to every member.
-   Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (not an IPv4 multicast address); RDMAX_ERR_UNSUPPORTED (not
-   a UD endpoint, or the context's GID is not IPv4-mapped); RDMAX_ERR_NO_MEMORY; RDMAX_ERR_NO_RESOURCE
-   (ep joined the most groups it may); RDMAX_ERR_IO (the IP join, the attach or the address handle
-   failed). Failures of the group, the endpoint and the calls are logged (item MCAST).
+   A group has one receiving endpoint per context (the context's UD QP is attached once; its datagrams
+   go to the endpoint that joined): another endpoint of the same context cannot join it until that one
+   leaves; endpoints of other contexts or processes can. An endpoint joins at most 8 groups, a context's
+   endpoints at most 64 in all.
+   Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (not an IPv4 multicast address, or another endpoint of this
+   context joined the group); RDMAX_ERR_UNSUPPORTED (not a UD endpoint, or the context's GID is not
+   IPv4-mapped); RDMAX_ERR_NO_MEMORY; RDMAX_ERR_NO_RESOURCE (ep joined 8 groups, or the context's
+   endpoints 64); RDMAX_ERR_IO (the IP join, the attach or the address handle failed). Failures of the
+   group, the endpoint and the calls are logged (item MCAST).
    Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group);
 RDMAX_API rdmax_status rdmax_mcast_leave(rdmax_ep *ep, const char *group);

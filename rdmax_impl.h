@@ -1792,8 +1792,11 @@ rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group)
     }
     if (!ep->mcast && !(ep->mcast = (struct rdmax__mcast *)rdmax__alloc(ctx, sizeof *ep->mcast)))
         return RDMAX_ERR_NO_MEMORY;
-    if (ep->mcast->n == RDMAX__MCAST_MAX)
+    if (ep->mcast->n == RDMAX__MCAST_MAX) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST, "multicast: joining %s: this endpoint already joined %d groups, "
+                   "the most one endpoint may", group, RDMAX__MCAST_MAX);
         return RDMAX_ERR_NO_RESOURCE;
+    }
     /* The netdev must be a member at the IP level too, or the kernel drops the group's packets before
        they reach rxe; a socket holds that membership for as long as it is open. */
     int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -1818,6 +1821,8 @@ rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group)
             return RDMAX_ERR_INVALID_PARAM;
         }
     if (u->n_groups == RDMAX__UD_GROUPS) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST, "multicast: joining %s: the endpoints of this context already "
+                   "joined %d groups, the most one context may", group, RDMAX__UD_GROUPS);
         close(fd);
         return RDMAX_ERR_NO_RESOURCE;
     }

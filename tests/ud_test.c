@@ -811,6 +811,48 @@ out:
         tl_end();
 }
 
+/* The multicast limits the manual states: one endpoint per context per group (a second one is refused
+   until the first leaves), 8 groups per endpoint, 64 per context; each refusal a status, nothing joined. */
+static void mcast_limits(const char *dev)
+{
+    enum { EPS = 9 };
+    rdmax_ctx *c = open_ctx(dev);
+    rdmax_ep *ep[EPS] = {0};
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    char g[32];
+    tl_begin("ud/loopback/multicast limits: one endpoint per context per group, 8 groups per endpoint, 64 per "
+             "context");
+    for (int i = 0; i < EPS; i++)
+        REQUIRE(rdmax_ep_create(c, &d, &ep[i]) == RDMAX_OK, "endpoint %d", i);
+    CHECK_ST(rdmax_mcast_join(ep[0], "239.9.0.0"), RDMAX_OK);
+    CHECK_ST(rdmax_mcast_join(ep[1], "239.9.0.0"), RDMAX_ERR_INVALID_PARAM);
+    CHECK_ST(rdmax_mcast_leave(ep[0], "239.9.0.0"), RDMAX_OK);
+    CHECK_ST(rdmax_mcast_join(ep[1], "239.9.0.0"), RDMAX_OK);  /* free again once the first left */
+    CHECK_ST(rdmax_mcast_leave(ep[1], "239.9.0.0"), RDMAX_OK);
+    /* 8 endpoints x 8 groups: the context's 64; each endpoint's ninth and the context's 65th refused */
+    int joined = 0;
+    for (int i = 0; i < 8; i++)
+        for (int k = 0; k < 8; k++) {
+            snprintf(g, sizeof g, "239.9.%d.%d", i, k + 1);
+            joined += rdmax_mcast_join(ep[i], g) == RDMAX_OK;
+        }
+    CHECK(joined == 64, "%d of 64 joins succeeded", joined);
+    snprintf(g, sizeof g, "239.9.0.100");
+    CHECK_ST(rdmax_mcast_join(ep[0], g), RDMAX_ERR_NO_RESOURCE);  /* its ninth */
+    CHECK_ST(rdmax_mcast_join(ep[8], g), RDMAX_ERR_NO_RESOURCE);  /* the context's 65th */
+    CHECK(strstr(rdmax_ctx_last_error(c), "64 groups") != NULL, "the refusal's log line: %s", rdmax_ctx_last_error(c));
+    CHECK_ST(rdmax_mcast_leave(ep[3], "239.9.3.1"), RDMAX_OK);
+    CHECK_ST(rdmax_mcast_join(ep[8], g), RDMAX_OK);  /* room again */
+    tl_end();
+out:
+    for (int i = 0; i < EPS; i++)
+        rdmax_ep_destroy(ep[i]);
+    rdmax_ctx_destroy(c);
+    if (tl_case_failed)
+        tl_end();
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -829,6 +871,7 @@ int main(int argc, char **argv)
         scale(d0, 10000);
         shared_qp_failure(d0);
         zero_byte(d0);
+        mcast_limits(d0);
     } else {
         sender_identity(d0, d1, rdmax_ctx_attr(cs));
     }
