@@ -164,6 +164,13 @@
    the others. While requests wait, direct posts on that endpoint are refused (order holds). When the
    endpoint fails or closes, its waiting requests complete in order with an error (RDMAX_ERR_ENDPOINT
    when it failed).
+   Who is served next: the endpoint after the one served last; one that gets work joins the end of the
+   round. An endpoint out of its own room (send queue, credits, read budget) leaves the round until a
+   completion gives it back. When the context's send CQ is full, serving stops and starts again with
+   that same endpoint, so it loses no turn. A credit grant that cannot go at once waits at the head of
+   its endpoint's queue, before that endpoint's requests (a send waiting for credits from a peer that
+   waits for ours would deadlock both), but takes no other endpoint's turn. tests/arbiter_test checks
+   the round, the restart after a full CQ and the head push; pending_test the whole on rxe.
    rdmax_ep_query_info(ep, &i).pending counts them; rdmax_ep_pending_purge cancels them.
 
    UD AND MULTICAST (RDMAX_TRANSPORT_UD)
@@ -288,8 +295,13 @@
        the watchdog (RC)                    RDMAX_ERR_STALLED: signaled operations outstanding and none
                                             completed for ep_desc.watchdog_ms (default 2 x the RC retry
                                             time + 2 s; on rxe a cut link can stop retransmission for good)
+       the peer sent past its window (RC)   RDMAX_ERR_PEER_WINDOW (see RECEIVING)
+       rdma_cm's DISCONNECTED, no goodbye   RDMAX_ERR_PEER_GONE (RDMAX_SETUP_CM)
    Then the QP is moved to the error state, so every outstanding operation completes exactly once, with an
    error, and rdmax_ep_flush() never returns RDMAX_OK over an operation that was flushed or failed.
+   RDMAX_EP_ERROR is the end of an endpoint: it never connects again. New posts return
+   RDMAX_ERR_ENDPOINT, requests waiting in its pending queue complete in order with RDMAX_ERR_ENDPOINT,
+   and what was posted completes with its error; destroy it and connect a new one.
    The RC retry time, how long a link cut an endpoint survives, is 4.096 us x 2^ep_desc.timeout x
    (ep_desc.retry_cnt + 1): 7.5 s with the defaults (timeout 18, retry_cnt 6), as UCX's 1 s x 7 tries; a
    shorter one fails healthy endpoints on a loaded link (timeout 14, 0.47 s: 94 to 101 of 128 endpoints

@@ -284,12 +284,15 @@ out:
 enum { KP_N = 20 };
 static int kp_calls[2][KP_N];
 static rdmax_status kp_status[2][KP_N];
+static int kp_order[2][KP_N], kp_seen[2];  /* request numbers in the order they completed */
 
 static void kp_done(rdmax_comp *c, rdmax_status st)
 {
     int *k = (int *)c->user;
     kp_calls[k[0]][k[1]]++;
     kp_status[k[0]][k[1]] = st;
+    if (kp_seen[k[0]] < KP_N)
+        kp_order[k[0]][kp_seen[k[0]]++] = k[1];
 }
 
 static void case_keepalive_pending(rdmax_ctx *c, rdmax_mem *mem)
@@ -309,6 +312,7 @@ static void case_keepalive_pending(rdmax_ctx *c, rdmax_mem *mem)
     static rdmax_comp comp[2][KP_N];
     static int key[2][KP_N][2];
     memset(kp_calls, 0, sizeof kp_calls);
+    memset(kp_seen, 0, sizeof kp_seen);
     REQUIRE(tl_pair(c, c2, &on, &on, &ep[0], &peer[0]) == RDMAX_OK, "pair (keepalive on)");
     REQUIRE(tl_pair(c, c2, &off, &off, &ep[1], &peer[1]) == RDMAX_OK, "pair (keepalive off)");
     for (int e = 0; e < 2; e++)
@@ -355,14 +359,19 @@ static void case_keepalive_pending(rdmax_ctx *c, rdmax_mem *mem)
         for (int i = 0; i < KP_N; i++)
             done += kp_calls[0][i] != 0;
     }
-    int twice = 0, ok_after = 0;
+    int twice = 0, ok_after = 0, not_endpoint = 0, out_of_order = 0;
     for (int i = 0; i < KP_N; i++) {
         twice += kp_calls[0][i] > 1;
         ok_after += i >= KP_N - (int)waiting && kp_status[0][i] == RDMAX_OK;
+        not_endpoint += i >= KP_N - (int)waiting && kp_status[0][i] != RDMAX_ERR_ENDPOINT;
     }
+    for (int i = KP_N - (int)waiting + 1; i < KP_N && i < kp_seen[0]; i++)
+        out_of_order += kp_order[0][i] < kp_order[0][i - 1];
     CHECK(done == KP_N, "%d of %d requests completed after the failure", done, KP_N);
     CHECK(twice == 0, "%d requests completed more than once", twice);
     CHECK(ok_after == 0, "%d of the %zu waiting requests reported success", ok_after, waiting);
+    CHECK(not_endpoint == 0 && out_of_order == 0, "of the %zu waiting requests %d completed with another status "
+          "than RDMAX_ERR_ENDPOINT, %d out of order (the manual, FAILURES)", waiting, not_endpoint, out_of_order);
     rdmax_ep_query_info(ep[0], &i0);
     CHECK(i0.pending == 0, "%zu requests still queued", i0.pending);
     /* control: without keepalive nothing tells the other endpoint, for twice as long */
