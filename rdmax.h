@@ -1521,6 +1521,7 @@ struct rdmax_ctx {
     uint8_t dev_dead;           /* the device reported a fatal error */
     uint8_t flush_check;        /* an endpoint saw a flushed completion before failing (rdmax__flush_check) */
     uint8_t state_news;         /* an endpoint with a state_cb failed or closed (rdmax__state_tell) */
+    uint8_t held_news;          /* an accept call took an endpoint with held messages (rdmax__cm_hold_tell) */
     uint8_t in_flush_check;
     uint64_t retire_step[RDMAX_OP__COUNT]; /* by op, what the fast retire adds to an endpoint's rd_avail
                                    and sq_tail as one word: sq_tail 1, rd_avail 1 for the reads and
@@ -1657,6 +1658,8 @@ struct rdmax_ep {
     uint16_t ud_rx_next;        /* UD: the number of the peer's next datagram (see rdmax_send) */
     uint64_t ud_rx_seen;        /* UD: bit k: datagram ud_rx_next - 1 - k came */
 #endif
+    struct rdmax__hold *hold;   /* RDMAX_SETUP_CM: what the peer sent before the accept call that returns
+                                   the endpoint (>>cm); NULL: nothing held */
 };
 
 /* ---- out-of-line API ---------------------------------------------------------------------------- */
@@ -1805,9 +1808,12 @@ RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, 
    call's, the rest (queue depths, sizes, timeouts, expose) the making call's, so pass the same to every
    call. The server's ready byte comes from the returning call, and the client's rdmax_connect returns only
    after it, so no message of the client meets another call's callbacks or user; bytes a client that is
-   not rdmax sends before that byte are dropped and counted (recv_drops). Not yet with RDMAX_SETUP_CM:
-   there the client's connect returns on ESTABLISHED, and a message it sends before the accept call that
-   returns its endpoint meets the making call's callbacks and user (pass the same to every call). Results: RDMAX_OK; RDMAX_ERR_TIMEOUT: nobody finished within timeout_ms (0 polls; an empty
+   not rdmax sends before that byte are dropped and counted (recv_drops). With RDMAX_SETUP_CM the client's
+   connect returns once rdma_cm has established the connection, which may be before the accept call that
+   returns its endpoint: until that call the endpoint holds what the client sends (in order; it grants no
+   credits, so an rdmax client stops at its window) and delivers it to the returning call's callbacks and
+   user from the next rdmax_progress; messages past the window (a client that is not rdmax) and what is
+   held when the handshake fails are dropped and counted (recv_drops). Results: RDMAX_OK; RDMAX_ERR_TIMEOUT: nobody finished within timeout_ms (0 polls; an empty
    wait logs at debug level only, and handshakes in progress go on in the next call); a handshake failure
    (RDMAX_ERR_OOB_*, including RDMAX_ERR_OOB_TIMEOUT for a client that stalled): that client is dropped,
    the listener stays usable, call again. rdmax_connect resolves host (IPv4 or IPv6) and retries a peer

@@ -64,6 +64,7 @@ static rdmax_status rdmax__cm_ctx_open(rdmax_ctx *ctx);
 static void rdmax__cm_ctx_cleanup(rdmax_ctx *ctx);
 static void rdmax__cm_ep_cleanup(rdmax_ep *ep);
 static void rdmax__cm_events(rdmax_ctx *ctx);
+static void rdmax__cm_hold_tell(rdmax_ctx *ctx);
 static rdmax_status rdmax__cm_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out);
 static rdmax_status rdmax__cm_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep **out, int timeout_ms);
 static void rdmax__cm_listener_close(rdmax_listener *l);
@@ -7698,6 +7699,8 @@ static void rdmax__state_tell(rdmax_ctx *ctx)
 
 void rdmax__tick(rdmax_ctx *ctx)
 {
+    if (ctx->held_news)  /* first: what came before a failure is delivered before it is told */
+        rdmax__cm_hold_tell(ctx);
     rdmax__async_events(ctx);
     rdmax__cm_events(ctx);
     rdmax__srq_tick(ctx);
@@ -8537,8 +8540,11 @@ static void rdmax__cm_ctx_cleanup(rdmax_ctx *ctx)
     ctx->cm_ch = NULL;
 }
 
+static void rdmax__cm_hold_free(rdmax_ep *ep);
+
 static void rdmax__cm_ep_cleanup(rdmax_ep *ep)
 {
+    rdmax__cm_hold_free(ep);
     if (ep->cm_id)  /* connected: the kernel sends the peer a DREQ */
         rdma_destroy_id(ep->cm_id);
     ep->cm_id = NULL;
@@ -8719,6 +8725,161 @@ static void rdmax__cm_reject(struct rdma_cm_id *id, rdmax_status st)
     rdma_reject(id, pd, sizeof pd);
 }
 
+/* ---- messages before the returning accept call ----
+   The client's connect returns on rdma_cm's ESTABLISHED, and it may send at once; the accept call that
+   returns its endpoint is the one that reads our ESTABLISHED event, which may come later than the call
+   that answered the request (another desc). Answering only from the returning call would not help: no
+   call knows it returns an endpoint before the client confirms, and a call that waited for that past its
+   own timeout would let one silent client stall the server. So until a call returns it, the endpoint has
+   no callbacks of the application: what arrives is copied and held, in order, and delivered to the
+   returning call's callbacks (from the next rdmax_progress, or before the next message). It grants no
+   credits meanwhile, so an rdmax client stops at its window and the hold stays within rq_depth messages;
+   past that (a peer that is not rdmax) a message is dropped and counted, as is whatever was held when
+   the handshake ends without an endpoint. */
+struct rdmax__held {
+    struct rdmax__held *next;
+    uint32_t len;               /* bytes after the struct (a message), or put_imm's length */
+    uint32_t imm;
+    uint8_t is_imm;             /* rdmax_put_imm's notice, for imm_cb */
+};
+struct rdmax__hold {
+    struct rdmax__held *head, **tail;
+    uint32_t n;
+    uint32_t grant_at;          /* the endpoint's, given back when a call returns it */
+    uint8_t adopted;            /* a call returned the endpoint: deliver, then hand over its callbacks */
+    uint8_t delivering;         /* rdmax__cm_hold_deliver is running (a callback may progress) */
+};
+
+static void rdmax__cm_hold_deliver(rdmax_ep *ep)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    struct rdmax__hold *h = ep->hold;
+    uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
+    uint16_t gen = (uint16_t)(ep->wr_id_base >> 48);
+    h->delivering = 1;
+    struct rdmax__held *m;
+    while ((m = h->head) != NULL) {
+        if (!(h->head = m->next))
+            h->tail = &h->head;
+        h->n--;
+        if (m->is_imm && ep->desc.imm_cb)
+            ep->desc.imm_cb(ep, m->imm, m->len, ep->user);
+        else if (!m->is_imm && ep->desc.recv_cb)
+            ep->desc.recv_cb(ep, m + 1, m->len, ep->user);
+        else
+            ctx->cnt.recv_drops++;
+        rdmax__free(ctx, m);
+        if (ctx->eps[idx].ep != ep || RDMAX__REF_GEN(&ctx->eps[idx]) != gen)
+            return;  /* a callback destroyed it, and what was left with it */
+    }
+    ep->recv_cb = ep->desc.recv_cb ? ep->desc.recv_cb : rdmax__recv_drop;
+    ep->imm_cb = ep->desc.imm_cb;
+    ep->hold = NULL;
+    rdmax__free(ctx, h);
+}
+
+static void rdmax__cm_hold_msg(rdmax_ep *ep, int is_imm, uint32_t imm, const void *data, size_t len)
+{
+    struct rdmax__hold *h = ep->hold;
+    struct rdmax__held *m = NULL;
+    if (h->adopted || h->n < ep->rq_depth)
+        m = (struct rdmax__held *)rdmax__alloc(ep->ctx, sizeof *m + (is_imm ? 0 : len));
+    if (!m) {
+        ep->ctx->cnt.recv_drops++;  /* past its window: not an rdmax peer (or no memory) */
+        return;
+    }
+    m->next = NULL;
+    m->len = (uint32_t)len;
+    m->imm = imm;
+    m->is_imm = (uint8_t)is_imm;
+    if (!is_imm)
+        memcpy(m + 1, data, len);
+    *h->tail = m;
+    h->tail = &m->next;
+    h->n++;
+    if (h->adopted && !h->delivering)  /* the held ones first, in order */
+        rdmax__cm_hold_deliver(ep);
+}
+
+static void rdmax__cm_recv_hold(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)user;
+    rdmax__cm_hold_msg(ep, 0, 0, data, len);
+}
+
+static void rdmax__cm_imm_hold(rdmax_ep *ep, uint32_t imm, size_t len, void *user)
+{
+    (void)user;
+    rdmax__cm_hold_msg(ep, 1, imm, NULL, len);
+}
+
+/* The endpoint of a request that checked out holds until a call returns it. */
+static rdmax_status rdmax__cm_hold_start(rdmax_ep *ep)
+{
+    struct rdmax__hold *h = (struct rdmax__hold *)rdmax__alloc(ep->ctx, sizeof *h);
+    if (!h)
+        return RDMAX_ERR_NO_MEMORY;
+    memset(h, 0, sizeof *h);
+    h->tail = &h->head;
+    h->grant_at = ep->grant_at;
+    ep->grant_at = UINT32_MAX;  /* no grant until then */
+    ep->recv_cb = rdmax__cm_recv_hold;
+    ep->imm_cb = rdmax__cm_imm_hold;
+    ep->hold = h;
+    return RDMAX_OK;
+}
+
+/* The returning call took ep (rdmax__ep_adopt gave it the call's callbacks): what is held goes to them
+   from the next rdmax_progress, and the credits it owes its peer go back. */
+static void rdmax__cm_hold_end(rdmax_ep *ep)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    struct rdmax__hold *h = ep->hold;
+    ep->grant_at = h->grant_at;
+    if (h->head) {
+        h->adopted = 1;
+        ep->recv_cb = rdmax__cm_recv_hold;  /* until the held ones are delivered: order */
+        ep->imm_cb = rdmax__cm_imm_hold;
+        ctx->held_news = 1;
+        ctx->tick_at = rdmax__tick_clock();  /* the tick at the next progress */
+        ctx->tick_coarse_ms = INT64_MIN;
+    } else {
+        ep->hold = NULL;
+        rdmax__free(ctx, h);
+    }
+    if (ep->rbufs && ep->rq_unposted)  /* a pool of its own: its buffers, before their credits */
+        rdmax__post_recvs(ep, ep->rq_unposted);
+    if (ep->rx_unreturned >= ep->grant_at && ep->state == RDMAX_EP_CONNECTED)
+        rdmax__grant_or_fail(ep);
+}
+
+/* From the tick, outside every callback (as rdmax__state_tell): each returned endpoint's held messages. */
+static void rdmax__cm_hold_tell(rdmax_ctx *ctx)
+{
+    if (RDMAX__SCQ_NESTED(ctx) || ctx->rwc != ctx->rwc_top)
+        return;  /* (at a later tick) */
+    ctx->held_news = 0;
+    for (uint32_t i = 0; i < ctx->eps_cap; i++) {
+        rdmax_ep *ep = ctx->eps[i].ep;
+        if (ep && ep->hold && ep->hold->adopted && !ep->hold->delivering)
+            rdmax__cm_hold_deliver(ep);
+    }
+}
+
+static void rdmax__cm_hold_free(rdmax_ep *ep)
+{
+    struct rdmax__hold *h = ep->hold;
+    if (!h)
+        return;
+    for (struct rdmax__held *m = h->head, *next; m; m = next) {
+        next = m->next;
+        ep->ctx->cnt.recv_drops++;  /* the handshake ended without an endpoint, or it was destroyed first */
+        rdmax__free(ep->ctx, m);
+    }
+    ep->hold = NULL;
+    rdmax__free(ep->ctx, h);
+}
+
 /* ---- listener ---- */
 
 static rdmax_status rdmax__cm_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out)
@@ -8847,8 +9008,17 @@ static rdmax_status rdmax__cm_request(rdmax_listener *l, struct rdma_cm_event *e
                    "device %s, client %s: %s", ctx->attr.name, peer, why);
         goto reject;
     }
-    /* The record checked out: now the endpoint is worth making. */
-    if ((st = rdmax_ep_create(ctx, desc, &ep)) != RDMAX_OK)
+    /* The record checked out: now the endpoint is worth making, without the application's callbacks and
+       user, which are the returning call's (rdmax__cm_hold_end); until then it holds what comes. */
+    rdmax_ep_desc made;
+    memset(&made, 0, sizeof made);
+    if (desc)
+        made = *desc;
+    made.recv_cb = NULL;
+    made.imm_cb = NULL;
+    made.user = NULL;
+    made.state_cb = NULL;
+    if ((st = rdmax_ep_create(ctx, &made, &ep)) != RDMAX_OK || (st = rdmax__cm_hold_start(ep)) != RDMAX_OK)
         goto reject;
     snprintf(ep->peer, sizeof ep->peer, "%s", peer);
     struct rdma_conn_param p;
@@ -8925,6 +9095,7 @@ static rdmax_status rdmax__cm_listener_event(rdmax_listener *l, struct rdma_cm_e
         id->context = ep;
         ep->cm_id = id;
         rdmax__ep_adopt(ep, desc);  /* its keepalive too, held off until the client confirmed */
+        rdmax__cm_hold_end(ep);
         ep->ka_ms = rdmax__health_ms(ep->ctx);
         h->id = NULL;
         l->n_hs--;

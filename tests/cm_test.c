@@ -11,6 +11,9 @@
        nobody has: the status, and a timeout names the rdma_cm step;
      - a peer process killed with SIGKILL: the endpoint fails, RDMAX_ERR_PEER_GONE (DISCONNECTED, no goodbye), with
        keepalive off and no traffic; the control, the TCP mode, stays connected;
+     - messages a client sends before the accept call that returns its endpoint reach that call's
+       callbacks and user, in order (the answering call had another desc); with no returning call they
+       are dropped and counted;
      - connect time with the TCP record and with rdma_cm, median of N connects (printed, not asserted).
    Usage: cm_test IPV4_ADDR [IPV6_ADDR]   (the server's addresses, on RDMAX_TEST_DEV0) */
 #define RDMAX_TRANSPORT_RC
@@ -908,6 +911,173 @@ out:
     tl_end();
 }
 
+/* A client's messages reach only the callbacks and user of the accept call that returns its endpoint
+   (issue 27, item 1, rdma_cm). The bad case forced: the client's connect request is read by a call with
+   desc A (the one event handed to the listener's event step, as rdmax_accept does with it), which
+   answers it; the client's connect returns and it sends 8 messages and a put with immediate data, all
+   acknowledged by the server's device; the server progresses; only then a call with desc B reads the
+   client's confirmation and returns the endpoint. Then the client sends 40 more, past its window (they
+   need credits the server grants only once the endpoint is B's). Before, the first 9 went to A's
+   callbacks with A's user (in a service, one client's request under another's endpoint); now all 49
+   reach B's, in order, and nothing is dropped. The same with no returning call (the listener closed
+   instead): the 9 held messages are dropped and counted, none reaches A. */
+enum { EARLY = 9, EARLY_IMM = 4, LATE = 40 };
+struct early_rx {
+    int n, bad;
+    uint32_t next;
+};
+static struct early_rx g_ea, g_eb;
+static void early_seq(void *user, uint32_t seq)
+{
+    struct early_rx *r = (struct early_rx *)user;
+    if (r != &g_ea && r != &g_eb)
+        return;
+    r->n++;
+    r->bad += seq != r->next;
+    r->next = seq + 1;
+}
+static void early_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep;
+    early_seq(user, len == 8 && get32(data) == K_DATA ? get32((uint8_t *)data + 4) : UINT32_MAX);
+}
+static void early_imm(rdmax_ep *ep, uint32_t imm, size_t len, void *user)
+{
+    (void)ep, (void)len;
+    early_seq(user, imm);
+}
+
+static void early_message_test(const char *addr, int returned)
+{
+    rdmax_ctx *ctx = NULL;
+    rdmax_listener *l = NULL;
+    rdmax_ep *ep = NULL;
+    rdmax_mem *xmem = NULL;
+    int up[2] = {-1, -1}, down[2] = {-1, -1};
+    pid_t pid = -1;
+    memset(&g_ea, 0, sizeof g_ea);
+    memset(&g_eb, 0, sizeof g_eb);
+    int late = returned ? LATE : 0;
+    if (returned)
+        tl_begin("cm/messages a client sends before the accept call that returns its endpoint reach that call's "
+                 "callbacks and user, in order, none lost (issue 27)");
+    else
+        tl_begin("cm/messages a client sent before its handshake ended without an endpoint (listener closed) are "
+                 "dropped and counted, none reaches the call that answered it");
+    REQUIRE(pipe(up) == 0 && pipe(down) == 0, "pipe");
+    REQUIRE((ctx = ctx_make(g_dev0, 1, 0, 0)) != NULL, "no device");
+    REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
+    REQUIRE(rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_REMOTE_WRITE, &xmem) == RDMAX_OK, "mem");
+    uint16_t port = rdmax_listener_port(l);
+    rdmax_counters k0;
+    rdmax_counters_get(ctx, &k0);
+    pid = fork();
+    if (pid == 0) {
+        rdmax_ctx *c2 = ctx_make(g_dev1, 1, 0, 0);
+        rdmax_ep *e2;
+        rdmax_mem *m;
+        char c;
+        if (!c2 || rdmax_connect(c2, addr, port, NULL, &e2, 30000) != RDMAX_OK ||
+            rdmax_mem_alloc(c2, (EARLY + LATE) * 64, RDMAX_ACCESS_LOCAL, &m) != RDMAX_OK)
+            _exit(3);
+        const rdmax_rbuf *rr = rdmax_ep_remote(e2, 0);
+        if (!rr)
+            _exit(4);
+        for (uint32_t i = 0; i < (uint32_t)(EARLY + late); i++) {
+            uint8_t *b = (uint8_t *)m->addr + i * 64;
+            put32(b, K_DATA);
+            put32(b + 4, i);
+            rdmax_status st;
+            if (i != EARLY_IMM)
+                st = send_retry(e2, b, 8, m);
+            else
+                while ((st = rdmax_put_imm(e2, b, 8, m, rr->addr, rr->rkey, i, NULL)) == RDMAX_ERR_NO_RESOURCE)
+                    rdmax_progress(c2);
+            if (st != RDMAX_OK && st != RDMAX_INPROGRESS)
+                _exit(5);
+            if (i == EARLY - 1 && (rdmax_ep_flush(e2, 30000) != RDMAX_OK || write(up[1], "E", 1) != 1))
+                _exit(6);  /* the early ones are acknowledged by the server's device */
+        }
+        if (late && rdmax_ep_flush(e2, 60000) != RDMAX_OK)
+            _exit(7);
+        if (read(down[0], &c, 1) != 1)  /* until the server has counted */
+            _exit(8);
+        _exit(0);
+    }
+    rdmax_ep_desc da, db;
+    memset(&da, 0, sizeof da);
+    da.recv_cb = early_recv;
+    da.imm_cb = early_imm;
+    da.expose = xmem;
+    db = da;
+    da.user = &g_ea;
+    db.user = &g_eb;
+    /* the making call: the connect request, answered with desc A */
+    struct pollfd p = {l->cm_ch->fd, POLLIN, 0};
+    struct rdma_cm_event *ev = NULL;
+    REQUIRE(poll(&p, 1, 30000) == 1 && rdma_get_cm_event(l->cm_ch, &ev) == 0, "no connect request");
+    REQUIRE(ev->event == RDMA_CM_EVENT_CONNECT_REQUEST, "first event %s", rdma_event_str(ev->event));
+    CHECK_ST(rdmax__cm_listener_event(l, ev, &da, &ep), RDMAX_INPROGRESS);
+    REQUIRE(ep == NULL, "an endpoint before the client confirmed");
+    char c = 0;
+    p.fd = up[0];
+    REQUIRE(poll(&p, 1, 30000) == 1 && read(up[0], &c, 1) == 1 && c == 'E', "the client's early messages");
+    rdmax_counters k1;
+    for (int i = 0; i < 100000; i++)
+        rdmax_progress(ctx);
+    rdmax_counters_get(ctx, &k1);
+    REQUIRE(k1.recv_msgs - k0.recv_msgs + k1.recv_imms - k0.recv_imms >= EARLY,
+            "the bad case was not forced: %llu of the %d early messages arrived before the returning call",
+            (unsigned long long)(k1.recv_msgs - k0.recv_msgs + k1.recv_imms - k0.recv_imms), EARLY);
+    if (returned)
+        printf("INFO cm/early messages: %d of the client's messages reached desc A's callbacks before the "
+               "returning call\n", g_ea.n);
+    CHECK(g_ea.n == 0, "%d of the client's messages (%d sent early, more as credits came) reached desc A's "
+          "callbacks with A's user before any call returned the endpoint", g_ea.n, EARLY);
+    if (!returned) {
+        rdmax_listener_close(l);  /* the handshake ends: its endpoint goes with what it held */
+        l = NULL;
+        rdmax_counters_get(ctx, &k1);
+        CHECK(k1.recv_drops == k0.recv_drops + EARLY && g_ea.n == 0 && g_eb.n == 0,
+              "recv_drops %llu -> %llu (want %d more); %d reached A, %d reached B",
+              (unsigned long long)k0.recv_drops, (unsigned long long)k1.recv_drops, EARLY, g_ea.n, g_eb.n);
+        REQUIRE(write(down[1], "D", 1) == 1, "pipe");
+        CHECK(child_status(pid) == 0, "client failed");
+        pid = -1;
+        goto out;
+    }
+    /* the returning call */
+    CHECK_ST(rdmax_accept(l, &db, &ep, 60000), RDMAX_OK);
+    REQUIRE(ep, "no endpoint");
+    for (int64_t end = now_ms() + 60000; g_eb.n + g_ea.n < EARLY + LATE && now_ms() < end;)
+        rdmax_progress(ctx);
+    rdmax_counters_get(ctx, &k1);
+    CHECK(g_eb.n == EARLY + LATE && g_eb.bad == 0 && g_ea.n == 0,
+          "%d of %d messages reached B's callbacks (%d out of order), %d reached A's", g_eb.n, EARLY + LATE,
+          g_eb.bad, g_ea.n);
+    CHECK(k1.recv_drops == k0.recv_drops, "recv_drops %llu -> %llu", (unsigned long long)k0.recv_drops,
+          (unsigned long long)k1.recv_drops);
+    REQUIRE(write(down[1], "D", 1) == 1, "pipe");
+    CHECK(child_status(pid) == 0, "client failed");
+    pid = -1;
+out:
+    if (pid > 0) {
+        kill(pid, SIGKILL);
+        child_status(pid);
+    }
+    rdmax_ep_destroy(ep);
+    rdmax_mem_free(xmem);
+    rdmax_listener_close(l);
+    rdmax_ctx_destroy(ctx);
+    for (int i = 0; i < 2; i++) {
+        if (up[i] >= 0)
+            close(up[i]);
+        if (down[i] >= 0)
+            close(down[i]);
+    }
+    tl_end();
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -1003,6 +1173,8 @@ int main(int argc, char **argv)
     connect_tests(argv[1]);
     peer_killed_tests(argv[1]);
     close_order_test(argv[1]);
+    early_message_test(argv[1], 1);
+    early_message_test(argv[1], 0);
     connect_time(argv[1]);
     return tl_failed_total ? 1 : 0;
 }
