@@ -15,7 +15,7 @@
               COMPLETION CONTRACT), COMPLETION OBJECTS, ORDERING AND DELIVERY, CONNECTING, PENDING QUEUE,
               UD AND MULTICAST, RECEIVING (RC), REPLYING TO A REQUEST (RC), LIMITS, THREAD SAFETY (and
               THREADS AND SHARED REGISTRATIONS), ERROR HANDLING, LOGGING, FAILURES, WATCHDOG, KEEPALIVE,
-              DISCONNECT, CONNECTION SETUP, REGISTRATION CACHE (and ROUTES), LICENSE (end of file)
+              DISCONNECT, CONNECTION SETUP, ADMISSION, REGISTRATION CACHE (and ROUTES), LICENSE (end of file)
      Code, one header (one include guard, one extern "C"), in this order:
               ---- transport selection, ---- includes and portability, ---- status codes,
               ---- constants (also log items), ---- arbiter: the pending queue, ---- arbiter: out-of-line API,
@@ -29,7 +29,7 @@
      rdmax_impl.h, one implementation file (one include block, one extern "C"), its sections opened by a
               "---- >>tag ----" banner: >>strings, >>alloc, >>log, >>numa, >>context, >>memory, >>wire, >>ud,
               >>arbiter, >>rcache (with >>invalidation, >>memhooks, >>monitor), >>rc, >>post, >>srq,
-              >>health, >>pending, >>oob, >>cm, >>profile, >>testing
+              >>health, >>pending, >>admit, >>oob, >>cm, >>profile, >>testing
 
    TRANSPORT SELECTION
    Define RDMAX_TRANSPORT_RC, RDMAX_TRANSPORT_UD or both before including. With neither the header stops
@@ -76,6 +76,8 @@
        RDMAX_LOG_LEVEL=error|warn|info|debug|trace   (default: warn)
        RDMAX_RCACHE_MONITOR=off  no memory monitor in this process (raw buffers then registered per
                                  operation, see REGISTRATION CACHE)
+       RDMAX_SECRET=text         the shared secret of ADMISSION (its bytes), when rdmax_ctx_desc.secret
+                                 is NULL; empty or unset: none
 
    STEP BY STEP
        rdmax_ctx_desc cd = {0};                 zero fields mean the documented defaults
@@ -346,6 +348,22 @@
                              RDMAX_ERR_PEER_GONE (RDMA_CM_EVENT_DISCONNECTED with no goodbye before it, read
                              by rdmax_progress's slow tick), with no traffic needed. rdmax creates its own QP on the context's PD (the cm id has
                              none), so everything else about an endpoint is the same in both modes.
+   ADMISSION
+   With a shared secret (rdmax_ctx_desc.secret, or RDMAX_SECRET) a listener serves only clients that
+   prove they know it, and a client connects only to a listener that proves it back; both sides need the
+   same secret. A challenge-response with HMAC-SHA-256 (written in rdmax) and a fresh random nonce per
+   connection; the secret never goes on the wire. Over TCP the listener checks the client's proof before
+   it makes an endpoint: a client without the proof gets no QP and nothing else. Refused, both sides
+   return RDMAX_ERR_OOB_AUTH (also a listener without a secret and a client with one), counted in
+   auth_refused; the listener goes on serving. TCP record setup only, for now.
+   It protects against strangers connecting, against a recorded handshake replayed, and (the listener's
+   proof) against an impostor listener; the proofs cover the records, so a man in the middle cannot swap
+   the QP numbers, GIDs or rkeys in them. It does not encrypt anything: the fabric carries data and
+   rkeys in the clear, and someone on the path can read them, and forge packets of a connection once it
+   is made. It decides who connects, not what a connected peer may reach: that is the memory's rules
+   (ed.expose and the access flags of its registration). Without a secret on either side the exchange is the same as before admission existed; an rdmax from before it
+   refuses a peer with a secret as a newer version.
+
    REGISTRATION CACHE
    A buffer passed without an rdmax_mem ("raw") is registered through the context's cache, by its
    rcache_mode: RDMAX_RCACHE_AUTO (default) caches a range only while a memory monitor sees every change
@@ -556,7 +574,8 @@ extern "C" {
     X(RDMAX_ERR_CLOSED, -48, "endpoint closed: the peer disconnected, or this side did")                   \
     X(RDMAX_ERR_DEVICE, -49, "the device reported a fatal error")                                           \
     X(RDMAX_ERR_PEER_GONE, -50, "the peer's connection ended without its goodbye (killed, exited, or its endpoint destroyed without rdmax_ep_disconnect)") \
-    X(RDMAX_ERR_PEER_WINDOW, -51, "the peer sent past its credit window (more messages than receive buffers given to it)")
+    X(RDMAX_ERR_PEER_WINDOW, -51, "the peer sent past its credit window (more messages than receive buffers given to it)") \
+    X(RDMAX_ERR_OOB_AUTH, -52, "connection: the peer could not prove the shared secret (see ADMISSION)")
 
 typedef enum rdmax_status {
 #define RDMAX__X(name, val, text) name = val,
@@ -1231,6 +1250,12 @@ typedef struct rdmax_ctx_desc {
     rdmax_ctx *parent;         /* NULL: open the device. Else share the parent's device and protection domain
                                   (see THREADS AND SHARED REGISTRATIONS); device, port, GID and NUMA node
                                   are the parent's, the fields above that choose them are ignored */
+    const void *secret;        /* NULL: $RDMAX_SECRET (its bytes), else no secret. Else secret_len bytes
+                                  (0: no secret, the variable ignored): a listener serves only clients
+                                  that prove they know it, and a client connects only to a listener that
+                                  proves it (see ADMISSION). Copied at create; rdmax_ctx_query_desc gives
+                                  secret NULL and the length in use */
+    size_t secret_len;
 } rdmax_ctx_desc;
 
 typedef struct rdmax_ep_desc {
@@ -1370,6 +1395,8 @@ typedef struct rdmax_counters {
     uint64_t ud_wrong_source;   /* UD: datagrams naming an endpoint whose peer did not send them (source
                                    GID or QPN not the peer's), dropped (also in recv_drops) */
     uint64_t window_breaks;     /* RC: endpoints failed with RDMAX_ERR_PEER_WINDOW (also in ep_errors) */
+    uint64_t auth_refused;      /* connections refused with RDMAX_ERR_OOB_AUTH: a client this listener
+                                   refused, or a listener this client did (see ADMISSION) */
 } rdmax_counters;
 
 
@@ -1569,6 +1596,8 @@ struct rdmax_ctx {
     struct rdmax__prof *prof;   /* profile points, event callbacks, log dedupe; NULL until used */
     struct rdma_event_channel *cm_ch; /* RDMAX_SETUP_CM: events of the endpoints' rdma_cm ids */
     rdmax_listener *listeners;  /* open listeners, closed by rdmax_ctx_destroy */
+    uint8_t *secret;            /* admission (rdmax_impl.h >>admit): our copy of desc.secret_len bytes,
+                                   wiped at destroy; NULL: none */
     /* The requests of the fast paths (RDMAX__FWR_*): opcode, flags, one SGE (fsge) and next NULL are
        set at creation, so a post fills only the fields that change (a signaled one sets and restores
        IBV_SEND_SIGNALED out of line). The provider copies a request at the post. */
@@ -1783,7 +1812,8 @@ RDMAX_API rdmax_status rdmax_cm_info_decode(const uint8_t *buf, size_t len, cons
 /* rdmax_oob_exchange: sends our record on a connected TCP socket and reads the peer's, with one deadline
    for the whole exchange (what rdmax_connect and rdmax_accept do; for your own out-of-band channel).
    Parameters: fd (blocking or not; left open); local; remote receives the decoded record; timeout_ms;
-   why/why_len (may be NULL) get the reason of a failure.
+   why/why_len (may be NULL) get the reason of a failure. No ADMISSION: a peer that requires a secret
+   gives RDMAX_ERR_OOB_AUTH.
    Result: RDMAX_OK; RDMAX_ERR_TIMEOUT; RDMAX_ERR_OOB_* (the record, as rdmax_conn_info_decode);
    RDMAX_ERR_IO (the socket failed). Threads: any thread (no context). */
 RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, rdmax_conn_info *remote,
@@ -1803,7 +1833,7 @@ RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, 
    (tests/oob_test on rxe: 2,000 in a burst, half silent, a quarter with a truncated record, a quarter
    closing at once: 20 of 20 real clients connected, 0.38 s on average, 1.3 s at most; the fds went back
    to their level). With RDMAX_SETUP_CM, rdma_cm's own listener holds at most 256 handshakes. The endpoint is made only after the client's record
-   checks out, with the desc of the call that read that record, which may be an earlier call than the one
+   checks out (and its proof of the secret, see ADMISSION), with the desc of the call that read that record, which may be an earlier call than the one
    that returns it: recv_cb, imm_cb, user, state_cb, watchdog_ms and keepalive_ms are always the returning
    call's, the rest (queue depths, sizes, timeouts, expose) the making call's, so pass the same to every
    call. The server's ready byte comes from the returning call, and the client's rdmax_connect returns only

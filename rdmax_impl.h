@@ -34,6 +34,7 @@
 #include <sys/syscall.h>
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/random.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -133,6 +134,14 @@ static void rdmax__free(rdmax_ctx *ctx, void *p)
         ctx->desc.allocator.free(p, ctx->desc.allocator.user);
     else
         RDMAX_FREE(p);
+}
+
+/* What is wiped must stay wiped (the admission secret, >>admit): a store the compiler cannot drop as dead. */
+static void rdmax__wipe(void *p, size_t n)
+{
+    volatile uint8_t *v = (volatile uint8_t *)p;
+    while (n--)
+        *v++ = 0;
 }
 
 /* ---- >>log --------------------------------------------------------------------------------------- */
@@ -555,6 +564,17 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
         st_early = RDMAX_ERR_INVALID_PARAM;
     }
     ctx->desc = d;
+    {
+        /* The admission secret: the desc's, else the environment's; our own copy (the caller's may go). */
+        const char *env = d.secret ? NULL : getenv("RDMAX_SECRET");
+        size_t n = d.secret ? d.secret_len : env ? strlen(env) : 0;
+        ctx->desc.secret = NULL;
+        ctx->desc.secret_len = n;
+        if (n && st_early == RDMAX_OK && !(ctx->secret = (uint8_t *)rdmax__alloc(ctx, n)))
+            st_early = RDMAX_ERR_NO_MEMORY;
+        if (ctx->secret)
+            memcpy(ctx->secret, d.secret ? d.secret : env, n);
+    }
     /* declared before the first goto: C++ does not jump over an initialisation */
     rdmax_dev_attr *a = &ctx->attr;
     int gi = -2, r, node = -1;
@@ -748,6 +768,9 @@ void rdmax_ctx_destroy(rdmax_ctx *ctx)
     rdmax__dev_release(ctx);
     rdmax__free(ctx, ctx->eps);
     rdmax__free(ctx, ctx->inl_stage);
+    if (ctx->secret)
+        rdmax__wipe(ctx->secret, ctx->desc.secret_len);
+    rdmax__free(ctx, ctx->secret);
     rdmax__profile_ctx_fini(ctx);
     rdmax_allocator al = ctx->desc.allocator;
     if (al.free)
@@ -1297,51 +1320,14 @@ static int rdmax__write_full(int fd, const void *buf, size_t n, int64_t deadline
     return 0;
 }
 
+/* The record exchange with admission (>>admit): ctx NULL or without a secret, the plain one. */
+static rdmax_status rdmax__oob_trade(int fd, const rdmax_conn_info *local, rdmax_conn_info *remote, int timeout_ms,
+                                     rdmax_ctx *ctx, char *why, size_t why_len);
+
 rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, rdmax_conn_info *remote, int timeout_ms,
                                 char *why, size_t why_len)
 {
-    int64_t deadline = rdmax__now_ms() + (timeout_ms < 0 ? 3600000 : timeout_ms);
-    uint8_t mine[RDMAX_CONN_INFO_SIZE], theirs[RDMAX_CONN_INFO_SIZE];
-    size_t mine_len = rdmax_conn_info_encode(local, mine);
-    /* A failed send is reported only after reading what the peer sent: a peer that closed after a bad
-       record is better described by its record than by our EPIPE. */
-    int send_err = rdmax__write_full(fd, mine, mine_len, deadline) ? errno : 0;
-    if (send_err == ETIMEDOUT) {
-        RDMAX__WHY("connection record: sending ours timed out after %d ms", timeout_ms);
-        return RDMAX_ERR_TIMEOUT;
-    }
-    /* The head first: a peer of another version may send a record of another size; we never read more
-       than our own record's size into our buffer. */
-    ssize_t k = rdmax__read_full(fd, theirs, 8, deadline);
-    if (k < 0) {
-        RDMAX__WHY("connection record: waiting for the peer's record: %s after %d ms",
-                   errno == ETIMEDOUT ? "timed out" : strerror(errno), timeout_ms);
-        return errno == ETIMEDOUT ? RDMAX_ERR_TIMEOUT : RDMAX_ERR_IO;
-    }
-    if (k < 8) {
-        RDMAX__WHY("connection record: peer closed after %zd of at least %u bytes", k, RDMAX_CONN_INFO_HEAD);
-        return RDMAX_ERR_OOB_SHORT;
-    }
-    rdmax_status st = rdmax__conn_head_check(theirs, why, why_len);
-    if (st != RDMAX_OK)
-        return st;
-    size_t theirs_len = rdmax__get16(theirs + 6);  /* checked: HEAD .. SIZE */
-    k = rdmax__read_full(fd, theirs + 8, theirs_len - 8, deadline);
-    if (k < 0) {
-        RDMAX__WHY("connection record: reading the peer's record: %s",
-                   errno == ETIMEDOUT ? "timed out" : strerror(errno));
-        return errno == ETIMEDOUT ? RDMAX_ERR_TIMEOUT : RDMAX_ERR_IO;
-    }
-    if ((size_t)k < theirs_len - 8) {
-        RDMAX__WHY("connection record: peer closed after %zd of %zu bytes", k + 8, theirs_len);
-        return RDMAX_ERR_OOB_SHORT;
-    }
-    st = rdmax_conn_info_decode(theirs, theirs_len, remote, why, why_len);
-    if (st == RDMAX_OK && send_err) {
-        RDMAX__WHY("connection record: sending ours failed: %s", strerror(send_err));
-        return RDMAX_ERR_IO;
-    }
-    return st;
+    return rdmax__oob_trade(fd, local, remote, timeout_ms, NULL, why, why_len);
 }
 
 /* After both QPs are ready to receive, each side says so with one byte; anything else (or extra bytes
@@ -7939,6 +7925,329 @@ void rdmax_ep_pending_purge(rdmax_ep *ep)
     rdmax_arb_group_purge(&ep->ctx->arb, &ep->group, rdmax__purge_cb, ep->ctx);
 }
 
+/* ---- >>admit: admission by a shared secret (rdmax_ctx_desc.secret, $RDMAX_SECRET) ------------------
+   A listener with a secret serves only clients that prove they know it, and proves it back to them; the
+   secret itself never goes on the wire. Over TCP (>>oob), when the client or the listener has a secret:
+       listener -> client   hello_s                        (on accept, before it reads anything)
+       client -> listener   hello_c, then record_c | HMAC(k, "rdmax client" | hello_s | hello_c | record_c)
+       listener -> client   record_s | HMAC(k, "rdmax server" | hello_c | hello_s | record_c | record_s)
+   then the ready bytes as before. A hello is magic | version | length 32 | 8 zero bytes | a 16-byte nonce
+   from getrandom. The listener checks the client's MAC before it makes the endpoint (no QP for a client
+   that cannot prove the secret); the client checks the listener's before its QP is connected. Each side's
+   fresh nonce makes a recorded handshake useless (replayed, it meets another hello_s); the MACs cover
+   both records (QP numbers, GIDs, rkeys), so a man in the middle cannot swap them. A listener that
+   refuses says so (magic | version | length 10 | status s16) and closes, so the client reports the
+   listener's RDMAX_ERR_OOB_AUTH rather than a closed socket. Without a secret on either side nothing of
+   this is sent: two rdmax without secrets exchange their records as before. Hello and refusal carry
+   RDMAX__ADMIT_VERSION, one past the record's: an rdmax from before admission refuses them as a newer
+   version instead of waiting.
+   SHA-256 is FIPS 180-4's, HMAC RFC 2104's, written here to need no crypto library; tests/oob_test
+   checks them against FIPS 180-2's and RFC 4231's vectors. */
+#define RDMAX__ADMIT_VERSION (RDMAX_CONN_INFO_VERSION + 1)
+#define RDMAX__HELLO_SIZE 32
+#define RDMAX__REFUSAL_SIZE 10
+#define RDMAX__MAC_SIZE 32
+
+typedef struct rdmax__sha256 {
+    uint32_t h[8];
+    uint64_t n;                 /* bytes hashed so far */
+    uint8_t buf[64];
+} rdmax__sha256;
+
+static uint32_t rdmax__ror32(uint32_t x, int r) { return x >> r | x << (32 - r); }
+
+static void rdmax__sha256_block(uint32_t h[8], const uint8_t *p)
+{
+    static const uint32_t k[64] = {
+        0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1, 0x923f82a4, 0xab1c5ed5,
+        0xd807aa98, 0x12835b01, 0x243185be, 0x550c7dc3, 0x72be5d74, 0x80deb1fe, 0x9bdc06a7, 0xc19bf174,
+        0xe49b69c1, 0xefbe4786, 0x0fc19dc6, 0x240ca1cc, 0x2de92c6f, 0x4a7484aa, 0x5cb0a9dc, 0x76f988da,
+        0x983e5152, 0xa831c66d, 0xb00327c8, 0xbf597fc7, 0xc6e00bf3, 0xd5a79147, 0x06ca6351, 0x14292967,
+        0x27b70a85, 0x2e1b2138, 0x4d2c6dfc, 0x53380d13, 0x650a7354, 0x766a0abb, 0x81c2c92e, 0x92722c85,
+        0xa2bfe8a1, 0xa81a664b, 0xc24b8b70, 0xc76c51a3, 0xd192e819, 0xd6990624, 0xf40e3585, 0x106aa070,
+        0x19a4c116, 0x1e376c08, 0x2748774c, 0x34b0bcb5, 0x391c0cb3, 0x4ed8aa4a, 0x5b9cca4f, 0x682e6ff3,
+        0x748f82ee, 0x78a5636f, 0x84c87814, 0x8cc70208, 0x90befffa, 0xa4506ceb, 0xbef9a3f7, 0xc67178f2};
+    uint32_t w[64], v[8];
+    for (int i = 0; i < 16; i++)
+        w[i] = rdmax__get32(p + 4 * i);
+    for (int i = 16; i < 64; i++) {
+        uint32_t s0 = rdmax__ror32(w[i - 15], 7) ^ rdmax__ror32(w[i - 15], 18) ^ (w[i - 15] >> 3);
+        uint32_t s1 = rdmax__ror32(w[i - 2], 17) ^ rdmax__ror32(w[i - 2], 19) ^ (w[i - 2] >> 10);
+        w[i] = w[i - 16] + s0 + w[i - 7] + s1;
+    }
+    memcpy(v, h, sizeof v);
+    for (int i = 0; i < 64; i++) {
+        uint32_t t1 = v[7] + (rdmax__ror32(v[4], 6) ^ rdmax__ror32(v[4], 11) ^ rdmax__ror32(v[4], 25)) +
+                      ((v[4] & v[5]) ^ (~v[4] & v[6])) + k[i] + w[i];
+        uint32_t t2 = (rdmax__ror32(v[0], 2) ^ rdmax__ror32(v[0], 13) ^ rdmax__ror32(v[0], 22)) +
+                      ((v[0] & v[1]) ^ (v[0] & v[2]) ^ (v[1] & v[2]));
+        memmove(v + 1, v, 7 * sizeof v[0]);
+        v[4] += t1;
+        v[0] = t1 + t2;
+    }
+    for (int i = 0; i < 8; i++)
+        h[i] += v[i];
+}
+
+static void rdmax__sha256_init(rdmax__sha256 *s)
+{
+    static const uint32_t h0[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
+                                   0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
+    memcpy(s->h, h0, sizeof h0);
+    s->n = 0;
+}
+
+static void rdmax__sha256_update(rdmax__sha256 *s, const void *data, size_t n)
+{
+    const uint8_t *p = (const uint8_t *)data;
+    while (n) {
+        size_t at = (size_t)(s->n % 64), take = 64 - at < n ? 64 - at : n;
+        memcpy(s->buf + at, p, take);
+        s->n += take;
+        p += take;
+        n -= take;
+        if (at + take == 64)
+            rdmax__sha256_block(s->h, s->buf);
+    }
+}
+
+static void rdmax__sha256_final(rdmax__sha256 *s, uint8_t out[32])
+{
+    uint64_t bits = s->n * 8;
+    uint8_t pad[72] = {0x80};
+    size_t at = (size_t)(s->n % 64), padn = (at < 56 ? 56 : 120) - at;
+    rdmax__put64(pad + padn, bits);
+    rdmax__sha256_update(s, pad, padn + 8);
+    for (int i = 0; i < 8; i++)
+        rdmax__put32(out + 4 * i, s->h[i]);
+}
+
+/* HMAC-SHA-256: inner and outer hash, keyed once. */
+typedef struct rdmax__hmac {
+    rdmax__sha256 in, out;
+} rdmax__hmac;
+
+static void rdmax__hmac_init(rdmax__hmac *m, const void *key, size_t n)
+{
+    uint8_t k[64], pad[64];
+    memset(k, 0, sizeof k);
+    if (n > 64) {  /* a key longer than a block is hashed first */
+        rdmax__sha256_init(&m->in);
+        rdmax__sha256_update(&m->in, key, n);
+        rdmax__sha256_final(&m->in, k);
+    } else if (n) {
+        memcpy(k, key, n);
+    }
+    for (int i = 0; i < 64; i++)
+        pad[i] = k[i] ^ 0x36;
+    rdmax__sha256_init(&m->in);
+    rdmax__sha256_update(&m->in, pad, 64);
+    for (int i = 0; i < 64; i++)
+        pad[i] = k[i] ^ 0x5c;
+    rdmax__sha256_init(&m->out);
+    rdmax__sha256_update(&m->out, pad, 64);
+    rdmax__wipe(k, sizeof k);
+    rdmax__wipe(pad, sizeof pad);
+}
+
+static void rdmax__hmac_update(rdmax__hmac *m, const void *data, size_t n)
+{
+    rdmax__sha256_update(&m->in, data, n);
+}
+
+static void rdmax__hmac_final(rdmax__hmac *m, uint8_t mac[RDMAX__MAC_SIZE])
+{
+    uint8_t d[32];
+    rdmax__sha256_final(&m->in, d);
+    rdmax__sha256_update(&m->out, d, sizeof d);
+    rdmax__sha256_final(&m->out, mac);
+    rdmax__wipe(m, sizeof *m);
+}
+
+/* Compares in time that does not depend on where the MACs differ. */
+static int rdmax__mac_equal(const uint8_t *a, const uint8_t *b, size_t n)
+{
+    uint8_t d = 0;
+    for (size_t i = 0; i < n; i++)
+        d |= (uint8_t)(a[i] ^ b[i]);
+    return d == 0;
+}
+
+/* HMAC(ctx's secret, label | p[0] | p[1] | ...): n parts, each a pointer and a length. */
+static void rdmax__admit_mac(const rdmax_ctx *ctx, const char *label, const void *const *p, const size_t *len, int n,
+                             uint8_t mac[RDMAX__MAC_SIZE])
+{
+    rdmax__hmac m;
+    rdmax__hmac_init(&m, ctx->secret, ctx->desc.secret_len);
+    rdmax__hmac_update(&m, label, strlen(label));
+    for (int i = 0; i < n; i++)
+        rdmax__hmac_update(&m, p[i], len[i]);
+    rdmax__hmac_final(&m, mac);
+}
+
+/* n (at most 256) random bytes for a nonce; RDMAX_ERR_IO when the kernel gives none. */
+static rdmax_status rdmax__random(void *p, size_t n)
+{
+    ssize_t k;
+    while ((k = getrandom(p, n, 0)) < 0 && errno == EINTR)
+        ;
+    return k == (ssize_t)n ? RDMAX_OK : RDMAX_ERR_IO;
+}
+
+/* Our hello, with a fresh nonce. */
+static rdmax_status rdmax__hello_make(uint8_t out[RDMAX__HELLO_SIZE])
+{
+    memset(out, 0, RDMAX__HELLO_SIZE);
+    rdmax__put32(out, RDMAX_CONN_INFO_MAGIC);
+    rdmax__put16(out + 4, RDMAX__ADMIT_VERSION);
+    rdmax__put16(out + 6, RDMAX__HELLO_SIZE);
+    return rdmax__random(out + 16, 16);
+}
+
+/* What an 8-byte head announces: 1 a hello, 2 a refusal, 0 anything else (a record, checked as one). */
+static int rdmax__admit_kind(const uint8_t *h)
+{
+    if (rdmax__get32(h) != RDMAX_CONN_INFO_MAGIC || rdmax__get16(h + 4) != RDMAX__ADMIT_VERSION)
+        return 0;
+    return rdmax__get16(h + 6) == RDMAX__HELLO_SIZE ? 1 : rdmax__get16(h + 6) == RDMAX__REFUSAL_SIZE ? 2 : 0;
+}
+
+/* The listener's refusal: its status, and it closes. Sent without waiting (a few bytes on a socket that
+   has room); a client that is gone loses nothing. */
+static void rdmax__admit_refuse(int fd, rdmax_status st)
+{
+    uint8_t b[RDMAX__REFUSAL_SIZE];
+    rdmax__put32(b, RDMAX_CONN_INFO_MAGIC);
+    rdmax__put16(b + 4, RDMAX__ADMIT_VERSION);
+    rdmax__put16(b + 6, RDMAX__REFUSAL_SIZE);
+    rdmax__put16(b + 8, (uint16_t)(int16_t)st);
+    if (send(fd, b, sizeof b, MSG_NOSIGNAL | MSG_DONTWAIT) < 0)
+        return;  /* the client left: nobody to tell */
+}
+
+/* The status in a refusal: one of ours, else RDMAX_ERR_CONNECT. */
+static rdmax_status rdmax__refusal_status(const uint8_t *b)
+{
+    int16_t s = (int16_t)rdmax__get16(b + 8);
+    return s <= RDMAX_ERR_NO_RESOURCE && s >= RDMAX_ERR_OOB_AUTH ? (rdmax_status)s : RDMAX_ERR_CONNECT;
+}
+
+/* The client's half (and rdmax_oob_exchange's, ctx NULL): with a secret, our hello, the listener's hello,
+   then our record and MAC; the listener's record and MAC, checked before anything uses it. Without one, our
+   record first; a hello in reply means the listener wants a secret we do not have. A refusal in place of
+   the listener's hello or record gives its status. */
+static rdmax_status rdmax__oob_trade(int fd, const rdmax_conn_info *local, rdmax_conn_info *remote, int timeout_ms,
+                                     rdmax_ctx *ctx, char *why, size_t why_len)
+{
+    int64_t deadline = rdmax__now_ms() + (timeout_ms < 0 ? 3600000 : timeout_ms);
+    uint8_t mine[RDMAX_CONN_INFO_SIZE + RDMAX__MAC_SIZE], theirs[RDMAX_CONN_INFO_SIZE + RDMAX__MAC_SIZE];
+    uint8_t hello_c[RDMAX__HELLO_SIZE], hello_s[RDMAX__HELLO_SIZE];
+    int admit = ctx && ctx->secret;
+    size_t mine_len = rdmax_conn_info_encode(local, mine);
+    ssize_t k;
+    if (admit) {
+        if (rdmax__hello_make(hello_c) != RDMAX_OK) {
+            RDMAX__WHY("admission: no random bytes for our nonce: %s", strerror(errno));
+            return RDMAX_ERR_IO;
+        }
+        if (rdmax__write_full(fd, hello_c, sizeof hello_c, deadline)) {
+            RDMAX__WHY("admission: sending our hello failed: %s", strerror(errno));
+            return errno == ETIMEDOUT ? RDMAX_ERR_TIMEOUT : RDMAX_ERR_IO;
+        }
+        k = rdmax__read_full(fd, hello_s, 8, deadline);
+        int kind = k == 8 ? rdmax__admit_kind(hello_s) : -1;
+        if (kind == 2 && rdmax__read_full(fd, hello_s + 8, 2, deadline) == 2) {
+            rdmax_status st = rdmax__refusal_status(hello_s);
+            RDMAX__WHY("admission: the listener has no shared secret: it refused our hello (%s)", rdmax_status_str(st));
+            return st;
+        }
+        if (k < 0) {
+            RDMAX__WHY("admission: waiting for the listener's hello: %s after %d ms",
+                       errno == ETIMEDOUT ? "timed out" : strerror(errno), timeout_ms);
+            return errno == ETIMEDOUT ? RDMAX_ERR_TIMEOUT : RDMAX_ERR_IO;
+        }
+        if (kind != 1) {
+            RDMAX__WHY("admission: %s", k < 8 ? "the listener closed the connection after our hello (an rdmax "
+                                                "from before admission refuses it as a newer version)"
+                                              : "the listener answered our hello without its own: it does not "
+                                                "prove the shared secret");
+            return k < 8 ? RDMAX_ERR_OOB_SHORT : RDMAX_ERR_OOB_AUTH;
+        }
+        if ((k = rdmax__read_full(fd, hello_s + 8, RDMAX__HELLO_SIZE - 8, deadline)) != RDMAX__HELLO_SIZE - 8) {
+            RDMAX__WHY("admission: the listener's hello: %s", k < 0 && errno == ETIMEDOUT ? "timed out" : "cut short");
+            return k < 0 && errno == ETIMEDOUT ? RDMAX_ERR_TIMEOUT : RDMAX_ERR_OOB_SHORT;
+        }
+        const void *p[3] = {hello_s, hello_c, mine};
+        size_t n[3] = {RDMAX__HELLO_SIZE, RDMAX__HELLO_SIZE, mine_len};
+        rdmax__admit_mac(ctx, "rdmax client", p, n, 3, mine + mine_len);
+    }
+    /* A failed send is reported only after reading what the peer sent: a peer that closed after a bad
+       record is better described by its record than by our EPIPE. */
+    int send_err = rdmax__write_full(fd, mine, mine_len + (admit ? RDMAX__MAC_SIZE : 0), deadline) ? errno : 0;
+    if (send_err == ETIMEDOUT) {
+        RDMAX__WHY("connection record: sending ours timed out after %d ms", timeout_ms);
+        return RDMAX_ERR_TIMEOUT;
+    }
+    /* The head first: a peer of another version may send a record of another size; we never read more
+       than our own record's size into our buffer. */
+    k = rdmax__read_full(fd, theirs, 8, deadline);
+    if (k < 0) {
+        RDMAX__WHY("connection record: waiting for the peer's record: %s after %d ms",
+                   errno == ETIMEDOUT ? "timed out" : strerror(errno), timeout_ms);
+        return errno == ETIMEDOUT ? RDMAX_ERR_TIMEOUT : RDMAX_ERR_IO;
+    }
+    if (k < 8) {
+        RDMAX__WHY("connection record: peer closed after %zd of at least %u bytes", k, RDMAX_CONN_INFO_HEAD);
+        return RDMAX_ERR_OOB_SHORT;
+    }
+    int kind = rdmax__admit_kind(theirs);
+    if (kind == 2 && rdmax__read_full(fd, theirs + 8, 2, deadline) == 2) {
+        rdmax_status st = rdmax__refusal_status(theirs);
+        if (admit)
+            RDMAX__WHY("admission: the listener refused our proof of the shared secret (another secret?)");
+        else
+            RDMAX__WHY("admission: the listener refused us: %s", rdmax_status_str(st));
+        return st;
+    }
+    if (kind == 1 && !admit) {
+        RDMAX__WHY("admission: the listener requires a shared secret; we have none (rdmax_ctx_desc.secret, "
+                   "RDMAX_SECRET)");
+        return RDMAX_ERR_OOB_AUTH;
+    }
+    rdmax_status st = rdmax__conn_head_check(theirs, why, why_len);
+    if (st != RDMAX_OK)
+        return st;
+    size_t theirs_len = rdmax__get16(theirs + 6);  /* checked: HEAD .. SIZE */
+    size_t want = theirs_len + (admit ? RDMAX__MAC_SIZE : 0);
+    k = rdmax__read_full(fd, theirs + 8, want - 8, deadline);
+    if (k < 0) {
+        RDMAX__WHY("connection record: reading the peer's record: %s",
+                   errno == ETIMEDOUT ? "timed out" : strerror(errno));
+        return errno == ETIMEDOUT ? RDMAX_ERR_TIMEOUT : RDMAX_ERR_IO;
+    }
+    if ((size_t)k < want - 8) {
+        RDMAX__WHY("connection record: peer closed after %zd of %zu bytes", k + 8, want);
+        return RDMAX_ERR_OOB_SHORT;
+    }
+    if (admit) {  /* the listener's proof, before anything of its record is used */
+        uint8_t mac[RDMAX__MAC_SIZE];
+        const void *p[4] = {hello_c, hello_s, mine, theirs};
+        size_t n[4] = {RDMAX__HELLO_SIZE, RDMAX__HELLO_SIZE, mine_len, theirs_len};
+        rdmax__admit_mac(ctx, "rdmax server", p, n, 4, mac);
+        if (!rdmax__mac_equal(mac, theirs + theirs_len, RDMAX__MAC_SIZE)) {
+            RDMAX__WHY("admission: the listener's proof of the shared secret is wrong (another secret, or not "
+                       "the listener it claims to be)");
+            return RDMAX_ERR_OOB_AUTH;
+        }
+    }
+    st = rdmax_conn_info_decode(theirs, theirs_len, remote, why, why_len);
+    if (st == RDMAX_OK && send_err) {
+        RDMAX__WHY("connection record: sending ours failed: %s", strerror(send_err));
+        return RDMAX_ERR_IO;
+    }
+    return st;
+}
+
 /* ---- >>oob --------------------------------------------------------------------------------------- */
 /* A listener runs up to handshake_slots handshakes side by side, each non-blocking with its own
    deadline, so a silent, slow or malformed client delays nobody else. The endpoint (QP and receive pool)
@@ -7949,13 +8258,16 @@ void rdmax_ep_pending_purge(rdmax_ep *ep)
 #define RDMAX__HS_BUSY_MS 500
 struct rdmax__hs {
     int fd;                     /* -1: slot free */
-    uint8_t phase;              /* 0: reading the client's record; 1: waiting for its ready byte */
+    uint8_t phase;              /* 0: reading the client's hello or record; 1: waiting for its ready byte */
+    uint8_t hello;              /* the client's hello came (>>admit): its record is followed by its MAC */
     uint32_t got;
     int64_t start;              /* when it was taken off the backlog */
     int64_t last;               /* when its client last sent bytes (the idlest goes first) */
     int64_t deadline;
     rdmax_ep *ep;
-    uint8_t rec[RDMAX_CONN_INFO_SIZE];
+    uint8_t rec[RDMAX_CONN_INFO_SIZE + RDMAX__MAC_SIZE];
+    uint8_t hello_s[RDMAX__HELLO_SIZE]; /* ours, sent on accept when the context has a secret */
+    uint8_t hello_c[RDMAX__HELLO_SIZE];
     char peer[64];
 };
 
@@ -8180,7 +8492,8 @@ static rdmax_status rdmax__ep_handshake(rdmax_ctx *ctx, int fd, const char *peer
     rdmax_conn_info me, them;
     char why[200];
     rdmax_ep_local_info(ep, &me);
-    st = rdmax_oob_exchange(fd, &me, &them, timeout_ms, why, sizeof why);
+    st = rdmax__oob_trade(fd, &me, &them, timeout_ms, ctx, why, sizeof why);
+    ctx->cnt.auth_refused += st == RDMAX_ERR_OOB_AUTH;
     if (st == RDMAX_OK)
         st = rdmax_ep_connect_info(ep, &them);
     else
@@ -8229,8 +8542,18 @@ static void rdmax__hs_accept(rdmax_listener *l)
             rdmax__hs_end(l, &l->hs[i]);
             l->evicted++;
         }
+        /* With a secret our hello goes first, fresh per client (>>admit); a fresh socket has room for it. */
+        uint8_t hello[RDMAX__HELLO_SIZE] = {0};
+        if (ctx->secret && (rdmax__hello_make(hello) != RDMAX_OK ||
+                            send(fd, hello, sizeof hello, MSG_NOSIGNAL) != (ssize_t)sizeof hello)) {
+            rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE, "device %s: sending our hello to a new "
+                       "client failed: %s", ctx->attr.name, strerror(errno));
+            close(fd);
+            continue;
+        }
         struct rdmax__hs *h = &l->hs[i];
         memset(h, 0, sizeof *h);
+        memcpy(h->hello_s, hello, sizeof hello);
         h->fd = fd;
         h->start = h->last = now;
         h->deadline = now + ctx->desc.handshake_ms;
@@ -8246,6 +8569,17 @@ static void rdmax__hs_accept(rdmax_listener *l)
     }
 }
 
+/* A client that did not prove the shared secret (>>admit): told with a refusal, logged and counted. */
+static rdmax_status rdmax__hs_refuse(rdmax_listener *l, struct rdmax__hs *h, const char *why)
+{
+    rdmax_ctx *ctx = l->ctx;
+    rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE, "device %s, client %s: admission refused: %s",
+               ctx->attr.name, h->peer, why);
+    ctx->cnt.auth_refused++;
+    rdmax__admit_refuse(h->fd, RDMAX_ERR_OOB_AUTH);
+    return RDMAX_ERR_OOB_AUTH;
+}
+
 /* One step of handshake h without blocking: RDMAX_INPROGRESS (more to come), RDMAX_OK (connected: the
    endpoint is in h->ep), or the failure. */
 static rdmax_status rdmax__hs_step(rdmax_listener *l, struct rdmax__hs *h, const rdmax_ep_desc *desc)
@@ -8254,8 +8588,11 @@ static rdmax_status rdmax__hs_step(rdmax_listener *l, struct rdmax__hs *h, const
     char why[200];
     size_t why_len = sizeof why;
     if (h->phase == 0) {
-        /* the head first, then the rest its length field (checked: at most the largest record) names */
+        /* the head first, then the rest its length field (checked: at most the largest record) names, and
+           after a record the client's MAC if it sent a hello (>>admit) */
         uint32_t want = h->got < 8 ? 8 : rdmax__get16(h->rec + 6);
+        if (h->got >= 8 && h->hello)
+            want += RDMAX__MAC_SIZE;
         ssize_t k = read(h->fd, h->rec + h->got, want - h->got);
         if (k < 0)
             return errno == EAGAIN || errno == EINTR ? RDMAX_INPROGRESS
@@ -8270,13 +8607,37 @@ static rdmax_status rdmax__hs_step(rdmax_listener *l, struct rdmax__hs *h, const
         h->got += (uint32_t)k;
         h->last = rdmax__now_ms();
         rdmax_status st = RDMAX_OK;
-        if (h->got == 8)
+        int hello = !h->hello && h->got >= 8 && rdmax__admit_kind(h->rec) == 1;
+        if (h->got == 8 && hello && !ctx->secret)
+            return rdmax__hs_refuse(l, h, "the client has a shared secret and asks this listener to prove one; it "
+                                          "has none (rdmax_ctx_desc.secret, RDMAX_SECRET)");
+        if (h->got == 8 && !hello && ctx->secret && !h->hello)
+            return rdmax__hs_refuse(l, h, "the client sent its record without proving the shared secret (it has "
+                                          "none: no hello came first)");
+        if (h->got == 8 && !hello)
             st = rdmax__conn_head_check(h->rec, why, why_len);
-        if (st == RDMAX_OK && (h->got < 8 || h->got < rdmax__get16(h->rec + 6)))
+        if (st == RDMAX_OK && (h->got < 8 || h->got < rdmax__get16(h->rec + 6) + (h->hello ? RDMAX__MAC_SIZE : 0u)))
             return RDMAX_INPROGRESS;
+        if (hello) {  /* the record comes next, then its MAC */
+            memcpy(h->hello_c, h->rec, RDMAX__HELLO_SIZE);
+            h->hello = 1;
+            h->got = 0;
+            return RDMAX_INPROGRESS;
+        }
+        size_t rec_len = rdmax__get16(h->rec + 6);
+        if (st == RDMAX_OK && h->hello) {
+            /* the proof, checked before anything of the record is used: no endpoint for a stranger */
+            uint8_t mac[RDMAX__MAC_SIZE];
+            const void *p[3] = {h->hello_s, h->hello_c, h->rec};
+            size_t n[3] = {RDMAX__HELLO_SIZE, RDMAX__HELLO_SIZE, rec_len};
+            rdmax__admit_mac(ctx, "rdmax client", p, n, 3, mac);
+            if (!rdmax__mac_equal(mac, h->rec + rec_len, RDMAX__MAC_SIZE))
+                return rdmax__hs_refuse(l, h, "the client's proof of the shared secret is wrong (another secret, "
+                                              "or a recorded handshake replayed)");
+        }
         rdmax_conn_info them, me;
         if (st == RDMAX_OK)
-            st = rdmax_conn_info_decode(h->rec, h->got, &them, why, why_len);
+            st = rdmax_conn_info_decode(h->rec, rec_len, &them, why, why_len);
         if (st != RDMAX_OK) {
             rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
                        "device %s, client %s: %s", ctx->attr.name, h->peer, why);
@@ -8301,9 +8662,15 @@ static rdmax_status rdmax__hs_step(rdmax_listener *l, struct rdmax__hs *h, const
             return st;
         /* Our record in one write (a fresh socket's buffer takes the largest record); our ready byte only
            from the call that returns the endpoint: the client sends nothing before it. */
-        uint8_t msg[RDMAX_CONN_INFO_SIZE];
+        uint8_t msg[RDMAX_CONN_INFO_SIZE + RDMAX__MAC_SIZE];
         rdmax_ep_local_info(h->ep, &me);
         size_t len = rdmax_conn_info_encode(&me, msg);
+        if (h->hello) {  /* our proof: over both hellos and both records */
+            const void *p[4] = {h->hello_c, h->hello_s, h->rec, msg};
+            size_t n[4] = {RDMAX__HELLO_SIZE, RDMAX__HELLO_SIZE, rec_len, len};
+            rdmax__admit_mac(ctx, "rdmax server", p, n, 4, msg + len);
+            len += RDMAX__MAC_SIZE;
+        }
         if (send(h->fd, msg, len, MSG_NOSIGNAL) != (ssize_t)len) {
             rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
                        "device %s, client %s: sending our record failed: %s", ctx->attr.name,
@@ -8370,7 +8737,7 @@ rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep
                 continue;
             rdmax_status st = rdmax__hs_step(l, h, desc);
             int64_t first = h->start + ctx->desc.handshake_first_ms;
-            int silent = h->phase == 0 && h->got == 0;
+            int silent = h->phase == 0 && h->got == 0 && !h->hello;
             if (st == RDMAX_INPROGRESS && (now >= h->deadline || (silent && now >= first))) {
                 rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE_TIMEOUT,
                            "device %s, client %s: handshake did not finish within %u ms (%s)",

@@ -1094,12 +1094,432 @@ out:
     tl_end();
 }
 
+/* ---- admission: a shared secret (rdmax_impl.h >>admit), TCP record path ---- */
+static const char g_secret[] = "correct horse battery staple";
+static int g_ep_allocs;  /* rdmax_ep structs the server context allocated: each endpoint (QP) it made */
+static void *count_alloc(size_t size, void *user)
+{
+    (void)user;
+    g_ep_allocs += size == sizeof(rdmax_ep);
+    return malloc(size);
+}
+static void count_free(void *p, void *user)
+{
+    (void)user;
+    free(p);
+}
+
+/* A client in a child process with the given secret (NULL: none, from the desc; env: from RDMAX_SECRET):
+   connect, send, flush. Exit 0 when served, else the negated status (RDMAX_ERR_OOB_AUTH: 52). */
+static pid_t admit_client(uint16_t port, const char *secret, int env)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        rdmax_ctx_desc cd;
+        memset(&cd, 0, sizeof cd);
+        cd.log_level = RDMAX_LOG_ERROR + 0;
+        cd.log_level_set = true;
+        if (env)
+            setenv("RDMAX_SECRET", secret, 1);
+        else if (secret) {
+            cd.secret = secret;
+            cd.secret_len = strlen(secret);
+        }
+        rdmax_ctx *c;
+        rdmax_ep *e;
+        if (rdmax_ctx_create(&cd, &c) != RDMAX_OK)
+            _exit(2);
+        rdmax_status st = rdmax_connect(c, "127.0.0.1", port, NULL, &e, 20000);
+        if (st != RDMAX_OK)
+            _exit(-st);
+        char msg[16] = "hello";
+        if (rdmax_send(e, msg, sizeof msg, NULL, NULL) != RDMAX_OK || rdmax_ep_flush(e, 5000) != RDMAX_OK)
+            _exit(4);
+        rdmax_ctx_destroy(c);
+        _exit(0);
+    }
+    return pid;
+}
+
+static int child_exit(pid_t pid)
+{
+    int status = -1;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 1000 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+/* A relay in a child process between one client (on lfd) and the listener: it passes everything both
+   ways and, when either side closes, writes what the client sent to `out` (the recorded handshake). */
+static pid_t recording_relay(int lfd, uint16_t port, int out)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        int c = accept(lfd, NULL, NULL), s = tcp_connect(AF_INET, port);
+        if (c < 0 || s < 0)
+            _exit(1);
+        static uint8_t rec[65536];
+        size_t n = 0;
+        for (int open = 1; open;) {
+            struct pollfd p[2] = {{c, POLLIN, 0}, {s, POLLIN, 0}};
+            if (poll(p, 2, 20000) <= 0)
+                break;
+            for (int i = 0; i < 2; i++) {
+                if (!(p[i].revents & (POLLIN | POLLHUP | POLLERR)))
+                    continue;
+                uint8_t b[4096];
+                ssize_t k = read(p[i].fd, b, sizeof b);
+                if (k <= 0) {
+                    open = 0;
+                    break;
+                }
+                if (i == 0 && n + (size_t)k <= sizeof rec) {
+                    memcpy(rec + n, b, (size_t)k);
+                    n += (size_t)k;
+                }
+                if (write(i ? c : s, b, (size_t)k) != k)
+                    open = 0;
+            }
+        }
+        _exit(write(out, rec, n) == (ssize_t)n ? 0 : 1);
+    }
+    return pid;
+}
+
+static rdmax_status accept_st(rdmax_listener *l, rdmax_ep **ep)
+{
+    *ep = NULL;
+    return rdmax_accept(l, NULL, ep, 30000);
+}
+
+/* Strangers get nothing, not even an endpoint: a client without the secret, with a wrong one, a recorded
+   handshake replayed, a hello then garbage; each refused with RDMAX_ERR_OOB_AUTH on both sides and no
+   endpoint made (the server's allocator sees no rdmax_ep), and the listener serves the next good client.
+   Controls: a client with the secret is served, and that makes exactly one endpoint (so the count would
+   see one made for a stranger); the relayed original of the replayed handshake is served. */
+static void admit_tests(void)
+{
+    rdmax_ctx *ctx = NULL, *plain = NULL;
+    rdmax_listener *l = NULL, *pl = NULL;
+    rdmax_ep *ep = NULL;
+    int rec_pipe[2] = {-1, -1}, rlfd = -1;
+    unsetenv("RDMAX_SECRET");
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.log_level = RDMAX_LOG_ERROR;
+    cd.log_level_set = true;
+    cd.allocator.alloc = count_alloc;
+    cd.allocator.free = count_free;
+    cd.secret = g_secret;
+    cd.secret_len = strlen(g_secret);
+    tl_begin("admit/tcp: the secret's client is served, one endpoint made; query_desc shows no secret, its length");
+    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device: %s", rdmax_ctx_last_error(NULL));
+    REQUIRE(rdmax_listen(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
+    uint16_t port = rdmax_listener_port(l);
+    {
+        rdmax_ctx_desc q = rdmax_ctx_query_desc(ctx);
+        CHECK(q.secret == NULL && q.secret_len == strlen(g_secret), "query_desc: secret %p, length %zu", q.secret,
+              q.secret_len);
+        int allocs = g_ep_allocs;
+        pid_t pid = admit_client(port, g_secret, 0);
+        CHECK_ST(accept_st(l, &ep), RDMAX_OK);
+        CHECK(g_ep_allocs == allocs + 1, "%d endpoints made for one client", g_ep_allocs - allocs);
+        int ex = child_exit(pid);
+        CHECK(ex == 0, "client exit %d", ex);
+        rdmax_ep_destroy(ep);
+        ep = NULL;
+    }
+    tl_end();
+
+    static const struct {
+        const char *name, *secret;
+        int env;
+    } bad[] = {
+        {"a client without a secret", NULL, 0},
+        {"a client with a wrong secret", "correct horse battery stapler", 0},
+        {"a client with a wrong secret from RDMAX_SECRET", "tr0ub4dor&3", 1},
+        {"a client whose desc says no secret (secret_len 0) while RDMAX_SECRET is set", "", 0},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tl_begin("admit/tcp: %s is refused on both sides with RDMAX_ERR_OOB_AUTH, no endpoint made", bad[i].name);
+        int allocs = g_ep_allocs;
+        rdmax_counters c0, c1;
+        rdmax_counters_get(ctx, &c0);
+        pid_t pid;
+        if (i == 3) {  /* secret "" with length 0: none, the variable ignored */
+            pid = fork();
+            if (pid == 0) {
+                setenv("RDMAX_SECRET", g_secret, 1);
+                rdmax_ctx_desc d;
+                memset(&d, 0, sizeof d);
+                d.log_level = RDMAX_LOG_ERROR;
+                d.log_level_set = true;
+                d.secret = "";
+                rdmax_ctx *c;
+                rdmax_ep *e;
+                if (rdmax_ctx_create(&d, &c) != RDMAX_OK)
+                    _exit(2);
+                if (rdmax_ctx_query_desc(c).secret_len != 0)
+                    _exit(3);
+                rdmax_status st = rdmax_connect(c, "127.0.0.1", port, NULL, &e, 20000);
+                _exit(st == RDMAX_OK ? 0 : -st);
+            }
+        } else {
+            pid = admit_client(port, bad[i].secret, bad[i].env);
+        }
+        CHECK_ST(accept_st(l, &ep), RDMAX_ERR_OOB_AUTH);
+        CHECK(ep == NULL, "an endpoint was returned");
+        int ex = child_exit(pid);
+        CHECK(ex == -RDMAX_ERR_OOB_AUTH, "client exit %d, expected %d (RDMAX_ERR_OOB_AUTH)", ex, -RDMAX_ERR_OOB_AUTH);
+        CHECK(g_ep_allocs == allocs, "%d endpoints made for a refused client", g_ep_allocs - allocs);
+        CHECK(ctx->n_eps == 0, "%u endpoints in the server context", ctx->n_eps);
+        rdmax_counters_get(ctx, &c1);
+        CHECK(c1.auth_refused == c0.auth_refused + 1, "auth_refused %llu -> %llu",
+              (unsigned long long)c0.auth_refused, (unsigned long long)c1.auth_refused);
+        tl_end();
+    }
+
+    tl_begin("admit/tcp: a recorded handshake (relayed and served) replayed on a new connection is refused");
+    {
+        uint16_t rport;
+        REQUIRE((rlfd = tcp_listener(AF_INET, &rport)) >= 0, "relay listener");
+        REQUIRE(pipe(rec_pipe) == 0, "pipe");
+        pid_t relay = recording_relay(rlfd, port, rec_pipe[1]);
+        pid_t pid = admit_client(rport, g_secret, 0);
+        int allocs = g_ep_allocs;
+        CHECK_ST(accept_st(l, &ep), RDMAX_OK);  /* control: the original, through the relay, is served */
+        CHECK(child_exit(pid) == 0, "the relayed client failed");
+        rdmax_ep_destroy(ep);
+        ep = NULL;
+        CHECK(child_exit(relay) == 0, "relay failed");
+        static uint8_t rec[65536];
+        ssize_t n = read(rec_pipe[0], rec, sizeof rec);
+        CHECK(n == RDMAX__HELLO_SIZE + RDMAX_CONN_INFO_HEAD + RDMAX__MAC_SIZE + 1,
+              "recorded %zd bytes: expected hello, record, MAC and the ready byte", n);
+        allocs = g_ep_allocs;
+        int fd = tcp_connect(AF_INET, port);
+        REQUIRE(fd >= 0 && n > 0 && write(fd, rec, (size_t)n) == n, "replay");
+        CHECK_ST(accept_st(l, &ep), RDMAX_ERR_OOB_AUTH);
+        CHECK(g_ep_allocs == allocs && ctx->n_eps == 0, "%d endpoints made for the replay", g_ep_allocs - allocs);
+        /* what the replayer got: a fresh hello (another nonce than the recorded session's), then the refusal */
+        uint8_t back[RDMAX__HELLO_SIZE + RDMAX__REFUSAL_SIZE];
+        size_t got = 0;
+        for (ssize_t k; got < sizeof back && (k = read(fd, back + got, sizeof back - got)) > 0;)
+            got += (size_t)k;
+        CHECK(got == sizeof back && rdmax__admit_kind(back) == 1 && rdmax__admit_kind(back + RDMAX__HELLO_SIZE) == 2 &&
+              rdmax__refusal_status(back + RDMAX__HELLO_SIZE) == RDMAX_ERR_OOB_AUTH,
+              "the replayer got %zu bytes, not a hello and a refusal with RDMAX_ERR_OOB_AUTH", got);
+        close(fd);
+    }
+    tl_end();
+
+    tl_begin("admit/tcp: a hello then a record with a garbage MAC, a hello then close: refused, no endpoint");
+    {
+        int allocs = g_ep_allocs;
+        uint8_t msg[RDMAX__HELLO_SIZE + RDMAX_CONN_INFO_SIZE + RDMAX__MAC_SIZE];
+        REQUIRE(rdmax__hello_make(msg) == RDMAX_OK, "hello");
+        rdmax_conn_info good;
+        good_record(&good);
+        size_t len = rdmax_conn_info_encode(&good, msg + RDMAX__HELLO_SIZE);
+        memset(msg + RDMAX__HELLO_SIZE + len, 0x5a, RDMAX__MAC_SIZE);
+        pid_t pid = crafted_peer(AF_INET, port, msg, RDMAX__HELLO_SIZE + len + RDMAX__MAC_SIZE, 2000);
+        CHECK_ST(accept_st(l, &ep), RDMAX_ERR_OOB_AUTH);
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        pid = crafted_peer(AF_INET, port, msg, RDMAX__HELLO_SIZE, 0);
+        CHECK_ST(accept_st(l, &ep), RDMAX_ERR_OOB_SHORT);
+        waitpid(pid, NULL, 0);
+        CHECK(g_ep_allocs == allocs && ctx->n_eps == 0, "%d endpoints made", g_ep_allocs - allocs);
+    }
+    tl_end();
+
+    tl_begin("admit/tcp: after the refusals the listener serves the secret's client (from RDMAX_SECRET)");
+    {
+        int allocs = g_ep_allocs;
+        pid_t pid = admit_client(port, g_secret, 1);
+        CHECK_ST(accept_st(l, &ep), RDMAX_OK);
+        CHECK(child_exit(pid) == 0, "client failed");
+        CHECK(g_ep_allocs == allocs + 1, "%d endpoints made", g_ep_allocs - allocs);
+        rdmax_counters c;
+        for (int i = 0; i < 100000 && ep; i++) {
+            rdmax_progress(ctx);
+            rdmax_counters_get(ctx, &c);
+            if (c.recv_msgs)
+                break;
+        }
+        CHECK(c.recv_msgs >= 1, "the client's message did not arrive");
+        rdmax_ep_destroy(ep);
+        ep = NULL;
+    }
+    tl_end();
+
+    tl_begin("admit/tcp: a listener without a secret and a client with one: both fail with RDMAX_ERR_OOB_AUTH");
+    {
+        rdmax_ctx_desc pd;
+        memset(&pd, 0, sizeof pd);
+        pd.log_level = RDMAX_LOG_ERROR;
+        pd.log_level_set = true;
+        REQUIRE(rdmax_ctx_create(&pd, &plain) == RDMAX_OK, "ctx");
+        REQUIRE(rdmax_listen(plain, "127.0.0.1", 0, &pl) == RDMAX_OK, "listen");
+        pid_t pid = admit_client(rdmax_listener_port(pl), g_secret, 0);
+        CHECK_ST(accept_st(pl, &ep), RDMAX_ERR_OOB_AUTH);
+        CHECK(plain->n_eps == 0, "%u endpoints made", plain->n_eps);
+        int ex = child_exit(pid);
+        CHECK(ex == -RDMAX_ERR_OOB_AUTH, "client exit %d", ex);
+        pid = admit_client(rdmax_listener_port(pl), NULL, 0);  /* control: no secret on either side */
+        CHECK_ST(accept_st(pl, &ep), RDMAX_OK);
+        CHECK(child_exit(pid) == 0, "client without a secret failed");
+        rdmax_ep_destroy(ep);
+        ep = NULL;
+    }
+    tl_end();
+
+    tl_begin("admit/tcp: a listener that cannot prove the secret (an impostor) is refused by the client");
+    {
+        /* The impostor speaks the protocol (its hello, a valid record) but its MAC is not the secret's. */
+        uint16_t iport;
+        int ifd = tcp_listener(AF_INET, &iport);
+        REQUIRE(ifd >= 0, "impostor listener");
+        pid_t pid = admit_client(iport, g_secret, 0);
+        int fd = accept(ifd, NULL, NULL);
+        uint8_t hello[RDMAX__HELLO_SIZE], in[RDMAX__HELLO_SIZE + RDMAX_CONN_INFO_HEAD + RDMAX__MAC_SIZE];
+        REQUIRE(fd >= 0 && rdmax__hello_make(hello) == RDMAX_OK && write(fd, hello, sizeof hello) == sizeof hello,
+                "impostor hello");
+        size_t got = 0;
+        for (ssize_t k; got < sizeof in && (k = read(fd, in + got, sizeof in - got)) > 0;)
+            got += (size_t)k;
+        CHECK(got == sizeof in, "the client sent %zu bytes, expected its hello, record and MAC", got);
+        uint8_t out[RDMAX_CONN_INFO_SIZE + RDMAX__MAC_SIZE];
+        rdmax_conn_info good;
+        good_record(&good);
+        rdmax_conn_info_encode(&good, out);
+        memcpy(out + RDMAX_CONN_INFO_HEAD, in + RDMAX__HELLO_SIZE + RDMAX_CONN_INFO_HEAD, RDMAX__MAC_SIZE);
+        CHECK(write(fd, out, RDMAX_CONN_INFO_HEAD + RDMAX__MAC_SIZE) == RDMAX_CONN_INFO_HEAD + RDMAX__MAC_SIZE,
+              "impostor record");  /* the client's own MAC echoed */
+        int ex = child_exit(pid);
+        CHECK(ex == -RDMAX_ERR_OOB_AUTH, "client exit %d, expected %d", ex, -RDMAX_ERR_OOB_AUTH);
+        close(fd);
+        close(ifd);
+    }
+    tl_end();
+out:
+    rdmax_ep_destroy(ep);
+    if (rlfd >= 0)
+        close(rlfd);
+    if (rec_pipe[0] >= 0) {
+        close(rec_pipe[0]);
+        close(rec_pipe[1]);
+    }
+    rdmax_listener_close(pl);
+    rdmax_ctx_destroy(plain);
+    rdmax_listener_close(l);
+    rdmax_ctx_destroy(ctx);
+    if (tl_case_failed)
+        tl_end();
+}
+
+static void hex(const uint8_t *b, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++)
+        sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+/* SHA-256 and HMAC-SHA-256 of admission (rdmax_impl.h >>admit) against the published vectors: FIPS
+   180-2's "abc" and two-block message, RFC 4231's test cases 1-7 (5 truncated to 128 bits; 6 and 7
+   with a 131-byte key, hashed first). Each input is also fed in pieces of every size up to 65, so the
+   block buffering is covered as well as the one-shot path. */
+static void admit_vector_tests(void)
+{
+    static const struct {
+        const char *msg, *want;
+    } sha[] = {
+        {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+    };
+    char got[65];
+    uint8_t d[32];
+    for (size_t i = 0; i < sizeof sha / sizeof sha[0]; i++) {
+        tl_begin("admit/sha256: FIPS 180-2 vector %zu (%zu bytes)", i + 1, strlen(sha[i].msg));
+        for (size_t piece = 1; piece <= 65; piece++) {
+            rdmax__sha256 s;
+            rdmax__sha256_init(&s);
+            size_t n = strlen(sha[i].msg);
+            for (size_t at = 0; at < n; at += piece)
+                rdmax__sha256_update(&s, sha[i].msg + at, n - at < piece ? n - at : piece);
+            rdmax__sha256_final(&s, d);
+            hex(d, 32, got);
+            CHECK(!strcmp(got, sha[i].want), "pieces of %zu: %s, expected %s", piece, got, sha[i].want);
+        }
+        tl_end();
+    }
+    uint8_t k0b[20], kaa20[20], k0c[20], kaa131[131], k4[25], ddd[50], dcd[50];
+    memset(k0b, 0x0b, sizeof k0b);
+    memset(kaa20, 0xaa, sizeof kaa20);
+    memset(k0c, 0x0c, sizeof k0c);
+    memset(kaa131, 0xaa, sizeof kaa131);
+    for (int i = 0; i < 25; i++)
+        k4[i] = (uint8_t)(i + 1);
+    memset(ddd, 0xdd, sizeof ddd);
+    memset(dcd, 0xcd, sizeof dcd);
+    static const char t6[] = "Test Using Larger Than Block-Size Key - Hash Key First";
+    static const char t7[] = "This is a test using a larger than block-size key and a larger than block-size data. The key "
+                             "needs to be hashed before being used by the HMAC algorithm.";
+    const struct {
+        const void *key;
+        size_t key_len;
+        const void *data;
+        size_t data_len;
+        size_t mac_len;
+        const char *want;
+    } rfc[] = {
+        {k0b, 20, "Hi There", 8, 32, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7"},
+        {"Jefe", 4, "what do ya want for nothing?", 28, 32,
+         "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"},
+        {kaa20, 20, ddd, 50, 32, "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe"},
+        {k4, 25, dcd, 50, 32, "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b"},
+        {k0c, 20, "Test With Truncation", 20, 16, "a3b6167473100ee06e0c796c2955552b"},
+        {kaa131, 131, t6, sizeof t6 - 1, 32, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54"},
+        {kaa131, 131, t7, sizeof t7 - 1, 32, "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2"},
+    };
+    for (size_t i = 0; i < sizeof rfc / sizeof rfc[0]; i++) {
+        tl_begin("admit/hmac-sha256: RFC 4231 test case %zu (key %zu bytes, data %zu, MAC %zu)", i + 1, rfc[i].key_len,
+                 rfc[i].data_len, rfc[i].mac_len);
+        for (size_t piece = 1; piece <= 65; piece++) {
+            rdmax__hmac m;
+            rdmax__hmac_init(&m, rfc[i].key, rfc[i].key_len);
+            const uint8_t *data = (const uint8_t *)rfc[i].data;
+            for (size_t at = 0; at < rfc[i].data_len; at += piece)
+                rdmax__hmac_update(&m, data + at, rfc[i].data_len - at < piece ? rfc[i].data_len - at : piece);
+            rdmax__hmac_final(&m, d);
+            hex(d, rfc[i].mac_len, got);
+            CHECK(!strcmp(got, rfc[i].want), "pieces of %zu: %s, expected %s", piece, got, rfc[i].want);
+        }
+        tl_end();
+    }
+    tl_begin("admit/MAC compare: equal, and a difference in the first, a middle or the last byte");
+    {
+        uint8_t a[32], b[32];
+        memset(a, 7, sizeof a);
+        memcpy(b, a, sizeof b);
+        CHECK(rdmax__mac_equal(a, b, 32), "equal MACs compared unequal");
+        for (int at = 0; at < 32; at += 15) {
+            b[at] ^= 0x80;
+            CHECK(!rdmax__mac_equal(a, b, 32), "MACs differing in byte %d compared equal", at);
+            b[at] ^= 0x80;
+        }
+    }
+    tl_end();
+}
+
 int main(int argc, char **argv)
 {
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
-    if (argc > 1 && !strcmp(argv[1], "device")) {
+    if (argc > 1 && !strcmp(argv[1], "admit")) {
+        admit_tests();
+    } else if (argc > 1 && !strcmp(argv[1], "device")) {
         device_tests();
+        admit_tests();
         listener_tests();
         accept_desc_tests();
         early_message_tests();
@@ -1110,6 +1530,7 @@ int main(int argc, char **argv)
         host_tests(AF_INET);
         host_tests(AF_INET6);
         cm_record_tests();
+        admit_vector_tests();
     }
     return tl_failed_total ? 1 : 0;
 }
