@@ -355,7 +355,10 @@
    connection; the secret never goes on the wire. Over TCP the listener checks the client's proof before
    it makes an endpoint: a client without the proof gets no QP and nothing else. Refused, both sides
    return RDMAX_ERR_OOB_AUTH (also a listener without a secret and a client with one), counted in
-   auth_refused; the listener goes on serving. TCP record setup only, for now.
+   auth_refused; the listener goes on serving. With RDMAX_SETUP_CM the proof rides in the connect
+   request (there is no round trip before it): it is dated, and a listener refuses one dated more than
+   60 s from its own clock (the hosts' clocks must agree within that) or seen before (it remembers the
+   last 4096; past that, proofs not newer than the oldest it forgot are refused too).
    It protects against strangers connecting, against a recorded handshake replayed, and (the listener's
    proof) against an impostor listener; the proofs cover the records, so a man in the middle cannot swap
    the QP numbers, GIDs or rkeys in them. It does not encrypt anything: the fabric carries data and

@@ -7940,7 +7940,7 @@ void rdmax_ep_pending_purge(rdmax_ep *ep)
    listener's RDMAX_ERR_OOB_AUTH rather than a closed socket. Without a secret on either side nothing of
    this is sent: two rdmax without secrets exchange their records as before. Hello and refusal carry
    RDMAX__ADMIT_VERSION, one past the record's: an rdmax from before admission refuses them as a newer
-   version instead of waiting.
+   version instead of waiting. rdma_cm (>>cm) carries its proof in the REQ's private data instead.
    SHA-256 is FIPS 180-4's, HMAC RFC 2104's, written here to need no crypto library; tests/oob_test
    checks them against FIPS 180-2's and RFC 4231's vectors. */
 #define RDMAX__ADMIT_VERSION (RDMAX_CONN_INFO_VERSION + 1)
@@ -8285,6 +8285,9 @@ struct rdmax_listener {
     struct rdma_event_channel *cm_ch;
     struct rdma_cm_id *cm_id;
     struct rdmax__cm_hs *cm_hs;
+    struct rdmax__cm_seen *cm_seen; /* with a secret: the proofs of the last RDMAX__CM_SEEN clients (>>cm) */
+    uint32_t cm_seen_at;
+    int64_t cm_seen_floor;      /* a proof not newer than this (s) may repeat one no longer held: refused */
     rdmax_listener *next;       /* ctx->listeners */
 };
 
@@ -8875,6 +8878,95 @@ rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, cons
 #define RDMAX__CM_REJ_SIZE 10  /* reject private data: magic u32 | version u16 | length u16 | status s16 */
 #define RDMAX__CM_REJ_NO_LISTENER 8  /* IB CM reject reason "invalid service ID": nobody listens there */
 
+/* Admission over rdma_cm (>>admit for the TCP path). There is no round trip before the REQ, whose private
+   data holds 56 bytes, so the client's proof rides in it beside the compact record (length field 56):
+       36 nonce u64 (getrandom) | 44 time u32 (s, CLOCK_REALTIME) |
+       48 the first 8 bytes of HMAC(k, "rdmax cm client" | bytes 0..48 | the client's QP number u32)
+   The listener checks it before it makes the endpoint: the time within RDMAX__CM_PROOF_S of its own clock
+   (the hosts' clocks must agree that well), the MAC, and a nonce it has not seen: it keeps the proofs of
+   the last RDMAX__CM_SEEN clients; one pushed out while still in the window raises a floor, and a proof
+   not newer than the floor is refused (it could repeat one no longer held), so memory is bounded and a
+   replay never gets in, at the price of refusing honest clients when more than RDMAX__CM_SEEN connect
+   within a window. The QP number in the MAC keeps a stolen proof from connecting another QP. The REP
+   proves the listener: the compact record (length field 68), then
+       36 HMAC(k, "rdmax cm server" | the REQ's 56 bytes | REP bytes 0..36 | the listener's QP number u32)
+   checked by the client before its QP goes to RTR. A 64-bit MAC: a forger's chance is 2^-64 a try. */
+#define RDMAX__CM_PROOF_S 60
+#define RDMAX__CM_SEEN 4096
+#define RDMAX__CM_REQ_AUTH 56
+#define RDMAX__CM_REP_AUTH (RDMAX_CM_INFO_SIZE + RDMAX__MAC_SIZE)
+struct rdmax__cm_seen {
+    uint64_t nonce;
+    int64_t t;
+};
+
+static void rdmax__cm_client_mac(const rdmax_ctx *ctx, const uint8_t *pd, uint32_t qpn, uint8_t mac[RDMAX__MAC_SIZE])
+{
+    uint8_t q[4];
+    rdmax__put32(q, qpn);
+    const void *p[2] = {pd, q};
+    size_t n[2] = {48, 4};
+    rdmax__admit_mac(ctx, "rdmax cm client", p, n, 2, mac);
+}
+
+static void rdmax__cm_server_mac(const rdmax_ctx *ctx, const uint8_t *req, const uint8_t *rep, uint32_t qpn,
+                                 uint8_t mac[RDMAX__MAC_SIZE])
+{
+    uint8_t q[4];
+    rdmax__put32(q, qpn);
+    const void *p[3] = {req, rep, q};
+    size_t n[3] = {RDMAX__CM_REQ_AUTH, RDMAX_CM_INFO_SIZE, 4};
+    rdmax__admit_mac(ctx, "rdmax cm server", p, n, 3, mac);
+}
+
+/* The listener's check of a REQ's private data pd (n bytes) from the client with QP number qpn, before
+   anything else of it is used. RDMAX_OK: admitted (or no secret on either side). */
+static rdmax_status rdmax__cm_admit(rdmax_listener *l, const uint8_t *pd, size_t n, uint32_t qpn, char *why,
+                                    size_t why_len)
+{
+    rdmax_ctx *ctx = l->ctx;
+    int proof = n >= RDMAX__CM_REQ_AUTH && rdmax__get32(pd) == RDMAX_CONN_INFO_MAGIC &&
+                rdmax__get16(pd + 4) == RDMAX_CONN_INFO_VERSION && rdmax__get16(pd + 6) == RDMAX__CM_REQ_AUTH;
+    if (!ctx->secret && !proof)
+        return RDMAX_OK;
+    if (!ctx->secret || !proof) {
+        RDMAX__WHY("admission refused: %s", ctx->secret ? "the client did not prove the shared secret (it has none)"
+                   : "the client has a shared secret and asks this listener to prove one; it has none");
+        return RDMAX_ERR_OOB_AUTH;
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t now = ts.tv_sec, t = (int64_t)rdmax__get32(pd + 44);
+    t += (now - t + 0x80000000ll) / 0x100000000ll * 0x100000000ll;  /* the u32 seconds nearest to now */
+    uint64_t nonce = rdmax__get64(pd + 36);
+    uint8_t mac[RDMAX__MAC_SIZE];
+    rdmax__cm_client_mac(ctx, pd, qpn, mac);
+    if (!rdmax__mac_equal(mac, pd + 48, 8)) {
+        RDMAX__WHY("admission refused: the client's proof of the shared secret is wrong (another secret, or a "
+                   "proof taken from another QP)");
+        return RDMAX_ERR_OOB_AUTH;
+    }
+    if (t < now - RDMAX__CM_PROOF_S || t > now + RDMAX__CM_PROOF_S) {
+        RDMAX__WHY("admission refused: the client's proof is dated %lld s from our clock, more than %d s (a replay, "
+                   "or clocks apart)", (long long)(t - now), RDMAX__CM_PROOF_S);
+        return RDMAX_ERR_OOB_AUTH;
+    }
+    int replay = t <= l->cm_seen_floor;
+    for (uint32_t i = 0; i < RDMAX__CM_SEEN && !replay; i++)
+        replay = l->cm_seen[i].t == t && l->cm_seen[i].nonce == nonce;
+    if (replay) {
+        RDMAX__WHY("admission refused: the client's proof was used before (a recorded connect request replayed)");
+        return RDMAX_ERR_OOB_AUTH;
+    }
+    struct rdmax__cm_seen *e = &l->cm_seen[l->cm_seen_at];
+    if (e->t >= now - RDMAX__CM_PROOF_S && e->t > l->cm_seen_floor)
+        l->cm_seen_floor = e->t;  /* pushed out while it could still be replayed */
+    e->nonce = nonce;
+    e->t = t;
+    l->cm_seen_at = (l->cm_seen_at + 1) % RDMAX__CM_SEEN;
+    return RDMAX_OK;
+}
+
 struct rdmax__cm_hs {
     struct rdma_cm_id *id;      /* NULL: slot free */
     rdmax_ep *ep;               /* made after the client's record checked out; QP in RTS, accept sent */
@@ -9268,6 +9360,11 @@ static rdmax_status rdmax__cm_listen(rdmax_ctx *ctx, const char *host, uint16_t 
     l->fd = l->epfd = -1;
     l->cm_hs = hs;
     rdmax_status st = RDMAX_ERR_IO;
+    if (ctx->secret && !(l->cm_seen = (struct rdmax__cm_seen *)rdmax__alloc(ctx, RDMAX__CM_SEEN * sizeof *l->cm_seen))) {
+        rdmax__cm_listener_close(l);
+        freeaddrinfo(res);
+        return RDMAX_ERR_NO_MEMORY;
+    }
     const char *step = "rdma_create_event_channel";
     char why[200] = "";
     int zero = 0;
@@ -9325,6 +9422,7 @@ static void rdmax__cm_listener_close(rdmax_listener *l)
     if (l->cm_ch)
         rdma_destroy_event_channel(l->cm_ch);
     rdmax__free(l->ctx, l->cm_hs);
+    rdmax__free(l->ctx, l->cm_seen);
     rdmax__free(l->ctx, l);
 }
 
@@ -9370,7 +9468,17 @@ static rdmax_status rdmax__cm_request(rdmax_listener *l, struct rdma_cm_event *e
         st = RDMAX_ERR_IO;
         goto reject;
     }
-    if ((st = rdmax_cm_info_decode(pd, n, &cm, &them, why, sizeof why)) != RDMAX_OK) {
+    if ((st = rdmax__cm_admit(l, pd, n, cm.qpn, why, sizeof why)) != RDMAX_OK) {
+        rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
+                   "device %s, client %s: %s", ctx->attr.name, peer, why);
+        ctx->cnt.auth_refused++;
+        goto reject;
+    }
+    uint8_t rec[sizeof pd];  /* admitted: the record is what comes before the proof */
+    memcpy(rec, pd, sizeof rec);
+    if (ctx->secret)
+        rdmax__put16(rec + 6, RDMAX_CM_INFO_SIZE);
+    if ((st = rdmax_cm_info_decode(rec, n, &cm, &them, why, sizeof why)) != RDMAX_OK) {
         rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
                    "device %s, client %s: %s", ctx->attr.name, peer, why);
         goto reject;
@@ -9397,11 +9505,16 @@ static rdmax_status rdmax__cm_request(rdmax_listener *l, struct rdma_cm_event *e
     p.qp_num = ep->qp->qp_num;
     if ((st = rdmax__cm_ep_ready(ep, id, &them, p.responder_resources, p.initiator_depth)) != RDMAX_OK)
         goto reject;
-    uint8_t mine[RDMAX_CM_INFO_SIZE];
+    uint8_t mine[RDMAX__CM_REP_AUTH];
     rdmax_ep_local_info(ep, &me);
     rdmax_cm_info_encode(&me, mine);
     p.private_data = mine;
-    p.private_data_len = sizeof mine;
+    p.private_data_len = RDMAX_CM_INFO_SIZE;
+    if (ctx->secret) {  /* our proof, for the client that proved itself */
+        rdmax__put16(mine + 6, RDMAX__CM_REP_AUTH);
+        rdmax__cm_server_mac(ctx, pd, mine, ep->qp->qp_num, mine + RDMAX_CM_INFO_SIZE);
+        p.private_data_len = RDMAX__CM_REP_AUTH;
+    }
     if (rdma_accept(id, &p)) {
         rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
                    "device %s, client %s: rdma_accept failed: %s", ctx->attr.name, peer,
@@ -9577,7 +9690,7 @@ static rdmax_status rdmax__cm_step(struct rdma_event_channel *ch, enum rdma_cm_e
     if (ours) {
         /* an rdmax listener that did not take our record (or had no room): its status, in its words */
         int16_t s = (int16_t)rdmax__get16(rej + 8);
-        rdmax_status rs = s <= RDMAX_ERR_NO_RESOURCE && s >= RDMAX_ERR_DEVICE ? (rdmax_status)s : RDMAX_ERR_CONNECT;
+        rdmax_status rs = s <= RDMAX_ERR_NO_RESOURCE && s >= RDMAX_ERR_OOB_AUTH ? (rdmax_status)s : RDMAX_ERR_CONNECT;
         RDMAX__WHY("%s: the peer rejected our connection record: %s", step, rdmax_status_str(rs));
         return rs;
     }
@@ -9664,13 +9777,28 @@ static rdmax_status rdmax__cm_try(rdmax_ctx *ctx, const struct sockaddr *dst, co
     }
     snprintf(ep->peer, sizeof ep->peer, "%s", peer);
     rdmax_conn_info me, cm, them;
-    uint8_t mine[RDMAX_CM_INFO_SIZE];
+    uint8_t mine[RDMAX__CM_REQ_AUTH];
     rdmax_ep_local_info(ep, &me);
     rdmax_cm_info_encode(&me, mine);
     struct rdma_conn_param p;
     memset(&p, 0, sizeof p);
     p.private_data = mine;
-    p.private_data_len = sizeof mine;
+    p.private_data_len = RDMAX_CM_INFO_SIZE;
+    if (ctx->secret) {  /* our proof beside the record (see RDMAX__CM_PROOF_S) */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint8_t mac[RDMAX__MAC_SIZE];
+        rdmax__put16(mine + 6, RDMAX__CM_REQ_AUTH);
+        if (rdmax__random(mine + 36, 8) != RDMAX_OK) {
+            RDMAX__WHY("admission: no random bytes for our nonce: %s", strerror(errno));
+            st = RDMAX_ERR_IO;
+            goto out;
+        }
+        rdmax__put32(mine + 44, (uint32_t)ts.tv_sec);
+        rdmax__cm_client_mac(ctx, mine, ep->qp->qp_num, mac);
+        memcpy(mine + 48, mac, 8);
+        p.private_data_len = RDMAX__CM_REQ_AUTH;
+    }
     p.responder_resources = ep->desc.max_rd_atomic;
     p.initiator_depth = ep->desc.max_rd_atomic;
     p.retry_count = ep->desc.retry_cnt;
@@ -9684,7 +9812,7 @@ static rdmax_status rdmax__cm_try(rdmax_ctx *ctx, const struct sockaddr *dst, co
     if ((st = rdmax__cm_step(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, "rdma_connect", deadline, &ev, retry, why,
                              why_len)) != RDMAX_OK)
         goto out;
-    uint8_t pd[RDMAX_CM_INFO_SIZE];
+    uint8_t pd[RDMAX__CM_REP_AUTH];
     n = ev->param.conn.private_data ? ev->param.conn.private_data_len : 0;
     if (n > sizeof pd)
         n = sizeof pd;  /* the rest is rdma_cm's zero padding */
@@ -9694,6 +9822,19 @@ static rdmax_status rdmax__cm_try(rdmax_ctx *ctx, const struct sockaddr *dst, co
         RDMAX__WHY("rdma_init_qp_attr(RTR) failed: %s", strerror(errno));
         st = RDMAX_ERR_IO;
         goto out;
+    }
+    if (ctx->secret) {  /* the listener's proof, before anything of its record is used */
+        uint8_t mac[RDMAX__MAC_SIZE];
+        int proof = n >= RDMAX__CM_REP_AUTH && rdmax__get16(pd + 6) == RDMAX__CM_REP_AUTH;
+        if (proof)
+            rdmax__cm_server_mac(ctx, mine, pd, cm.qpn, mac);
+        if (!proof || !rdmax__mac_equal(mac, pd + RDMAX_CM_INFO_SIZE, RDMAX__MAC_SIZE)) {
+            RDMAX__WHY("admission: the listener's proof of the shared secret is %s", proof ? "wrong (another secret, "
+                       "or not the listener it claims to be)" : "missing");
+            st = RDMAX_ERR_OOB_AUTH;
+            goto out;
+        }
+        rdmax__put16(pd + 6, RDMAX_CM_INFO_SIZE);
     }
     if ((st = rdmax_cm_info_decode(pd, n, &cm, &them, why, why_len)) != RDMAX_OK)
         goto out;  /* destroying the id rejects the server's reply */
@@ -9764,6 +9905,7 @@ static rdmax_status rdmax__cm_connect(rdmax_ctx *ctx, const char *host, uint16_t
         usleep((useconds_t)(left < backoff ? left : backoff) * 1000);
     }
     freeaddrinfo(res);
+    ctx->cnt.auth_refused += st == RDMAX_ERR_OOB_AUTH;
     if (st != RDMAX_OK)
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CONNECT,
                    "connect: %s port %u (%s, rdma_cm): %s", host, port, peer, why);

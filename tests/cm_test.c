@@ -15,6 +15,7 @@
        callbacks and user, in order (the answering call had another desc); with no returning call they
        are dropped and counted;
      - connect time with the TCP record and with rdma_cm, median of N connects (printed, not asserted).
+     - admission (a shared secret): strangers, a wrong secret and a replayed request get no endpoint;
    Usage: cm_test IPV4_ADDR [IPV6_ADDR]   (the server's addresses, on RDMAX_TEST_DEV0) */
 #define RDMAX_TRANSPORT_RC
 #define RDMAX_IMPLEMENTATION
@@ -579,6 +580,187 @@ static void bad_client_tests(const char *addr)
     real_client_ok(ctx, l, addr);
     tl_end();
 out:
+    rdmax_listener_close(l);
+    rdmax_ctx_destroy(ctx);
+    if (fds[0] >= 0)
+        close(fds[0]), close(fds[1]);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* ---- admission over rdma_cm: the proof in the REQ's private data (rdmax_impl.h >>cm) ---- */
+static const char g_secret[] = "correct horse battery staple";
+static int g_ep_allocs;  /* rdmax_ep structs the server context allocated: each endpoint (QP) it made */
+static void *count_alloc(size_t size, void *user)
+{
+    (void)user;
+    g_ep_allocs += size == sizeof(rdmax_ep);
+    return malloc(size);
+}
+static void count_free(void *p, void *user)
+{
+    (void)user;
+    free(p);
+}
+
+static rdmax_ctx *admit_ctx(const char *dev, const char *secret, int count)
+{
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.device = dev;
+    cd.conn_setup = RDMAX_SETUP_CM;
+    cd.log_level = RDMAX_LOG_ERROR;
+    cd.log_level_set = true;
+    if (count) {
+        cd.allocator.alloc = count_alloc;
+        cd.allocator.free = count_free;
+    }
+    cd.secret = secret ? secret : "";
+    cd.secret_len = secret ? strlen(secret) : 0;
+    rdmax_ctx *ctx = NULL;
+    return rdmax_ctx_create(&cd, &ctx) == RDMAX_OK ? ctx : NULL;
+}
+
+/* A client (child process) with the secret given (NULL: none): connect, send, flush; exit 0 when served,
+   else the negated status (RDMAX_ERR_OOB_AUTH: 52). */
+static pid_t admit_client(const char *host, uint16_t port, const char *secret)
+{
+    pid_t pid = fork();
+    if (pid == 0) {
+        rdmax_ctx *c = admit_ctx(g_dev1, secret, 0);
+        rdmax_ep *e;
+        if (!c)
+            _exit(2);
+        rdmax_status st = rdmax_connect(c, host, port, NULL, &e, 20000);
+        if (st != RDMAX_OK)
+            _exit(-st);
+        char msg[16] = "hello";
+        if (rdmax_send(e, msg, sizeof msg, NULL, NULL) != RDMAX_OK || rdmax_ep_flush(e, 5000) != RDMAX_OK)
+            _exit(4);
+        rdmax_ctx_destroy(c);
+        _exit(0);
+    }
+    return pid;
+}
+
+/* The private data a real client with the secret sends: caught by a plain rdma_cm listener of our own,
+   which then rejects the request. Returns its length (0: failed). */
+static size_t capture_request(const char *addr, uint8_t *pd, size_t max)
+{
+    struct rdma_event_channel *ch = rdma_create_event_channel();
+    struct rdma_cm_id *id = NULL;
+    struct rdma_cm_event *ev;
+    struct addrinfo *a = NULL;
+    size_t n = 0;
+    if (!ch || rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) || getaddrinfo(addr, "0", NULL, &a) ||
+        rdma_bind_addr(id, a->ai_addr) || rdma_listen(id, 4))
+        goto out;
+    pid_t pid = admit_client(addr, ntohs(rdma_get_src_port(id)), g_secret);
+    if (rdma_get_cm_event(ch, &ev) == 0) {
+        if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST && ev->param.conn.private_data) {
+            n = ev->param.conn.private_data_len < max ? ev->param.conn.private_data_len : max;
+            memcpy(pd, ev->param.conn.private_data, n);
+        }
+        struct rdma_cm_id *cid = ev->id;
+        rdma_ack_cm_event(ev);
+        rdma_reject(cid, NULL, 0);
+        rdma_destroy_id(cid);
+    }
+    child_status(pid);
+out:
+    if (a)
+        freeaddrinfo(a);
+    if (id)
+        rdma_destroy_id(id);
+    if (ch)
+        rdma_destroy_event_channel(ch);
+    return n;
+}
+
+/* Strangers get nothing, not even an endpoint: a client without the secret, with a wrong one, a real
+   client's request replayed from another QP; each refused with RDMAX_ERR_OOB_AUTH (the client reads it in
+   the reject) and no endpoint made; the listener then serves a client with the secret. Controls: that
+   client makes exactly one endpoint. A listener without a secret refuses a client with one. The replay
+   cache itself (same QP, the window, the bound) is checked on the host (oob_test admit/cm ...). */
+static void admit_tests(const char *addr)
+{
+    rdmax_ctx *ctx = NULL, *plain = NULL;
+    rdmax_listener *l = NULL, *pl = NULL;
+    rdmax_ep *ep = NULL;
+    int fds[2] = {-1, -1};
+    tl_begin("cm/admit: the secret's client is served, one endpoint made");
+    REQUIRE(pipe(fds) == 0, "pipe");
+    REQUIRE((ctx = admit_ctx(g_dev0, g_secret, 1)) != NULL, "no device");
+    REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen: %s", rdmax_ctx_last_error(ctx));
+    uint16_t port = rdmax_listener_port(l);
+    {
+        int allocs = g_ep_allocs;
+        pid_t pid = admit_client(addr, port, g_secret);
+        CHECK_ST(rdmax_accept(l, NULL, &ep, 30000), RDMAX_OK);
+        CHECK(g_ep_allocs == allocs + 1, "%d endpoints made for one client", g_ep_allocs - allocs);
+        CHECK(child_status(pid) == 0, "client failed");
+        rdmax_ep_destroy(ep);
+        ep = NULL;
+    }
+    tl_end();
+    static const struct {
+        const char *name, *secret;
+    } bad[] = {{"a client without a secret", NULL}, {"a client with a wrong secret", "correct horse battery stapler"}};
+    for (size_t i = 0; i < 2; i++) {
+        tl_begin("cm/admit: %s is refused on both sides with RDMAX_ERR_OOB_AUTH, no endpoint made", bad[i].name);
+        int allocs = g_ep_allocs;
+        pid_t pid = admit_client(addr, port, bad[i].secret);
+        CHECK_ST(rdmax_accept(l, NULL, &ep, 30000), RDMAX_ERR_OOB_AUTH);
+        CHECK(ep == NULL && g_ep_allocs == allocs && ctx->n_eps == 0, "%d endpoints made for a refused client",
+              g_ep_allocs - allocs);
+        int cs = child_status(pid);
+        CHECK(cs == -RDMAX_ERR_OOB_AUTH, "client exit %d, expected %d", cs, -RDMAX_ERR_OOB_AUTH);
+        tl_end();
+    }
+    tl_begin("cm/admit: a real client's request (caught by a plain rdma_cm listener) replayed from another QP is "
+             "refused");
+    {
+        uint8_t pd[64];
+        size_t n = capture_request(addr, pd, sizeof pd);
+        CHECK(n >= 56 && pd[6] == 0 && pd[7] == 56, "caught %zu bytes, length field %u: not a request with a proof", n,
+              n >= 8 ? (unsigned)(pd[6] << 8 | pd[7]) : 0u);
+        int allocs = g_ep_allocs;
+        pid_t pid = raw_client(addr, port, pd, 56, RAW_EXIT_AFTER_REPLY, fds[1]);
+        CHECK_ST(rdmax_accept(l, NULL, &ep, 30000), RDMAX_ERR_OOB_AUTH);
+        CHECK(g_ep_allocs == allocs && ctx->n_eps == 0, "%d endpoints made for the replay", g_ep_allocs - allocs);
+        rdmax_status rej = RDMAX_OK;
+        int what = raw_report(fds[0], &rej);
+        CHECK(what == 'R' && rej == RDMAX_ERR_OOB_AUTH, "the replayer saw '%c', reject status %d", what ? what : '-',
+              (int)rej);
+        child_status(pid);
+    }
+    tl_end();
+    tl_begin("cm/admit: after the refusals the listener serves the secret's client");
+    {
+        int allocs = g_ep_allocs;
+        pid_t pid = admit_client(addr, port, g_secret);
+        CHECK_ST(rdmax_accept(l, NULL, &ep, 30000), RDMAX_OK);
+        CHECK(g_ep_allocs == allocs + 1, "%d endpoints made", g_ep_allocs - allocs);
+        CHECK(child_status(pid) == 0, "client failed");
+        rdmax_ep_destroy(ep);
+        ep = NULL;
+    }
+    tl_end();
+    tl_begin("cm/admit: a listener without a secret refuses a client with one; both say RDMAX_ERR_OOB_AUTH");
+    {
+        REQUIRE((plain = admit_ctx(g_dev0, NULL, 0)) != NULL, "ctx");
+        REQUIRE(rdmax_listen(plain, NULL, 0, &pl) == RDMAX_OK, "listen");
+        pid_t pid = admit_client(addr, rdmax_listener_port(pl), g_secret);
+        CHECK_ST(rdmax_accept(pl, NULL, &ep, 30000), RDMAX_ERR_OOB_AUTH);
+        CHECK(plain->n_eps == 0, "%u endpoints made", plain->n_eps);
+        int cs = child_status(pid);
+        CHECK(cs == -RDMAX_ERR_OOB_AUTH, "client exit %d", cs);
+    }
+    tl_end();
+out:
+    rdmax_ep_destroy(ep);
+    rdmax_listener_close(pl);
+    rdmax_ctx_destroy(plain);
     rdmax_listener_close(l);
     rdmax_ctx_destroy(ctx);
     if (fds[0] >= 0)
@@ -1156,6 +1338,7 @@ out:
 
 int main(int argc, char **argv)
 {
+    unsetenv("RDMAX_SECRET");
     signal(SIGPIPE, SIG_IGN);
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 2) {
@@ -1169,6 +1352,7 @@ int main(int argc, char **argv)
     if (argc > 2)
         stream_test(argv[2], "ipv6");
     bad_client_tests(argv[1]);
+    admit_tests(argv[1]);
     side_by_side_tests(argv[1]);
     connect_tests(argv[1]);
     peer_killed_tests(argv[1]);

@@ -1417,6 +1417,101 @@ out:
         tl_end();
 }
 
+/* A REQ's private data with a proof (rdmax_impl.h >>cm, RDMAX__CM_PROOF_S), as rdmax__cm_try makes it. */
+static void cm_proof(rdmax_ctx *ctx, uint8_t pd[64], uint64_t nonce, int64_t t, uint32_t qpn)
+{
+    rdmax_conn_info r;
+    memset(&r, 0, sizeof r);
+    r.transport = RDMAX_TRANSPORT_ID_RC;
+    r.credits = 17;
+    r.recv_size = 4096;
+    memset(pd, 0, 64);
+    rdmax_cm_info_encode(&r, pd);
+    rdmax__put16(pd + 6, RDMAX__CM_REQ_AUTH);
+    rdmax__put64(pd + 36, nonce);
+    rdmax__put32(pd + 44, (uint32_t)t);
+    uint8_t mac[RDMAX__MAC_SIZE];
+    rdmax__cm_client_mac(ctx, pd, qpn, mac);
+    memcpy(pd + 48, mac, 8);
+}
+
+/* The rdma_cm listener's check of a proof, on the host: a fresh one passes once, its replay (the same QP)
+   does not, nor the same proof from another QP, nor one dated outside the window; the memory is bounded
+   (RDMAX__CM_SEEN proofs) and a proof pushed out of it still cannot be replayed (the floor). */
+static void admit_cm_cache_tests(void)
+{
+    rdmax_ctx *ctx = (rdmax_ctx *)calloc(1, sizeof *ctx), *other = (rdmax_ctx *)calloc(1, sizeof *other);
+    rdmax_listener *l = (rdmax_listener *)calloc(1, sizeof *l);
+    ctx->secret = (uint8_t *)g_secret;
+    ctx->desc.secret_len = strlen(g_secret);
+    other->secret = (uint8_t *)"tr0ub4dor&3";
+    other->desc.secret_len = 11;
+    l->ctx = ctx;
+    l->cm_seen = (struct rdmax__cm_seen *)calloc(RDMAX__CM_SEEN, sizeof *l->cm_seen);
+    char why[256];
+    uint8_t pd[64];
+    int64_t now = time(NULL);
+    tl_begin("admit/cm: a fresh proof passes once; replayed from the same QP, or from another, it does not");
+    cm_proof(ctx, pd, 1, now, 0x100);
+    CHECK_ST(rdmax__cm_admit(l, pd, 56, 0x100, why, sizeof why), RDMAX_OK);
+    CHECK_ST(rdmax__cm_admit(l, pd, 56, 0x100, why, sizeof why), RDMAX_ERR_OOB_AUTH);
+    CHECK(strstr(why, "used before") != NULL, "why: %s", why);
+    cm_proof(ctx, pd, 2, now, 0x100);
+    CHECK_ST(rdmax__cm_admit(l, pd, 56, 0x101, why, sizeof why), RDMAX_ERR_OOB_AUTH);
+    CHECK(strstr(why, "wrong") != NULL, "why: %s", why);
+    CHECK_ST(rdmax__cm_admit(l, pd, 56, 0x100, why, sizeof why), RDMAX_OK);  /* control: its own QP */
+    tl_end();
+    tl_begin("admit/cm: dated %d s and more from the listener's clock: refused; within: admitted", RDMAX__CM_PROOF_S);
+    cm_proof(ctx, pd, 3, now - RDMAX__CM_PROOF_S - 5, 0x100);
+    CHECK_ST(rdmax__cm_admit(l, pd, 56, 0x100, why, sizeof why), RDMAX_ERR_OOB_AUTH);
+    cm_proof(ctx, pd, 4, now + RDMAX__CM_PROOF_S + 5, 0x100);
+    CHECK_ST(rdmax__cm_admit(l, pd, 56, 0x100, why, sizeof why), RDMAX_ERR_OOB_AUTH);
+    cm_proof(ctx, pd, 5, now - RDMAX__CM_PROOF_S / 2, 0x100);
+    CHECK_ST(rdmax__cm_admit(l, pd, 56, 0x100, why, sizeof why), RDMAX_OK);
+    tl_end();
+    tl_begin("admit/cm: a wrong secret, no proof to a listener with a secret, a proof to one without: refused");
+    cm_proof(other, pd, 6, now, 0x100);
+    CHECK_ST(rdmax__cm_admit(l, pd, 56, 0x100, why, sizeof why), RDMAX_ERR_OOB_AUTH);
+    cm_proof(ctx, pd, 7, now, 0x100);
+    rdmax__put16(pd + 6, RDMAX_CM_INFO_SIZE);  /* the plain record: no proof */
+    CHECK_ST(rdmax__cm_admit(l, pd, 56, 0x100, why, sizeof why), RDMAX_ERR_OOB_AUTH);
+    CHECK_ST(rdmax__cm_admit(l, pd, RDMAX_CM_INFO_SIZE, 0x100, why, sizeof why), RDMAX_ERR_OOB_AUTH);
+    cm_proof(ctx, pd, 8, now, 0x100);
+    l->ctx = other;
+    other->secret = NULL;
+    CHECK_ST(rdmax__cm_admit(l, pd, 56, 0x100, why, sizeof why), RDMAX_ERR_OOB_AUTH);
+    rdmax__put16(pd + 6, RDMAX_CM_INFO_SIZE);
+    CHECK_ST(rdmax__cm_admit(l, pd, 56, 0x100, why, sizeof why), RDMAX_OK);  /* control: neither has one */
+    l->ctx = ctx;
+    tl_end();
+    tl_begin("admit/cm: %d proofs fill the memory; the first, pushed out, cannot be replayed; a proof dated no "
+             "later is refused, a newer one passes", RDMAX__CM_SEEN);
+    {
+        memset(l->cm_seen, 0, RDMAX__CM_SEEN * sizeof *l->cm_seen);
+        l->cm_seen_at = 0;
+        l->cm_seen_floor = 0;
+        uint8_t first[64];
+        cm_proof(ctx, first, 1000, now, 0x200);
+        CHECK_ST(rdmax__cm_admit(l, first, 56, 0x200, why, sizeof why), RDMAX_OK);
+        int ok = 0;
+        for (uint32_t i = 1; i <= RDMAX__CM_SEEN; i++) {
+            cm_proof(ctx, pd, 1000 + i, now, 0x200);
+            ok += rdmax__cm_admit(l, pd, 56, 0x200, why, sizeof why) == RDMAX_OK;
+        }
+        CHECK(ok == RDMAX__CM_SEEN, "%d of %d fresh proofs admitted", ok, RDMAX__CM_SEEN);
+        CHECK_ST(rdmax__cm_admit(l, first, 56, 0x200, why, sizeof why), RDMAX_ERR_OOB_AUTH);  /* no longer held */
+        cm_proof(ctx, pd, 99998, now, 0x200);
+        CHECK_ST(rdmax__cm_admit(l, pd, 56, 0x200, why, sizeof why), RDMAX_ERR_OOB_AUTH);  /* the bound's price */
+        cm_proof(ctx, pd, 99999, now + 1, 0x200);
+        CHECK_ST(rdmax__cm_admit(l, pd, 56, 0x200, why, sizeof why), RDMAX_OK);
+    }
+    tl_end();
+    free(l->cm_seen);
+    free(l);
+    free(ctx);
+    free(other);
+}
+
 static void hex(const uint8_t *b, size_t n, char *out)
 {
     for (size_t i = 0; i < n; i++)
@@ -1531,6 +1626,7 @@ int main(int argc, char **argv)
         host_tests(AF_INET6);
         cm_record_tests();
         admit_vector_tests();
+        admit_cm_cache_tests();
     }
     return tl_failed_total ? 1 : 0;
 }
