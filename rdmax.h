@@ -87,7 +87,8 @@
        client: rdmax_connect(ctx, "host", 18515, &ed, &ep, 10000);
        (cd.conn_setup = RDMAX_SETUP_CM: the same three calls set up through rdma_cm; see CONNECTION SETUP)
        one process: rdmax_ep_create_pair(ctx, &ed, &a, &b);
-       ed.expose / ed.expose_list: regions the peer may access; it reads them with rdmax_ep_remote(ep, i)
+       ed.expose / ed.expose_list: regions the peer may access, through this endpoint only and while it is
+       connected (EXPOSED MEMORY); it reads them with rdmax_ep_remote(ep, i)
        a put with a registered buffer (the peer exposed a region registered with RDMAX_ACCESS_REMOTE_WRITE):
            rdmax_mem *m;  rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_LOCAL, &m);     (or rdmax_mem_reg)
            const rdmax_rbuf *r = rdmax_ep_remote(ep, 0);     NULL: the peer exposed nothing
@@ -129,8 +130,9 @@
    stay valid until it completes. rdmax sets done but never clears it: reset it (comp.done = 0, or zero
    the struct) before reusing the object. Completions
    arrive from rdmax_progress (and rdmax_wait, rdmax_ep_flush, which call it), and also from
-   rdmax_ep_destroy and rdmax_ep_pending_purge (RDMAX_ERR_CANCELED) and from a chained post that failed
-   (RDMAX_ERR_IO, see rdmax_batch_begin). A comp callback may post new operations and call rdmax_progress
+   rdmax_ep_destroy and rdmax_ep_pending_purge (RDMAX_ERR_CANCELED), from a chained post that failed
+   (RDMAX_ERR_IO, see rdmax_batch_begin), and from a connect call of an endpoint that exposes regions
+   (it polls send completions while its memory windows bind: EXPOSED MEMORY). A comp callback may post new operations and call rdmax_progress
    (no send completion is reported inside it: they wait until the batch it belongs to is done, as RC
    retires in order; rdmax_ep_flush there is refused with RDMAX_ERR_INVALID_PARAM); it must not destroy
    the endpoint of the operation it reports (the completion loop still walks that endpoint).
@@ -230,9 +232,37 @@
    on the shared queue, 11.75 us on an own pool: bench/results/scale.md); it is there for devices where a
    shared receive queue costs latency. The default stays the shared queue.
 
+   EXPOSED MEMORY (RC)
+   A region exposed on an endpoint (ep desc expose / expose_list, registered with RDMAX_ACCESS_REMOTE_*)
+   is reachable by one peer only: the one connected to that endpoint, through that endpoint's QP, with
+   the rights the region was registered with and the rkey rdmax_ep_remote gives it (a key of that
+   endpoint's own: a memory window bound to its QP). From: the return of the call that connects the
+   endpoint (rdmax_connect, rdmax_accept, rdmax_ep_connect_info), which binds the windows and waits for
+   them before the peer can learn it is connected (before the ready byte; with rdma_cm before
+   rdma_accept and the client's RTU). Until: the endpoint closes (rdmax_ep_disconnect; the peer's
+   goodbye once rdmax_progress takes it), fails or is destroyed: its QP leaves RTS before the call or
+   callback that reports it returns, and rdmax_ep_destroy frees the windows. Anything else is refused at
+   the peer with a remote access error: another connection (even of the same peer process) with a key
+   that leaked, an access after the close. The region has no remote key of its own (mem->rkey is 0), so
+   it is never open to the whole context. Cost per connect, per exposed region: a window made at endpoint
+   creation, a bind posted and waited for (counted as RDMAX_OP_BIND), freed at destroy; operations cost
+   the same.
+   RDMAX_ACCESS_ANY_ENDPOINT (with remote rights) is the other way, for keys you hand to peers yourself (in
+   a message, for many endpoints): the region is a plain registration and mem->rkey opens it with its
+   rights through every endpoint of the context and its family (any QP of the protection domain), from
+   rdmax_mem_reg until rdmax_mem_free, whatever closes; exposing it advertises mem->rkey. Regions of the
+   registration cache asked for remote rights are plain registrations too.
+   An RC QP takes remote writes always (rdmax's keepalive and flush marker are zero-length writes, which
+   touch no memory), and remote reads and atomics only when a region exposed on it grants them, or a
+   region open on every endpoint that grants them was registered before the endpoint was made.
+   A device without type-2 memory windows (rdmax_ctx_attr(ctx)->mem_windows 0; logged once, item
+   MEM_WINDOW) has only plain registrations: every region is as with RDMAX_ACCESS_ANY_ENDPOINT.
+   An endpoint that exposes regions cannot be connected inside a comp callback (RDMAX_ERR_INVALID_PARAM).
+
    REPLYING TO A REQUEST (RC)
    A reply that lands in the requester's memory (a region it exposed, registered with
-   RDMAX_ACCESS_REMOTE_WRITE; the request can say where) goes one of two ways. rdmax_put_imm is one
+   RDMAX_ACCESS_REMOTE_WRITE, at the address and key rdmax_ep_remote gives the responder; the request can
+   say where in it) goes one of two ways. rdmax_put_imm is one
    operation and one credit: the data lands in place and the requester's imm_cb (it needs one, or the
    notice is only counted as a drop) gets imm and len, so imm names the request (its 32 bits are all the
    notice carries). rdmax_put then rdmax_send is two operations and the same one credit (a put takes
@@ -256,7 +286,8 @@
    functions are thread-safe; rdmax_ctx_last_error(NULL) is per thread.
    THREADS AND SHARED REGISTRATIONS: a context made with rdmax_ctx_desc.parent = another context shares
    its device and protection domain, so a region registered in either (rdmax_mem_reg / rdmax_mem_alloc)
-   works with the lkey and rkey on the endpoints of both: give each thread its own context, all children
+   works with its lkey on the endpoints of both, and either's endpoints may expose it (its own rkey, with
+   RDMAX_ACCESS_ANY_ENDPOINT, also works on both): give each thread its own context, all children
    of one, and serve one registered region from every thread. Create a child on the parent's thread (or
    while the parent is not in use); after that each context is used by its own thread only, and device
    events are shared out between them by rdmax. Each context keeps its own CQs, endpoints, receive queues
@@ -591,7 +622,10 @@ enum {
     RDMAX_ACCESS_LOCAL = 0,         /* local read/write only (receive and send buffers) */
     RDMAX_ACCESS_REMOTE_READ = 1,
     RDMAX_ACCESS_REMOTE_WRITE = 2,
-    RDMAX_ACCESS_REMOTE_ATOMIC = 4
+    RDMAX_ACCESS_REMOTE_ATOMIC = 4,
+    RDMAX_ACCESS_ANY_ENDPOINT = 16  /* with remote rights: the region's own mem->rkey opens it on every
+                                       endpoint of the context (and its family), as a plain registration:
+                                       for keys you hand to peers yourself (see EXPOSED MEMORY) */
 };
 #define RDMAX__ACCESS_LOCAL_WRITE 8u /* internal: the device writes into the buffer (a get's destination) */
 typedef enum rdmax_log_level {
@@ -649,7 +683,8 @@ typedef enum rdmax_log_level {
     X(CM_SETUP, "rdma_cm setup failed (event channel, QP attributes)")                                     \
     X(PROFILE_MISUSE, "a profile call from an event callback, or an unknown event type")                  \
     X(LIMIT, "a device or process limit was reached (max_eps, max_qp, max_cqe, max_srq_wr, RLIMIT_MEMLOCK)") \
-    X(SRQ, "a shared receive queue or its pool: creation, refill, low-water event, dropped receive")
+    X(SRQ, "a shared receive queue or its pool: creation, refill, low-water event, dropped receive")       \
+    X(MEM_WINDOW, "memory windows: none on the device (exposed regions open to every endpoint), or one failed")
 
 typedef enum rdmax_log_item {
 #define RDMAX__X(id, text) RDMAX_LOG_ITEM_##id,
@@ -666,6 +701,7 @@ typedef enum rdmax_op {
     RDMAX_OP_KEEPALIVE,        /* internal: a zero-length write that finds out whether an idle peer lives */
     RDMAX_OP_CLOSE,            /* internal: the goodbye of rdmax_ep_disconnect */
     RDMAX_OP_PUT_IMM,          /* rdmax_put_imm: a put whose 32-bit notice reaches the peer's imm_cb */
+    RDMAX_OP_BIND,             /* internal: a memory window bound to the endpoint at connect (EXPOSED MEMORY) */
     RDMAX_OP__COUNT
 } rdmax_op;
 #define RDMAX_MAX_REGIONS 16          /* most memory regions one endpoint advertises to its peer */
@@ -1158,7 +1194,9 @@ typedef struct rdmax_logger {
     void *user;
 } rdmax_logger;
 
-/* A registered memory region. Fill iovs' lkey from `lkey`; hand `addr`/`rkey` to a peer. */
+/* A registered memory region. Fill iovs' lkey from `lkey`. Expose it on an endpoint for a peer to reach it
+   (EXPOSED MEMORY: rkey is 0, the peer's key is the endpoint's), or register it with
+   RDMAX_ACCESS_ANY_ENDPOINT to hand `addr`/`rkey` to peers yourself. */
 typedef struct rdmax_mem {
     void *addr;
     size_t len;
@@ -1167,6 +1205,7 @@ typedef struct rdmax_mem {
     rdmax_ctx *ctx;
     int numa_node;        /* node the memory was requested on, -1 if local */
     int owned;            /* allocated by rdmax_mem_alloc */
+    unsigned access;      /* RDMAX_ACCESS_* as registered */
 } rdmax_mem;
 
 typedef struct rdmax_iov {
@@ -1289,7 +1328,8 @@ typedef struct rdmax_ep_desc {
     void *user;
     rdmax_imm_cb imm_cb;       /* RC: called from rdmax_progress for each put with immediate data the peer
                                   made (rdmax_put_imm); NULL: such notices are counted as recv_drops */
-    const rdmax_mem *expose;   /* buffer advertised to the peer (address, rkey, length); may be NULL */
+    const rdmax_mem *expose;   /* region the peer may reach through this endpoint only (address, key,
+                                  length: rdmax_ep_remote; see EXPOSED MEMORY); may be NULL */
     uint32_t watchdog_ms;      /* RC: 0: 2 x the RC retry time + 2 s (see FAILURES); RDMAX_OFF: never.
                                   An endpoint whose oldest signaled operation has not completed for this
                                   long (while rdmax_progress runs) fails with RDMAX_ERR_STALLED */
@@ -1371,6 +1411,8 @@ typedef struct rdmax_dev_attr {
     uint64_t max_msg_sz;
     int link_layer;
     int numa_node;             /* node the device sits on, -1 unknown */
+    uint8_t mem_windows;       /* 1: type-2 memory windows: exposed regions are scoped to their endpoint
+                                  (EXPOSED MEMORY); 0: a region's remote rights are its registration's */
 } rdmax_dev_attr;
 
 /* Counters rdmax keeps anyway; plain increments on the fast path. */
@@ -1683,6 +1725,8 @@ struct rdmax_ep {
     uint32_t ka_head;           /* keepalive: sq_head when last seen moving, at ka_ms */
     int64_t ka_ms;
     struct rdma_cm_id *cm_id;   /* RDMAX_SETUP_CM: the connection's rdma_cm id (it has no QP: ours is ep->qp) */
+    struct rdmax__win *wins;    /* RC: the memory windows of the regions it exposes (n_wins; EXPOSED MEMORY) */
+    uint32_t n_wins;
 #if RDMAX__HAS_UD
     struct ibv_ah *ah;          /* UD: the peer's address handle (from the context's cache) */
     uint32_t ud_qpn, ud_qkey;
@@ -1774,7 +1818,8 @@ RDMAX_API bool rdmax_ctx_query_recv_pool(const rdmax_ctx *ctx, uint32_t recv_siz
    rdmax_mem_alloc allocates len bytes on the context's NUMA node and registers them; rdmax_mem_reg
    registers memory you own (you free it, after rdmax_mem_free); rdmax_mem_free deregisters (and frees
    what rdmax_mem_alloc allocated); NULL is a no-op. Free a region before its context.
-   Parameters: access: RDMAX_ACCESS_* (remote rights are granted only when asked for); out receives it.
+   Parameters: access: RDMAX_ACCESS_* (remote rights are granted only when asked for, and only through
+   the endpoints the region is exposed on unless RDMAX_ACCESS_ANY_ENDPOINT: EXPOSED MEMORY); out receives it.
    Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (NULL addr, len 0); RDMAX_ERR_NO_MEMORY; RDMAX_ERR_IO
    (ibv_reg_mr failed: logged with errno, item MEM_REG or MEM_ALLOC).
    Threads: the context's thread; a child context's region also works on its parent's and siblings'
@@ -1884,7 +1929,9 @@ RDMAX_API rdmax_status rdmax_ep_create_pair(rdmax_ctx *ctx, const rdmax_ep_desc 
    Result (create): RDMAX_OK; RDMAX_ERR_INVALID_PARAM / RDMAX_ERR_UNSUPPORTED (bad desc, transport not
    selected: item EP_DESC); RDMAX_ERR_LIMIT (see LIMITS); RDMAX_ERR_NO_MEMORY; RDMAX_ERR_IO.
    Result (connect_info): RDMAX_OK; RDMAX_ERR_OOB_TRANSPORT (the peer's transport differs);
-   RDMAX_ERR_IO (ibv_modify_qp, item QP_MODIFY). local_info cannot fail.
+   RDMAX_ERR_IO (ibv_modify_qp, item QP_MODIFY; a memory window's bind, item MEM_WINDOW). Our exposed
+   regions are reachable by the peer from its return (EXPOSED MEMORY): carry our record's readiness to the
+   peer only after it. local_info cannot fail.
    Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **out);
 RDMAX_API void rdmax_ep_local_info(const rdmax_ep *ep, rdmax_conn_info *info);

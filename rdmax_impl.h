@@ -98,7 +98,7 @@ const char *rdmax_status_str(rdmax_status s)
 const char *rdmax_op_str(rdmax_op op)
 {
     static const char *const names[RDMAX_OP__COUNT] = {"send", "put", "get", "fadd", "cswap", "flush", "grant",
-                                                               "keepalive", "close", "put_imm"};
+                                                               "keepalive", "close", "put_imm", "bind"};
     return (unsigned)op < RDMAX_OP__COUNT ? names[op] : "unknown";
 }
 
@@ -395,6 +395,8 @@ static rdmax_status rdmax__open_device(rdmax_ctx *ctx, const char *want)
                lengths (0, which no device should report, wraps to that limit too) */
             a->max_msg_sz = pa.max_msg_sz - 1 < UINT32_MAX ? pa.max_msg_sz : UINT32_MAX;
             a->link_layer = pa.link_layer;
+            a->mem_windows = (da.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) &&
+                             da.max_mw > 0;
             ctx->verbs = v;
             st = RDMAX_OK;
             break;
@@ -425,6 +427,8 @@ struct rdmax__dev {
     uint32_t n_ev;              /* events read by one context for another: */
     struct { rdmax_ctx *to; int type; uint32_t arg; void *obj; } ev[RDMAX__DEV_EVQ];
     uint64_t ev_lost;           /* events that found the queue full */
+    uint32_t remote_any;        /* RDMAX_ACCESS_REMOTE_* of the regions open on every endpoint (atomic OR):
+                                   the QPs made after them take those rights (rdmax__qp_rights) */
 };
 
 static rdmax_status rdmax__dev_make(rdmax_ctx *ctx)
@@ -731,6 +735,10 @@ queues:
                d.parent ? " (shared with the parent context)" : "", gi, gid,
                a->mtu_bytes, a->max_inline, a->max_qp_rd_atom, a->max_sge, a->max_qp, a->max_cqe, a->max_srq_wr,
                node);
+    if (!a->mem_windows && !d.parent)
+        rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_MEM_WINDOW,
+                   "device %s: no type-2 memory windows: an exposed region is open to every endpoint of the "
+                   "context, for as long as it is registered", a->name);
     *out = ctx;
     return RDMAX_OK;
 fail:
@@ -967,6 +975,15 @@ rdmax_status rdmax__rcache_check(rdmax_ctx *ctx)
     return RDMAX_OK;
 }
 
+#define RDMAX__ACCESS_REMOTE (RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_ATOMIC)
+
+/* A region whose remote rights go to peers only through memory windows bound to the endpoints it is
+   exposed on (rdmax__ep_bind): its registration has none, so no other QP of the PD reaches it. */
+static int rdmax__mem_scoped(const rdmax_ctx *ctx, unsigned access)
+{
+    return ctx->attr.mem_windows && (access & RDMAX__ACCESS_REMOTE) && !(access & RDMAX_ACCESS_ANY_ENDPOINT);
+}
+
 rdmax_status rdmax_mem_reg(rdmax_ctx *ctx, void *addr, size_t len, unsigned access, rdmax_mem **out)
 {
     *out = NULL;
@@ -975,7 +992,8 @@ rdmax_status rdmax_mem_reg(rdmax_ctx *ctx, void *addr, size_t len, unsigned acce
     rdmax_mem *m = (rdmax_mem *)rdmax__alloc(ctx, sizeof *m);
     if (!m)
         return RDMAX_ERR_NO_MEMORY;
-    m->mr = ibv_reg_mr(ctx->pd, addr, len, rdmax__ibv_access(access));
+    int scoped = rdmax__mem_scoped(ctx, access);
+    m->mr = ibv_reg_mr(ctx->pd, addr, len, scoped ? IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND : rdmax__ibv_access(access));
     if (!m->mr) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MEM_REG,
                    "device %s: ibv_reg_mr(%p, %zu) failed: %s", ctx->attr.name, addr, len,
@@ -986,7 +1004,10 @@ rdmax_status rdmax_mem_reg(rdmax_ctx *ctx, void *addr, size_t len, unsigned acce
     m->addr = addr;
     m->len = len;
     m->lkey = m->mr->lkey;
-    m->rkey = m->mr->rkey;
+    m->rkey = scoped ? 0 : m->mr->rkey;  /* a scoped region has no key of its own: see EXPOSED MEMORY */
+    m->access = access;
+    if (!scoped && (access & RDMAX__ACCESS_REMOTE) && ctx->dev)
+        __atomic_fetch_or(&ctx->dev->remote_any, access & RDMAX__ACCESS_REMOTE, __ATOMIC_RELAXED);
     m->ctx = ctx;
     m->numa_node = -1;
     *out = m;
@@ -5770,6 +5791,120 @@ static rdmax_status rdmax__modify(rdmax_ep *ep, struct ibv_qp_attr *a, int mask,
     return RDMAX_OK;
 }
 
+/* ---- exposed memory: the rights of an endpoint's QP, and its memory windows (EXPOSED MEMORY) ---- */
+struct rdmax__win {
+    struct ibv_mw *mw;
+    struct ibv_mr *mr;          /* the region's registration, which the window is bound over */
+    uint32_t rkey;              /* chosen at creation (ibv_inc_rkey), advertised in our record, bound at connect */
+    uint32_t region;            /* its region in ep->local */
+    int access;                 /* IBV_ACCESS_REMOTE_* */
+};
+
+/* The remote rights of an RC QP: writes always (rdmax's own zero-length writes, keepalive and flush
+   marker, need them, as does a peer's put_imm), reads and atomics only if a region exposed on it, or one
+   open on every endpoint (RDMAX_ACCESS_ANY_ENDPOINT, or any region on a device without memory windows)
+   registered before it, grants them. */
+static int rdmax__qp_rights(const rdmax_ctx *ctx, const rdmax_mem *const *mems, uint32_t n)
+{
+    unsigned r = RDMAX_ACCESS_REMOTE_WRITE |
+                 (ctx->dev ? __atomic_load_n(&ctx->dev->remote_any, __ATOMIC_RELAXED) : RDMAX__ACCESS_REMOTE);
+    for (uint32_t i = 0; i < n; i++)
+        r |= mems[i]->access & RDMAX__ACCESS_REMOTE;
+    return rdmax__ibv_access(r) & ~IBV_ACCESS_LOCAL_WRITE;
+}
+
+/* Whether exposing m on ep takes a window: a scoped region of ep's protection domain (one of another
+   PD keeps its key 0 and stays out of reach: rxe would bind a window over it). */
+static int rdmax__ep_win_needed(const rdmax_ep *ep, const rdmax_mem *m)
+{
+    return rdmax__mem_scoped(ep->ctx, m->access) && m->ctx && m->ctx->pd == ep->ctx->pd;
+}
+
+/* A window per scoped region (rdmax__mem_scoped), its rkey chosen now so that it goes in our record;
+   local[i].rkey becomes the window's. A window exists only on ep and is bound to ep's QP at connect. */
+static rdmax_status rdmax__ep_windows(rdmax_ep *ep, const rdmax_mem *const *mems, rdmax_rbuf *local, uint32_t n)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++)
+        k += (uint32_t)rdmax__ep_win_needed(ep, mems[i]);
+    if (!k)
+        return RDMAX_OK;
+    ep->wins = (struct rdmax__win *)rdmax__alloc(ctx, k * sizeof *ep->wins);
+    if (!ep->wins)
+        return RDMAX_ERR_NO_MEMORY;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!rdmax__ep_win_needed(ep, mems[i]))
+            continue;
+        struct rdmax__win *w = &ep->wins[ep->n_wins];
+        if (!(w->mw = ibv_alloc_mw(ctx->pd, IBV_MW_TYPE_2))) {
+            int e = errno;
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MEM_WINDOW,
+                       "device %s, endpoint qpn 0x%x: ibv_alloc_mw for exposed region %u failed: %s",
+                       ctx->attr.name, ep->qp->qp_num, i, strerror(e));
+            return e == ENOMEM ? RDMAX_ERR_NO_MEMORY : RDMAX_ERR_IO;
+        }
+        ep->n_wins++;
+        w->mr = mems[i]->mr;
+        w->region = i;
+        w->access = rdmax__ibv_access(mems[i]->access) & ~IBV_ACCESS_LOCAL_WRITE;
+        w->rkey = ibv_inc_rkey(w->mw->rkey);
+        local[i].rkey = w->rkey;
+    }
+    return RDMAX_OK;
+}
+
+/* Binds ep's windows on its own QP, now in RTS, and waits for them: the peer learns that we are
+   connected (our ready byte, rdma_accept, the RTU) only after this, so it never meets an unbound window.
+   Only send completions are polled (other endpoints' comps may complete here, never a receive). */
+static rdmax_status rdmax__ep_bind(rdmax_ep *ep)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    if (!ep->n_wins)
+        return RDMAX_OK;
+    if (RDMAX__SCQ_NESTED(ctx)) {  /* its completion could not be seen */
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MEM_WINDOW,
+                   "device %s, endpoint qpn 0x%x: an endpoint that exposes regions cannot connect inside a "
+                   "comp callback (its memory windows are bound on connect)", ctx->attr.name, ep->qp->qp_num);
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+    for (uint32_t i = 0; i < ep->n_wins; i++) {
+        const struct rdmax__win *w = &ep->wins[i];
+        struct ibv_send_wr wr;
+        memset(&wr, 0, sizeof wr);
+        wr.opcode = IBV_WR_BIND_MW;
+        wr.bind_mw.mw = w->mw;
+        wr.bind_mw.rkey = w->rkey;
+        wr.bind_mw.bind_info.mr = w->mr;
+        wr.bind_mw.bind_info.addr = ep->local[w->region].addr;
+        wr.bind_mw.bind_info.length = ep->local[w->region].len;
+        wr.bind_mw.bind_info.mw_access_flags = (unsigned)w->access;
+        int64_t deadline = rdmax__now_ms() + 2000;
+        while ((!rdmax__ep_sq_avail(ep) || !rdmax__scq_free(ctx)) && rdmax__now_ms() < deadline)
+            rdmax__poll_send(ctx);
+        if (i + 1 == ep->n_wins)
+            ep->sig_at = ep->sq_head;  /* the last one signaled: its completion covers the others */
+        if (rdmax__ep_post(ep, &wr, NULL, RDMAX_OP_BIND, 0, 0, NULL) != RDMAX_OK) {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MEM_WINDOW,
+                       "device %s, endpoint qpn 0x%x: posting the bind of exposed region %u failed: %s",
+                       ctx->attr.name, ep->qp->qp_num, w->region, strerror(ep->last_errno ? ep->last_errno : EAGAIN));
+            return RDMAX_ERR_IO;
+        }
+    }
+    /* A local operation: it completes at once unless the device is broken. */
+    int64_t deadline = rdmax__now_ms() + 2000;
+    while (ep->sq_head != ep->sq_tail && ep->state != RDMAX_EP_ERROR) {
+        if (rdmax__now_ms() > deadline) {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MEM_WINDOW,
+                       "device %s, endpoint qpn 0x%x: binding %u memory windows did not complete in 2 s",
+                       ctx->attr.name, ep->qp->qp_num, ep->n_wins);
+            return RDMAX_ERR_TIMEOUT;
+        }
+        rdmax__poll_send(ctx);
+    }
+    return ep->state == RDMAX_EP_ERROR ? (rdmax_status)ep->err : RDMAX_OK;  /* a failed bind was logged */
+}
+
 static uint8_t rdmax__ep_transport(const rdmax_ep_desc *d)
 {
     if (d && d->transport)
@@ -5801,6 +5936,7 @@ rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep
     }
     /* The regions to advertise: expose, then expose_list; each must be a real region. */
     rdmax_rbuf local[RDMAX_MAX_REGIONS];
+    const rdmax_mem *mems[RDMAX_MAX_REGIONS];
     uint32_t n_local = 0;
     if (d.expose_count > RDMAX_MAX_REGIONS - (d.expose != NULL) || (d.expose_count && !d.expose_list)) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_DESC,
@@ -5820,7 +5956,7 @@ rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep
         local[n_local].addr = (uintptr_t)m->addr;
         local[n_local].len = m->len;
         local[n_local].rkey = m->rkey;
-        n_local++;
+        mems[n_local++] = m;
     }
     rdmax_status st;
 #if RDMAX__HAS_UD
@@ -5837,7 +5973,8 @@ rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep
     if (st != RDMAX_OK)
         return st;
     rdmax_ep *ep = *out;
-    if ((st = rdmax__ep_set_local(ep, local, n_local)) != RDMAX_OK) {
+    if ((st = rdmax__ep_windows(ep, mems, local, n_local)) != RDMAX_OK ||
+        (st = rdmax__ep_set_local(ep, local, n_local)) != RDMAX_OK) {
         rdmax_ep_destroy(ep);
         *out = NULL;
         return st;
@@ -5848,7 +5985,7 @@ rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep
     a.pkey_index = 0;
     a.port_num = ctx->attr.port;
     if (t == RDMAX_TRANSPORT_ID_RC) {
-        a.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+        a.qp_access_flags = (unsigned)rdmax__qp_rights(ctx, mems, n_local);
         st = rdmax__modify(ep, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, "INIT");
     } else {
         a.qkey = RDMAX_UD_QKEY;
@@ -5914,6 +6051,8 @@ static rdmax_status rdmax__ep_connected(rdmax_ep *ep, const rdmax_conn_info *r, 
 {
     rdmax_ctx *ctx = ep->ctx;
     rdmax_status st = rdmax__ep_set_remote(ep, r);
+    if (st == RDMAX_OK)
+        st = rdmax__ep_bind(ep);
     if (st != RDMAX_OK)
         return st;
     ep->peer_recv_size = r->recv_size;
@@ -7384,6 +7523,10 @@ void rdmax_ep_destroy(rdmax_ep *ep)
 #if RDMAX__HAS_UD
     rdmax__ud_ep_cleanup(ep);
 #endif
+    /* The windows before the QP: a bound type-2 window holds its QP (rxe waits for it at destroy). */
+    for (uint32_t i = 0; i < ep->n_wins; i++)
+        ibv_dealloc_mw(ep->wins[i].mw);
+    rdmax__free(ctx, ep->wins);
     if (ep->qp && !ep->shared_qp)
         ibv_destroy_qp(ep->qp);
     if (shared)  /* after the QP: its credits leave the pool's target, and the pool may go with it */

@@ -397,7 +397,7 @@ int main(int argc, char **argv)
     }
     rdmax__test_tick_hold(ctx, 1);
     if ((st = rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_LOCAL, &lmem)) != RDMAX_OK ||
-        (st = rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_ATOMIC,
+        (st = rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_ATOMIC | RDMAX_ACCESS_ANY_ENDPOINT,
                               &rmem)) != RDMAX_OK)
         fail("mem_alloc", st);
     rdmax_ep_desc d;

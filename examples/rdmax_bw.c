@@ -798,7 +798,9 @@ static int tx_buffers(rdmax_ctx *ctx, struct run *r, size_t size, rdmax_mem **me
 static int rx_buffer(rdmax_ctx *ctx, int test, size_t size, unsigned qps, rdmax_mem **mem)
 {
     size_t bytes = size * qps;
-    if (rdmax_mem_alloc(ctx, bytes, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, mem) != RDMAX_OK) {
+    /* its rkey goes to the client in READY, for every data endpoint: open on any endpoint */
+    if (rdmax_mem_alloc(ctx, bytes, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, mem) !=
+        RDMAX_OK) {
         fprintf(stderr, "registering %zu bytes to expose: %s\n", bytes, last_item(ctx));
         return -1;
     }

@@ -130,7 +130,10 @@ static rdmax_mem *make_pages(rdmax_ctx *ctx)
 {
     rdmax_mem *m;
     size_t bytes = (size_t)o.pages * PAGE;
-    if (rdmax_mem_alloc(ctx, bytes, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &m) != RDMAX_OK) {
+    /* its rkey goes to each client in the hello message: open on any endpoint of the context (every
+       client can reach every page until the region is freed) */
+    if (rdmax_mem_alloc(ctx, bytes, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &m) !=
+        RDMAX_OK) {
         fprintf(stderr, "server: cannot register %zu bytes of pages (option -N): %s\n", bytes,
                 last_item(ctx));
         return NULL;

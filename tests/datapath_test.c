@@ -158,6 +158,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     tl_end();
     unsigned char *s = (unsigned char *)src->addr, *d = (unsigned char *)dst->addr;
     uint64_t raddr = (uintptr_t)dst->addr;
+    uint32_t rk = rdmax_ep_remote(a, 0)->rkey;  /* dst as b exposed it to a */
 
     for (size_t k = 0; k < NSIZES; k++) {
         size_t n = sizes[k];
@@ -184,7 +185,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         fillp(s, n, (unsigned)k + 100);
         memset(d, 0, n + 1);
         memset(&c, 0, sizeof c);
-        st = rdmax_put(a, s, n, src, raddr, dst->rkey, &c);
+        st = rdmax_put(a, s, n, src, raddr, rk, &c);
         CHECK_ST(st, RDMAX_INPROGRESS);
         if (st == RDMAX_INPROGRESS)
             CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "put completion: %s", rdmax_status_str(c.status));
@@ -197,7 +198,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         fillp(d, n, (unsigned)k + 200);
         memset(s, 0, n + 1);
         memset(&c, 0, sizeof c);
-        st = rdmax_get(a, s, n, src, raddr, dst->rkey, &c);
+        st = rdmax_get(a, s, n, src, raddr, rk, &c);
         CHECK_ST(st, RDMAX_INPROGRESS);
         CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "get completion: %s", rdmax_status_str(c.status));
         CHECK(first_diff(s, n, (unsigned)k + 200) == (size_t)-1, "data read differs at byte %zu",
@@ -225,7 +226,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
             fillp((unsigned char *)iov[i].addr, iov[i].len, 300 + i);
         memset(d, 0, total + 1);
         memset(&c, 0, sizeof c);
-        CHECK_ST(rdmax_put_iov(a, iov, cnt, raddr, dst->rkey, &c), RDMAX_INPROGRESS);
+        CHECK_ST(rdmax_put_iov(a, iov, cnt, raddr, rk, &c), RDMAX_INPROGRESS);
         CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "completion: %s", rdmax_status_str(c.status));
         size_t off = 0;
         for (uint32_t i = 0; i < cnt; i++) {
@@ -240,7 +241,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         for (uint32_t i = 0; i < cnt; i++)
             memset(iov[i].addr, 0, iov[i].len);
         memset(&c, 0, sizeof c);
-        CHECK_ST(rdmax_get_iov(a, iov, cnt, raddr, dst->rkey, &c), RDMAX_INPROGRESS);
+        CHECK_ST(rdmax_get_iov(a, iov, cnt, raddr, rk, &c), RDMAX_INPROGRESS);
         CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "completion: %s", rdmax_status_str(c.status));
         unsigned char *whole = (unsigned char *)malloc(total);
         off = 0;
@@ -257,7 +258,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     {
         rdmax_iov iov[RDMAX_MAX_SGE + 1];
         memset(iov, 0, sizeof iov);
-        CHECK_ST(rdmax_put_iov(a, iov, RDMAX_MAX_SGE + 1, raddr, dst->rkey, NULL), RDMAX_ERR_INVALID_PARAM);
+        CHECK_ST(rdmax_put_iov(a, iov, RDMAX_MAX_SGE + 1, raddr, rk, NULL), RDMAX_ERR_INVALID_PARAM);
     }
     tl_end();
 
@@ -268,7 +269,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         for (int i = 0; i < 10; i++) {
             rdmax_comp c;
             memset(&c, 0, sizeof c);
-            CHECK_ST(rdmax_fadd(a, res, src, raddr + 64, dst->rkey, 5, &c), RDMAX_INPROGRESS);
+            CHECK_ST(rdmax_fadd(a, res, src, raddr + 64, rk, 5, &c), RDMAX_INPROGRESS);
             CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "completion: %s", rdmax_status_str(c.status));
             CHECK(*res == 1000 + 5 * (uint64_t)i, "fadd returned %llu, expected %llu", (unsigned long long)*res,
                   (unsigned long long)(1000 + 5 * i));
@@ -283,12 +284,12 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         *word = 7;
         rdmax_comp c;
         memset(&c, 0, sizeof c);
-        CHECK_ST(rdmax_cswap(a, res, src, raddr + 64, dst->rkey, 7, 99, &c), RDMAX_INPROGRESS);
+        CHECK_ST(rdmax_cswap(a, res, src, raddr + 64, rk, 7, 99, &c), RDMAX_INPROGRESS);
         CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "completion");
         CHECK(*res == 7 && *word == 99, "swap that should hit: old %llu, now %llu", (unsigned long long)*res,
               (unsigned long long)*word);
         memset(&c, 0, sizeof c);
-        CHECK_ST(rdmax_cswap(a, res, src, raddr + 64, dst->rkey, 7, 5, &c), RDMAX_INPROGRESS);
+        CHECK_ST(rdmax_cswap(a, res, src, raddr + 64, rk, 7, 5, &c), RDMAX_INPROGRESS);
         CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "completion");
         CHECK(*res == 99 && *word == 99, "swap that should miss changed the word to %llu", (unsigned long long)*word);
     }
@@ -298,8 +299,8 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     {
         uint64_t posted = post_calls(ca);
         uint64_t *res = (uint64_t *)(void *)(s + 128);
-        CHECK_ST(rdmax_fadd(a, res, src, raddr + 3, dst->rkey, 1, NULL), RDMAX_ERR_UNALIGNED);
-        CHECK_ST(rdmax_cswap(a, res, src, raddr + 12, dst->rkey, 1, 2, NULL), RDMAX_ERR_UNALIGNED);
+        CHECK_ST(rdmax_fadd(a, res, src, raddr + 3, rk, 1, NULL), RDMAX_ERR_UNALIGNED);
+        CHECK_ST(rdmax_cswap(a, res, src, raddr + 12, rk, 1, 2, NULL), RDMAX_ERR_UNALIGNED);
         CHECK(post_calls(ca) == posted, "something was posted");
         CHECK(rdmax_ep_query_state(a) == RDMAX_EP_CONNECTED, "endpoint left the connected state");
     }
@@ -331,8 +332,8 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
               "sq_free %u (was %u), outstanding %u after an empty batch", i1.sq_free, i0.sq_free, i1.outstanding);
         uint64_t v = 0x4242424200000000ull;
         rdmax_batch_begin(a);
-        CHECK_ST(rdmax_put(a, &v, 8, NULL, raddr, dst->rkey, NULL), RDMAX_OK);
-        CHECK_ST(rdmax_put(a, &v, 8, NULL, raddr + 8, dst->rkey, NULL), RDMAX_OK);
+        CHECK_ST(rdmax_put(a, &v, 8, NULL, raddr, rk, NULL), RDMAX_OK);
+        CHECK_ST(rdmax_put(a, &v, 8, NULL, raddr + 8, rk, NULL), RDMAX_OK);
         rdmax_ep_query_info(a, &i1);
         CHECK(i1.outstanding == 2 && i1.sq_free == i0.sq_free - 2,
               "outstanding %u, sq_free %u (was %u) with 2 puts chained", i1.outstanding, i1.sq_free, i0.sq_free);
@@ -349,7 +350,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         rdmax_batch_begin(a);
         for (uint64_t i = 0; i < 32; i++) {
             uint64_t v = 0x1111111100000000ull | i;
-            CHECK_ST(rdmax_put(a, &v, 8, NULL, raddr + i * 8, dst->rkey, NULL), RDMAX_OK);
+            CHECK_ST(rdmax_put(a, &v, 8, NULL, raddr + i * 8, rk, NULL), RDMAX_OK);
         }
         CHECK_ST(rdmax_batch_end(a), RDMAX_OK);
         CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush");
@@ -371,7 +372,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
             rdmax_comp c;
             memset(&c, 0, sizeof c);
             uint64_t v = i;
-            CHECK_ST(rdmax_put(a, &v, 8, NULL, raddr, dst->rkey, &c), RDMAX_INPROGRESS);
+            CHECK_ST(rdmax_put(a, &v, 8, NULL, raddr, rk, &c), RDMAX_INPROGRESS);
             while (!c.done)
                 progress2(ca, cb);
             CHECK_ST(c.status, RDMAX_OK);
@@ -379,7 +380,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         for (int round = 0; round < 3; round++) {
             uint64_t v = 0x5151515100000000ull | (uint64_t)round;
             rdmax_batch_begin(a);
-            CHECK_ST(rdmax_put(a, &v, 8, NULL, raddr + 8, dst->rkey, NULL), RDMAX_OK);
+            CHECK_ST(rdmax_put(a, &v, 8, NULL, raddr + 8, rk, NULL), RDMAX_OK);
             CHECK_ST(rdmax_batch_end(a), RDMAX_OK);
             CHECK_ST(rdmax_ep_flush(a, T_MS), RDMAX_OK);
             CHECK(((uint64_t *)(void *)d)[1] == v, "round %d: the put did not land", round);
@@ -399,7 +400,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
             for (size_t k = 0; k < n; k++)
                 src[k] = (unsigned char)(i * 7 + k + 1);
             rdmax_status st;
-            while ((st = rdmax_put(a, src, n, NULL, raddr + i * 40, dst->rkey, NULL)) == RDMAX_ERR_NO_RESOURCE)
+            while ((st = rdmax_put(a, src, n, NULL, raddr + i * 40, rk, NULL)) == RDMAX_ERR_NO_RESOURCE)
                 progress2(ca, cb);
             CHECK_ST(st, RDMAX_OK);
             memset(src, 0xee, sizeof src);
@@ -432,7 +433,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
             size_t len = 1 + (i * 3) % 40;  /* 1, 4, 7, 10, 13, 16, 19, ... */
             for (size_t k = 0; k < len; k++)
                 srcs[i][k] = (unsigned char)(i * 5 + k + 3);
-            reqs[i] = (rdmax_put_req){.buf = srcs[i], .len = len, .raddr = raddr + i * 40, .rkey = dst->rkey};
+            reqs[i] = (rdmax_put_req){.buf = srcs[i], .len = len, .raddr = raddr + i * 40, .rkey = rk};
             bytes += len;
         }
         rdmax_counters c0, c1;
@@ -471,7 +472,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         memset(d, 0, n * 8);
         for (size_t i = 0; i < n; i++) {
             vals[i] = 0x5eed000000000000ull | i;
-            reqs[i] = (rdmax_put_req){.buf = &vals[i], .len = 8, .raddr = raddr + i * 8, .rkey = dst->rkey};
+            reqs[i] = (rdmax_put_req){.buf = &vals[i], .len = 8, .raddr = raddr + i * 8, .rkey = rk};
         }
         CHECK_ST(rdmax_put_list(a, reqs, n, &done), RDMAX_ERR_NO_RESOURCE);
         CHECK(done > 0 && done <= info.sq_free, "took %zu with %u slots free", done, info.sq_free);
@@ -497,10 +498,10 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         memset(d, 0, 16 * 8);
         reqs[5].buf = &vals[5];
         rdmax_batch_begin(a);
-        CHECK_ST(rdmax_put(a, &vals[0], 8, NULL, raddr, dst->rkey, NULL), RDMAX_OK);
+        CHECK_ST(rdmax_put(a, &vals[0], 8, NULL, raddr, rk, NULL), RDMAX_OK);
         CHECK_ST(rdmax_put_list(a, reqs + 1, 14, &done), RDMAX_OK);
         CHECK(post_calls(ca) == calls, "the list posted inside the caller's batch");
-        CHECK_ST(rdmax_put(a, &vals[15], 8, NULL, raddr + 15 * 8, dst->rkey, NULL), RDMAX_OK);
+        CHECK_ST(rdmax_put(a, &vals[15], 8, NULL, raddr + 15 * 8, rk, NULL), RDMAX_OK);
         CHECK_ST(rdmax_batch_end(a), RDMAX_OK);
         CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush");
         CHECK(post_calls(ca) - calls <= 2, "%llu post calls", (unsigned long long)(post_calls(ca) - calls));
@@ -530,7 +531,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
             memset(&cs[i], 0, sizeof cs[i]);
             cs[i].cb = on_comp_progress;
             cs[i].user = (void *)(intptr_t)i;
-            posted += rdmax_put(a, &v, 8, NULL, raddr + (uint64_t)i * 8, dst->rkey, &cs[i]) == RDMAX_INPROGRESS;
+            posted += rdmax_put(a, &v, 8, NULL, raddr + (uint64_t)i * 8, rk, &cs[i]) == RDMAX_INPROGRESS;
         }
         CHECK(posted == 24, "%d of 24 puts posted", posted);
         volatile uint64_t *w = (volatile uint64_t *)(void *)d;
@@ -559,7 +560,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         for (uint32_t i = 0; i < 10000; i++) {
             uint32_t v = i;
             rdmax_status st;
-            while ((st = rdmax_put(a, &v, 4, NULL, raddr + (i % 1024) * 4, dst->rkey, NULL)) == RDMAX_ERR_NO_RESOURCE)
+            while ((st = rdmax_put(a, &v, 4, NULL, raddr + (i % 1024) * 4, rk, NULL)) == RDMAX_ERR_NO_RESOURCE)
                 progress2(ca, cb);
             if (st != RDMAX_OK) {
                 CHECK_ST(st, RDMAX_OK);
@@ -585,7 +586,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     {
         rdmax_comp c;
         memset(&c, 0, sizeof c);
-        CHECK_ST(rdmax_get(a, s, 64, src, raddr, dst->rkey, &c), RDMAX_INPROGRESS);
+        CHECK_ST(rdmax_get(a, s, 64, src, raddr, rk, &c), RDMAX_INPROGRESS);
         rdmax_status ws = RDMAX_ERR_TIMEOUT;
         for (int i = 0; i < 100 && !c.done; i++)
             ws = rdmax_wait(ca, 100);
@@ -610,7 +611,8 @@ out:
 /* An error completion fails its endpoint only, with the right status and one log line. */
 static void error_case(const char *topo, const char *name, rdmax_ctx *ca, rdmax_ctx *cb, int kind, rdmax_status want)
 {
-    unsigned all = RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_ATOMIC;
+    /* dst's own rkey, on both endpoints (RDMAX_ACCESS_ANY_ENDPOINT) */
+    unsigned all = RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_ATOMIC | RDMAX_ACCESS_ANY_ENDPOINT;
     rdmax_mem *src = NULL, *dst = NULL;
     rdmax_ep *a = NULL, *b = NULL, *a2 = NULL, *b2 = NULL;
     tl_begin("%s/error/%s", topo, name);
@@ -681,7 +683,7 @@ static void flood_cb(rdmax_comp *c, rdmax_status st)
 /* 1000 operations in flight, the first fails: one error report, 999 flushed, no crash. */
 static void flood_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
 {
-    unsigned all = RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE;
+    unsigned all = RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT;
     rdmax_mem *src = NULL, *dst = NULL;
     rdmax_ep *a = NULL, *b = NULL;
     rdmax_comp *comps = (rdmax_comp *)calloc(1000, sizeof *comps);
@@ -744,7 +746,8 @@ static void destroy_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     rdmax_comp comps[64];
     tl_begin("%s/destroy with operations in flight", topo);
     REQUIRE(rdmax_mem_alloc(ca, 1 << 20, RDMAX_ACCESS_REMOTE_READ, &src) == RDMAX_OK &&
-            rdmax_mem_alloc(cb, 1 << 20, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
+            rdmax_mem_alloc(cb, 1 << 20, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT,
+                            &dst) == RDMAX_OK, "alloc");
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
     d.sq_depth = 64;  /* all 64 in flight at once */
@@ -835,8 +838,9 @@ static void killed_peer_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb, con
           qa.timeout, qa.retry_cnt);
     CHECK(rdmax_ep_query_state(ep) == RDMAX_EP_ERROR, "endpoint not in error");
     CHECK(rdmax_ep_flush(ep, 2000) != RDMAX_ERR_TIMEOUT, "flush of a dead endpoint hangs");
+    /* registered before the pair: its QPs take the remote reads it grants on any endpoint */
+    REQUIRE(rdmax_mem_alloc(cb, 4096, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_ANY_ENDPOINT, &m2) == RDMAX_OK, "alloc");
     REQUIRE(tl_pair(ca, cb, NULL, NULL, &a2, &b2) == RDMAX_OK, "pair");
-    REQUIRE(rdmax_mem_alloc(cb, 4096, RDMAX_ACCESS_REMOTE_READ, &m2) == RDMAX_OK, "alloc");
     memset(&c, 0, sizeof c);
     CHECK_ST(rdmax_get(a2, m->addr, 64, m, (uintptr_t)m2->addr, m2->rkey, &c), RDMAX_INPROGRESS);
     CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "other endpoint: %s", rdmax_status_str(c.status));
@@ -867,8 +871,8 @@ static void contract_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     REQUIRE(rxb.buf && plain, "malloc");
     REQUIRE(mi > 0 && mi < 8192, "device max_inline %u", mi);
     REQUIRE(rdmax_mem_alloc(ca, 65536, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc src");
-    REQUIRE(rdmax_mem_alloc(cb, 65536, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_READ, &dst) == RDMAX_OK,
-            "alloc dst");
+    REQUIRE(rdmax_mem_alloc(cb, 65536, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_ANY_ENDPOINT,
+                            &dst) == RDMAX_OK, "alloc dst");
     rdmax_ep_desc da, db;
     memset(&da, 0, sizeof da);
     memset(&db, 0, sizeof db);
@@ -978,7 +982,7 @@ static void qp_wr_case(const char *topo, const char *dev)
     REQUIRE(rdmax_ctx_create(&cd, &c) == RDMAX_OK, "context: %s", g_lastlog);
     CHECK(rdmax_ctx_attr(c)->max_qp_wr == 100, "applied max_qp_wr %u", rdmax_ctx_attr(c)->max_qp_wr);
     REQUIRE(rdmax_mem_alloc(c, (size_t)N * SZ, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc src");
-    REQUIRE(rdmax_mem_alloc(c, (size_t)N * SZ, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc dst");
+    REQUIRE(rdmax_mem_alloc(c, (size_t)N * SZ, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc dst");
     rdmax_ep_desc ed;
     memset(&ed, 0, sizeof ed);
     ed.sq_depth = 256;  /* more than the cap: rounded down to 64 (the default, 32, would fit under it) */
@@ -1047,7 +1051,7 @@ static void chain_cq_case(const char *topo, const char *dev)
     rdmax_ep *a = NULL, *b = NULL;
     tl_begin("%s/post lists of short puts on 64 send-CQ entries: none stranded, none lost", topo);
     REQUIRE(rdmax_ctx_create(&cd, &c) == RDMAX_OK, "context: %s", g_lastlog);
-    REQUIRE(rdmax_mem_alloc(c, (size_t)N * 16, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc dst");
+    REQUIRE(rdmax_mem_alloc(c, (size_t)N * 16, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc dst");
     memset(dst->addr, 0, (size_t)N * 16);
     rdmax_ep_desc ed;
     memset(&ed, 0, sizeof ed);
@@ -1137,9 +1141,12 @@ static void regions_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         for (uint32_t i = 0; i < 3; i++) {
             const rdmax_rbuf *rb = rdmax_ep_remote(a, i);
             REQUIRE(rb != NULL, "region %u missing", i);
-            CHECK(rb->addr == (uintptr_t)r[i]->addr && rb->len == r[i]->len && rb->rkey == r[i]->rkey,
-                  "region %u: 0x%llx+%llu rkey 0x%x", i, (unsigned long long)rb->addr, (unsigned long long)rb->len,
-                  rb->rkey);
+            /* the key is the endpoint's own (a memory window) where the device has them, else the region's */
+            CHECK(rb->addr == (uintptr_t)r[i]->addr && rb->len == r[i]->len &&
+                  rb->rkey == (rdmax_ctx_attr(cb)->mem_windows ? rb->rkey : r[i]->rkey) && rb->rkey != 0 &&
+                  (i == 0 || rb->rkey != rdmax_ep_remote(a, i - 1)->rkey),
+                  "region %u: 0x%llx+%llu rkey 0x%x (the region's 0x%x)", i, (unsigned long long)rb->addr,
+                  (unsigned long long)rb->len, rb->rkey, r[i]->rkey);
             fillp((unsigned char *)src->addr, 64, 60 + i);
             rdmax_comp c;
             memset(&c, 0, sizeof c);

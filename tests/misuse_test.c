@@ -588,7 +588,7 @@ static int setup(struct env *e)
     cd.log_level_set = true;
     if (rdmax_ctx_create(&cd, &e->ctx) != RDMAX_OK)
         return snprintf(e->why, sizeof e->why, "ctx_create: %s", g_lastlog), -1;
-    unsigned all = RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_ATOMIC;
+    unsigned all = RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_ATOMIC | RDMAX_ACCESS_ANY_ENDPOINT;
     if (rdmax_mem_alloc(e->ctx, 65536, all, &e->src) != RDMAX_OK ||
         rdmax_mem_alloc(e->ctx, 65536, all, &e->dst) != RDMAX_OK)
         return snprintf(e->why, sizeof e->why, "mem_alloc: %s", g_lastlog), -1;

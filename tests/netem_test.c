@@ -717,7 +717,7 @@ int main(int argc, char **argv)
     rdmax_ctx *c0 = open_ctx(d0), *c1 = open_ctx(d1);
     rdmax_mem *lmem = NULL, *rmem = NULL;
     size_t bytes = (size_t)MAX_WINDOW * size + 64;
-    unsigned acc = RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_ATOMIC;
+    unsigned acc = RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_ATOMIC | RDMAX_ACCESS_ANY_ENDPOINT;
     if (rdmax_mem_alloc(c0, bytes, acc, &lmem) != RDMAX_OK || rdmax_mem_alloc(c1, bytes, acc, &rmem) != RDMAX_OK) {
         printf("FAIL netem/setup: rdmax_mem_alloc\n");
         return 1;

@@ -146,7 +146,7 @@ static void mixed(const char *dev)
     REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context");
     completed = (unsigned char *)calloc((size_t)NEP * NOPS, 1);
     size_t bytes = (size_t)NEP * WINDOW * 4 * 8 + ((size_t)NEP * WINDOW + NEP) * 8;
-    REQUIRE(rdmax_mem_alloc(ctx, bytes, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &g_mem) == RDMAX_OK,
+    REQUIRE(rdmax_mem_alloc(ctx, bytes, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &g_mem) == RDMAX_OK,
             "alloc");
     g_remote = (uint64_t *)g_mem->addr + (size_t)NEP * WINDOW * 4;
     rdmax_ep_desc da, db;
@@ -283,7 +283,7 @@ static void explicit_mode(const char *dev)
     memset(cc, 0, sizeof cc);
     tl_begin("pending/explicit: BUSY with room, order kept, direct post refused while waiting");
     REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context");
-    REQUIRE(rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_REMOTE_WRITE, &m) == RDMAX_OK, "alloc");
+    REQUIRE(rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &m) == RDMAX_OK, "alloc");
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
     d.sq_depth = 4;

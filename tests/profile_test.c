@@ -155,7 +155,7 @@ static void vars_puts_case(void)
     REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
     REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     REQUIRE(rdmax_mem_alloc(c, SIZE, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc");
-    REQUIRE(rdmax_mem_alloc(c, 1 << 20, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
+    REQUIRE(rdmax_mem_alloc(c, 1 << 20, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc");
     uint64_t calls0 = rd(p, RDMAX_PROFILE_VAR_POST_CALLS);
     CHECK(rd(p, RDMAX_PROFILE_VAR_ENDPOINTS) == 2, "endpoints %llu", (unsigned long long)rd(p, RDMAX_PROFILE_VAR_ENDPOINTS));
     CHECK(rd(p, RDMAX_PROFILE_VAR_RCACHE_MISSES) == 0 && rd(p, RDMAX_PROFILE_VAR_RCACHE_BYTES) == 0,
@@ -265,7 +265,7 @@ static void snapshot_order_case(void)
     REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
     REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     REQUIRE(rdmax_mem_alloc(c, 1 << 16, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc");
-    REQUIRE(rdmax_mem_alloc(c, 1 << 16, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
+    REQUIRE(rdmax_mem_alloc(c, 1 << 16, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc");
     g_hook_ctx = c;
     g_hook_ep = a;
     g_hook_src = src;
@@ -362,10 +362,11 @@ static void snapshot_case(void)
     memset(&r, 0, sizeof r);
     tl_begin("snapshot/completed <= posted while another thread runs operations");
     REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
-    REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     REQUIRE(rdmax_mem_alloc(c, 1 << 16, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc");
+    /* dst's own rkey on the pair, which is made after it so that its QPs take the reads and atomics */
     REQUIRE(rdmax_mem_alloc(c, 1 << 16, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_READ |
-                                            RDMAX_ACCESS_REMOTE_ATOMIC, &dst) == RDMAX_OK, "alloc");
+                                            RDMAX_ACCESS_REMOTE_ATOMIC | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc");
+    REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     r.ctx = c;
     r.prof = p;
     REQUIRE(pthread_create(&th, NULL, reader_main, &r) == 0, "pthread_create");
@@ -773,7 +774,7 @@ static void events_sq_full_case(void)
     d.sq_depth = 16;
     REQUIRE(rdmax_ep_create_pair(c, &d, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     REQUIRE(rdmax_mem_alloc(c, 4096, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc");
-    REQUIRE(rdmax_mem_alloc(c, 4096, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
+    REQUIRE(rdmax_mem_alloc(c, 4096, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc");
     uint64_t nr0 = rd(p, RDMAX_PROFILE_VAR_NO_RESOURCE);
     int ok = 0, refused = 0;
     for (int i = 0; i < 40; i++) {
@@ -826,7 +827,7 @@ static void events_rcache_case(void)
     CHECK_ST(rdmax_profile_reg_event(p, RDMAX_PROFILE_EVENT_RCACHE_EVICT, on_event, &e), RDMAX_OK);
     CHECK_ST(rdmax_profile_reg_event(p, RDMAX_PROFILE_EVENT_RCACHE_INVALIDATE, on_event, &e), RDMAX_OK);
     REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
-    REQUIRE(rdmax_mem_alloc(c, BUF, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
+    REQUIRE(rdmax_mem_alloc(c, BUF, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc");
     /* buffers STRIDE apart: never touching, so the cache cannot merge them */
     base = (char *)mmap(NULL, (size_t)NB * 2 * STRIDE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     REQUIRE(base != MAP_FAILED, "mmap");
@@ -1000,7 +1001,7 @@ static void points_case(void)
 #endif
     );
     REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
-    REQUIRE(rdmax_mem_alloc(c, 8192, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
+    REQUIRE(rdmax_mem_alloc(c, 8192, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc");
     plain = (char *)aligned_alloc(4096, 8192);
     REQUIRE(plain, "malloc");
     memset(plain, 3, 8192);
@@ -1062,7 +1063,7 @@ static void overhead_info(void)
     rdmax_mem *src = NULL, *dst = NULL;
     rdmax_profile *p = NULL;
     if (rdmax_ep_create_pair(c, NULL, &a, &b) != RDMAX_OK || rdmax_mem_alloc(c, 4096, 0, &src) != RDMAX_OK ||
-        rdmax_mem_alloc(c, 4096, RDMAX_ACCESS_REMOTE_WRITE, &dst) != RDMAX_OK || rdmax_profile_open(c, &p) != RDMAX_OK) {
+        rdmax_mem_alloc(c, 4096, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) != RDMAX_OK || rdmax_profile_open(c, &p) != RDMAX_OK) {
         printf("INFO overhead: setup failed\n");
         goto out;
     }

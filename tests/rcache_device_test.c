@@ -166,7 +166,7 @@ static int rig_open(rig *r, const rdmax_ctx_desc *sender, size_t dst_len)
     rd.rcache_disable = true; /* the receiver never passes raw buffers: only the sender has a cache */
     r->cs = open_ctx(d0, sender);
     r->cr = open_ctx(d1 ? d1 : d0, &rd);
-    if (rdmax_mem_alloc(r->cr, dst_len, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_READ, &r->dst) != RDMAX_OK)
+    if (rdmax_mem_alloc(r->cr, dst_len, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_ANY_ENDPOINT, &r->dst) != RDMAX_OK)
         return -1;
     rdmax_ep_desc da, db;
     memset(&da, 0, sizeof da);

@@ -184,7 +184,7 @@ static int pairs_mode(int npairs)
     REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context: %s", g_lastlog);
     char dev[64];
     snprintf(dev, sizeof dev, "%s", rdmax_ctx_attr(ctx)->name);
-    REQUIRE(rdmax_mem_alloc(ctx, (size_t)npairs * 8, RDMAX_ACCESS_REMOTE_WRITE, &region) == RDMAX_OK, "region");
+    REQUIRE(rdmax_mem_alloc(ctx, (size_t)npairs * 8, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &region) == RDMAX_OK, "region");
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
     d.rq_depth = 4;
@@ -872,7 +872,7 @@ static int credits_mode(int nc, int m)
     char dev[64];
     snprintf(dev, sizeof dev, "%s", rdmax_ctx_attr(ctx)->name);
     uint64_t rnr0 = rnr_count(dev);
-    REQUIRE(rdmax_mem_alloc(ctx, 8 * MAX_CLIENTS, RDMAX_ACCESS_REMOTE_WRITE, &region) == RDMAX_OK, "region");
+    REQUIRE(rdmax_mem_alloc(ctx, 8 * MAX_CLIENTS, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &region) == RDMAX_OK, "region");
     REQUIRE(rdmax_listen(ctx, "127.0.0.1", port, &l) == RDMAX_OK, "listen: %s", g_lastlog);
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
@@ -1104,7 +1104,7 @@ static int putrate_mode(int n, double seconds)
     cd.logger.func = keep_log;
     tl_begin("scale/8-byte put rate over %d endpoints against one", n);
     REQUIRE(eps && rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context");
-    REQUIRE(rdmax_mem_alloc(ctx, 8 * (size_t)n, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "region");
+    REQUIRE(rdmax_mem_alloc(ctx, 8 * (size_t)n, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "region");
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
     d.rq_depth = 4;
@@ -1152,7 +1152,7 @@ static int cqshare_mode(void)
     tl_begin("cqshare/%d endpoints x %d unsignaled puts on %d send-CQ entries complete without a flush", NEP, PER,
              CQ);
     REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context: %s", g_lastlog);
-    REQUIRE(rdmax_mem_alloc(ctx, 8 * NEP, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "region");
+    REQUIRE(rdmax_mem_alloc(ctx, 8 * NEP, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "region");
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
     d.rq_depth = 4;

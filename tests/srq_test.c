@@ -182,7 +182,7 @@ static void imm_case(rdmax_ctx *ctx)
     memset(&sa, 0, sizeof sa);
     memset(&sb, 0, sizeof sb);
     tl_begin("srq/put_imm: data in place, the user's 32 bits reach imm_cb, zero length works");
-    REQUIRE(rdmax_mem_alloc(ctx, 64 * 8, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
+    REQUIRE(rdmax_mem_alloc(ctx, 64 * 8, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc");
     sb.watch = (const uint64_t *)dst->addr;
     rdmax_ep_desc da, db;
     memset(&da, 0, sizeof da);
@@ -346,7 +346,7 @@ static void window_case(const char *dev, uint32_t rq_depth)
     tl_begin("srq/window: rq_depth %u: %u sends and puts with immediate data post to a receiver that does "
              "not progress, the next is refused or queued; no RNR", rq_depth, rq_depth ? rq_depth : 16);
     REQUIRE(tl_pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
-    REQUIRE(rdmax_mem_alloc(cb, 64 * 8, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
+    REQUIRE(rdmax_mem_alloc(cb, 64 * 8, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc");
     uint64_t *words = (uint64_t *)dst->addr;
     const uint32_t n = rdmax_ep_query_desc(a).rq_depth;
     REQUIRE(n == (rq_depth ? rq_depth : 16), "window %u", n);
@@ -602,7 +602,7 @@ static void tiny_window_case(rdmax_ctx *ctx, const char *dev, uint8_t pool_a, ui
              pool_a || pool_b ? "own_pool" : "srq", pool_a || pool_b ? " (a: " : "",
              pool_a || pool_b ? where[pool_a] : "", pool_a || pool_b ? (pool_b ? ", b: own)" : ", b: srq)") : "", N,
              N);
-    REQUIRE(rdmax_mem_alloc(ctx, 64 * 8, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc");
+    REQUIRE(rdmax_mem_alloc(ctx, 64 * 8, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc");
     uint64_t *words = (uint64_t *)dst->addr;
     rdmax_ep_desc da, db;
     memset(&da, 0, sizeof da);
@@ -1191,7 +1191,7 @@ static void threads_case(void)
     REQUIRE(rdmax_mem_alloc(pa, 2 * 4096, RDMAX_ACCESS_REMOTE_READ, &region) == RDMAX_OK, "region");
     for (size_t i = 0; i < 2 * 4096; i++)
         ((unsigned char *)region->addr)[i] = (unsigned char)(i * 7 + 3);
-    REQUIRE(rdmax_mem_alloc(cl, 2 * 4096, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "dst");
+    REQUIRE(rdmax_mem_alloc(cl, 2 * 4096, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "dst");
     REQUIRE(rdmax_mem_alloc(cl, 3 * 4096, RDMAX_ACCESS_LOCAL, &got) == RDMAX_OK, "got");
     rdmax_ep_desc es, ec_d;
     memset(&es, 0, sizeof es);

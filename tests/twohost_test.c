@@ -746,7 +746,7 @@ int main(void)
     if (g_host == 0)
         printf("INFO twohost: connection setup through %s\n", cd.conn_setup == RDMAX_SETUP_CM ? "rdma_cm" : "the TCP record");
     if (rdmax_ctx_create(&cd, &g_ctx) != RDMAX_OK ||
-        rdmax_mem_alloc(g_ctx, MEM_SIZE, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &g_mem) != RDMAX_OK) {
+        rdmax_mem_alloc(g_ctx, MEM_SIZE, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &g_mem) != RDMAX_OK) {
         printf("FAIL twohost/h%d/setup: device %s: %s\n", g_host, dev ? dev : "(default)",
                g_ctx ? rdmax_ctx_last_error(g_ctx) : "no context");
         return 1;
