@@ -750,6 +750,175 @@ out:
     tl_end();
 }
 
+/* One raw write (read: a read into src) of 64 bytes at raddr/rkey through a's QP, as raw_post. */
+static int raw_rw(rdmax_ep *a, int read, const rdmax_mem *src, uint64_t raddr, uint32_t rkey)
+{
+    return raw_post(a, read ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE, src, 64, raddr, rkey, 0);
+}
+
+/* The region reg (64 bytes of `fill`) is untouched by a raw write or read through a's QP at rb: the
+   request completes with an error, the region keeps its bytes, a read brings none of them. */
+static void refused(rdmax_ep *a, const rdmax_mem *src, const rdmax_rbuf *rb, const rdmax_mem *reg, unsigned char fill,
+                    int read, const char *when)
+{
+    memset(src->addr, read ? 0x00 : 0x99, 64);
+    int st = raw_rw(a, read, src, rb->addr, rb->rkey);
+    const unsigned char *r = (const unsigned char *)reg->addr, *l = (const unsigned char *)src->addr;
+    CHECK(st != IBV_WC_SUCCESS, "%s: a raw %s completed with status %d (%s)", when, read ? "read" : "write", st,
+          st >= 0 ? ibv_wc_status_str((enum ibv_wc_status)st) : "guard");
+    CHECK(r[0] == fill && r[63] == fill, "%s: the region holds 0x%x 0x%x, not 0x%x (0x99: a write landed)", when,
+          r[0], r[63], fill);
+    CHECK(!read || (l[0] == 0 && l[63] == 0), "%s: a read brought 0x%x", when, l[0]);
+}
+
+/* Remote access scoped to the endpoint (issue 30): a peer written against raw verbs (its rdmax endpoint's
+   QP, its context never progressed) writes and reads the region a server endpoint exposed. While
+   exposed both land (control); after its own goodbye, after the server's disconnect, after the server's
+   endpoint failed (the peer sent past its window) and after the server destroyed it, both are refused
+   and the region is unchanged; and a second connection that was never exposed the region is refused
+   with the first one's rkey, while the first still works. Each refused request costs the attacker its
+   QP, so every attempt has a pair of its own. */
+static void case_scoped_access(rdmax_ctx *c)
+{
+    tl_begin("failure/exposed memory is reachable only through its endpoint, and only until it closes, fails or goes");
+    rdmax_ctx *c2 = open_ctx(getenv("RDMAX_TEST_DEV0"));
+    rdmax_mem *src = NULL, *reg = NULL;
+    rdmax_ep *a = NULL, *b = NULL, *a2 = NULL, *b2 = NULL;
+    REQUIRE(rdmax_mem_alloc(c2, 4096, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "mem_alloc");
+    REQUIRE(rdmax_mem_alloc(c, 4096, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &reg) == RDMAX_OK, "mem_alloc");
+    unsigned char *r = (unsigned char *)reg->addr;
+    rdmax_ep_desc da, db;
+    memset(&da, 0, sizeof da);
+    memset(&db, 0, sizeof db);
+    da.timeout = db.timeout = 14;  /* a write into a QP that left RTS fails within 0.47 s */
+    da.keepalive_ms = db.keepalive_ms = RDMAX_OFF;
+    db.rq_depth = 4;
+    db.expose = reg;
+    static const char *const what[] = {"the peer's goodbye", "the server's disconnect", "the server endpoint's failure",
+                                       "the server's destroy"};
+    for (int ev = 0; ev < 4; ev++)
+        for (int read = 0; read < 2; read++) {
+            unsigned char fill = (unsigned char)(0x20 + ev * 2 + read);
+            REQUIRE(tl_pair(c2, c, &da, &db, &a, &b) == RDMAX_OK, "pair");
+            const rdmax_rbuf *rb = rdmax_ep_remote(a, 0);
+            REQUIRE(rb != NULL, "no region");
+            rdmax_rbuf keep = *rb;
+            /* control: while exposed, a write lands and a read brings it back */
+            memset(src->addr, fill, 64);
+            int st = raw_rw(a, 0, src, keep.addr, keep.rkey);
+            CHECK(st == IBV_WC_SUCCESS && r[0] == fill && r[63] == fill,
+                  "control (%s): a write while exposed: status %d, byte 0x%x", what[ev], st, r[0]);
+            memset(src->addr, 0, 64);
+            st = raw_rw(a, 1, src, keep.addr, keep.rkey);
+            CHECK(st == IBV_WC_SUCCESS && ((unsigned char *)src->addr)[0] == fill,
+                  "control (%s): a read while exposed: status %d, byte 0x%x", what[ev], st, ((unsigned char *)src->addr)[0]);
+            if (ev == 0) {
+                st = raw_post(a, IBV_WR_SEND_WITH_IMM, src, 0, 0, 0, RDMAX__LE32(RDMAX__IMM_GRANT | RDMAX__IMM_CLOSE));
+                CHECK(st == IBV_WC_SUCCESS, "the goodbye: status %d", st);
+                REQUIRE(wait_state(c, NULL, b) >= 0, "the goodbye never closed the server's endpoint");
+            } else if (ev == 1) {
+                CHECK_ST(rdmax_ep_disconnect(b, 5000), RDMAX_OK);
+            } else if (ev == 2) {
+                /* zero-length sends, never a credit back: found past its window within a few dozen */
+                int n = 0;
+                for (; n < 4000 && rdmax_ep_query_state(b) == RDMAX_EP_CONNECTED; n++) {
+                    st = raw_post(a, IBV_WR_SEND_WITH_IMM, src, 0, 0, 0, 0);
+                    REQUIRE(st == IBV_WC_SUCCESS, "send %d: status %d before the endpoint failed", n, st);
+                    for (int k = 0; k < 8; k++)
+                        rdmax_progress(c);
+                }
+                REQUIRE(rdmax_ep_query_state(b) == RDMAX_EP_ERROR, "the server endpoint did not fail after %d sends "
+                        "(state %d)", n, rdmax_ep_query_state(b));
+                if (read == 0)
+                    printf("    failed with %s after %d sends\n", rdmax_status_str(rdmax_ep_error(b)), n);
+            } else {
+                rdmax_ep_destroy(b);
+                b = NULL;
+            }
+            CHECK(!b || rdmax_ep_query_state(b) != RDMAX_EP_CONNECTED, "server endpoint still connected");
+            refused(a, src, &keep, reg, fill, read, what[ev]);
+            rdmax_ep_destroy(a);
+            rdmax_ep_destroy(b);
+            a = b = NULL;
+        }
+    /* (d): a second connection, never exposed the region, with the first one's rkey (a leaked key) */
+    for (int read = 0; read < 2; read++) {
+        unsigned char fill = (unsigned char)(0x40 + read);
+        rdmax_ep_desc dn = db;
+        dn.expose = NULL;
+        REQUIRE(tl_pair(c2, c, &da, &db, &a, &b) == RDMAX_OK && tl_pair(c2, c, &da, &dn, &a2, &b2) == RDMAX_OK, "pairs");
+        rdmax_rbuf keep = *rdmax_ep_remote(a, 0);
+        memset(r, fill, 64);
+        refused(a2, src, &keep, reg, fill, read, "a second connection with the first one's rkey");
+        memset(src->addr, 0x55, 64);
+        int st = raw_rw(a, 0, src, keep.addr, keep.rkey);
+        CHECK(st == IBV_WC_SUCCESS && r[0] == 0x55, "control: the first connection's write: status %d, byte 0x%x",
+              st, r[0]);
+        rdmax_ep_destroy(a);
+        rdmax_ep_destroy(b);
+        rdmax_ep_destroy(a2);
+        rdmax_ep_destroy(b2);
+        a = b = a2 = b2 = NULL;
+    }
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_ep_destroy(a2);
+    rdmax_ep_destroy(b2);
+    rdmax_mem_free(reg);
+    rdmax_mem_free(src);
+    rdmax_ctx_destroy(c2);
+    tl_end();
+}
+
+/* What exposing costs a connection: endpoint pairs made and destroyed (tl_pair: create, records,
+   connect), the server side exposing 0, 1 or 4 regions, the three counts taking turns, the best of 5
+   rounds each; a pair held open keeps the receive pool alive between them. Printed only: a report. */
+static void case_expose_cost(rdmax_ctx *c)
+{
+    tl_begin("failure/connect cost with 0, 1 and 4 exposed regions (reported)");
+    rdmax_mem *regs[4] = {NULL, NULL, NULL, NULL};
+    rdmax_ep *ha = NULL, *hb = NULL;
+    for (int i = 0; i < 4; i++)
+        REQUIRE(rdmax_mem_alloc(c, 65536, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &regs[i]) == RDMAX_OK,
+                "mem_alloc");
+    REQUIRE(tl_pair(c, c, NULL, NULL, &ha, &hb) == RDMAX_OK, "pair");
+    enum { N = 100 };
+    static const uint32_t counts[] = {0, 1, 4};
+    double best[3] = {1e30, 1e30, 1e30};
+    for (int round = 0; round < 5; round++)
+        for (int k = 0; k < 3; k++) {
+            rdmax_ep_desc da, db;
+            memset(&da, 0, sizeof da);
+            memset(&db, 0, sizeof db);
+            if (counts[k]) {
+                db.expose = regs[0];
+                db.expose_list = (const rdmax_mem *const *)&regs[1];
+                db.expose_count = counts[k] - 1;
+            }
+            struct timespec t0, t1;
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+            for (int i = 0; i < N; i++) {
+                rdmax_ep *a, *b;
+                REQUIRE(tl_pair(c, c, &da, &db, &a, &b) == RDMAX_OK, "pair");
+                rdmax_ep_destroy(a);
+                rdmax_ep_destroy(b);
+            }
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            double us = ((double)(t1.tv_sec - t0.tv_sec) * 1e6 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e3) / N;
+            best[k] = us < best[k] ? us : best[k];
+        }
+    for (int k = 0; k < 3; k++)
+        printf("    expose_cost regions=%u pair_us=%.1f (both sides made, connected and destroyed; best of 5 x %d)\n",
+               counts[k], best[k], N);
+out:
+    rdmax_ep_destroy(ha);
+    rdmax_ep_destroy(hb);
+    for (int i = 0; i < 4; i++)
+        rdmax_mem_free(regs[i]);
+    tl_end();
+}
+
 /* veth: cut the link under a stream of signaled puts for longer than the watchdog bound. */
 static void case_linkcut(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_mem *m1, const char *netdev)
 {
@@ -1574,6 +1743,8 @@ int main(int argc, char **argv)
         case_disconnect(c, mem);
         case_state_cb(c, mem);
         case_closed_access(c, mem);
+        case_scoped_access(c);
+        case_expose_cost(c);
         case_wait_listener();
         case_reconnect(c);
     }
