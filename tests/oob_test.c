@@ -1031,8 +1031,13 @@ static void flood_burst_test(void)
             memset(&c2d, 0, sizeof c2d);
             rdmax_ctx *c2;
             rdmax_ep *e2;
-            if (rdmax_ctx_create(&c2d, &c2) != RDMAX_OK || rdmax_connect(c2, "127.0.0.1", port, NULL, &e2, 60000) != RDMAX_OK)
+            if (rdmax_ctx_create(&c2d, &c2) != RDMAX_OK)
                 _exit(3);
+            /* a handshake a loaded machine slowed past the idle bound may be pushed out: the client tries
+               again, as a program would (60 s is the hang guard; the times are reported, not asserted) */
+            while (rdmax_connect(c2, "127.0.0.1", port, NULL, &e2, 60000) != RDMAX_OK)
+                if (tl_now_ms() - t0 > 60000)
+                    _exit(3);
             int ms = (int)(tl_now_ms() - t0);
             (void)!write(times[1], &ms, sizeof ms);
             rdmax_ep_destroy(e2);
