@@ -13,6 +13,8 @@
 #   sweep/KIND_OP_SIZE__TOOL.txt  the size sweep for the plots (one round, fewer iterations)
 #   cg_*.out, cg_*.txt            callgrind profiles and the client's output (cg_instr.out.N: one part
 #                                 per case of bench/instr.c)
+#   clock.txt                     bench/clockcheck.c: clock source, clock_gettime's cost, the cycle
+#                                 counter's rate as the examples and as perftest take it
 # Each output ends with a line "# rxe: COUNTER+DELTA ..." (hw_counters that moved during the run, e.g.
 # completer_retry_err: retransmissions after an ack timeout, the usual sign of a disturbed run) and
 # "# status: N" (the client's exit status; 124 = timeout).
@@ -114,6 +116,9 @@ bw_floor() { pair "$1" 18515 $FL bw -t "$2" -s "$3" -n "$4" -d "$DEV" -x "$GID" 
 	ibv_devinfo -d "$DEV" -v 2>/dev/null | grep -E 'fw_ver|active_mtu|max_qp_wr|max_cqe|max_qp_rd_atom|max_sge:' | sed 's/^[ \t]*/  /'
 	echo "perftest: $(dpkg-query -W -f '${Version}' perftest 2>/dev/null)  ucx: $(ucx_info -v 2>/dev/null | sed -n 's/.*[Vv]ersion[:= ] *\([0-9][^ ]*\).*/\1/p' | head -1)"
 } >"$RAW/env.txt"
+# how the programs read time here (bench/clockcheck.c): clock_gettime's cost, the cycle counter's rate
+# as the examples and the floor calibrate it and as perftest picks it
+$CLI $B/clockcheck >"$RAW/clock.txt" 2>&1
 say "device $DEV ($ADDR, gid $GID), $ROUNDS rounds; raw output in $RAW"
 
 # ---- side-by-side cases: rounds of rdmax, the raw-verbs floor and the reference tools, ratios taken on

@@ -7,12 +7,12 @@
 # Steps:
 #   1. builds what it measures into build-bench/ through the Makefile (`make bench-progs`: rdmax_bw,
 #      rdmax_pageserver, a copy of rdmax_pingpong_rc so a stale build/ never gets measured, the _prof
-#      copies, instr, floor, arbiter_bench; then rcache_bench when libucx-dev is there)
+#      copies, instr, floor, clockcheck, arbiter_bench; then rcache_bench when libucx-dev is there)
 #   2. host cases (no device needed): bench/arbiter_bench.c and bench/rcache_bench.c
 #   3. boots the soft-RoCE VM once (tests/vm/run) and runs bench/guest.sh there: per round, every
 #      device case runs rdmax, the raw-verbs floor (bench/floor.c), then the reference tools (three
-#      rounds); then callgrind
-#      (instructions per 8 B put) and a size sweep for the plots
+#      rounds); then callgrind (instructions per 8 B put), the clock check (bench/clockcheck.c) and a
+#      size sweep for the plots
 #   4. parses the raw outputs and writes bench/results/summary.csv, summary.md and PNG plots
 #      (gnuplot), keeping the raw outputs in bench/results/raw/ (not meant for git: see .gitignore
 #      there)
@@ -221,6 +221,21 @@ row instr_recv_one 8 own_instructions "$(instr_own recv_one)" "rdmax, recv (a ba
 # the health pass (device events, watchdog, keepalive): at most once a millisecond, by elapsed time
 row instr_tick 8 own_instructions_per_pass "$(instr_own tick)" "-" "" "-"
 
+# The timing method (bench/clockcheck.c in the guest): what a CLOCK_MONOTONIC read costs there, and
+# the cycle counter's rate as the examples and the floor calibrate it (against CLOCK_MONOTONIC) beside
+# the rate perftest divides by. perftest_scale = a perftest time / the same interval on the examples'
+# clock; the atomics and get rows again with perftest's times put on the examples' clock.
+ck() { sed -n "s/^clock.* $1=\([^ ]*\).*/\1/p" "$RAW/clock.txt" 2>/dev/null | head -1; }
+row clock - "ns per clock_gettime(CLOCK_MONOTONIC) (clocksource $(ck clocksource))" "$(ck monotonic)" "rdtsc" "$(ck rdtsc)" "-"
+row clock - "cycle counter ticks per us (examples, floor: against CLOCK_MONOTONIC)" "$(ck cal100ms)" \
+	"perftest's MHz ($(ck perftest_source))" "$(ck perftest_mhz)" "-"
+scale=$(ck perftest_scale)
+for a in get:ib_read_lat fadd:ib_atomic_lat cswap:ib_atomic_lat; do
+	read -r x y <<<"$(paired "lat_${a%%:*}_8" rdmax "${a#*:}" lat lat)"
+	[ -n "${y:-}" ] && [ -n "$scale" ] && y=$(awk -v y="$y" -v k="$scale" 'BEGIN { if (k > 0) printf "%.2f", y / k }')
+	row "lat_${a%%:*}" 8 "t_typical_us, perftest's on the examples' clock" "${x:-}" "${a#*:}" "${y:-}" "-"
+done
+
 # host cases
 hv() { sed -n "s/^bench $1 case=$2 value=\([^ ]*\) .*/\1/p" "$RAW/host_$1.txt" 2>/dev/null | head -1; }
 row arbiter 10000_groups dispatch_ns_per_element "$(hv arbiter dispatch_10k)" "rdmax arbiter, 10 groups" "$(hv arbiter dispatch_10)" "le 1.2"
@@ -392,6 +407,13 @@ elapsed=$((SECONDS - T0))
 	echo "per put. Reference: the same librxe function per call in ib_write_lat -s 8 -n 1000 (perftest posts"
 	echo "with ibv_post_send directly, so its own code around the call is a handful of instructions). The"
 	echo "system call inside post_send is not counted by callgrind."
+	echo
+	echo "Timing (clock rows; bench/clockcheck.c in the guest): $(grep '^clock' "$RAW/clock.txt" 2>/dev/null | sed 's/^clock //' | paste -sd ';' | sed 's/;/; /g')."
+	echo "rdmax_pingpong and the floor time each iteration with the cycle counter (rdtsc), calibrated once"
+	echo "against CLOCK_MONOTONIC over 20 ms, as perftest times with get_cycles; clock_gettime stays for"
+	echo "deadlines and whole-run durations. perftest divides by /proc/cpuinfo's MHz unless its own sample"
+	echo "is more than 2% away; perftest_scale is a perftest time over the same interval on the examples'"
+	echo "clock, and the \"perftest's on the examples' clock\" rows divide perftest's t_typical by it."
 	echo
 	echo "Per-round values (rdmax | reference):"
 	echo
