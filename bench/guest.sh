@@ -15,6 +15,7 @@
 #                                 per case of bench/instr.c)
 #   clock.txt                     bench/clockcheck.c: clock source, clock_gettime's cost, the cycle
 #                                 counter's rate as the examples and as perftest take it
+#   rt/CASE__TOOL__nN_K.out       whole-process callgrind of a ping-pong client at -n N, run K
 # Each output ends with a line "# rxe: COUNTER+DELTA ..." (hw_counters that moved during the run, e.g.
 # completer_retry_err: retransmissions after an ack timeout, the usual sign of a disturbed run) and
 # "# status: N" (the client's exit status; 124 = timeout).
@@ -26,7 +27,9 @@
 # Environment (set by tests/vm/run): RDMAX_TEST_DEV0, RDMAX_TEST_ADDR0, RDMAX_TEST_GID_INDEX0.
 # Knobs (RDMAX_* so that tests/vm/run passes them into the guest): RDMAX_BENCH_ROUNDS (3),
 # RDMAX_BENCH_LAT_ITERS (2000), RDMAX_BENCH_BW_ITERS (2000 at 64 KiB), RDMAX_BENCH_RATE_ITERS (100000),
-# RDMAX_BENCH_UD_ITERS (40000), RDMAX_BENCH_SWEEP (1: run the size sweep), RDMAX_BENCH_CALLGRIND (1).
+# RDMAX_BENCH_UD_ITERS (40000), RDMAX_BENCH_SWEEP (1: run the size sweep), RDMAX_BENCH_CALLGRIND (1),
+# RDMAX_BENCH_RT (1: the whole-process callgrind runs), RDMAX_BENCH_RT_ITERS ("200 600": their two
+# iteration counts), RDMAX_BENCH_RT_REPS (2: runs per count).
 set -u
 RAW=${1:?usage: bench/guest.sh RAW_DIR}
 cd "$(dirname "$0")/.." || exit 1
@@ -223,6 +226,60 @@ if [ "${RDMAX_BENCH_CALLGRIND:-1}" = 1 ] && command -v valgrind >/dev/null; then
 	timeout -k 5 600 $CLI valgrind --tool=callgrind --collect-atstart=no --callgrind-out-file="$RAW/cg_instr.out" \
 		$B/instr -d "$DEV" >"$RAW/cg_instr.txt" 2>&1
 	echo "# status: $?" >>"$RAW/cg_instr.txt"
+fi
+
+# ---- whole-process instructions per round trip (callgrind over the client, the server plain) --------
+# Each tool's 8 B ping-pong client under callgrind at two iteration counts, RT_REPS runs each;
+# bench/cg_rt.pl (on the host) takes the difference over the difference of the counts, so start-up,
+# connection and teardown cancel, per instruction (--dump-instr), so that what the waiting added can be
+# told from the work (it differs between runs). Everything the client process runs in user space counts;
+# system calls are counted (--collect-systime), the kernel's instructions are not. A run that fails (a
+# slow client can miss rdmax's 1 s first-byte deadline) is tried again, twice at most.
+# Files: rt/CASE__TOOL__nN_K.out (callgrind), .txt (client output), .srv.txt (server output).
+RT_ITERS=${RDMAX_BENCH_RT_ITERS:-200 600}
+RT_REPS=${RDMAX_BENCH_RT_REPS:-2}
+if [ "${RDMAX_BENCH_RT:-1}" = 1 ] && command -v valgrind >/dev/null; then
+	mkdir -p "$RAW/rt"
+	# rt NAME PORT CMD... : server `CMD -n N`, client `CMD -n N ADDR` under callgrind, for each N and rep
+	rt() {
+		local name=$1 port=$2 n k st f
+		shift 2
+		local try spid
+		for n in $RT_ITERS; do
+			for ((k = 1; k <= RT_REPS; k++)); do
+				f=$RAW/rt/${name}__n${n}_$k
+				for try in 1 2 3; do
+					st=0
+					timeout -k 5 300 $SRV "$@" -n "$n" >"$f.srv.txt" 2>&1 &
+					spid=$!
+					wait_port "$port"
+					timeout -k 5 300 $CLI valgrind --tool=callgrind --collect-systime=yes --dump-instr=yes \
+						--compress-pos=no --compress-strings=no --callgrind-out-file="$f.out" \
+						"$@" -n "$n" "$ADDR" >"$f.txt" 2>&1 || st=$?
+					((st == 0)) || kill "$spid" 2>/dev/null  # a server whose client is gone may wait on
+					wait "$spid" 2>/dev/null
+					echo "# status: $st" >>"$f.txt"
+					((st == 0)) && break
+					say "  FAILED ($st): callgrind $name -n $n (try $try of 3)"
+				done
+			done
+		done
+	}
+	say "callgrind: whole client process per round trip at -n ${RT_ITERS// / and -n }, $RT_REPS each (8 B put, send: rdmax, ib_*_lat, ucx_perftest; get, fadd: rdmax, floor, perftest)"
+	rt rt_put_8__rdmax 18515 $PP -t put -s 8
+	rt rt_put_8__ib_write_lat 18515 ib_write_lat $(pt) -s 8
+	rt rt_send_8__rdmax 18515 $PP -t send -s 8
+	rt rt_send_8__ib_send_lat 18515 ib_send_lat $(pt) -s 8
+	if command -v ucx_perftest >/dev/null; then
+		rt rt_put_8__ucx_put_lat 13337 ucx_perftest -d "$DEV:1" -x rc_verbs -t put_lat -s 8 -w 100
+		rt rt_send_8__ucx_am_lat 13337 ucx_perftest -d "$DEV:1" -x rc_verbs -t am_lat -s 8 -w 100
+	fi
+	rt rt_get_8__rdmax 18515 $PP -t get -s 8
+	rt rt_get_8__floor 18515 $FL lat -t get -s 8 -d "$DEV" -x "$GID"
+	rt rt_get_8__ib_read_lat 18515 ib_read_lat $(pt) -s 8
+	rt rt_fadd_8__rdmax 18515 $PP -t fadd -s 8
+	rt rt_fadd_8__floor 18515 $FL lat -t fadd -s 8 -d "$DEV" -x "$GID"
+	rt rt_fadd_8__ib_atomic_lat 18515 ib_atomic_lat $(pt) -A FETCH_AND_ADD
 fi
 
 # ---- size sweep for the plots: one pass, fewer iterations ------------------------------------------

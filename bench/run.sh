@@ -11,7 +11,8 @@
 #   2. host cases (no device needed): bench/arbiter_bench.c and bench/rcache_bench.c
 #   3. boots the soft-RoCE VM once (tests/vm/run) and runs bench/guest.sh there: per round, every
 #      device case runs rdmax, the raw-verbs floor (bench/floor.c), then the reference tools (three
-#      rounds); then callgrind (instructions per 8 B put), the clock check (bench/clockcheck.c) and a
+#      rounds); then callgrind (instructions per 8 B put; whole client processes per ping-pong round trip
+#      beside perftest and ucx_perftest, bench/cg_rt.pl), the clock check (bench/clockcheck.c) and a
 #      size sweep for the plots
 #   4. parses the raw outputs and writes bench/results/summary.csv, summary.md and PNG plots
 #      (gnuplot), keeping the raw outputs in bench/results/raw/ (not meant for git: see .gitignore
@@ -221,6 +222,58 @@ row instr_recv_one 8 own_instructions "$(instr_own recv_one)" "rdmax, recv (a ba
 # the health pass (device events, watchdog, keepalive): at most once a millisecond, by elapsed time
 row instr_tick 8 own_instructions_per_pass "$(instr_own tick)" "-" "" "-"
 
+# Whole-process instructions per round trip (bench/guest.sh, rt/; bench/cg_rt.pl): each tool's 8 B
+# ping-pong client under callgrind at two iteration counts; per round trip = the difference of the two
+# counts over the difference of the iteration counts, the pair of runs with the smallest total, and an
+# estimate without the waiting (nowait). By object: own (the program: the executable, and UCX's libraries
+# for ucx_perftest), provider (librxe, libibverbs), rest (libc, the loader, other libraries).
+RT_N=$(ls "$RAW"/rt/*__n*_*.out 2>/dev/null | sed 's/.*__n\([0-9]*\)_[0-9]*\.out$/\1/' | sort -nu | tr '\n' ' ')
+read -r rt_n1 rt_n2 _ <<<"$RT_N"
+# rt_per CASE__TOOL -> "total own provider rest nowait nowait_own nowait_provider nowait_rest syscalls
+# clockreads" per round trip (runs that ended well only)
+rt_per() {
+	[ -n "${rt_n2:-}" ] || return 0
+	local f ok=()
+	for f in "$RAW"/rt/"$1"__n*_*.out; do
+		[ -s "$f" ] && grep -q '^# status: 0$' "${f%.out}.txt" 2>/dev/null && ok+=("$f")
+	done
+	((${#ok[@]})) || return 0
+	perl bench/cg_rt.pl "$rt_n1" "$rt_n2" "${ok[@]}" 2>/dev/null | awk '
+		/^ob=/ { ob = $1; sub(/^ob=/, "", ob); t = $2; sub(/^total=/, "", t); w = $3; sub(/^nowait=/, "", w)
+			g = ob ~ /librxe|libibverbs/ ? 2 : (ob !~ /\.so/ && ob != "???") || ob ~ /\/libuc[mpst][.-]|\/libuct_/ ? 1 : 3
+			T[0] += t; T[g] += t; W[0] += w; W[g] += w; n++ }
+		/^sys / { sc = $2; sub(/^syscalls=/, "", sc); cr = $3; sub(/^clock_reads=/, "", cr) }
+		END { if (n) printf "%.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.2f %.2f\n", T[0], T[1], T[2], T[3], W[0], W[1], W[2], W[3], sc, cr }'
+}
+ucx_missing=""
+command -v ucx_perftest >/dev/null || ucx_missing=" (not installed: ucx-utils)"
+RT_TABLE=$RAW/rt_table.txt   # case tool, then rt_per's fields, for summary.md
+: >"$RT_TABLE"
+for c in put:ib_write_lat:ucx_put_lat send:ib_send_lat:ucx_am_lat get:floor:ib_read_lat fadd:floor:ib_atomic_lat; do
+	IFS=: read -r op t1 t2 <<<"$c"
+	v=$(rt_per "rt_${op}_8__rdmax")
+	read -r ra ro rp _ rwa rwo rwp _ <<<"$v"
+	echo "rt_${op}_8 rdmax $v" >>"$RT_TABLE"
+	for t in $t1 $t2; do
+		v=$(rt_per "rt_${op}_8__$t")
+		read -r ta to tp _ twa two twp _ <<<"$v"
+		echo "rt_${op}_8 $t $v" >>"$RT_TABLE"
+		case $t in
+		ib_*) lbl=$t g="le 1.0" ;;
+		ucx_*) lbl="ucx_perftest ${t#ucx_} rc_verbs$ucx_missing" g="le 0.5" ;;
+		*) lbl="raw verbs floor" g="-" ;;
+		esac
+		# the goals (issue 31) are for put and send; get and fadd are here for the timing check
+		case $op in get | fadd) g="-" ;; esac
+		row "rt_$op" 8 "instructions_per_round_trip (whole client process)" "${ra:-}" "$lbl" "${ta:-}" "-"
+		row "rt_$op" 8 "instructions_per_round_trip (own code)" "${ro:-}" "$lbl" "${to:-}" "-"
+		row "rt_$op" 8 "instructions_per_round_trip (provider: librxe, libibverbs)" "${rp:-}" "$lbl" "${tp:-}" "-"
+		row "rt_$op" 8 "instructions_per_round_trip without waiting (estimate)" "${rwa:-}" "$lbl" "${twa:-}" "$g"
+		row "rt_$op" 8 "instructions_per_round_trip without waiting (own code)" "${rwo:-}" "$lbl" "${two:-}" "-"
+		row "rt_$op" 8 "instructions_per_round_trip without waiting (provider)" "${rwp:-}" "$lbl" "${twp:-}" "-"
+	done
+done
+
 # The timing method (bench/clockcheck.c in the guest): what a CLOCK_MONOTONIC read costs there, and
 # the cycle counter's rate as the examples and the floor calibrate it (against CLOCK_MONOTONIC) beside
 # the rate perftest divides by. perftest_scale = a perftest time / the same interval on the examples'
@@ -407,6 +460,34 @@ elapsed=$((SECONDS - T0))
 	echo "per put. Reference: the same librxe function per call in ib_write_lat -s 8 -n 1000 (perftest posts"
 	echo "with ibv_post_send directly, so its own code around the call is a handful of instructions). The"
 	echo "system call inside post_send is not counted by callgrind."
+	echo
+	echo "Whole-process instructions per round trip (rt_* rows): each tool's 8 B ping-pong client under"
+	echo "callgrind in the guest, its server un-instrumented on the other CPU, at -n $rt_n1 and -n $rt_n2"
+	echo "(${RDMAX_BENCH_RT_REPS:-2} runs each, paired by run; bench/cg_rt.pl); per round trip = the difference of the two"
+	echo "counts over $((${rt_n2:-0} - ${rt_n1:-0})), so start-up, connection and teardown cancel; total: the smallest"
+	echo "run at each count. Everything the client runs in user space counts, the polls while it waits for the"
+	echo "answer included, and those grow with how long the answer takes (on a loaded host, milliseconds); the"
+	echo "kernel's instructions do not count (rxe does its work there). \"Without waiting\" (nowait) is an"
+	echo "estimate: an instruction with the same count per round trip in every pair counts in full; one whose"
+	echo "count differs (a poll loop, a timer, a calibration loop) counts once per round trip if it ran at least"
+	echo "once per round trip in every run (the pass that finds the answer), else not; system calls likewise,"
+	echo "by the function that made them. own: the program (the executable, which holds rdmax's"
+	echo "inline code; for ucx_perftest also UCX's libraries); provider: librxe and libibverbs; rest: libc, the"
+	echo "loader and other libraries. syscalls per round trip (--collect-systime), and of them clock reads"
+	echo "(clock_gettime, gettimeofday: under valgrind every one is a system call, it hides the vDSO). put is"
+	echo "rdmax_pingpong_rc -t put beside ib_write_lat and ucx_perftest put_lat, send beside ib_send_lat and"
+	echo "am_lat (rc_verbs); get and fadd beside the floor and ib_read_lat / ib_atomic_lat, for the timing check"
+	echo "below. Goals (issue 31): put and send at most perftest's count, at most half of ucx_perftest's, taken"
+	echo "on the nowait rows (the totals follow the host's load)."
+	echo
+	echo '```'
+	printf '%-9s %-13s %8s %8s %8s %7s | %8s %8s %8s %7s | %8s %6s\n' case tool total own provider rest \
+		nowait own provider rest syscalls clock
+	while read -r c t v; do
+		# shellcheck disable=SC2086
+		printf '%-9s %-13s %8s %8s %8s %7s | %8s %8s %8s %7s | %8s %6s\n' "$c" "$t" ${v:-- - - - - - - - - -}
+	done <"$RT_TABLE"
+	echo '```'
 	echo
 	echo "Timing (clock rows; bench/clockcheck.c in the guest): $(grep '^clock' "$RAW/clock.txt" 2>/dev/null | sed 's/^clock //' | paste -sd ';' | sed 's/;/; /g')."
 	echo "rdmax_pingpong and the floor time each iteration with the cycle counter (rdtsc), calibrated once"

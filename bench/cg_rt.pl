@@ -1,0 +1,92 @@
+#!/usr/bin/perl
+# cg_rt.pl N1 N2 FILE... - instructions per round trip of a whole process, from callgrind runs of the same
+# client at two iteration counts (bench/guest.sh's rt/ files), by object.
+#
+#   cg_rt.pl 200 600 rt/X__n200_1.out rt/X__n200_2.out rt/X__n600_1.out rt/X__n600_2.out
+#
+# The files come from `valgrind --tool=callgrind --dump-instr=yes --compress-pos=no --collect-systime=yes`;
+# a file's iteration count is read from its name (__nN_K.out) and runs K of the two counts are paired.
+# Per pair, an instruction's count per round trip is its count at N2 minus its count at N1, over N2 - N1
+# (start-up, connection and teardown cancel). Prints one line per object
+#     ob=OBJECT total=IR nowait=IR
+# and one line "sys syscalls=N clock_reads=N"; all per round trip:
+#   total   the smallest total of the runs at N2 minus the smallest at N1, over N2 - N1: everything, the
+#           polls while waiting for the answer included. Those follow the time the answer took and the
+#           waits of start-up (connecting, a calibration loop), so on a loaded host this is mostly noise
+#           and can come out below zero.
+#   nowait  an estimate without the waiting, from the pairs (run K at N1, run K at N2): an instruction with
+#           the same count per round trip in every pair (to a hundredth) is the round trip's work and counts
+#           in full; one whose count differs (it ran as long as something took) counts once per round trip
+#           when it ran at least once per round trip in every run and pair (a poll loop: its one pass that
+#           finds the answer), else not at all (start-up and timers). Needs two pairs; with one, every
+#           instruction counts in full.
+#   sys     system calls per round trip (nowait's way, by the function that made them), and of them
+#           clock_gettime / gettimeofday (under valgrind every one is a system call: it hides the vDSO).
+use strict;
+use warnings;
+
+my ($n1, $n2, @files) = @ARGV;
+die "usage: $0 N1 N2 FILE...\n" unless defined $n2 && @files && $n2 > $n1;
+
+my (%cnt, %sys);         # {N}{K}{"ob\0addr"} -> Ir; {N}{K}{function} -> system calls
+for my $f (@files) {
+    my ($n, $k) = $f =~ /__n(\d+)_(\d+)\.out$/ or die "$f: no __nN_K.out in the name\n";
+    next unless $n == $n1 || $n == $n2;
+    open(my $fh, '<', $f) or die "$f: $!\n";
+    my ($ob, $fn, $in_call, @ev) = ('', '', 0);
+    my $c = ($cnt{$n}{$k} //= {});
+    my $sc = ($sys{$n}{$k} //= {});
+    while (my $l = <$fh>) {
+        if ($l =~ /^events:\s*(.*)$/) { @ev = split ' ', $1; next; }
+        if ($l =~ /^ob=(.*)$/) { $ob = $1; next; }
+        if ($l =~ /^fn=(.*)$/) { $fn = $1; next; }
+        if ($l =~ /^calls=/) { $in_call = 1; next; }
+        next unless $l =~ /^0x/;
+        if ($in_call) { $in_call = 0; next; }    # a call's inclusive cost: counted in the callee
+        my ($addr, undef, @v) = split ' ', $l;   # positions: instr line
+        $c->{"$ob\0$addr"} += $v[0] // 0;
+        for my $i (1 .. $#ev) {
+            next unless $ev[$i] eq 'sysCount' && $v[$i];
+            $sc->{$fn} += $v[$i];
+        }
+    }
+    close $fh;
+}
+
+my @pairs = grep { $cnt{$n2}{$_} } sort { $a <=> $b } keys %{ $cnt{$n1} // {} };
+die "no run at both -n $n1 and -n $n2\n" unless @pairs;
+my $d = $n2 - $n1;
+my %keys;
+for my $k (@pairs) { $keys{$_} = 1 for keys %{ $cnt{$n1}{$k} }, keys %{ $cnt{$n2}{$k} }; }
+# total: the smallest run at each count
+my %sum;
+for my $n ($n1, $n2) {
+    for my $k (keys %{ $cnt{$n} }) { my $t = 0; $t += $_ for values %{ $cnt{$n}{$k} }; $sum{$n}{$k} = $t; }
+}
+my ($b1) = sort { $sum{$n1}{$a} <=> $sum{$n1}{$b} } keys %{ $sum{$n1} };
+my ($b2) = sort { $sum{$n2}{$a} <=> $sum{$n2}{$b} } keys %{ $sum{$n2} };
+# per round trip without the waiting, of one key's counts (see nowait above)
+sub nowait_of {
+    my ($c, $key) = @_;
+    my @r = map { (($c->{$n2}{$_}{$key} // 0) - ($c->{$n1}{$_}{$key} // 0)) / $d } @pairs;
+    my ($lo, $hi) = (sort { $a <=> $b } @r)[0, -1];
+    return $r[0] if $hi - $lo <= 0.01;
+    for my $k (@pairs) { return 0 if ($c->{$n1}{$k}{$key} // 0) < $n1 || ($c->{$n2}{$k}{$key} // 0) < $n2; }
+    return $lo >= 0.5 ? 1 : 0;
+}
+my (%total, %nowait);
+for my $key (keys %keys) {
+    my ($ob) = split /\0/, $key;
+    $total{$ob} += (($cnt{$n2}{$b2}{$key} // 0) - ($cnt{$n1}{$b1}{$key} // 0)) / $d;
+    $nowait{$ob} += nowait_of(\%cnt, $key);
+}
+my %fns;
+for my $n ($n1, $n2) { for my $k (@pairs) { $fns{$_} = 1 for keys %{ $sys{$n}{$k} // {} }; } }
+my ($sc, $cr) = (0, 0);
+for my $f (keys %fns) {
+    my $v = nowait_of(\%sys, $f);
+    $sc += $v;
+    $cr += $v if $f =~ /clock_gettime|gettimeofday/;
+}
+printf "ob=%s total=%.1f nowait=%.1f\n", $_, $total{$_}, $nowait{$_} for sort keys %total;
+printf "sys syscalls=%.2f clock_reads=%.2f\n", $sc, $cr;
