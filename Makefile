@@ -31,7 +31,7 @@ FUZZ_TARGETS := conn recv srq arbiter rcache
 # the memory-hook test runs without them (ASan interposes the same calls).
 HOST_TESTS := $(B)/host/oob_test $(B)/host/arbiter_test $(B)/host/rcache_test $(B)/host/memhook_test \
               $(FUZZ_TARGETS:%=$(B)/host/fuzz_%) $(B)/host/embed_test $(B)/host/rcache_monitor_test \
-              $(B)/host/errors_test
+              $(B)/host/errors_test $(B)/host/fabric_test
 SAN := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 # The device tests built the same way, into $(B)/san (make san-tests): make test runs them in the VM on
 # the dummy topology (tests/guest.sh san). Not rcache_device_test: it reads glibc's malloc chunk headers

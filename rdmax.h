@@ -12,7 +12,8 @@
 
    CONTENTS (search for a heading in capitals; code sections open with a "---- name ----" banner)
      Manual:  TRANSPORT SELECTION, OPTIONAL DEFINES, ENVIRONMENT, STEP BY STEP, FAST-PATH RULES (and THE
-              COMPLETION CONTRACT), COMPLETION OBJECTS, ORDERING AND DELIVERY, CONNECTING, PENDING QUEUE,
+              COMPLETION CONTRACT), COMPLETION OBJECTS, FABRICS AND DEVICE CAPABILITIES, ORDERING AND
+              DELIVERY, CONNECTING, PENDING QUEUE,
               UD AND MULTICAST, RECEIVING (RC), REPLYING TO A REQUEST (RC), LIMITS, THREAD SAFETY (and
               THREADS AND SHARED REGISTRATIONS), ERROR HANDLING, LOGGING, FAILURES, WATCHDOG, KEEPALIVE,
               DISCONNECT, CONNECTION SETUP, ADMISSION, REGISTRATION CACHE (and ROUTES), LICENSE (end of file)
@@ -73,6 +74,8 @@
        RDMAX_DEVICE=name         device to open (default: first device with an active port)
        RDMAX_GID_INDEX=n         GID index (default: the RoCE v2 IPv4-mapped GID, else index 0)
        RDMAX_NUMA_NODE=n         NUMA node for rdmax's buffers (default: the device's node, if known)
+       RDMAX_SL=n                service level of every connection, 0..15 (default 0)
+       RDMAX_PKEY_INDEX=n        P_Key table index of every QP (default 0)
        RDMAX_LOG_LEVEL=error|warn|info|debug|trace   (default: warn)
        RDMAX_RCACHE_MONITOR=off  no memory monitor in this process (raw buffers then registered per
                                  operation, see REGISTRATION CACHE)
@@ -141,6 +144,23 @@
    rdmax_wait(ctx, timeout_ms) blocks on the completion channel until a completion arrives or timeout_ms
    passes (-1: forever), progresses, and returns RDMAX_OK (completions were handled), RDMAX_ERR_TIMEOUT
    (nothing within timeout_ms) or RDMAX_ERR_IO (the CQs could not be armed).
+
+   FABRICS AND DEVICE CAPABILITIES
+   InfiniBand, RoCE v1 and RoCE v2 ports are addressed as each needs: the connection record carries the
+   port's LID, link layer, GID type and subnet prefix; on InfiniBand a connection and a UD address handle
+   go to the peer's LID, with a GRH only when the peer's subnet prefix differs from ours or
+   rdmax_ctx_desc.force_grh asks; RoCE always routes by the GID (a GRH). Peers on different link layers,
+   or RoCE v1 against v2, are refused at connect with RDMAX_ERR_OOB_LINK. The path MTU is the lower of
+   the two ports' active MTUs; SL and P_Key index come from the ctx desc (RDMAX_SL, RDMAX_PKEY_INDEX).
+   rdmax_ctx_create logs one info line (item DEVICE_CAPS) with what the device lacks and what rdmax does:
+   no atomics (atomic_cap NONE): rdmax_fadd / rdmax_cswap return RDMAX_ERR_UNSUPPORTED, nothing posted;
+   no shared receive queues: RC endpoints receive into pools of their own (recv_pool OWN, said once);
+   no inline data: nothing is sent inline; one SGE: the _iov calls take one entry. With atomic_cap HCA
+   (rxe, most NICs) RDMA atomics are atomic among themselves only: a CPU store to the same word, or a
+   CPU read-modify-write, may interleave with them; use only RDMA atomics on such a word (GLOB devices
+   also order them with the CPU's). iWARP devices are refused (RDMAX_ERR_UNSUPPORTED) with a sentence:
+   rdmax's RC credits ride in immediate data and it uses UD, neither of which iWARP has. Only rxe
+   (RoCE v2) has run rdmax; the rest is checked on a fake device (tests/fabric_test.c).
 
    ORDERING AND DELIVERY (RC)
    Operations of one endpoint are executed at the peer in the order they were posted, and their
@@ -597,6 +617,7 @@ extern "C" {
     X(RDMAX_ERR_OOB_SYNC, -33, "connection: peer did not confirm it is ready")                             \
     X(RDMAX_ERR_CONNECT, -34, "connection: could not reach the peer's out-of-band address")                \
     X(RDMAX_ERR_OOB_TIMEOUT, -35, "connection: a client's handshake did not finish within its deadline")   \
+    X(RDMAX_ERR_OOB_LINK, -36, "connection record: link layer, LID or GID type invalid or unlike ours")     \
     X(RDMAX_ERR_REMOTE_ACCESS, -40, "remote access error (bad key, address or permissions)")              \
     X(RDMAX_ERR_REMOTE_OP, -41, "remote operation error (e.g. message larger than the receive buffer)")   \
     X(RDMAX_ERR_RETRY_EXCEEDED, -42, "transport retry count exceeded (peer unreachable or gone)")          \
@@ -684,7 +705,8 @@ typedef enum rdmax_log_level {
     X(PROFILE_MISUSE, "a profile call from an event callback, or an unknown event type")                  \
     X(LIMIT, "a device or process limit was reached (max_eps, max_qp, max_cqe, max_srq_wr, RLIMIT_MEMLOCK)") \
     X(SRQ, "a shared receive queue or its pool: creation, refill, low-water event, dropped receive")       \
-    X(MEM_WINDOW, "memory windows: none on the device (exposed regions open to every endpoint), or one failed")
+    X(MEM_WINDOW, "memory windows: none on the device (exposed regions open to every endpoint), or one failed") \
+    X(DEVICE_CAPS, "what rdmax uses that the device lacks, and what rdmax does instead (once per context)")
 
 typedef enum rdmax_log_item {
 #define RDMAX__X(id, text) RDMAX_LOG_ITEM_##id,
@@ -705,13 +727,14 @@ typedef enum rdmax_op {
     RDMAX_OP__COUNT
 } rdmax_op;
 #define RDMAX_MAX_REGIONS 16          /* most memory regions one endpoint advertises to its peer */
-#define RDMAX_CONN_INFO_HEAD 64       /* bytes of the out-of-band record without extra regions */
+#define RDMAX_CONN_INFO_HEAD 76       /* bytes of the out-of-band record without extra regions */
 #define RDMAX_CONN_INFO_REGION 20     /* bytes of each region after the first */
 #define RDMAX_CONN_INFO_SIZE (RDMAX_CONN_INFO_HEAD + RDMAX_CONN_INFO_REGION * (RDMAX_MAX_REGIONS - 1))
-                                      /* the largest record, version 3 */
+                                      /* the largest record, version 4 */
 #define RDMAX_CONN_INFO_MAGIC 0x52444d58u /* "RDMX" */
-#define RDMAX_CONN_INFO_VERSION 3     /* 3: rdmax's immediate data little-endian (2: network order; same
-                                         record), so peers of the two refuse each other at connect */
+#define RDMAX_CONN_INFO_VERSION 4     /* 4: the port's LID, link layer, GID type and subnet prefix (3: without
+                                         them; 2: immediate data in network order): peers of two
+                                         versions refuse each other at connect */
 #define RDMAX_CM_INFO_SIZE 36         /* bytes of the compact record in rdma_cm's private data (one region) */
 #define RDMAX_SETUP_TCP 0             /* rdmax_ctx_desc.conn_setup: rdmax's record over TCP */
 #define RDMAX_SETUP_CM 1              /* rdmax_ctx_desc.conn_setup: rdma_cm (librdmacm) */
@@ -1236,6 +1259,8 @@ typedef struct rdmax_rbuf {
     12 qpn u32 (24 bits, != 0) | 16 psn u32 (24 bits) | 20 qkey u32 (UD; 0 for RC) | 24 rkey u32
     28 recv_size u32 (largest message the sender of the record accepts) | 32 gid[16]
     48 region 0 address u64 | 56 region 0 length u64 (0: no region; then address and rkey are 0)
+    64 subnet_prefix u64 | 72 lid u16 | 74 link_layer u8 | 75 gid_type u8 (the sender's port: InfiniBand
+       (1): LID 1..0xbfff and GID type IB (0); Ethernet (2): LID 0 and GID type RoCE v1 (1) or v2 (2))
    then regions 1..n-1 packed, RDMAX_CONN_INFO_REGION bytes each: address u64 | length u64 | rkey u32
    (length != 0). length = RDMAX_CONN_INFO_HEAD + RDMAX_CONN_INFO_REGION * (n - 1), at most
    RDMAX_CONN_INFO_SIZE; n_regions is 0 or 1 for a record of RDMAX_CONN_INFO_HEAD bytes. */
@@ -1246,6 +1271,11 @@ typedef struct rdmax_conn_info {
     uint8_t gid[16];
     uint32_t n_regions;         /* 0..RDMAX_MAX_REGIONS */
     rdmax_rbuf regions[RDMAX_MAX_REGIONS];
+    uint64_t subnet_prefix;     /* the first 8 bytes of the sender's GID, as a number (InfiniBand: a GRH is
+                                   added when it differs from ours) */
+    uint16_t lid;               /* the sender's port LID (InfiniBand), 0 on Ethernet */
+    uint8_t link_layer;         /* IBV_LINK_LAYER_INFINIBAND (1) or IBV_LINK_LAYER_ETHERNET (2) */
+    uint8_t gid_type;           /* IBV_GID_TYPE_IB (0), _ROCE_V1 (1) or _ROCE_V2 (2) */
 } rdmax_conn_info;
 
 typedef struct rdmax_ctx_desc {
@@ -1298,6 +1328,11 @@ typedef struct rdmax_ctx_desc {
                                   proves it (see ADMISSION). Copied at create; rdmax_ctx_query_desc gives
                                   secret NULL and the length in use */
     size_t secret_len;
+    uint8_t sl;                /* 0: $RDMAX_SL, else 0: the service level of every connection (0..15) */
+    uint16_t pkey_index;       /* 0: $RDMAX_PKEY_INDEX, else 0: the P_Key table index of every QP */
+    bool force_grh;            /* InfiniBand: false: a GRH only towards another subnet (the peer's subnet
+                                  prefix differs from ours); true: on every packet (a routed fabric whose
+                                  routers need it within one prefix). RoCE always carries one */
 } rdmax_ctx_desc;
 
 typedef struct rdmax_ep_desc {
@@ -1409,10 +1444,14 @@ typedef struct rdmax_dev_attr {
     uint32_t max_qp;           /* QPs of the whole device (all processes) */
     uint32_t max_srq_wr;       /* receive buffers one shared receive queue can hold */
     uint64_t max_msg_sz;
-    int link_layer;
+    int link_layer;            /* IBV_LINK_LAYER_INFINIBAND or _ETHERNET (a port reporting UNSPECIFIED: IB) */
     int numa_node;             /* node the device sits on, -1 unknown */
     uint8_t mem_windows;       /* 1: type-2 memory windows: exposed regions are scoped to their endpoint
                                   (EXPOSED MEMORY); 0: a region's remote rights are its registration's */
+    int gid_type;              /* of gid: IBV_GID_TYPE_IB, _ROCE_V1 or _ROCE_V2 */
+    uint16_t lid;              /* the port's LID (InfiniBand; 0 on Ethernet) */
+    int atomic_cap;            /* IBV_ATOMIC_NONE: rdmax_fadd and rdmax_cswap return RDMAX_ERR_UNSUPPORTED */
+    uint32_t max_srq;          /* 0: no shared receive queues: RC endpoints get pools of their own */
 } rdmax_dev_attr;
 
 /* Counters rdmax keeps anyway; plain increments on the fast path. */
@@ -1653,6 +1692,8 @@ struct rdmax_ctx {
 #if RDMAX__HAS_UD
     struct rdmax__ud *ud;
 #endif
+    struct ibv_ah *(*create_ah)(struct ibv_pd *pd, struct ibv_ah_attr *attr); /* ibv_create_ah (tests: fake) */
+    uint8_t said_no_srq;        /* the log said once that RC endpoints get pools of their own (no SRQ) */
 };
 
 struct rdmax_ep {
@@ -1720,6 +1761,7 @@ struct rdmax_ep {
     uint8_t flush_seen;
     uint8_t state_told;         /* the state last given to desc.state_cb (rdmax__state_tell) */
     uint8_t shared_qp;          /* UD: qp is the context's */
+    uint16_t peer_lid;          /* InfiniBand: the peer's LID (a UD datagram without a GRH is checked by it) */
     uint32_t wd_tail;           /* watchdog: sq_tail when last seen moving, at wd_ms */
     int64_t wd_ms;
     uint32_t ka_head;           /* keepalive: sq_head when last seen moving, at ka_ms */
@@ -1849,8 +1891,9 @@ RDMAX_API rdmax_status rdmax_conn_info_decode(const uint8_t *buf, size_t len, rd
 /* The compact record of rdma_cm setup (RDMAX_SETUP_CM), in the connect request's and reply's private data:
      0 magic u32 | 4 version u16 | 6 length u16 (RDMAX_CM_INFO_SIZE) | 8 transport u8 | 9 zero u8
     10 credits u16 | 12 rkey u32 | 16 recv_size u32 | 20 region 0 address u64 | 28 region 0 length u64
-   The QP number, PSN, MTU and GID are rdma_cm's (the request, the route): decode takes them in `cm` and
-   checks the whole record as rdmax_conn_info_decode does, with the same statuses and sentences. len may
+   The QP number, PSN, MTU and GID are rdma_cm's (the request, the route): decode takes them in `cm`
+   (and copies its LID, link layer, GID type and subnet prefix, which rdma_cm's route covers) and checks
+   the whole record as rdmax_conn_info_decode does, with the same statuses and sentences. len may
    exceed the record (rdma_cm pads private data with zeros).
    Parameters, Result, Threads: as rdmax_conn_info_encode / _decode (encode writes RDMAX_CM_INFO_SIZE
    bytes and writes region 0 only). */

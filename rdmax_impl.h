@@ -102,6 +102,17 @@ const char *rdmax_op_str(rdmax_op op)
     return (unsigned)op < RDMAX_OP__COUNT ? names[op] : "unknown";
 }
 
+/* A port's link layer and a GID's type, for messages. */
+static const char *rdmax__link_layer_str(int ll)
+{
+    return ll == IBV_LINK_LAYER_INFINIBAND ? "InfiniBand" : ll == IBV_LINK_LAYER_ETHERNET ? "Ethernet" : "unknown";
+}
+static const char *rdmax__gid_type_str(int t)
+{
+    return t == IBV_GID_TYPE_IB ? "IB" : t == IBV_GID_TYPE_ROCE_V1 ? "RoCE v1" : t == IBV_GID_TYPE_ROCE_V2 ? "RoCE v2"
+                                                                                                        : "unknown";
+}
+
 /* The index mask of the smallest power of two at least n (n: 1 to 65536): 2^k - 1. */
 static uint32_t rdmax__pow2_mask(uint32_t n)
 {
@@ -335,6 +346,69 @@ static uint32_t rdmax__probe_inline(rdmax_ctx *ctx)
     return lo;
 }
 
+/* Whether rdmax can run on a device of this kind: RC sends carry rdmax's receive credits in their
+   immediate data and UD is a datagram QP, and an iWARP device has neither. Unnamed (want 0), such a
+   device is passed over for the next one. */
+static rdmax_status rdmax__dev_usable(rdmax_ctx *ctx, const char *name, enum ibv_node_type node,
+                                      enum ibv_transport_type tr, int want)
+{
+    if (tr == IBV_TRANSPORT_IB && node != IBV_NODE_RNIC)
+        return RDMAX_OK;
+    rdmax__log(ctx, want ? RDMAX_LOG_ERROR : RDMAX_LOG_INFO, RDMAX_LOG_ITEM_DEVICE_CAPS,
+               "device %s: %s: rdmax needs immediate data on sends (its RC receive credits ride in it) and UD "
+               "QPs, which it has not; use an InfiniBand or RoCE device%s", name,
+               node == IBV_NODE_RNIC || tr == IBV_TRANSPORT_IWARP ? "an iWARP device (node type RNIC)"
+                                                                 : "not an InfiniBand-transport device",
+               want ? "" : " (passed over)");
+    return RDMAX_ERR_UNSUPPORTED;
+}
+
+/* The limits of a device's port in ctx->attr, from what ibv_query_device and ibv_query_port reported
+   (a test gives a fake device's). */
+static void rdmax__port_attr(rdmax_ctx *ctx, const char *name, uint8_t port, const struct ibv_device_attr *da,
+                             const struct ibv_port_attr *pa)
+{
+    rdmax_dev_attr *a = &ctx->attr;
+    snprintf(a->name, sizeof a->name, "%s", name);
+    a->port = port;
+    a->active_mtu = pa->active_mtu;
+    a->mtu_bytes = rdmax__mtu_bytes(pa->active_mtu);
+    a->max_qp_rd_atom = (uint32_t)da->max_qp_rd_atom;
+    a->max_sge = (uint32_t)da->max_sge;
+    a->max_cqe = (uint32_t)da->max_cqe;
+    a->max_qp_wr = (uint32_t)da->max_qp_wr;
+    a->max_qp = (uint32_t)da->max_qp;
+    a->max_srq = da->max_srq > 0 ? (uint32_t)da->max_srq : 0;
+    a->max_srq_wr = da->max_srq > 0 ? (uint32_t)da->max_srq_wr : 0;
+    a->atomic_cap = da->atomic_cap;
+    /* at most 2^32 - 1: the fast paths compare lengths with it and then use 32-bit SGE
+       lengths (0, which no device should report, wraps to that limit too) */
+    a->max_msg_sz = pa->max_msg_sz - 1 < UINT32_MAX ? pa->max_msg_sz : UINT32_MAX;
+    /* old providers report UNSPECIFIED for InfiniBand ports (rdma-core reads it so too) */
+    a->link_layer = pa->link_layer == IBV_LINK_LAYER_ETHERNET ? IBV_LINK_LAYER_ETHERNET : IBV_LINK_LAYER_INFINIBAND;
+    a->lid = a->link_layer == IBV_LINK_LAYER_INFINIBAND ? pa->lid : 0;
+}
+
+/* One line at context creation: what rdmax uses of the device, and for what it lacks, what it does
+   instead. */
+static void rdmax__caps_report(rdmax_ctx *ctx)
+{
+    const rdmax_dev_attr *a = &ctx->attr;
+    char inl[64];
+    if (a->max_inline)
+        snprintf(inl, sizeof inl, "%u bytes", a->max_inline);
+    else
+        snprintf(inl, sizeof inl, "none (sends and puts read registered memory)");
+    rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_DEVICE_CAPS,
+               "device %s port %u: atomics %s, shared receive queues %s, inline %s, %u SGE%s per request",
+               a->name, a->port,
+               a->atomic_cap == IBV_ATOMIC_NONE ? "none (rdmax_fadd and rdmax_cswap return RDMAX_ERR_UNSUPPORTED)"
+               : a->atomic_cap == IBV_ATOMIC_HCA ? "HCA (atomic among RDMA atomics only, not with CPU accesses)"
+                                                 : "GLOB",
+               a->max_srq_wr ? "yes" : "none (RC endpoints receive into pools of their own)", inl, a->max_sge,
+               a->max_sge == 1 ? " (rdmax_*_iov take one entry)" : "s");
+}
+
 static rdmax_status rdmax__open_device(rdmax_ctx *ctx, const char *want)
 {
     int n = 0;
@@ -351,6 +425,13 @@ static rdmax_status rdmax__open_device(rdmax_ctx *ctx, const char *want)
         const char *name = ibv_get_device_name(list[i]);
         if (want && strcmp(want, name))
             continue;
+        if (rdmax__dev_usable(ctx, name, list[i]->node_type, list[i]->transport_type, want != NULL) != RDMAX_OK) {
+            if (want) {
+                ibv_free_device_list(list);
+                return RDMAX_ERR_UNSUPPORTED;
+            }
+            continue;
+        }
         struct ibv_context *v = ibv_open_device(list[i]);
         if (!v) {
             rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_OPEN,
@@ -380,23 +461,9 @@ static rdmax_status rdmax__open_device(rdmax_ctx *ctx, const char *want)
                            ibv_port_state_str(pa.state));
                 continue;
             }
-            rdmax_dev_attr *a = &ctx->attr;
-            snprintf(a->name, sizeof a->name, "%s", name);
-            a->port = p;
-            a->active_mtu = pa.active_mtu;
-            a->mtu_bytes = rdmax__mtu_bytes(pa.active_mtu);
-            a->max_qp_rd_atom = (uint32_t)da.max_qp_rd_atom;
-            a->max_sge = (uint32_t)da.max_sge;
-            a->max_cqe = (uint32_t)da.max_cqe;
-            a->max_qp_wr = (uint32_t)da.max_qp_wr;
-            a->max_qp = (uint32_t)da.max_qp;
-            a->max_srq_wr = da.max_srq > 0 ? (uint32_t)da.max_srq_wr : 0;
-            /* at most 2^32 - 1: the fast paths compare lengths with it and then use 32-bit SGE
-               lengths (0, which no device should report, wraps to that limit too) */
-            a->max_msg_sz = pa.max_msg_sz - 1 < UINT32_MAX ? pa.max_msg_sz : UINT32_MAX;
-            a->link_layer = pa.link_layer;
-            a->mem_windows = (da.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) &&
-                             da.max_mw > 0;
+            rdmax__port_attr(ctx, name, p, &da, &pa);
+            ctx->attr.mem_windows = (da.device_cap_flags & (IBV_DEVICE_MEM_WINDOW_TYPE_2A | IBV_DEVICE_MEM_WINDOW_TYPE_2B)) &&
+                                     da.max_mw > 0;
             ctx->verbs = v;
             st = RDMAX_OK;
             break;
@@ -567,6 +634,34 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
                    "RDMAX_SETUP_CM (1)", d.conn_setup);
         st_early = RDMAX_ERR_INVALID_PARAM;
     }
+    ctx->desc = d;  /* (its logger, for the messages below) */
+    /* declared before the first goto: C++ does not jump over an initialisation */
+    rdmax_dev_attr *a = &ctx->attr;
+    int gi = -2, r, node = -1, v;
+    /* service level and P_Key index: desc, then environment, then 0 */
+    if (st_early == RDMAX_OK && !d.sl && (r = rdmax__env_int("RDMAX_SL", &v)) != 0) {
+        if (r < 0 || v < 0 || v > 15) {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CTX_DESC, "RDMAX_SL=%s is not a service level (0..15)",
+                       getenv("RDMAX_SL"));
+            st_early = RDMAX_ERR_INVALID_PARAM;
+        } else {
+            d.sl = (uint8_t)v;
+        }
+    }
+    if (st_early == RDMAX_OK && d.sl > 15) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CTX_DESC, "rdmax_ctx_desc.sl %u is not a service level (0..15)",
+                   d.sl);
+        st_early = RDMAX_ERR_INVALID_PARAM;
+    }
+    if (st_early == RDMAX_OK && !d.pkey_index && (r = rdmax__env_int("RDMAX_PKEY_INDEX", &v)) != 0) {
+        if (r < 0 || v < 0) {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CTX_DESC,
+                       "RDMAX_PKEY_INDEX=%s is not a P_Key table index", getenv("RDMAX_PKEY_INDEX"));
+            st_early = RDMAX_ERR_INVALID_PARAM;
+        } else {
+            d.pkey_index = (uint16_t)v;
+        }
+    }
     ctx->desc = d;
     {
         /* The admission secret: the desc's, else the environment's; our own copy (the caller's may go). */
@@ -579,9 +674,6 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
         if (ctx->secret)
             memcpy(ctx->secret, d.secret ? d.secret : env, n);
     }
-    /* declared before the first goto: C++ does not jump over an initialisation */
-    rdmax_dev_attr *a = &ctx->attr;
-    int gi = -2, r, node = -1;
     rdmax_status st = st_early;
     if (st != RDMAX_OK)
         goto fail;
@@ -621,12 +713,18 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
     }
     if (gi == -2)
         gi = rdmax__pick_gid(ctx->verbs, a->port, a->link_layer);
-    if (gi < 0 || ibv_query_gid(ctx->verbs, a->port, gi, &a->gid)) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_GID_QUERY,
-                   "device %s port %u: ibv_query_gid(index %d) failed: %s", a->name, a->port,
-                   gi, strerror(errno));
-        st = RDMAX_ERR_NO_DEVICE;
-        goto fail;
+    {
+        struct ibv_gid_entry ge;  /* the GID and its type (IB, RoCE v1, RoCE v2) */
+        r = gi < 0 ? EINVAL : ibv_query_gid_ex(ctx->verbs, a->port, (uint32_t)gi, &ge, 0);
+        if (r) {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_GID_QUERY,
+                       "device %s port %u: ibv_query_gid_ex(index %d) failed: %s", a->name, a->port,
+                       gi, strerror(r));
+            st = RDMAX_ERR_NO_DEVICE;
+            goto fail;
+        }
+        a->gid = ge.gid;
+        a->gid_type = (int)ge.gid_type;
     }
     a->gid_index = gi;
     ctx->desc.gid_index = gi;
@@ -684,6 +782,7 @@ queues:
     }
     fcntl(ctx->channel->fd, F_SETFL, fcntl(ctx->channel->fd, F_GETFL) | O_NONBLOCK);
     ctx->modify_qp = ibv_modify_qp;
+    ctx->create_ah = ibv_create_ah;
     ctx->scq_poll = ctx->scq->context->ops.poll_cq;
     ctx->rcq_poll = ctx->rcq->context->ops.poll_cq;
     ctx->port_up = 1;
@@ -730,11 +829,12 @@ queues:
     char gid[INET6_ADDRSTRLEN];
     inet_ntop(AF_INET6, a->gid.raw, gid, sizeof gid);
     rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_DEVICE_OPENED,
-               "device %s port %u%s: gid[%d] %s, mtu %u, max_inline %u, max_qp_rd_atom %u, "
+               "device %s port %u%s: %s, gid[%d] %s (%s), lid 0x%x, mtu %u, max_inline %u, max_qp_rd_atom %u, "
                "max_sge %u, max_qp %u, max_cqe %u, max_srq_wr %u, numa node %d", a->name, a->port,
-               d.parent ? " (shared with the parent context)" : "", gi, gid,
-               a->mtu_bytes, a->max_inline, a->max_qp_rd_atom, a->max_sge, a->max_qp, a->max_cqe, a->max_srq_wr,
-               node);
+               d.parent ? " (shared with the parent context)" : "", rdmax__link_layer_str(a->link_layer), gi, gid,
+               rdmax__gid_type_str(a->gid_type), a->lid, a->mtu_bytes, a->max_inline, a->max_qp_rd_atom,
+               a->max_sge, a->max_qp, a->max_cqe, a->max_srq_wr, node);
+    rdmax__caps_report(ctx);
     if (!a->mem_windows && !d.parent)
         rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_MEM_WINDOW,
                    "device %s: no type-2 memory windows: an exposed region is open to every endpoint of the "
@@ -1072,6 +1172,10 @@ size_t rdmax_conn_info_encode(const rdmax_conn_info *in, uint8_t out[RDMAX_CONN_
     rdmax__put32(out + 20, in->qkey);
     rdmax__put32(out + 28, in->recv_size);
     memcpy(out + 32, in->gid, 16);
+    rdmax__put64(out + 64, in->subnet_prefix);
+    rdmax__put16(out + 72, in->lid);
+    out[74] = in->link_layer;
+    out[75] = in->gid_type;
     if (n > 0) {
         rdmax__put32(out + 24, in->regions[0].rkey);
         rdmax__put64(out + 48, in->regions[0].addr);
@@ -1170,7 +1274,24 @@ rdmax_status rdmax_conn_info_decode(const uint8_t *b, size_t n, rdmax_conn_info 
         o->regions[i].rkey = rdmax__get32(p + 16);
     }
     o->n_regions = r0->len || extra ? 1 + extra : 0;  /* an empty region 0 before others is refused below */
-    return rdmax__conn_fields_check(o, why, why_len);
+    o->subnet_prefix = rdmax__get64(b + 64);
+    o->lid = rdmax__get16(b + 72);
+    o->link_layer = b[74];
+    o->gid_type = b[75];
+    st = rdmax__conn_fields_check(o, why, why_len);
+    if (st != RDMAX_OK)
+        return st;
+    /* the port's address (not in rdma_cm's compact record, whose route rdma_cm makes) */
+    int ib = o->link_layer == IBV_LINK_LAYER_INFINIBAND;
+    if (ib ? o->lid == 0 || o->lid > 0xbfff || o->gid_type != IBV_GID_TYPE_IB
+           : o->link_layer != IBV_LINK_LAYER_ETHERNET || o->lid != 0 ||
+                 (o->gid_type != IBV_GID_TYPE_ROCE_V1 && o->gid_type != IBV_GID_TYPE_ROCE_V2)) {
+        RDMAX__WHY("connection record: link layer %u, LID 0x%x, GID type %u: expected InfiniBand (1) with a "
+                   "unicast LID (1..0xbfff) and GID type IB (0), or Ethernet (2) with LID 0 and GID type "
+                   "RoCE v1 (1) or v2 (2)", o->link_layer, o->lid, o->gid_type);
+        return RDMAX_ERR_OOB_LINK;
+    }
+    return RDMAX_OK;
 }
 
 /* The checks of a decoded record's fields, in wire order: shared by the TCP record and rdma_cm's compact
@@ -1269,6 +1390,10 @@ rdmax_status rdmax_cm_info_decode(const uint8_t *b, size_t n, const rdmax_conn_i
     o->regions[0].addr = rdmax__get64(b + 20);
     o->regions[0].len = rdmax__get64(b + 28);
     o->n_regions = o->regions[0].len ? 1 : 0;
+    o->subnet_prefix = cm->subnet_prefix;  /* the port's address: rdma_cm's route, not the record's */
+    o->lid = cm->lid;
+    o->link_layer = cm->link_layer;
+    o->gid_type = cm->gid_type;
     return rdmax__conn_fields_check(o, why, why_len);
 }
 
@@ -1382,6 +1507,28 @@ static void rdmax__recv_drop(rdmax_ep *ep, void *data, size_t len, void *user)
     ep->ctx->cnt.recv_drops++;
 }
 
+/* The subnet prefix of a GID (its first 8 bytes), as the record carries it. */
+static uint64_t rdmax__gid_prefix(const uint8_t gid[16]) { return rdmax__get64(gid); }
+
+/* The address of a peer, for an RC QP's move to RTR and a UD address handle (a zeroed attr): on
+   InfiniBand its LID, and a GRH only towards another subnet (its subnet prefix differs from ours) or when
+   the desc asks for one (force_grh), as UCX and perftest decide; RoCE routes by the GID, so always a GRH. */
+static void rdmax__peer_av(const rdmax_ctx *ctx, struct ibv_ah_attr *a, const uint8_t gid[16], uint16_t lid,
+                           uint64_t subnet_prefix)
+{
+    a->port_num = ctx->attr.port;
+    a->sl = ctx->desc.sl;
+    if (ctx->attr.link_layer == IBV_LINK_LAYER_INFINIBAND) {
+        a->dlid = lid;
+        if (!ctx->desc.force_grh && subnet_prefix == rdmax__gid_prefix(ctx->attr.gid.raw))
+            return;
+    }
+    a->is_global = 1;
+    memcpy(a->grh.dgid.raw, gid, 16);
+    a->grh.sgid_index = (uint8_t)ctx->attr.gid_index;
+    a->grh.hop_limit = 64;
+}
+
 /* ---- >>ud ---------------------------------------------------------------------------------------- */
 #if RDMAX__HAS_UD
 /* UD endpoints share the context's one UD QP: an endpoint is the peer's address (an AH from the cache,
@@ -1394,7 +1541,7 @@ static void rdmax__recv_drop(rdmax_ep *ep, void *data, size_t len, void *user)
 #define RDMAX__MCAST_MAX 8      /* groups per endpoint */
 #define RDMAX__UD_GROUPS 64     /* groups per context */
 struct rdmax__ud {
-    struct { uint8_t gid[16]; struct ibv_ah *ah; } *ahs;
+    struct { uint8_t gid[16]; uint16_t lid; struct ibv_ah *ah; } *ahs;
     uint32_t n, cap;
     struct ibv_qp *qp;          /* NULL until the first UD endpoint */
     struct ibv_cq *rcq;
@@ -1417,13 +1564,16 @@ static struct rdmax__ud *rdmax__ud_state(rdmax_ctx *ctx)
     return ctx->ud;
 }
 
-static struct ibv_ah *rdmax__ah_get(rdmax_ctx *ctx, const uint8_t gid[16])
+/* The address handle to gid / lid (InfiniBand; 0 on RoCE) in the subnet of subnet_prefix (rdmax__peer_av). */
+static struct ibv_ah *rdmax__ah_get(rdmax_ctx *ctx, const uint8_t gid[16], uint16_t lid, uint64_t subnet_prefix)
 {
     struct rdmax__ud *u = rdmax__ud_state(ctx);
     if (!u)
         return NULL;
+    if (ctx->attr.link_layer != IBV_LINK_LAYER_INFINIBAND)
+        lid = 0;  /* RoCE: the GID alone */
     for (uint32_t i = 0; i < u->n; i++)
-        if (!memcmp(u->ahs[i].gid, gid, 16))
+        if (!memcmp(u->ahs[i].gid, gid, 16) && u->ahs[i].lid == lid)
             return u->ahs[i].ah;
     if (u->n == u->cap) {
         uint32_t cap = u->cap ? u->cap * 2 : 16;
@@ -1438,21 +1588,18 @@ static struct ibv_ah *rdmax__ah_get(rdmax_ctx *ctx, const uint8_t gid[16])
     }
     struct ibv_ah_attr a;
     memset(&a, 0, sizeof a);
-    a.port_num = ctx->attr.port;
-    a.is_global = 1;
-    memcpy(a.grh.dgid.raw, gid, 16);
-    a.grh.sgid_index = (uint8_t)ctx->attr.gid_index;
-    a.grh.hop_limit = 64;
-    struct ibv_ah *ah = ibv_create_ah(ctx->pd, &a);
+    rdmax__peer_av(ctx, &a, gid, lid, subnet_prefix);
+    struct ibv_ah *ah = ctx->create_ah(ctx->pd, &a);
     if (!ah) {
         char g[INET6_ADDRSTRLEN];
         inet_ntop(AF_INET6, gid, g, sizeof g);
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_AH_CREATE,
-                   "device %s port %u: ibv_create_ah(gid %s) failed: %s", ctx->attr.name,
-                   ctx->attr.port, g, strerror(errno));
+                   "device %s port %u: ibv_create_ah(gid %s, lid 0x%x%s) failed: %s", ctx->attr.name,
+                   ctx->attr.port, g, lid, a.is_global ? ", GRH" : "", strerror(errno));
         return NULL;
     }
     memcpy(u->ahs[u->n].gid, gid, 16);
+    u->ahs[u->n].lid = lid;
     u->ahs[u->n++].ah = ah;
     return ah;
 }
@@ -1460,13 +1607,14 @@ static struct ibv_ah *rdmax__ah_get(rdmax_ctx *ctx, const uint8_t gid[16])
 static rdmax_status rdmax__ud_connect(rdmax_ep *ep, const rdmax_conn_info *r)
 {
     rdmax_ctx *ctx = ep->ctx;
-    ep->ah = rdmax__ah_get(ctx, r->gid);
+    ep->ah = rdmax__ah_get(ctx, r->gid, r->lid, r->subnet_prefix);
     if (!ep->ah)
         return RDMAX_ERR_IO;
     ep->ud_qpn = r->qpn;
     ep->ud_qkey = r->qkey;
     ep->peer_qpn = r->qpn;
     memcpy(ep->peer_gid, r->gid, 16);
+    ep->peer_lid = r->lid;
     ep->rx_unreturned = r->credits;  /* UD: the peer endpoint's index; the top 16 bits number datagrams */
     rdmax_status st = rdmax__ep_set_remote(ep, r);
     if (st != RDMAX_OK)
@@ -1569,6 +1717,7 @@ static rdmax_status rdmax__ud_open(rdmax_ctx *ctx)
         what = "ibv_modify_qp(UD, INIT)";
         memset(&a, 0, sizeof a);
         a.qp_state = IBV_QPS_INIT;
+        a.pkey_index = ctx->desc.pkey_index;
         a.port_num = ctx->attr.port;
         a.qkey = RDMAX_UD_QKEY;
         rc = ibv_modify_qp(u->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY);
@@ -1662,6 +1811,15 @@ static int rdmax__ud_from(const uint8_t *grh, const uint8_t gid[16])
     return !memcmp(grh + 8, gid, 16);
 }
 
+/* Whether a datagram came from gid / lid: by the source GID of its GRH when it has one (RoCE always),
+   else (InfiniBand within one subnet) by its source LID. */
+static int rdmax__ud_sender(const struct ibv_wc *wc, const uint8_t *grh, const uint8_t gid[16], uint16_t lid)
+{
+    if (wc->wc_flags & IBV_WC_GRH)
+        return rdmax__ud_from(grh, gid);
+    return lid != 0 && wc->slid == lid;
+}
+
 /* A datagram out of its sender's numbering (rdmax__ud_poll_recv counts the in-order case). Ahead: the
    ones in between are skipped (lost, or late). Behind, within the last 64: late if not seen yet, else a
    duplicate; further back it cannot be told apart and counts as late. */
@@ -1717,7 +1875,7 @@ static int rdmax__ud_poll_recv(rdmax_ctx *ctx)
         len -= RDMAX_UD_GRH;
         rdmax_ep *ep = NULL;
         uint8_t g[16];
-        if (rdmax__ud_group(data, g)) {
+        if ((wc[i].wc_flags & IBV_WC_GRH) && rdmax__ud_group(data, g)) {  /* no GRH: a stale buffer */
             for (uint32_t k = 0; k < u->n_groups; k++)
                 if (!memcmp(u->groups[k].gid, g, 16) && RDMAX__REF_GEN(&ctx->eps[u->groups[k].ep_idx]) == u->groups[k].gen)
                     ep = ctx->eps[u->groups[k].ep_idx].ep;
@@ -1727,8 +1885,8 @@ static int rdmax__ud_poll_recv(rdmax_ctx *ctx)
             if (e < ctx->eps_cap && (ep = ctx->eps[e].ep) != NULL) {
                 /* The sender must be the endpoint's peer: its QPN, and its GID (a QPN is only unique per
                    device; at most a 16-byte compare, the GRH just written and the endpoint just read). */
-                if (rdmax_unlikely(ep->ud_qpn != wc[i].src_qp || !(wc[i].wc_flags & IBV_WC_GRH) ||
-                                   !rdmax__ud_from(data, ep->peer_gid))) {
+                if (rdmax_unlikely(ep->ud_qpn != wc[i].src_qp ||
+                                   !rdmax__ud_sender(&wc[i], data, ep->peer_gid, ep->peer_lid))) {
                     ctx->cnt.ud_wrong_source++;  /* and a drop, below */
                     ep = NULL;
                 } else if (rdmax_likely((uint16_t)(imm >> 16) == ep->ud_rx_next)) {
@@ -1738,7 +1896,8 @@ static int rdmax__ud_poll_recv(rdmax_ctx *ctx)
                     rdmax__ud_seq(ctx, ep, (uint16_t)(imm >> 16));
                 }
             }
-        } else if (len == 0 && wc[i].src_qp == u->qp->qp_num && rdmax__ud_from(data, ctx->attr.gid.raw)) {
+        } else if (len == 0 && wc[i].src_qp == u->qp->qp_num &&
+                   rdmax__ud_sender(&wc[i], data, ctx->attr.gid.raw, ctx->attr.lid)) {
             /* Our flush marker (rdmax_ep_flush): the one datagram rdmax sends without immediate data, so a
                user's empty datagram (rdmax_send always carries it) is never taken for one. */
             continue;
@@ -1924,7 +2083,7 @@ rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, co
     r.qpn = 0xffffff;  /* the multicast QPN */
     r.qkey = RDMAX_UD_QKEY;
     r.recv_size = ctx->attr.mtu_bytes + RDMAX_UD_GRH;
-    memcpy(r.gid, mgid.raw, 16);
+    memcpy(r.gid, mgid.raw, 16);  /* RoCE only (rdmax_mcast_join): routed by the GID, no LID */
     snprintf((*out)->peer, sizeof (*out)->peer, "%s", group);
     if ((st = rdmax__ud_connect(*out, &r)) != RDMAX_OK) {
         rdmax_ep_destroy(*out);
@@ -4133,6 +4292,14 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
             d->rq_depth = 4;
         if (d->rq_depth > 65534)
             d->rq_depth = 65534;  /* + 1: the connection record's credits field */
+        if (!ctx->attr.max_srq_wr && d->recv_pool != RDMAX_RECV_POOL_OWN) {
+            d->recv_pool = RDMAX_RECV_POOL_OWN;  /* no shared receive queues on this device */
+            if (!ctx->said_no_srq)
+                rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_SRQ, "device %s has no shared receive queues (max_srq "
+                           "0): RC endpoints receive into pools of their own (recv_pool RDMAX_RECV_POOL_OWN)",
+                           ctx->attr.name);
+            ctx->said_no_srq = 1;
+        }
         if (d->recv_pool == RDMAX_RECV_POOL_OWN && d->rq_depth >= ctx->attr.max_qp_wr)
             d->rq_depth = ctx->attr.max_qp_wr - 1;  /* + 1 buffers on its own receive queue */
         if (!d->recv_size)
@@ -4633,6 +4800,8 @@ static rdmax_status rdmax__g_atomic(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdm
                                     const rdmax_mem *mem, uint64_t raddr, uint32_t rkey, uint64_t a, uint64_t b,
                                     rdmax_comp *comp)
 {
+    if (rdmax_unlikely(ep->ctx->attr.atomic_cap == IBV_ATOMIC_NONE))
+        return RDMAX_ERR_UNSUPPORTED;  /* the device has none (the context's capability line said so) */
     if (rdmax_unlikely((raddr & 7) || mem == NULL || result == NULL))
         return result == NULL ? RDMAX_ERR_INVALID_PARAM : (raddr & 7) ? RDMAX_ERR_UNALIGNED : RDMAX_ERR_NO_MEMH;
     rdmax_status st = rdmax__ep_check_rc(ep, 1);
@@ -4705,7 +4874,8 @@ static void rdmax__fast_untake(rdmax_ep *ep, uint8_t op)
 }
 
 /* The provider refused a fast-path post: nothing moved but the CQ entry and the read budget it took
-   (sig_at moves only when a signaled post is accepted). */
+   (sig_at moves only when a signaled post is accepted). An atomic on a device without atomics was
+   refused before the provider saw it (rdmax__post_send_noatomic). */
 rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc)
 {
     rdmax__slot *s = &ep->slots[ep->sq_head & ep->sq_mask];
@@ -4713,7 +4883,30 @@ rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc)
     rdmax__fast_untake(ep, s->op);
     s->signaled = 0;
     ep->last_errno = rc;
-    return RDMAX_ERR_IO;
+    return rc == EOPNOTSUPP && (s->op == RDMAX_OP_FADD || s->op == RDMAX_OP_CSWAP) ? RDMAX_ERR_UNSUPPORTED
+                                                                                 : RDMAX_ERR_IO;
+}
+
+/* The post_send of an RC endpoint on a device without atomics (atomic_cap NONE), in place of the
+   provider's: the fast atomic posts through it and is refused here, so the fast paths keep their
+   instructions on every other device; the general path refuses atomics before (rdmax__g_atomic). */
+static int rdmax__post_send_noatomic(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+    for (struct ibv_send_wr *w = wr; w; w = w->next)
+        if (w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+            *bad = w;
+            return EOPNOTSUPP;
+        }
+    return qp->context->ops.post_send(qp, wr, bad);
+}
+
+/* ep's post_send: the provider's (what ibv_post_send calls, read once: one load less per post), or on
+   an RC endpoint of a device without atomics the one that refuses them. */
+static void rdmax__ep_post_fn(rdmax_ep *ep)
+{
+    ep->post_send = ep->qp->context->ops.post_send;
+    if (ep->qp->qp_type == IBV_QPT_RC && ep->ctx->attr.atomic_cap == IBV_ATOMIC_NONE)
+        ep->post_send = rdmax__post_send_noatomic;
 }
 
 /* The one fast post in signal_interval that is signaled, and every one while the send-CQ entries run
@@ -4735,7 +4928,7 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
     unsigned flags = wr->send_flags;
     wr->send_flags = flags | IBV_SEND_SIGNALED;
     RDMAX__PROF_BEGIN(ctx, POST);
-    int rc = ibv_post_send(ep->qp, wr, &ep->post_bad);
+    int rc = ep->post_send(ep->qp, wr, &ep->post_bad);  /* ibv_post_send, as the fast post's */
     RDMAX__PROF_END(ctx, POST);
     wr->send_flags = flags;
     if (rdmax_unlikely(rc != 0))
@@ -5746,7 +5939,7 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
 #if RDMAX__HAS_UD
 registered:
 #endif
-    ep->post_send = ep->qp->context->ops.post_send;
+    rdmax__ep_post_fn(ep);
     ctx->eps[idx].ep = ep;
     gen = (uint16_t)(RDMAX__REF_GEN(&ctx->eps[idx]) + 1);
     if (gen == 0)  /* never 0: a zeroed slot must match no wr_id */
@@ -5780,7 +5973,7 @@ fail:
 
 static rdmax_status rdmax__modify(rdmax_ep *ep, struct ibv_qp_attr *a, int mask, const char *what)
 {
-    int rc = ibv_modify_qp(ep->qp, a, mask);
+    int rc = ep->ctx->modify_qp(ep->qp, a, mask);  /* ibv_modify_qp (a test's fake records the attributes) */
     if (rc) {
         rdmax__log(ep->ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_QP_MODIFY,
                    "device %s port %u, endpoint qpn 0x%x peer %s: ibv_modify_qp(%s) "
@@ -5982,7 +6175,7 @@ rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep
     struct ibv_qp_attr a;
     memset(&a, 0, sizeof a);
     a.qp_state = IBV_QPS_INIT;
-    a.pkey_index = 0;
+    a.pkey_index = ctx->desc.pkey_index;
     a.port_num = ctx->attr.port;
     if (t == RDMAX_TRANSPORT_ID_RC) {
         a.qp_access_flags = (unsigned)rdmax__qp_rights(ctx, mems, n_local);
@@ -6020,6 +6213,10 @@ void rdmax_ep_local_info(const rdmax_ep *ep, rdmax_conn_info *info)
     /* The PSN is derived from the QPN so both sides can be checked in a log; any 24-bit value works. */
     info->psn = (ep->qp->qp_num * 2654435761u) & 0xffffff;
     memcpy(info->gid, ep->ctx->attr.gid.raw, 16);
+    info->subnet_prefix = rdmax__gid_prefix(ep->ctx->attr.gid.raw);
+    info->lid = ep->ctx->attr.lid;
+    info->link_layer = (uint8_t)ep->ctx->attr.link_layer;
+    info->gid_type = (uint8_t)ep->ctx->attr.gid_type;
     info->recv_size = ep->recv_size;
     /* RC: every buffer that backs the peer (the window + 1): its sender keeps the last one for grants */
     info->credits = (uint16_t)(ep->rq_depth > 65535 ? 65535 : ep->rq_depth);
@@ -6044,6 +6241,21 @@ static rdmax_status rdmax__ep_transport_check(rdmax_ep *ep, const rdmax_conn_inf
         return RDMAX_ERR_OOB_TRANSPORT;
     }
     return RDMAX_OK;
+}
+
+/* Our port and the peer's must speak the same link layer, and on Ethernet the same RoCE version (a RoCE v1
+   frame is no IP packet: a v2 port drops it), or no packet of the QP would arrive. */
+static rdmax_status rdmax__ep_link_check(rdmax_ep *ep, const rdmax_conn_info *r)
+{
+    const rdmax_dev_attr *a = &ep->ctx->attr;
+    if (r->link_layer == a->link_layer && r->gid_type == a->gid_type)
+        return RDMAX_OK;
+    rdmax__log(ep->ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_PEER_TRANSPORT,
+               "endpoint qpn 0x%x peer %s: the peer's port is %s with GID type %s, ours (device %s port %u) %s "
+               "with GID type %s: the two cannot reach each other", ep->qp->qp_num, ep->peer,
+               rdmax__link_layer_str(r->link_layer), rdmax__gid_type_str(r->gid_type), a->name, a->port,
+               rdmax__link_layer_str(a->link_layer), rdmax__gid_type_str(a->gid_type));
+    return RDMAX_ERR_OOB_LINK;
 }
 
 /* The QP is in RTS: take the peer's record and go. Shared by the TCP record and rdma_cm setup. */
@@ -6078,6 +6290,8 @@ rdmax_status rdmax_ep_connect_info(rdmax_ep *ep, const rdmax_conn_info *r)
     rdmax_ep_local_info(ep, &me);
     if (rdmax__ep_transport_check(ep, r, me.transport) != RDMAX_OK)
         return RDMAX_ERR_OOB_TRANSPORT;
+    if (rdmax__ep_link_check(ep, r) != RDMAX_OK)
+        return RDMAX_ERR_OOB_LINK;
 #if RDMAX__HAS_UD
     if (me.transport == RDMAX_TRANSPORT_ID_UD)
         return rdmax__ud_connect(ep, r);
@@ -6091,11 +6305,7 @@ rdmax_status rdmax_ep_connect_info(rdmax_ep *ep, const rdmax_conn_info *r)
     a.rq_psn = r->psn;
     a.max_dest_rd_atomic = ep->desc.max_rd_atomic;
     a.min_rnr_timer = ep->desc.min_rnr_timer;
-    a.ah_attr.port_num = ctx->attr.port;
-    a.ah_attr.is_global = 1;
-    memcpy(a.ah_attr.grh.dgid.raw, r->gid, 16);
-    a.ah_attr.grh.sgid_index = (uint8_t)ctx->attr.gid_index;
-    a.ah_attr.grh.hop_limit = 64;
+    rdmax__peer_av(ctx, &a.ah_attr, r->gid, r->lid, r->subnet_prefix);
     rdmax_status st = rdmax__modify(ep, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                     IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER, "RTR");
     if (st != RDMAX_OK)
@@ -7454,7 +7664,8 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
                    user's datagram always has it); the receive path knows it (zero bytes, no immediate,
                    from our own QPN and GID) and drops it without counting a drop. */
                 wr = rdmax__ep_wr(ep, IBV_WR_SEND);
-                wr->wr.ud.ah = rdmax__ah_get(ctx, ctx->attr.gid.raw);
+                wr->wr.ud.ah = rdmax__ah_get(ctx, ctx->attr.gid.raw, ctx->attr.lid,
+                                             rdmax__gid_prefix(ctx->attr.gid.raw));
                 wr->wr.ud.remote_qpn = ep->qp->qp_num;
                 wr->wr.ud.remote_qkey = RDMAX_UD_QKEY;
                 if (!wr->wr.ud.ah)
@@ -9264,7 +9475,8 @@ static int rdmax__cm_peer(struct rdma_cm_id *id, rdmax_conn_info *cm)
     cm->mtu = (uint8_t)a.path_mtu;
     cm->qpn = a.dest_qp_num;
     cm->psn = a.rq_psn;
-    memcpy(cm->gid, a.ah_attr.grh.dgid.raw, 16);
+    /* InfiniBand within one subnet: no GRH in the route; the peer's GID is the address's */
+    memcpy(cm->gid, a.ah_attr.is_global ? a.ah_attr.grh.dgid.raw : id->route.addr.addr.ibaddr.dgid.raw, 16);
     return 0;
 }
 

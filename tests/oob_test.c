@@ -30,6 +30,22 @@ static void good_record(rdmax_conn_info *r)
     r->regions[0].addr = 0x7f0000001000ull;
     r->regions[0].len = 4096;
     r->regions[0].rkey = 0x99;
+    r->link_layer = IBV_LINK_LAYER_ETHERNET;  /* a RoCE v2 port, as rxe's */
+    r->gid_type = IBV_GID_TYPE_ROCE_V2;
+}
+
+/* good_record from an InfiniBand port: LID 7, subnet prefix fe80::, GID type IB. */
+static void good_record_ib(rdmax_conn_info *r)
+{
+    good_record(r);
+    memset(r->gid, 0, 16);
+    r->gid[0] = 0xfe;
+    r->gid[1] = 0x80;
+    r->gid[15] = 0x21;
+    r->subnet_prefix = 0xfe80000000000000ull;
+    r->lid = 7;
+    r->link_layer = IBV_LINK_LAYER_INFINIBAND;
+    r->gid_type = IBV_GID_TYPE_IB;
 }
 
 /* good_record with three regions: the first in the head, two packed after it. */
@@ -254,6 +270,40 @@ static void host_tests(int family)
         tl_begin("wire/%s/%s", fam, c->name);
         CHECK_ST(rdmax_conn_info_decode(bad, reclen, &got, NULL, 0), c->want);
         tl_end();
+    }
+
+    /* the port's address (version 4): InfiniBand needs a unicast LID and GID type IB, Ethernet LID 0 and
+       RoCE v1 or v2 */
+    {
+        rdmax_conn_info ib;
+        good_record_ib(&ib);
+        uint8_t recib[RDMAX_CONN_INFO_SIZE];
+        size_t lenib = rdmax_conn_info_encode(&ib, recib);
+        tl_begin("wire/%s/InfiniBand record round-trips", fam);
+        CHECK_ST(rdmax_conn_info_decode(recib, lenib, &got, NULL, 0), RDMAX_OK);
+        CHECK(!memcmp(&got, &ib, sizeof got), "decoded record differs");
+        CHECK(recib[72] == 0 && recib[73] == 7 && recib[74] == 1 && recib[75] == 0 && recib[64] == 0xfe &&
+              recib[65] == 0x80, "LID, link layer, GID type or subnet prefix not where the manual says");
+        tl_end();
+        static const struct { const char *name; int ib; size_t off, width; uint64_t value; } lcases[] = {
+            {"InfiniBand LID 0", 1, 72, 2, 0},
+            {"InfiniBand multicast LID", 1, 72, 2, 0xc000},
+            {"InfiniBand with a RoCE v2 GID", 1, 75, 1, IBV_GID_TYPE_ROCE_V2},
+            {"Ethernet with a LID", 0, 72, 2, 5},
+            {"Ethernet with an IB GID", 0, 75, 1, IBV_GID_TYPE_IB},
+            {"link layer 0", 0, 74, 1, 0},
+            {"link layer 3", 0, 74, 1, 3},
+        };
+        for (size_t i = 0; i < sizeof lcases / sizeof lcases[0]; i++) {
+            uint8_t bad[RDMAX_CONN_INFO_SIZE];
+            memcpy(bad, lcases[i].ib ? recib : rec, reclen);
+            put_be(bad + lcases[i].off, lcases[i].width, lcases[i].value);
+            tl_begin("wire/%s/%s", fam, lcases[i].name);
+            why[0] = 0;
+            CHECK_ST(rdmax_conn_info_decode(bad, reclen, &got, why, sizeof why), RDMAX_ERR_OOB_LINK);
+            CHECK(why[0] != 0, "no explanation given");
+            tl_end();
+        }
     }
 
     tl_begin("oob/%s/short record then close", fam);

@@ -31,6 +31,7 @@ host rcache_monitor build/host/rcache_monitor_test
 host embed build/host/embed_test build/host/embed_impl.o build/host/embed_impl_cxx.o
 host profile_objcode tests/profile_objcode.sh
 host errors build/host/errors_test
+host fabric build/host/fabric_test
 host errors_once tests/errors_once.sh
 host install tests/install_test.sh
 

@@ -8,7 +8,7 @@
      something on every error;
    - rdmax_oob_exchange and the ready byte over a socketpair whose far end sends the input and closes:
      the status is what the record decides (short, head, decode), never a hang or a read past the length
-     its head gives (a version-3 record: 64 bytes, then 20 per region after the first).
+     its head gives (a version-4 record: 76 bytes, then 20 per region after the first).
    Input: byte 0 picks why_len (0: why NULL); the rest is the record as sent. */
 #define RDMAX_TRANSPORT_RC
 #define RDMAX_TRANSPORT_UD
@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #define BIT(x) (1u << (x))
-enum { R_TRANSPORT, R_MTU, R_CREDITS, R_QPN, R_PSN, R_GID, R_RECV_SIZE, R_BUFFER };
+enum { R_TRANSPORT, R_MTU, R_CREDITS, R_QPN, R_PSN, R_GID, R_RECV_SIZE, R_BUFFER, R_LINK };
 
 static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3]; }
 static uint64_t be64(const uint8_t *p) { return (uint64_t)be32(p) << 32 | be32(p + 4); }
@@ -78,6 +78,9 @@ static unsigned ref_broken(const uint8_t *b)
         if (rl == 0 || ra + rl < ra)
             bad |= BIT(R_BUFFER);
     }
+    unsigned lid = (unsigned)(b[72] << 8 | b[73]), ll = b[74], gt = b[75];
+    if (ll == 1 ? lid == 0 || lid >= 0xc000 || gt != 0 : ll != 2 || lid != 0 || (gt != 1 && gt != 2))
+        bad |= BIT(R_LINK);
     return bad;
 }
 
@@ -92,6 +95,7 @@ static int rule_of(rdmax_status st)
     case RDMAX_ERR_OOB_GID: return R_GID;
     case RDMAX_ERR_OOB_RECV_SIZE: return R_RECV_SIZE;
     case RDMAX_ERR_OOB_BUFFER: return R_BUFFER;
+    case RDMAX_ERR_OOB_LINK: return R_LINK;
     default: return -1;
     }
 }
@@ -226,6 +230,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         e.recv_size = fz_u32(&in);
         for (int i = 0; i < 16; i++)
             e.gid[i] = fz_u8(&in);
+        e.subnet_prefix = fz_u64(&in);
+        e.lid = fz_u16(&in);
+        e.link_layer = (uint8_t)fz_below(&in, 4);
+        e.gid_type = (uint8_t)fz_below(&in, 4);
         /* 0..RDMAX_MAX_REGIONS + 2 regions: encode writes at most RDMAX_MAX_REGIONS */
         e.n_regions = fz_below(&in, 4) == 0 ? 0 : 1 + fz_below(&in, RDMAX_MAX_REGIONS + 2);
         for (uint32_t i = 0; i < e.n_regions && i < RDMAX_MAX_REGIONS; i++) {
