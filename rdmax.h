@@ -27,10 +27,39 @@
               ---- rcache: inline fast paths, ---- profile: variables, events, points,
               ---- profile: out-of-line API, ---- profile: private (points, events, log dedupe),
               ---- inline fast paths (send, put, get, atomics, progress)
-     rdmax_impl.h, one implementation file (one include block, one extern "C"), its sections opened by a
-              "---- >>tag ----" banner: >>strings, >>alloc, >>log, >>numa, >>context, >>memory, >>wire, >>ud,
-              >>arbiter, >>rcache (with >>invalidation, >>memhooks, >>monitor), >>rc, >>post, >>srq,
-              >>health, >>pending, >>admit, >>oob, >>cm, >>profile, >>testing
+     rdmax_impl.h, one implementation file (one include block, one extern "C"), then its sections
+              in this order, each opened by a "---- >>tag: topic ----" banner (search for the tag):
+              >>strings      status and operation names
+              >>alloc        rdmax's own allocations (RDMAX_MALLOC/RDMAX_FREE, the context's allocator)
+              >>log          logging: levels, the thread's last error, log items, repeats summarised
+              >>numa         NUMA placement of rdmax's buffers
+              >>context      the context: device and GID, the shared device, queues, create and destroy, wait
+              >>memory       memory registration, and the context's registration cache
+              >>wire         the connection record: its format, and its exchange over a socket
+              >>ud           UD endpoints: the shared QP, address handles, datagram order, multicast
+              >>arbiter      the arbiter's out-of-line paths (the pending queue's scheduler)
+              >>rcache_index registration cache: the radix page table, region slots, the LRU
+              >>memhooks     registration cache: the event ring, the opt-in memory hooks, the malloc policy
+              >>monitor      registration cache: the userfaultfd monitor
+              >>invalidation registration cache: invalidation, and draining the event ring
+              >>rcache       registration cache: a region's life cycle, get and put, create and destroy
+              >>srq          receive pools (shared receive queues), the QP-number map; their credits: >>recv
+              >>windows      exposed memory: an endpoint's QP rights and its memory windows
+              >>ep           endpoint life cycle: desc defaults, create, connect, flush, destroy
+              >>ep_query     an endpoint's regions and queries
+              >>post         the operations' general path (rdmax__op_slow), the fast paths' out-of-line ends
+              >>batch        batching: the chain, the post list's room, rdmax_batch_begin/end
+              >>sendcq       send completions: retirement, error completions, an endpoint's failure
+              >>recv         the receive path and credits: receive completions, repost, grants
+              >>health       device events, watchdog, keepalive, disconnect
+              >>pending      the pending queue: requests that wait for room
+              >>admit        admission by a shared secret: SHA-256, HMAC, the proofs
+              >>oob          connection setup over TCP: listener, handshakes, accept, connect
+              >>cm           connection setup through rdma_cm: channel and events, route checks, the QP to RTS
+              >>cm_listen    rdma_cm: the listener and rdmax_accept
+              >>cm_connect   rdma_cm: the client's rdmax_connect
+              >>profile      profiling: variables, port counters, profile objects, events, points
+              >>testing      hooks for rdmax's own tests
 
    TRANSPORT SELECTION
    Define RDMAX_TRANSPORT_RC, RDMAX_TRANSPORT_UD or both before including. With neither the header stops

@@ -83,8 +83,29 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
 static int rdmax__ud_poll_recv(rdmax_ctx *ctx);
 static void rdmax__ud_fail_all(rdmax_ctx *ctx, const char *why);
 #endif
+/* Static functions used above their definitions (in the order of the sections below): */
+static void rdmax__rcache_drop(rdmax_rcache *rc, rdmax_rcache_region *r, int invalid);
+static void rdmax__rcache_update_over(rdmax_rcache *rc);
+static void rdmax__rcache_lock(rdmax_rcache *rc);
+static void rdmax__rcache_unlock(rdmax_rcache *rc);
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+static rdmax_status rdmax__rcache_fail(rdmax_status st, rdmax_log_item item, const char *fmt, ...);
+static void rdmax__recv_drop(rdmax_ep *ep, void *data, size_t len, void *user);
+static rdmax_status rdmax__ep_check(rdmax_ep *ep);
+static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_comp *comp, rdmax_op op, uint32_t len,
+                                   uint64_t raddr, struct rdmax_rcache_region *region);
+static struct ibv_send_wr *rdmax__ep_wr(rdmax_ep *ep, enum ibv_wr_opcode opcode);
+static void rdmax__ep_post_fn(rdmax_ep *ep);
+static void rdmax__chain_clean(rdmax_ctx *ctx, uint32_t from, uint32_t to);
+static void rdmax__chain_close(rdmax_ctx *ctx, rdmax_ep *ep);
+static void rdmax__chain_reset(rdmax_ctx *ctx);
+static void rdmax__complete(rdmax_comp *c, rdmax_status st);
+static void rdmax__ep_retire(rdmax_ep *ep, uint32_t upto, rdmax_status st);
 
-/* ---- >>strings ----------------------------------------------------------------------------------- */
+/* ---- >>strings: status and operation names ------------------------------------------------------- */
+
 const char *rdmax_status_str(rdmax_status s)
 {
     switch (s) {
@@ -122,7 +143,8 @@ static uint32_t rdmax__pow2_mask(uint32_t n)
     return m;
 }
 
-/* ---- >>alloc ------------------------------------------------------------------------------------- */
+/* ---- >>alloc: rdmax's own allocations (RDMAX_MALLOC/RDMAX_FREE, the context's allocator) --------- */
+
 #ifndef RDMAX_MALLOC
 #define RDMAX_MALLOC(sz) malloc(sz)
 #define RDMAX_FREE(p) free(p)
@@ -155,7 +177,8 @@ static void rdmax__wipe(void *p, size_t n)
         *v++ = 0;
 }
 
-/* ---- >>log --------------------------------------------------------------------------------------- */
+/* ---- >>log: logging: levels, the thread's last error, log items, repeats summarised -------------- */
+
 static const char *const rdmax__level_names[] = {"error", "warn", "info", "debug", "trace"};
 
 /* The calling thread's last error, whatever context logged it: it outlives a failed rdmax_ctx_create. */
@@ -240,7 +263,69 @@ rdmax_log_item rdmax_ctx_last_error_item(const rdmax_ctx *ctx)
     return ctx ? ctx->last_error_item : rdmax__tls_error_item;
 }
 
-/* ---- >>numa -------------------------------------------------------------------------------------- */
+/* ---- log dedupe ---- */
+static void rdmax__log_emit(const rdmax_logger *lg, rdmax_log_level lvl, rdmax_log_item item, const char *msg)
+{
+    if (lg && lg->func)
+        lg->func(lvl, item, msg, lg->user);
+    else
+        fprintf(stderr, "rdmax %s: %s\n", rdmax__level_names[lvl], msg);
+}
+
+static void rdmax__log_dd_summary(char *out, size_t n, const char *device, uint64_t repeats)
+{
+    int dev = device && *device;
+    snprintf(out, n, "%s%s%slast message repeated %llu time%s", dev ? "device " : "", dev ? device : "",
+             dev ? ": " : "", (unsigned long long)repeats, repeats == 1 ? "" : "s");
+}
+
+/* The decision, without a clock or a logger (tests drive it with made-up times). Returns bit 1: print
+   msg; bit 2: print `summary` (at level *summary_lvl) first. */
+#define RDMAX__LOG_DD_PRINT 1
+#define RDMAX__LOG_DD_SUMMARY 2
+static int rdmax__log_dd_step(struct rdmax__log_dd *dd, const char *device, int lvl, const char *msg,
+                              uint64_t now_ns, char *summary, size_t n, int *summary_lvl)
+{
+    int flags = 0;
+    *summary_lvl = dd->lvl;
+    if (dd->lvl == lvl && !strncmp(dd->last, msg, sizeof dd->last - 1)) {
+        dd->repeats++;
+        dd->suppressed++;
+        if (now_ns - dd->since_ns < (uint64_t)RDMAX_LOG_REPEAT_MS * 1000000u)
+            return 0;
+        flags = RDMAX__LOG_DD_SUMMARY;  /* a long run: say so now, go on suppressing */
+    } else {
+        if (dd->repeats > 0)
+            flags = RDMAX__LOG_DD_SUMMARY;
+        flags |= RDMAX__LOG_DD_PRINT;
+    }
+    if (flags & RDMAX__LOG_DD_SUMMARY)
+        rdmax__log_dd_summary(summary, n, device, dd->repeats);
+    if (flags & RDMAX__LOG_DD_PRINT) {
+        snprintf(dd->last, sizeof dd->last, "%s", msg);
+        dd->lvl = lvl;
+    }
+    dd->repeats = 0;
+    dd->since_ns = now_ns;
+    return flags;
+}
+
+int rdmax__log_dedupe(rdmax_ctx *ctx, const rdmax_logger *lg, rdmax_log_level lvl, const char *msg)
+{
+    struct rdmax__prof *st = ctx ? rdmax__prof_state_make(ctx) : NULL;
+    if (!st)
+        return 1;
+    char summary[160];
+    int slvl;
+    int f = rdmax__log_dd_step(&st->log, ctx->attr.name, (int)lvl, msg, rdmax__prof_now_ns(), summary,
+                               sizeof summary, &slvl);
+    if (f & RDMAX__LOG_DD_SUMMARY)
+        rdmax__log_emit(lg, (rdmax_log_level)slvl, RDMAX_LOG_ITEM_LOG_REPEATED, summary);
+    return f & RDMAX__LOG_DD_PRINT;
+}
+
+/* ---- >>numa: NUMA placement of rdmax's buffers --------------------------------------------------- */
+
 static int rdmax__dev_numa_node(const char *dev)
 {
     char path[256];
@@ -271,26 +356,7 @@ void rdmax_numa_free(rdmax_ctx *ctx, void *p, size_t len)
         munmap(p, len);  /* numa_free is munmap too */
 }
 
-/* ---- >>context ----------------------------------------------------------------------------------- */
-/* The post list's entries [from, to) set as rdmax__bent says (chained, one SGE at inl, RDMA write, inline,
-   unsignaled, chain_hi in the wr_id); chain_dirty (entries below it may have been changed by the general
-   path) comes down to from. */
-static void rdmax__chain_clean(rdmax_ctx *ctx, uint32_t from, uint32_t to)
-{
-    for (uint32_t i = from; i < to; i++) {
-        rdmax__bent *e = &ctx->bent[i];
-        e->wr.next = i + 1 < RDMAX_BATCH_MAX ? &ctx->bent[i + 1].wr : NULL;
-        e->wr.sg_list = e->sge;
-        e->wr.num_sge = 1;
-        e->wr.opcode = IBV_WR_RDMA_WRITE;
-        e->wr.send_flags = IBV_SEND_INLINE;
-        e->sge[0].addr = (uintptr_t)e->inl;
-        e->sge[0].lkey = 0;
-        memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_HI, &ctx->chain_hi, 4);
-    }
-    if (ctx->chain_dirty > from)
-        ctx->chain_dirty = from;
-}
+/* ---- >>context: the context: device and GID, the shared device, queues, create and destroy, wait ---- */
 
 static uint32_t rdmax__mtu_bytes(enum ibv_mtu m)
 {
@@ -974,7 +1040,8 @@ struct rdmax_rcache *rdmax_ctx_rcache(const rdmax_ctx *ctx)
     return ctx->rcache;
 }
 
-/* ---- >>memory ------------------------------------------------------------------------------------ */
+/* ---- >>memory: memory registration, and the context's registration cache ------------------------- */
+
 static int rdmax__ibv_access(unsigned access)
 {
     int f = IBV_ACCESS_LOCAL_WRITE;
@@ -1148,7 +1215,8 @@ void rdmax_mem_free(rdmax_mem *m)
     rdmax__free(ctx, m);
 }
 
-/* ---- >>wire -------------------------------------------------------------------------------------- */
+/* ---- >>wire: the connection record: its format, and its exchange over a socket ------------------- */
+
 static void rdmax__put16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)(v >> 8); p[1] = (uint8_t)v; }
 static void rdmax__put32(uint8_t *p, uint32_t v) { rdmax__put16(p, (uint16_t)(v >> 16)); rdmax__put16(p + 2, (uint16_t)v); }
 static void rdmax__put64(uint8_t *p, uint64_t v) { rdmax__put32(p, (uint32_t)(v >> 32)); rdmax__put32(p + 4, (uint32_t)v); }
@@ -1397,20 +1465,6 @@ rdmax_status rdmax_cm_info_decode(const uint8_t *b, size_t n, const rdmax_conn_i
     return rdmax__conn_fields_check(o, why, why_len);
 }
 
-static int64_t rdmax__now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* The clock of the health pass (watchdog and keepalive): rdmax__now_ms, which a test may move forward
-   (rdmax__test_clock_advance) to show the pass runs by elapsed time, not by calls. */
-static int64_t rdmax__health_ms(const rdmax_ctx *ctx)
-{
-    return rdmax__now_ms() + ctx->clock_skew_ms;
-}
-
 /* Read exactly n bytes before the deadline. Returns n, 0..n-1 when the peer closed early, -1 on
    timeout (errno ETIMEDOUT) or error. */
 static ssize_t rdmax__read_full(int fd, void *buf, size_t n, int64_t deadline)
@@ -1499,14 +1553,6 @@ static rdmax_status rdmax__oob_sync(int fd, int timeout_ms, char *why, size_t wh
     return RDMAX_OK;
 }
 
-/* An endpoint's recv_cb when its desc has none (rdmax_ep.recv_cb is never NULL, so the receive paths
-   call it without a test): the message is dropped, and counted. */
-static void rdmax__recv_drop(rdmax_ep *ep, void *data, size_t len, void *user)
-{
-    (void)data, (void)len, (void)user;
-    ep->ctx->cnt.recv_drops++;
-}
-
 /* The subnet prefix of a GID (its first 8 bytes), as the record carries it. */
 static uint64_t rdmax__gid_prefix(const uint8_t gid[16]) { return rdmax__get64(gid); }
 
@@ -1529,7 +1575,8 @@ static void rdmax__peer_av(const rdmax_ctx *ctx, struct ibv_ah_attr *a, const ui
     a->grh.hop_limit = 64;
 }
 
-/* ---- >>ud ---------------------------------------------------------------------------------------- */
+/* ---- >>ud: UD endpoints: the shared QP, address handles, datagram order, multicast --------------- */
+
 #if RDMAX__HAS_UD
 /* UD endpoints share the context's one UD QP: an endpoint is the peer's address (an AH from the cache,
    the peer's QPN and Q_Key), its send slots and its counters. The QP's receive pool is the context's.
@@ -2093,8 +2140,7 @@ rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, co
 }
 #endif /* RDMAX__HAS_UD */
 
-
-/* ---- >>arbiter ----------------------------------------------------------------------------------- */
+/* ---- >>arbiter: the arbiter's out-of-line paths (the pending queue's scheduler) ------------------ */
 
 /* Is group the one whose element is in a callback right now? Until the callback does something to its
    own group that group is arb->current (disp 0); from then on disp names it (GONE: none). No user code
@@ -2461,40 +2507,221 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
     return removed;
 }
 
+/* ---- >>rcache_index: registration cache: the radix page table, region slots, the LRU ------------- */
 
-/* ---- >>rcache: the registration cache ------------------------------------------------------------ */
+RDMAX_STATIC_ASSERT(sizeof(rdmax_rcache_region) <= 128, "rdmax: region must fit its 128-byte slot");
 
-/* Interposition and the malloc policy change the whole program, so they are opt-in (see the manual's
-   define table). The old opt-out names ask for what is now the default: accepted, and ignored. */
-#if defined(RDMAX_MEMHOOKS) && defined(RDMAX_NO_MEMHOOKS)
-#error "rdmax: RDMAX_MEMHOOKS and RDMAX_NO_MEMHOOKS contradict each other (hooks are off unless RDMAX_MEMHOOKS is defined: drop RDMAX_NO_MEMHOOKS)"
-#endif
-#if defined(RDMAX_MALLOPT) && defined(RDMAX_NO_MALLOPT)
-#error "rdmax: RDMAX_MALLOPT and RDMAX_NO_MALLOPT contradict each other (the malloc policy is off unless RDMAX_MALLOPT is defined: drop RDMAX_NO_MALLOPT)"
-#endif
-#if defined(RDMAX_MALLOPT) && !defined(RDMAX_MEMHOOKS)
-#error "rdmax: RDMAX_MALLOPT only serves the interposed hooks (it keeps glibc from unmapping memory where no hook sees it): define RDMAX_MEMHOOKS too, or neither"
-#endif
-#if defined(RDMAX_MEMHOOKS)
-#if defined(__linux__) && defined(__GLIBC__) && UINTPTR_MAX == 0xffffffffffffffffu
-#define RDMAX__RCACHE_HOOKS 1
-#else
-#error "rdmax: RDMAX_MEMHOOKS needs Linux, glibc and a 64-bit target"
-#endif
-#else
-#define RDMAX__RCACHE_HOOKS 0
-#endif
+static const unsigned rdmax__rcache_shift[4] = {RDMAX__RCACHE_SHIFT0, RDMAX__RCACHE_SHIFT1, RDMAX__RCACHE_SHIFT2, 0};
+static const unsigned rdmax__rcache_fan[4] = {RDMAX__RCACHE_FAN0, RDMAX__RCACHE_FAN1, RDMAX__RCACHE_FAN2, RDMAX__RCACHE_FAN3};
 
-/* ---- Automatic invalidation (>>invalidation) --------------------------------------------------------
-   Goal: once the memory under a cached region is unmapped or replaced, that registration is
-   never handed out again (else a put silently sends the old pages).
+/* The cache's own memory comes from its desc's allocator (a context's cache: the context's). The
+   monitor's memo of watched extents is the process's, not a cache's: RDMAX_MALLOC. */
+static void *rdmax__rcache_malloc(const rdmax_rcache_desc *d, size_t n)
+{
+    return d->allocator.alloc ? d->allocator.alloc(n, d->allocator.user) : RDMAX_MALLOC(n);
+}
 
-   Default mechanism (mode RDMAX_RCACHE_AUTO): the userfaultfd monitor (>>monitor below), chosen by
-   the route table and the measurements in the manual (rdmax.h, REGISTRATION CACHE). It feeds the
-   same ring as the hooks below; a range it cannot watch is registered per get. The opt-in hooks
-   remain for programs that want a cheaper munmap and accept what they change and miss.
+static void rdmax__rcache_free(const rdmax_rcache_desc *d, void *p)
+{
+    if (d->allocator.free)
+        d->allocator.free(p, d->allocator.user);
+    else
+        RDMAX_FREE(p);
+}
 
-   Opt-in mechanism (RDMAX_MEMHOOKS, RDMAX_MALLOPT): symbol interposition + a lock-free event ring +
+static uintptr_t *rdmax__rcache_node_new(const rdmax_rcache_desc *d, unsigned level)
+{
+    size_t n = (size_t)rdmax__rcache_fan[level] + 1;
+    uintptr_t *p = (uintptr_t *)rdmax__rcache_malloc(d, n * sizeof(uintptr_t));
+    if (!p) return NULL;
+    memset(p, 0, n * sizeof(uintptr_t));
+    return p + 1; /* p[0], i.e. node[-1], counts used entries */
+}
+
+static void rdmax__rcache_node_free(const rdmax_rcache_desc *d, uintptr_t *node)
+{
+    rdmax__rcache_free(d, node - 1);
+}
+
+static void rdmax__rcache_node_free_tree(const rdmax_rcache_desc *d, uintptr_t *node, unsigned level)
+{
+    unsigned i;
+    if (level < 3) {
+        for (i = 0; i < rdmax__rcache_fan[level]; i++) {
+            uintptr_t e = node[i];
+            if (e && !(e & 1u)) rdmax__rcache_node_free_tree(d, (uintptr_t *)e, level + 1);
+        }
+    }
+    rdmax__rcache_node_free(d, node);
+}
+
+/* Inserts val for page numbers [ps, pe) into the subtree at `node` (covering pages from base).
+   On failure (ENOMEM) the caller removes val again. */
+static int rdmax__rcache_tree_insert(const rdmax_rcache_desc *d, uintptr_t *node, unsigned level, uint64_t base,
+                                     uint64_t ps, uint64_t pe, uintptr_t val)
+{
+    unsigned sh = rdmax__rcache_shift[level];
+    uint64_t span = UINT64_C(1) << sh, node_end = base + (uint64_t)rdmax__rcache_fan[level] * span;
+    uint64_t lo = ps > base ? ps : base, hi = pe < node_end ? pe : node_end, i;
+    for (i = (lo - base) >> sh; i <= (hi - 1 - base) >> sh; i++) {
+        uint64_t cs = base + (i << sh), ce = cs + span;
+        if (ps <= cs && ce <= pe) {
+            if (node[i] != 0) return -EFAULT; /* overlap: a bug */
+            node[i] = val;
+            node[-1]++;
+        } else {
+            uintptr_t *child;
+            int rc;
+            if (node[i] & 1u) return -EFAULT;
+            if (!node[i]) {
+                child = rdmax__rcache_node_new(d, level + 1);
+                if (!child) return -ENOMEM;
+                node[i] = (uintptr_t)child;
+                node[-1]++;
+            } else {
+                child = (uintptr_t *)node[i];
+            }
+            rc = rdmax__rcache_tree_insert(d, child, level + 1, cs, ps, pe, val);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+/* Clears every entry equal to val in [ps, pe) and frees nodes that become empty (the root stays). */
+static void rdmax__rcache_tree_remove(const rdmax_rcache_desc *d, uintptr_t *node, unsigned level, uint64_t base,
+                                      uint64_t ps, uint64_t pe, uintptr_t val)
+{
+    unsigned sh = rdmax__rcache_shift[level];
+    uint64_t span = UINT64_C(1) << sh, node_end = base + (uint64_t)rdmax__rcache_fan[level] * span;
+    uint64_t lo = ps > base ? ps : base, hi = pe < node_end ? pe : node_end, i;
+    for (i = (lo - base) >> sh; i <= (hi - 1 - base) >> sh; i++) {
+        uintptr_t e = node[i];
+        if (!e) continue;
+        if (e == val) {
+            node[i] = 0;
+            node[-1]--;
+        } else if (!(e & 1u)) {
+            uintptr_t *child = (uintptr_t *)e;
+            rdmax__rcache_tree_remove(d, child, level + 1, base + (i << sh), ps, pe, val);
+            if (child[-1] == 0) {
+                rdmax__rcache_node_free(d, child);
+                node[i] = 0;
+                node[-1]--;
+            }
+        }
+    }
+}
+
+/* The region holding the lowest page in [ps, pe), or NULL. */
+static rdmax_rcache_region *rdmax__rcache_tree_first(const uintptr_t *node, unsigned level, uint64_t base,
+                                                 uint64_t ps, uint64_t pe)
+{
+    unsigned sh = rdmax__rcache_shift[level];
+    uint64_t span = UINT64_C(1) << sh, node_end = base + (uint64_t)rdmax__rcache_fan[level] * span;
+    uint64_t lo = ps > base ? ps : base, hi = pe < node_end ? pe : node_end, i;
+    if (lo >= hi) return NULL;
+    for (i = (lo - base) >> sh; i <= (hi - 1 - base) >> sh; i++) {
+        uintptr_t e = node[i];
+        if (!e) continue;
+        if (e & 1u) return (rdmax_rcache_region *)(e - 1u);
+        {
+            rdmax_rcache_region *r =
+                rdmax__rcache_tree_first((const uintptr_t *)e, level + 1, base + (i << sh), ps, pe);
+            if (r) return r;
+        }
+    }
+    return NULL;
+}
+
+#define RDMAX__RCACHE_PN_LIMIT (UINT64_C(1) << RDMAX__RCACHE_PN_BITS)
+
+static uint64_t rdmax__rcache_spn(const rdmax_rcache *rc, const rdmax_rcache_region *r)
+{
+    return (uint64_t)r->start >> rc->rdmax__page_shift;
+}
+
+static uint64_t rdmax__rcache_epn(const rdmax_rcache *rc, const rdmax_rcache_region *r)
+{
+    return (uint64_t)r->end >> rc->rdmax__page_shift;
+}
+
+/* ---- region pool: 64-byte aligned 128-byte slots, 64 per slab ---- */
+
+#define RDMAX__RCACHE_SLAB_REGIONS 64
+#define RDMAX__RCACHE_SLOT 128
+
+static rdmax_rcache_region *rdmax__rcache_region_alloc(rdmax_rcache *rc)
+{
+    rdmax_rcache_region *r = rc->rdmax__free;
+    if (!r) {
+        char *raw = (char *)rdmax__rcache_malloc(&rc->rdmax__desc, RDMAX__RCACHE_SLAB_REGIONS * RDMAX__RCACHE_SLOT + 128);
+        uintptr_t base;
+        int i;
+        if (!raw) return NULL;
+        *(void **)raw = rc->rdmax__slabs;
+        rc->rdmax__slabs = raw;
+        base = ((uintptr_t)raw + sizeof(void *) + 63u) & ~(uintptr_t)63u;
+        for (i = RDMAX__RCACHE_SLAB_REGIONS - 1; i >= 0; i--) {
+            rdmax_rcache_region *s = (rdmax_rcache_region *)(base + (uintptr_t)i * RDMAX__RCACHE_SLOT);
+            s->rdmax__lru_next = rc->rdmax__free;
+            rc->rdmax__free = s;
+        }
+        r = rc->rdmax__free;
+    }
+    rc->rdmax__free = r->rdmax__lru_next;
+    memset(r, 0, sizeof(*r));
+    return r;
+}
+
+static void rdmax__rcache_region_free(rdmax_rcache *rc, rdmax_rcache_region *r)
+{
+    r->rdmax__flags = 0;
+    r->rdmax__lru_next = rc->rdmax__free;
+    rc->rdmax__free = r;
+}
+
+/* ---- LRU, lazy but exact ----
+   The list holds every unused cached region (and, lazily, some in-use ones), ordered by
+   rdmax__lru_stamp. A put to zero stamps rdmax__last_use with the clock and appends the region
+   only if it is not on the list yet; a hit touches nothing but the refcount. So for listed
+   regions lru_stamp <= last_use, and the head is the true least recently used region when its
+   stamps agree and it is unused. Eviction pops the head: in-use -> unlink (its last put
+   re-appends it); stale -> re-insert by last_use walking back from the tail (usually O(1));
+   else evict. This keeps the hit path free of list surgery on other regions' cache lines. */
+
+static void rdmax__rcache_lru_unlink(rdmax_rcache *rc, rdmax_rcache_region *r)
+{
+    if (r->rdmax__lru_prev) r->rdmax__lru_prev->rdmax__lru_next = r->rdmax__lru_next;
+    else rc->rdmax__lru_head = r->rdmax__lru_next;
+    if (r->rdmax__lru_next) r->rdmax__lru_next->rdmax__lru_prev = r->rdmax__lru_prev;
+    else rc->rdmax__lru_tail = r->rdmax__lru_prev;
+    r->rdmax__lru_prev = r->rdmax__lru_next = NULL;
+    r->rdmax__flags &= ~RDMAX__RCACHE_IN_LRU;
+}
+
+/* inserts r after p (p NULL: at the head) */
+static void rdmax__rcache_lru_insert_after(rdmax_rcache *rc, rdmax_rcache_region *p, rdmax_rcache_region *r)
+{
+    r->rdmax__lru_stamp = r->rdmax__last_use;
+    r->rdmax__lru_prev = p;
+    r->rdmax__lru_next = p ? p->rdmax__lru_next : rc->rdmax__lru_head;
+    if (r->rdmax__lru_next) r->rdmax__lru_next->rdmax__lru_prev = r;
+    else rc->rdmax__lru_tail = r;
+    if (p) p->rdmax__lru_next = r;
+    else rc->rdmax__lru_head = r;
+    r->rdmax__flags |= RDMAX__RCACHE_IN_LRU;
+}
+
+static void rdmax__rcache_lru_insert_sorted(rdmax_rcache *rc, rdmax_rcache_region *r)
+{
+    rdmax_rcache_region *p = rc->rdmax__lru_tail;
+    while (p && p->rdmax__lru_stamp > r->rdmax__last_use) p = p->rdmax__lru_prev;
+    rdmax__rcache_lru_insert_after(rc, p, r);
+}
+
+/* ---- >>memhooks: registration cache: the event ring, the opt-in memory hooks, the malloc policy ---- */
+/* Opt-in mechanism (RDMAX_MEMHOOKS, RDMAX_MALLOPT): symbol interposition + a lock-free event ring +
    a malloc policy. Without those defines the implementation defines no libc name and changes no
    process-wide setting; the cache then relies on rdmax_rcache_invalidate().
 
@@ -2571,11 +2798,30 @@ RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group
    - the hooks are Linux/glibc/LP64 only (RDMAX_MEMHOOKS elsewhere is an #error).
    ------------------------------------------------------------------------------------------- */
 
+/* Interposition and the malloc policy change the whole program, so they are opt-in (see the manual's
+   define table). The old opt-out names ask for what is now the default: accepted, and ignored. */
+#if defined(RDMAX_MEMHOOKS) && defined(RDMAX_NO_MEMHOOKS)
+#error "rdmax: RDMAX_MEMHOOKS and RDMAX_NO_MEMHOOKS contradict each other (hooks are off unless RDMAX_MEMHOOKS is defined: drop RDMAX_NO_MEMHOOKS)"
+#endif
+#if defined(RDMAX_MALLOPT) && defined(RDMAX_NO_MALLOPT)
+#error "rdmax: RDMAX_MALLOPT and RDMAX_NO_MALLOPT contradict each other (the malloc policy is off unless RDMAX_MALLOPT is defined: drop RDMAX_NO_MALLOPT)"
+#endif
+#if defined(RDMAX_MALLOPT) && !defined(RDMAX_MEMHOOKS)
+#error "rdmax: RDMAX_MALLOPT only serves the interposed hooks (it keeps glibc from unmapping memory where no hook sees it): define RDMAX_MEMHOOKS too, or neither"
+#endif
+#if defined(RDMAX_MEMHOOKS)
+#if defined(__linux__) && defined(__GLIBC__) && UINTPTR_MAX == 0xffffffffffffffffu
+#define RDMAX__RCACHE_HOOKS 1
+#else
+#error "rdmax: RDMAX_MEMHOOKS needs Linux, glibc and a 64-bit target"
+#endif
+#else
+#define RDMAX__RCACHE_HOOKS 0
+#endif
+
 #if (RDMAX_RCACHE_EVENT_RING_SIZE & (RDMAX_RCACHE_EVENT_RING_SIZE - 1)) != 0 || RDMAX_RCACHE_EVENT_RING_SIZE < 2
 #error "rdmax: RDMAX_RCACHE_EVENT_RING_SIZE must be a power of two"
 #endif
-
-RDMAX_STATIC_ASSERT(sizeof(rdmax_rcache_region) <= 128, "rdmax: region must fit its 128-byte slot");
 
 typedef struct rdmax__rcache_event {
     uint64_t seq; /* index+1 when published; with the top bit while being written */
@@ -2872,8 +3118,8 @@ __attribute__((constructor)) static void rdmax__rcache_policy_at_start(void)
 }
 #endif
 
-/* ---- the userfaultfd monitor (>>monitor) ----
-   One per process, started by the first cache in mode RDMAX_RCACHE_AUTO (see "Automatic
+/* ---- >>monitor: registration cache: the userfaultfd monitor -------------------------------------- */
+/* One per process, started by the first cache in mode RDMAX_RCACHE_AUTO (see "Automatic
    invalidation" for why this mechanism). A cache registers each range it caches with the monitor's
    userfaultfd in write-protect mode, without ever write-protecting a page: nothing faults, the
    registration only asks the kernel to report UNMAP (munmap, mmap MAP_FIXED, mremap shrink, brk
@@ -2884,6 +3130,7 @@ __attribute__((constructor)) static void rdmax__rcache_policy_at_start(void)
    for it, so a get that runs after the munmap returned always sees the event. The monitor thread
    takes no lock and allocates nothing: the unmapping thread may hold any lock (rdmax's, malloc's),
    be in a signal handler or be a thread inside a cache lookup. */
+
 #if defined(__linux__) && defined(__has_include)
 #if __has_include(<linux/userfaultfd.h>)
 #include <linux/userfaultfd.h>
@@ -3422,6 +3669,15 @@ RDMAX_API void rdmax_rcache_monitor_query(rdmax_rcache_monitor_info *out)
     pthread_mutex_unlock(&rdmax__mon_lock);
 }
 
+/* ---- >>invalidation: registration cache: invalidation, and draining the event ring --------------- */
+/* Goal: once the memory under a cached region is unmapped or replaced, that registration is
+   never handed out again (else a put silently sends the old pages).
+
+   Default mechanism (mode RDMAX_RCACHE_AUTO): the userfaultfd monitor (>>monitor above), chosen by
+   the route table and the measurements in the manual (rdmax.h, REGISTRATION CACHE). It feeds the
+   same ring as the hooks above; a range it cannot watch is registered per get. The opt-in hooks
+   remain for programs that want a cheaper munmap and accept what they change and miss. */
+
 RDMAX_API unsigned rdmax_rcache_memhooks(void)
 {
     unsigned bits = 0;
@@ -3434,218 +3690,115 @@ RDMAX_API unsigned rdmax_rcache_memhooks(void)
     return bits;
 }
 
-/* ---- radix page table (>>rcache) ---- */
-
-static const unsigned rdmax__rcache_shift[4] = {RDMAX__RCACHE_SHIFT0, RDMAX__RCACHE_SHIFT1, RDMAX__RCACHE_SHIFT2, 0};
-static const unsigned rdmax__rcache_fan[4] = {RDMAX__RCACHE_FAN0, RDMAX__RCACHE_FAN1, RDMAX__RCACHE_FAN2, RDMAX__RCACHE_FAN3};
-
-/* The cache's own memory comes from its desc's allocator (a context's cache: the context's). The
-   monitor's memo of watched extents is the process's, not a cache's: RDMAX_MALLOC. */
-static void *rdmax__rcache_malloc(const rdmax_rcache_desc *d, size_t n)
+static int rdmax__rcache_invalidate_pages(rdmax_rcache *rc, uint64_t ps, uint64_t pe)
 {
-    return d->allocator.alloc ? d->allocator.alloc(n, d->allocator.user) : RDMAX_MALLOC(n);
+    int n = 0;
+    rdmax_rcache_region *r;
+    if (pe > RDMAX__RCACHE_PN_LIMIT) pe = RDMAX__RCACHE_PN_LIMIT;
+    while (ps < pe && (r = rdmax__rcache_tree_first(rc->rdmax__root, 0, 0, ps, pe)) != NULL) {
+        ps = rdmax__rcache_epn(rc, r);
+        rdmax__rcache_drop(rc, r, 1);
+        n++;
+    }
+    return n;
 }
 
-static void rdmax__rcache_free(const rdmax_rcache_desc *d, void *p)
+static int rdmax__rcache_invalidate_all(rdmax_rcache *rc)
 {
-    if (d->allocator.free)
-        d->allocator.free(p, d->allocator.user);
-    else
-        RDMAX_FREE(p);
-}
-
-static uintptr_t *rdmax__rcache_node_new(const rdmax_rcache_desc *d, unsigned level)
-{
-    size_t n = (size_t)rdmax__rcache_fan[level] + 1;
-    uintptr_t *p = (uintptr_t *)rdmax__rcache_malloc(d, n * sizeof(uintptr_t));
-    if (!p) return NULL;
-    memset(p, 0, n * sizeof(uintptr_t));
-    return p + 1; /* p[0], i.e. node[-1], counts used entries */
-}
-
-static void rdmax__rcache_node_free(const rdmax_rcache_desc *d, uintptr_t *node)
-{
-    rdmax__rcache_free(d, node - 1);
-}
-
-static void rdmax__rcache_node_free_tree(const rdmax_rcache_desc *d, uintptr_t *node, unsigned level)
-{
-    unsigned i;
-    if (level < 3) {
-        for (i = 0; i < rdmax__rcache_fan[level]; i++) {
-            uintptr_t e = node[i];
-            if (e && !(e & 1u)) rdmax__rcache_node_free_tree(d, (uintptr_t *)e, level + 1);
+    int n = 0;
+    rdmax_rcache_region *r = rc->rdmax__all_head, *next;
+    for (; r; r = next) {
+        next = r->rdmax__all_next;
+        if (r->rdmax__flags & RDMAX__RCACHE_IN_LOOKUP) {
+            rdmax__rcache_drop(rc, r, 1);
+            n++;
         }
     }
-    rdmax__rcache_node_free(d, node);
+    return n;
 }
 
-/* Inserts val for page numbers [ps, pe) into the subtree at `node` (covering pages from base).
-   On failure (ENOMEM) the caller removes val again. */
-static int rdmax__rcache_tree_insert(const rdmax_rcache_desc *d, uintptr_t *node, unsigned level, uint64_t base,
-                                     uint64_t ps, uint64_t pe, uintptr_t val)
+static int rdmax__rcache_invalidate_bytes(rdmax_rcache *rc, uint64_t s, uint64_t e)
 {
-    unsigned sh = rdmax__rcache_shift[level];
-    uint64_t span = UINT64_C(1) << sh, node_end = base + (uint64_t)rdmax__rcache_fan[level] * span;
-    uint64_t lo = ps > base ? ps : base, hi = pe < node_end ? pe : node_end, i;
-    for (i = (lo - base) >> sh; i <= (hi - 1 - base) >> sh; i++) {
-        uint64_t cs = base + (i << sh), ce = cs + span;
-        if (ps <= cs && ce <= pe) {
-            if (node[i] != 0) return -EFAULT; /* overlap: a bug */
-            node[i] = val;
-            node[-1]++;
-        } else {
-            uintptr_t *child;
-            int rc;
-            if (node[i] & 1u) return -EFAULT;
-            if (!node[i]) {
-                child = rdmax__rcache_node_new(d, level + 1);
-                if (!child) return -ENOMEM;
-                node[i] = (uintptr_t)child;
-                node[-1]++;
-            } else {
-                child = (uintptr_t *)node[i];
-            }
-            rc = rdmax__rcache_tree_insert(d, child, level + 1, cs, ps, pe, val);
-            if (rc) return rc;
+    unsigned sh = rc->rdmax__page_shift;
+    uint64_t mask = (UINT64_C(1) << sh) - 1;
+    if (s == 0 && e == UINT64_MAX) return rdmax__rcache_invalidate_all(rc);
+    if (e <= s) return 0;
+    return rdmax__rcache_invalidate_pages(rc, s >> sh, (e >> sh) + ((e & mask) != 0));
+}
+
+/* Applies the events recorded since this cache's cursor (see "Automatic invalidation"). */
+static int rdmax__rcache_drain_locked(rdmax_rcache *rc)
+{
+    const uint64_t size = RDMAX_RCACHE_EVENT_RING_SIZE;
+    uint64_t h = __atomic_load_n(&rdmax__rcache_event_head, __ATOMIC_ACQUIRE);
+    uint64_t c = rc->rdmax__seen, resume = h;
+    int n = 0;
+    if (h == c) return 0;
+    if (rc->rdmax__mode == RDMAX_RCACHE_MANUAL) { /* the program invalidates; events are not ours */
+        rc->rdmax__seen = h;
+        return 0;
+    }
+    if (h - c > size) goto lost;
+    for (; c < h; c++) {
+        rdmax__rcache_event *ev = &rdmax__rcache_events[c & (size - 1)];
+        uint64_t v = __atomic_load_n(&ev->seq, __ATOMIC_ACQUIRE);
+        if (v == c + 1) {
+            uint64_t s = __atomic_load_n(&ev->start, __ATOMIC_RELAXED);
+            uint64_t e = __atomic_load_n(&ev->end, __ATOMIC_RELAXED);
+            __atomic_thread_fence(__ATOMIC_ACQUIRE);
+            if (__atomic_load_n(&ev->seq, __ATOMIC_RELAXED) != c + 1) goto lost; /* overwritten */
+            rc->rdmax__stats.events += e > s;
+            n += rdmax__rcache_invalidate_bytes(rc, s, e);
+        } else if ((v & ~(RDMAX__RCACHE_EV_BUSY | RDMAX__RCACHE_EV_MON)) > c + 1) {
+            goto lost; /* a writer lapped us */
+        } else if (v & RDMAX__RCACHE_EV_MON) {
+            /* the monitor is reading an event that may already have let an munmap return: wait
+               (it takes no lock and does not block) */
+            if (rdmax__mon.pid != (int)getpid()) goto lost; /* a forked child: no monitor here */
+            sched_yield();
+            c--;
+            continue;
+        } else if (resume == h) {
+            resume = c; /* claimed, not yet published: look again next time */
         }
     }
-    return 0;
+    rc->rdmax__seen = resume;
+    return n;
+lost:
+    rc->rdmax__stats.overflows++;
+    rc->rdmax__seen = h;
+    return n + rdmax__rcache_invalidate_all(rc);
 }
 
-/* Clears every entry equal to val in [ps, pe) and frees nodes that become empty (the root stays). */
-static void rdmax__rcache_tree_remove(const rdmax_rcache_desc *d, uintptr_t *node, unsigned level, uint64_t base,
-                                      uint64_t ps, uint64_t pe, uintptr_t val)
+RDMAX_API int rdmax_rcache_invalidate(rdmax_rcache *rc, const void *addr, size_t len)
 {
-    unsigned sh = rdmax__rcache_shift[level];
-    uint64_t span = UINT64_C(1) << sh, node_end = base + (uint64_t)rdmax__rcache_fan[level] * span;
-    uint64_t lo = ps > base ? ps : base, hi = pe < node_end ? pe : node_end, i;
-    for (i = (lo - base) >> sh; i <= (hi - 1 - base) >> sh; i++) {
-        uintptr_t e = node[i];
-        if (!e) continue;
-        if (e == val) {
-            node[i] = 0;
-            node[-1]--;
-        } else if (!(e & 1u)) {
-            uintptr_t *child = (uintptr_t *)e;
-            rdmax__rcache_tree_remove(d, child, level + 1, base + (i << sh), ps, pe, val);
-            if (child[-1] == 0) {
-                rdmax__rcache_node_free(d, child);
-                node[i] = 0;
-                node[-1]--;
-            }
-        }
-    }
+    uintptr_t a = (uintptr_t)addr;
+    int n;
+    if (!rc || a + len < a)
+        return rdmax__rcache_fail(RDMAX_ERR_INVALID_PARAM, RDMAX_LOG_ITEM_RCACHE_PARAM,
+                                  "rdmax_rcache_invalidate: %s", !rc ? "the cache is NULL" : "the range wraps");
+    if (len == 0) return 0;
+    rdmax__rcache_lock(rc);
+    n = rdmax__rcache_invalidate_bytes(rc, a, a + len);
+    rdmax__rcache_update_over(rc);
+    rdmax__rcache_unlock(rc);
+    return n;
 }
 
-/* The region holding the lowest page in [ps, pe), or NULL. */
-static rdmax_rcache_region *rdmax__rcache_tree_first(const uintptr_t *node, unsigned level, uint64_t base,
-                                                 uint64_t ps, uint64_t pe)
+RDMAX_API int rdmax_rcache_drain(rdmax_rcache *rc)
 {
-    unsigned sh = rdmax__rcache_shift[level];
-    uint64_t span = UINT64_C(1) << sh, node_end = base + (uint64_t)rdmax__rcache_fan[level] * span;
-    uint64_t lo = ps > base ? ps : base, hi = pe < node_end ? pe : node_end, i;
-    if (lo >= hi) return NULL;
-    for (i = (lo - base) >> sh; i <= (hi - 1 - base) >> sh; i++) {
-        uintptr_t e = node[i];
-        if (!e) continue;
-        if (e & 1u) return (rdmax_rcache_region *)(e - 1u);
-        {
-            rdmax_rcache_region *r =
-                rdmax__rcache_tree_first((const uintptr_t *)e, level + 1, base + (i << sh), ps, pe);
-            if (r) return r;
-        }
-    }
-    return NULL;
+    int n;
+    if (!rc)
+        return rdmax__rcache_fail(RDMAX_ERR_INVALID_PARAM, RDMAX_LOG_ITEM_RCACHE_PARAM,
+                                  "rdmax_rcache_drain: the cache is NULL");
+    rdmax__rcache_lock(rc);
+    n = rdmax__rcache_drain_locked(rc);
+    rdmax__rcache_update_over(rc);
+    rdmax__rcache_unlock(rc);
+    return n;
 }
 
-#define RDMAX__RCACHE_PN_LIMIT (UINT64_C(1) << RDMAX__RCACHE_PN_BITS)
-
-static uint64_t rdmax__rcache_spn(const rdmax_rcache *rc, const rdmax_rcache_region *r)
-{
-    return (uint64_t)r->start >> rc->rdmax__page_shift;
-}
-
-static uint64_t rdmax__rcache_epn(const rdmax_rcache *rc, const rdmax_rcache_region *r)
-{
-    return (uint64_t)r->end >> rc->rdmax__page_shift;
-}
-
-/* ---- region pool: 64-byte aligned 128-byte slots, 64 per slab ---- */
-
-#define RDMAX__RCACHE_SLAB_REGIONS 64
-#define RDMAX__RCACHE_SLOT 128
-
-static rdmax_rcache_region *rdmax__rcache_region_alloc(rdmax_rcache *rc)
-{
-    rdmax_rcache_region *r = rc->rdmax__free;
-    if (!r) {
-        char *raw = (char *)rdmax__rcache_malloc(&rc->rdmax__desc, RDMAX__RCACHE_SLAB_REGIONS * RDMAX__RCACHE_SLOT + 128);
-        uintptr_t base;
-        int i;
-        if (!raw) return NULL;
-        *(void **)raw = rc->rdmax__slabs;
-        rc->rdmax__slabs = raw;
-        base = ((uintptr_t)raw + sizeof(void *) + 63u) & ~(uintptr_t)63u;
-        for (i = RDMAX__RCACHE_SLAB_REGIONS - 1; i >= 0; i--) {
-            rdmax_rcache_region *s = (rdmax_rcache_region *)(base + (uintptr_t)i * RDMAX__RCACHE_SLOT);
-            s->rdmax__lru_next = rc->rdmax__free;
-            rc->rdmax__free = s;
-        }
-        r = rc->rdmax__free;
-    }
-    rc->rdmax__free = r->rdmax__lru_next;
-    memset(r, 0, sizeof(*r));
-    return r;
-}
-
-static void rdmax__rcache_region_free(rdmax_rcache *rc, rdmax_rcache_region *r)
-{
-    r->rdmax__flags = 0;
-    r->rdmax__lru_next = rc->rdmax__free;
-    rc->rdmax__free = r;
-}
-
-/* ---- LRU, lazy but exact ----
-   The list holds every unused cached region (and, lazily, some in-use ones), ordered by
-   rdmax__lru_stamp. A put to zero stamps rdmax__last_use with the clock and appends the region
-   only if it is not on the list yet; a hit touches nothing but the refcount. So for listed
-   regions lru_stamp <= last_use, and the head is the true least recently used region when its
-   stamps agree and it is unused. Eviction pops the head: in-use -> unlink (its last put
-   re-appends it); stale -> re-insert by last_use walking back from the tail (usually O(1));
-   else evict. This keeps the hit path free of list surgery on other regions' cache lines. */
-
-static void rdmax__rcache_lru_unlink(rdmax_rcache *rc, rdmax_rcache_region *r)
-{
-    if (r->rdmax__lru_prev) r->rdmax__lru_prev->rdmax__lru_next = r->rdmax__lru_next;
-    else rc->rdmax__lru_head = r->rdmax__lru_next;
-    if (r->rdmax__lru_next) r->rdmax__lru_next->rdmax__lru_prev = r->rdmax__lru_prev;
-    else rc->rdmax__lru_tail = r->rdmax__lru_prev;
-    r->rdmax__lru_prev = r->rdmax__lru_next = NULL;
-    r->rdmax__flags &= ~RDMAX__RCACHE_IN_LRU;
-}
-
-/* inserts r after p (p NULL: at the head) */
-static void rdmax__rcache_lru_insert_after(rdmax_rcache *rc, rdmax_rcache_region *p, rdmax_rcache_region *r)
-{
-    r->rdmax__lru_stamp = r->rdmax__last_use;
-    r->rdmax__lru_prev = p;
-    r->rdmax__lru_next = p ? p->rdmax__lru_next : rc->rdmax__lru_head;
-    if (r->rdmax__lru_next) r->rdmax__lru_next->rdmax__lru_prev = r;
-    else rc->rdmax__lru_tail = r;
-    if (p) p->rdmax__lru_next = r;
-    else rc->rdmax__lru_head = r;
-    r->rdmax__flags |= RDMAX__RCACHE_IN_LRU;
-}
-
-static void rdmax__rcache_lru_insert_sorted(rdmax_rcache *rc, rdmax_rcache_region *r)
-{
-    rdmax_rcache_region *p = rc->rdmax__lru_tail;
-    while (p && p->rdmax__lru_stamp > r->rdmax__last_use) p = p->rdmax__lru_prev;
-    rdmax__rcache_lru_insert_after(rc, p, r);
-}
-
-/* ---- region life cycle ---- */
+/* ---- >>rcache: registration cache: a region's life cycle, get and put, create and destroy -------- */
 
 static void rdmax__rcache_all_link(rdmax_rcache *rc, rdmax_rcache_region *r)
 {
@@ -3732,86 +3885,6 @@ static void rdmax__rcache_update_over(rdmax_rcache *rc)
 {
     if (rc->rdmax__over) rdmax__rcache_make_room(rc, 0, 0);
     rc->rdmax__over = (uint32_t)rdmax__rcache_over(rc, 0, 0);
-}
-
-static int rdmax__rcache_invalidate_pages(rdmax_rcache *rc, uint64_t ps, uint64_t pe)
-{
-    int n = 0;
-    rdmax_rcache_region *r;
-    if (pe > RDMAX__RCACHE_PN_LIMIT) pe = RDMAX__RCACHE_PN_LIMIT;
-    while (ps < pe && (r = rdmax__rcache_tree_first(rc->rdmax__root, 0, 0, ps, pe)) != NULL) {
-        ps = rdmax__rcache_epn(rc, r);
-        rdmax__rcache_drop(rc, r, 1);
-        n++;
-    }
-    return n;
-}
-
-static int rdmax__rcache_invalidate_all(rdmax_rcache *rc)
-{
-    int n = 0;
-    rdmax_rcache_region *r = rc->rdmax__all_head, *next;
-    for (; r; r = next) {
-        next = r->rdmax__all_next;
-        if (r->rdmax__flags & RDMAX__RCACHE_IN_LOOKUP) {
-            rdmax__rcache_drop(rc, r, 1);
-            n++;
-        }
-    }
-    return n;
-}
-
-static int rdmax__rcache_invalidate_bytes(rdmax_rcache *rc, uint64_t s, uint64_t e)
-{
-    unsigned sh = rc->rdmax__page_shift;
-    uint64_t mask = (UINT64_C(1) << sh) - 1;
-    if (s == 0 && e == UINT64_MAX) return rdmax__rcache_invalidate_all(rc);
-    if (e <= s) return 0;
-    return rdmax__rcache_invalidate_pages(rc, s >> sh, (e >> sh) + ((e & mask) != 0));
-}
-
-/* Applies the events recorded since this cache's cursor (see "Automatic invalidation"). */
-static int rdmax__rcache_drain_locked(rdmax_rcache *rc)
-{
-    const uint64_t size = RDMAX_RCACHE_EVENT_RING_SIZE;
-    uint64_t h = __atomic_load_n(&rdmax__rcache_event_head, __ATOMIC_ACQUIRE);
-    uint64_t c = rc->rdmax__seen, resume = h;
-    int n = 0;
-    if (h == c) return 0;
-    if (rc->rdmax__mode == RDMAX_RCACHE_MANUAL) { /* the program invalidates; events are not ours */
-        rc->rdmax__seen = h;
-        return 0;
-    }
-    if (h - c > size) goto lost;
-    for (; c < h; c++) {
-        rdmax__rcache_event *ev = &rdmax__rcache_events[c & (size - 1)];
-        uint64_t v = __atomic_load_n(&ev->seq, __ATOMIC_ACQUIRE);
-        if (v == c + 1) {
-            uint64_t s = __atomic_load_n(&ev->start, __ATOMIC_RELAXED);
-            uint64_t e = __atomic_load_n(&ev->end, __ATOMIC_RELAXED);
-            __atomic_thread_fence(__ATOMIC_ACQUIRE);
-            if (__atomic_load_n(&ev->seq, __ATOMIC_RELAXED) != c + 1) goto lost; /* overwritten */
-            rc->rdmax__stats.events += e > s;
-            n += rdmax__rcache_invalidate_bytes(rc, s, e);
-        } else if ((v & ~(RDMAX__RCACHE_EV_BUSY | RDMAX__RCACHE_EV_MON)) > c + 1) {
-            goto lost; /* a writer lapped us */
-        } else if (v & RDMAX__RCACHE_EV_MON) {
-            /* the monitor is reading an event that may already have let an munmap return: wait
-               (it takes no lock and does not block) */
-            if (rdmax__mon.pid != (int)getpid()) goto lost; /* a forked child: no monitor here */
-            sched_yield();
-            c--;
-            continue;
-        } else if (resume == h) {
-            resume = c; /* claimed, not yet published: look again next time */
-        }
-    }
-    rc->rdmax__seen = resume;
-    return n;
-lost:
-    rc->rdmax__stats.overflows++;
-    rc->rdmax__seen = h;
-    return n + rdmax__rcache_invalidate_all(rc);
 }
 
 static void rdmax__rcache_lock(rdmax_rcache *rc)
@@ -4140,34 +4213,6 @@ RDMAX_API int rdmax_rcache_destroy(rdmax_rcache *rc)
     return held;
 }
 
-RDMAX_API int rdmax_rcache_invalidate(rdmax_rcache *rc, const void *addr, size_t len)
-{
-    uintptr_t a = (uintptr_t)addr;
-    int n;
-    if (!rc || a + len < a)
-        return rdmax__rcache_fail(RDMAX_ERR_INVALID_PARAM, RDMAX_LOG_ITEM_RCACHE_PARAM,
-                                  "rdmax_rcache_invalidate: %s", !rc ? "the cache is NULL" : "the range wraps");
-    if (len == 0) return 0;
-    rdmax__rcache_lock(rc);
-    n = rdmax__rcache_invalidate_bytes(rc, a, a + len);
-    rdmax__rcache_update_over(rc);
-    rdmax__rcache_unlock(rc);
-    return n;
-}
-
-RDMAX_API int rdmax_rcache_drain(rdmax_rcache *rc)
-{
-    int n;
-    if (!rc)
-        return rdmax__rcache_fail(RDMAX_ERR_INVALID_PARAM, RDMAX_LOG_ITEM_RCACHE_PARAM,
-                                  "rdmax_rcache_drain: the cache is NULL");
-    rdmax__rcache_lock(rc);
-    n = rdmax__rcache_drain_locked(rc);
-    rdmax__rcache_update_over(rc);
-    rdmax__rcache_unlock(rc);
-    return n;
-}
-
 RDMAX_API void rdmax_rcache_query_stats(rdmax_rcache *rc, rdmax_rcache_stats *out)
 {
     rdmax__rcache_lock(rc);
@@ -4255,843 +4300,35 @@ out:
     return st;
 }
 
+/* ---- >>srq: receive pools (shared receive queues), the QP-number map; their credits: >>recv ------ */
+/* RC endpoints receive from shared receive queues: one per buffer size in use (endpoints with the same
+   recv_size share one SRQ and its pool; the context's recv_size is the default, and its pool stays for
+   the context's life; a pool of another size goes with its last endpoint - at the end of the poll batch
+   when a callback destroyed it, so a pool never goes while a batch may name it - and its slot is not
+   reused until the receive CQ was drained: a completion still queued for it then finds no pool and is
+   dropped).
 
-/* ---- >>rc ---------------------------------------------------------------------------------------- */
-static uint32_t rdmax__pow2(uint32_t v)
-{
-    uint32_t p = 1;
-    while (p < v)
-        p <<= 1;
-    return p;
-}
+     pool     chunks of per_chunk buffers of recv_size bytes (about 256 KiB, at most 256 buffers, at
+              least one); each chunk is one NUMA-placed allocation and one MR. A buffer is named by its
+              pool and index (chunk << 8 | slot: a fixed field for the slot, so decoding one needs no
+              shift by a pool's count), the low bits of its wr_id, whose endpoint field is 0xffff (never
+              a real endpoint index): receive bit | pool << 25 | index, bit 30 clear.
+     posted   buffers in the SRQ, and those a poll batch took out of it and rdmax__srq_fill has not
+              counted out yet (in a callback, or staged); free[0, n_free): the others
+     staged   rq[0, n_stage): buffers the receive path gave back in this poll batch, with the wr_id,
+              address and key it had them by, for rdmax__srq_fill to count out of posted and post as
+              they are (so the poll path counts nothing per buffer)
+     target   the sum of the credits (ep->rq_depth: the window + 1) of the pool's endpoints
 
-static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdmax_ep_desc *d)
-{
-    if (in)
-        *d = *in;
-    else
-        memset(d, 0, sizeof *d);
-    /* 32 slots keep an endpoint small: rdmax's slot array is 1 KiB and rxe's send queue 36 KiB (256 slots
-       cost 8 KiB and 260 KiB); a flow that needs more in flight asks for it. */
-    if (!d->sq_depth)
-        d->sq_depth = 32;
-    d->sq_depth = rdmax__pow2(d->sq_depth);
-    /* Slots are indexed with sq_mask = sq_depth - 1, so the depth must stay a power of two: clamp to
-       the largest one under max_qp_wr, which need not be one itself, and to 32768 (rdmax_ep.sq_regions
-       counts slots in 16 bits). */
-    while (d->sq_depth > 1 && (d->sq_depth > ctx->attr.max_qp_wr || d->sq_depth > 32768))
-        d->sq_depth >>= 1;
-    if (d->transport == RDMAX_TRANSPORT_ID_RC) {
-        /* RC: rq_depth is the window of this peer: the sends and puts with immediate it may have in
-           flight to us, backed by rq_depth + 1 buffers (the one more for its grants, see >>srq). Four is
-           the least: a grant goes at half the window, and a grant also uses a buffer at the peer, so with
-           a threshold of one each grant would answer the other's forever. */
-        if (!d->rq_depth)
-            d->rq_depth = 16;
-        if (d->rq_depth < 4)
-            d->rq_depth = 4;
-        if (d->rq_depth > 65534)
-            d->rq_depth = 65534;  /* + 1: the connection record's credits field */
-        if (!ctx->attr.max_srq_wr && d->recv_pool != RDMAX_RECV_POOL_OWN) {
-            d->recv_pool = RDMAX_RECV_POOL_OWN;  /* no shared receive queues on this device */
-            if (!ctx->said_no_srq)
-                rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_SRQ, "device %s has no shared receive queues (max_srq "
-                           "0): RC endpoints receive into pools of their own (recv_pool RDMAX_RECV_POOL_OWN)",
-                           ctx->attr.name);
-            ctx->said_no_srq = 1;
-        }
-        if (d->recv_pool == RDMAX_RECV_POOL_OWN && d->rq_depth >= ctx->attr.max_qp_wr)
-            d->rq_depth = ctx->attr.max_qp_wr - 1;  /* + 1 buffers on its own receive queue */
-        if (!d->recv_size)
-            d->recv_size = ctx->desc.recv_size;
-        if (d->recv_size > ctx->attr.max_msg_sz)
-            d->recv_size = (uint32_t)ctx->attr.max_msg_sz;
-    } else {  /* UD: the context's QP and pool (>>ud) */
-        d->recv_pool = RDMAX_RECV_POOL_SHARED;
-        if (!d->rq_depth)
-            d->rq_depth = 128;
-        if (d->rq_depth < 32)
-            d->rq_depth = 32;  /* reposts go in batches of 16: keep at least two batches */
-        if (d->rq_depth > ctx->attr.max_qp_wr)
-            d->rq_depth = ctx->attr.max_qp_wr;
-        if (!d->recv_size)
-            d->recv_size = 4096;
-    }
-    if (!d->signal_interval)
-        d->signal_interval = 64;
-    if (d->signal_interval > d->sq_depth / 2)
-        d->signal_interval = d->sq_depth / 2 ? d->sq_depth / 2 : 1;
-    /* rxe sizes every send-queue entry for the inline cap (256 fits the entry that 8 SGEs need anyway; its
-       probed 400 doubles the entry), so the default stays at 256 unless asked. */
-    if (!d->max_inline)
-        d->max_inline = ctx->attr.max_inline < 256 ? ctx->attr.max_inline : 256;
-    if (d->max_inline > ctx->attr.max_inline)
-        d->max_inline = ctx->attr.max_inline;
-    /* 1.07 s per try, as UCX's rc transports: with 67 ms (14), 94-101 of 128 endpoints of 8 clients on a
-       loaded two-host link failed with RETRY_EXCEEDED within a second */
-    if (!d->timeout)
-        d->timeout = 18;
-    if (!d->retry_cnt)
-        d->retry_cnt = 6;  /* rxe treats 7 as "retry forever": a vanished peer would never be reported */
-    if (d->retry_cnt > 7)
-        d->retry_cnt = 7;
-    if (!d->rnr_retry)
-        d->rnr_retry = 6;
-    if (d->rnr_retry > 7)
-        d->rnr_retry = 7;
-    if (!d->min_rnr_timer)
-        d->min_rnr_timer = 12;
-    if (!d->max_rd_atomic || d->max_rd_atomic > ctx->attr.max_qp_rd_atom)
-        d->max_rd_atomic = (uint8_t)(ctx->attr.max_qp_rd_atom > 255 ? 255 : ctx->attr.max_qp_rd_atom);
-    if (!d->watchdog_ms) {
-        /* Twice what the device itself may take to give up, plus 2 s for a loaded host. */
-        uint64_t retry_ms = (4096ull << d->timeout) * (d->retry_cnt + 1u) / 1000000u + 1;
-        d->watchdog_ms = (uint32_t)(2 * retry_ms + 2000);
-    }
-    if (!d->keepalive_ms)
-        d->keepalive_ms = 4000;  /* found within 4 s + the RC retry time (7.5 s): under 12 s */
-}
+   A receive completion names its QP (wc->qp_num); a small open-addressing map gives the endpoint. A
+   destroyed endpoint leaves a tombstone stamped with the receive CQ's drain epoch (how many polls found
+   the CQ empty): its completions still queued are counted (stale_wr_ids) and dropped, their buffers
+   recycled. The tombstone dies once the CQ was seen empty after the destroy (nothing of a destroyed QP
+   can arrive later); until then a new QP that happens to get the same number is not used.
 
-/* ---- >>post: the general path of the operations (rdmax__op_slow) and the post list's lean put ---- */
-/* Request e (a short put of ep's chain) is signaled: its flag, and its slot keeps what an error report
-   needs (as rdmax__fast_post_signaled). Its flags are set back after the post (chain_sig, or by the
-   caller: rdmax__batch_end). */
-RDMAX_INLINE void rdmax__chain_sig_put(rdmax_ep *ep, rdmax__bent *e)
-{
-    rdmax__slot *s = &ep->slots[(uint32_t)e->wr.wr_id & ep->sq_mask];
-    e->wr.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
-    s->signaled = 1;
-    s->len = e->sge[0].length;
-    s->raddr = e->wr.wr.rdma.remote_addr;
-}
-
-/* rdmax__chain_sig_put, and bent[i] noted in chain_sig. */
-static void rdmax__chain_signal(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t i)
-{
-    ctx->chain_sig[ctx->chain_nsig++] = i;
-    rdmax__chain_sig_put(ep, &ctx->bent[i]);
-}
-
-/* The short puts chained in the open room, bent[chain_base .. next) (rdmax__put_chain_at writes only
-   their data, length and remote fields): they take their send slots now, from sq_head on; each entry's
-   wr_id gets its slot, each slot its op (rdmax__slot_op), eight at a time up to the queue's end, then
-   from its start. Returns how many. */
-RDMAX_INLINE uint32_t rdmax__room_settle(rdmax_ctx *ctx, rdmax_ep *ep, rdmax__bent *next)
-{
-    rdmax__bent *e = &ctx->bent[ctx->chain_base];
-    uint32_t k = (uint32_t)(next - e), head = ep->sq_head, slot = head & ep->sq_mask;
-    uint32_t run = ep->sq_mask + 1 - slot;  /* the slots before the queue's end */
-    rdmax__slot *sp = &ep->slots[slot];
-    run = run < k ? run : k;
-    for (uint32_t m = run;; m = k - run, slot = 0, sp = ep->slots) {
-        rdmax__bent *stop = e + (m & ~7u);
-        for (; e != stop; e += 8, sp += 8, slot += 8) {  /* unrolled by hand: -O2 keeps a loop of 8 */
-#define RDMAX__SETTLE_J(j)                                                                             \
-    do {                                                                                               \
-        uint32_t sj_ = slot + (j);                                                                     \
-        memcpy((char *)&e[j].wr.wr_id + RDMAX__WR_ID_LO, &sj_, 4);                                     \
-        rdmax__slot_op(&sp[j], RDMAX_OP_PUT);                                                          \
-    } while (0)
-            RDMAX__SETTLE_J(0); RDMAX__SETTLE_J(1); RDMAX__SETTLE_J(2); RDMAX__SETTLE_J(3);
-            RDMAX__SETTLE_J(4); RDMAX__SETTLE_J(5); RDMAX__SETTLE_J(6); RDMAX__SETTLE_J(7);
-#undef RDMAX__SETTLE_J
-        }
-        for (m &= 7; m > 0; m--, e++, sp++, slot++) {
-            memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_LO, &slot, 4);
-            rdmax__slot_op(sp, RDMAX_OP_PUT);
-        }
-        if (e == next)
-            break;
-    }
-    ep->sq_head = head + k;
-    return k;
-}
-
-/* Closes the room (if open): the short puts chained in it are counted in posted[] once, the CQ entries
-   they did not use go back, and the ones that must be signaled are: one in signal_interval (from sig_at,
-   which the chained puts left behind, as if each had been posted alone) and, as on the direct path,
-   every one that found no more than scq_low CQ entries free (taken as the free entries when the room
-   opened, minus the puts before it). Before anything else touches ep's chain, sq_head or sig_at: its
-   post, the general path, destroy. The room is open (rdmax__chain_close tests that). */
-RDMAX_INLINE void rdmax__chain_close_open(rdmax_ctx *ctx, rdmax_ep *ep)
-{
-    uint32_t base = ctx->chain_base, k = rdmax__room_settle(ctx, ep, ctx->chain_next), n = base + k;
-    ctx->scq_spare += (int32_t)(ctx->chain_end - ctx->chain_next);
-    ctx->chain_next = ctx->chain_end = NULL;
-    ctx->batch_n = n;
-    ctx->cnt.posted[RDMAX_OP_PUT] += k;
-    uint32_t c0 = ctx->chain_c0, low = ctx->scq_low;
-    uint32_t m = c0 > low ? c0 - low : 0;  /* the puts from m on found scq_low entries or fewer */
-    m = m < k ? m : k;
-    uint32_t head0 = ep->sq_head - k;  /* sq_head before the chain's puts, which left sig_at as it was */
-    uint32_t i = ep->sig_at - head0;
-    if (i < m) {
-        do
-            rdmax__chain_signal(ctx, ep, base + i);
-        while ((i += ep->signal_interval) < m);
-        uint32_t full = ep->sq_tail + ep->sq_mask + 1;
-        ep->sig_at = full - head0 < i ? full : head0 + i;  /* as rdmax__sig_next */
-    }  /* else sig_at stays: never beyond the queue's end (sq_tail + sq_depth), which only grows */
-    for (uint32_t j = m; j < k; j++) {
-        rdmax__chain_signal(ctx, ep, base + j);
-        ep->sig_at = rdmax__sig_next(ep, head0 + j);
-    }
-    rdmax__ep_regate(ep);
-}
-
-static void rdmax__chain_close(rdmax_ctx *ctx, rdmax_ep *ep)
-{
-    if (ctx->chain_end != NULL)
-        rdmax__chain_close_open(ctx, ep);
-}
-
-/* ep is blocked for `why` too (RDMAX__BLK_STATE, RDMAX__BLK_PENDING): a room it chains into closes, as
-   rdmax_put sends its puts to the room on batch_ep alone (rdmax__put_chain). */
-static void rdmax__ep_block(rdmax_ep *ep, uint8_t why)
-{
-    ep->blocked |= why;
-    if (ep->ctx->batch_ep == ep)
-        rdmax__chain_close(ep->ctx, ep);
-    rdmax__ep_regate(ep);
-}
-
-/* After the chain was posted (or dropped): the entries' set fields back (rdmax__bent). */
-static void rdmax__chain_reset(rdmax_ctx *ctx)
-{
-    for (uint32_t k = 0; k < ctx->chain_nsig; k++)
-        ctx->bent[ctx->chain_sig[k]].wr.send_flags = IBV_SEND_INLINE;
-    ctx->chain_nsig = 0;
-    if (ctx->chain_dirty)
-        rdmax__chain_clean(ctx, 0, ctx->chain_dirty);
-}
-
-/* Reserve one send slot and post (or chain) the request the caller filled in (rdmax__ep_wr). */
-static rdmax_status rdmax__ep_check(rdmax_ep *ep)
-{
-    if (rdmax_unlikely(ep->state != RDMAX_EP_CONNECTED))
-        return ep->state == RDMAX_EP_ERROR ? RDMAX_ERR_ENDPOINT
-               : ep->state == RDMAX_EP_CLOSED ? RDMAX_ERR_CLOSED : RDMAX_ERR_NOT_CONNECTED;
-    /* Out of send-queue or CQ entries, or requests are waiting: a direct post would overtake them. */
-    if (rdmax_unlikely(rdmax__ep_sq_avail(ep) == 0 || rdmax__scq_free(ep->ctx) == 0 ||
-                       (ep->group.count != 0 && ep->ctx->disp_ep != ep))) {
-        ep->ctx->cnt.no_resource++;
-        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep,
-                             rdmax__ep_sq_avail(ep) == 0 ? RDMAX_PROFILE_NORES_SQ
-                             : rdmax__scq_free(ep->ctx) == 0 ? RDMAX_PROFILE_NORES_CQ : RDMAX_PROFILE_NORES_PENDING);
-        return RDMAX_ERR_NO_RESOURCE;
-    }
-    return RDMAX_OK;
-}
-
-/* A comp whose request was accepted gets its success status now (nothing is set on a refusal): the
-   common completion then only sets done (rdmax__send_cqe_fast); a failure sets the status again
-   (rdmax__complete). */
-static void rdmax__comp_taken(rdmax_comp *comp)
-{
-    if (comp)
-        comp->status = RDMAX_OK;
-}
-
-/* The general path's post (or chain) of a request the caller filled in (rdmax__ep_wr). */
-static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_comp *comp, rdmax_op op, uint32_t len,
-                                   uint64_t raddr, struct rdmax_rcache_region *region)
-{
-    rdmax_ctx *ctx = ep->ctx;
-    uint32_t slot = ep->sq_head & ep->sq_mask;
-    rdmax__slot *s = &ep->slots[slot];
-    uint32_t sig_at = ep->sig_at;  /* restored if the post is refused */
-    /* Signal when asked for a completion, every signal_interval posts, and on the last free slot or CQ
-       entries so that a completion always comes back to free them. */
-    int sig = comp != NULL || ep->sq_head == sig_at || rdmax__ep_sq_avail(ep) <= 1 || ctx->scq_spare <= 0;
-    s->comp = comp;
-    ctx->comps_out += comp != NULL;
-    s->region = region;
-    ep->sq_regions += region != NULL;
-    s->len = len;
-    s->op = (uint8_t)op;
-    s->signaled = (uint8_t)sig;
-    s->raddr = raddr;
-    wr->wr_id = ep->wr_id_base | slot | (comp != NULL && comp->cb != NULL ? RDMAX__WR_CB : 0);
-    if (sig) {
-        wr->send_flags |= IBV_SEND_SIGNALED;
-        ep->sig_at = rdmax__sig_next(ep, ep->sq_head);
-    }
-    ep->sq_head++;
-    ctx->scq_spare--;
-    ctx->cnt.posted[op]++;
-    ctx->cnt.bytes[op] += len;
-    if (ep->blocked & RDMAX__BLK_BATCH) {
-        ep->sq_stop = ep->sq_head;
-        rdmax_status st;
-        if (++ctx->batch_n == RDMAX_BATCH_MAX && (st = rdmax__post_chain(ep, 1)) != RDMAX_OK)
-            return st;  /* the caller undoes its own request */
-        rdmax__comp_taken(comp);
-        return RDMAX_OK;
-    }
-    struct ibv_send_wr *bad;
-    wr->next = NULL;
-    RDMAX__PROF_BEGIN(ctx, POST);
-    int rc = ibv_post_send(ep->qp, wr, &bad);
-    RDMAX__PROF_END(ctx, POST);
-    if (rdmax_unlikely(rc != 0)) {
-        /* nothing was posted: give the slot back */
-        ep->sq_head--;
-        ctx->scq_spare++;
-        ctx->comps_out -= comp != NULL;
-        s->comp = NULL;
-        ep->sq_regions -= s->region != NULL;
-        s->region = NULL;
-        s->signaled = 0;
-        ctx->cnt.posted[op]--;
-        ctx->cnt.bytes[op] -= len;
-        ep->sig_at = sig_at;
-        ep->last_errno = rc;
-        rdmax__ep_regate(ep);
-        return RDMAX_ERR_IO;
-    }
-    rdmax__ep_regate(ep);
-    rdmax__comp_taken(comp);
-    return RDMAX_OK;
-}
-
-static struct ibv_send_wr *rdmax__ep_wr(rdmax_ep *ep, enum ibv_wr_opcode opcode)
-{
-    rdmax_ctx *ctx = ep->ctx;
-    struct ibv_send_wr *wr = &ctx->gwr;  /* the SGEs the endpoint's (rdmax_ep.wr is the fast put's) */
-    wr->sg_list = ep->sge;
-    if (rdmax_unlikely(ep->blocked & RDMAX__BLK_BATCH)) {
-        /* the entry's request (already chained, its sg_list set) gets this request's fields, after the
-           short puts before it were counted and a full chain of them was posted (a refusal completes
-           their comps with RDMAX_ERR_IO; this request goes into the next chain) */
-        rdmax__chain_close(ctx, ep);
-        if (rdmax_unlikely(ctx->batch_n == RDMAX_BATCH_MAX))
-            (void)rdmax__post_chain(ep, 0);
-        wr = &ctx->bent[ctx->batch_n].wr;
-        if (ctx->chain_dirty <= ctx->batch_n)
-            ctx->chain_dirty = ctx->batch_n + 1;
-    }
-    wr->opcode = opcode;
-    wr->send_flags = 0;
-    return wr;
-}
-
-/* Contiguous send, put: inline when len <= max_inline and (mem NULL or comp NULL): the data is copied
-   at the call, so the buffer is free when it returns; zero-copy from mem (or the rcache) otherwise.
-   Returns RDMAX_INPROGRESS whenever comp is given, RDMAX_OK for inline data without a comp. The caller
-   checked resources and set the remote fields. */
-static rdmax_status rdmax__ep_contig(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_op op, const void *buf,
-                                           size_t len, const rdmax_mem *mem, uint64_t raddr, rdmax_comp *comp)
-{
-    struct ibv_sge *sge = wr->sg_list;
-    sge->addr = (uintptr_t)buf;
-    sge->length = (uint32_t)len;
-    wr->num_sge = len ? 1 : 0;
-    if (len <= ep->max_inline && (mem == NULL || comp == NULL)) {
-        wr->send_flags = IBV_SEND_INLINE;
-        sge->lkey = 0;
-        /* A chained request is posted later, but the buffer is promised free now: copy it. */
-        if (ep->blocked & RDMAX__BLK_BATCH) {
-            char *stage = ep->ctx->inl_stage + (size_t)ep->ctx->batch_n * ep->ctx->attr.max_inline;
-            memcpy(stage, buf, len);
-            sge->addr = (uintptr_t)stage;
-        }
-        /* The completion contract: given a comp, the operation reports through it, inline or not (the
-           post is then signaled); without one, inline data is done at once. */
-        rdmax_status ist = rdmax__ep_post(ep, wr, comp, op, (uint32_t)len, raddr, NULL);
-        return ist == RDMAX_OK && comp != NULL ? RDMAX_INPROGRESS : ist;
-    }
-    struct rdmax_rcache_region *region = NULL;
-    if (mem != NULL) {
-        sge->lkey = mem->lkey;
-    } else {
-        rdmax_status rs = rdmax__rcache_lkey(ep->ctx, buf, len, RDMAX_ACCESS_LOCAL, &region);
-        if (rdmax_unlikely(rs != RDMAX_OK))
-            return rs;
-        sge->lkey = region->lkey;
-    }
-    rdmax_status st = rdmax__ep_post(ep, wr, comp, op, (uint32_t)len, raddr, region);
-    if (rdmax_unlikely(st != RDMAX_OK) && region)
-        rdmax_rcache_put(ep->ctx->rcache, region);
-    return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
-}
-
-/* rdmax_send's general path. */
-static rdmax_status rdmax__g_send(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
-                                  rdmax_comp *comp)
-{
-    rdmax_status st = rdmax__ep_check(ep);
-    if (rdmax_unlikely(st != RDMAX_OK))
-        return st;
-    /* NULL data: the inline path would copy from it (one test covers both; peer_recv_size < 2^32). */
-    if (rdmax_unlikely(len > ep->peer_recv_size || (buf == NULL && len != 0)))
-        return buf == NULL && len != 0 ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
-    /* RC: never more sends in flight than the peer has receive buffers (no RNR in steady state); the
-       last credit is kept for a grant. Credits we owe the peer ride along in the immediate data. */
-    if (rdmax_unlikely(ep->tx_credits <= 1)) {
-        ep->ctx->cnt.no_resource++;
-        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_CREDITS);
-        return RDMAX_ERR_NO_RESOURCE;
-    }
-    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND_WITH_IMM);
-    wr->imm_data = RDMAX__LE32(ep->rx_unreturned);
-#if RDMAX__HAS_UD
-    wr->wr.ud.ah = ep->ah;  /* never NULL on a UD endpoint: creation fails without one */
-    wr->wr.ud.remote_qpn = ep->ud_qpn;
-    wr->wr.ud.remote_qkey = ep->ud_qkey;
-#endif
-    st = rdmax__ep_contig(ep, wr, RDMAX_OP_SEND, buf, len, mem, 0, comp);
-#if RDMAX__HAS_UD
-    if (ep->ah != NULL) {  /* UD has no credits: the device drops what finds no buffer */
-        /* The immediate data is the peer endpoint's index (low 16 bits) and this datagram's number (high
-           16, wrapping), so that the receiver sees loss: ud.skipped, ud.late, ud.duplicates. */
-        ep->rx_unreturned += (uint32_t)(st >= 0) << 16;
-        return st;
-    }
-#endif
-    if (rdmax_likely(st >= 0)) {
-        ep->tx_credits--;
-        ep->rx_unreturned = 0;
-    }
-    return st;
-}
-
-#if RDMAX__HAS_RC
-/* The checks of an operation only RC has (put, get, atomics): a UD endpoint is refused (its work request
-   has no remote address: the provider would take the address handle from where it lies). That test is
-   compiled only when both transports are; `read` (get, atomics) also needs the read budget. */
-static rdmax_status rdmax__ep_check_rc(rdmax_ep *ep, int read)
-{
-#if RDMAX__HAS_UD
-    if (rdmax_unlikely(ep->qp->qp_type != IBV_QPT_RC))
-        return RDMAX_ERR_UNSUPPORTED;
-#endif
-    rdmax_status st = rdmax__ep_check(ep);
-    if (rdmax_unlikely(st != RDMAX_OK))
-        return st;
-    if (read && rdmax_unlikely(ep->rd_avail == 0)) {
-        ep->ctx->cnt.no_resource++;
-        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_READS);
-        return RDMAX_ERR_NO_RESOURCE;
-    }
-    return RDMAX_OK;
-}
-
-/* rdmax_put_imm's path (always out of line): the notice takes a receive buffer at the peer, so a send
-   credit, as rdmax_send; the last one is kept for a grant. */
-static rdmax_status rdmax__g_put_imm(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
-                                     uint64_t raddr, uint32_t rkey, uint32_t imm, rdmax_comp *comp)
-{
-    if (rdmax_unlikely(len > ep->ctx->attr.max_msg_sz || (buf == NULL && len != 0)))
-        return buf == NULL && len != 0 ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
-    rdmax_status st = rdmax__ep_check_rc(ep, 0);
-    if (rdmax_unlikely(st != RDMAX_OK))
-        return st;
-    if (rdmax_unlikely(ep->tx_credits <= 1)) {
-        ep->ctx->cnt.no_resource++;
-        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_CREDITS);
-        return RDMAX_ERR_NO_RESOURCE;
-    }
-    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_WRITE_WITH_IMM);
-    wr->imm_data = htonl(imm);
-    wr->wr.rdma.remote_addr = raddr;
-    wr->wr.rdma.rkey = rkey;
-    st = rdmax__ep_contig(ep, wr, RDMAX_OP_PUT_IMM, buf, len, mem, raddr, comp);
-    if (rdmax_likely(st >= 0))
-        ep->tx_credits--;
-    return st;
-}
-
-/* rdmax_put's general path. */
-static rdmax_status rdmax__g_put(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
-                                 uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
-{
-    /* max_msg_sz <= UINT32_MAX (the context clamps it): the length fits the 32-bit SGE */
-    if (rdmax_unlikely(len > ep->ctx->attr.max_msg_sz || (buf == NULL && len != 0)))
-        return buf == NULL && len != 0 ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
-    rdmax_status st = rdmax__ep_check_rc(ep, 0);
-    if (rdmax_unlikely(st != RDMAX_OK))
-        return st;
-    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_WRITE);
-    wr->wr.rdma.remote_addr = raddr;
-    wr->wr.rdma.rkey = rkey;
-    return rdmax__ep_contig(ep, wr, RDMAX_OP_PUT, buf, len, mem, raddr, comp);
-}
-
-static rdmax_status rdmax__ep_iov(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax_op op, const rdmax_iov *iov,
-                                        size_t iovcnt, uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
-{
-    if (rdmax_unlikely(iov == NULL || iovcnt == 0 || iovcnt > ep->ctx->attr.max_sge || iovcnt > RDMAX_MAX_SGE))
-        return RDMAX_ERR_INVALID_PARAM;
-    struct ibv_send_wr *wr = rdmax__ep_wr(ep, opcode);  /* filled, but posted only after the checks */
-    uint64_t total = 0;
-    int null_addr = 0;
-    for (size_t i = 0; i < iovcnt; i++) {
-        wr->sg_list[i].addr = (uintptr_t)iov[i].addr;
-        wr->sg_list[i].length = iov[i].len;
-        wr->sg_list[i].lkey = iov[i].lkey;
-        total += iov[i].len;
-        null_addr |= iov[i].addr == NULL && iov[i].len != 0;
-    }
-    if (rdmax_unlikely(null_addr || total > ep->ctx->attr.max_msg_sz || (opcode == IBV_WR_RDMA_READ && total == 0)))
-        return null_addr ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
-    rdmax_status st = rdmax__ep_check_rc(ep, op == RDMAX_OP_GET);
-    if (rdmax_unlikely(st != RDMAX_OK))
-        return st;
-    wr->num_sge = (int)iovcnt;
-    wr->wr.rdma.remote_addr = raddr;
-    wr->wr.rdma.rkey = rkey;
-    st = rdmax__ep_post(ep, wr, comp, op, (uint32_t)total, raddr, NULL);
-    if (st == RDMAX_OK && op == RDMAX_OP_GET)
-        ep->rd_avail--;
-    return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
-}
-
-/* rdmax_get's general path. */
-static rdmax_status rdmax__g_get(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
-                                 uint32_t rkey, rdmax_comp *comp)
-{
-    /* one test for len 0, len too long and a NULL buffer (len - 1 wraps for 0) */
-    if (rdmax_unlikely(len - 1 >= ep->ctx->attr.max_msg_sz || buf == NULL)) {
-#if RDMAX__HAS_UD
-        if (ep->qp->qp_type != IBV_QPT_RC)
-            return RDMAX_ERR_UNSUPPORTED;
-#endif
-        if (len == 0) {
-            if (comp == NULL)
-                return RDMAX_OK;
-            rdmax_iov none;
-            none.addr = buf;
-            none.len = 0;
-            none.lkey = 0;
-            return rdmax__ep_iov(ep, IBV_WR_RDMA_WRITE, RDMAX_OP_GET, &none, 1, raddr, rkey, comp);
-        }
-        return buf == NULL ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
-    }
-    rdmax_status st = rdmax__ep_check_rc(ep, 1);
-    if (rdmax_unlikely(st != RDMAX_OK))
-        return st;
-    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_READ);
-    struct ibv_sge *sge = wr->sg_list;
-    struct rdmax_rcache_region *region = NULL;
-    if (mem != NULL) {
-        sge->lkey = mem->lkey;
-    } else {
-        st = rdmax__rcache_lkey(ep->ctx, buf, len, RDMAX__ACCESS_LOCAL_WRITE, &region);
-        if (rdmax_unlikely(st != RDMAX_OK))
-            return st;
-        sge->lkey = region->lkey;
-    }
-    sge->addr = (uintptr_t)buf;
-    sge->length = (uint32_t)len;
-    wr->num_sge = 1;
-    wr->wr.rdma.remote_addr = raddr;
-    wr->wr.rdma.rkey = rkey;
-    st = rdmax__ep_post(ep, wr, comp, RDMAX_OP_GET, (uint32_t)len, raddr, region);
-    if (rdmax_likely(st == RDMAX_OK)) {
-        ep->rd_avail--;
-        return RDMAX_INPROGRESS;
-    }
-    if (region)
-        rdmax_rcache_put(ep->ctx->rcache, region);
-    return st;
-}
-
-static rdmax_status rdmax__g_atomic(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax_op op, uint64_t *result,
-                                    const rdmax_mem *mem, uint64_t raddr, uint32_t rkey, uint64_t a, uint64_t b,
-                                    rdmax_comp *comp)
-{
-    if (rdmax_unlikely(ep->ctx->attr.atomic_cap == IBV_ATOMIC_NONE))
-        return RDMAX_ERR_UNSUPPORTED;  /* the device has none (the context's capability line said so) */
-    if (rdmax_unlikely((raddr & 7) || mem == NULL || result == NULL))
-        return result == NULL ? RDMAX_ERR_INVALID_PARAM : (raddr & 7) ? RDMAX_ERR_UNALIGNED : RDMAX_ERR_NO_MEMH;
-    rdmax_status st = rdmax__ep_check_rc(ep, 1);
-    if (rdmax_unlikely(st != RDMAX_OK))
-        return st;
-    struct ibv_send_wr *wr = rdmax__ep_wr(ep, opcode);
-    wr->sg_list[0].addr = (uintptr_t)result;
-    wr->sg_list[0].length = 8;
-    wr->sg_list[0].lkey = mem->lkey;
-    wr->num_sge = 1;
-    wr->wr.atomic.remote_addr = raddr;
-    wr->wr.atomic.rkey = rkey;
-    wr->wr.atomic.compare_add = a;
-    wr->wr.atomic.swap = b;
-    st = rdmax__ep_post(ep, wr, comp, op, 8, raddr, NULL);
-    if (st == RDMAX_OK)
-        ep->rd_avail--;
-    return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
-}
-
-#endif /* RDMAX__HAS_RC */
-
-
-rdmax_status rdmax__op_slow(rdmax_ep *ep)
-{
-    /* a copy: what this posts may complete a comp whose callback posts again through the scratch */
-    const rdmax__opd od = ep->ctx->slow, *o = &od;
-    /* A fast read or atomic found no read budget (RDMAX__TAKE left it at -1). */
-    if (rdmax_unlikely((int32_t)ep->rd_avail < 0))
-        ep->rd_avail = 0;
-    /* The pending bit goes lazily: the first post after the queue drained comes here and opens the gate. */
-    if (rdmax_unlikely((ep->blocked & RDMAX__BLK_PENDING) && ep->group.count == 0)) {
-        ep->blocked &= (uint8_t)~RDMAX__BLK_PENDING;
-        rdmax__ep_regate(ep);
-    }
-    switch (o->op) {
-    case RDMAX_OP_SEND:
-        return rdmax__g_send(ep, o->buf, o->len, o->mem, o->comp);
-#if RDMAX__HAS_RC
-    case RDMAX_OP_PUT:
-        if (o->iov)
-            return rdmax__ep_iov(ep, IBV_WR_RDMA_WRITE, RDMAX_OP_PUT, (const rdmax_iov *)o->buf, o->len, o->raddr,
-                                 o->rkey, o->comp);
-        return rdmax__g_put(ep, o->buf, o->len, o->mem, o->raddr, o->rkey, o->comp);
-    case RDMAX_OP_PUT_IMM:
-        return rdmax__g_put_imm(ep, o->buf, o->len, o->mem, o->raddr, o->rkey, (uint32_t)o->a, o->comp);
-    case RDMAX_OP_GET:
-        if (o->iov)
-            return rdmax__ep_iov(ep, IBV_WR_RDMA_READ, RDMAX_OP_GET, (const rdmax_iov *)o->buf, o->len, o->raddr,
-                                 o->rkey, o->comp);
-        return rdmax__g_get(ep, (void *)(uintptr_t)o->buf, o->len, o->mem, o->raddr, o->rkey, o->comp);
-    case RDMAX_OP_FADD:
-        return rdmax__g_atomic(ep, IBV_WR_ATOMIC_FETCH_AND_ADD, RDMAX_OP_FADD, (uint64_t *)(uintptr_t)o->buf, o->mem,
-                               o->raddr, o->rkey, o->a, 0, o->comp);
-    case RDMAX_OP_CSWAP:
-        return rdmax__g_atomic(ep, IBV_WR_ATOMIC_CMP_AND_SWP, RDMAX_OP_CSWAP, (uint64_t *)(uintptr_t)o->buf, o->mem,
-                               o->raddr, o->rkey, o->a, o->b, o->comp);
-#endif
-    default:
-        return RDMAX_ERR_INVALID_PARAM;
-    }
-}
-
-/* The read budget a fast read or atomic took before its post (RDMAX__TAKE), given back when the post
-   does not happen. */
-static void rdmax__fast_untake(rdmax_ep *ep, uint8_t op)
-{
-    if (op == RDMAX_OP_GET || op == RDMAX_OP_FADD || op == RDMAX_OP_CSWAP)
-        ep->rd_avail++;
-}
-
-/* The provider refused a fast-path post: nothing moved but the CQ entry and the read budget it took
-   (sig_at moves only when a signaled post is accepted). An atomic on a device without atomics was
-   refused before the provider saw it (rdmax__post_send_noatomic). */
-rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc)
-{
-    rdmax__slot *s = &ep->slots[ep->sq_head & ep->sq_mask];
-    ep->ctx->scq_spare++;
-    rdmax__fast_untake(ep, s->op);
-    s->signaled = 0;
-    ep->last_errno = rc;
-    return rc == EOPNOTSUPP && (s->op == RDMAX_OP_FADD || s->op == RDMAX_OP_CSWAP) ? RDMAX_ERR_UNSUPPORTED
-                                                                                 : RDMAX_ERR_IO;
-}
-
-/* The post_send of an RC endpoint on a device without atomics (atomic_cap NONE), in place of the
-   provider's: the fast atomic posts through it and is refused here, so the fast paths keep their
-   instructions on every other device; the general path refuses atomics before (rdmax__g_atomic). */
-static int rdmax__post_send_noatomic(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
-{
-    for (struct ibv_send_wr *w = wr; w; w = w->next)
-        if (w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
-            *bad = w;
-            return EOPNOTSUPP;
-        }
-    return qp->context->ops.post_send(qp, wr, bad);
-}
-
-/* ep's post_send: the provider's (what ibv_post_send calls, read once: one load less per post), or on
-   an RC endpoint of a device without atomics the one that refuses them. */
-static void rdmax__ep_post_fn(rdmax_ep *ep)
-{
-    ep->post_send = ep->qp->context->ops.post_send;
-    if (ep->qp->qp_type == IBV_QPT_RC && ep->ctx->attr.atomic_cap == IBV_ATOMIC_NONE)
-        ep->post_send = rdmax__post_send_noatomic;
-}
-
-/* The one fast post in signal_interval that is signaled, and every one while the send-CQ entries run
-   low (rdmax__ep_fast_post with the rest of it): it keeps its length and remote address for an error
-   report. The fast gate does not ask for CQ entries: with none left the post is refused here as the
-   general path refuses it (rdmax__ep_check: RDMAX_ERR_NO_RESOURCE, counted, the SQ_FULL event). */
-rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uint32_t len, uint64_t raddr)
-{
-    rdmax_ctx *ctx = ep->ctx;
-    rdmax__slot *s = &ep->slots[ep->sq_head & ep->sq_mask];
-    if (rdmax_unlikely(rdmax__scq_free(ctx) == UINT32_MAX)) {
-        ctx->scq_spare++;  /* not posted: its CQ entry and its read budget are taken back */
-        rdmax__fast_untake(ep, s->op);
-        return rdmax__ep_check(ep);
-    }
-    s->signaled = 1;
-    s->len = len;
-    s->raddr = raddr;
-    unsigned flags = wr->send_flags;
-    wr->send_flags = flags | IBV_SEND_SIGNALED;
-    RDMAX__PROF_BEGIN(ctx, POST);
-    int rc = ep->post_send(ep->qp, wr, &ep->post_bad);  /* ibv_post_send, as the fast post's */
-    RDMAX__PROF_END(ctx, POST);
-    wr->send_flags = flags;
-    if (rdmax_unlikely(rc != 0))
-        return rdmax__post_refused(ep, rc);
-    ep->sig_at = rdmax__sig_next(ep, ep->sq_head);
-    ep->sq_head++;
-    rdmax__ep_regate(ep);
-    ctx->cnt.posted[s->op]++;
-    ctx->cnt.bytes[s->op] += len;
-    if (s->op == RDMAX_OP_SEND) {  /* as rdmax__ep_fast_post */
-        ep->tx_credits--;
-        ep->rx_unreturned = 0;
-    }
-    return RDMAX_OK;
-}
-
-#if RDMAX__HAS_RC
-/* The room of a post list for short puts (rdmax__put_chain): entries bent[chain_base .. chain_end)
-   of ep's chain, within RDMAX_BATCH_MAX, the send slots short of the last one (the general path posts
-   that one, signaled) and the CQ entries short of the last one. Those CQ entries are taken from
-   the free ones now, so a post elsewhere meanwhile cannot spend them, and what is not used goes back when
-   the room closes (rdmax__chain_close). Also sets the entries of the room that the general path changed.
-   Returns 0 when there is no room. */
-/* The room's opening once its size is known: entries bent[n .. n + room), the CQ entries taken (free:
-   the free ones now, chain_c0). Returns its first entry, where the caller puts chain_next. */
-RDMAX_INLINE rdmax__bent *rdmax__room_take(rdmax_ctx *ctx, uint32_t n, uint32_t room, uint32_t free)
-{
-    rdmax__bent *e = &ctx->bent[n];
-    ctx->chain_c0 = free;
-    ctx->scq_spare -= (int32_t)room;
-    ctx->chain_base = n;
-    ctx->chain_end = e + room;
-    return e;
-}
-
-static uint32_t rdmax__chain_open(rdmax_ctx *ctx, rdmax_ep *ep)
-{
-    uint32_t n = ctx->batch_n, used = ep->sq_head - ep->sq_tail;
-    uint32_t room = RDMAX_BATCH_MAX - n;
-    uint32_t sq = used < ep->sq_mask ? ep->sq_mask - used : 0;
-    uint32_t free = rdmax__scq_free(ctx), cq = free > 1 ? free - 1 : 0;
-    room = room < sq ? room : sq;
-    room = room < cq ? room : cq;
-    if (room == 0)
-        return 0;
-    uint32_t hi = (uint32_t)(ep->wr_id_base >> 32);
-    if (ctx->chain_hi != hi) {  /* another endpoint chains: its name in every entry's wr_id */
-        ctx->chain_hi = hi;
-        for (uint32_t i = 0; i < RDMAX_BATCH_MAX; i++)
-            memcpy((char *)&ctx->bent[i].wr.wr_id + RDMAX__WR_ID_HI, &hi, 4);
-    }
-    if (n < ctx->chain_dirty)
-        rdmax__chain_clean(ctx, n, ctx->chain_dirty);
-    ctx->chain_next = rdmax__room_take(ctx, n, room, free);
-    return room;
-}
-
-/* rdmax__put_chained's general case: close the room if open, post a full chain, then open the room
-   again (rdmax__chain_open) and chain the put; without room (send queue or CQ entries short) or for
-   other lengths the general path takes it, and chains it too. */
-static __attribute__((noinline)) rdmax_status rdmax__put_chained_slow(rdmax_ep *ep, const void *buf, uint64_t raddr,
-                                                                      uint32_t rkey, size_t len)
-{
-    rdmax_ctx *ctx = ep->ctx;
-    /* the room opens only with max_inline >= 16: rdmax_put then chains a short put without testing
-       its length against max_inline */
-    if (rdmax_likely(len - 8 <= 8 && ep->blocked == RDMAX__BLK_BATCH && ep->max_inline >= 16 &&
-                     RDMAX__FAST_RC(ep))) {
-        rdmax__chain_close(ctx, ep);
-        if (ctx->batch_n == RDMAX_BATCH_MAX) {
-            /* a refusal completes the chain's comps with RDMAX_ERR_IO; this put is not posted */
-            rdmax_status st = rdmax__post_chain(ep, 0);
-            if (rdmax_unlikely(st != RDMAX_OK))
-                return st;
-        }
-        if (rdmax__chain_open(ctx, ep))
-            return rdmax__put_chain(ep, ctx, buf, len, raddr, rkey);
-    }
-    return rdmax__slow(ep, RDMAX_OP_PUT, buf, len, NULL, raddr, rkey, 0, 0, NULL, 0);
-}
-
-/* rdmax_put's chained put (rdmax__put_chain) found no room for a short put (never opened, used up, or
-   full) or a put that is not 8 to 16 bytes. Here the first put of a batch: no room open and nothing to
-   post, to clean or to rename (rdmax__chain_open's work, its opening rdmax__room_take, in a function
-   that calls nothing, so it saves no registers), the put chained (rdmax__put_chain_at); anything else
-   rdmax__put_chained_slow. */
-__attribute__((noinline)) rdmax_status rdmax__put_chained(rdmax_ep *ep, const void *buf, uint64_t raddr,
-                                                          uint32_t rkey, size_t len)
-{
-    rdmax_ctx *ctx = ep->ctx;
-    uint32_t n = ctx->batch_n, head = ep->sq_head, used = head - ep->sq_tail;
-    uint32_t free = rdmax__scq_free(ctx);
-    uint32_t room = RDMAX_BATCH_MAX - n, sq = ep->sq_mask - used, cq = free - 1;
-    room = room < sq ? room : sq;
-    room = room < cq ? room : cq;
-    /* used < sq_mask and free > 1 (so neither wraps), and room > 0: a room of at least one entry */
-    if (rdmax_likely(ctx->chain_end == NULL && len - 8 <= 8 && ep->blocked == RDMAX__BLK_BATCH &&
-                     ep->max_inline >= 16 && RDMAX__FAST_RC(ep) &&
-                     used < ep->sq_mask && free > 1 && n < RDMAX_BATCH_MAX && n >= ctx->chain_dirty &&
-                     ctx->chain_hi == (uint32_t)(ep->wr_id_base >> 32))) {
-        rdmax__bent *e = rdmax__room_take(ctx, n, room, free);
-        return rdmax__put_chain_at(ctx, e, buf, len, raddr, rkey);
-    }
-    return rdmax__put_chained_slow(ep, buf, raddr, rkey, len);
-}
-
-/* The puts of a list go straight into the chain's room (rdmax__bent_put) while it has room and they are
-   short: the bytes counted once per run (sq_head and the slots at the room's close, rdmax__room_settle).
-   The rest, and a room to open, go through rdmax_put as it would take them. */
-rdmax_status rdmax_put_list(rdmax_ep *ep, const rdmax_put_req *reqs, size_t n, size_t *done)
-{
-    rdmax_ctx *ctx = ep->ctx;
-    size_t i = 0;
-    if (rdmax_unlikely(reqs == NULL && n != 0)) {
-        if (done)
-            *done = 0;
-        return RDMAX_ERR_INVALID_PARAM;
-    }
-    int own = !(ep->blocked & RDMAX__BLK_BATCH);
-    if (own)
-        rdmax_batch_begin(ep);
-    rdmax_status st = RDMAX_OK, any = RDMAX_OK;
-    while (i < n) {
-        rdmax__bent *e = ctx->chain_next;
-        /* an open room is ep's (the chain is closed before anything else touches ep, and it opens only
-           with max_inline >= 16, so every short put goes inline, as rdmax_put's would) */
-        if (e != ctx->chain_end && ep->blocked == RDMAX__BLK_BATCH) {
-            uint32_t room = (uint32_t)(ctx->chain_end - e);
-            uint32_t m = n - i < room ? (uint32_t)(n - i) : room, j = 0;
-            uint64_t bytes = 0;
-            const rdmax_put_req *r = reqs + i;
-            for (; j < m; j++, r++, e++) {  /* as rdmax__put_chain_at: slots at the close */
-                size_t len = r->len;
-                const void *buf = r->buf;
-                if (rdmax_unlikely(len - 8 > 8 || buf == NULL))
-                    break;
-                RDMAX__BENT_PUT(e, buf, len, r->raddr, r->rkey);
-                bytes += len;
-            }
-            ctx->chain_next = e;
-            ctx->cnt.bytes[RDMAX_OP_PUT] += bytes;
-            i += j;
-            if (j == m)
-                continue;
-        }
-        const rdmax_put_req *r = &reqs[i];
-        st = rdmax_put(ep, r->buf, r->len, NULL, r->raddr, r->rkey, NULL);
-        if (st < 0)
-            break;
-        if (st == RDMAX_INPROGRESS)  /* not inline */
-            any = st;
-        i++;
-    }
-    if (own) {
-        rdmax_status se = rdmax_batch_end(ep);
-        if (st >= 0 && se < 0)
-            st = se;
-    }
-    if (done)
-        *done = i;
-    return st < 0 ? st : any;
-}
-#endif
+   Each SRQ's limit (low-water mark: a quarter of target) is armed from the tick; the device's
+   IBV_EVENT_SRQ_LIMIT_REACHED then says that most buffers were consumed at once and not yet reposted
+   (the program did not progress for a while): counted (srq_limit_events) and logged at debug level. */
 
 #define RDMAX__RECV_BATCH 16
 
@@ -5129,61 +4366,6 @@ static rdmax_status rdmax__post_recvs(rdmax_ep *ep, uint32_t n)
     return RDMAX_OK;
 }
 
-/* ---- >>srq: shared receive queues of a context's RC endpoints ---------------------------------------
-   RC endpoints receive from shared receive queues: one per buffer size in use (endpoints with the same
-   recv_size share one SRQ and its pool; the context's recv_size is the default, and its pool stays for
-   the context's life; a pool of another size goes with its last endpoint - at the end of the poll batch
-   when a callback destroyed it, so a pool never goes while a batch may name it - and its slot is not
-   reused until the receive CQ was drained: a completion still queued for it then finds no pool and is
-   dropped).
-
-     pool     chunks of per_chunk buffers of recv_size bytes (about 256 KiB, at most 256 buffers, at
-              least one); each chunk is one NUMA-placed allocation and one MR. A buffer is named by its
-              pool and index (chunk << 8 | slot: a fixed field for the slot, so decoding one needs no
-              shift by a pool's count), the low bits of its wr_id, whose endpoint field is 0xffff (never
-              a real endpoint index): receive bit | pool << 25 | index, bit 30 clear.
-     posted   buffers in the SRQ, and those a poll batch took out of it and rdmax__srq_fill has not
-              counted out yet (in a callback, or staged); free[0, n_free): the others
-     staged   rq[0, n_stage): buffers the receive path gave back in this poll batch, with the wr_id,
-              address and key it had them by, for rdmax__srq_fill to count out of posted and post as
-              they are (so the poll path counts nothing per buffer)
-     target   the sum of the credits (ep->rq_depth: the window + 1) of the pool's endpoints
-
-   Flow control without RNR, by construction. An endpoint with window W (ep desc rq_depth) backs its peer
-   with C = W + 1 buffers and gives it C credits (the connection record's credits field); the peer
-   spends one per send or put with immediate data (each consumes a buffer of the pool) and gets it back
-   in the immediate data of our next send, or in a grant. A consumed buffer is reposted (at the end of
-   the poll batch that saw it) before its credit can go back, so for every endpoint
-       peer's credits + its messages in flight + consumed and not yet reposted + owed = C,
-   and summed over a pool's endpoints, what their peers can still send is at most target, which is at
-   most posted + consumed-and-not-yet-reposted: the SRQ never runs dry, no sender meets RNR, and a
-   receive CQ of the targets' sum (plus UD's own receives) cannot overflow. Grants go from the receive
-   path as soon as owed >= W/2 (ep->grant_at); a sender keeps its last credit for a grant (or its
-   goodbye), so W of the C are the application's: a window of W allows W outstanding, and two peers out
-   of credits can always hand each other credits back (a grant carries at least grant_at credits, so two
-   grants that cross leave both sides with credits). The extra buffer is why the grant needs no credit
-   of the window: a grant is a send too and consumes a buffer at the peer, so it must be backed like any
-   other. A grant's buffer is owed back like any other: with W >= 4 one grant received (owed 1 < grant_at
-   2) never triggers a grant in return, which is why 4 is the smallest window (with 2, grants would
-   answer grants forever). A sender out of credits has C - 1 = W of them owed by a peer that drained its
-   queue, and W >= W/2: it is granted without asking. Destroying an endpoint lowers target by C; its
-   buffers stay in the pool. The pool's reserve (rdmax_ctx_desc.recv_reserve) is in target from the
-   pool's creation: buffers beyond the credits, for what a peer that breaks its window takes before
-   rdmax__grant_or_fail finds it (owed more than C, which an honest peer never is).
-   The credits field keeps its meaning on the wire (buffers the peer may consume, its last kept for
-   grants), so versions agree without a new record version: an older peer sends at most C - 1 = W into
-   our C buffers; an older receiver advertises its window W' as W' buffers, and we send W' - 1, as it
-   expects.
-
-   A receive completion names its QP (wc->qp_num); a small open-addressing map gives the endpoint. A
-   destroyed endpoint leaves a tombstone stamped with the receive CQ's drain epoch (how many polls found
-   the CQ empty): its completions still queued are counted (stale_wr_ids) and dropped, their buffers
-   recycled. The tombstone dies once the CQ was seen empty after the destroy (nothing of a destroyed QP
-   can arrive later); until then a new QP that happens to get the same number is not used.
-
-   Each SRQ's limit (low-water mark: a quarter of target) is armed from the tick; the device's
-   IBV_EVENT_SRQ_LIMIT_REACHED then says that most buffers were consumed at once and not yet reposted
-   (the program did not progress for a while): counted (srq_limit_events) and logged at debug level. */
 #define RDMAX__SRQ_CHUNK_BYTES (256u << 10)  /* small enough for a context of one endpoint */
 #define RDMAX__POOLS 32                       /* buffer sizes in use at once per context */
 #define RDMAX__WR_SRQ (0xffffull << 32)
@@ -5778,6 +4960,226 @@ bool rdmax_ctx_query_recv_pool(const rdmax_ctx *ctx, uint32_t recv_size, rdmax_r
     return false;
 }
 
+/* ---- >>windows: exposed memory: an endpoint's QP rights and its memory windows ------------------- */
+
+struct rdmax__win {
+    struct ibv_mw *mw;
+    struct ibv_mr *mr;          /* the region's registration, which the window is bound over */
+    uint32_t rkey;              /* chosen at creation (ibv_inc_rkey), advertised in our record, bound at connect */
+    uint32_t region;            /* its region in ep->local */
+    int access;                 /* IBV_ACCESS_REMOTE_* */
+};
+
+/* The remote rights of an RC QP: writes always (rdmax's own zero-length writes, keepalive and flush
+   marker, need them, as does a peer's put_imm), reads and atomics only if a region exposed on it, or one
+   open on every endpoint (RDMAX_ACCESS_ANY_ENDPOINT, or any region on a device without memory windows)
+   registered before it, grants them. */
+static int rdmax__qp_rights(const rdmax_ctx *ctx, const rdmax_mem *const *mems, uint32_t n)
+{
+    unsigned r = RDMAX_ACCESS_REMOTE_WRITE |
+                 (ctx->dev ? __atomic_load_n(&ctx->dev->remote_any, __ATOMIC_RELAXED) : RDMAX__ACCESS_REMOTE);
+    for (uint32_t i = 0; i < n; i++)
+        r |= mems[i]->access & RDMAX__ACCESS_REMOTE;
+    return rdmax__ibv_access(r) & ~IBV_ACCESS_LOCAL_WRITE;
+}
+
+/* Whether exposing m on ep takes a window: a scoped region of ep's protection domain (one of another
+   PD keeps its key 0 and stays out of reach: rxe would bind a window over it). */
+static int rdmax__ep_win_needed(const rdmax_ep *ep, const rdmax_mem *m)
+{
+    return rdmax__mem_scoped(ep->ctx, m->access) && m->ctx && m->ctx->pd == ep->ctx->pd;
+}
+
+/* A window per scoped region (rdmax__mem_scoped), its rkey chosen now so that it goes in our record;
+   local[i].rkey becomes the window's. A window exists only on ep and is bound to ep's QP at connect. */
+static rdmax_status rdmax__ep_windows(rdmax_ep *ep, const rdmax_mem *const *mems, rdmax_rbuf *local, uint32_t n)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    uint32_t k = 0;
+    for (uint32_t i = 0; i < n; i++)
+        k += (uint32_t)rdmax__ep_win_needed(ep, mems[i]);
+    if (!k)
+        return RDMAX_OK;
+    ep->wins = (struct rdmax__win *)rdmax__alloc(ctx, k * sizeof *ep->wins);
+    if (!ep->wins)
+        return RDMAX_ERR_NO_MEMORY;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!rdmax__ep_win_needed(ep, mems[i]))
+            continue;
+        struct rdmax__win *w = &ep->wins[ep->n_wins];
+        if (!(w->mw = ibv_alloc_mw(ctx->pd, IBV_MW_TYPE_2))) {
+            int e = errno;
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MEM_WINDOW,
+                       "device %s, endpoint qpn 0x%x: ibv_alloc_mw for exposed region %u failed: %s",
+                       ctx->attr.name, ep->qp->qp_num, i, strerror(e));
+            return e == ENOMEM ? RDMAX_ERR_NO_MEMORY : RDMAX_ERR_IO;
+        }
+        ep->n_wins++;
+        w->mr = mems[i]->mr;
+        w->region = i;
+        w->access = rdmax__ibv_access(mems[i]->access) & ~IBV_ACCESS_LOCAL_WRITE;
+        w->rkey = ibv_inc_rkey(w->mw->rkey);
+        local[i].rkey = w->rkey;
+    }
+    return RDMAX_OK;
+}
+
+/* Binds ep's windows on its own QP, now in RTS, and waits for them: the peer learns that we are
+   connected (our ready byte, rdma_accept, the RTU) only after this, so it never meets an unbound window.
+   Only send completions are polled (other endpoints' comps may complete here, never a receive). */
+static rdmax_status rdmax__ep_bind(rdmax_ep *ep)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    if (!ep->n_wins)
+        return RDMAX_OK;
+    if (RDMAX__SCQ_NESTED(ctx)) {  /* its completion could not be seen */
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MEM_WINDOW,
+                   "device %s, endpoint qpn 0x%x: an endpoint that exposes regions cannot connect inside a "
+                   "comp callback (its memory windows are bound on connect)", ctx->attr.name, ep->qp->qp_num);
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+    for (uint32_t i = 0; i < ep->n_wins; i++) {
+        const struct rdmax__win *w = &ep->wins[i];
+        struct ibv_send_wr wr;
+        memset(&wr, 0, sizeof wr);
+        wr.opcode = IBV_WR_BIND_MW;
+        wr.bind_mw.mw = w->mw;
+        wr.bind_mw.rkey = w->rkey;
+        wr.bind_mw.bind_info.mr = w->mr;
+        wr.bind_mw.bind_info.addr = ep->local[w->region].addr;
+        wr.bind_mw.bind_info.length = ep->local[w->region].len;
+        wr.bind_mw.bind_info.mw_access_flags = (unsigned)w->access;
+        int64_t deadline = rdmax__now_ms() + 2000;
+        while ((!rdmax__ep_sq_avail(ep) || !rdmax__scq_free(ctx)) && rdmax__now_ms() < deadline)
+            rdmax__poll_send(ctx);
+        if (i + 1 == ep->n_wins)
+            ep->sig_at = ep->sq_head;  /* the last one signaled: its completion covers the others */
+        if (rdmax__ep_post(ep, &wr, NULL, RDMAX_OP_BIND, 0, 0, NULL) != RDMAX_OK) {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MEM_WINDOW,
+                       "device %s, endpoint qpn 0x%x: posting the bind of exposed region %u failed: %s",
+                       ctx->attr.name, ep->qp->qp_num, w->region, strerror(ep->last_errno ? ep->last_errno : EAGAIN));
+            return RDMAX_ERR_IO;
+        }
+    }
+    /* A local operation: it completes at once unless the device is broken. */
+    int64_t deadline = rdmax__now_ms() + 2000;
+    while (ep->sq_head != ep->sq_tail && ep->state != RDMAX_EP_ERROR) {
+        if (rdmax__now_ms() > deadline) {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MEM_WINDOW,
+                       "device %s, endpoint qpn 0x%x: binding %u memory windows did not complete in 2 s",
+                       ctx->attr.name, ep->qp->qp_num, ep->n_wins);
+            return RDMAX_ERR_TIMEOUT;
+        }
+        rdmax__poll_send(ctx);
+    }
+    return ep->state == RDMAX_EP_ERROR ? (rdmax_status)ep->err : RDMAX_OK;  /* a failed bind was logged */
+}
+
+/* ---- >>ep: endpoint life cycle: desc defaults, create, connect, flush, destroy ------------------- */
+
+/* An endpoint's recv_cb when its desc has none (rdmax_ep.recv_cb is never NULL, so the receive paths
+   call it without a test): the message is dropped, and counted. */
+static void rdmax__recv_drop(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)data, (void)len, (void)user;
+    ep->ctx->cnt.recv_drops++;
+}
+
+static uint32_t rdmax__pow2(uint32_t v)
+{
+    uint32_t p = 1;
+    while (p < v)
+        p <<= 1;
+    return p;
+}
+
+static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdmax_ep_desc *d)
+{
+    if (in)
+        *d = *in;
+    else
+        memset(d, 0, sizeof *d);
+    /* 32 slots keep an endpoint small: rdmax's slot array is 1 KiB and rxe's send queue 36 KiB (256 slots
+       cost 8 KiB and 260 KiB); a flow that needs more in flight asks for it. */
+    if (!d->sq_depth)
+        d->sq_depth = 32;
+    d->sq_depth = rdmax__pow2(d->sq_depth);
+    /* Slots are indexed with sq_mask = sq_depth - 1, so the depth must stay a power of two: clamp to
+       the largest one under max_qp_wr, which need not be one itself, and to 32768 (rdmax_ep.sq_regions
+       counts slots in 16 bits). */
+    while (d->sq_depth > 1 && (d->sq_depth > ctx->attr.max_qp_wr || d->sq_depth > 32768))
+        d->sq_depth >>= 1;
+    if (d->transport == RDMAX_TRANSPORT_ID_RC) {
+        /* RC: rq_depth is the window of this peer: the sends and puts with immediate it may have in
+           flight to us, backed by rq_depth + 1 buffers (the one more for its grants, see >>srq). Four is
+           the least: a grant goes at half the window, and a grant also uses a buffer at the peer, so with
+           a threshold of one each grant would answer the other's forever. */
+        if (!d->rq_depth)
+            d->rq_depth = 16;
+        if (d->rq_depth < 4)
+            d->rq_depth = 4;
+        if (d->rq_depth > 65534)
+            d->rq_depth = 65534;  /* + 1: the connection record's credits field */
+        if (!ctx->attr.max_srq_wr && d->recv_pool != RDMAX_RECV_POOL_OWN) {
+            d->recv_pool = RDMAX_RECV_POOL_OWN;  /* no shared receive queues on this device */
+            if (!ctx->said_no_srq)
+                rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_SRQ, "device %s has no shared receive queues (max_srq "
+                           "0): RC endpoints receive into pools of their own (recv_pool RDMAX_RECV_POOL_OWN)",
+                           ctx->attr.name);
+            ctx->said_no_srq = 1;
+        }
+        if (d->recv_pool == RDMAX_RECV_POOL_OWN && d->rq_depth >= ctx->attr.max_qp_wr)
+            d->rq_depth = ctx->attr.max_qp_wr - 1;  /* + 1 buffers on its own receive queue */
+        if (!d->recv_size)
+            d->recv_size = ctx->desc.recv_size;
+        if (d->recv_size > ctx->attr.max_msg_sz)
+            d->recv_size = (uint32_t)ctx->attr.max_msg_sz;
+    } else {  /* UD: the context's QP and pool (>>ud) */
+        d->recv_pool = RDMAX_RECV_POOL_SHARED;
+        if (!d->rq_depth)
+            d->rq_depth = 128;
+        if (d->rq_depth < 32)
+            d->rq_depth = 32;  /* reposts go in batches of 16: keep at least two batches */
+        if (d->rq_depth > ctx->attr.max_qp_wr)
+            d->rq_depth = ctx->attr.max_qp_wr;
+        if (!d->recv_size)
+            d->recv_size = 4096;
+    }
+    if (!d->signal_interval)
+        d->signal_interval = 64;
+    if (d->signal_interval > d->sq_depth / 2)
+        d->signal_interval = d->sq_depth / 2 ? d->sq_depth / 2 : 1;
+    /* rxe sizes every send-queue entry for the inline cap (256 fits the entry that 8 SGEs need anyway; its
+       probed 400 doubles the entry), so the default stays at 256 unless asked. */
+    if (!d->max_inline)
+        d->max_inline = ctx->attr.max_inline < 256 ? ctx->attr.max_inline : 256;
+    if (d->max_inline > ctx->attr.max_inline)
+        d->max_inline = ctx->attr.max_inline;
+    /* 1.07 s per try, as UCX's rc transports: with 67 ms (14), 94-101 of 128 endpoints of 8 clients on a
+       loaded two-host link failed with RETRY_EXCEEDED within a second */
+    if (!d->timeout)
+        d->timeout = 18;
+    if (!d->retry_cnt)
+        d->retry_cnt = 6;  /* rxe treats 7 as "retry forever": a vanished peer would never be reported */
+    if (d->retry_cnt > 7)
+        d->retry_cnt = 7;
+    if (!d->rnr_retry)
+        d->rnr_retry = 6;
+    if (d->rnr_retry > 7)
+        d->rnr_retry = 7;
+    if (!d->min_rnr_timer)
+        d->min_rnr_timer = 12;
+    if (!d->max_rd_atomic || d->max_rd_atomic > ctx->attr.max_qp_rd_atom)
+        d->max_rd_atomic = (uint8_t)(ctx->attr.max_qp_rd_atom > 255 ? 255 : ctx->attr.max_qp_rd_atom);
+    if (!d->watchdog_ms) {
+        /* Twice what the device itself may take to give up, plus 2 s for a loaded host. */
+        uint64_t retry_ms = (4096ull << d->timeout) * (d->retry_cnt + 1u) / 1000000u + 1;
+        d->watchdog_ms = (uint32_t)(2 * retry_ms + 2000);
+    }
+    if (!d->keepalive_ms)
+        d->keepalive_ms = 4000;  /* found within 4 s + the RC retry time (7.5 s): under 12 s */
+}
+
 /* rdmax's own bytes for one endpoint: its struct and slot array (the batch staging is the context's),
    and a receive pool of its own if it has one. */
 static size_t rdmax__ep_own_bytes(const rdmax_ep *ep)
@@ -5982,120 +5384,6 @@ static rdmax_status rdmax__modify(rdmax_ep *ep, struct ibv_qp_attr *a, int mask,
         return RDMAX_ERR_IO;
     }
     return RDMAX_OK;
-}
-
-/* ---- exposed memory: the rights of an endpoint's QP, and its memory windows (EXPOSED MEMORY) ---- */
-struct rdmax__win {
-    struct ibv_mw *mw;
-    struct ibv_mr *mr;          /* the region's registration, which the window is bound over */
-    uint32_t rkey;              /* chosen at creation (ibv_inc_rkey), advertised in our record, bound at connect */
-    uint32_t region;            /* its region in ep->local */
-    int access;                 /* IBV_ACCESS_REMOTE_* */
-};
-
-/* The remote rights of an RC QP: writes always (rdmax's own zero-length writes, keepalive and flush
-   marker, need them, as does a peer's put_imm), reads and atomics only if a region exposed on it, or one
-   open on every endpoint (RDMAX_ACCESS_ANY_ENDPOINT, or any region on a device without memory windows)
-   registered before it, grants them. */
-static int rdmax__qp_rights(const rdmax_ctx *ctx, const rdmax_mem *const *mems, uint32_t n)
-{
-    unsigned r = RDMAX_ACCESS_REMOTE_WRITE |
-                 (ctx->dev ? __atomic_load_n(&ctx->dev->remote_any, __ATOMIC_RELAXED) : RDMAX__ACCESS_REMOTE);
-    for (uint32_t i = 0; i < n; i++)
-        r |= mems[i]->access & RDMAX__ACCESS_REMOTE;
-    return rdmax__ibv_access(r) & ~IBV_ACCESS_LOCAL_WRITE;
-}
-
-/* Whether exposing m on ep takes a window: a scoped region of ep's protection domain (one of another
-   PD keeps its key 0 and stays out of reach: rxe would bind a window over it). */
-static int rdmax__ep_win_needed(const rdmax_ep *ep, const rdmax_mem *m)
-{
-    return rdmax__mem_scoped(ep->ctx, m->access) && m->ctx && m->ctx->pd == ep->ctx->pd;
-}
-
-/* A window per scoped region (rdmax__mem_scoped), its rkey chosen now so that it goes in our record;
-   local[i].rkey becomes the window's. A window exists only on ep and is bound to ep's QP at connect. */
-static rdmax_status rdmax__ep_windows(rdmax_ep *ep, const rdmax_mem *const *mems, rdmax_rbuf *local, uint32_t n)
-{
-    rdmax_ctx *ctx = ep->ctx;
-    uint32_t k = 0;
-    for (uint32_t i = 0; i < n; i++)
-        k += (uint32_t)rdmax__ep_win_needed(ep, mems[i]);
-    if (!k)
-        return RDMAX_OK;
-    ep->wins = (struct rdmax__win *)rdmax__alloc(ctx, k * sizeof *ep->wins);
-    if (!ep->wins)
-        return RDMAX_ERR_NO_MEMORY;
-    for (uint32_t i = 0; i < n; i++) {
-        if (!rdmax__ep_win_needed(ep, mems[i]))
-            continue;
-        struct rdmax__win *w = &ep->wins[ep->n_wins];
-        if (!(w->mw = ibv_alloc_mw(ctx->pd, IBV_MW_TYPE_2))) {
-            int e = errno;
-            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MEM_WINDOW,
-                       "device %s, endpoint qpn 0x%x: ibv_alloc_mw for exposed region %u failed: %s",
-                       ctx->attr.name, ep->qp->qp_num, i, strerror(e));
-            return e == ENOMEM ? RDMAX_ERR_NO_MEMORY : RDMAX_ERR_IO;
-        }
-        ep->n_wins++;
-        w->mr = mems[i]->mr;
-        w->region = i;
-        w->access = rdmax__ibv_access(mems[i]->access) & ~IBV_ACCESS_LOCAL_WRITE;
-        w->rkey = ibv_inc_rkey(w->mw->rkey);
-        local[i].rkey = w->rkey;
-    }
-    return RDMAX_OK;
-}
-
-/* Binds ep's windows on its own QP, now in RTS, and waits for them: the peer learns that we are
-   connected (our ready byte, rdma_accept, the RTU) only after this, so it never meets an unbound window.
-   Only send completions are polled (other endpoints' comps may complete here, never a receive). */
-static rdmax_status rdmax__ep_bind(rdmax_ep *ep)
-{
-    rdmax_ctx *ctx = ep->ctx;
-    if (!ep->n_wins)
-        return RDMAX_OK;
-    if (RDMAX__SCQ_NESTED(ctx)) {  /* its completion could not be seen */
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MEM_WINDOW,
-                   "device %s, endpoint qpn 0x%x: an endpoint that exposes regions cannot connect inside a "
-                   "comp callback (its memory windows are bound on connect)", ctx->attr.name, ep->qp->qp_num);
-        return RDMAX_ERR_INVALID_PARAM;
-    }
-    for (uint32_t i = 0; i < ep->n_wins; i++) {
-        const struct rdmax__win *w = &ep->wins[i];
-        struct ibv_send_wr wr;
-        memset(&wr, 0, sizeof wr);
-        wr.opcode = IBV_WR_BIND_MW;
-        wr.bind_mw.mw = w->mw;
-        wr.bind_mw.rkey = w->rkey;
-        wr.bind_mw.bind_info.mr = w->mr;
-        wr.bind_mw.bind_info.addr = ep->local[w->region].addr;
-        wr.bind_mw.bind_info.length = ep->local[w->region].len;
-        wr.bind_mw.bind_info.mw_access_flags = (unsigned)w->access;
-        int64_t deadline = rdmax__now_ms() + 2000;
-        while ((!rdmax__ep_sq_avail(ep) || !rdmax__scq_free(ctx)) && rdmax__now_ms() < deadline)
-            rdmax__poll_send(ctx);
-        if (i + 1 == ep->n_wins)
-            ep->sig_at = ep->sq_head;  /* the last one signaled: its completion covers the others */
-        if (rdmax__ep_post(ep, &wr, NULL, RDMAX_OP_BIND, 0, 0, NULL) != RDMAX_OK) {
-            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MEM_WINDOW,
-                       "device %s, endpoint qpn 0x%x: posting the bind of exposed region %u failed: %s",
-                       ctx->attr.name, ep->qp->qp_num, w->region, strerror(ep->last_errno ? ep->last_errno : EAGAIN));
-            return RDMAX_ERR_IO;
-        }
-    }
-    /* A local operation: it completes at once unless the device is broken. */
-    int64_t deadline = rdmax__now_ms() + 2000;
-    while (ep->sq_head != ep->sq_tail && ep->state != RDMAX_EP_ERROR) {
-        if (rdmax__now_ms() > deadline) {
-            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MEM_WINDOW,
-                       "device %s, endpoint qpn 0x%x: binding %u memory windows did not complete in 2 s",
-                       ctx->attr.name, ep->qp->qp_num, ep->n_wins);
-            return RDMAX_ERR_TIMEOUT;
-        }
-        rdmax__poll_send(ctx);
-    }
-    return ep->state == RDMAX_EP_ERROR ? (rdmax_status)ep->err : RDMAX_OK;  /* a failed bind was logged */
 }
 
 static uint8_t rdmax__ep_transport(const rdmax_ep_desc *d)
@@ -6347,6 +5635,1175 @@ rdmax_status rdmax_ep_create_pair(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdm
     }
     return st;
 }
+
+/* Region 0 of the peer, or zeros: the target of zero-length writes (flush marker, keepalive), which
+   access no memory, so a peer that advertised nothing is fine. */
+static rdmax_rbuf rdmax__ep_remote0(const rdmax_ep *ep)
+{
+    rdmax_rbuf z = {0, 0, 0};
+    return ep->n_remote ? ep->remote[0] : z;
+}
+
+rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    if (timeout_ms < 0) {  /* as accept and connect: a wait has a bound */
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_NEGATIVE_TIMEOUT,
+                   "device %s: flush with a negative timeout %d ms", ctx->attr.name,
+                   timeout_ms);
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+    if (RDMAX__SCQ_NESTED(ctx)) {  /* it would wait for completions only the caller's caller can report */
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_FLUSH_IN_CALLBACK,
+                   "device %s: rdmax_ep_flush called from a comp callback: send completions are not "
+                   "reported inside one (flush after it returns)", ctx->attr.name);
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+    if ((ep->blocked & RDMAX__BLK_BATCH) && rdmax_batch_end(ep) != RDMAX_OK)
+        return RDMAX_ERR_IO;
+    if (ep->state == RDMAX_EP_CLOSED && ep->sq_head == ep->sq_tail) {
+        rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_EP_CLOSED,
+                   "device %s, endpoint qpn 0x%x peer %s: flush of a closed endpoint: %s",
+                   ctx->attr.name, ep->qp->qp_num, ep->peer,
+                   ep->err == RDMAX_ERR_CLOSED ? "the peer disconnected" : "this side disconnected");
+        return RDMAX_ERR_CLOSED;
+    }
+    if (ep->sq_head == ep->sq_tail)
+        return rdmax_ep_error(ep);
+    /* If the newest request is unsignaled, nothing would ever report it: add a signaled zero-length
+       write behind it (never a zero-length read: that has crashed rxe). */
+    rdmax__slot *last = &ep->slots[(ep->sq_head - 1) & ep->sq_mask];
+    if (!last->signaled && ep->state != RDMAX_EP_INIT) {
+        int64_t deadline = rdmax__now_ms() + timeout_ms;
+        rdmax_status st;
+        if (ep->state != RDMAX_EP_CONNECTED)
+            /* Failed or closed: an unsignaled request that ran has no completion coming and nothing
+               behind it to bring one. The marker is flushed (a failed QP is in the error state) or
+               completes, and either way its completion retires everything before it. */
+            st = rdmax__ep_sq_avail(ep) && rdmax__scq_free(ctx) ? RDMAX_OK : RDMAX_ERR_NO_RESOURCE;
+        else
+            while ((st = rdmax__ep_check(ep)) == RDMAX_ERR_NO_RESOURCE && rdmax__now_ms() < deadline)
+                rdmax_progress(ctx);
+        if (st == RDMAX_OK) {
+            struct ibv_send_wr *wr;
+            rdmax_rbuf r0 = rdmax__ep_remote0(ep);  /* zero length: never accessed */
+#if RDMAX__HAS_UD
+            if (ep->qp->qp_type == IBV_QPT_UD) {
+                /* UD has no RDMA write: send an empty datagram to our own QP, without immediate data (a
+                   user's datagram always has it); the receive path knows it (zero bytes, no immediate,
+                   from our own QPN and GID) and drops it without counting a drop. */
+                wr = rdmax__ep_wr(ep, IBV_WR_SEND);
+                wr->wr.ud.ah = rdmax__ah_get(ctx, ctx->attr.gid.raw, ctx->attr.lid,
+                                             rdmax__gid_prefix(ctx->attr.gid.raw));
+                wr->wr.ud.remote_qpn = ep->qp->qp_num;
+                wr->wr.ud.remote_qkey = RDMAX_UD_QKEY;
+                if (!wr->wr.ud.ah)
+                    return RDMAX_ERR_IO;
+            } else
+#endif
+            {
+                wr = rdmax__ep_wr(ep, IBV_WR_RDMA_WRITE);
+                wr->wr.rdma.remote_addr = r0.addr;
+                wr->wr.rdma.rkey = r0.rkey;
+            }
+            wr->num_sge = 0;
+            ep->sig_at = ep->sq_head;  /* force this one signaled */
+            st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_FLUSH, 0, r0.addr, NULL);
+        }
+    }
+    int64_t deadline = rdmax__now_ms() + timeout_ms;
+    while (ep->sq_head != ep->sq_tail) {
+        if (rdmax__now_ms() > deadline) {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_FLUSH_TIMEOUT,
+                       "device %s, endpoint qpn 0x%x peer %s: flush timed out after %d ms "
+                       "with %u operations outstanding", ctx->attr.name, ep->qp->qp_num, ep->peer, timeout_ms,
+                       ep->sq_head - ep->sq_tail);
+            return RDMAX_ERR_TIMEOUT;
+        }
+        rdmax_progress(ctx);
+    }
+    return rdmax_ep_error(ep);
+}
+
+void rdmax_ep_destroy(rdmax_ep *ep)
+{
+    if (!ep)
+        return;
+    rdmax_ctx *ctx = ep->ctx;
+    rdmax_ep_pending_purge(ep);  /* safe from inside a dispatch callback of this endpoint */
+    if (ctx->batch_ep == ep) {  /* what it chained is never posted: its slots are canceled below */
+        rdmax__chain_close(ctx, ep);
+        ctx->batch_ep = NULL;
+        ctx->cnt.post_calls -= ctx->batch_n;  /* in posted[], and in no call */
+        ctx->batch_n = 0;
+        rdmax__chain_reset(ctx);
+    }
+    rdmax_arb_group_cleanup(&ctx->arb, &ep->group);
+    /* Operations in flight complete with CANCELED now; their completions, if any arrive, find the
+       endpoint's table slot empty or of another generation and are dropped. */
+    if (ep->sq_head != ep->sq_tail)
+        ctx->scq_idle = INT32_MIN;  /* their completions may come: progress polls until a tick drained them */
+    while (ep->sq_head != ep->sq_tail)
+        rdmax__ep_retire(ep, (ep->sq_head - 1) & ep->sq_mask, RDMAX_ERR_CANCELED);
+    uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
+    int shared = 0;
+    if (ep->qp && ctx->eps[idx].ep == ep) {
+        ctx->eps[idx].ep = NULL;
+        ctx->eps[idx].key |= RDMAX__EP_KEY_FREE;
+        ctx->n_eps--;
+        ctx->ep_bytes -= rdmax__ep_own_bytes(ep);
+        if (ep->rbufs) {
+            ctx->rq_total -= ep->rq_depth;
+        } else if (ep->qp->qp_type == IBV_QPT_RC) {
+            /* its receives still queued are dropped by number */
+            rdmax__map_kill(ctx, ep->qp->qp_num);
+            shared = 1;
+        }
+    }
+#if RDMAX__HAS_UD
+    rdmax__ud_ep_cleanup(ep);
+#endif
+    /* The windows before the QP: a bound type-2 window holds its QP (rxe waits for it at destroy). */
+    for (uint32_t i = 0; i < ep->n_wins; i++)
+        ibv_dealloc_mw(ep->wins[i].mw);
+    rdmax__free(ctx, ep->wins);
+    if (ep->qp && !ep->shared_qp)
+        ibv_destroy_qp(ep->qp);
+    if (shared)  /* after the QP: its credits leave the pool's target, and the pool may go with it */
+        rdmax__srq_release(ctx, ep->pool, ep->rq_depth);
+    rdmax__cm_ep_cleanup(ep);
+    if (ep->rmr)
+        ibv_dereg_mr(ep->rmr);
+    rdmax_numa_free(ctx, ep->rbufs, (size_t)ep->rq_depth * ep->recv_size);
+    rdmax__free(ctx, ep->slots);
+    rdmax__free(ctx, ep->rq_free);
+    rdmax__free(ctx, ep->local);
+    rdmax__free(ctx, ep->remote);
+    rdmax__free(ctx, ep);
+}
+
+/* ---- >>ep_query: an endpoint's regions and queries ----------------------------------------------- */
+
+rdmax_status rdmax_ep_error(const rdmax_ep *ep)
+{
+    return (rdmax_status)ep->err;
+}
+
+/* The regions in ep's own arrays, exactly as many as there are (an endpoint stays small: 10,000 UD
+   endpoints on one context advertise nothing and hold no region array). */
+static rdmax_status rdmax__ep_regions(rdmax_ep *ep, rdmax_rbuf **to, uint32_t *n_to, const rdmax_rbuf *from,
+                                      uint32_t n)
+{
+    n = n < RDMAX_MAX_REGIONS ? n : RDMAX_MAX_REGIONS;
+    rdmax_rbuf *a = n ? (rdmax_rbuf *)rdmax__alloc(ep->ctx, (size_t)n * sizeof *a) : NULL;
+    if (n && !a)
+        return RDMAX_ERR_NO_MEMORY;
+    if (n)
+        memcpy(a, from, (size_t)n * sizeof *a);
+    rdmax__free(ep->ctx, *to);
+    *to = a;
+    *n_to = n;
+    return RDMAX_OK;
+}
+
+static rdmax_status rdmax__ep_set_local(rdmax_ep *ep, const rdmax_rbuf *r, uint32_t n)
+{
+    return rdmax__ep_regions(ep, &ep->local, &ep->n_local, r, n);
+}
+
+static rdmax_status rdmax__ep_set_remote(rdmax_ep *ep, const rdmax_conn_info *r)
+{
+    return rdmax__ep_regions(ep, &ep->remote, &ep->n_remote, r->regions, r->n_regions);
+}
+
+const rdmax_rbuf *rdmax_ep_remote(const rdmax_ep *ep, uint32_t index)
+{
+    return index < ep->n_remote ? &ep->remote[index] : NULL;
+}
+
+uint32_t rdmax_ep_remote_count(const rdmax_ep *ep)
+{
+    return ep->n_remote;
+}
+
+rdmax_ep_desc rdmax_ep_query_desc(const rdmax_ep *ep)
+{
+    return ep->desc;
+}
+
+rdmax_ep_state rdmax_ep_query_state(const rdmax_ep *ep)
+{
+    return (rdmax_ep_state)ep->state;
+}
+
+void rdmax_ep_query_info(const rdmax_ep *ep, rdmax_ep_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->state = (rdmax_ep_state)ep->state;
+    out->sq_free = rdmax__ep_sq_avail(ep);
+    out->outstanding = ep->sq_head - ep->sq_tail;
+    const rdmax_ctx *ctx = ep->ctx;
+    if (ctx->batch_ep == ep && ctx->chain_end != NULL) {
+        /* the short puts chained in the open room take their slots at its close (rdmax__room_settle) */
+        uint32_t k = (uint32_t)(ctx->chain_next - &ctx->bent[ctx->chain_base]);
+        out->sq_free -= k;
+        out->outstanding += k;
+    }
+    out->reads_free = ep->rd_avail;
+    /* the sends that may go now: not the credit kept back for grants (UD: UINT32_MAX, none counted) */
+    out->send_credits = ep->tx_credits == UINT32_MAX ? UINT32_MAX : ep->tx_credits ? ep->tx_credits - 1 : 0;
+    out->pending = rdmax_arb_group_count(&ep->group);
+    out->qp_num = ep->qp->qp_num;
+    out->peer_qp_num = ep->peer_qpn;
+    out->n_remote = ep->n_remote;
+    out->recv_pool = ep->rbufs;
+    out->recv_pool_bytes = (size_t)ep->rq_depth * ep->recv_size;
+#if RDMAX__HAS_RC
+    if (!ep->rbufs && !ep->shared_qp && ep->ctx->rx && ep->ctx->rx->pool[ep->pool] &&
+        ep->ctx->rx->pool[ep->pool]->n_chunks) {  /* RC: the first chunk of the shared pool it receives into */
+        const struct rdmax__srq *s = ep->ctx->rx->pool[ep->pool];
+        out->recv_pool = s->chunks[0].base;
+        out->recv_pool_bytes = (size_t)s->per_chunk * s->recv_size;
+    }
+#endif
+    out->qp = ep->qp;
+}
+
+rdmax_ctx *rdmax_ep_ctx(const rdmax_ep *ep)
+{
+    return ep->ctx;
+}
+
+/* ---- >>post: the operations' general path (rdmax__op_slow), the fast paths' out-of-line ends ----- */
+
+/* ep is blocked for `why` too (RDMAX__BLK_STATE, RDMAX__BLK_PENDING): a room it chains into closes, as
+   rdmax_put sends its puts to the room on batch_ep alone (rdmax__put_chain). */
+static void rdmax__ep_block(rdmax_ep *ep, uint8_t why)
+{
+    ep->blocked |= why;
+    if (ep->ctx->batch_ep == ep)
+        rdmax__chain_close(ep->ctx, ep);
+    rdmax__ep_regate(ep);
+}
+
+/* Reserve one send slot and post (or chain) the request the caller filled in (rdmax__ep_wr). */
+static rdmax_status rdmax__ep_check(rdmax_ep *ep)
+{
+    if (rdmax_unlikely(ep->state != RDMAX_EP_CONNECTED))
+        return ep->state == RDMAX_EP_ERROR ? RDMAX_ERR_ENDPOINT
+               : ep->state == RDMAX_EP_CLOSED ? RDMAX_ERR_CLOSED : RDMAX_ERR_NOT_CONNECTED;
+    /* Out of send-queue or CQ entries, or requests are waiting: a direct post would overtake them. */
+    if (rdmax_unlikely(rdmax__ep_sq_avail(ep) == 0 || rdmax__scq_free(ep->ctx) == 0 ||
+                       (ep->group.count != 0 && ep->ctx->disp_ep != ep))) {
+        ep->ctx->cnt.no_resource++;
+        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep,
+                             rdmax__ep_sq_avail(ep) == 0 ? RDMAX_PROFILE_NORES_SQ
+                             : rdmax__scq_free(ep->ctx) == 0 ? RDMAX_PROFILE_NORES_CQ : RDMAX_PROFILE_NORES_PENDING);
+        return RDMAX_ERR_NO_RESOURCE;
+    }
+    return RDMAX_OK;
+}
+
+/* A comp whose request was accepted gets its success status now (nothing is set on a refusal): the
+   common completion then only sets done (rdmax__send_cqe_fast); a failure sets the status again
+   (rdmax__complete). */
+static void rdmax__comp_taken(rdmax_comp *comp)
+{
+    if (comp)
+        comp->status = RDMAX_OK;
+}
+
+/* The general path's post (or chain) of a request the caller filled in (rdmax__ep_wr). */
+static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_comp *comp, rdmax_op op, uint32_t len,
+                                   uint64_t raddr, struct rdmax_rcache_region *region)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    uint32_t slot = ep->sq_head & ep->sq_mask;
+    rdmax__slot *s = &ep->slots[slot];
+    uint32_t sig_at = ep->sig_at;  /* restored if the post is refused */
+    /* Signal when asked for a completion, every signal_interval posts, and on the last free slot or CQ
+       entries so that a completion always comes back to free them. */
+    int sig = comp != NULL || ep->sq_head == sig_at || rdmax__ep_sq_avail(ep) <= 1 || ctx->scq_spare <= 0;
+    s->comp = comp;
+    ctx->comps_out += comp != NULL;
+    s->region = region;
+    ep->sq_regions += region != NULL;
+    s->len = len;
+    s->op = (uint8_t)op;
+    s->signaled = (uint8_t)sig;
+    s->raddr = raddr;
+    wr->wr_id = ep->wr_id_base | slot | (comp != NULL && comp->cb != NULL ? RDMAX__WR_CB : 0);
+    if (sig) {
+        wr->send_flags |= IBV_SEND_SIGNALED;
+        ep->sig_at = rdmax__sig_next(ep, ep->sq_head);
+    }
+    ep->sq_head++;
+    ctx->scq_spare--;
+    ctx->cnt.posted[op]++;
+    ctx->cnt.bytes[op] += len;
+    if (ep->blocked & RDMAX__BLK_BATCH) {
+        ep->sq_stop = ep->sq_head;
+        rdmax_status st;
+        if (++ctx->batch_n == RDMAX_BATCH_MAX && (st = rdmax__post_chain(ep, 1)) != RDMAX_OK)
+            return st;  /* the caller undoes its own request */
+        rdmax__comp_taken(comp);
+        return RDMAX_OK;
+    }
+    struct ibv_send_wr *bad;
+    wr->next = NULL;
+    RDMAX__PROF_BEGIN(ctx, POST);
+    int rc = ibv_post_send(ep->qp, wr, &bad);
+    RDMAX__PROF_END(ctx, POST);
+    if (rdmax_unlikely(rc != 0)) {
+        /* nothing was posted: give the slot back */
+        ep->sq_head--;
+        ctx->scq_spare++;
+        ctx->comps_out -= comp != NULL;
+        s->comp = NULL;
+        ep->sq_regions -= s->region != NULL;
+        s->region = NULL;
+        s->signaled = 0;
+        ctx->cnt.posted[op]--;
+        ctx->cnt.bytes[op] -= len;
+        ep->sig_at = sig_at;
+        ep->last_errno = rc;
+        rdmax__ep_regate(ep);
+        return RDMAX_ERR_IO;
+    }
+    rdmax__ep_regate(ep);
+    rdmax__comp_taken(comp);
+    return RDMAX_OK;
+}
+
+static struct ibv_send_wr *rdmax__ep_wr(rdmax_ep *ep, enum ibv_wr_opcode opcode)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    struct ibv_send_wr *wr = &ctx->gwr;  /* the SGEs the endpoint's (rdmax_ep.wr is the fast put's) */
+    wr->sg_list = ep->sge;
+    if (rdmax_unlikely(ep->blocked & RDMAX__BLK_BATCH)) {
+        /* the entry's request (already chained, its sg_list set) gets this request's fields, after the
+           short puts before it were counted and a full chain of them was posted (a refusal completes
+           their comps with RDMAX_ERR_IO; this request goes into the next chain) */
+        rdmax__chain_close(ctx, ep);
+        if (rdmax_unlikely(ctx->batch_n == RDMAX_BATCH_MAX))
+            (void)rdmax__post_chain(ep, 0);
+        wr = &ctx->bent[ctx->batch_n].wr;
+        if (ctx->chain_dirty <= ctx->batch_n)
+            ctx->chain_dirty = ctx->batch_n + 1;
+    }
+    wr->opcode = opcode;
+    wr->send_flags = 0;
+    return wr;
+}
+
+/* Contiguous send, put: inline when len <= max_inline and (mem NULL or comp NULL): the data is copied
+   at the call, so the buffer is free when it returns; zero-copy from mem (or the rcache) otherwise.
+   Returns RDMAX_INPROGRESS whenever comp is given, RDMAX_OK for inline data without a comp. The caller
+   checked resources and set the remote fields. */
+static rdmax_status rdmax__ep_contig(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_op op, const void *buf,
+                                           size_t len, const rdmax_mem *mem, uint64_t raddr, rdmax_comp *comp)
+{
+    struct ibv_sge *sge = wr->sg_list;
+    sge->addr = (uintptr_t)buf;
+    sge->length = (uint32_t)len;
+    wr->num_sge = len ? 1 : 0;
+    if (len <= ep->max_inline && (mem == NULL || comp == NULL)) {
+        wr->send_flags = IBV_SEND_INLINE;
+        sge->lkey = 0;
+        /* A chained request is posted later, but the buffer is promised free now: copy it. */
+        if (ep->blocked & RDMAX__BLK_BATCH) {
+            char *stage = ep->ctx->inl_stage + (size_t)ep->ctx->batch_n * ep->ctx->attr.max_inline;
+            memcpy(stage, buf, len);
+            sge->addr = (uintptr_t)stage;
+        }
+        /* The completion contract: given a comp, the operation reports through it, inline or not (the
+           post is then signaled); without one, inline data is done at once. */
+        rdmax_status ist = rdmax__ep_post(ep, wr, comp, op, (uint32_t)len, raddr, NULL);
+        return ist == RDMAX_OK && comp != NULL ? RDMAX_INPROGRESS : ist;
+    }
+    struct rdmax_rcache_region *region = NULL;
+    if (mem != NULL) {
+        sge->lkey = mem->lkey;
+    } else {
+        rdmax_status rs = rdmax__rcache_lkey(ep->ctx, buf, len, RDMAX_ACCESS_LOCAL, &region);
+        if (rdmax_unlikely(rs != RDMAX_OK))
+            return rs;
+        sge->lkey = region->lkey;
+    }
+    rdmax_status st = rdmax__ep_post(ep, wr, comp, op, (uint32_t)len, raddr, region);
+    if (rdmax_unlikely(st != RDMAX_OK) && region)
+        rdmax_rcache_put(ep->ctx->rcache, region);
+    return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
+}
+
+/* rdmax_send's general path. */
+static rdmax_status rdmax__g_send(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
+                                  rdmax_comp *comp)
+{
+    rdmax_status st = rdmax__ep_check(ep);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    /* NULL data: the inline path would copy from it (one test covers both; peer_recv_size < 2^32). */
+    if (rdmax_unlikely(len > ep->peer_recv_size || (buf == NULL && len != 0)))
+        return buf == NULL && len != 0 ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
+    /* RC: never more sends in flight than the peer has receive buffers (no RNR in steady state); the
+       last credit is kept for a grant. Credits we owe the peer ride along in the immediate data. */
+    if (rdmax_unlikely(ep->tx_credits <= 1)) {
+        ep->ctx->cnt.no_resource++;
+        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_CREDITS);
+        return RDMAX_ERR_NO_RESOURCE;
+    }
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND_WITH_IMM);
+    wr->imm_data = RDMAX__LE32(ep->rx_unreturned);
+#if RDMAX__HAS_UD
+    wr->wr.ud.ah = ep->ah;  /* never NULL on a UD endpoint: creation fails without one */
+    wr->wr.ud.remote_qpn = ep->ud_qpn;
+    wr->wr.ud.remote_qkey = ep->ud_qkey;
+#endif
+    st = rdmax__ep_contig(ep, wr, RDMAX_OP_SEND, buf, len, mem, 0, comp);
+#if RDMAX__HAS_UD
+    if (ep->ah != NULL) {  /* UD has no credits: the device drops what finds no buffer */
+        /* The immediate data is the peer endpoint's index (low 16 bits) and this datagram's number (high
+           16, wrapping), so that the receiver sees loss: ud.skipped, ud.late, ud.duplicates. */
+        ep->rx_unreturned += (uint32_t)(st >= 0) << 16;
+        return st;
+    }
+#endif
+    if (rdmax_likely(st >= 0)) {
+        ep->tx_credits--;
+        ep->rx_unreturned = 0;
+    }
+    return st;
+}
+
+#if RDMAX__HAS_RC
+/* The checks of an operation only RC has (put, get, atomics): a UD endpoint is refused (its work request
+   has no remote address: the provider would take the address handle from where it lies). That test is
+   compiled only when both transports are; `read` (get, atomics) also needs the read budget. */
+static rdmax_status rdmax__ep_check_rc(rdmax_ep *ep, int read)
+{
+#if RDMAX__HAS_UD
+    if (rdmax_unlikely(ep->qp->qp_type != IBV_QPT_RC))
+        return RDMAX_ERR_UNSUPPORTED;
+#endif
+    rdmax_status st = rdmax__ep_check(ep);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    if (read && rdmax_unlikely(ep->rd_avail == 0)) {
+        ep->ctx->cnt.no_resource++;
+        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_READS);
+        return RDMAX_ERR_NO_RESOURCE;
+    }
+    return RDMAX_OK;
+}
+
+/* rdmax_put_imm's path (always out of line): the notice takes a receive buffer at the peer, so a send
+   credit, as rdmax_send; the last one is kept for a grant. */
+static rdmax_status rdmax__g_put_imm(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
+                                     uint64_t raddr, uint32_t rkey, uint32_t imm, rdmax_comp *comp)
+{
+    if (rdmax_unlikely(len > ep->ctx->attr.max_msg_sz || (buf == NULL && len != 0)))
+        return buf == NULL && len != 0 ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
+    rdmax_status st = rdmax__ep_check_rc(ep, 0);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    if (rdmax_unlikely(ep->tx_credits <= 1)) {
+        ep->ctx->cnt.no_resource++;
+        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_CREDITS);
+        return RDMAX_ERR_NO_RESOURCE;
+    }
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_WRITE_WITH_IMM);
+    wr->imm_data = htonl(imm);
+    wr->wr.rdma.remote_addr = raddr;
+    wr->wr.rdma.rkey = rkey;
+    st = rdmax__ep_contig(ep, wr, RDMAX_OP_PUT_IMM, buf, len, mem, raddr, comp);
+    if (rdmax_likely(st >= 0))
+        ep->tx_credits--;
+    return st;
+}
+
+/* rdmax_put's general path. */
+static rdmax_status rdmax__g_put(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
+                                 uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
+{
+    /* max_msg_sz <= UINT32_MAX (the context clamps it): the length fits the 32-bit SGE */
+    if (rdmax_unlikely(len > ep->ctx->attr.max_msg_sz || (buf == NULL && len != 0)))
+        return buf == NULL && len != 0 ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
+    rdmax_status st = rdmax__ep_check_rc(ep, 0);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_WRITE);
+    wr->wr.rdma.remote_addr = raddr;
+    wr->wr.rdma.rkey = rkey;
+    return rdmax__ep_contig(ep, wr, RDMAX_OP_PUT, buf, len, mem, raddr, comp);
+}
+
+static rdmax_status rdmax__ep_iov(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax_op op, const rdmax_iov *iov,
+                                        size_t iovcnt, uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
+{
+    if (rdmax_unlikely(iov == NULL || iovcnt == 0 || iovcnt > ep->ctx->attr.max_sge || iovcnt > RDMAX_MAX_SGE))
+        return RDMAX_ERR_INVALID_PARAM;
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, opcode);  /* filled, but posted only after the checks */
+    uint64_t total = 0;
+    int null_addr = 0;
+    for (size_t i = 0; i < iovcnt; i++) {
+        wr->sg_list[i].addr = (uintptr_t)iov[i].addr;
+        wr->sg_list[i].length = iov[i].len;
+        wr->sg_list[i].lkey = iov[i].lkey;
+        total += iov[i].len;
+        null_addr |= iov[i].addr == NULL && iov[i].len != 0;
+    }
+    if (rdmax_unlikely(null_addr || total > ep->ctx->attr.max_msg_sz || (opcode == IBV_WR_RDMA_READ && total == 0)))
+        return null_addr ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
+    rdmax_status st = rdmax__ep_check_rc(ep, op == RDMAX_OP_GET);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    wr->num_sge = (int)iovcnt;
+    wr->wr.rdma.remote_addr = raddr;
+    wr->wr.rdma.rkey = rkey;
+    st = rdmax__ep_post(ep, wr, comp, op, (uint32_t)total, raddr, NULL);
+    if (st == RDMAX_OK && op == RDMAX_OP_GET)
+        ep->rd_avail--;
+    return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
+}
+
+/* rdmax_get's general path. */
+static rdmax_status rdmax__g_get(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
+                                 uint32_t rkey, rdmax_comp *comp)
+{
+    /* one test for len 0, len too long and a NULL buffer (len - 1 wraps for 0) */
+    if (rdmax_unlikely(len - 1 >= ep->ctx->attr.max_msg_sz || buf == NULL)) {
+#if RDMAX__HAS_UD
+        if (ep->qp->qp_type != IBV_QPT_RC)
+            return RDMAX_ERR_UNSUPPORTED;
+#endif
+        if (len == 0) {
+            if (comp == NULL)
+                return RDMAX_OK;
+            rdmax_iov none;
+            none.addr = buf;
+            none.len = 0;
+            none.lkey = 0;
+            return rdmax__ep_iov(ep, IBV_WR_RDMA_WRITE, RDMAX_OP_GET, &none, 1, raddr, rkey, comp);
+        }
+        return buf == NULL ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
+    }
+    rdmax_status st = rdmax__ep_check_rc(ep, 1);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_READ);
+    struct ibv_sge *sge = wr->sg_list;
+    struct rdmax_rcache_region *region = NULL;
+    if (mem != NULL) {
+        sge->lkey = mem->lkey;
+    } else {
+        st = rdmax__rcache_lkey(ep->ctx, buf, len, RDMAX__ACCESS_LOCAL_WRITE, &region);
+        if (rdmax_unlikely(st != RDMAX_OK))
+            return st;
+        sge->lkey = region->lkey;
+    }
+    sge->addr = (uintptr_t)buf;
+    sge->length = (uint32_t)len;
+    wr->num_sge = 1;
+    wr->wr.rdma.remote_addr = raddr;
+    wr->wr.rdma.rkey = rkey;
+    st = rdmax__ep_post(ep, wr, comp, RDMAX_OP_GET, (uint32_t)len, raddr, region);
+    if (rdmax_likely(st == RDMAX_OK)) {
+        ep->rd_avail--;
+        return RDMAX_INPROGRESS;
+    }
+    if (region)
+        rdmax_rcache_put(ep->ctx->rcache, region);
+    return st;
+}
+
+static rdmax_status rdmax__g_atomic(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax_op op, uint64_t *result,
+                                    const rdmax_mem *mem, uint64_t raddr, uint32_t rkey, uint64_t a, uint64_t b,
+                                    rdmax_comp *comp)
+{
+    if (rdmax_unlikely(ep->ctx->attr.atomic_cap == IBV_ATOMIC_NONE))
+        return RDMAX_ERR_UNSUPPORTED;  /* the device has none (the context's capability line said so) */
+    if (rdmax_unlikely((raddr & 7) || mem == NULL || result == NULL))
+        return result == NULL ? RDMAX_ERR_INVALID_PARAM : (raddr & 7) ? RDMAX_ERR_UNALIGNED : RDMAX_ERR_NO_MEMH;
+    rdmax_status st = rdmax__ep_check_rc(ep, 1);
+    if (rdmax_unlikely(st != RDMAX_OK))
+        return st;
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, opcode);
+    wr->sg_list[0].addr = (uintptr_t)result;
+    wr->sg_list[0].length = 8;
+    wr->sg_list[0].lkey = mem->lkey;
+    wr->num_sge = 1;
+    wr->wr.atomic.remote_addr = raddr;
+    wr->wr.atomic.rkey = rkey;
+    wr->wr.atomic.compare_add = a;
+    wr->wr.atomic.swap = b;
+    st = rdmax__ep_post(ep, wr, comp, op, 8, raddr, NULL);
+    if (st == RDMAX_OK)
+        ep->rd_avail--;
+    return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
+}
+
+#endif /* RDMAX__HAS_RC */
+
+rdmax_status rdmax__op_slow(rdmax_ep *ep)
+{
+    /* a copy: what this posts may complete a comp whose callback posts again through the scratch */
+    const rdmax__opd od = ep->ctx->slow, *o = &od;
+    /* A fast read or atomic found no read budget (RDMAX__TAKE left it at -1). */
+    if (rdmax_unlikely((int32_t)ep->rd_avail < 0))
+        ep->rd_avail = 0;
+    /* The pending bit goes lazily: the first post after the queue drained comes here and opens the gate. */
+    if (rdmax_unlikely((ep->blocked & RDMAX__BLK_PENDING) && ep->group.count == 0)) {
+        ep->blocked &= (uint8_t)~RDMAX__BLK_PENDING;
+        rdmax__ep_regate(ep);
+    }
+    switch (o->op) {
+    case RDMAX_OP_SEND:
+        return rdmax__g_send(ep, o->buf, o->len, o->mem, o->comp);
+#if RDMAX__HAS_RC
+    case RDMAX_OP_PUT:
+        if (o->iov)
+            return rdmax__ep_iov(ep, IBV_WR_RDMA_WRITE, RDMAX_OP_PUT, (const rdmax_iov *)o->buf, o->len, o->raddr,
+                                 o->rkey, o->comp);
+        return rdmax__g_put(ep, o->buf, o->len, o->mem, o->raddr, o->rkey, o->comp);
+    case RDMAX_OP_PUT_IMM:
+        return rdmax__g_put_imm(ep, o->buf, o->len, o->mem, o->raddr, o->rkey, (uint32_t)o->a, o->comp);
+    case RDMAX_OP_GET:
+        if (o->iov)
+            return rdmax__ep_iov(ep, IBV_WR_RDMA_READ, RDMAX_OP_GET, (const rdmax_iov *)o->buf, o->len, o->raddr,
+                                 o->rkey, o->comp);
+        return rdmax__g_get(ep, (void *)(uintptr_t)o->buf, o->len, o->mem, o->raddr, o->rkey, o->comp);
+    case RDMAX_OP_FADD:
+        return rdmax__g_atomic(ep, IBV_WR_ATOMIC_FETCH_AND_ADD, RDMAX_OP_FADD, (uint64_t *)(uintptr_t)o->buf, o->mem,
+                               o->raddr, o->rkey, o->a, 0, o->comp);
+    case RDMAX_OP_CSWAP:
+        return rdmax__g_atomic(ep, IBV_WR_ATOMIC_CMP_AND_SWP, RDMAX_OP_CSWAP, (uint64_t *)(uintptr_t)o->buf, o->mem,
+                               o->raddr, o->rkey, o->a, o->b, o->comp);
+#endif
+    default:
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+}
+
+/* The read budget a fast read or atomic took before its post (RDMAX__TAKE), given back when the post
+   does not happen. */
+static void rdmax__fast_untake(rdmax_ep *ep, uint8_t op)
+{
+    if (op == RDMAX_OP_GET || op == RDMAX_OP_FADD || op == RDMAX_OP_CSWAP)
+        ep->rd_avail++;
+}
+
+/* The provider refused a fast-path post: nothing moved but the CQ entry and the read budget it took
+   (sig_at moves only when a signaled post is accepted). An atomic on a device without atomics was
+   refused before the provider saw it (rdmax__post_send_noatomic). */
+rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc)
+{
+    rdmax__slot *s = &ep->slots[ep->sq_head & ep->sq_mask];
+    ep->ctx->scq_spare++;
+    rdmax__fast_untake(ep, s->op);
+    s->signaled = 0;
+    ep->last_errno = rc;
+    return rc == EOPNOTSUPP && (s->op == RDMAX_OP_FADD || s->op == RDMAX_OP_CSWAP) ? RDMAX_ERR_UNSUPPORTED
+                                                                                 : RDMAX_ERR_IO;
+}
+
+/* The post_send of an RC endpoint on a device without atomics (atomic_cap NONE), in place of the
+   provider's: the fast atomic posts through it and is refused here, so the fast paths keep their
+   instructions on every other device; the general path refuses atomics before (rdmax__g_atomic). */
+static int rdmax__post_send_noatomic(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+    for (struct ibv_send_wr *w = wr; w; w = w->next)
+        if (w->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || w->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+            *bad = w;
+            return EOPNOTSUPP;
+        }
+    return qp->context->ops.post_send(qp, wr, bad);
+}
+
+/* ep's post_send: the provider's (what ibv_post_send calls, read once: one load less per post), or on
+   an RC endpoint of a device without atomics the one that refuses them. */
+static void rdmax__ep_post_fn(rdmax_ep *ep)
+{
+    ep->post_send = ep->qp->context->ops.post_send;
+    if (ep->qp->qp_type == IBV_QPT_RC && ep->ctx->attr.atomic_cap == IBV_ATOMIC_NONE)
+        ep->post_send = rdmax__post_send_noatomic;
+}
+
+/* The one fast post in signal_interval that is signaled, and every one while the send-CQ entries run
+   low (rdmax__ep_fast_post with the rest of it): it keeps its length and remote address for an error
+   report. The fast gate does not ask for CQ entries: with none left the post is refused here as the
+   general path refuses it (rdmax__ep_check: RDMAX_ERR_NO_RESOURCE, counted, the SQ_FULL event). */
+rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uint32_t len, uint64_t raddr)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    rdmax__slot *s = &ep->slots[ep->sq_head & ep->sq_mask];
+    if (rdmax_unlikely(rdmax__scq_free(ctx) == UINT32_MAX)) {
+        ctx->scq_spare++;  /* not posted: its CQ entry and its read budget are taken back */
+        rdmax__fast_untake(ep, s->op);
+        return rdmax__ep_check(ep);
+    }
+    s->signaled = 1;
+    s->len = len;
+    s->raddr = raddr;
+    unsigned flags = wr->send_flags;
+    wr->send_flags = flags | IBV_SEND_SIGNALED;
+    RDMAX__PROF_BEGIN(ctx, POST);
+    int rc = ep->post_send(ep->qp, wr, &ep->post_bad);  /* ibv_post_send, as the fast post's */
+    RDMAX__PROF_END(ctx, POST);
+    wr->send_flags = flags;
+    if (rdmax_unlikely(rc != 0))
+        return rdmax__post_refused(ep, rc);
+    ep->sig_at = rdmax__sig_next(ep, ep->sq_head);
+    ep->sq_head++;
+    rdmax__ep_regate(ep);
+    ctx->cnt.posted[s->op]++;
+    ctx->cnt.bytes[s->op] += len;
+    if (s->op == RDMAX_OP_SEND) {  /* as rdmax__ep_fast_post */
+        ep->tx_credits--;
+        ep->rx_unreturned = 0;
+    }
+    return RDMAX_OK;
+}
+
+/* ---- >>batch: batching: the chain, the post list's room, rdmax_batch_begin/end ------------------- */
+
+/* The post list's entries [from, to) set as rdmax__bent says (chained, one SGE at inl, RDMA write, inline,
+   unsignaled, chain_hi in the wr_id); chain_dirty (entries below it may have been changed by the general
+   path) comes down to from. */
+static void rdmax__chain_clean(rdmax_ctx *ctx, uint32_t from, uint32_t to)
+{
+    for (uint32_t i = from; i < to; i++) {
+        rdmax__bent *e = &ctx->bent[i];
+        e->wr.next = i + 1 < RDMAX_BATCH_MAX ? &ctx->bent[i + 1].wr : NULL;
+        e->wr.sg_list = e->sge;
+        e->wr.num_sge = 1;
+        e->wr.opcode = IBV_WR_RDMA_WRITE;
+        e->wr.send_flags = IBV_SEND_INLINE;
+        e->sge[0].addr = (uintptr_t)e->inl;
+        e->sge[0].lkey = 0;
+        memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_HI, &ctx->chain_hi, 4);
+    }
+    if (ctx->chain_dirty > from)
+        ctx->chain_dirty = from;
+}
+
+/* Request e (a short put of ep's chain) is signaled: its flag, and its slot keeps what an error report
+   needs (as rdmax__fast_post_signaled). Its flags are set back after the post (chain_sig, or by the
+   caller: rdmax__batch_end). */
+RDMAX_INLINE void rdmax__chain_sig_put(rdmax_ep *ep, rdmax__bent *e)
+{
+    rdmax__slot *s = &ep->slots[(uint32_t)e->wr.wr_id & ep->sq_mask];
+    e->wr.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
+    s->signaled = 1;
+    s->len = e->sge[0].length;
+    s->raddr = e->wr.wr.rdma.remote_addr;
+}
+
+/* rdmax__chain_sig_put, and bent[i] noted in chain_sig. */
+static void rdmax__chain_signal(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t i)
+{
+    ctx->chain_sig[ctx->chain_nsig++] = i;
+    rdmax__chain_sig_put(ep, &ctx->bent[i]);
+}
+
+/* The short puts chained in the open room, bent[chain_base .. next) (rdmax__put_chain_at writes only
+   their data, length and remote fields): they take their send slots now, from sq_head on; each entry's
+   wr_id gets its slot, each slot its op (rdmax__slot_op), eight at a time up to the queue's end, then
+   from its start. Returns how many. */
+RDMAX_INLINE uint32_t rdmax__room_settle(rdmax_ctx *ctx, rdmax_ep *ep, rdmax__bent *next)
+{
+    rdmax__bent *e = &ctx->bent[ctx->chain_base];
+    uint32_t k = (uint32_t)(next - e), head = ep->sq_head, slot = head & ep->sq_mask;
+    uint32_t run = ep->sq_mask + 1 - slot;  /* the slots before the queue's end */
+    rdmax__slot *sp = &ep->slots[slot];
+    run = run < k ? run : k;
+    for (uint32_t m = run;; m = k - run, slot = 0, sp = ep->slots) {
+        rdmax__bent *stop = e + (m & ~7u);
+        for (; e != stop; e += 8, sp += 8, slot += 8) {  /* unrolled by hand: -O2 keeps a loop of 8 */
+#define RDMAX__SETTLE_J(j)                                                                             \
+    do {                                                                                               \
+        uint32_t sj_ = slot + (j);                                                                     \
+        memcpy((char *)&e[j].wr.wr_id + RDMAX__WR_ID_LO, &sj_, 4);                                     \
+        rdmax__slot_op(&sp[j], RDMAX_OP_PUT);                                                          \
+    } while (0)
+            RDMAX__SETTLE_J(0); RDMAX__SETTLE_J(1); RDMAX__SETTLE_J(2); RDMAX__SETTLE_J(3);
+            RDMAX__SETTLE_J(4); RDMAX__SETTLE_J(5); RDMAX__SETTLE_J(6); RDMAX__SETTLE_J(7);
+#undef RDMAX__SETTLE_J
+        }
+        for (m &= 7; m > 0; m--, e++, sp++, slot++) {
+            memcpy((char *)&e->wr.wr_id + RDMAX__WR_ID_LO, &slot, 4);
+            rdmax__slot_op(sp, RDMAX_OP_PUT);
+        }
+        if (e == next)
+            break;
+    }
+    ep->sq_head = head + k;
+    return k;
+}
+
+/* Closes the room (if open): the short puts chained in it are counted in posted[] once, the CQ entries
+   they did not use go back, and the ones that must be signaled are: one in signal_interval (from sig_at,
+   which the chained puts left behind, as if each had been posted alone) and, as on the direct path,
+   every one that found no more than scq_low CQ entries free (taken as the free entries when the room
+   opened, minus the puts before it). Before anything else touches ep's chain, sq_head or sig_at: its
+   post, the general path, destroy. The room is open (rdmax__chain_close tests that). */
+RDMAX_INLINE void rdmax__chain_close_open(rdmax_ctx *ctx, rdmax_ep *ep)
+{
+    uint32_t base = ctx->chain_base, k = rdmax__room_settle(ctx, ep, ctx->chain_next), n = base + k;
+    ctx->scq_spare += (int32_t)(ctx->chain_end - ctx->chain_next);
+    ctx->chain_next = ctx->chain_end = NULL;
+    ctx->batch_n = n;
+    ctx->cnt.posted[RDMAX_OP_PUT] += k;
+    uint32_t c0 = ctx->chain_c0, low = ctx->scq_low;
+    uint32_t m = c0 > low ? c0 - low : 0;  /* the puts from m on found scq_low entries or fewer */
+    m = m < k ? m : k;
+    uint32_t head0 = ep->sq_head - k;  /* sq_head before the chain's puts, which left sig_at as it was */
+    uint32_t i = ep->sig_at - head0;
+    if (i < m) {
+        do
+            rdmax__chain_signal(ctx, ep, base + i);
+        while ((i += ep->signal_interval) < m);
+        uint32_t full = ep->sq_tail + ep->sq_mask + 1;
+        ep->sig_at = full - head0 < i ? full : head0 + i;  /* as rdmax__sig_next */
+    }  /* else sig_at stays: never beyond the queue's end (sq_tail + sq_depth), which only grows */
+    for (uint32_t j = m; j < k; j++) {
+        rdmax__chain_signal(ctx, ep, base + j);
+        ep->sig_at = rdmax__sig_next(ep, head0 + j);
+    }
+    rdmax__ep_regate(ep);
+}
+
+static void rdmax__chain_close(rdmax_ctx *ctx, rdmax_ep *ep)
+{
+    if (ctx->chain_end != NULL)
+        rdmax__chain_close_open(ctx, ep);
+}
+
+/* After the chain was posted (or dropped): the entries' set fields back (rdmax__bent). */
+static void rdmax__chain_reset(rdmax_ctx *ctx)
+{
+    for (uint32_t k = 0; k < ctx->chain_nsig; k++)
+        ctx->bent[ctx->chain_sig[k]].wr.send_flags = IBV_SEND_INLINE;
+    ctx->chain_nsig = 0;
+    if (ctx->chain_dirty)
+        rdmax__chain_clean(ctx, 0, ctx->chain_dirty);
+}
+
+#if RDMAX__HAS_RC
+/* The room of a post list for short puts (rdmax__put_chain): entries bent[chain_base .. chain_end)
+   of ep's chain, within RDMAX_BATCH_MAX, the send slots short of the last one (the general path posts
+   that one, signaled) and the CQ entries short of the last one. Those CQ entries are taken from
+   the free ones now, so a post elsewhere meanwhile cannot spend them, and what is not used goes back when
+   the room closes (rdmax__chain_close). Also sets the entries of the room that the general path changed.
+   Returns 0 when there is no room. */
+/* The room's opening once its size is known: entries bent[n .. n + room), the CQ entries taken (free:
+   the free ones now, chain_c0). Returns its first entry, where the caller puts chain_next. */
+RDMAX_INLINE rdmax__bent *rdmax__room_take(rdmax_ctx *ctx, uint32_t n, uint32_t room, uint32_t free)
+{
+    rdmax__bent *e = &ctx->bent[n];
+    ctx->chain_c0 = free;
+    ctx->scq_spare -= (int32_t)room;
+    ctx->chain_base = n;
+    ctx->chain_end = e + room;
+    return e;
+}
+
+static uint32_t rdmax__chain_open(rdmax_ctx *ctx, rdmax_ep *ep)
+{
+    uint32_t n = ctx->batch_n, used = ep->sq_head - ep->sq_tail;
+    uint32_t room = RDMAX_BATCH_MAX - n;
+    uint32_t sq = used < ep->sq_mask ? ep->sq_mask - used : 0;
+    uint32_t free = rdmax__scq_free(ctx), cq = free > 1 ? free - 1 : 0;
+    room = room < sq ? room : sq;
+    room = room < cq ? room : cq;
+    if (room == 0)
+        return 0;
+    uint32_t hi = (uint32_t)(ep->wr_id_base >> 32);
+    if (ctx->chain_hi != hi) {  /* another endpoint chains: its name in every entry's wr_id */
+        ctx->chain_hi = hi;
+        for (uint32_t i = 0; i < RDMAX_BATCH_MAX; i++)
+            memcpy((char *)&ctx->bent[i].wr.wr_id + RDMAX__WR_ID_HI, &hi, 4);
+    }
+    if (n < ctx->chain_dirty)
+        rdmax__chain_clean(ctx, n, ctx->chain_dirty);
+    ctx->chain_next = rdmax__room_take(ctx, n, room, free);
+    return room;
+}
+
+/* rdmax__put_chained's general case: close the room if open, post a full chain, then open the room
+   again (rdmax__chain_open) and chain the put; without room (send queue or CQ entries short) or for
+   other lengths the general path takes it, and chains it too. */
+static __attribute__((noinline)) rdmax_status rdmax__put_chained_slow(rdmax_ep *ep, const void *buf, uint64_t raddr,
+                                                                      uint32_t rkey, size_t len)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    /* the room opens only with max_inline >= 16: rdmax_put then chains a short put without testing
+       its length against max_inline */
+    if (rdmax_likely(len - 8 <= 8 && ep->blocked == RDMAX__BLK_BATCH && ep->max_inline >= 16 &&
+                     RDMAX__FAST_RC(ep))) {
+        rdmax__chain_close(ctx, ep);
+        if (ctx->batch_n == RDMAX_BATCH_MAX) {
+            /* a refusal completes the chain's comps with RDMAX_ERR_IO; this put is not posted */
+            rdmax_status st = rdmax__post_chain(ep, 0);
+            if (rdmax_unlikely(st != RDMAX_OK))
+                return st;
+        }
+        if (rdmax__chain_open(ctx, ep))
+            return rdmax__put_chain(ep, ctx, buf, len, raddr, rkey);
+    }
+    return rdmax__slow(ep, RDMAX_OP_PUT, buf, len, NULL, raddr, rkey, 0, 0, NULL, 0);
+}
+
+/* rdmax_put's chained put (rdmax__put_chain) found no room for a short put (never opened, used up, or
+   full) or a put that is not 8 to 16 bytes. Here the first put of a batch: no room open and nothing to
+   post, to clean or to rename (rdmax__chain_open's work, its opening rdmax__room_take, in a function
+   that calls nothing, so it saves no registers), the put chained (rdmax__put_chain_at); anything else
+   rdmax__put_chained_slow. */
+__attribute__((noinline)) rdmax_status rdmax__put_chained(rdmax_ep *ep, const void *buf, uint64_t raddr,
+                                                          uint32_t rkey, size_t len)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    uint32_t n = ctx->batch_n, head = ep->sq_head, used = head - ep->sq_tail;
+    uint32_t free = rdmax__scq_free(ctx);
+    uint32_t room = RDMAX_BATCH_MAX - n, sq = ep->sq_mask - used, cq = free - 1;
+    room = room < sq ? room : sq;
+    room = room < cq ? room : cq;
+    /* used < sq_mask and free > 1 (so neither wraps), and room > 0: a room of at least one entry */
+    if (rdmax_likely(ctx->chain_end == NULL && len - 8 <= 8 && ep->blocked == RDMAX__BLK_BATCH &&
+                     ep->max_inline >= 16 && RDMAX__FAST_RC(ep) &&
+                     used < ep->sq_mask && free > 1 && n < RDMAX_BATCH_MAX && n >= ctx->chain_dirty &&
+                     ctx->chain_hi == (uint32_t)(ep->wr_id_base >> 32))) {
+        rdmax__bent *e = rdmax__room_take(ctx, n, room, free);
+        return rdmax__put_chain_at(ctx, e, buf, len, raddr, rkey);
+    }
+    return rdmax__put_chained_slow(ep, buf, raddr, rkey, len);
+}
+
+/* The puts of a list go straight into the chain's room (rdmax__bent_put) while it has room and they are
+   short: the bytes counted once per run (sq_head and the slots at the room's close, rdmax__room_settle).
+   The rest, and a room to open, go through rdmax_put as it would take them. */
+rdmax_status rdmax_put_list(rdmax_ep *ep, const rdmax_put_req *reqs, size_t n, size_t *done)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    size_t i = 0;
+    if (rdmax_unlikely(reqs == NULL && n != 0)) {
+        if (done)
+            *done = 0;
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+    int own = !(ep->blocked & RDMAX__BLK_BATCH);
+    if (own)
+        rdmax_batch_begin(ep);
+    rdmax_status st = RDMAX_OK, any = RDMAX_OK;
+    while (i < n) {
+        rdmax__bent *e = ctx->chain_next;
+        /* an open room is ep's (the chain is closed before anything else touches ep, and it opens only
+           with max_inline >= 16, so every short put goes inline, as rdmax_put's would) */
+        if (e != ctx->chain_end && ep->blocked == RDMAX__BLK_BATCH) {
+            uint32_t room = (uint32_t)(ctx->chain_end - e);
+            uint32_t m = n - i < room ? (uint32_t)(n - i) : room, j = 0;
+            uint64_t bytes = 0;
+            const rdmax_put_req *r = reqs + i;
+            for (; j < m; j++, r++, e++) {  /* as rdmax__put_chain_at: slots at the close */
+                size_t len = r->len;
+                const void *buf = r->buf;
+                if (rdmax_unlikely(len - 8 > 8 || buf == NULL))
+                    break;
+                RDMAX__BENT_PUT(e, buf, len, r->raddr, r->rkey);
+                bytes += len;
+            }
+            ctx->chain_next = e;
+            ctx->cnt.bytes[RDMAX_OP_PUT] += bytes;
+            i += j;
+            if (j == m)
+                continue;
+        }
+        const rdmax_put_req *r = &reqs[i];
+        st = rdmax_put(ep, r->buf, r->len, NULL, r->raddr, r->rkey, NULL);
+        if (st < 0)
+            break;
+        if (st == RDMAX_INPROGRESS)  /* not inline */
+            any = st;
+        i++;
+    }
+    if (own) {
+        rdmax_status se = rdmax_batch_end(ep);
+        if (st >= 0 && se < 0)
+            st = se;
+    }
+    if (done)
+        *done = i;
+    return st < 0 ? st : any;
+}
+#endif
+
+/* The chain's post was refused (rc): the requests from bad on are taken back (rdmax__chain_post). */
+static __attribute__((noinline)) rdmax_status rdmax__chain_refused(rdmax_ep *ep, int rc, struct ibv_send_wr *bad,
+                                                                   uint32_t n, int last_is_callers)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    {
+        /* Take back the requests that were not posted (from `bad` on), newest first. */
+        uint32_t first_bad = (uint32_t)(bad ? (const rdmax__bent *)(const void *)bad - ctx->bent : 0);
+        /* The ones before `bad` count as posted only if the QP can run or flush them. rxe queues requests
+           in its ring before the doorbell that finds the QP in RESET, INIT or RTR: those neither run nor
+           complete, so kept they would hold their slots, comps and region references until the endpoint
+           is destroyed (and on a later failure the ring, full of them, puts `bad` mid-chain). Only this
+           process moves a QP to those states, and libibverbs keeps qp->state as the last modify left it:
+           a QP it calls RTS is in RTS or an error state, where the requests run or are flushed, so no
+           query (a system call) is made for it. */
+        if (first_bad > 0 && ep->qp->state != IBV_QPS_RTS) {  /* state: as our last modify left it */
+            struct ibv_qp_attr qa;
+            struct ibv_qp_init_attr qi;
+            if (ibv_query_qp(ep->qp, &qa, IBV_QP_STATE, &qi) == 0 &&
+                (qa.qp_state == IBV_QPS_RESET || qa.qp_state == IBV_QPS_INIT || qa.qp_state == IBV_QPS_RTR))
+                first_bad = 0;
+        }
+        for (uint32_t i = n; i > first_bad; i--) {
+            rdmax__slot *s = &ep->slots[(ep->sq_head - 1) & ep->sq_mask];
+            /* The request whose post filled the chain is undone by its caller, which returns the error;
+               the others were accepted earlier, so their completions report it. */
+            int callers = last_is_callers && i == n;
+            ep->sq_head--;
+            ep->ctx->scq_spare++;
+            ep->ctx->cnt.posted[s->op]--;
+            ep->ctx->cnt.post_calls++;  /* not posted after all (see above) */
+            /* its length from its SGEs: a chained put keeps s->len only when signaled */
+            const struct ibv_send_wr *w = &ctx->bent[i - 1].wr;
+            for (int k = 0; k < w->num_sge; k++)
+                ep->ctx->cnt.bytes[s->op] -= w->sg_list[k].length;
+            if (!callers && (s->op == RDMAX_OP_GET || s->op == RDMAX_OP_FADD || s->op == RDMAX_OP_CSWAP))
+                ep->rd_avail++;
+            /* An RC send gets its send credit back, and the receive credits its immediate data carried
+               to the peer are owed again (else the peer's credits shrink for good). A put with immediate
+               data gets its credit back; its immediate is the user's. UD counts none. */
+            if (!callers && (s->op == RDMAX_OP_SEND || s->op == RDMAX_OP_GRANT) && ep->qp->qp_type == IBV_QPT_RC) {
+                ep->tx_credits++;
+                ep->rx_unreturned += RDMAX__LE32(ctx->bent[i - 1].wr.imm_data) & RDMAX__IMM_CREDITS;
+            }
+            if (!callers && s->op == RDMAX_OP_PUT_IMM)
+                ep->tx_credits++;
+            if (s->region && !callers)
+                rdmax_rcache_put(ep->ctx->rcache, s->region);
+            ep->sq_regions -= s->region != NULL;
+            s->region = NULL;
+            s->signaled = 0;
+            ep->ctx->comps_out -= s->comp != NULL;
+            if (s->comp && !callers)
+                rdmax__complete(s->comp, RDMAX_ERR_IO);
+            s->comp = NULL;
+        }
+        ep->last_errno = rc;
+        rdmax__ep_regate(ep);
+        rdmax__chain_reset(ctx);
+        return RDMAX_ERR_IO;
+    }
+}
+
+/* The post of bent[0 .. n), at least one (end: &bent[n]): the last request ends the list for the
+   provider, and the staging is chained again after it (rdmax__bent). Returns ibv_post_send's result. */
+RDMAX_INLINE int rdmax__chain_send(rdmax_ep *ep, rdmax_ctx *ctx, rdmax__bent *end, uint32_t n,
+                                   struct ibv_send_wr **bad)
+{
+    end[-1].wr.next = NULL;
+    RDMAX__PROF_BEGIN(ctx, POST);
+    int rc = ep->post_send(ep->qp, &ctx->bent[0].wr, bad);  /* ibv_post_send */
+    RDMAX__PROF_END(ep->ctx, POST);
+#if RDMAX_BATCH_MAX > 1  /* (a chain of one has nothing to join) */
+    if (n < RDMAX_BATCH_MAX)
+        end[-1].wr.next = &end->wr;  /* the staging stays chained */
+#else
+    (void)n;
+#endif
+    return rc;
+}
+
+/* Posts the chain, its room closed: bent[0 .. batch_n), at least one. */
+RDMAX_INLINE rdmax_status rdmax__chain_post(rdmax_ep *ep, rdmax_ctx *ctx, int last_is_callers)
+{
+    struct ibv_send_wr *bad = NULL;
+    uint32_t n = ctx->batch_n;
+    ctx->batch_n = 0;
+    ctx->cnt.post_calls += 1 - (uint64_t)n;  /* one call for n requests in posted[] */
+    int rc = rdmax__chain_send(ep, ctx, &ctx->bent[n], n, &bad);
+    if (rdmax_unlikely(rc != 0))
+        return rdmax__chain_refused(ep, rc, bad, n, last_is_callers);
+    if (ctx->chain_nsig | ctx->chain_dirty)
+        rdmax__chain_reset(ctx);
+    return RDMAX_OK;
+}
+
+rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    rdmax__chain_close(ctx, ep);
+    return rdmax__chain_post(ep, ctx, last_is_callers);
+}
+
+/* rdmax_batch_begin's work: ep chains (the previous endpoint's chain posted first), and when ep may
+   chain short puts (rdmax__put_chained_slow's test, but for the length) their room opens now
+   (rdmax__chain_open), so the batch's first put goes inline as the others do. */
+void rdmax__batch_begin(rdmax_ep *ep)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    if (rdmax_unlikely(ctx->batch_ep != NULL && ctx->batch_ep != ep))
+        rdmax_batch_end(ctx->batch_ep);
+    ctx->batch_ep = ep;
+    ep->blocked |= RDMAX__BLK_BATCH;
+    ep->sq_stop = ep->sq_head;
+#if RDMAX__HAS_RC
+    if (rdmax_likely(ep->blocked == RDMAX__BLK_BATCH && ep->max_inline >= 16 && RDMAX__FAST_RC(ep) &&
+                     ctx->chain_end == NULL))
+        (void)rdmax__chain_open(ctx, ep);
+#endif
+}
+
+/* rdmax_batch_end's work (it saw RDMAX__BLK_BATCH): the room's close and the post in one function. */
+rdmax_status rdmax__batch_end(rdmax_ep *ep)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    ep->blocked &= (uint8_t)~RDMAX__BLK_BATCH;
+    ctx->batch_ep = NULL;
+    rdmax__bent *e = ctx->chain_next;
+    if (rdmax_likely(e != NULL && ctx->chain_base == 0)) {
+        /* The chain is one room of short puts, at least one (n - 1 < ...; so no entry is dirty and none
+           signaled yet), and its close signals at most the one put at sig_at (none found scq_low CQ
+           entries or fewer): as rdmax__chain_close_open and rdmax__chain_post do, with that put's flag
+           set back right after the post. */
+        uint32_t n = (uint32_t)(e - ctx->bent), head0 = ep->sq_head, i = ep->sig_at - head0;
+        uint32_t c0 = ctx->chain_c0, low = ctx->scq_low;
+        if (rdmax_likely(c0 > low && n - 1 < c0 - low && (i >= n || i + ep->signal_interval >= n))) {
+            rdmax__room_settle(ctx, ep, e);  /* sq_head: head0 + n */
+            ctx->scq_spare += (int32_t)(ctx->chain_end - e);
+            ctx->chain_next = ctx->chain_end = NULL;
+            ctx->cnt.posted[RDMAX_OP_PUT] += n;
+            ctx->cnt.post_calls += 1 - (uint64_t)n;  /* one call for n requests in posted[] */
+            rdmax__bent *sig = NULL;
+            if (i < n) {
+                sig = &ctx->bent[i];
+                rdmax__chain_sig_put(ep, sig);
+                ep->sig_at = rdmax__sig_from(ep, head0, i + ep->signal_interval);
+            }
+            rdmax__ep_regate(ep);
+            struct ibv_send_wr *bad = NULL;
+            int rc = rdmax__chain_send(ep, ctx, e, n, &bad);
+            if (sig)
+                sig->wr.send_flags = IBV_SEND_INLINE;
+            if (rdmax_unlikely(rc != 0))
+                return rdmax__chain_refused(ep, rc, bad, n, 0);  /* batch_n is 0 */
+            return RDMAX_OK;
+        }
+    }
+    if (rdmax_likely(ctx->chain_end != NULL))
+        rdmax__chain_close_open(ctx, ep);  /* regates */
+    else
+        rdmax__ep_regate(ep);
+    if (ctx->batch_n == 0)  /* nothing chained (the room opened at rdmax_batch_begin may be empty) */
+        return RDMAX_OK;
+    return rdmax__chain_post(ep, ctx, 0);
+}
+
+/* ---- >>sendcq: send completions: retirement, error completions, an endpoint's failure ------------ */
 
 static void rdmax__complete(rdmax_comp *c, rdmax_status st)
 {
@@ -6822,6 +7279,33 @@ int rdmax__progress_one(rdmax_ctx *ctx)
 {
     return rdmax__send_cqes_run(ctx, 1, 1);
 }
+
+/* ---- >>recv: the receive path and credits: receive completions, repost, grants ------------------- */
+/* Flow control without RNR, by construction. An endpoint with window W (ep desc rq_depth) backs its peer
+   with C = W + 1 buffers and gives it C credits (the connection record's credits field); the peer
+   spends one per send or put with immediate data (each consumes a buffer of the pool) and gets it back
+   in the immediate data of our next send, or in a grant. A consumed buffer is reposted (at the end of
+   the poll batch that saw it) before its credit can go back, so for every endpoint
+       peer's credits + its messages in flight + consumed and not yet reposted + owed = C,
+   and summed over a pool's endpoints, what their peers can still send is at most target, which is at
+   most posted + consumed-and-not-yet-reposted: the SRQ never runs dry, no sender meets RNR, and a
+   receive CQ of the targets' sum (plus UD's own receives) cannot overflow. Grants go from the receive
+   path as soon as owed >= W/2 (ep->grant_at); a sender keeps its last credit for a grant (or its
+   goodbye), so W of the C are the application's: a window of W allows W outstanding, and two peers out
+   of credits can always hand each other credits back (a grant carries at least grant_at credits, so two
+   grants that cross leave both sides with credits). The extra buffer is why the grant needs no credit
+   of the window: a grant is a send too and consumes a buffer at the peer, so it must be backed like any
+   other. A grant's buffer is owed back like any other: with W >= 4 one grant received (owed 1 < grant_at
+   2) never triggers a grant in return, which is why 4 is the smallest window (with 2, grants would
+   answer grants forever). A sender out of credits has C - 1 = W of them owed by a peer that drained its
+   queue, and W >= W/2: it is granted without asking. Destroying an endpoint lowers target by C; its
+   buffers stay in the pool. The pool's reserve (rdmax_ctx_desc.recv_reserve) is in target from the
+   pool's creation: buffers beyond the credits, for what a peer that breaks its window takes before
+   rdmax__grant_or_fail finds it (owed more than C, which an honest peer never is).
+   The credits field keeps its meaning on the wire (buffers the peer may consume, its last kept for
+   grants), so versions agree without a new record version: an older peer sends at most C - 1 = W into
+   our C buffers; an older receiver advertises its window W' as W' buffers, and we send W' - 1, as it
+   expects. */
 
 /* rdmax's own immediate data of an RC receive (host order): the credits it returns (the endpoint's
    waiting requests get their turn) and the peer's goodbye. Returns nonzero for a grant, which carries
@@ -7351,409 +7835,68 @@ int rdmax__recv_cqes(rdmax_ctx *ctx, int n)
     return n;
 }
 
-/* The chain's post was refused (rc): the requests from bad on are taken back (rdmax__chain_post). */
-static __attribute__((noinline)) rdmax_status rdmax__chain_refused(rdmax_ep *ep, int rc, struct ibv_send_wr *bad,
-                                                                   uint32_t n, int last_is_callers)
+/* A zero-length send whose immediate data returns credits; it may use the credit kept for it. */
+static rdmax_status rdmax__grant_post(rdmax_ep *ep)
 {
     rdmax_ctx *ctx = ep->ctx;
-    {
-        /* Take back the requests that were not posted (from `bad` on), newest first. */
-        uint32_t first_bad = (uint32_t)(bad ? (const rdmax__bent *)(const void *)bad - ctx->bent : 0);
-        /* The ones before `bad` count as posted only if the QP can run or flush them. rxe queues requests
-           in its ring before the doorbell that finds the QP in RESET, INIT or RTR: those neither run nor
-           complete, so kept they would hold their slots, comps and region references until the endpoint
-           is destroyed (and on a later failure the ring, full of them, puts `bad` mid-chain). Only this
-           process moves a QP to those states, and libibverbs keeps qp->state as the last modify left it:
-           a QP it calls RTS is in RTS or an error state, where the requests run or are flushed, so no
-           query (a system call) is made for it. */
-        if (first_bad > 0 && ep->qp->state != IBV_QPS_RTS) {  /* state: as our last modify left it */
-            struct ibv_qp_attr qa;
-            struct ibv_qp_init_attr qi;
-            if (ibv_query_qp(ep->qp, &qa, IBV_QP_STATE, &qi) == 0 &&
-                (qa.qp_state == IBV_QPS_RESET || qa.qp_state == IBV_QPS_INIT || qa.qp_state == IBV_QPS_RTR))
-                first_bad = 0;
-        }
-        for (uint32_t i = n; i > first_bad; i--) {
-            rdmax__slot *s = &ep->slots[(ep->sq_head - 1) & ep->sq_mask];
-            /* The request whose post filled the chain is undone by its caller, which returns the error;
-               the others were accepted earlier, so their completions report it. */
-            int callers = last_is_callers && i == n;
-            ep->sq_head--;
-            ep->ctx->scq_spare++;
-            ep->ctx->cnt.posted[s->op]--;
-            ep->ctx->cnt.post_calls++;  /* not posted after all (see above) */
-            /* its length from its SGEs: a chained put keeps s->len only when signaled */
-            const struct ibv_send_wr *w = &ctx->bent[i - 1].wr;
-            for (int k = 0; k < w->num_sge; k++)
-                ep->ctx->cnt.bytes[s->op] -= w->sg_list[k].length;
-            if (!callers && (s->op == RDMAX_OP_GET || s->op == RDMAX_OP_FADD || s->op == RDMAX_OP_CSWAP))
-                ep->rd_avail++;
-            /* An RC send gets its send credit back, and the receive credits its immediate data carried
-               to the peer are owed again (else the peer's credits shrink for good). A put with immediate
-               data gets its credit back; its immediate is the user's. UD counts none. */
-            if (!callers && (s->op == RDMAX_OP_SEND || s->op == RDMAX_OP_GRANT) && ep->qp->qp_type == IBV_QPT_RC) {
-                ep->tx_credits++;
-                ep->rx_unreturned += RDMAX__LE32(ctx->bent[i - 1].wr.imm_data) & RDMAX__IMM_CREDITS;
-            }
-            if (!callers && s->op == RDMAX_OP_PUT_IMM)
-                ep->tx_credits++;
-            if (s->region && !callers)
-                rdmax_rcache_put(ep->ctx->rcache, s->region);
-            ep->sq_regions -= s->region != NULL;
-            s->region = NULL;
-            s->signaled = 0;
-            ep->ctx->comps_out -= s->comp != NULL;
-            if (s->comp && !callers)
-                rdmax__complete(s->comp, RDMAX_ERR_IO);
-            s->comp = NULL;
-        }
-        ep->last_errno = rc;
-        rdmax__ep_regate(ep);
-        rdmax__chain_reset(ctx);
-        return RDMAX_ERR_IO;
+    if (ep->state != RDMAX_EP_CONNECTED)
+        return RDMAX_ERR_ENDPOINT;
+    if (rdmax__ep_sq_avail(ep) == 0 || rdmax__scq_free(ctx) == 0 || ep->tx_credits == 0)
+        return RDMAX_ERR_NO_RESOURCE;
+    if (ep->rx_unreturned == 0)
+        return RDMAX_OK;  /* a send took them along meanwhile */
+    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND_WITH_IMM);
+    wr->num_sge = 0;
+    wr->imm_data = RDMAX__LE32(RDMAX__IMM_GRANT | ep->rx_unreturned);
+    /* Always signaled: a grant posted from inside progress may be the newest request with nothing
+       behind it, and a flush waiting on it would otherwise never see it complete. */
+    ep->sig_at = ep->sq_head;  /* force this one signaled */
+    rdmax_status st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_GRANT, 0, 0, NULL);
+    if (st == RDMAX_OK) {
+        ep->tx_credits--;
+        ep->rx_unreturned = 0;
     }
+    return st;
 }
 
-/* The post of bent[0 .. n), at least one (end: &bent[n]): the last request ends the list for the
-   provider, and the staging is chained again after it (rdmax__bent). Returns ibv_post_send's result. */
-RDMAX_INLINE int rdmax__chain_send(rdmax_ep *ep, rdmax_ctx *ctx, rdmax__bent *end, uint32_t n,
-                                   struct ibv_send_wr **bad)
+static rdmax_status rdmax__grant_cb(rdmax_req *req)
 {
-    end[-1].wr.next = NULL;
-    RDMAX__PROF_BEGIN(ctx, POST);
-    int rc = ep->post_send(ep->qp, &ctx->bent[0].wr, bad);  /* ibv_post_send */
-    RDMAX__PROF_END(ep->ctx, POST);
-#if RDMAX_BATCH_MAX > 1  /* (a chain of one has nothing to join) */
-    if (n < RDMAX_BATCH_MAX)
-        end[-1].wr.next = &end->wr;  /* the staging stays chained */
-#else
-    (void)n;
-#endif
-    return rc;
+    rdmax_status st = rdmax__grant_post(req->rdmax__ep);
+    return st == RDMAX_ERR_ENDPOINT ? RDMAX_OK : st;
 }
 
-/* Posts the chain, its room closed: bent[0 .. batch_n), at least one. */
-RDMAX_INLINE rdmax_status rdmax__chain_post(rdmax_ep *ep, rdmax_ctx *ctx, int last_is_callers)
-{
-    struct ibv_send_wr *bad = NULL;
-    uint32_t n = ctx->batch_n;
-    ctx->batch_n = 0;
-    ctx->cnt.post_calls += 1 - (uint64_t)n;  /* one call for n requests in posted[] */
-    int rc = rdmax__chain_send(ep, ctx, &ctx->bent[n], n, &bad);
-    if (rdmax_unlikely(rc != 0))
-        return rdmax__chain_refused(ep, rc, bad, n, last_is_callers);
-    if (ctx->chain_nsig | ctx->chain_dirty)
-        rdmax__chain_reset(ctx);
-    return RDMAX_OK;
-}
-
-rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers)
+/* A grant that cannot go now waits at the head of the queue: behind anything else, a send waiting for
+   credits from a peer that is itself waiting for ours would deadlock both (a known UCX bug). */
+static void rdmax__grant(rdmax_ep *ep)
 {
     rdmax_ctx *ctx = ep->ctx;
-    rdmax__chain_close(ctx, ep);
-    return rdmax__chain_post(ep, ctx, last_is_callers);
-}
-
-/* rdmax_batch_begin's work: ep chains (the previous endpoint's chain posted first), and when ep may
-   chain short puts (rdmax__put_chained_slow's test, but for the length) their room opens now
-   (rdmax__chain_open), so the batch's first put goes inline as the others do. */
-void rdmax__batch_begin(rdmax_ep *ep)
-{
-    rdmax_ctx *ctx = ep->ctx;
-    if (rdmax_unlikely(ctx->batch_ep != NULL && ctx->batch_ep != ep))
-        rdmax_batch_end(ctx->batch_ep);
-    ctx->batch_ep = ep;
-    ep->blocked |= RDMAX__BLK_BATCH;
-    ep->sq_stop = ep->sq_head;
-#if RDMAX__HAS_RC
-    if (rdmax_likely(ep->blocked == RDMAX__BLK_BATCH && ep->max_inline >= 16 && RDMAX__FAST_RC(ep) &&
-                     ctx->chain_end == NULL))
-        (void)rdmax__chain_open(ctx, ep);
-#endif
-}
-
-/* rdmax_batch_end's work (it saw RDMAX__BLK_BATCH): the room's close and the post in one function. */
-rdmax_status rdmax__batch_end(rdmax_ep *ep)
-{
-    rdmax_ctx *ctx = ep->ctx;
-    ep->blocked &= (uint8_t)~RDMAX__BLK_BATCH;
-    ctx->batch_ep = NULL;
-    rdmax__bent *e = ctx->chain_next;
-    if (rdmax_likely(e != NULL && ctx->chain_base == 0)) {
-        /* The chain is one room of short puts, at least one (n - 1 < ...; so no entry is dirty and none
-           signaled yet), and its close signals at most the one put at sig_at (none found scq_low CQ
-           entries or fewer): as rdmax__chain_close_open and rdmax__chain_post do, with that put's flag
-           set back right after the post. */
-        uint32_t n = (uint32_t)(e - ctx->bent), head0 = ep->sq_head, i = ep->sig_at - head0;
-        uint32_t c0 = ctx->chain_c0, low = ctx->scq_low;
-        if (rdmax_likely(c0 > low && n - 1 < c0 - low && (i >= n || i + ep->signal_interval >= n))) {
-            rdmax__room_settle(ctx, ep, e);  /* sq_head: head0 + n */
-            ctx->scq_spare += (int32_t)(ctx->chain_end - e);
-            ctx->chain_next = ctx->chain_end = NULL;
-            ctx->cnt.posted[RDMAX_OP_PUT] += n;
-            ctx->cnt.post_calls += 1 - (uint64_t)n;  /* one call for n requests in posted[] */
-            rdmax__bent *sig = NULL;
-            if (i < n) {
-                sig = &ctx->bent[i];
-                rdmax__chain_sig_put(ep, sig);
-                ep->sig_at = rdmax__sig_from(ep, head0, i + ep->signal_interval);
-            }
-            rdmax__ep_regate(ep);
-            struct ibv_send_wr *bad = NULL;
-            int rc = rdmax__chain_send(ep, ctx, e, n, &bad);
-            if (sig)
-                sig->wr.send_flags = IBV_SEND_INLINE;
-            if (rdmax_unlikely(rc != 0))
-                return rdmax__chain_refused(ep, rc, bad, n, 0);  /* batch_n is 0 */
-            return RDMAX_OK;
-        }
-    }
-    if (rdmax_likely(ctx->chain_end != NULL))
-        rdmax__chain_close_open(ctx, ep);  /* regates */
-    else
-        rdmax__ep_regate(ep);
-    if (ctx->batch_n == 0)  /* nothing chained (the room opened at rdmax_batch_begin may be empty) */
-        return RDMAX_OK;
-    return rdmax__chain_post(ep, ctx, 0);
-}
-
-rdmax_status rdmax_ep_error(const rdmax_ep *ep)
-{
-    return (rdmax_status)ep->err;
-}
-
-/* The regions in ep's own arrays, exactly as many as there are (an endpoint stays small: 10,000 UD
-   endpoints on one context advertise nothing and hold no region array). */
-static rdmax_status rdmax__ep_regions(rdmax_ep *ep, rdmax_rbuf **to, uint32_t *n_to, const rdmax_rbuf *from,
-                                      uint32_t n)
-{
-    n = n < RDMAX_MAX_REGIONS ? n : RDMAX_MAX_REGIONS;
-    rdmax_rbuf *a = n ? (rdmax_rbuf *)rdmax__alloc(ep->ctx, (size_t)n * sizeof *a) : NULL;
-    if (n && !a)
-        return RDMAX_ERR_NO_MEMORY;
-    if (n)
-        memcpy(a, from, (size_t)n * sizeof *a);
-    rdmax__free(ep->ctx, *to);
-    *to = a;
-    *n_to = n;
-    return RDMAX_OK;
-}
-
-static rdmax_status rdmax__ep_set_local(rdmax_ep *ep, const rdmax_rbuf *r, uint32_t n)
-{
-    return rdmax__ep_regions(ep, &ep->local, &ep->n_local, r, n);
-}
-
-static rdmax_status rdmax__ep_set_remote(rdmax_ep *ep, const rdmax_conn_info *r)
-{
-    return rdmax__ep_regions(ep, &ep->remote, &ep->n_remote, r->regions, r->n_regions);
-}
-
-/* Region 0 of the peer, or zeros: the target of zero-length writes (flush marker, keepalive), which
-   access no memory, so a peer that advertised nothing is fine. */
-static rdmax_rbuf rdmax__ep_remote0(const rdmax_ep *ep)
-{
-    rdmax_rbuf z = {0, 0, 0};
-    return ep->n_remote ? ep->remote[0] : z;
-}
-
-const rdmax_rbuf *rdmax_ep_remote(const rdmax_ep *ep, uint32_t index)
-{
-    return index < ep->n_remote ? &ep->remote[index] : NULL;
-}
-
-uint32_t rdmax_ep_remote_count(const rdmax_ep *ep)
-{
-    return ep->n_remote;
-}
-
-rdmax_ep_desc rdmax_ep_query_desc(const rdmax_ep *ep)
-{
-    return ep->desc;
-}
-
-rdmax_ep_state rdmax_ep_query_state(const rdmax_ep *ep)
-{
-    return (rdmax_ep_state)ep->state;
-}
-
-void rdmax_ep_query_info(const rdmax_ep *ep, rdmax_ep_info *out)
-{
-    memset(out, 0, sizeof *out);
-    out->state = (rdmax_ep_state)ep->state;
-    out->sq_free = rdmax__ep_sq_avail(ep);
-    out->outstanding = ep->sq_head - ep->sq_tail;
-    const rdmax_ctx *ctx = ep->ctx;
-    if (ctx->batch_ep == ep && ctx->chain_end != NULL) {
-        /* the short puts chained in the open room take their slots at its close (rdmax__room_settle) */
-        uint32_t k = (uint32_t)(ctx->chain_next - &ctx->bent[ctx->chain_base]);
-        out->sq_free -= k;
-        out->outstanding += k;
-    }
-    out->reads_free = ep->rd_avail;
-    /* the sends that may go now: not the credit kept back for grants (UD: UINT32_MAX, none counted) */
-    out->send_credits = ep->tx_credits == UINT32_MAX ? UINT32_MAX : ep->tx_credits ? ep->tx_credits - 1 : 0;
-    out->pending = rdmax_arb_group_count(&ep->group);
-    out->qp_num = ep->qp->qp_num;
-    out->peer_qp_num = ep->peer_qpn;
-    out->n_remote = ep->n_remote;
-    out->recv_pool = ep->rbufs;
-    out->recv_pool_bytes = (size_t)ep->rq_depth * ep->recv_size;
-#if RDMAX__HAS_RC
-    if (!ep->rbufs && !ep->shared_qp && ep->ctx->rx && ep->ctx->rx->pool[ep->pool] &&
-        ep->ctx->rx->pool[ep->pool]->n_chunks) {  /* RC: the first chunk of the shared pool it receives into */
-        const struct rdmax__srq *s = ep->ctx->rx->pool[ep->pool];
-        out->recv_pool = s->chunks[0].base;
-        out->recv_pool_bytes = (size_t)s->per_chunk * s->recv_size;
-    }
-#endif
-    out->qp = ep->qp;
-}
-
-rdmax_ctx *rdmax_ep_ctx(const rdmax_ep *ep)
-{
-    return ep->ctx;
-}
-
-rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
-{
-    rdmax_ctx *ctx = ep->ctx;
-    if (timeout_ms < 0) {  /* as accept and connect: a wait has a bound */
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_NEGATIVE_TIMEOUT,
-                   "device %s: flush with a negative timeout %d ms", ctx->attr.name,
-                   timeout_ms);
-        return RDMAX_ERR_INVALID_PARAM;
-    }
-    if (RDMAX__SCQ_NESTED(ctx)) {  /* it would wait for completions only the caller's caller can report */
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_FLUSH_IN_CALLBACK,
-                   "device %s: rdmax_ep_flush called from a comp callback: send completions are not "
-                   "reported inside one (flush after it returns)", ctx->attr.name);
-        return RDMAX_ERR_INVALID_PARAM;
-    }
-    if ((ep->blocked & RDMAX__BLK_BATCH) && rdmax_batch_end(ep) != RDMAX_OK)
-        return RDMAX_ERR_IO;
-    if (ep->state == RDMAX_EP_CLOSED && ep->sq_head == ep->sq_tail) {
-        rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_EP_CLOSED,
-                   "device %s, endpoint qpn 0x%x peer %s: flush of a closed endpoint: %s",
-                   ctx->attr.name, ep->qp->qp_num, ep->peer,
-                   ep->err == RDMAX_ERR_CLOSED ? "the peer disconnected" : "this side disconnected");
-        return RDMAX_ERR_CLOSED;
-    }
-    if (ep->sq_head == ep->sq_tail)
-        return rdmax_ep_error(ep);
-    /* If the newest request is unsignaled, nothing would ever report it: add a signaled zero-length
-       write behind it (never a zero-length read: that has crashed rxe). */
-    rdmax__slot *last = &ep->slots[(ep->sq_head - 1) & ep->sq_mask];
-    if (!last->signaled && ep->state != RDMAX_EP_INIT) {
-        int64_t deadline = rdmax__now_ms() + timeout_ms;
-        rdmax_status st;
-        if (ep->state != RDMAX_EP_CONNECTED)
-            /* Failed or closed: an unsignaled request that ran has no completion coming and nothing
-               behind it to bring one. The marker is flushed (a failed QP is in the error state) or
-               completes, and either way its completion retires everything before it. */
-            st = rdmax__ep_sq_avail(ep) && rdmax__scq_free(ctx) ? RDMAX_OK : RDMAX_ERR_NO_RESOURCE;
-        else
-            while ((st = rdmax__ep_check(ep)) == RDMAX_ERR_NO_RESOURCE && rdmax__now_ms() < deadline)
-                rdmax_progress(ctx);
-        if (st == RDMAX_OK) {
-            struct ibv_send_wr *wr;
-            rdmax_rbuf r0 = rdmax__ep_remote0(ep);  /* zero length: never accessed */
-#if RDMAX__HAS_UD
-            if (ep->qp->qp_type == IBV_QPT_UD) {
-                /* UD has no RDMA write: send an empty datagram to our own QP, without immediate data (a
-                   user's datagram always has it); the receive path knows it (zero bytes, no immediate,
-                   from our own QPN and GID) and drops it without counting a drop. */
-                wr = rdmax__ep_wr(ep, IBV_WR_SEND);
-                wr->wr.ud.ah = rdmax__ah_get(ctx, ctx->attr.gid.raw, ctx->attr.lid,
-                                             rdmax__gid_prefix(ctx->attr.gid.raw));
-                wr->wr.ud.remote_qpn = ep->qp->qp_num;
-                wr->wr.ud.remote_qkey = RDMAX_UD_QKEY;
-                if (!wr->wr.ud.ah)
-                    return RDMAX_ERR_IO;
-            } else
-#endif
-            {
-                wr = rdmax__ep_wr(ep, IBV_WR_RDMA_WRITE);
-                wr->wr.rdma.remote_addr = r0.addr;
-                wr->wr.rdma.rkey = r0.rkey;
-            }
-            wr->num_sge = 0;
-            ep->sig_at = ep->sq_head;  /* force this one signaled */
-            st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_FLUSH, 0, r0.addr, NULL);
-        }
-    }
-    int64_t deadline = rdmax__now_ms() + timeout_ms;
-    while (ep->sq_head != ep->sq_tail) {
-        if (rdmax__now_ms() > deadline) {
-            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_FLUSH_TIMEOUT,
-                       "device %s, endpoint qpn 0x%x peer %s: flush timed out after %d ms "
-                       "with %u operations outstanding", ctx->attr.name, ep->qp->qp_num, ep->peer, timeout_ms,
-                       ep->sq_head - ep->sq_tail);
-            return RDMAX_ERR_TIMEOUT;
-        }
-        rdmax_progress(ctx);
-    }
-    return rdmax_ep_error(ep);
-}
-
-void rdmax_ep_destroy(rdmax_ep *ep)
-{
-    if (!ep)
+    if (rdmax_arb_elem_is_queued(&ep->grant_req.rdmax__elem) || ctx->disp_ep == ep)
         return;
-    rdmax_ctx *ctx = ep->ctx;
-    rdmax_ep_pending_purge(ep);  /* safe from inside a dispatch callback of this endpoint */
-    if (ctx->batch_ep == ep) {  /* what it chained is never posted: its slots are canceled below */
-        rdmax__chain_close(ctx, ep);
-        ctx->batch_ep = NULL;
-        ctx->cnt.post_calls -= ctx->batch_n;  /* in posted[], and in no call */
-        ctx->batch_n = 0;
-        rdmax__chain_reset(ctx);
-    }
-    rdmax_arb_group_cleanup(&ctx->arb, &ep->group);
-    /* Operations in flight complete with CANCELED now; their completions, if any arrive, find the
-       endpoint's table slot empty or of another generation and are dropped. */
-    if (ep->sq_head != ep->sq_tail)
-        ctx->scq_idle = INT32_MIN;  /* their completions may come: progress polls until a tick drained them */
-    while (ep->sq_head != ep->sq_tail)
-        rdmax__ep_retire(ep, (ep->sq_head - 1) & ep->sq_mask, RDMAX_ERR_CANCELED);
-    uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
-    int shared = 0;
-    if (ep->qp && ctx->eps[idx].ep == ep) {
-        ctx->eps[idx].ep = NULL;
-        ctx->eps[idx].key |= RDMAX__EP_KEY_FREE;
-        ctx->n_eps--;
-        ctx->ep_bytes -= rdmax__ep_own_bytes(ep);
-        if (ep->rbufs) {
-            ctx->rq_total -= ep->rq_depth;
-        } else if (ep->qp->qp_type == IBV_QPT_RC) {
-            /* its receives still queued are dropped by number */
-            rdmax__map_kill(ctx, ep->qp->qp_num);
-            shared = 1;
-        }
-    }
-#if RDMAX__HAS_UD
-    rdmax__ud_ep_cleanup(ep);
-#endif
-    /* The windows before the QP: a bound type-2 window holds its QP (rxe waits for it at destroy). */
-    for (uint32_t i = 0; i < ep->n_wins; i++)
-        ibv_dealloc_mw(ep->wins[i].mw);
-    rdmax__free(ctx, ep->wins);
-    if (ep->qp && !ep->shared_qp)
-        ibv_destroy_qp(ep->qp);
-    if (shared)  /* after the QP: its credits leave the pool's target, and the pool may go with it */
-        rdmax__srq_release(ctx, ep->pool, ep->rq_depth);
-    rdmax__cm_ep_cleanup(ep);
-    if (ep->rmr)
-        ibv_dereg_mr(ep->rmr);
-    rdmax_numa_free(ctx, ep->rbufs, (size_t)ep->rq_depth * ep->recv_size);
-    rdmax__free(ctx, ep->slots);
-    rdmax__free(ctx, ep->rq_free);
-    rdmax__free(ctx, ep->local);
-    rdmax__free(ctx, ep->remote);
-    rdmax__free(ctx, ep);
+    if (rdmax__grant_post(ep) != RDMAX_ERR_NO_RESOURCE)
+        return;
+    memset(&ep->grant_req, 0, sizeof ep->grant_req);
+    ep->grant_req.cb = rdmax__grant_cb;
+    ep->grant_req.rdmax__ep = ep;
+    rdmax_arb_group_push_head(&ctx->arb, &ep->group, &ep->grant_req.rdmax__elem);
+    rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+    rdmax__ep_block(ep, RDMAX__BLK_PENDING);  /* direct posts go behind it */
 }
 
 /* ---- >>health: device events, watchdog, keepalive, disconnect ------------------------------------ */
+
+static int64_t rdmax__now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The clock of the health pass (watchdog and keepalive): rdmax__now_ms, which a test may move forward
+   (rdmax__test_clock_advance) to show the pass runs by elapsed time, not by calls. */
+static int64_t rdmax__health_ms(const rdmax_ctx *ctx)
+{
+    return rdmax__now_ms() + ctx->clock_skew_ms;
+}
 
 static void rdmax__ep_closed(rdmax_ep *ep, int by_peer)
 {
@@ -8100,54 +8243,7 @@ void rdmax__tick(rdmax_ctx *ctx)
         rdmax__flush_check(ctx);
 }
 
-/* ---- >>pending ----------------------------------------------------------------------------------- */
-
-/* A zero-length send whose immediate data returns credits; it may use the credit kept for it. */
-static rdmax_status rdmax__grant_post(rdmax_ep *ep)
-{
-    rdmax_ctx *ctx = ep->ctx;
-    if (ep->state != RDMAX_EP_CONNECTED)
-        return RDMAX_ERR_ENDPOINT;
-    if (rdmax__ep_sq_avail(ep) == 0 || rdmax__scq_free(ctx) == 0 || ep->tx_credits == 0)
-        return RDMAX_ERR_NO_RESOURCE;
-    if (ep->rx_unreturned == 0)
-        return RDMAX_OK;  /* a send took them along meanwhile */
-    struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND_WITH_IMM);
-    wr->num_sge = 0;
-    wr->imm_data = RDMAX__LE32(RDMAX__IMM_GRANT | ep->rx_unreturned);
-    /* Always signaled: a grant posted from inside progress may be the newest request with nothing
-       behind it, and a flush waiting on it would otherwise never see it complete. */
-    ep->sig_at = ep->sq_head;  /* force this one signaled */
-    rdmax_status st = rdmax__ep_post(ep, wr, NULL, RDMAX_OP_GRANT, 0, 0, NULL);
-    if (st == RDMAX_OK) {
-        ep->tx_credits--;
-        ep->rx_unreturned = 0;
-    }
-    return st;
-}
-
-static rdmax_status rdmax__grant_cb(rdmax_req *req)
-{
-    rdmax_status st = rdmax__grant_post(req->rdmax__ep);
-    return st == RDMAX_ERR_ENDPOINT ? RDMAX_OK : st;
-}
-
-/* A grant that cannot go now waits at the head of the queue: behind anything else, a send waiting for
-   credits from a peer that is itself waiting for ours would deadlock both (a known UCX bug). */
-static void rdmax__grant(rdmax_ep *ep)
-{
-    rdmax_ctx *ctx = ep->ctx;
-    if (rdmax_arb_elem_is_queued(&ep->grant_req.rdmax__elem) || ctx->disp_ep == ep)
-        return;
-    if (rdmax__grant_post(ep) != RDMAX_ERR_NO_RESOURCE)
-        return;
-    memset(&ep->grant_req, 0, sizeof ep->grant_req);
-    ep->grant_req.cb = rdmax__grant_cb;
-    ep->grant_req.rdmax__ep = ep;
-    rdmax_arb_group_push_head(&ctx->arb, &ep->group, &ep->grant_req.rdmax__elem);
-    rdmax_arb_group_schedule(&ctx->arb, &ep->group);
-    rdmax__ep_block(ep, RDMAX__BLK_PENDING);  /* direct posts go behind it */
-}
+/* ---- >>pending: the pending queue: requests that wait for room ----------------------------------- */
 
 /* The operation a request describes, posted directly. */
 static rdmax_status rdmax__req_exec(rdmax_req *req)
@@ -8279,8 +8375,8 @@ void rdmax_ep_pending_purge(rdmax_ep *ep)
     rdmax_arb_group_purge(&ep->ctx->arb, &ep->group, rdmax__purge_cb, ep->ctx);
 }
 
-/* ---- >>admit: admission by a shared secret (rdmax_ctx_desc.secret, $RDMAX_SECRET) ------------------
-   A listener with a secret serves only clients that prove they know it, and proves it back to them; the
+/* ---- >>admit: admission by a shared secret: SHA-256, HMAC, the proofs ---------------------------- */
+/* A listener with a secret serves only clients that prove they know it, and proves it back to them; the
    secret itself never goes on the wire. Over TCP (>>oob), when the client or the listener has a secret:
        listener -> client   hello_s                        (on accept, before it reads anything)
        client -> listener   hello_c, then record_c | HMAC(k, "rdmax client" | hello_s | hello_c | record_c)
@@ -8297,6 +8393,7 @@ void rdmax_ep_pending_purge(rdmax_ep *ep)
    version instead of waiting. rdma_cm (>>cm) carries its proof in the REQ's private data instead.
    SHA-256 is FIPS 180-4's, HMAC RFC 2104's, written here to need no crypto library; tests/oob_test
    checks them against FIPS 180-2's and RFC 4231's vectors. */
+
 #define RDMAX__ADMIT_VERSION (RDMAX_CONN_INFO_VERSION + 1)
 #define RDMAX__HELLO_SIZE 32
 #define RDMAX__REFUSAL_SIZE 10
@@ -8602,7 +8699,8 @@ static rdmax_status rdmax__oob_trade(int fd, const rdmax_conn_info *local, rdmax
     return st;
 }
 
-/* ---- >>oob --------------------------------------------------------------------------------------- */
+/* ---- >>oob: connection setup over TCP: listener, handshakes, accept, connect --------------------- */
+
 /* A listener runs up to handshake_slots handshakes side by side, each non-blocking with its own
    deadline, so a silent, slow or malformed client delays nobody else. The endpoint (QP and receive pool)
    is made only once the client's record has checked out. A flood cannot lock it: a client silent for
@@ -9208,7 +9306,7 @@ rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, cons
     return st;
 }
 
-/* ---- >>cm: connection setup through rdma_cm (rdmax_ctx_desc.conn_setup = RDMAX_SETUP_CM) --------- */
+/* ---- >>cm: connection setup through rdma_cm: channel and events, route checks, the QP to RTS ----- */
 /* The cm ids have no QP (librdmacm's user-managed QP mode): the endpoint is made by rdmax_ep_create as in
    the TCP mode, on the context's PD and CQs, and its QP is moved to RTR and RTS with the attributes
    rdma_init_qp_attr returns (address vector with the GIDs from the route, path MTU, peer QPN, PSNs, RDMA
@@ -9539,6 +9637,8 @@ static void rdmax__cm_reject(struct rdma_cm_id *id, rdmax_status st)
     rdma_reject(id, pd, sizeof pd);
 }
 
+/* ---- >>cm_listen: rdma_cm: the listener and rdmax_accept ----------------------------------------- */
+
 /* ---- messages before the returning accept call ----
    The client's connect returns on rdma_cm's ESTABLISHED, and it may send at once; the accept call that
    returns its endpoint is the one that reads our ESTABLISHED event, which may come later than the call
@@ -9693,8 +9793,6 @@ static void rdmax__cm_hold_free(rdmax_ep *ep)
     ep->hold = NULL;
     rdmax__free(ep->ctx, h);
 }
-
-/* ---- listener ---- */
 
 static rdmax_status rdmax__cm_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out)
 {
@@ -10002,7 +10100,7 @@ static rdmax_status rdmax__cm_accept(rdmax_listener *l, const rdmax_ep_desc *des
     }
 }
 
-/* ---- client ---- */
+/* ---- >>cm_connect: rdma_cm: the client's rdmax_connect ------------------------------------------- */
 
 /* Waits on the client's private channel for the event that ends `step`; any other event is the step's
    failure, described in why. RDMAX_OK: *evp holds the event, not yet acknowledged. *retry: the peer
@@ -10267,7 +10365,7 @@ static rdmax_status rdmax__cm_connect(rdmax_ctx *ctx, const char *host, uint16_t
     return st;
 }
 
-/* ---- >>profile ----------------------------------------------------------------------------------- */
+/* ---- >>profile: profiling: variables, port counters, profile objects, events, points ------------- */
 
 /* The device's port counters behind the port.* variables: the sysfs name on rxe, then on mlx5 (real
    hardware names them differently; NULL: none). Slow path only: files opened with the profile. */
@@ -10750,67 +10848,6 @@ void rdmax_profile_print(rdmax_ctx *ctx, FILE *f)
     }
 }
 
-/* ---- log dedupe ---- */
-static void rdmax__log_emit(const rdmax_logger *lg, rdmax_log_level lvl, rdmax_log_item item, const char *msg)
-{
-    if (lg && lg->func)
-        lg->func(lvl, item, msg, lg->user);
-    else
-        fprintf(stderr, "rdmax %s: %s\n", rdmax__level_names[lvl], msg);
-}
-
-static void rdmax__log_dd_summary(char *out, size_t n, const char *device, uint64_t repeats)
-{
-    int dev = device && *device;
-    snprintf(out, n, "%s%s%slast message repeated %llu time%s", dev ? "device " : "", dev ? device : "",
-             dev ? ": " : "", (unsigned long long)repeats, repeats == 1 ? "" : "s");
-}
-
-/* The decision, without a clock or a logger (tests drive it with made-up times). Returns bit 1: print
-   msg; bit 2: print `summary` (at level *summary_lvl) first. */
-#define RDMAX__LOG_DD_PRINT 1
-#define RDMAX__LOG_DD_SUMMARY 2
-static int rdmax__log_dd_step(struct rdmax__log_dd *dd, const char *device, int lvl, const char *msg,
-                              uint64_t now_ns, char *summary, size_t n, int *summary_lvl)
-{
-    int flags = 0;
-    *summary_lvl = dd->lvl;
-    if (dd->lvl == lvl && !strncmp(dd->last, msg, sizeof dd->last - 1)) {
-        dd->repeats++;
-        dd->suppressed++;
-        if (now_ns - dd->since_ns < (uint64_t)RDMAX_LOG_REPEAT_MS * 1000000u)
-            return 0;
-        flags = RDMAX__LOG_DD_SUMMARY;  /* a long run: say so now, go on suppressing */
-    } else {
-        if (dd->repeats > 0)
-            flags = RDMAX__LOG_DD_SUMMARY;
-        flags |= RDMAX__LOG_DD_PRINT;
-    }
-    if (flags & RDMAX__LOG_DD_SUMMARY)
-        rdmax__log_dd_summary(summary, n, device, dd->repeats);
-    if (flags & RDMAX__LOG_DD_PRINT) {
-        snprintf(dd->last, sizeof dd->last, "%s", msg);
-        dd->lvl = lvl;
-    }
-    dd->repeats = 0;
-    dd->since_ns = now_ns;
-    return flags;
-}
-
-int rdmax__log_dedupe(rdmax_ctx *ctx, const rdmax_logger *lg, rdmax_log_level lvl, const char *msg)
-{
-    struct rdmax__prof *st = ctx ? rdmax__prof_state_make(ctx) : NULL;
-    if (!st)
-        return 1;
-    char summary[160];
-    int slvl;
-    int f = rdmax__log_dd_step(&st->log, ctx->attr.name, (int)lvl, msg, rdmax__prof_now_ns(), summary,
-                               sizeof summary, &slvl);
-    if (f & RDMAX__LOG_DD_SUMMARY)
-        rdmax__log_emit(lg, (rdmax_log_level)slvl, RDMAX_LOG_ITEM_LOG_REPEATED, summary);
-    return f & RDMAX__LOG_DD_PRINT;
-}
-
 void rdmax__profile_ctx_fini(rdmax_ctx *ctx)
 {
     struct rdmax__prof *st = rdmax__prof_state(ctx);
@@ -10833,11 +10870,12 @@ void rdmax__profile_ctx_fini(rdmax_ctx *ctx)
 
 #undef RDMAX__PROF_LOAD
 
-/* ---- >>testing: hooks for rdmax's own tests ---------------------------------------------------------
-   Compiled only when the implementation unit defines RDMAX_TESTING. Each forces one internal state that
+/* ---- >>testing: hooks for rdmax's own tests ------------------------------------------------------ */
+/* Compiled only when the implementation unit defines RDMAX_TESTING. Each forces one internal state that
    no public call can reach (a provider that refuses a post, datagrams lost on the wire) or reads one
    that no accessor shows, so a test does not write rdmax's private fields itself. Not API: for
    tests/ only; names and behaviour may change. */
+
 #ifdef RDMAX_TESTING
 /* Posts since ep's last signaled one (what a refused post must give back), while the queue is far from
    full (rdmax__sig_next). */
