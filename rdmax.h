@@ -1794,10 +1794,10 @@ struct rdmax_ep {
     uint32_t wd_tail;           /* watchdog: sq_tail when last seen moving, at wd_ms */
     int64_t wd_ms;
     uint32_t ka_head;           /* keepalive: sq_head when last seen moving, at ka_ms */
+    uint32_t n_wins;            /* (here: in ka_head's padding; scale_test holds an endpoint to 2 KiB) */
     int64_t ka_ms;
     struct rdma_cm_id *cm_id;   /* RDMAX_SETUP_CM: the connection's rdma_cm id (it has no QP: ours is ep->qp) */
     struct rdmax__win *wins;    /* RC: the memory windows of the regions it exposes (n_wins; EXPOSED MEMORY) */
-    uint32_t n_wins;
 #if RDMAX__HAS_UD
     struct ibv_ah *ah;          /* UD: the peer's address handle (from the context's cache) */
     uint32_t ud_qpn, ud_qkey;
