@@ -1,4 +1,4 @@
-/* rdmax.h 0.1.0 - a header-only RDMA transport in C: verbs RC and UD send, put, get and atomics.
+/* rdmax.h 0.2.0 - a header-only RDMA transport in C: verbs RC and UD send, put, get and atomics.
 
    Do this in exactly one C (or C++) file of your project:
 
@@ -91,8 +91,7 @@
                                  its peak size for the life of the process, large blocks come from the
                                  heap instead of mmap, all threads share one malloc arena
        RDMAX_NO_MEMHOOKS, RDMAX_NO_MALLOPT
-                                 the old opt-outs: accepted and ignored (what they asked for is now the
-                                 default); defined together with RDMAX_MEMHOOKS / RDMAX_MALLOPT: #error
+                                 removed in 0.2.0 (what they asked for is the default): #error, drop them
        RDMAX_PROFILE             compile the profile points (timed sections; see rdmax_profile_print)
        RDMAX_LOG_REPEAT_MS       how often a repeated log message is summarised (default 10000)
        RDMAX_TESTING             rdmax's own tests only (in the implementation unit): compiles the
@@ -115,15 +114,15 @@
        rdmax_ctx_desc cd = {0};                 zero fields mean the documented defaults
        rdmax_ctx *ctx;  rdmax_ctx_create(&cd, &ctx);
        rdmax_ep_desc ed = {0};  ed.recv_cb = on_message;
-       server: rdmax_listen(ctx, NULL, 18515, &l);  rdmax_accept(l, &ed, &ep, 10000);
+       server: rdmax_listener_create(ctx, NULL, 18515, &l);  rdmax_accept(l, &ed, &ep, 10000);
        client: rdmax_connect(ctx, "host", 18515, &ed, &ep, 10000);
        (cd.conn_setup = RDMAX_SETUP_CM: the same three calls set up through rdma_cm; see CONNECTION SETUP)
        one process: rdmax_ep_create_pair(ctx, &ed, &a, &b);
        ed.expose / ed.expose_list: regions the peer may access, through this endpoint only and while it is
-       connected (EXPOSED MEMORY); it reads them with rdmax_ep_remote(ep, i)
+       connected (EXPOSED MEMORY); it reads them with rdmax_ep_query_remote(ep, i)
        a put with a registered buffer (the peer exposed a region registered with RDMAX_ACCESS_REMOTE_WRITE):
            rdmax_mem *m;  rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_LOCAL, &m);     (or rdmax_mem_reg)
-           const rdmax_rbuf *r = rdmax_ep_remote(ep, 0);     NULL: the peer exposed nothing
+           const rdmax_rbuf *r = rdmax_ep_query_remote(ep, 0);     NULL: the peer exposed nothing
            rdmax_comp c = {0};
            if (rdmax_put(ep, m->addr, len, m, r->addr, r->rkey, &c) == RDMAX_INPROGRESS)
                while (!c.done) rdmax_progress(ctx);          then c.status
@@ -133,7 +132,7 @@
        while (...) rdmax_progress(ctx);         drives completions and received messages
        rdmax_ep_flush(ep, 1000);  rdmax_ep_destroy(ep);  rdmax_ctx_destroy(ctx);
        applied settings and state: rdmax_ctx_query_desc, rdmax_ep_query_desc, rdmax_ep_query_state,
-       rdmax_ep_query_info, rdmax_ctx_attr, rdmax_counters_get
+       rdmax_ep_query_resources, rdmax_ctx_query_attr, rdmax_ctx_query_counters
 
    FAST-PATH RULES
    rdmax_send/put/put_list/get/fadd/cswap and rdmax_progress never allocate, never log and take no lock.
@@ -224,7 +223,7 @@
    its endpoint's queue, before that endpoint's requests (a send waiting for credits from a peer that
    waits for ours would deadlock both), but takes no other endpoint's turn. tests/arbiter_test checks
    the round, the restart after a full CQ and the head push; pending_test the whole on rxe.
-   rdmax_ep_query_info(ep, &i).pending counts them; rdmax_ep_pending_purge cancels them.
+   rdmax_ep_query_resources(ep, &i).pending counts them; rdmax_ep_pending_purge cancels them.
 
    UD AND MULTICAST (RDMAX_TRANSPORT_UD)
    A UD endpoint is an address (peer GID, QPN, Q_Key) on the context's one UD QP: thousands cost no
@@ -247,7 +246,7 @@
    batches by rdmax_progress, so an endpoint costs no buffers of its own. Each endpoint gives its peer a
    window of rq_depth (default 16, at least 4): the peer may have rq_depth sends and puts with immediate
    data outstanding; the next one is refused with RDMAX_ERR_NO_RESOURCE (or waits, as an rdmax_req)
-   until credits come back, and rdmax_ep_query_info's send_credits says how many may go now. The window
+   until credits come back, and rdmax_ep_query_resources's send_credits says how many may go now. The window
    is backed by rq_depth + 1 buffers: the one more takes the sender's credit grants and goodbye (each a
    zero-length send that consumes a buffer), so they never wait for the window. The pool holds the sum
    of all endpoints' rq_depth + 1 and a reserve, and a consumed buffer is posted again before its credit
@@ -284,9 +283,9 @@
    EXPOSED MEMORY (RC)
    A region exposed on an endpoint (ep desc expose / expose_list, registered with RDMAX_ACCESS_REMOTE_*)
    is reachable by one peer only: the one connected to that endpoint, through that endpoint's QP, with
-   the rights the region was registered with and the rkey rdmax_ep_remote gives it (a key of that
+   the rights the region was registered with and the rkey rdmax_ep_query_remote gives it (a key of that
    endpoint's own: a memory window bound to its QP). From: the return of the call that connects the
-   endpoint (rdmax_connect, rdmax_accept, rdmax_ep_connect_info), which binds the windows and waits for
+   endpoint (rdmax_connect, rdmax_accept, rdmax_ep_connect_record), which binds the windows and waits for
    them before the peer can learn it is connected (before the ready byte; with rdma_cm before
    rdma_accept and the client's RTU). Until: the endpoint closes (rdmax_ep_disconnect; the peer's
    goodbye once rdmax_progress takes it), fails or is destroyed: its QP leaves RTS before the call or
@@ -304,13 +303,13 @@
    An RC QP takes remote writes always (rdmax's keepalive and flush marker are zero-length writes, which
    touch no memory), and remote reads and atomics only when a region exposed on it grants them, or a
    region open on every endpoint that grants them was registered before the endpoint was made.
-   A device without type-2 memory windows (rdmax_ctx_attr(ctx)->mem_windows 0; logged once, item
+   A device without type-2 memory windows (rdmax_ctx_query_attr(ctx)->mem_windows 0; logged once, item
    MEM_WINDOW) has only plain registrations: every region is as with RDMAX_ACCESS_ANY_ENDPOINT.
    An endpoint that exposes regions cannot be connected inside a comp callback (RDMAX_ERR_INVALID_PARAM).
 
    REPLYING TO A REQUEST (RC)
    A reply that lands in the requester's memory (a region it exposed, registered with
-   RDMAX_ACCESS_REMOTE_WRITE, at the address and key rdmax_ep_remote gives the responder; the request can
+   RDMAX_ACCESS_REMOTE_WRITE, at the address and key rdmax_ep_query_remote gives the responder; the request can
    say where in it) goes one of two ways. rdmax_put_imm is one
    operation and one credit: the data lands in place and the requester's imm_cb (it needs one, or the
    notice is only counted as a drop) gets imm and len, so imm names the request (its 32 bits are all the
@@ -332,7 +331,7 @@
    THREAD SAFETY
    A context and everything made from it belong to one thread at a time. Different contexts may be used
    from different threads concurrently. rdmax_status_str(), rdmax_log_item_str() and the pure wire-format
-   functions are thread-safe; rdmax_ctx_last_error(NULL) is per thread.
+   functions are thread-safe; rdmax_ctx_query_last_error(NULL) is per thread.
    THREADS AND SHARED REGISTRATIONS: a context made with rdmax_ctx_desc.parent = another context shares
    its device and protection domain, so a region registered in either (rdmax_mem_reg / rdmax_mem_alloc)
    works with its lkey on the endpoints of both, and either's endpoints may expose it (its own rkey, with
@@ -350,8 +349,8 @@
    can fail (rdmax_rcache_invalidate, _drain) is >= 0, or a negative rdmax_status.
    Every message rdmax logs is a log item (RDMAX_LOG_ITEM_*, one X-macro list) with a text that names the
    device, port, endpoint and call; the logger gets both. Setup failures are logged once, at
-   RDMAX_LOG_ERROR, through the logger (default: one line on stderr), and kept: rdmax_ctx_last_error(ctx)
-   and rdmax_ctx_last_error_item(ctx); with ctx NULL the calling thread's last error, which outlives a
+   RDMAX_LOG_ERROR, through the logger (default: one line on stderr), and kept: rdmax_ctx_query_last_error(ctx)
+   and rdmax_ctx_query_last_error_item(ctx); with ctx NULL the calling thread's last error, which outlives a
    failed rdmax_ctx_create. Print the status, not the kept text, if the logger already printed it.
    A failed completion moves only its own endpoint to RDMAX_EP_ERROR; its first error is logged once
    (RDMAX_LOG_ITEM_EP_FAILED) with the ibv_wc_status text, the operation and, for a signaled one (given a
@@ -367,7 +366,7 @@
 
    FAILURES, WATCHDOG, KEEPALIVE, DISCONNECT
    No endpoint outlives its QP in silence. An endpoint moves to RDMAX_EP_ERROR, with a reason that
-   rdmax_ep_error() returns and the log names (endpoint, out-of-band peer, RoCE peer GID and QPN, and "the
+   rdmax_ep_query_error() returns and the log names (endpoint, out-of-band peer, RoCE peer GID and QPN, and "the
    link is down" when the port is), on the first of:
        an error completion                  its status (RDMAX_ERR_RETRY_EXCEEDED, _REMOTE_ACCESS, ...)
        a flushed completion with no error   RDMAX_ERR_FLUSHED: the QP went to the error state behind
@@ -405,23 +404,23 @@
    watchdog bound (a program stopped in a debugger) restarts its watchdog clock. A program that drives
    neither gets none of it.
    rdmax_ep_disconnect() drains, tells the peer and leaves both sides RDMAX_EP_CLOSED (the peer's
-   rdmax_ep_error() and posts return RDMAX_ERR_CLOSED, and its flush says "the peer disconnected"):
+   rdmax_ep_query_error() and posts return RDMAX_ERR_CLOSED, and its flush says "the peer disconnected"):
    a close is not a failure, and is distinct from one in the state and in the EP_CLOSED profile event.
 
    CONNECTION SETUP
-   rdmax_listen/rdmax_accept/rdmax_connect set an endpoint up in one of two ways, chosen per context by
+   rdmax_listener_create/rdmax_accept/rdmax_connect set an endpoint up in one of two ways, chosen per context by
    rdmax_ctx_desc.conn_setup:
-       RDMAX_SETUP_TCP (0)   rdmax's own record over TCP (rdmax_conn_info, RDMAX_CONN_INFO_SIZE bytes)
+       RDMAX_SETUP_TCP (0)   rdmax's own record over TCP (rdmax_conn_record, RDMAX_CONN_RECORD_SIZE bytes)
        RDMAX_SETUP_CM        rdma_cm (librdmacm), RC only: the listener is an rdma_cm id, the client resolves
                              the address and the route (the source GID comes from the route; RoCE v2 over
                              IPv4 or IPv6) and sends a connect request. rdma_cm carries the QP number, PSN,
                              MTU and GID; the rest of the record (transport, credits, receive size, exposed
                              buffer) rides in the request's private data as a compact record
-                             (RDMAX_CM_INFO_SIZE bytes, rdmax_cm_info_encode), checked field by field with
+                             (RDMAX_CM_RECORD_SIZE bytes, rdmax_cm_record_encode), checked field by field with
                              the same statuses and sentences as the TCP record. A client whose record is bad
                              is rejected with the status in the reject's private data. Each rdma_cm step of
                              rdmax_connect is under its deadline and a timeout names the step
-                             ("rdma_resolve_route timed out after 80 ms"). rdmax_listener_fd() is the event
+                             ("rdma_resolve_route timed out after 80 ms"). rdmax_listener_query_fd() is the event
                              channel's fd. rdmax_ep_disconnect() also calls rdma_disconnect(), and a peer
                              that disconnects is seen as RDMAX_EP_CLOSED, one that exits, is killed or
                              destroys its endpoint without a disconnect as RDMAX_EP_ERROR with
@@ -465,7 +464,7 @@
    sees it; the thread takes no lock and allocates nothing. Shared memory (memfd, tmpfs, SysV shm,
    MAP_SHARED|MAP_ANONYMOUS) and files are never cached: they can be truncated or punched with no event.
    Where userfaultfd cannot run (seccomp, an old kernel, RDMAX_RCACHE_MONITOR=off), the first context
-   logs one warning and every raw buffer is registered per operation; rdmax_rcache_monitor_query says
+   logs one warning and every raw buffer is registered per operation; rdmax_rcache_query_monitor says
    why. Side effects: the thread; a cached buffer's mapping stays registered (another userfaultfd in the
    process gets EBUSY on it); its munmap waits for the thread. After fork() the parent's cache keeps
    working; the child's mappings carry no registration and it has no monitor until it makes a cache.
@@ -507,7 +506,7 @@
      (2) the kernel replaces the private mapping with the segment and sends no UNMAP event (do_shmat
          maps with no userfaultfd list: 6.1, 6.12 and 6.18 alike); the registration goes with the old
          mapping. A region cached there hands out the old pages on a hit, which no system call checks.
-         What a program must do: rdmax_rcache_invalidate(rdmax_ctx_rcache(ctx), addr, len) before
+         What a program must do: rdmax_rcache_invalidate(rdmax_ctx_query_rcache(ctx), addr, len) before
          shmat(SHM_REMAP) over memory it passed raw (or pass that memory with an rdmax_mem of its own).
          The address never stays unwatched: a miss in a watched mapping first checks (one ioctl) that
          the kernel still holds its registration; if not, every region cached in the old mapping is
@@ -522,7 +521,7 @@
    the reg op could not pin (its -EFAULT/-EINVAL), RDMAX_ERR_NO_MEMORY (bookkeeping, or the reg op's
    -ENOMEM), RDMAX_ERR_IO (any other reg op failure); a put, send or get of a raw buffer returns the
    same. The cache has no logger: it keeps its sentence, with the errno's text, as the calling
-   thread's last error (rdmax_ctx_last_error(NULL), item RDMAX_LOG_ITEM_RCACHE_REG, _RCACHE_PARAM,
+   thread's last error (rdmax_ctx_query_last_error(NULL), item RDMAX_LOG_ITEM_RCACHE_REG, _RCACHE_PARAM,
    _RCACHE_CREATE or _NO_MEMORY). rdmax_rcache_invalidate and _drain return a count, or
    RDMAX_ERR_INVALID_PARAM; rdmax_rcache_destroy the regions still referenced.
 
@@ -538,9 +537,9 @@
 #endif
 
 #define RDMAX_VERSION_MAJOR 0
-#define RDMAX_VERSION_MINOR 1
+#define RDMAX_VERSION_MINOR 2
 #define RDMAX_VERSION_PATCH 0
-#define RDMAX_VERSION_STRING "0.1.0"
+#define RDMAX_VERSION_STRING "0.2.0"
 
 /* ---- transport selection ------------------------------------------------------------------------ */
 #if !defined(RDMAX_TRANSPORT_RC) && !defined(RDMAX_TRANSPORT_UD)
@@ -724,7 +723,7 @@ typedef enum rdmax_log_level {
     X(FLUSH_IN_CALLBACK, "rdmax_ep_flush called from a comp callback, where no send completion is reported") \
     X(DEVICE_EVENT, "a port went down or came up, or another asynchronous device event")                  \
     X(DEVICE_FATAL, "the device reported a fatal error: every endpoint fails")                            \
-    X(LISTEN, "rdmax_listen failed (resolve, socket, bind, listen, rdma_cm), or its listener did")       \
+    X(LISTEN, "rdmax_listener_create failed (resolve, socket, bind, listen, rdma_cm), or its listener did")       \
     X(ACCEPT, "rdmax_accept: no client in time, or accept failed")                                        \
     X(CONNECT, "rdmax_connect: the peer's address cannot be resolved or reached")                         \
     X(CONNECT_RETRY, "rdmax_connect: refused or unreachable, tried again until the deadline")              \
@@ -756,15 +755,15 @@ typedef enum rdmax_op {
     RDMAX_OP__COUNT
 } rdmax_op;
 #define RDMAX_MAX_REGIONS 16          /* most memory regions one endpoint advertises to its peer */
-#define RDMAX_CONN_INFO_HEAD 76       /* bytes of the out-of-band record without extra regions */
-#define RDMAX_CONN_INFO_REGION 20     /* bytes of each region after the first */
-#define RDMAX_CONN_INFO_SIZE (RDMAX_CONN_INFO_HEAD + RDMAX_CONN_INFO_REGION * (RDMAX_MAX_REGIONS - 1))
+#define RDMAX_CONN_RECORD_HEAD 76       /* bytes of the out-of-band record without extra regions */
+#define RDMAX_CONN_RECORD_REGION 20     /* bytes of each region after the first */
+#define RDMAX_CONN_RECORD_SIZE (RDMAX_CONN_RECORD_HEAD + RDMAX_CONN_RECORD_REGION * (RDMAX_MAX_REGIONS - 1))
                                       /* the largest record, version 4 */
-#define RDMAX_CONN_INFO_MAGIC 0x52444d58u /* "RDMX" */
-#define RDMAX_CONN_INFO_VERSION 4     /* 4: the port's LID, link layer, GID type and subnet prefix (3: without
+#define RDMAX_CONN_RECORD_MAGIC 0x52444d58u /* "RDMX" */
+#define RDMAX_CONN_RECORD_VERSION 4     /* 4: the port's LID, link layer, GID type and subnet prefix (3: without
                                          them; 2: immediate data in network order): peers of two
                                          versions refuse each other at connect */
-#define RDMAX_CM_INFO_SIZE 36         /* bytes of the compact record in rdma_cm's private data (one region) */
+#define RDMAX_CM_RECORD_SIZE 36         /* bytes of the compact record in rdma_cm's private data (one region) */
 #define RDMAX_SETUP_TCP 0             /* rdmax_ctx_desc.conn_setup: rdmax's record over TCP */
 #define RDMAX_SETUP_CM 1              /* rdmax_ctx_desc.conn_setup: rdma_cm (librdmacm) */
 #define RDMAX_TRANSPORT_ID_RC 1
@@ -781,7 +780,7 @@ typedef enum rdmax_op {
    Only groups are linked into the arbiter, never the elements behind a group's head, so the ring's size
    is the number of endpoints with work, and a visit touches one group and its head element.
 
-     rdmax_arb
+     rdmax__arb
      +------------+
      | current    +---+   next group to serve; NULL: nothing scheduled (the one-branch check)
      | resched    |   |   groups that returned RESCHED, back when the dispatch returns
@@ -806,18 +805,18 @@ typedef enum rdmax_op {
    Elements hold one pointer, next: FIFO within the group, the last one's next is END, NULL means "not
    queued". Groups are circular and doubly linked, so schedule and desched of any group are O(1).
 
-   Group states (rdmax_arb_group_is_scheduled / _is_desched):
+   Group states (rdmax__arb_group_is_scheduled / _is_desched):
      idle        not in the arbiter: never scheduled, or emptied (a group leaves when its last element goes)
      scheduled   in the ring (or parked after RESCHED, back when the dispatch returns)
-     descheduled taken out by RDMAX_ARB_DESCHED or rdmax_arb_group_desched() while it still has elements
+     descheduled taken out by RDMAX__ARB_CB_DESCHED or rdmax__arb_group_desched() while it still has elements
 
-   THE SCHEDULING RULE: pushing never schedules. After pushing, call rdmax_arb_group_schedule() when the
+   THE SCHEDULING RULE: pushing never schedules. After pushing, call rdmax__arb_group_schedule() when the
    endpoint may send (typically right after the push in pending_add, and again when the endpoint gets its
    resources back). Scheduling an empty group does nothing, scheduling a scheduled group does nothing.
    This keeps "has work" and "may run" separate: a descheduled endpoint stays out however much is pushed.
 
    Dispatch runs round-robin: each visit serves up to per_group elements of a group, then moves to the
-   next. It goes on lap after lap until the arbiter is empty, a callback returns RDMAX_ARB_STOP, or a whole
+   next. It goes on lap after lap until the arbiter is empty, a callback returns RDMAX__ARB_CB_STOP, or a whole
    lap removed nothing (then nothing can change, so looping would spin). A group scheduled at any time,
    also from a callback, joins the tail of the round: right behind the group being served, so every
    group already scheduled has its turn first.
@@ -826,7 +825,7 @@ typedef enum rdmax_op {
    dummy element: before calling back, the dispatcher unlinks the element from its group; the group is
    arb->current while the callback runs, until the callback itself moves it. The first purge, desched
    or push_head of that group in the callback records what it did in arb->disp (0 while nothing was);
-   rdmax_arb_group_purge()/_cleanup() records "gone" (no group), so after the callback returns the
+   rdmax__arb_group_purge()/_cleanup() records "gone" (no group), so after the callback returns the
    dispatcher touches neither the group nor the element: it just continues with arb->current, which
    every ring change keeps valid. The element being dispatched is
    not part of such a purge: it belongs to the running callback (which still holds it), and the arbiter
@@ -846,7 +845,7 @@ typedef enum rdmax_op {
    sit in the caches and the hints are left alone (a fifth of the instructions per element at 10
    groups). These far hints are only prefetched, never dereferenced, so stale ones are harmless. The
    dispatcher does write hints into the groups it visited last (arb->hist): that is why a group must
-   go through rdmax_arb_group_cleanup() (or _purge()) before its memory is freed or reused, even when
+   go through rdmax__arb_group_cleanup() (or _purge()) before its memory is freed or reused, even when
    it is idle and empty.
    Near hints, with up to RDMAX__ARB_NEAR_MAX groups (rings that stay in the second-level cache): the
    dispatch loop is bound by its stores there, and writing a hint per visit costs a fifth of the time
@@ -861,47 +860,47 @@ typedef enum rdmax_op {
    Threads: none. One arbiter and its groups belong to one thread at a time (the context's).
 */
 
-typedef struct rdmax_arb rdmax_arb;
-typedef struct rdmax_arb_group rdmax_arb_group;
-typedef struct rdmax_arb_elem rdmax_arb_elem;
+typedef struct rdmax__arb rdmax__arb;
+typedef struct rdmax__arb_group rdmax__arb_group;
+typedef struct rdmax__arb_elem rdmax__arb_elem;
 
-/* What a dispatch callback tells the arbiter. Any other value is treated as RDMAX_ARB_STOP. */
-typedef enum rdmax_arb_result {
-    RDMAX_ARB_REMOVE = 0,   /* element done and removed; go on in this group, up to per_group */
-    RDMAX_ARB_NEXT_GROUP,   /* element stays at the head; next group (this one again next lap) */
-    RDMAX_ARB_DESCHED,      /* element stays; the endpoint is out of resources: group leaves the arbiter
-                               until rdmax_arb_group_schedule() */
-    RDMAX_ARB_RESCHED,      /* element stays; group is served again, but not in this dispatch */
-    RDMAX_ARB_STOP          /* interface out of resources: element and group stay at the head, dispatch
+/* What a dispatch callback tells the arbiter. Any other value is treated as RDMAX__ARB_CB_STOP. */
+typedef enum rdmax__arb_result {
+    RDMAX__ARB_CB_REMOVE = 0,   /* element done and removed; go on in this group, up to per_group */
+    RDMAX__ARB_CB_NEXT_GROUP,   /* element stays at the head; next group (this one again next lap) */
+    RDMAX__ARB_CB_DESCHED,      /* element stays; the endpoint is out of resources: group leaves the arbiter
+                               until rdmax__arb_group_schedule() */
+    RDMAX__ARB_CB_RESCHED,      /* element stays; group is served again, but not in this dispatch */
+    RDMAX__ARB_CB_STOP          /* interface out of resources: element and group stay at the head, dispatch
                                returns; the next dispatch starts with this group */
-} rdmax_arb_result;
+} rdmax__arb_result;
 
 /* Dispatch callback: try to run elem (of group). The element is unlinked while the callback runs. */
-typedef rdmax_arb_result (*rdmax_arb_cb)(rdmax_arb *arb, rdmax_arb_group *group, rdmax_arb_elem *elem,
+typedef rdmax__arb_result (*rdmax__arb_cb)(rdmax__arb *arb, rdmax__arb_group *group, rdmax__arb_elem *elem,
                                          void *arg);
 /* Purge callback: elem was cancelled (already unlinked); the callback owns it now (complete, free). */
-typedef void (*rdmax_arb_purge_cb)(rdmax_arb *arb, rdmax_arb_group *group, rdmax_arb_elem *elem,
+typedef void (*rdmax__arb_purge_cb)(rdmax__arb *arb, rdmax__arb_group *group, rdmax__arb_elem *elem,
                                    void *arg);
 
-/* Embed in the pending request. Zero (or rdmax_arb_elem_init) means "not queued". */
-struct rdmax_arb_elem {
-    rdmax_arb_elem *next;       /* NULL: not queued; RDMAX__ARB_END: last in its group */
+/* Embed in the pending request. Zero (or rdmax__arb_elem_init) means "not queued". */
+struct rdmax__arb_elem {
+    rdmax__arb_elem *next;       /* NULL: not queued; RDMAX__ARB_END: last in its group */
 };
 
 /* Embed in the endpoint. 64 bytes on LP64: give it a cache line of its own (e.g. first in a 64-byte
    aligned endpoint); dispatch prefetches it ahead, not the rest of the endpoint. Zero (or
-   rdmax_arb_group_init) means idle and empty. Call rdmax_arb_group_cleanup() before freeing it. Fields
+   rdmax__arb_group_init) means idle and empty. Call rdmax__arb_group_cleanup() before freeing it. Fields
    are private. */
-struct rdmax_arb_group {
-    rdmax_arb_elem *head;       /* first queued element, NULL if none */
-    rdmax_arb_elem *tail;       /* last queued element; stale when head is NULL */
-    rdmax_arb_group *rnext;     /* ring links while scheduled (or parked after RESCHED) */
-    rdmax_arb_group *rprev;
+struct rdmax__arb_group {
+    rdmax__arb_elem *head;       /* first queued element, NULL if none */
+    rdmax__arb_elem *tail;       /* last queued element; stale when head is NULL */
+    rdmax__arb_group *rnext;     /* ring links while scheduled (or parked after RESCHED) */
+    rdmax__arb_group *rprev;
     size_t count;               /* queued elements, plus the one in a callback right now */
-    rdmax_arb_group *ahead;     /* prefetch hints from the previous round: the group visited
+    rdmax__arb_group *ahead;     /* prefetch hints from the previous round: the group visited
                                    RDMAX__ARB_AHEAD (near hints: half as many) visits after this one,
                                    and its next element. Only prefetched, unless exact (see above), */
-    rdmax_arb_elem *ahead_head; /* so they may be stale */
+    rdmax__arb_elem *ahead_head; /* so they may be stale */
     uint32_t mark;              /* set by a callback that removed nothing (see dispatch) */
     uint8_t state;              /* RDMAX__ARB_IDLE ... */
 };
@@ -916,20 +915,20 @@ struct rdmax_arb_group {
 #define RDMAX__ARB_FAR 1        /* hint modes (see the manual above) */
 #define RDMAX__ARB_NEAR 2
 
-/* One per interface. Zero (or rdmax_arb_init) means empty. Fields are private. */
-struct rdmax_arb {
-    rdmax_arb_group *current;   /* next group to serve; NULL when nothing is scheduled */
-    rdmax_arb_group *resched;   /* ring of groups that returned RESCHED in the running dispatch */
+/* One per interface. Zero (or rdmax__arb_init) means empty. Fields are private. */
+struct rdmax__arb {
+    rdmax__arb_group *current;   /* next group to serve; NULL when nothing is scheduled */
+    rdmax__arb_group *resched;   /* ring of groups that returned RESCHED in the running dispatch */
     size_t ngroups;             /* groups in the two rings */
     uintptr_t disp;             /* what the running callback did to its own group: 0 nothing (the group
                                    is arb->current), else that group with RDMAX__ARB_MOVED, _HEADS in
                                    the low bits, or RDMAX__ARB_GONE (purged) */
-    rdmax_arb_elem *disp_after; /* with RDMAX__ARB_HEADS: the first element push_head'ed into that group
+    rdmax__arb_elem *disp_after; /* with RDMAX__ARB_HEADS: the first element push_head'ed into that group
                                    during the callback */
     size_t pending;             /* elements queued in all groups of this arbiter */
     uint32_t mark;              /* the last lap mark used (see dispatch) */
     uint32_t hist_pos;          /* the hist entry used last (the next visit uses the one after) */
-    rdmax_arb_group *hist[RDMAX__ARB_AHEAD]; /* the last groups visited, to set their ahead hints;
+    rdmax__arb_group *hist[RDMAX__ARB_AHEAD]; /* the last groups visited, to set their ahead hints;
                                    purge clears a group from it, so every entry is alive or NULL */
     size_t hints_set;           /* near hints set since the rings last changed; RDMAX__ARB_EXACT once
                                    that is a whole round and more: every scheduled group's ahead is a
@@ -938,7 +937,7 @@ struct rdmax_arb {
 };
 
 /* private */
-#define RDMAX__ARB_END ((rdmax_arb_elem *)(uintptr_t)1) /* odd: no element's address */
+#define RDMAX__ARB_END ((rdmax__arb_elem *)(uintptr_t)1) /* odd: no element's address */
 #define RDMAX__ARB_EXACT SIZE_MAX /* arb->hints_set: the hints are exact (see dispatch) */
 enum {
     RDMAX__ARB_IDLE = 0,        /* zero: a zeroed group is idle */
@@ -953,57 +952,57 @@ enum {
 #define RDMAX__ARB_HEADS ((uintptr_t)2)
 #define RDMAX__ARB_DISP_FLAGS (RDMAX__ARB_MOVED | RDMAX__ARB_HEADS)
 #define RDMAX__ARB_GONE RDMAX__ARB_MOVED
-RDMAX_STATIC_ASSERT(__alignof__(rdmax_arb_group) > RDMAX__ARB_DISP_FLAGS,
+RDMAX_STATIC_ASSERT(__alignof__(rdmax__arb_group) > RDMAX__ARB_DISP_FLAGS,
                     "rdmax: arb->disp's flags live in a group address's low bits");
-RDMAX_STATIC_ASSERT(__alignof__(rdmax_arb_elem) > 1, "rdmax: RDMAX__ARB_END must be no element's address");
+RDMAX_STATIC_ASSERT(__alignof__(rdmax__arb_elem) > 1, "rdmax: RDMAX__ARB_END must be no element's address");
 
 /* ---- arbiter: out-of-line API ------------------------------------------------------------------- */
 
-/* rdmax_arb_group_push_head: queue elem in front of every element of group, e.g. a flow-control grant
+/* rdmax__arb_group_push_head: queue elem in front of every element of group, e.g. a flow-control grant
    that must go first to avoid a deadlock. Does not schedule (see the rule above). If group's element is
    in a callback right now and the callback keeps it, it goes back right behind the first element
    push_head'ed during that callback, so the pushed element still goes first.
-   Parameters: elem must not be queued (rdmax_arb_elem_is_queued() false).
+   Parameters: elem must not be queued (rdmax__arb_elem_is_queued() false).
    Threads: none (owner thread). O(1). */
-RDMAX_API void rdmax_arb_group_push_head(rdmax_arb *arb, rdmax_arb_group *group, rdmax_arb_elem *elem);
+RDMAX_API void rdmax__arb_group_push_head(rdmax__arb *arb, rdmax__arb_group *group, rdmax__arb_elem *elem);
 
-/* rdmax_arb_group_desched: take a scheduled group out of the arbiter (endpoint out of resources); its
+/* rdmax__arb_group_desched: take a scheduled group out of the arbiter (endpoint out of resources); its
    elements stay queued and it becomes "descheduled". No effect on an idle or descheduled group. Called
    from a callback on its own group, it wins over the callback's result (except STOP, which still stops).
    Threads: none. O(1). */
-RDMAX_API void rdmax_arb_group_desched(rdmax_arb *arb, rdmax_arb_group *group);
+RDMAX_API void rdmax__arb_group_desched(rdmax__arb *arb, rdmax__arb_group *group);
 
-/* rdmax_arb_group_purge: cancel every queued element of group, head to tail: each is unlinked, then cb
+/* rdmax__arb_group_purge: cancel every queued element of group, head to tail: each is unlinked, then cb
    (if not NULL) gets it and owns it. The group leaves the arbiter and is idle and empty afterwards.
    Safe at any time, also from a dispatch callback, on its own group or another one; the element being
    dispatched is not cancelled (its callback owns it, see above). cb may push (a pushed element is not
    cancelled) but must not free the group or touch elements it was not given; free the group after
    purge returns.
    Threads: none. O(elements). */
-RDMAX_API void rdmax_arb_group_purge(rdmax_arb *arb, rdmax_arb_group *group, rdmax_arb_purge_cb cb,
+RDMAX_API void rdmax__arb_group_purge(rdmax__arb *arb, rdmax__arb_group *group, rdmax__arb_purge_cb cb,
                                      void *arg);
 
-/* rdmax_arb_group_cleanup: forget group before its memory is freed (endpoint destroy): purge without a
+/* rdmax__arb_group_cleanup: forget group before its memory is freed (endpoint destroy): purge without a
    callback, so queued elements are dropped (the caller owns them; they are marked not queued, so they
    must still be valid memory). Required before freeing or re-initialising any group that was ever
    dispatched, idle or not: the dispatcher may still hold it as a prefetch-hint target. Afterwards the
    memory may be freed or re-initialised, also from inside a dispatch callback on this very group.
    Threads: none. O(elements). */
-RDMAX_API void rdmax_arb_group_cleanup(rdmax_arb *arb, rdmax_arb_group *group);
+RDMAX_API void rdmax__arb_group_cleanup(rdmax__arb *arb, rdmax__arb_group *group);
 
-/* private: rdmax_arb_dispatch() once the arbiter is not empty */
-RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group, rdmax_arb_cb cb,
+/* private: rdmax__arb_dispatch() once the arbiter is not empty */
+RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax__arb *arb, unsigned per_group, rdmax__arb_cb cb,
                                               void *arg);
 
 /* ---- arbiter: inline API ------------------------------------------------------------------------ */
 
-/* rdmax_arb_init / rdmax_arb_group_init / rdmax_arb_elem_init: same as zeroing. A group and its
+/* rdmax__arb_init / rdmax__arb_group_init / rdmax__arb_elem_init: same as zeroing. A group and its
    elements are used with one arbiter from init to cleanup; init a group only when it is new or after
-   rdmax_arb_group_cleanup().
-   The queries below (rdmax_arb_is_empty, _pending, rdmax_arb_group_count, _is_empty, _is_scheduled,
-   _is_desched, rdmax_arb_elem_is_queued, rdmax_arb_group_first, rdmax_arb_elem_next) read only, O(1).
+   rdmax__arb_group_cleanup().
+   The queries below (rdmax__arb_is_empty, _pending, rdmax__arb_group_count, _is_empty, _is_scheduled,
+   _is_desched, rdmax__arb_elem_is_queued, rdmax__arb_group_first, rdmax__arb_elem_next) read only, O(1).
    Parameters: non-NULL objects. Threads (all): none: the arbiter's owner thread. */
-RDMAX_INLINE void rdmax_arb_init(rdmax_arb *arb)
+RDMAX_INLINE void rdmax__arb_init(rdmax__arb *arb)
 {
     arb->current = NULL;
     arb->resched = NULL;
@@ -1020,7 +1019,7 @@ RDMAX_INLINE void rdmax_arb_init(rdmax_arb *arb)
     arb->in_dispatch = 0;
 }
 
-RDMAX_INLINE void rdmax_arb_group_init(rdmax_arb_group *group)
+RDMAX_INLINE void rdmax__arb_group_init(rdmax__arb_group *group)
 {
     group->head = NULL;
     group->tail = NULL;
@@ -1033,71 +1032,71 @@ RDMAX_INLINE void rdmax_arb_group_init(rdmax_arb_group *group)
     group->state = RDMAX__ARB_IDLE;
 }
 
-RDMAX_INLINE void rdmax_arb_elem_init(rdmax_arb_elem *elem)
+RDMAX_INLINE void rdmax__arb_elem_init(rdmax__arb_elem *elem)
 {
     elem->next = NULL;
 }
 
-/* rdmax_arb_is_empty: true when no group is scheduled: the progress path's one branch. */
-RDMAX_INLINE bool rdmax_arb_is_empty(const rdmax_arb *arb)
+/* rdmax__arb_is_empty: true when no group is scheduled: the progress path's one branch. */
+RDMAX_INLINE bool rdmax__arb_is_empty(const rdmax__arb *arb)
 {
     return arb->current == NULL;
 }
 
-/* rdmax_arb_pending: elements queued in all groups (scheduled or not) of this arbiter. O(1). */
-RDMAX_INLINE size_t rdmax_arb_pending(const rdmax_arb *arb)
+/* rdmax__arb_pending: elements queued in all groups (scheduled or not) of this arbiter. O(1). */
+RDMAX_INLINE size_t rdmax__arb_pending(const rdmax__arb *arb)
 {
     return arb->pending;
 }
 
-/* rdmax_arb_group_count: elements queued in group; inside a callback on group it includes the element
+/* rdmax__arb_group_count: elements queued in group; inside a callback on group it includes the element
    being dispatched. O(1). */
-RDMAX_INLINE size_t rdmax_arb_group_count(const rdmax_arb_group *group)
+RDMAX_INLINE size_t rdmax__arb_group_count(const rdmax__arb_group *group)
 {
     return group->count;
 }
 
-RDMAX_INLINE bool rdmax_arb_group_is_empty(const rdmax_arb_group *group)
+RDMAX_INLINE bool rdmax__arb_group_is_empty(const rdmax__arb_group *group)
 {
     return group->count == 0;
 }
 
-/* rdmax_arb_group_is_scheduled: in the arbiter, or parked after RESCHED and back when dispatch returns. */
-RDMAX_INLINE bool rdmax_arb_group_is_scheduled(const rdmax_arb_group *group)
+/* rdmax__arb_group_is_scheduled: in the arbiter, or parked after RESCHED and back when dispatch returns. */
+RDMAX_INLINE bool rdmax__arb_group_is_scheduled(const rdmax__arb_group *group)
 {
     return (group->state & RDMAX__ARB_SCHED) != 0;
 }
 
-/* rdmax_arb_group_is_desched: taken out by DESCHED or rdmax_arb_group_desched() and not empty; stays so
-   until rdmax_arb_group_schedule() or a purge. */
-RDMAX_INLINE bool rdmax_arb_group_is_desched(const rdmax_arb_group *group)
+/* rdmax__arb_group_is_desched: taken out by DESCHED or rdmax__arb_group_desched() and not empty; stays so
+   until rdmax__arb_group_schedule() or a purge. */
+RDMAX_INLINE bool rdmax__arb_group_is_desched(const rdmax__arb_group *group)
 {
     return group->state == RDMAX__ARB_DESCHED;
 }
 
-/* rdmax_arb_elem_is_queued: elem waits in a group (false while its callback runs). */
-RDMAX_INLINE bool rdmax_arb_elem_is_queued(const rdmax_arb_elem *elem)
+/* rdmax__arb_elem_is_queued: elem waits in a group (false while its callback runs). */
+RDMAX_INLINE bool rdmax__arb_elem_is_queued(const rdmax__arb_elem *elem)
 {
     return elem->next != NULL;
 }
 
-/* rdmax_arb_group_first / rdmax_arb_elem_next: walk a group's queue head to tail (NULL at the end), for
+/* rdmax__arb_group_first / rdmax__arb_elem_next: walk a group's queue head to tail (NULL at the end), for
    flush checks, dumps and tests. Do not push or purge while walking. */
-RDMAX_INLINE rdmax_arb_elem *rdmax_arb_group_first(const rdmax_arb_group *group)
+RDMAX_INLINE rdmax__arb_elem *rdmax__arb_group_first(const rdmax__arb_group *group)
 {
     return group->head;
 }
 
-RDMAX_INLINE rdmax_arb_elem *rdmax_arb_elem_next(const rdmax_arb_elem *elem)
+RDMAX_INLINE rdmax__arb_elem *rdmax__arb_elem_next(const rdmax__arb_elem *elem)
 {
     return elem->next == RDMAX__ARB_END ? NULL : elem->next;
 }
 
-/* rdmax_arb_group_push: queue elem at the tail of group (a pending request). Does not schedule: call
-   rdmax_arb_group_schedule() when the endpoint may send (see the rule above).
+/* rdmax__arb_group_push: queue elem at the tail of group (a pending request). Does not schedule: call
+   rdmax__arb_group_schedule() when the endpoint may send (see the rule above).
    Parameters: elem must not be queued already (debug assert; it would corrupt both queues).
    Threads: none. O(1), no allocation. */
-RDMAX_INLINE void rdmax_arb_group_push(rdmax_arb *arb, rdmax_arb_group *group, rdmax_arb_elem *elem)
+RDMAX_INLINE void rdmax__arb_group_push(rdmax__arb *arb, rdmax__arb_group *group, rdmax__arb_elem *elem)
 {
     RDMAX_ASSERT(elem->next == NULL);
     elem->next = RDMAX__ARB_END;
@@ -1112,9 +1111,9 @@ RDMAX_INLINE void rdmax_arb_group_push(rdmax_arb *arb, rdmax_arb_group *group, r
 }
 
 /* private: link g in front of *ring (one of arb's), i.e. at the tail of the round */
-RDMAX_INLINE void rdmax__arb_ring_insert(rdmax_arb *arb, rdmax_arb_group **ring, rdmax_arb_group *g)
+RDMAX_INLINE void rdmax__arb_ring_insert(rdmax__arb *arb, rdmax__arb_group **ring, rdmax__arb_group *g)
 {
-    rdmax_arb_group *first = *ring;
+    rdmax__arb_group *first = *ring;
     arb->ngroups++;
     arb->hints_set = 0; /* the ring order changed: hints are guesses again */
     if (first == NULL) {
@@ -1130,7 +1129,7 @@ RDMAX_INLINE void rdmax__arb_ring_insert(rdmax_arb *arb, rdmax_arb_group **ring,
 }
 
 /* private: unlink g from *ring (one of arb's); if g was the ring's first, its successor becomes first */
-RDMAX_INLINE void rdmax__arb_ring_remove(rdmax_arb *arb, rdmax_arb_group **ring, rdmax_arb_group *g)
+RDMAX_INLINE void rdmax__arb_ring_remove(rdmax__arb *arb, rdmax__arb_group **ring, rdmax__arb_group *g)
 {
     arb->ngroups--;
     arb->hints_set = 0;
@@ -1145,10 +1144,10 @@ RDMAX_INLINE void rdmax__arb_ring_remove(rdmax_arb *arb, rdmax_arb_group **ring,
     }
 }
 
-/* rdmax_arb_group_schedule: let group take part in dispatch, at the tail of the round (every scheduled
+/* rdmax__arb_group_schedule: let group take part in dispatch, at the tail of the round (every scheduled
    group goes first). No effect if it is empty or already scheduled. Safe from a dispatch callback.
    Threads: none. O(1). */
-RDMAX_INLINE void rdmax_arb_group_schedule(rdmax_arb *arb, rdmax_arb_group *group)
+RDMAX_INLINE void rdmax__arb_group_schedule(rdmax__arb *arb, rdmax__arb_group *group)
 {
     if ((group->state & RDMAX__ARB_SCHED) || group->count == 0) {
         return;
@@ -1157,15 +1156,15 @@ RDMAX_INLINE void rdmax_arb_group_schedule(rdmax_arb *arb, rdmax_arb_group *grou
     group->state = RDMAX__ARB_SCHED;
 }
 
-/* rdmax_arb_dispatch: serve the scheduled groups round-robin, up to per_group elements per group per
-   turn, calling cb for each group's head element (see rdmax_arb_result), until the arbiter is empty,
-   cb returns RDMAX_ARB_STOP, or a whole lap removed nothing.
+/* rdmax__arb_dispatch: serve the scheduled groups round-robin, up to per_group elements per group per
+   turn, calling cb for each group's head element (see rdmax__arb_result), until the arbiter is empty,
+   cb returns RDMAX__ARB_CB_STOP, or a whole lap removed nothing.
    Parameters: per_group 0 means 1 (strict round-robin, what RC and UD use). cb may push, push_head,
    schedule, desched, purge and cleanup any group, including its own (see above), but not dispatch: a
    nested dispatch returns 0 and does nothing.
-   Result: how many callbacks returned RDMAX_ARB_REMOVE.
+   Result: how many callbacks returned RDMAX__ARB_CB_REMOVE.
    Threads: none. An empty arbiter costs one load and one branch. */
-RDMAX_INLINE size_t rdmax_arb_dispatch(rdmax_arb *arb, unsigned per_group, rdmax_arb_cb cb, void *arg)
+RDMAX_INLINE size_t rdmax__arb_dispatch(rdmax__arb *arb, unsigned per_group, rdmax__arb_cb cb, void *arg)
 {
     if (rdmax_likely(arb->current == NULL)) {
         return 0;
@@ -1202,7 +1201,7 @@ struct rdmax_comp {
 typedef struct rdmax_req rdmax_req;
 typedef rdmax_status (*rdmax_pending_cb)(rdmax_req *req);
 struct rdmax_req {
-    rdmax_arb_elem rdmax__elem; /* the arbiter's link (private; rdmax_req_ep() gives the endpoint) */
+    rdmax__arb_elem rdmax__elem; /* the arbiter's link (private; rdmax_req_query_ep() gives the endpoint) */
     rdmax_pending_cb cb;
     rdmax_comp *comp;
     void *user;
@@ -1217,8 +1216,8 @@ struct rdmax_req {
     struct rdmax_ep *rdmax__ep;
 };
 
-/* rdmax_req_ep: the endpoint a request was queued on or posted to (for a pending callback). */
-RDMAX_INLINE rdmax_ep *rdmax_req_ep(const rdmax_req *req)
+/* rdmax_req_query_ep: the endpoint a request was queued on or posted to (for a pending callback). */
+RDMAX_INLINE rdmax_ep *rdmax_req_query_ep(const rdmax_req *req)
 {
     return req->rdmax__ep;
 }
@@ -1229,7 +1228,7 @@ typedef void (*rdmax_recv_cb)(rdmax_ep *ep, void *data, size_t len, void *user);
    targeted, and imm is the sender's 32 bits, untouched by rdmax. */
 typedef void (*rdmax_imm_cb)(rdmax_ep *ep, uint32_t imm, size_t len, void *user);
 /* An endpoint left RDMAX_EP_CONNECTED (rdmax_ep_desc.state_cb): state RDMAX_EP_ERROR with the error as
-   reason (what rdmax_ep_error returns), or RDMAX_EP_CLOSED with reason RDMAX_ERR_CLOSED (the peer
+   reason (what rdmax_ep_query_error returns), or RDMAX_EP_CLOSED with reason RDMAX_ERR_CLOSED (the peer
    closed) or RDMAX_OK (this side did: rdmax_ep_disconnect). */
 typedef void (*rdmax_state_cb)(rdmax_ep *ep, rdmax_ep_state state, rdmax_status reason, void *user);
 
@@ -1274,14 +1273,14 @@ typedef struct rdmax_put_req {
     uint32_t rkey;
 } rdmax_put_req;
 
-/* A peer's memory region, as it was handed over in the connection record (rdmax_ep_remote). */
+/* A peer's memory region, as it was handed over in the connection record (rdmax_ep_query_remote). */
 typedef struct rdmax_rbuf {
     uint64_t addr;
     uint64_t len;
     uint32_t rkey;
 } rdmax_rbuf;
 
-/* The connection record, decoded. On the wire, in network order, RDMAX_CONN_INFO_HEAD bytes:
+/* The connection record, decoded. On the wire, in network order, RDMAX_CONN_RECORD_HEAD bytes:
      0 magic u32 | 4 version u16 | 6 length u16 (of the whole record) | 8 transport u8 | 9 mtu u8 (1..5)
     10 credits u16 (receive buffers the sender of the record has posted; RC: >= 2, its window + 1:
        the peer keeps the last for grants, see RECEIVING)
@@ -1290,10 +1289,10 @@ typedef struct rdmax_rbuf {
     48 region 0 address u64 | 56 region 0 length u64 (0: no region; then address and rkey are 0)
     64 subnet_prefix u64 | 72 lid u16 | 74 link_layer u8 | 75 gid_type u8 (the sender's port: InfiniBand
        (1): LID 1..0xbfff and GID type IB (0); Ethernet (2): LID 0 and GID type RoCE v1 (1) or v2 (2))
-   then regions 1..n-1 packed, RDMAX_CONN_INFO_REGION bytes each: address u64 | length u64 | rkey u32
-   (length != 0). length = RDMAX_CONN_INFO_HEAD + RDMAX_CONN_INFO_REGION * (n - 1), at most
-   RDMAX_CONN_INFO_SIZE; n_regions is 0 or 1 for a record of RDMAX_CONN_INFO_HEAD bytes. */
-typedef struct rdmax_conn_info {
+   then regions 1..n-1 packed, RDMAX_CONN_RECORD_REGION bytes each: address u64 | length u64 | rkey u32
+   (length != 0). length = RDMAX_CONN_RECORD_HEAD + RDMAX_CONN_RECORD_REGION * (n - 1), at most
+   RDMAX_CONN_RECORD_SIZE; n_regions is 0 or 1 for a record of RDMAX_CONN_RECORD_HEAD bytes. */
+typedef struct rdmax_conn_record {
     uint8_t transport, mtu;
     uint16_t credits;
     uint32_t qpn, psn, qkey, recv_size;
@@ -1305,7 +1304,7 @@ typedef struct rdmax_conn_info {
     uint16_t lid;               /* the sender's port LID (InfiniBand), 0 on Ethernet */
     uint8_t link_layer;         /* IBV_LINK_LAYER_INFINIBAND (1) or IBV_LINK_LAYER_ETHERNET (2) */
     uint8_t gid_type;           /* IBV_GID_TYPE_IB (0), _ROCE_V1 (1) or _ROCE_V2 (2) */
-} rdmax_conn_info;
+} rdmax_conn_record;
 
 typedef struct rdmax_ctx_desc {
     const char *device;        /* NULL: $RDMAX_DEVICE, else the first device with an active port */
@@ -1393,7 +1392,7 @@ typedef struct rdmax_ep_desc {
     rdmax_imm_cb imm_cb;       /* RC: called from rdmax_progress for each put with immediate data the peer
                                   made (rdmax_put_imm); NULL: such notices are counted as recv_drops */
     const rdmax_mem *expose;   /* region the peer may reach through this endpoint only (address, key,
-                                  length: rdmax_ep_remote; see EXPOSED MEMORY); may be NULL */
+                                  length: rdmax_ep_query_remote; see EXPOSED MEMORY); may be NULL */
     uint32_t watchdog_ms;      /* RC: 0: 2 x the RC retry time + 2 s (see FAILURES); RDMAX_OFF: never.
                                   An endpoint whose oldest signaled operation has not completed for this
                                   long (while rdmax_progress runs) fails with RDMAX_ERR_STALLED */
@@ -1401,7 +1400,7 @@ typedef struct rdmax_ep_desc {
                                   long sends a zero-length write, so a vanished peer is found within
                                   keepalive_ms + the RC retry time without application traffic */
     const rdmax_mem *const *expose_list; /* more buffers to advertise, after expose: the peer reads them */
-    uint32_t expose_count;     /* back with rdmax_ep_remote(ep, i); at most RDMAX_MAX_REGIONS in all. Read
+    uint32_t expose_count;     /* back with rdmax_ep_query_remote(ep, i); at most RDMAX_MAX_REGIONS in all. Read
                                   by the create call (copied), so the list need not outlive it. rdma_cm
                                   setup (RDMAX_SETUP_CM) carries one region: connect and accept refuse
                                   more with RDMAX_ERR_INVALID_PARAM */
@@ -1419,8 +1418,8 @@ typedef struct rdmax_ep_desc {
 #define RDMAX_RECV_POOL_OWN 1
 #define RDMAX_OFF UINT32_MAX
 
-/* What an endpoint looks like now (rdmax_ep_query_info): for tests, diagnostics and flow control. */
-typedef struct rdmax_ep_info {
+/* What an endpoint looks like now (rdmax_ep_query_resources): for tests, diagnostics and flow control. */
+typedef struct rdmax_ep_resources {
     rdmax_ep_state state;
     uint32_t sq_free;           /* send-queue slots free now */
     uint32_t outstanding;       /* operations posted and not yet completed (0 after a flush) */
@@ -1430,13 +1429,13 @@ typedef struct rdmax_ep_info {
                                    credit kept for grants not counted). UD: UINT32_MAX */
     size_t pending;             /* requests waiting in the endpoint's pending queue */
     uint32_t qp_num, peer_qp_num;
-    uint32_t n_remote;          /* regions the peer advertised (rdmax_ep_remote) */
+    uint32_t n_remote;          /* regions the peer advertised (rdmax_ep_query_remote) */
     void *recv_pool;            /* the receive buffers (recv_pool_bytes): for NUMA placement checks (RC:
                                    the first chunk of the shared pool it receives into) */
     size_t recv_pool_bytes;
     struct ibv_qp *qp;          /* the verbs QP, for diagnostics and fault injection only: changing its
                                    state or posting to it behind rdmax's back breaks the endpoint */
-} rdmax_ep_info;
+} rdmax_ep_resources;
 
 /* What one shared receive pool of a context looks like now (rdmax_ctx_query_recv_pool): for tests,
    diagnostics and memory accounting. RC endpoints with the same recv_size receive into one pool and its
@@ -1524,9 +1523,9 @@ typedef struct rdmax__slot {
     uint64_t raddr;             /* for the error report */
 } rdmax__slot;
 
-/* An operation for the general path (rdmax__op_slow), in the context's scratch (rdmax_ctx.slow): the
+/* An operation for the general path (rdmax__op_slow), in the context's scratch (rdmax_ctx.slow_args): the
    inline fast paths then call it without a stack frame of their own. */
-typedef struct rdmax__opd {
+typedef struct rdmax__slow_args {
     uint8_t op;                 /* rdmax_op */
     uint8_t iov;                /* buf is an rdmax_iov array of len entries */
     const void *buf;
@@ -1536,7 +1535,7 @@ typedef struct rdmax__opd {
     uint32_t rkey;
     uint64_t a, b;              /* fadd: add; cswap: compare, swap */
     rdmax_comp *comp;
-} rdmax__opd;
+} rdmax__slow_args;
 
 /* A slot of the endpoint table that wr_ids index. key: the high half of the endpoint's wr_ids, generation
    << 16 | index (RDMAX__EP_KEY) while ep is set; with RDMAX__EP_KEY_FREE added while the slot is free,
@@ -1552,7 +1551,7 @@ typedef struct rdmax__ep_ref {
 #define RDMAX__EP_KEY_FREE (1ull << 63)
 #define RDMAX__REF_GEN(ref) ((uint16_t)((ref)->key >> 16))
 
-/* One request of a post list in the context's staging (rdmax_ctx.bent). Set at creation and kept: the
+/* One request of a post list in the context's staging (rdmax_ctx.chain_entries). Set at creation and kept: the
    request's next (the next entry's request; the last entry's is NULL), its sg_list (sge), one SGE
    pointing at inl, opcode RDMA write, inline, unsignaled - a chained put of 8 to 16 bytes
    (rdmax__put_chain) then writes only its data into inl, the length and the remote fields; the low half
@@ -1560,13 +1559,13 @@ typedef struct rdmax__ep_ref {
    the chaining endpoint: rdmax_ctx.chain_hi). The general path changes the other fields of the entries
    it takes (rdmax_ctx.chain_dirty). */
 #define RDMAX__BENT_USED (sizeof(struct ibv_send_wr) + RDMAX_MAX_SGE * sizeof(struct ibv_sge) + 16)
-typedef struct rdmax__bent {
+typedef struct rdmax__chain_entry {
     struct ibv_send_wr wr;
     struct ibv_sge sge[RDMAX_MAX_SGE];
     uint64_t inl[2];            /* a chained short put's data (the buffer is promised free at once) */
     /* to 512 bytes (with RDMAX_MAX_SGE up to 23): a chained put finds its entry with one shift */
     char pad[RDMAX__BENT_USED < 512 ? 512 - RDMAX__BENT_USED : 8];
-} rdmax__bent;
+} rdmax__chain_entry;
 
 #define RDMAX__WR_RECV (1ull << 31)
 /* Byte offset of a wr_id's low 32 bits (the slot of a send request). rdmax's own immediate data
@@ -1608,7 +1607,7 @@ RDMAX_INLINE void rdmax__slot_op(rdmax__slot *s, unsigned op)
 #define RDMAX__SCQ_NEST 0x80000000u
 #define RDMAX__SCQ_NESTED(ctx) ((int32_t)(ctx)->comps_out < 0)
 
-/* The fast paths' prebuilt requests in the context, one per kind (rdmax_ctx.fwr); the put's is each
+/* The fast paths' prebuilt requests in the context, one per kind (rdmax_ctx.fast_wr); the put's is each
    endpoint's own (rdmax_ep.wr) */
 #define RDMAX__FWR_SEND 0
 #define RDMAX__FWR_GET 1
@@ -1617,7 +1616,7 @@ RDMAX_INLINE void rdmax__slot_op(rdmax__slot *s, unsigned op)
 #define RDMAX__FWR__COUNT 4
 
 struct rdmax_ctx {
-    rdmax_arb arb;              /* endpoints with pending requests, served round-robin */
+    rdmax__arb arb;              /* endpoints with pending requests, served round-robin */
     rdmax_ep *disp_ep;          /* endpoint whose pending request is being dispatched */
     struct ibv_context *verbs;
     struct ibv_pd *pd;
@@ -1676,7 +1675,7 @@ struct rdmax_ctx {
     struct rdmax__dev *dev;     /* the device and protection domain, shared with parent and children */
     rdmax_ctx *dev_next;        /* the next context sharing dev (under dev->lock) */
     rdmax_counters cnt;         /* cnt.post_calls: ibv_post_send calls minus the requests in posted[] (a
-                                   request of its own is no update; rdmax_counters_get adds them up);
+                                   request of its own is no update; rdmax_ctx_query_counters adds them up);
                                    cnt.bytes[] of FADD and CSWAP: not kept (8 x posted, there) */
     rdmax_ctx_desc desc;        /* applied values */
     rdmax_dev_attr attr;
@@ -1686,14 +1685,14 @@ struct rdmax_ctx {
     struct ibv_wc wc[16];       /* the send CQ's batch (rdmax__poll_send_fast) */
     struct ibv_wc rwc_top[16];  /* the receive CQ's batch of an outermost rdmax_progress (rwc) */
     /* Chained requests of the one endpoint that batches (rdmax_batch_begin), staged here rather than in
-       every endpoint: bent[0 .. batch_n), and while a room is open bent[0 .. chain_next - bent). */
+       every endpoint: chain_entries[0 .. batch_n), and while a room is open chain_entries[0 .. chain_next - chain_entries). */
     rdmax_ep *batch_ep;
     uint32_t batch_n;           /* while a room is open: its first entry (chain_base); rdmax__chain_close
                                    sets it to the entries chained */
     uint32_t chain_base;        /* the first entry of the open room */
-    rdmax__bent *chain_next;    /* the open room (rdmax__chain_open, rdmax__chain_close): short puts chain */
-    rdmax__bent *chain_end;     /* into *chain_next while chain_next != chain_end (both NULL: no room) */
-    uint32_t chain_c0;          /* free send-CQ entries when the room opened */
+    rdmax__chain_entry *chain_next;    /* the open room (rdmax__chain_open, rdmax__chain_close): short puts chain */
+    rdmax__chain_entry *chain_end;     /* into *chain_next while chain_next != chain_end (both NULL: no room) */
+    uint32_t chain_cq_free_at_open;          /* free send-CQ entries when the room opened */
     uint32_t chain_dirty;       /* entries below it may have had their set fields changed by the general
                                    path: rdmax__chain_clean sets them again */
     uint32_t chain_hi;          /* the high half of the wr_id in every entry from chain_dirty on (the
@@ -1701,10 +1700,10 @@ struct rdmax_ctx {
     uint32_t chain_nsig;        /* entries in chain_sig: short puts signaled by rdmax__chain_close, whose
                                    flags are set back after the post */
     uint32_t chain_sig[RDMAX_BATCH_MAX];
-    rdmax__opd slow;            /* the operation an inline fast path hands to rdmax__op_slow */
+    rdmax__slow_args slow_args;            /* the operation an inline fast path hands to rdmax__op_slow */
     char *inl_stage;            /* [RDMAX_BATCH_MAX][attr.max_inline]: inline data of chained requests the
                                    general path stages (a chained short put's goes in its entry) */
-    rdmax__bent bent[RDMAX_BATCH_MAX];
+    rdmax__chain_entry chain_entries[RDMAX_BATCH_MAX];
     struct rdmax_rcache *rcache; /* NULL when disabled */
     struct rdmax__prof *prof;   /* profile points, event callbacks, log dedupe; NULL until used */
     struct rdma_event_channel *cm_ch; /* RDMAX_SETUP_CM: events of the endpoints' rdma_cm ids */
@@ -1714,8 +1713,8 @@ struct rdmax_ctx {
     /* The requests of the fast paths (RDMAX__FWR_*): opcode, flags, one SGE (fsge) and next NULL are
        set at creation, so a post fills only the fields that change (a signaled one sets and restores
        IBV_SEND_SIGNALED out of line). The provider copies a request at the post. */
-    struct ibv_send_wr fwr[RDMAX__FWR__COUNT];
-    struct ibv_send_wr gwr;     /* the general path's request (rdmax__ep_wr), its SGEs the endpoint's */
+    struct ibv_send_wr fast_wr[RDMAX__FWR__COUNT];
+    struct ibv_send_wr general_wr;     /* the general path's request (rdmax__ep_wr), its SGEs the endpoint's */
     struct ibv_sge fsge;
     struct ibv_sge asge;        /* the atomics' SGE: length 8 set at creation */
 #if RDMAX__HAS_UD
@@ -1726,7 +1725,7 @@ struct rdmax_ctx {
 };
 
 struct rdmax_ep {
-    rdmax_arb_group group;      /* pending requests; first, on its own cache line for the arbiter */
+    rdmax__arb_group group;      /* pending requests; first, on its own cache line for the arbiter */
     rdmax_ctx *ctx;
     struct ibv_qp *qp;
     /* the provider's post_send, what ibv_post_send calls (qp->context->ops.post_send): read at creation,
@@ -1742,14 +1741,14 @@ struct rdmax_ep {
     uint32_t rd_avail;          /* RDMA reads and atomics that may still be issued; with sq_tail one 8-byte
                                    word that the fast retire adds its step to (rdmax_ctx.retire_step) */
     uint32_t sq_tail;           /* oldest outstanding slot */
-    uint32_t sq_stop;           /* the fast gate: sig_at, or sq_head while blocked */
+    uint32_t fast_gate;           /* the fast gate: sig_at, or sq_head while blocked */
     uint32_t sig_at;            /* sq_head of the next post that must be signaled: one in signal_interval,
                                    or the queue's end (sq_tail + sq_depth) if nearer (rdmax__sig_next);
                                    never behind sq_head (short puts chained in a room take their slots,
                                    and move sq_head, only when it closes: rdmax__chain_close) */
     uint32_t signal_interval;
     uint32_t max_inline;
-    uint32_t sq_head;           /* next slot to fill; not beside sq_stop, whose stores of the same value
+    uint32_t sq_head;           /* next slot to fill; not beside fast_gate, whose stores of the same value
                                    (a chained put's) the compiler would otherwise vectorize */
     uint32_t peer_recv_size;    /* largest message the peer accepts */
     uint32_t send_inline;       /* RC: min(max_inline, peer_recv_size), the fast send's one length test
@@ -1763,7 +1762,7 @@ struct rdmax_ep {
                                    for remote_addr, rkey and the low half of wr_id (the slot): opcode
                                    RDMA_WRITE, IBV_SEND_INLINE, one SGE (ctx->fsge), next NULL, the high
                                    half of wr_id this endpoint's (wr_id_base). The general path builds
-                                   its requests in ctx->gwr */
+                                   its requests in ctx->general_wr */
     struct ibv_send_wr *post_bad;
     struct ibv_sge sge[RDMAX_MAX_SGE];
     rdmax_rbuf *remote;         /* the peer's advertised regions (n_remote of them; NULL: none) */
@@ -1825,40 +1824,40 @@ RDMAX_API const char *rdmax_op_str(rdmax_op op);
    Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (a bad desc field such as conn_setup, half an allocator, or
    a bad RDMAX_GID_INDEX / RDMAX_NUMA_NODE); RDMAX_ERR_NO_DEVICE (no such device, no active port, no
    GID: the text names device and port); RDMAX_ERR_NO_MEMORY; RDMAX_ERR_IO (names the verbs call and
-   errno). Every failure is logged once and kept: rdmax_ctx_last_error(NULL) after the call.
+   errno). Every failure is logged once and kept: rdmax_ctx_query_last_error(NULL) after the call.
    Threads: any thread; a child (desc->parent) on the parent's thread or while the parent is idle.
    rdmax_ctx_destroy: destroys the context's listeners, endpoints (their operations complete with
    RDMAX_ERR_CANCELED), receive queues, cache and CQs, then frees it; NULL is a no-op. Close profile
    objects and free rdmax_mem regions of the context first. Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc, rdmax_ctx **ctx_out);
 RDMAX_API void rdmax_ctx_destroy(rdmax_ctx *ctx);
-/* rdmax_ctx_last_error, rdmax_ctx_last_error_item: the text and item of the last error logged on ctx
+/* rdmax_ctx_query_last_error, rdmax_ctx_query_last_error_item: the text and item of the last error logged on ctx
    (also when the log level hid it).
    Parameters: ctx, or NULL: the last error logged on the calling thread, by any context, so the reason a
    rdmax_ctx_create failed survives it (the context is gone).
    Result: the text ("" if none; valid until the next error) and its RDMAX_LOG_ITEM_* (NONE if none).
    Threads: ctx's thread; with NULL, any thread (thread-local). */
-RDMAX_API const char *rdmax_ctx_last_error(const rdmax_ctx *ctx);
-RDMAX_API rdmax_log_item rdmax_ctx_last_error_item(const rdmax_ctx *ctx);
+RDMAX_API const char *rdmax_ctx_query_last_error(const rdmax_ctx *ctx);
+RDMAX_API rdmax_log_item rdmax_ctx_query_last_error_item(const rdmax_ctx *ctx);
 /* rdmax_log_item_str: the sentence of a log item (the list RDMAX__LOG_ITEMS).
    Parameters: item; out of range gives "unknown log item".  Result: a static string.
    Threads: any thread. */
 RDMAX_API const char *rdmax_log_item_str(rdmax_log_item item);
 /* Context accessors.
-   rdmax_ctx_attr: the limits probed on the device and port (rdmax_dev_attr), valid while ctx lives.
+   rdmax_ctx_query_attr: the limits probed on the device and port (rdmax_dev_attr), valid while ctx lives.
    rdmax_ctx_query_desc: the desc as applied (defaults, environment and device limits filled in).
-   rdmax_ctx_fd: the completion channel's fd: readable when a completion arrives after rdmax_ctx_arm.
+   rdmax_ctx_query_fd: the completion channel's fd: readable when a completion arrives after rdmax_ctx_arm.
    A program that polls it in its own loop calls rdmax_wait(ctx, 0) while it is readable: a call handles
    completions, or finds none, takes the notification and arms again (then RDMAX_ERR_TIMEOUT, and the
    fd is quiet until the next completion).
    rdmax_ctx_arm: asks for one notification on each CQ; RDMAX_OK, or RDMAX_ERR_IO.
-   rdmax_counters_get: copies the context's counters (rdmax_counters) into *out.
-   rdmax_ctx_rcache: the context's registration cache, for its stats, invalidate and drain; NULL until
+   rdmax_ctx_query_counters: copies the context's counters (rdmax_counters) into *out.
+   rdmax_ctx_query_rcache: the context's registration cache, for its stats, invalidate and drain; NULL until
    the first raw buffer made it, or when rcache_disable is set.
    Parameters: a live ctx (not NULL). Threads: the context's thread. */
-RDMAX_API const rdmax_dev_attr *rdmax_ctx_attr(const rdmax_ctx *ctx);
+RDMAX_API const rdmax_dev_attr *rdmax_ctx_query_attr(const rdmax_ctx *ctx);
 RDMAX_API rdmax_ctx_desc rdmax_ctx_query_desc(const rdmax_ctx *ctx);
-RDMAX_API int rdmax_ctx_fd(const rdmax_ctx *ctx);
+RDMAX_API int rdmax_ctx_query_fd(const rdmax_ctx *ctx);
 RDMAX_API rdmax_status rdmax_ctx_arm(rdmax_ctx *ctx);
 /* rdmax_wait: blocks until a completion arrives, one of the context's listeners has work for
    rdmax_accept (a client connecting or a handshake step), or timeout_ms passes, then progresses (also the
@@ -1870,8 +1869,8 @@ RDMAX_API rdmax_status rdmax_ctx_arm(rdmax_ctx *ctx);
    listeners, and their poll set could not be allocated).
    Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_wait(rdmax_ctx *ctx, int timeout_ms);
-RDMAX_API void rdmax_counters_get(const rdmax_ctx *ctx, rdmax_counters *out);
-RDMAX_API struct rdmax_rcache *rdmax_ctx_rcache(const rdmax_ctx *ctx);
+RDMAX_API void rdmax_ctx_query_counters(const rdmax_ctx *ctx, rdmax_counters *out);
+RDMAX_API struct rdmax_rcache *rdmax_ctx_query_rcache(const rdmax_ctx *ctx);
 /* rdmax_ctx_query_recv_pool: the shared receive pool of RC endpoints whose buffers are recv_size bytes,
    now (rdmax_recv_pool_info): its buffers, how many are posted and free, the credits it backs,
    the low-water mark. The profile variables recv_pool.bytes and recv_pool.posted are the totals over
@@ -1906,42 +1905,42 @@ RDMAX_API void rdmax_mem_free(rdmax_mem *mem);
 RDMAX_API void *rdmax_numa_alloc(rdmax_ctx *ctx, size_t len);
 RDMAX_API void rdmax_numa_free(rdmax_ctx *ctx, void *p, size_t len);
 
-/* rdmax_conn_info_encode, rdmax_conn_info_decode: the wire format of the connection record (pure
-   functions, usable without a device; layout at rdmax_conn_info).
-   encode: writes info and returns its length (RDMAX_CONN_INFO_HEAD .. RDMAX_CONN_INFO_SIZE; regions past
+/* rdmax_conn_record_encode, rdmax_conn_record_decode: the wire format of the connection record (pure
+   functions, usable without a device; layout at rdmax_conn_record).
+   encode: writes info and returns its length (RDMAX_CONN_RECORD_HEAD .. RDMAX_CONN_RECORD_SIZE; regions past
    RDMAX_MAX_REGIONS are not written).
    decode: takes exactly one record (len equal to its length field) and validates every field.
    Parameters: why (may be NULL), why_len: gets a sentence naming the bad field and the value seen.
    Result (decode): RDMAX_OK, or the RDMAX_ERR_OOB_* status of the first field that is wrong.
    Threads: any thread (no state). */
-RDMAX_API size_t rdmax_conn_info_encode(const rdmax_conn_info *info, uint8_t out[RDMAX_CONN_INFO_SIZE]);
-RDMAX_API rdmax_status rdmax_conn_info_decode(const uint8_t *buf, size_t len, rdmax_conn_info *out,
+RDMAX_API size_t rdmax_conn_record_encode(const rdmax_conn_record *info, uint8_t out[RDMAX_CONN_RECORD_SIZE]);
+RDMAX_API rdmax_status rdmax_conn_record_decode(const uint8_t *buf, size_t len, rdmax_conn_record *out,
                                               char *why, size_t why_len);
 /* The compact record of rdma_cm setup (RDMAX_SETUP_CM), in the connect request's and reply's private data:
-     0 magic u32 | 4 version u16 | 6 length u16 (RDMAX_CM_INFO_SIZE) | 8 transport u8 | 9 zero u8
+     0 magic u32 | 4 version u16 | 6 length u16 (RDMAX_CM_RECORD_SIZE) | 8 transport u8 | 9 zero u8
     10 credits u16 | 12 rkey u32 | 16 recv_size u32 | 20 region 0 address u64 | 28 region 0 length u64
    The QP number, PSN, MTU and GID are rdma_cm's (the request, the route): decode takes them in `cm`
    (and copies its LID, link layer, GID type and subnet prefix, which rdma_cm's route covers) and checks
-   the whole record as rdmax_conn_info_decode does, with the same statuses and sentences. len may
+   the whole record as rdmax_conn_record_decode does, with the same statuses and sentences. len may
    exceed the record (rdma_cm pads private data with zeros).
-   Parameters, Result, Threads: as rdmax_conn_info_encode / _decode (encode writes RDMAX_CM_INFO_SIZE
+   Parameters, Result, Threads: as rdmax_conn_record_encode / _decode (encode writes RDMAX_CM_RECORD_SIZE
    bytes and writes region 0 only). */
-RDMAX_API void rdmax_cm_info_encode(const rdmax_conn_info *info, uint8_t out[RDMAX_CM_INFO_SIZE]);
-RDMAX_API rdmax_status rdmax_cm_info_decode(const uint8_t *buf, size_t len, const rdmax_conn_info *cm,
-                                            rdmax_conn_info *out, char *why, size_t why_len);
+RDMAX_API void rdmax_cm_record_encode(const rdmax_conn_record *info, uint8_t out[RDMAX_CM_RECORD_SIZE]);
+RDMAX_API rdmax_status rdmax_cm_record_decode(const uint8_t *buf, size_t len, const rdmax_conn_record *cm,
+                                            rdmax_conn_record *out, char *why, size_t why_len);
 /* rdmax_oob_exchange: sends our record on a connected TCP socket and reads the peer's, with one deadline
    for the whole exchange (what rdmax_connect and rdmax_accept do; for your own out-of-band channel).
    Parameters: fd (blocking or not; left open); local; remote receives the decoded record; timeout_ms;
    why/why_len (may be NULL) get the reason of a failure. No ADMISSION: a peer that requires a secret
    gives RDMAX_ERR_OOB_AUTH.
-   Result: RDMAX_OK; RDMAX_ERR_TIMEOUT; RDMAX_ERR_OOB_* (the record, as rdmax_conn_info_decode);
+   Result: RDMAX_OK; RDMAX_ERR_TIMEOUT; RDMAX_ERR_OOB_* (the record, as rdmax_conn_record_decode);
    RDMAX_ERR_IO (the socket failed). Threads: any thread (no context). */
-RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, rdmax_conn_info *remote,
+RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_record *local, rdmax_conn_record *remote,
                                           int timeout_ms, char *why, size_t why_len);
 
-/* rdmax_listen, rdmax_accept, rdmax_connect, rdmax_listener_port: connecting (see CONNECTING).
-   rdmax_listen binds a TCP listener (host NULL: all IPv6 and IPv4 addresses; port 0: any, read it back
-   with rdmax_listener_port) and returns RDMAX_OK, RDMAX_ERR_INVALID_PARAM, RDMAX_ERR_NO_MEMORY or
+/* rdmax_listener_create, rdmax_accept, rdmax_connect, rdmax_listener_query_port: connecting (see CONNECTING).
+   rdmax_listener_create binds a TCP listener (host NULL: all IPv6 and IPv4 addresses; port 0: any, read it back
+   with rdmax_listener_query_port) and returns RDMAX_OK, RDMAX_ERR_INVALID_PARAM, RDMAX_ERR_NO_MEMORY or
    RDMAX_ERR_IO (logged, item LISTEN);
    rdmax_accept returns the first client whose handshake completes. Handshakes run side by side (up to
    rdmax_ctx_desc.handshake_slots, 256; the TCP backlog is as long), non-blocking, each with its own
@@ -1976,27 +1975,27 @@ RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, 
    rdmax_connect's other results: RDMAX_ERR_CONNECT (nobody answered before timeout_ms), RDMAX_ERR_OOB_*
    (the peer's record), and what rdmax_ep_create returns. desc is read during the call (copied).
    Threads: the context's thread. */
-RDMAX_API rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out);
-RDMAX_API uint16_t rdmax_listener_port(const rdmax_listener *l);
-/* rdmax_listener_fd: a file descriptor that becomes readable when rdmax_accept has work (a new client
+RDMAX_API rdmax_status rdmax_listener_create(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out);
+RDMAX_API uint16_t rdmax_listener_query_port(const rdmax_listener *l);
+/* rdmax_listener_query_fd: a file descriptor that becomes readable when rdmax_accept has work (a new client
    or a handshake step): wait on it (poll/epoll), then call rdmax_accept(l, desc, &ep, 0). With
    RDMAX_SETUP_CM, the rdma_cm event channel's fd. Threads: the context's thread. */
-RDMAX_API int rdmax_listener_fd(const rdmax_listener *l);
-/* rdmax_listener_close: closes the listener and ends its handshakes (their half-made endpoints go).
+RDMAX_API int rdmax_listener_query_fd(const rdmax_listener *l);
+/* rdmax_listener_destroy: closes the listener and ends its handshakes (their half-made endpoints go).
    rdmax_ctx_destroy closes the listeners still open on the context (do not close those afterwards).
    Threads: the context's thread. */
-RDMAX_API void rdmax_listener_close(rdmax_listener *l);
+RDMAX_API void rdmax_listener_destroy(rdmax_listener *l);
 RDMAX_API rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep **out, int timeout_ms);
 RDMAX_API rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, const rdmax_ep_desc *desc,
                                      rdmax_ep **out, int timeout_ms);
 /* rdmax_ep_create_pair: two endpoints of one context connected to each other (the --loopback mode;
-   each sees the other's exposed regions through rdmax_ep_remote).
+   each sees the other's exposed regions through rdmax_ep_query_remote).
    Parameters: ctx; desc for both (copied); a, b receive them (NULL on failure).
-   Result: RDMAX_OK, or what rdmax_ep_create / rdmax_ep_connect_info return. Threads: ctx's thread. */
+   Result: RDMAX_OK, or what rdmax_ep_create / rdmax_ep_connect_record return. Threads: ctx's thread. */
 RDMAX_API rdmax_status rdmax_ep_create_pair(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **a, rdmax_ep **b);
-/* rdmax_ep_create, rdmax_ep_local_info, rdmax_ep_connect_info: the lower level of connecting, for your
+/* rdmax_ep_create, rdmax_ep_query_record, rdmax_ep_connect_record: the lower level of connecting, for your
    own out-of-band channel: create an endpoint (RDMAX_EP_INIT), read our record and carry it to the peer
-   (rdmax_conn_info_encode), then connect with the peer's record (RDMAX_EP_CONNECTED).
+   (rdmax_conn_record_encode), then connect with the peer's record (RDMAX_EP_CONNECTED).
    Parameters: desc (copied, NULL: defaults); remote: the peer's decoded record.
    Result (create): RDMAX_OK; RDMAX_ERR_INVALID_PARAM / RDMAX_ERR_UNSUPPORTED (bad desc, transport not
    selected: item EP_DESC); RDMAX_ERR_LIMIT (see LIMITS); RDMAX_ERR_NO_MEMORY; RDMAX_ERR_IO.
@@ -2006,8 +2005,8 @@ RDMAX_API rdmax_status rdmax_ep_create_pair(rdmax_ctx *ctx, const rdmax_ep_desc 
    peer only after it. local_info cannot fail.
    Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **out);
-RDMAX_API void rdmax_ep_local_info(const rdmax_ep *ep, rdmax_conn_info *info);
-RDMAX_API rdmax_status rdmax_ep_connect_info(rdmax_ep *ep, const rdmax_conn_info *remote);
+RDMAX_API void rdmax_ep_query_record(const rdmax_ep *ep, rdmax_conn_record *info);
+RDMAX_API rdmax_status rdmax_ep_connect_record(rdmax_ep *ep, const rdmax_conn_record *remote);
 /* rdmax_ep_flush: waits, progressing the context, until every operation posted on ep has completed
    (posts a signaled zero-length write if the last post was unsignaled).
    Parameters: ep; timeout_ms (>= 0; 0: one pass).
@@ -2021,9 +2020,9 @@ RDMAX_API rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms);
    RDMAX_ERR_CANCELED (now, before it returns); late completions are dropped. NULL is a no-op.
    Threads: the context's thread; allowed in ep's own receive or pending callback, not in a comp callback
    of ep (see COMPLETION OBJECTS).
-   rdmax_ep_error: the status that failed or closed ep (the first), RDMAX_OK if none. */
+   rdmax_ep_query_error: the status that failed or closed ep (the first), RDMAX_OK if none. */
 RDMAX_API void rdmax_ep_destroy(rdmax_ep *ep);
-RDMAX_API rdmax_status rdmax_ep_error(const rdmax_ep *ep); /* first error, RDMAX_OK if none */
+RDMAX_API rdmax_status rdmax_ep_query_error(const rdmax_ep *ep); /* first error, RDMAX_OK if none */
 /* rdmax_ep_disconnect: graceful close. Waits (up to timeout_ms) for what is in flight, tells the peer (RC:
    a zero-length message the peer's rdmax_progress turns into RDMAX_EP_CLOSED and an EP_CLOSED event),
    and leaves ep in RDMAX_EP_CLOSED: later posts return RDMAX_ERR_CLOSED. Destroy it afterwards.
@@ -2038,24 +2037,24 @@ RDMAX_API void rdmax__tick(rdmax_ctx *ctx);
 RDMAX_API void rdmax__tick_due(rdmax_ctx *ctx);
 
 /* Endpoint accessors. Threads: the context's thread.
-   rdmax_ep_remote: region `index` the peer advertised (its desc's expose, then expose_list, in order),
+   rdmax_ep_query_remote: region `index` the peer advertised (its desc's expose, then expose_list, in order),
    NULL if it advertised fewer. Valid until the endpoint is destroyed. Example:
-       const rdmax_rbuf *r = rdmax_ep_remote(ep, 0);
+       const rdmax_rbuf *r = rdmax_ep_query_remote(ep, 0);
        if (r) rdmax_put(ep, buf, len, NULL, r->addr, r->rkey, &comp);
-   rdmax_ep_remote_count: how many it advertised.
+   rdmax_ep_query_remote_count: how many it advertised.
    rdmax_ep_query_desc: the desc as applied (sq_depth a power of two under the device limit, max_inline
    probed, max_rd_atomic negotiated, ...); its pointers (expose, expose_list, user) are as given (the
    list was read at creation: it need not point anywhere now). rdmax_ep_query_state: RDMAX_EP_INIT,
-   _CONNECTED, _ERROR, _CLOSED. rdmax_ep_query_info: resources and identity now (rdmax_ep_info; its qp is
-   the verbs QP, for tools and tests: moving it to another state fails the endpoint). rdmax_ep_ctx: the
+   _CONNECTED, _ERROR, _CLOSED. rdmax_ep_query_resources: resources and identity now (rdmax_ep_resources; its qp is
+   the verbs QP, for tools and tests: moving it to another state fails the endpoint). rdmax_ep_query_ctx: the
    endpoint's context.
    Parameters: a live ep (not NULL). Result: as above; none fails. */
-RDMAX_API const rdmax_rbuf *rdmax_ep_remote(const rdmax_ep *ep, uint32_t index);
-RDMAX_API uint32_t rdmax_ep_remote_count(const rdmax_ep *ep);
+RDMAX_API const rdmax_rbuf *rdmax_ep_query_remote(const rdmax_ep *ep, uint32_t index);
+RDMAX_API uint32_t rdmax_ep_query_remote_count(const rdmax_ep *ep);
 RDMAX_API rdmax_ep_desc rdmax_ep_query_desc(const rdmax_ep *ep);
 RDMAX_API rdmax_ep_state rdmax_ep_query_state(const rdmax_ep *ep);
-RDMAX_API void rdmax_ep_query_info(const rdmax_ep *ep, rdmax_ep_info *out);
-RDMAX_API rdmax_ctx *rdmax_ep_ctx(const rdmax_ep *ep);
+RDMAX_API void rdmax_ep_query_resources(const rdmax_ep *ep, rdmax_ep_resources *out);
+RDMAX_API rdmax_ctx *rdmax_ep_query_ctx(const rdmax_ep *ep);
 
 #if RDMAX__HAS_UD
 /* rdmax_mcast_join, rdmax_mcast_leave, rdmax_mcast_ep_create: UD multicast (see UD AND MULTICAST).
@@ -2304,7 +2303,7 @@ RDMAX_API int rdmax_rcache_destroy(rdmax_rcache *rc);
    Drops every cached region overlapping [addr, addr+len): it is never returned again; unused
    ones are deregistered now, in-use ones at their last put. Use it for memory changed where no
    monitor sees it (see the manual's table of routes).
-   Parameters: rc (a context's: rdmax_ctx_rcache); addr, len: the range (len 0: nothing).
+   Parameters: rc (a context's: rdmax_ctx_query_rcache); addr, len: the range (len 0: nothing).
    Result: a count: the number of regions dropped (>= 0), or RDMAX_ERR_INVALID_PARAM (rc NULL,
    or a range that wraps).
    Threads: the cache's (thread_safe: any thread; else the owner's; a context's: its thread). */
@@ -2341,16 +2340,16 @@ typedef struct rdmax_rcache_monitor_info {
     uint64_t lost;      /* watched mappings a miss found replaced without an event (shmat SHM_REMAP):
                            their cached regions were invalidated, the new mapping watched */
 } rdmax_rcache_monitor_info;
-/* rdmax_rcache_monitor_query: whether the process's memory monitor can run, runs, and why not.
+/* rdmax_rcache_query_monitor: whether the process's memory monitor can run, runs, and why not.
    Parameters: out (not NULL) receives the report. Result: none (out->error, out->why).
    Threads: safe. Opens the monitor's descriptors if no one has yet (not its thread). */
-RDMAX_API void rdmax_rcache_monitor_query(rdmax_rcache_monitor_info *out);
+RDMAX_API void rdmax_rcache_query_monitor(rdmax_rcache_monitor_info *out);
 
 /* private: slow paths of the inline functions, and a consistency check for tests (returns 0
    when every invariant holds, else a negative number naming the check that failed) */
 RDMAX_API rdmax_status rdmax__rcache_get_slow(rdmax_rcache *rc, const void *addr, size_t len, unsigned access,
                                               rdmax_rcache_region **out);
-RDMAX_API void rdmax__rcache_put_slow(rdmax_rcache *rc, rdmax_rcache_region *r);
+RDMAX_API void rdmax__rcache_release_slow(rdmax_rcache *rc, rdmax_rcache_region *r);
 RDMAX_API void rdmax__rcache_hold_slow(rdmax_rcache *rc, rdmax_rcache_region *r);
 RDMAX_API int rdmax__rcache_validate(rdmax_rcache *rc);
 
@@ -2405,14 +2404,14 @@ RDMAX_INLINE rdmax_status rdmax_rcache_get(rdmax_rcache *rc, const void *addr, s
     return rdmax__rcache_get_slow(rc, addr, len, access, out);
 }
 
-/* rdmax_rcache_put, rdmax_rcache_hold, rdmax_rcache_region_valid: references to a region from get.
+/* rdmax_rcache_release, rdmax_rcache_hold, rdmax_rcache_region_valid: references to a region from get.
    put drops one reference taken by get or hold. At zero the region becomes evictable (or is
    deregistered, if it was merged away, invalidated or uncached). A put on a region with no
    references is ignored. hold takes one more reference on a region the caller already holds.
    region_valid: 0 once the memory under the region was invalidated.
    Parameters: rc, the region's cache; r, a region the caller holds. Result: none / 0 or 1.
    Threads: as rdmax_rcache_get. No allocation on the common path. */
-RDMAX_INLINE void rdmax_rcache_put(rdmax_rcache *rc, rdmax_rcache_region *r)
+RDMAX_INLINE void rdmax_rcache_release(rdmax_rcache *rc, rdmax_rcache_region *r)
 {
     if (rdmax_likely(!rc->rdmax__thread_safe)) {
         if (rdmax_likely(r->refcount > 1u)) {
@@ -2425,7 +2424,7 @@ RDMAX_INLINE void rdmax_rcache_put(rdmax_rcache *rc, rdmax_rcache_region *r)
             return;
         }
     }
-    rdmax__rcache_put_slow(rc, r);
+    rdmax__rcache_release_slow(rc, r);
 }
 
 /* rdmax_rcache_hold: takes one more reference on a region the caller already holds. */
@@ -2450,7 +2449,7 @@ RDMAX_INLINE int rdmax_rcache_region_valid(const rdmax_rcache_region *r)
    pending queue), each a uint64_t with an id, a name, a type and a sentence:
 
        rdmax_profile *prof;
-       rdmax_profile_open(ctx, &prof);
+       rdmax_profile_create(ctx, &prof);
        const rdmax_profile_var *vars;  size_t n;
        rdmax_profile_query_vars(prof, &vars, &n);          vars[i].id == i
        uint64_t v;
@@ -2458,7 +2457,7 @@ RDMAX_INLINE int rdmax_rcache_region_valid(const rdmax_rcache_region *r)
        rdmax_profile_start_reads(prof);                    one snapshot of every variable ...
        rdmax_profile_read_u64(prof, ..., &a);  rdmax_profile_read_u64(prof, ..., &b);
        rdmax_profile_end_reads(prof);                      ... read between start and end
-       rdmax_profile_close(prof);                          before rdmax_ctx_destroy
+       rdmax_profile_destroy(prof);                          before rdmax_ctx_destroy
 
    Reading costs the fast path nothing: the counters are plain increments that are there anyway, and the
    reader only loads them. The reader may be another thread than the context's (the context stays
@@ -2482,7 +2481,7 @@ RDMAX_INLINE int rdmax_rcache_region_valid(const rdmax_rcache_region *r)
    usable vDSO clock: hpet, a system call per read). -DRDMAX_PROFILE_CLOCK_MONOTONIC uses clock_gettime
    anyway (33 ns a pair natively), and other CPUs always do.
 
-   Threads: rdmax_profile_open, _close and _reg_event on the context's thread (they change what
+   Threads: rdmax_profile_create, _close and _reg_event on the context's thread (they change what
    its calls read). A profile object's reads, start/end_reads and query may run on any one thread at a
    time, concurrently with the context's thread. rdmax_profile_print on the context's thread.
 */
@@ -2631,14 +2630,14 @@ enum {
 
 /* ---- profile: out-of-line API ------------------------------------------------------------------- */
 
-/* rdmax_profile_open, rdmax_profile_close: a profile object on ctx, for variables and events (see
+/* rdmax_profile_create, rdmax_profile_destroy: a profile object on ctx, for variables and events (see
    the profile overview above); close frees it (NULL is a no-op; from an event callback it is refused,
    logged with item PROFILE_MISUSE).
    Parameters: ctx; out receives the object.
    Result: RDMAX_OK; RDMAX_ERR_NO_MEMORY; RDMAX_ERR_INVALID_PARAM from inside an event callback.
    Threads: the context's thread. Remarks: close every profile before rdmax_ctx_destroy. */
-RDMAX_API rdmax_status rdmax_profile_open(rdmax_ctx *ctx, rdmax_profile **out);
-RDMAX_API void rdmax_profile_close(rdmax_profile *prof);
+RDMAX_API rdmax_status rdmax_profile_create(rdmax_ctx *ctx, rdmax_profile **out);
+RDMAX_API void rdmax_profile_destroy(rdmax_profile *prof);
 
 /* rdmax_profile_query_vars: every variable, vars[i].id == i; the array is static.
    Parameters: prof; vars, count receive the array and its length. Result: RDMAX_OK.
@@ -2648,7 +2647,7 @@ RDMAX_API rdmax_status rdmax_profile_query_vars(rdmax_profile *prof, const rdmax
 
 /* rdmax_profile_read_u64: the variable's value now, or in the snapshot while one is open.
    The port.* variables are the device's own port counters (sysfs ports/N/hw_counters, opened by
-   rdmax_profile_open; within a snapshot each is read at its first read, as sysfs costs microseconds,
+   rdmax_profile_create; within a snapshot each is read at its first read, as sysfs costs microseconds,
    so a snapshot nobody reads them from costs nothing more: never on the fast path). They
    count for the whole port, every process's QPs, since the counter was reset. A device without the
    counter (names differ: rxe's completer_retry_err is mlx5's local_ack_timeout_err, some have none) or
@@ -2818,7 +2817,7 @@ RDMAX_INLINE rdmax_status rdmax__rcache_lkey(rdmax_ctx *ctx, const void *buf, si
 /* The fast paths. A direct post of the common case (inline put or send without a comp, get and atomics
    into registered memory without a comp) fills only what changes in the endpoint's work request (sg_list,
    num_sge and next are set at creation and kept), stores its op in its slot, posts and counts.
-   Whether it may is one compare of sq_head against sq_stop: sq_stop is sq_tail + the send-queue depth
+   Whether it may is one compare of sq_head against fast_gate: fast_gate is sq_tail + the send-queue depth
    while nothing blocks the endpoint, and sq_head (no room) while anything does (rdmax_ep.blocked: not
    connected, requests pending, chaining), kept right wherever those change (rdmax__ep_regate). The
    context's CQ entries are asked where the post decides on its signal: a post with few left is
@@ -2841,12 +2840,12 @@ RDMAX_INLINE uint32_t rdmax__scq_free(const rdmax_ctx *ctx)
     return (uint32_t)(ctx->scq_spare + (int32_t)ctx->scq_low);
 }
 
-/* sq_stop after a change of blocked, sq_head (out of line) or sig_at: the gate closes at the post that
+/* fast_gate after a change of blocked, sq_head (out of line) or sig_at: the gate closes at the post that
    must be signaled, which is never beyond the queue's end, so the fast post counts no signal of its own
    and retiring (sq_tail) moves no gate. */
 RDMAX_INLINE void rdmax__ep_regate(rdmax_ep *ep)
 {
-    ep->sq_stop = ep->blocked ? ep->sq_head : ep->sig_at;
+    ep->fast_gate = ep->blocked ? ep->sq_head : ep->sig_at;
 }
 
 /* sig_at after a signaled post at sq_head h: signal_interval posts on, or the queue's end if nearer (a
@@ -2871,7 +2870,7 @@ RDMAX_INLINE rdmax_status rdmax__slow(rdmax_ep *ep, rdmax_op op, const void *buf
                                       uint64_t raddr, uint32_t rkey, uint64_t a, uint64_t b, rdmax_comp *comp,
                                       int iov)
 {
-    rdmax__opd *o = &ep->ctx->slow;
+    rdmax__slow_args *o = &ep->ctx->slow_args;
     o->op = (uint8_t)op;
     o->iov = (uint8_t)iov;
     o->buf = buf;
@@ -2885,7 +2884,7 @@ RDMAX_INLINE rdmax_status rdmax__slow(rdmax_ep *ep, rdmax_op op, const void *buf
     return rdmax__op_slow(ep);
 }
 
-/* Post wr (one of ctx->fwr, or a put's rdmax_ep.wr), which the caller filled (sge, remote fields): the
+/* Post wr (one of ctx->fast_wr, or a put's rdmax_ep.wr), which the caller filled (sge, remote fields): the
    slot gets its op, and only an accepted post moves the queue and the counters, so a refusal has nothing
    to undo but the CQ entry and a read's budget (rdmax__post_refused). sig (a constant): the post at
    sig_at, where the gate stopped (RDMAX__SIG_OPEN), one in signal_interval; it and every post while CQ
@@ -2918,7 +2917,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint
     ctx = ep->ctx;  /* reloaded: one register less across the call */
     ctx->cnt.posted[op]++;
     /* a post of its own: post_calls follows from posted[], and an atomic's bytes are 8 x posted
-       (rdmax_counters_get) */
+       (rdmax_ctx_query_counters) */
     if (op != RDMAX_OP_FADD && op != RDMAX_OP_CSWAP)
         ctx->cnt.bytes[op] += len;
     if (op == RDMAX_OP_SEND) {  /* rdmax__send_fast */
@@ -2939,7 +2938,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint
 #else
 #define RDMAX__FAST_RC(ep) 1
 #endif
-#define RDMAX__FAST_OPEN(ep, head) ((head) != (ep)->sq_stop && RDMAX__FAST_RC(ep))
+#define RDMAX__FAST_OPEN(ep, head) ((head) != (ep)->fast_gate && RDMAX__FAST_RC(ep))
 /* The gate's cold side: it stopped at the post that must be signaled, with room and nothing blocking. */
 #define RDMAX__SIG_OPEN(ep, head)                                                                  \
     ((head) == (ep)->sig_at && !(ep)->blocked && (head) - (ep)->sq_tail <= (ep)->sq_mask &&         \
@@ -2950,7 +2949,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint
 RDMAX_INLINE rdmax_status rdmax__send_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf,
                                            size_t len, int sig)
 {
-    struct ibv_send_wr *wr = &ctx->fwr[RDMAX__FWR_SEND];
+    struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_SEND];
     wr->imm_data = RDMAX__LE32(ep->rx_unreturned);
     ctx->fsge.addr = (uintptr_t)buf;
     ctx->fsge.length = (uint32_t)len;
@@ -2985,7 +2984,7 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
 #if RDMAX__HAS_RC
 /* A short put (8 to 16 bytes) into entry e of a chain: its data copied in two words (the buffer is
    promised free at once), the length and the remote fields (the rest of the request is set for it:
-   rdmax__bent). The caller writes the wr_id's low half (the send slot) and gives the slot its op. A
+   rdmax__chain_entry). The caller writes the wr_id's low half (the send slot) and gives the slot its op. A
    macro: as an inline function (GCC 12) it cost rdmax_put's fast path a register move. */
 #define RDMAX__BENT_PUT(e_, b_, l_, ra_, rk_)                                                          \
     do {                                                                                               \
@@ -3008,7 +3007,7 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
    batch_n and its signal wait for the chain's close (rdmax__chain_close, rdmax__room_settle), which
    comes before anything else touches ep. Anything else: rdmax__put_chained, out of line.
    rdmax__put_chain_at: the put into entry e, the room's next (rdmax__put_chained: its first). */
-RDMAX_INLINE rdmax_status rdmax__put_chain_at(rdmax_ctx *ctx, rdmax__bent *e, const void *buf, size_t len,
+RDMAX_INLINE rdmax_status rdmax__put_chain_at(rdmax_ctx *ctx, rdmax__chain_entry *e, const void *buf, size_t len,
                                               uint64_t raddr, uint32_t rkey)
 {
     RDMAX__BENT_PUT(e, buf, len, raddr, rkey);
@@ -3019,7 +3018,7 @@ RDMAX_INLINE rdmax_status rdmax__put_chain_at(rdmax_ctx *ctx, rdmax__bent *e, co
 RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, const void *buf, size_t len, uint64_t raddr,
                                            uint32_t rkey)
 {
-    rdmax__bent *e = ctx->chain_next;
+    rdmax__chain_entry *e = ctx->chain_next;
     if (rdmax_unlikely(e == ctx->chain_end || len - 8 > 8))
         return rdmax__put_chained(ep, buf, raddr, rkey, len);
     return rdmax__put_chain_at(ctx, e, buf, len, raddr, rkey);
@@ -3038,7 +3037,7 @@ RDMAX_INLINE rdmax_status rdmax__put_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t
 }
 
 /* rdmax_put: RDMA write of len bytes to raddr/rkey of the peer.
-   Parameters: buf, len, mem, comp as rdmax_send; raddr, rkey: the peer's region (rdmax_ep_remote).
+   Parameters: buf, len, mem, comp as rdmax_send; raddr, rkey: the peer's region (rdmax_ep_query_remote).
    Result: with a comp RDMAX_INPROGRESS, inline or not; RDMAX_OK only for inline data without a comp;
    RDMAX_ERR_NO_RESOURCE; RDMAX_ERR_INVALID_PARAM (buf NULL and len not 0), RDMAX_ERR_SIZE (over the
    device's message size), RDMAX_ERR_UNSUPPORTED (UD endpoint): nothing posted, comp unused.
@@ -3088,7 +3087,7 @@ RDMAX_INLINE rdmax_status rdmax_put_iov(rdmax_ep *ep, const rdmax_iov *iov, size
 RDMAX_INLINE rdmax_status rdmax__get_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, void *buf, size_t len,
                                           const rdmax_mem *mem, uint64_t raddr, uint32_t rkey, int sig)
 {
-    struct ibv_send_wr *wr = &ctx->fwr[RDMAX__FWR_GET];
+    struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_GET];
     ctx->fsge.addr = (uintptr_t)buf;
     ctx->fsge.length = (uint32_t)len;
     ctx->fsge.lkey = mem->lkey;
@@ -3141,7 +3140,7 @@ RDMAX_INLINE rdmax_status rdmax__atomic_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint3
                                              uint64_t b, int sig)
 {
     int k = opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? RDMAX__FWR_FADD : RDMAX__FWR_CSWAP;
-    struct ibv_send_wr *wr = &ctx->fwr[k];
+    struct ibv_send_wr *wr = &ctx->fast_wr[k];
     ctx->asge.addr = (uintptr_t)result;
     ctx->asge.lkey = mem->lkey;
     wr->wr.atomic.remote_addr = raddr;
@@ -3283,7 +3282,7 @@ RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
             return rdmax__progress_cqes(ctx, (uint64_t)n);
         ctx->cnt.empty_polls++;
     }
-    if (rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
+    if (rdmax_unlikely(!rdmax__arb_is_empty(&ctx->arb)))
         return rdmax__dispatch_then(ctx, 0);
     return 0;
 }

@@ -71,12 +71,12 @@ static rdmax_status rdmax__cm_accept(rdmax_listener *l, const rdmax_ep_desc *des
 static void rdmax__cm_listener_close(rdmax_listener *l);
 static rdmax_status rdmax__cm_connect(rdmax_ctx *ctx, const char *host, uint16_t port, const rdmax_ep_desc *desc,
                                       rdmax_ep **out, int timeout_ms);
-static rdmax_status rdmax__ep_set_remote(rdmax_ep *ep, const rdmax_conn_info *r);
+static rdmax_status rdmax__ep_set_remote(rdmax_ep *ep, const rdmax_conn_record *r);
 static rdmax_status rdmax__ep_set_local(rdmax_ep *ep, const rdmax_rbuf *r, uint32_t n);
 #if RDMAX__HAS_UD
 static void rdmax__ud_ctx_cleanup(rdmax_ctx *ctx);
 static void rdmax__ud_ep_cleanup(rdmax_ep *ep);
-static rdmax_status rdmax__ud_connect(rdmax_ep *ep, const rdmax_conn_info *r);
+static rdmax_status rdmax__ud_connect(rdmax_ep *ep, const rdmax_conn_record *r);
 static rdmax_status rdmax__ud_ep_create(rdmax_ctx *ctx, rdmax_ep_desc *d, rdmax_ep **out);
 static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, enum ibv_qp_type type,
                                     rdmax_ep **out);
@@ -253,12 +253,12 @@ static rdmax_log_level rdmax__env_log_level(void)
     return RDMAX_LOG_WARN;
 }
 
-const char *rdmax_ctx_last_error(const rdmax_ctx *ctx)
+const char *rdmax_ctx_query_last_error(const rdmax_ctx *ctx)
 {
     return ctx ? ctx->last_error : rdmax__tls_error;
 }
 
-rdmax_log_item rdmax_ctx_last_error_item(const rdmax_ctx *ctx)
+rdmax_log_item rdmax_ctx_query_last_error_item(const rdmax_ctx *ctx)
 {
     return ctx ? ctx->last_error_item : rdmax__tls_error_item;
 }
@@ -858,10 +858,10 @@ queues:
         static const enum ibv_wr_opcode opc[RDMAX__FWR__COUNT] = {
             IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP};
         for (int k = 0; k < RDMAX__FWR__COUNT; k++) {
-            ctx->fwr[k].opcode = opc[k];
-            ctx->fwr[k].send_flags = k <= RDMAX__FWR_SEND ? IBV_SEND_INLINE : 0;
-            ctx->fwr[k].sg_list = k >= RDMAX__FWR_FADD ? &ctx->asge : &ctx->fsge;
-            ctx->fwr[k].num_sge = 1;
+            ctx->fast_wr[k].opcode = opc[k];
+            ctx->fast_wr[k].send_flags = k <= RDMAX__FWR_SEND ? IBV_SEND_INLINE : 0;
+            ctx->fast_wr[k].sg_list = k >= RDMAX__FWR_FADD ? &ctx->asge : &ctx->fsge;
+            ctx->fast_wr[k].num_sge = 1;
         }
         ctx->asge.length = 8;
     }
@@ -908,7 +908,7 @@ queues:
     *out = ctx;
     return RDMAX_OK;
 fail:
-    rdmax_ctx_destroy(ctx);  /* its error stays readable: rdmax_ctx_last_error(NULL) */
+    rdmax_ctx_destroy(ctx);  /* its error stays readable: rdmax_ctx_query_last_error(NULL) */
     return st;
 }
 
@@ -917,7 +917,7 @@ void rdmax_ctx_destroy(rdmax_ctx *ctx)
     if (!ctx)
         return;
     while (ctx->listeners)  /* first: their handshakes' endpoints are in ctx->eps */
-        rdmax_listener_close(ctx->listeners);
+        rdmax_listener_destroy(ctx->listeners);
     for (uint32_t i = 0; ctx->eps && i < ctx->eps_cap; i++)
         if (ctx->eps[i].ep)
             rdmax_ep_destroy(ctx->eps[i].ep);
@@ -953,7 +953,7 @@ void rdmax_ctx_destroy(rdmax_ctx *ctx)
         RDMAX_FREE(ctx);
 }
 
-const rdmax_dev_attr *rdmax_ctx_attr(const rdmax_ctx *ctx)
+const rdmax_dev_attr *rdmax_ctx_query_attr(const rdmax_ctx *ctx)
 {
     return &ctx->attr;
 }
@@ -963,7 +963,7 @@ rdmax_ctx_desc rdmax_ctx_query_desc(const rdmax_ctx *ctx)
     return ctx->desc;
 }
 
-int rdmax_ctx_fd(const rdmax_ctx *ctx)
+int rdmax_ctx_query_fd(const rdmax_ctx *ctx)
 {
     return ctx->channel->fd;
 }
@@ -1027,7 +1027,7 @@ static uint64_t rdmax__post_calls(const rdmax_counters *c)
    kept: the fast path counts no bytes for them). */
 #define RDMAX__ATOMIC_BYTES(posted) (8 * (posted))
 
-void rdmax_counters_get(const rdmax_ctx *ctx, rdmax_counters *out)
+void rdmax_ctx_query_counters(const rdmax_ctx *ctx, rdmax_counters *out)
 {
     *out = ctx->cnt;
     out->post_calls = rdmax__post_calls(&ctx->cnt);
@@ -1035,7 +1035,7 @@ void rdmax_counters_get(const rdmax_ctx *ctx, rdmax_counters *out)
     out->bytes[RDMAX_OP_CSWAP] = RDMAX__ATOMIC_BYTES(out->posted[RDMAX_OP_CSWAP]);
 }
 
-struct rdmax_rcache *rdmax_ctx_rcache(const rdmax_ctx *ctx)
+struct rdmax_rcache *rdmax_ctx_query_rcache(const rdmax_ctx *ctx)
 {
     return ctx->rcache;
 }
@@ -1127,7 +1127,7 @@ rdmax_status rdmax__rcache_check(rdmax_ctx *ctx)
     if (ctx->desc.rcache_disable || ctx->desc.rcache_mode != RDMAX_RCACHE_AUTO)
         return RDMAX_OK;
     rdmax_rcache_monitor_info mi;
-    rdmax_rcache_monitor_query(&mi);
+    rdmax_rcache_query_monitor(&mi);
     unsigned m = rdmax_rcache_memhooks();
     int hooks = (m & (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT)) ==
                 (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT);
@@ -1224,13 +1224,13 @@ static uint16_t rdmax__get16(const uint8_t *p) { return (uint16_t)(p[0] << 8 | p
 static uint32_t rdmax__get32(const uint8_t *p) { return (uint32_t)rdmax__get16(p) << 16 | rdmax__get16(p + 2); }
 static uint64_t rdmax__get64(const uint8_t *p) { return (uint64_t)rdmax__get32(p) << 32 | rdmax__get32(p + 4); }
 
-size_t rdmax_conn_info_encode(const rdmax_conn_info *in, uint8_t out[RDMAX_CONN_INFO_SIZE])
+size_t rdmax_conn_record_encode(const rdmax_conn_record *in, uint8_t out[RDMAX_CONN_RECORD_SIZE])
 {
     uint32_t n = in->n_regions < RDMAX_MAX_REGIONS ? in->n_regions : RDMAX_MAX_REGIONS;
-    size_t len = RDMAX_CONN_INFO_HEAD + (n > 1 ? (size_t)(n - 1) * RDMAX_CONN_INFO_REGION : 0);
+    size_t len = RDMAX_CONN_RECORD_HEAD + (n > 1 ? (size_t)(n - 1) * RDMAX_CONN_RECORD_REGION : 0);
     memset(out, 0, len);
-    rdmax__put32(out + 0, RDMAX_CONN_INFO_MAGIC);
-    rdmax__put16(out + 4, RDMAX_CONN_INFO_VERSION);
+    rdmax__put32(out + 0, RDMAX_CONN_RECORD_MAGIC);
+    rdmax__put16(out + 4, RDMAX_CONN_RECORD_VERSION);
     rdmax__put16(out + 6, (uint16_t)len);
     out[8] = in->transport;
     out[9] = in->mtu;
@@ -1250,7 +1250,7 @@ size_t rdmax_conn_info_encode(const rdmax_conn_info *in, uint8_t out[RDMAX_CONN_
         rdmax__put64(out + 56, in->regions[0].len);
     }
     for (uint32_t i = 1; i < n; i++) {
-        uint8_t *r = out + RDMAX_CONN_INFO_HEAD + (size_t)(i - 1) * RDMAX_CONN_INFO_REGION;
+        uint8_t *r = out + RDMAX_CONN_RECORD_HEAD + (size_t)(i - 1) * RDMAX_CONN_RECORD_REGION;
         rdmax__put64(r, in->regions[i].addr);
         rdmax__put64(r + 8, in->regions[i].len);
         rdmax__put32(r + 16, in->regions[i].rkey);
@@ -1266,14 +1266,14 @@ static rdmax_status rdmax__record_head_check(const uint8_t *b, unsigned head, un
                                              size_t why_len)
 {
     uint32_t magic = rdmax__get32(b);
-    if (magic != RDMAX_CONN_INFO_MAGIC) {
+    if (magic != RDMAX_CONN_RECORD_MAGIC) {
         RDMAX__WHY("connection record: magic 0x%08x, expected 0x%08x (peer is not rdmax)", magic,
-                   RDMAX_CONN_INFO_MAGIC);
+                   RDMAX_CONN_RECORD_MAGIC);
         return RDMAX_ERR_OOB_MAGIC;
     }
     uint16_t ver = rdmax__get16(b + 4);
-    if (ver != RDMAX_CONN_INFO_VERSION) {
-        RDMAX__WHY("connection record: version %u, this rdmax speaks version %u", ver, RDMAX_CONN_INFO_VERSION);
+    if (ver != RDMAX_CONN_RECORD_VERSION) {
+        RDMAX__WHY("connection record: version %u, this rdmax speaks version %u", ver, RDMAX_CONN_RECORD_VERSION);
         return RDMAX_ERR_OOB_VERSION;
     }
     uint16_t len = rdmax__get16(b + 6);
@@ -1285,12 +1285,12 @@ static rdmax_status rdmax__record_head_check(const uint8_t *b, unsigned head, un
                        len, max, RDMAX_MAX_REGIONS);
         return RDMAX_ERR_OOB_LONG;
     }
-    if (len < head || (len - head) % RDMAX_CONN_INFO_REGION) {
+    if (len < head || (len - head) % RDMAX_CONN_RECORD_REGION) {
         if (max == head)
             RDMAX__WHY("connection record: length field %u, smaller than the %u-byte record", len, head);
         else
             RDMAX__WHY("connection record: length field %u is not %u bytes plus whole %u-byte regions", len, head,
-                       RDMAX_CONN_INFO_REGION);
+                       RDMAX_CONN_RECORD_REGION);
         return RDMAX_ERR_OOB_LENGTH;
     }
     return RDMAX_OK;
@@ -1298,15 +1298,15 @@ static rdmax_status rdmax__record_head_check(const uint8_t *b, unsigned head, un
 
 static rdmax_status rdmax__conn_head_check(const uint8_t *b, char *why, size_t why_len)
 {
-    return rdmax__record_head_check(b, RDMAX_CONN_INFO_HEAD, RDMAX_CONN_INFO_SIZE, why, why_len);
+    return rdmax__record_head_check(b, RDMAX_CONN_RECORD_HEAD, RDMAX_CONN_RECORD_SIZE, why, why_len);
 }
 
-static rdmax_status rdmax__conn_fields_check(const rdmax_conn_info *o, char *why, size_t why_len);
+static rdmax_status rdmax__conn_fields_check(const rdmax_conn_record *o, char *why, size_t why_len);
 
-rdmax_status rdmax_conn_info_decode(const uint8_t *b, size_t n, rdmax_conn_info *o, char *why, size_t why_len)
+rdmax_status rdmax_conn_record_decode(const uint8_t *b, size_t n, rdmax_conn_record *o, char *why, size_t why_len)
 {
     if (n < 8) {
-        RDMAX__WHY("connection record: %zu bytes, need at least %u", n, RDMAX_CONN_INFO_HEAD);
+        RDMAX__WHY("connection record: %zu bytes, need at least %u", n, RDMAX_CONN_RECORD_HEAD);
         return RDMAX_ERR_OOB_SHORT;
     }
     rdmax_status st = rdmax__conn_head_check(b, why, why_len);
@@ -1334,9 +1334,9 @@ rdmax_status rdmax_conn_info_decode(const uint8_t *b, size_t n, rdmax_conn_info 
     r0->rkey = rdmax__get32(b + 24);
     r0->addr = rdmax__get64(b + 48);
     r0->len = rdmax__get64(b + 56);
-    uint32_t extra = (uint32_t)((want - RDMAX_CONN_INFO_HEAD) / RDMAX_CONN_INFO_REGION);
+    uint32_t extra = (uint32_t)((want - RDMAX_CONN_RECORD_HEAD) / RDMAX_CONN_RECORD_REGION);
     for (uint32_t i = 1; i <= extra; i++) {
-        const uint8_t *p = b + RDMAX_CONN_INFO_HEAD + (size_t)(i - 1) * RDMAX_CONN_INFO_REGION;
+        const uint8_t *p = b + RDMAX_CONN_RECORD_HEAD + (size_t)(i - 1) * RDMAX_CONN_RECORD_REGION;
         o->regions[i].addr = rdmax__get64(p);
         o->regions[i].len = rdmax__get64(p + 8);
         o->regions[i].rkey = rdmax__get32(p + 16);
@@ -1364,7 +1364,7 @@ rdmax_status rdmax_conn_info_decode(const uint8_t *b, size_t n, rdmax_conn_info 
 
 /* The checks of a decoded record's fields, in wire order: shared by the TCP record and rdma_cm's compact
    one (whose QP number, PSN, MTU and GID come from rdma_cm), so a fault reads the same in both. */
-static rdmax_status rdmax__conn_fields_check(const rdmax_conn_info *o, char *why, size_t why_len)
+static rdmax_status rdmax__conn_fields_check(const rdmax_conn_record *o, char *why, size_t why_len)
 {
     if (o->transport != RDMAX_TRANSPORT_ID_RC && o->transport != RDMAX_TRANSPORT_ID_UD) {
         RDMAX__WHY("connection record: transport %u is neither RC (1) nor UD (2)", o->transport);
@@ -1414,12 +1414,12 @@ static rdmax_status rdmax__conn_fields_check(const rdmax_conn_info *o, char *why
     return RDMAX_OK;
 }
 
-void rdmax_cm_info_encode(const rdmax_conn_info *in, uint8_t out[RDMAX_CM_INFO_SIZE])
+void rdmax_cm_record_encode(const rdmax_conn_record *in, uint8_t out[RDMAX_CM_RECORD_SIZE])
 {
-    memset(out, 0, RDMAX_CM_INFO_SIZE);
-    rdmax__put32(out + 0, RDMAX_CONN_INFO_MAGIC);
-    rdmax__put16(out + 4, RDMAX_CONN_INFO_VERSION);
-    rdmax__put16(out + 6, RDMAX_CM_INFO_SIZE);
+    memset(out, 0, RDMAX_CM_RECORD_SIZE);
+    rdmax__put32(out + 0, RDMAX_CONN_RECORD_MAGIC);
+    rdmax__put16(out + 4, RDMAX_CONN_RECORD_VERSION);
+    rdmax__put16(out + 6, RDMAX_CM_RECORD_SIZE);
     out[8] = in->transport;
     rdmax__put16(out + 10, in->credits);
     rdmax__put32(out + 16, in->recv_size);
@@ -1430,18 +1430,18 @@ void rdmax_cm_info_encode(const rdmax_conn_info *in, uint8_t out[RDMAX_CM_INFO_S
     }
 }
 
-rdmax_status rdmax_cm_info_decode(const uint8_t *b, size_t n, const rdmax_conn_info *cm, rdmax_conn_info *o,
+rdmax_status rdmax_cm_record_decode(const uint8_t *b, size_t n, const rdmax_conn_record *cm, rdmax_conn_record *o,
                                   char *why, size_t why_len)
 {
     if (!b || n < 8) {
-        RDMAX__WHY("connection record: %zu bytes, need %u", b ? n : 0, RDMAX_CM_INFO_SIZE);
+        RDMAX__WHY("connection record: %zu bytes, need %u", b ? n : 0, RDMAX_CM_RECORD_SIZE);
         return RDMAX_ERR_OOB_SHORT;
     }
-    rdmax_status st = rdmax__record_head_check(b, RDMAX_CM_INFO_SIZE, RDMAX_CM_INFO_SIZE, why, why_len);
+    rdmax_status st = rdmax__record_head_check(b, RDMAX_CM_RECORD_SIZE, RDMAX_CM_RECORD_SIZE, why, why_len);
     if (st != RDMAX_OK)
         return st;
-    if (n < RDMAX_CM_INFO_SIZE) {
-        RDMAX__WHY("connection record: %zu bytes, need %u", n, RDMAX_CM_INFO_SIZE);
+    if (n < RDMAX_CM_RECORD_SIZE) {
+        RDMAX__WHY("connection record: %zu bytes, need %u", n, RDMAX_CM_RECORD_SIZE);
         return RDMAX_ERR_OOB_SHORT;
     }
     /* bytes after the record are rdma_cm's zero padding of the private data */
@@ -1521,10 +1521,10 @@ static int rdmax__write_full(int fd, const void *buf, size_t n, int64_t deadline
 }
 
 /* The record exchange with admission (>>admit): ctx NULL or without a secret, the plain one. */
-static rdmax_status rdmax__oob_trade(int fd, const rdmax_conn_info *local, rdmax_conn_info *remote, int timeout_ms,
+static rdmax_status rdmax__oob_trade(int fd, const rdmax_conn_record *local, rdmax_conn_record *remote, int timeout_ms,
                                      rdmax_ctx *ctx, char *why, size_t why_len);
 
-rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_info *local, rdmax_conn_info *remote, int timeout_ms,
+rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_record *local, rdmax_conn_record *remote, int timeout_ms,
                                 char *why, size_t why_len)
 {
     return rdmax__oob_trade(fd, local, remote, timeout_ms, NULL, why, why_len);
@@ -1651,7 +1651,7 @@ static struct ibv_ah *rdmax__ah_get(rdmax_ctx *ctx, const uint8_t gid[16], uint1
     return ah;
 }
 
-static rdmax_status rdmax__ud_connect(rdmax_ep *ep, const rdmax_conn_info *r)
+static rdmax_status rdmax__ud_connect(rdmax_ep *ep, const rdmax_conn_record *r)
 {
     rdmax_ctx *ctx = ep->ctx;
     ep->ah = rdmax__ah_get(ctx, r->gid, r->lid, r->subnet_prefix);
@@ -2123,7 +2123,7 @@ rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, co
     d.transport = RDMAX_TRANSPORT_ID_UD;
     if ((st = rdmax_ep_create(ctx, &d, out)) != RDMAX_OK)
         return st;
-    rdmax_conn_info r;
+    rdmax_conn_record r;
     memset(&r, 0, sizeof r);
     r.transport = RDMAX_TRANSPORT_ID_UD;
     r.mtu = (uint8_t)ctx->attr.active_mtu;
@@ -2145,7 +2145,7 @@ rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, co
 /* Is group the one whose element is in a callback right now? Until the callback does something to its
    own group that group is arb->current (disp 0); from then on disp names it (GONE: none). No user code
    runs in a dispatch outside its callbacks. */
-RDMAX_INLINE bool rdmax__arb_in_cb(const rdmax_arb *arb, const rdmax_arb_group *group)
+RDMAX_INLINE bool rdmax__arb_in_cb(const rdmax__arb *arb, const rdmax__arb_group *group)
 {
     if (arb->disp == 0) {
         return arb->in_dispatch && arb->current == group;
@@ -2154,7 +2154,7 @@ RDMAX_INLINE bool rdmax__arb_in_cb(const rdmax_arb *arb, const rdmax_arb_group *
 }
 
 /* Take g out of whichever ring holds it (its state says which). */
-RDMAX_INLINE void rdmax__arb_leave(rdmax_arb *arb, rdmax_arb_group *g)
+RDMAX_INLINE void rdmax__arb_leave(rdmax__arb *arb, rdmax__arb_group *g)
 {
     if (g->state == RDMAX__ARB_SCHED) {
         rdmax__arb_ring_remove(arb, &arb->current, g);
@@ -2163,7 +2163,7 @@ RDMAX_INLINE void rdmax__arb_leave(rdmax_arb *arb, rdmax_arb_group *g)
     }
 }
 
-RDMAX_API void rdmax_arb_group_push_head(rdmax_arb *arb, rdmax_arb_group *group, rdmax_arb_elem *elem)
+RDMAX_API void rdmax__arb_group_push_head(rdmax__arb *arb, rdmax__arb_group *group, rdmax__arb_elem *elem)
 {
     RDMAX_ASSERT(elem->next == NULL);
     if (group->head == NULL) {
@@ -2183,7 +2183,7 @@ RDMAX_API void rdmax_arb_group_push_head(rdmax_arb *arb, rdmax_arb_group *group,
     arb->pending++;
 }
 
-RDMAX_API void rdmax_arb_group_desched(rdmax_arb *arb, rdmax_arb_group *group)
+RDMAX_API void rdmax__arb_group_desched(rdmax__arb *arb, rdmax__arb_group *group)
 {
     if (!(group->state & RDMAX__ARB_SCHED)) {
         return;
@@ -2195,11 +2195,11 @@ RDMAX_API void rdmax_arb_group_desched(rdmax_arb *arb, rdmax_arb_group *group)
     group->state = RDMAX__ARB_DESCHED;
 }
 
-RDMAX_API void rdmax_arb_group_purge(rdmax_arb *arb, rdmax_arb_group *group, rdmax_arb_purge_cb cb,
+RDMAX_API void rdmax__arb_group_purge(rdmax__arb *arb, rdmax__arb_group *group, rdmax__arb_purge_cb cb,
                                      void *arg)
 {
-    rdmax_arb_elem *elem = group->head;
-    rdmax_arb_elem *next;
+    rdmax__arb_elem *elem = group->head;
+    rdmax__arb_elem *next;
 
     /* The dispatcher must forget this group and its element in flight: that is the whole
        destroy-inside-callback protection. group->count includes that element, so pending drops by it.
@@ -2230,9 +2230,9 @@ RDMAX_API void rdmax_arb_group_purge(rdmax_arb *arb, rdmax_arb_group *group, rdm
     }
 }
 
-RDMAX_API void rdmax_arb_group_cleanup(rdmax_arb *arb, rdmax_arb_group *group)
+RDMAX_API void rdmax__arb_group_cleanup(rdmax__arb *arb, rdmax__arb_group *group)
 {
-    rdmax_arb_group_purge(arb, group, NULL, NULL);
+    rdmax__arb_group_purge(arb, group, NULL, NULL);
 }
 
 /* Leave the hint for the next round: in the group visited RDMAX__ARB_AHEAD visits before g (mode
@@ -2241,7 +2241,7 @@ RDMAX_API void rdmax_arb_group_cleanup(rdmax_arb *arb, rdmax_arb_group *group)
    set since the rings last changed points to a group scheduled then and still, and once that has
    been a whole round (arb->ngroups hints after the first RDMAX__ARB_AHEAD, which only refill hist),
    every scheduled group carries one. Any change of the rings starts the count again. */
-RDMAX_INLINE void rdmax__arb_hint(rdmax_arb *arb, rdmax_arb_group *g, size_t *pos, const int mode)
+RDMAX_INLINE void rdmax__arb_hint(rdmax__arb *arb, rdmax__arb_group *g, size_t *pos, const int mode)
 {
     if (mode == RDMAX__ARB_NEAR) {
         if (rdmax_likely(arb->hints_set == RDMAX__ARB_EXACT)) {
@@ -2253,7 +2253,7 @@ RDMAX_INLINE void rdmax__arb_hint(rdmax_arb *arb, rdmax_arb_group *g, size_t *po
     }
     size_t i = (*pos + 1) & (RDMAX__ARB_AHEAD - 1);
     *pos = i;
-    rdmax_arb_group *back =
+    rdmax__arb_group *back =
         arb->hist[mode == RDMAX__ARB_NEAR ? (i + RDMAX__ARB_AHEAD / 2) & (RDMAX__ARB_AHEAD - 1) : i];
     if (back != NULL) {
         back->ahead = g;
@@ -2266,12 +2266,12 @@ RDMAX_INLINE void rdmax__arb_hint(rdmax_arb *arb, rdmax_arb_group *g, size_t *po
    to itself): per_group 1 (what RC and UD use) without hints, with far hints and with near ones
    (constants, so that no loop tests them), and a general one. Returns the removals and leaves
    arb->mark at the last mark used. hints: 0, RDMAX__ARB_FAR or RDMAX__ARB_NEAR (see rdmax.h). */
-RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb_cb cb, void *arg,
+RDMAX_INLINE size_t rdmax__arb_run(rdmax__arb *arb, unsigned per_group, rdmax__arb_cb cb, void *arg,
                                    const int hints, const int one)
 {
-    rdmax_arb_group *g = arb->current;
-    rdmax_arb_elem *elem, *next, *after;
-    rdmax_arb_result r = RDMAX_ARB_REMOVE;
+    rdmax__arb_group *g = arb->current;
+    rdmax__arb_elem *elem, *next, *after;
+    rdmax__arb_result r = RDMAX__ARB_CB_REMOVE;
     uintptr_t did;
     size_t removed = 0;
     unsigned left;
@@ -2304,7 +2304,7 @@ RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb
                may be read), and its line was prefetched that many visits ago: its own hint gives
                the group RDMAX__ARB_AHEAD visits on, and its head the element it will serve. No
                hint is written, so a visit stores nothing for them. */
-            rdmax_arb_group *ahead = g->ahead;
+            rdmax__arb_group *ahead = g->ahead;
             __builtin_prefetch(ahead->ahead);
             __builtin_prefetch(ahead->head);
         } else if (hints) {
@@ -2317,7 +2317,7 @@ RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb
             RDMAX_ASSERT(elem != NULL && g->count > 0);
             next = elem->next;
             /* next, or NULL for END (1: element addresses are even); an empty group's tail is stale */
-            g->head = (rdmax_arb_elem *)((uintptr_t)next & ~(uintptr_t)RDMAX__ARB_END);
+            g->head = (rdmax__arb_elem *)((uintptr_t)next & ~(uintptr_t)RDMAX__ARB_END);
             elem->next = NULL; /* unlinked: the callback may free it or push it again */
 
             r = cb(arb, g, elem, arg); /* g is arb->current, and arb->disp 0 */
@@ -2356,13 +2356,13 @@ RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb
             if (did == RDMAX__ARB_GONE) {
                 /* The callback purged or destroyed g: neither g nor elem may be touched. */
                 g = NULL;
-                removed += (r == RDMAX_ARB_REMOVE);
-                if ((unsigned)r >= RDMAX_ARB_STOP) {
+                removed += (r == RDMAX__ARB_CB_REMOVE);
+                if ((unsigned)r >= RDMAX__ARB_CB_STOP) {
                     goto out;
                 }
                 break;
             }
-            if (r == RDMAX_ARB_REMOVE) {
+            if (r == RDMAX__ARB_CB_REMOVE) {
                 removed++;
                 g->count--;
                 arb->pending--;
@@ -2397,23 +2397,23 @@ RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb
             }
             if (did & RDMAX__ARB_MOVED) {
                 /* The callback descheduled (and maybe rescheduled) its own group: keep that. */
-                if ((unsigned)r >= RDMAX_ARB_STOP) {
+                if ((unsigned)r >= RDMAX__ARB_CB_STOP) {
                     goto out;
                 }
                 break;
             }
 
-            if (r == RDMAX_ARB_REMOVE) {
+            if (r == RDMAX__ARB_CB_REMOVE) {
                 if (!one && --left != 0) {
                     continue;
                 }
                 arb->current = g->rnext;
-            } else if (r == RDMAX_ARB_NEXT_GROUP) {
+            } else if (r == RDMAX__ARB_CB_NEXT_GROUP) {
                 arb->current = g->rnext;
-            } else if (r == RDMAX_ARB_DESCHED) {
+            } else if (r == RDMAX__ARB_CB_DESCHED) {
                 rdmax__arb_ring_remove(arb, &arb->current, g);
                 g->state = RDMAX__ARB_DESCHED;
-            } else if (r == RDMAX_ARB_RESCHED) {
+            } else if (r == RDMAX__ARB_CB_RESCHED) {
                 rdmax__arb_ring_remove(arb, &arb->current, g);
                 rdmax__arb_ring_insert(arb, &arb->resched, g);
                 g->state = RDMAX__ARB_RESCHED;
@@ -2425,7 +2425,7 @@ RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb
 
         /* The visit is over, and g (if not purged) may have left the ring: the next group is whatever
            is current now. */
-        if (r != RDMAX_ARB_REMOVE) {
+        if (r != RDMAX__ARB_CB_REMOVE) {
             mark = first + (uint32_t)removed;
             if (g != NULL) {
                 g->mark = mark;
@@ -2435,7 +2435,7 @@ RDMAX_INLINE size_t rdmax__arb_run(rdmax_arb *arb, unsigned per_group, rdmax_arb
             rdmax__arb_hint(arb, g, &pos, hints);
         }
         g = arb->current;
-        if (g == NULL || (r != RDMAX_ARB_REMOVE && g->mark == mark)) {
+        if (g == NULL || (r != RDMAX__ARB_CB_REMOVE && g->mark == mark)) {
             break; /* nothing scheduled, or the end of a lap without a removal (see above) */
         }
     }
@@ -2448,31 +2448,31 @@ out:
     return removed;
 }
 
-static __attribute__((noinline)) size_t rdmax__arb_run_one(rdmax_arb *arb, rdmax_arb_cb cb, void *arg)
+static __attribute__((noinline)) size_t rdmax__arb_run_one(rdmax__arb *arb, rdmax__arb_cb cb, void *arg)
 {
     return rdmax__arb_run(arb, 1, cb, arg, 0, 1);
 }
 
-static __attribute__((noinline)) size_t rdmax__arb_run_one_far(rdmax_arb *arb, rdmax_arb_cb cb, void *arg)
+static __attribute__((noinline)) size_t rdmax__arb_run_one_far(rdmax__arb *arb, rdmax__arb_cb cb, void *arg)
 {
     return rdmax__arb_run(arb, 1, cb, arg, RDMAX__ARB_FAR, 1);
 }
 
-static __attribute__((noinline)) size_t rdmax__arb_run_one_near(rdmax_arb *arb, rdmax_arb_cb cb, void *arg)
+static __attribute__((noinline)) size_t rdmax__arb_run_one_near(rdmax__arb *arb, rdmax__arb_cb cb, void *arg)
 {
     return rdmax__arb_run(arb, 1, cb, arg, RDMAX__ARB_NEAR, 1);
 }
 
-static __attribute__((noinline)) size_t rdmax__arb_run_any(rdmax_arb *arb, unsigned per_group,
-                                                           rdmax_arb_cb cb, void *arg, int hints)
+static __attribute__((noinline)) size_t rdmax__arb_run_any(rdmax__arb *arb, unsigned per_group,
+                                                           rdmax__arb_cb cb, void *arg, int hints)
 {
     return rdmax__arb_run(arb, per_group, cb, arg, hints, 0);
 }
 
-RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax_arb *arb, unsigned per_group, rdmax_arb_cb cb,
+RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax__arb *arb, unsigned per_group, rdmax__arb_cb cb,
                                               void *arg)
 {
-    rdmax_arb_group *g;
+    rdmax__arb_group *g;
     size_t removed;
 
     if (rdmax_unlikely(arb->in_dispatch)) {
@@ -2799,12 +2799,12 @@ static void rdmax__rcache_lru_insert_sorted(rdmax_rcache *rc, rdmax_rcache_regio
    ------------------------------------------------------------------------------------------- */
 
 /* Interposition and the malloc policy change the whole program, so they are opt-in (see the manual's
-   define table). The old opt-out names ask for what is now the default: accepted, and ignored. */
-#if defined(RDMAX_MEMHOOKS) && defined(RDMAX_NO_MEMHOOKS)
-#error "rdmax: RDMAX_MEMHOOKS and RDMAX_NO_MEMHOOKS contradict each other (hooks are off unless RDMAX_MEMHOOKS is defined: drop RDMAX_NO_MEMHOOKS)"
+   define table). The old opt-out names are gone (0.2.0): a build that still sets one is told. */
+#if defined(RDMAX_NO_MEMHOOKS)
+#error "rdmax: RDMAX_NO_MEMHOOKS was removed in 0.2.0: the hooks are off unless RDMAX_MEMHOOKS is defined; drop it"
 #endif
-#if defined(RDMAX_MALLOPT) && defined(RDMAX_NO_MALLOPT)
-#error "rdmax: RDMAX_MALLOPT and RDMAX_NO_MALLOPT contradict each other (the malloc policy is off unless RDMAX_MALLOPT is defined: drop RDMAX_NO_MALLOPT)"
+#if defined(RDMAX_NO_MALLOPT)
+#error "rdmax: RDMAX_NO_MALLOPT was removed in 0.2.0: the malloc policy is off unless RDMAX_MALLOPT is defined; drop it"
 #endif
 #if defined(RDMAX_MALLOPT) && !defined(RDMAX_MEMHOOKS)
 #error "rdmax: RDMAX_MALLOPT only serves the interposed hooks (it keeps glibc from unmapping memory where no hook sees it): define RDMAX_MEMHOOKS too, or neither"
@@ -3652,7 +3652,7 @@ static int rdmax__mon_start_locked(void) { return rdmax__mon_open_locked(); }
 static int rdmax__mon_watch(uintptr_t s, uintptr_t e) { (void)s, (void)e; return 0; }
 #endif
 
-RDMAX_API void rdmax_rcache_monitor_query(rdmax_rcache_monitor_info *out)
+RDMAX_API void rdmax_rcache_query_monitor(rdmax_rcache_monitor_info *out)
 {
     rdmax__mon_lock_take();
     memset(out, 0, sizeof *out);
@@ -3898,7 +3898,7 @@ static void rdmax__rcache_unlock(rdmax_rcache *rc)
 }
 
 /* The cache's errors are rdmax_status values. It has no logger (it may have no context): its sentence
-   goes to the calling thread's last error (rdmax_ctx_last_error(NULL)) only. Failure paths only. */
+   goes to the calling thread's last error (rdmax_ctx_query_last_error(NULL)) only. Failure paths only. */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
 #endif
@@ -4099,7 +4099,7 @@ RDMAX_API rdmax_status rdmax__rcache_get_slow(rdmax_rcache *rc, const void *addr
     return st;
 }
 
-RDMAX_API void rdmax__rcache_put_slow(rdmax_rcache *rc, rdmax_rcache_region *r)
+RDMAX_API void rdmax__rcache_release_slow(rdmax_rcache *rc, rdmax_rcache_region *r)
 {
     rdmax__rcache_lock(rc);
     if (r->refcount == 0) { /* put without a reference: ignore rather than corrupt */
@@ -4414,7 +4414,7 @@ struct rdmax__rx {
     uint64_t bytes, posted;     /* all pools' buffer bytes and buffers posted (for profile readers) */
     struct { uint32_t qpn, v; } *map;
     uint32_t map_cap, map_used; /* slots (a power of two); live entries and tombstones */
-    /* the endpoint of the last completion (rdmax__srq_who); last_qpn UINT32_MAX: none. Forgotten when
+    /* the endpoint of the last completion (rdmax__srq_ep_of_qpn); last_qpn UINT32_MAX: none. Forgotten when
        its QP leaves the map (rdmax__map_kill), so it never outlives the endpoint. */
     uint32_t last_qpn, last_who;
     rdmax_ep *last_ep;
@@ -4428,8 +4428,8 @@ struct rdmax__rx {
     uint32_t run;               /* credits last_who is owed for buffers given back in this batch (>>srq) */
     uint32_t staged;            /* pools with buffers staged for their repost (rdmax__srq_fill) besides
                                    last_bit's */
-    uint32_t doomed;            /* pools whose last endpoint went during a poll batch: freed at its end */
-    uint32_t stirred;           /* set by whatever a receive callback may do that changes the last
+    uint32_t pools_to_free;            /* pools whose last endpoint went during a poll batch: freed at its end */
+    uint32_t recv_disturbed;           /* set by whatever a receive callback may do that changes the last
                                    endpoint or a pool's staging (a poll batch, rdmax__map_kill,
                                    rdmax__srq_fill); cleared at the start of a poll batch and by
                                    rdmax__srq_restage (see rdmax__srq_recv_fast) */
@@ -4537,7 +4537,7 @@ static void rdmax__map_kill(rdmax_ctx *ctx, uint32_t qpn)
         x->last_s = NULL;
         x->staged |= x->last_bit;  /* its pool may have buffers staged */
         x->last_bit = 0;
-        x->stirred = 1;
+        x->recv_disturbed = 1;
     }
     for (uint32_t i = rdmax__map_hash(x, qpn); x->map[i].v; i = (i + 1) & (x->map_cap - 1))
         if (x->map[i].qpn == qpn && (x->map[i].v & RDMAX__MAP_LIVE)) {
@@ -4582,7 +4582,7 @@ static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
     uint64_t id = RDMAX__WR_SRQ | RDMAX__WR_RECV | (uint64_t)p << RDMAX__WR_POOL_SHIFT;
     uint32_t k = s->n_stage;
     s->n_stage = 0;
-    ctx->rx->stirred = 1;  /* the staging changed (see rdmax__srq_recv_fast) */
+    ctx->rx->recv_disturbed = 1;  /* the staging changed (see rdmax__srq_recv_fast) */
     s->posted -= k;  /* the staged ones left the SRQ (see >>srq: posted) */
     ctx->rx->posted -= k;
     uint32_t want = s->posted < s->target ? s->target - s->posted : 0;
@@ -4888,7 +4888,7 @@ static void rdmax__srq_release(rdmax_ctx *ctx, uint32_t p, uint32_t w)
     ctx->rx->target -= w;
     if (--s->users == 0 && p > 0) {
         if (ctx->rwc != ctx->rwc_top)  /* in a poll batch (a callback), whose completions may name it */
-            ctx->rx->doomed |= 1u << p;
+            ctx->rx->pools_to_free |= 1u << p;
         else
             rdmax__pool_free(ctx, p);
     }
@@ -4900,9 +4900,9 @@ static void rdmax__pool_reap(rdmax_ctx *ctx)
 {
     struct rdmax__rx *x = ctx->rx;
     for (uint32_t p = 1; p < RDMAX__POOLS; p++)
-        if ((x->doomed & (1u << p)) && x->pool[p] && x->pool[p]->users == 0)
+        if ((x->pools_to_free & (1u << p)) && x->pool[p] && x->pool[p]->users == 0)
             rdmax__pool_free(ctx, p);
-    x->doomed = 0;
+    x->pools_to_free = 0;
 }
 
 static void rdmax__srq_close(rdmax_ctx *ctx)
@@ -5252,7 +5252,7 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     st = RDMAX_ERR_NO_MEMORY;
     ep->sq_mask = d->sq_depth - 1;
     ep->sig_at = d->signal_interval - 1;  /* sq_head is 0 */
-    ep->blocked = RDMAX__BLK_STATE;  /* until connected; sq_stop == sq_head == 0 */
+    ep->blocked = RDMAX__BLK_STATE;  /* until connected; fast_gate == sq_head == 0 */
     ep->wr.num_sge = 1;              /* the fast put's request (see rdmax_ep.wr); wr_id below */
     ep->wr.sg_list = &ctx->fsge;
     ep->wr.opcode = IBV_WR_RDMA_WRITE;
@@ -5492,7 +5492,7 @@ rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep
     return st;
 }
 
-void rdmax_ep_local_info(const rdmax_ep *ep, rdmax_conn_info *info)
+void rdmax_ep_query_record(const rdmax_ep *ep, rdmax_conn_record *info)
 {
     memset(info, 0, sizeof *info);
     info->transport = ep->qp->qp_type == IBV_QPT_UD ? RDMAX_TRANSPORT_ID_UD : RDMAX_TRANSPORT_ID_RC;
@@ -5520,7 +5520,7 @@ void rdmax_ep_local_info(const rdmax_ep *ep, rdmax_conn_info *info)
         memcpy(info->regions, ep->local, (size_t)ep->n_local * sizeof ep->local[0]);
 }
 
-static rdmax_status rdmax__ep_transport_check(rdmax_ep *ep, const rdmax_conn_info *r, uint8_t mine)
+static rdmax_status rdmax__ep_transport_check(rdmax_ep *ep, const rdmax_conn_record *r, uint8_t mine)
 {
     if (r->transport != mine) {
         rdmax__log(ep->ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_PEER_TRANSPORT,
@@ -5533,7 +5533,7 @@ static rdmax_status rdmax__ep_transport_check(rdmax_ep *ep, const rdmax_conn_inf
 
 /* Our port and the peer's must speak the same link layer, and on Ethernet the same RoCE version (a RoCE v1
    frame is no IP packet: a v2 port drops it), or no packet of the QP would arrive. */
-static rdmax_status rdmax__ep_link_check(rdmax_ep *ep, const rdmax_conn_info *r)
+static rdmax_status rdmax__ep_link_check(rdmax_ep *ep, const rdmax_conn_record *r)
 {
     const rdmax_dev_attr *a = &ep->ctx->attr;
     if (r->link_layer == a->link_layer && r->gid_type == a->gid_type)
@@ -5547,7 +5547,7 @@ static rdmax_status rdmax__ep_link_check(rdmax_ep *ep, const rdmax_conn_info *r)
 }
 
 /* The QP is in RTS: take the peer's record and go. Shared by the TCP record and rdma_cm setup. */
-static rdmax_status rdmax__ep_connected(rdmax_ep *ep, const rdmax_conn_info *r, enum ibv_mtu mtu)
+static rdmax_status rdmax__ep_connected(rdmax_ep *ep, const rdmax_conn_record *r, enum ibv_mtu mtu)
 {
     rdmax_ctx *ctx = ep->ctx;
     rdmax_status st = rdmax__ep_set_remote(ep, r);
@@ -5571,11 +5571,11 @@ static rdmax_status rdmax__ep_connected(rdmax_ep *ep, const rdmax_conn_info *r, 
     return RDMAX_OK;
 }
 
-rdmax_status rdmax_ep_connect_info(rdmax_ep *ep, const rdmax_conn_info *r)
+rdmax_status rdmax_ep_connect_record(rdmax_ep *ep, const rdmax_conn_record *r)
 {
     rdmax_ctx *ctx = ep->ctx;
-    rdmax_conn_info me;
-    rdmax_ep_local_info(ep, &me);
+    rdmax_conn_record me;
+    rdmax_ep_query_record(ep, &me);
     if (rdmax__ep_transport_check(ep, r, me.transport) != RDMAX_OK)
         return RDMAX_ERR_OOB_TRANSPORT;
     if (rdmax__ep_link_check(ep, r) != RDMAX_OK)
@@ -5619,14 +5619,14 @@ rdmax_status rdmax_ep_create_pair(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdm
     if (st == RDMAX_OK)
         st = rdmax_ep_create(ctx, desc, b);
     if (st == RDMAX_OK) {
-        rdmax_conn_info ia, ib;
-        rdmax_ep_local_info(*a, &ia);
-        rdmax_ep_local_info(*b, &ib);
+        rdmax_conn_record ia, ib;
+        rdmax_ep_query_record(*a, &ia);
+        rdmax_ep_query_record(*b, &ib);
         snprintf((*a)->peer, sizeof (*a)->peer, "loopback");
         snprintf((*b)->peer, sizeof (*b)->peer, "loopback");
-        st = rdmax_ep_connect_info(*a, &ib);
+        st = rdmax_ep_connect_record(*a, &ib);
         if (st == RDMAX_OK)
-            st = rdmax_ep_connect_info(*b, &ia);
+            st = rdmax_ep_connect_record(*b, &ia);
     }
     if (st != RDMAX_OK) {
         rdmax_ep_destroy(*a);
@@ -5669,7 +5669,7 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
         return RDMAX_ERR_CLOSED;
     }
     if (ep->sq_head == ep->sq_tail)
-        return rdmax_ep_error(ep);
+        return rdmax_ep_query_error(ep);
     /* If the newest request is unsignaled, nothing would ever report it: add a signaled zero-length
        write behind it (never a zero-length read: that has crashed rxe). */
     rdmax__slot *last = &ep->slots[(ep->sq_head - 1) & ep->sq_mask];
@@ -5722,7 +5722,7 @@ rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
         }
         rdmax_progress(ctx);
     }
-    return rdmax_ep_error(ep);
+    return rdmax_ep_query_error(ep);
 }
 
 void rdmax_ep_destroy(rdmax_ep *ep)
@@ -5738,7 +5738,7 @@ void rdmax_ep_destroy(rdmax_ep *ep)
         ctx->batch_n = 0;
         rdmax__chain_reset(ctx);
     }
-    rdmax_arb_group_cleanup(&ctx->arb, &ep->group);
+    rdmax__arb_group_cleanup(&ctx->arb, &ep->group);
     /* Operations in flight complete with CANCELED now; their completions, if any arrive, find the
        endpoint's table slot empty or of another generation and are dropped. */
     if (ep->sq_head != ep->sq_tail)
@@ -5784,7 +5784,7 @@ void rdmax_ep_destroy(rdmax_ep *ep)
 
 /* ---- >>ep_query: an endpoint's regions and queries ----------------------------------------------- */
 
-rdmax_status rdmax_ep_error(const rdmax_ep *ep)
+rdmax_status rdmax_ep_query_error(const rdmax_ep *ep)
 {
     return (rdmax_status)ep->err;
 }
@@ -5811,17 +5811,17 @@ static rdmax_status rdmax__ep_set_local(rdmax_ep *ep, const rdmax_rbuf *r, uint3
     return rdmax__ep_regions(ep, &ep->local, &ep->n_local, r, n);
 }
 
-static rdmax_status rdmax__ep_set_remote(rdmax_ep *ep, const rdmax_conn_info *r)
+static rdmax_status rdmax__ep_set_remote(rdmax_ep *ep, const rdmax_conn_record *r)
 {
     return rdmax__ep_regions(ep, &ep->remote, &ep->n_remote, r->regions, r->n_regions);
 }
 
-const rdmax_rbuf *rdmax_ep_remote(const rdmax_ep *ep, uint32_t index)
+const rdmax_rbuf *rdmax_ep_query_remote(const rdmax_ep *ep, uint32_t index)
 {
     return index < ep->n_remote ? &ep->remote[index] : NULL;
 }
 
-uint32_t rdmax_ep_remote_count(const rdmax_ep *ep)
+uint32_t rdmax_ep_query_remote_count(const rdmax_ep *ep)
 {
     return ep->n_remote;
 }
@@ -5836,7 +5836,7 @@ rdmax_ep_state rdmax_ep_query_state(const rdmax_ep *ep)
     return (rdmax_ep_state)ep->state;
 }
 
-void rdmax_ep_query_info(const rdmax_ep *ep, rdmax_ep_info *out)
+void rdmax_ep_query_resources(const rdmax_ep *ep, rdmax_ep_resources *out)
 {
     memset(out, 0, sizeof *out);
     out->state = (rdmax_ep_state)ep->state;
@@ -5845,14 +5845,14 @@ void rdmax_ep_query_info(const rdmax_ep *ep, rdmax_ep_info *out)
     const rdmax_ctx *ctx = ep->ctx;
     if (ctx->batch_ep == ep && ctx->chain_end != NULL) {
         /* the short puts chained in the open room take their slots at its close (rdmax__room_settle) */
-        uint32_t k = (uint32_t)(ctx->chain_next - &ctx->bent[ctx->chain_base]);
+        uint32_t k = (uint32_t)(ctx->chain_next - &ctx->chain_entries[ctx->chain_base]);
         out->sq_free -= k;
         out->outstanding += k;
     }
     out->reads_free = ep->rd_avail;
     /* the sends that may go now: not the credit kept back for grants (UD: UINT32_MAX, none counted) */
     out->send_credits = ep->tx_credits == UINT32_MAX ? UINT32_MAX : ep->tx_credits ? ep->tx_credits - 1 : 0;
-    out->pending = rdmax_arb_group_count(&ep->group);
+    out->pending = rdmax__arb_group_count(&ep->group);
     out->qp_num = ep->qp->qp_num;
     out->peer_qp_num = ep->peer_qpn;
     out->n_remote = ep->n_remote;
@@ -5869,7 +5869,7 @@ void rdmax_ep_query_info(const rdmax_ep *ep, rdmax_ep_info *out)
     out->qp = ep->qp;
 }
 
-rdmax_ctx *rdmax_ep_ctx(const rdmax_ep *ep)
+rdmax_ctx *rdmax_ep_query_ctx(const rdmax_ep *ep)
 {
     return ep->ctx;
 }
@@ -5942,7 +5942,7 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
     ctx->cnt.posted[op]++;
     ctx->cnt.bytes[op] += len;
     if (ep->blocked & RDMAX__BLK_BATCH) {
-        ep->sq_stop = ep->sq_head;
+        ep->fast_gate = ep->sq_head;
         rdmax_status st;
         if (++ctx->batch_n == RDMAX_BATCH_MAX && (st = rdmax__post_chain(ep, 1)) != RDMAX_OK)
             return st;  /* the caller undoes its own request */
@@ -5978,7 +5978,7 @@ static rdmax_status rdmax__ep_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_c
 static struct ibv_send_wr *rdmax__ep_wr(rdmax_ep *ep, enum ibv_wr_opcode opcode)
 {
     rdmax_ctx *ctx = ep->ctx;
-    struct ibv_send_wr *wr = &ctx->gwr;  /* the SGEs the endpoint's (rdmax_ep.wr is the fast put's) */
+    struct ibv_send_wr *wr = &ctx->general_wr;  /* the SGEs the endpoint's (rdmax_ep.wr is the fast put's) */
     wr->sg_list = ep->sge;
     if (rdmax_unlikely(ep->blocked & RDMAX__BLK_BATCH)) {
         /* the entry's request (already chained, its sg_list set) gets this request's fields, after the
@@ -5987,7 +5987,7 @@ static struct ibv_send_wr *rdmax__ep_wr(rdmax_ep *ep, enum ibv_wr_opcode opcode)
         rdmax__chain_close(ctx, ep);
         if (rdmax_unlikely(ctx->batch_n == RDMAX_BATCH_MAX))
             (void)rdmax__post_chain(ep, 0);
-        wr = &ctx->bent[ctx->batch_n].wr;
+        wr = &ctx->chain_entries[ctx->batch_n].wr;
         if (ctx->chain_dirty <= ctx->batch_n)
             ctx->chain_dirty = ctx->batch_n + 1;
     }
@@ -6032,7 +6032,7 @@ static rdmax_status rdmax__ep_contig(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax
     }
     rdmax_status st = rdmax__ep_post(ep, wr, comp, op, (uint32_t)len, raddr, region);
     if (rdmax_unlikely(st != RDMAX_OK) && region)
-        rdmax_rcache_put(ep->ctx->rcache, region);
+        rdmax_rcache_release(ep->ctx->rcache, region);
     return st == RDMAX_OK ? RDMAX_INPROGRESS : st;
 }
 
@@ -6213,7 +6213,7 @@ static rdmax_status rdmax__g_get(rdmax_ep *ep, void *buf, size_t len, const rdma
         return RDMAX_INPROGRESS;
     }
     if (region)
-        rdmax_rcache_put(ep->ctx->rcache, region);
+        rdmax_rcache_release(ep->ctx->rcache, region);
     return st;
 }
 
@@ -6248,7 +6248,7 @@ static rdmax_status rdmax__g_atomic(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdm
 rdmax_status rdmax__op_slow(rdmax_ep *ep)
 {
     /* a copy: what this posts may complete a comp whose callback posts again through the scratch */
-    const rdmax__opd od = ep->ctx->slow, *o = &od;
+    const rdmax__slow_args od = ep->ctx->slow_args, *o = &od;
     /* A fast read or atomic found no read budget (RDMAX__TAKE left it at -1). */
     if (rdmax_unlikely((int32_t)ep->rd_avail < 0))
         ep->rd_avail = 0;
@@ -6367,14 +6367,14 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
 
 /* ---- >>batch: batching: the chain, the post list's room, rdmax_batch_begin/end ------------------- */
 
-/* The post list's entries [from, to) set as rdmax__bent says (chained, one SGE at inl, RDMA write, inline,
+/* The post list's entries [from, to) set as rdmax__chain_entry says (chained, one SGE at inl, RDMA write, inline,
    unsignaled, chain_hi in the wr_id); chain_dirty (entries below it may have been changed by the general
    path) comes down to from. */
 static void rdmax__chain_clean(rdmax_ctx *ctx, uint32_t from, uint32_t to)
 {
     for (uint32_t i = from; i < to; i++) {
-        rdmax__bent *e = &ctx->bent[i];
-        e->wr.next = i + 1 < RDMAX_BATCH_MAX ? &ctx->bent[i + 1].wr : NULL;
+        rdmax__chain_entry *e = &ctx->chain_entries[i];
+        e->wr.next = i + 1 < RDMAX_BATCH_MAX ? &ctx->chain_entries[i + 1].wr : NULL;
         e->wr.sg_list = e->sge;
         e->wr.num_sge = 1;
         e->wr.opcode = IBV_WR_RDMA_WRITE;
@@ -6390,7 +6390,7 @@ static void rdmax__chain_clean(rdmax_ctx *ctx, uint32_t from, uint32_t to)
 /* Request e (a short put of ep's chain) is signaled: its flag, and its slot keeps what an error report
    needs (as rdmax__fast_post_signaled). Its flags are set back after the post (chain_sig, or by the
    caller: rdmax__batch_end). */
-RDMAX_INLINE void rdmax__chain_sig_put(rdmax_ep *ep, rdmax__bent *e)
+RDMAX_INLINE void rdmax__chain_sig_put(rdmax_ep *ep, rdmax__chain_entry *e)
 {
     rdmax__slot *s = &ep->slots[(uint32_t)e->wr.wr_id & ep->sq_mask];
     e->wr.send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED;
@@ -6399,26 +6399,26 @@ RDMAX_INLINE void rdmax__chain_sig_put(rdmax_ep *ep, rdmax__bent *e)
     s->raddr = e->wr.wr.rdma.remote_addr;
 }
 
-/* rdmax__chain_sig_put, and bent[i] noted in chain_sig. */
+/* rdmax__chain_sig_put, and chain_entries[i] noted in chain_sig. */
 static void rdmax__chain_signal(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t i)
 {
     ctx->chain_sig[ctx->chain_nsig++] = i;
-    rdmax__chain_sig_put(ep, &ctx->bent[i]);
+    rdmax__chain_sig_put(ep, &ctx->chain_entries[i]);
 }
 
-/* The short puts chained in the open room, bent[chain_base .. next) (rdmax__put_chain_at writes only
+/* The short puts chained in the open room, chain_entries[chain_base .. next) (rdmax__put_chain_at writes only
    their data, length and remote fields): they take their send slots now, from sq_head on; each entry's
    wr_id gets its slot, each slot its op (rdmax__slot_op), eight at a time up to the queue's end, then
    from its start. Returns how many. */
-RDMAX_INLINE uint32_t rdmax__room_settle(rdmax_ctx *ctx, rdmax_ep *ep, rdmax__bent *next)
+RDMAX_INLINE uint32_t rdmax__room_settle(rdmax_ctx *ctx, rdmax_ep *ep, rdmax__chain_entry *next)
 {
-    rdmax__bent *e = &ctx->bent[ctx->chain_base];
+    rdmax__chain_entry *e = &ctx->chain_entries[ctx->chain_base];
     uint32_t k = (uint32_t)(next - e), head = ep->sq_head, slot = head & ep->sq_mask;
     uint32_t run = ep->sq_mask + 1 - slot;  /* the slots before the queue's end */
     rdmax__slot *sp = &ep->slots[slot];
     run = run < k ? run : k;
     for (uint32_t m = run;; m = k - run, slot = 0, sp = ep->slots) {
-        rdmax__bent *stop = e + (m & ~7u);
+        rdmax__chain_entry *stop = e + (m & ~7u);
         for (; e != stop; e += 8, sp += 8, slot += 8) {  /* unrolled by hand: -O2 keeps a loop of 8 */
 #define RDMAX__SETTLE_J(j)                                                                             \
     do {                                                                                               \
@@ -6454,7 +6454,7 @@ RDMAX_INLINE void rdmax__chain_close_open(rdmax_ctx *ctx, rdmax_ep *ep)
     ctx->chain_next = ctx->chain_end = NULL;
     ctx->batch_n = n;
     ctx->cnt.posted[RDMAX_OP_PUT] += k;
-    uint32_t c0 = ctx->chain_c0, low = ctx->scq_low;
+    uint32_t c0 = ctx->chain_cq_free_at_open, low = ctx->scq_low;
     uint32_t m = c0 > low ? c0 - low : 0;  /* the puts from m on found scq_low entries or fewer */
     m = m < k ? m : k;
     uint32_t head0 = ep->sq_head - k;  /* sq_head before the chain's puts, which left sig_at as it was */
@@ -6479,29 +6479,29 @@ static void rdmax__chain_close(rdmax_ctx *ctx, rdmax_ep *ep)
         rdmax__chain_close_open(ctx, ep);
 }
 
-/* After the chain was posted (or dropped): the entries' set fields back (rdmax__bent). */
+/* After the chain was posted (or dropped): the entries' set fields back (rdmax__chain_entry). */
 static void rdmax__chain_reset(rdmax_ctx *ctx)
 {
     for (uint32_t k = 0; k < ctx->chain_nsig; k++)
-        ctx->bent[ctx->chain_sig[k]].wr.send_flags = IBV_SEND_INLINE;
+        ctx->chain_entries[ctx->chain_sig[k]].wr.send_flags = IBV_SEND_INLINE;
     ctx->chain_nsig = 0;
     if (ctx->chain_dirty)
         rdmax__chain_clean(ctx, 0, ctx->chain_dirty);
 }
 
 #if RDMAX__HAS_RC
-/* The room of a post list for short puts (rdmax__put_chain): entries bent[chain_base .. chain_end)
+/* The room of a post list for short puts (rdmax__put_chain): entries chain_entries[chain_base .. chain_end)
    of ep's chain, within RDMAX_BATCH_MAX, the send slots short of the last one (the general path posts
    that one, signaled) and the CQ entries short of the last one. Those CQ entries are taken from
    the free ones now, so a post elsewhere meanwhile cannot spend them, and what is not used goes back when
    the room closes (rdmax__chain_close). Also sets the entries of the room that the general path changed.
    Returns 0 when there is no room. */
-/* The room's opening once its size is known: entries bent[n .. n + room), the CQ entries taken (free:
-   the free ones now, chain_c0). Returns its first entry, where the caller puts chain_next. */
-RDMAX_INLINE rdmax__bent *rdmax__room_take(rdmax_ctx *ctx, uint32_t n, uint32_t room, uint32_t free)
+/* The room's opening once its size is known: entries chain_entries[n .. n + room), the CQ entries taken (free:
+   the free ones now, chain_cq_free_at_open). Returns its first entry, where the caller puts chain_next. */
+RDMAX_INLINE rdmax__chain_entry *rdmax__room_take(rdmax_ctx *ctx, uint32_t n, uint32_t room, uint32_t free)
 {
-    rdmax__bent *e = &ctx->bent[n];
-    ctx->chain_c0 = free;
+    rdmax__chain_entry *e = &ctx->chain_entries[n];
+    ctx->chain_cq_free_at_open = free;
     ctx->scq_spare -= (int32_t)room;
     ctx->chain_base = n;
     ctx->chain_end = e + room;
@@ -6522,7 +6522,7 @@ static uint32_t rdmax__chain_open(rdmax_ctx *ctx, rdmax_ep *ep)
     if (ctx->chain_hi != hi) {  /* another endpoint chains: its name in every entry's wr_id */
         ctx->chain_hi = hi;
         for (uint32_t i = 0; i < RDMAX_BATCH_MAX; i++)
-            memcpy((char *)&ctx->bent[i].wr.wr_id + RDMAX__WR_ID_HI, &hi, 4);
+            memcpy((char *)&ctx->chain_entries[i].wr.wr_id + RDMAX__WR_ID_HI, &hi, 4);
     }
     if (n < ctx->chain_dirty)
         rdmax__chain_clean(ctx, n, ctx->chain_dirty);
@@ -6573,7 +6573,7 @@ __attribute__((noinline)) rdmax_status rdmax__put_chained(rdmax_ep *ep, const vo
                      ep->max_inline >= 16 && RDMAX__FAST_RC(ep) &&
                      used < ep->sq_mask && free > 1 && n < RDMAX_BATCH_MAX && n >= ctx->chain_dirty &&
                      ctx->chain_hi == (uint32_t)(ep->wr_id_base >> 32))) {
-        rdmax__bent *e = rdmax__room_take(ctx, n, room, free);
+        rdmax__chain_entry *e = rdmax__room_take(ctx, n, room, free);
         return rdmax__put_chain_at(ctx, e, buf, len, raddr, rkey);
     }
     return rdmax__put_chained_slow(ep, buf, raddr, rkey, len);
@@ -6596,7 +6596,7 @@ rdmax_status rdmax_put_list(rdmax_ep *ep, const rdmax_put_req *reqs, size_t n, s
         rdmax_batch_begin(ep);
     rdmax_status st = RDMAX_OK, any = RDMAX_OK;
     while (i < n) {
-        rdmax__bent *e = ctx->chain_next;
+        rdmax__chain_entry *e = ctx->chain_next;
         /* an open room is ep's (the chain is closed before anything else touches ep, and it opens only
            with max_inline >= 16, so every short put goes inline, as rdmax_put's would) */
         if (e != ctx->chain_end && ep->blocked == RDMAX__BLK_BATCH) {
@@ -6644,7 +6644,7 @@ static __attribute__((noinline)) rdmax_status rdmax__chain_refused(rdmax_ep *ep,
     rdmax_ctx *ctx = ep->ctx;
     {
         /* Take back the requests that were not posted (from `bad` on), newest first. */
-        uint32_t first_bad = (uint32_t)(bad ? (const rdmax__bent *)(const void *)bad - ctx->bent : 0);
+        uint32_t first_bad = (uint32_t)(bad ? (const rdmax__chain_entry *)(const void *)bad - ctx->chain_entries : 0);
         /* The ones before `bad` count as posted only if the QP can run or flush them. rxe queues requests
            in its ring before the doorbell that finds the QP in RESET, INIT or RTR: those neither run nor
            complete, so kept they would hold their slots, comps and region references until the endpoint
@@ -6669,7 +6669,7 @@ static __attribute__((noinline)) rdmax_status rdmax__chain_refused(rdmax_ep *ep,
             ep->ctx->cnt.posted[s->op]--;
             ep->ctx->cnt.post_calls++;  /* not posted after all (see above) */
             /* its length from its SGEs: a chained put keeps s->len only when signaled */
-            const struct ibv_send_wr *w = &ctx->bent[i - 1].wr;
+            const struct ibv_send_wr *w = &ctx->chain_entries[i - 1].wr;
             for (int k = 0; k < w->num_sge; k++)
                 ep->ctx->cnt.bytes[s->op] -= w->sg_list[k].length;
             if (!callers && (s->op == RDMAX_OP_GET || s->op == RDMAX_OP_FADD || s->op == RDMAX_OP_CSWAP))
@@ -6679,12 +6679,12 @@ static __attribute__((noinline)) rdmax_status rdmax__chain_refused(rdmax_ep *ep,
                data gets its credit back; its immediate is the user's. UD counts none. */
             if (!callers && (s->op == RDMAX_OP_SEND || s->op == RDMAX_OP_GRANT) && ep->qp->qp_type == IBV_QPT_RC) {
                 ep->tx_credits++;
-                ep->rx_unreturned += RDMAX__LE32(ctx->bent[i - 1].wr.imm_data) & RDMAX__IMM_CREDITS;
+                ep->rx_unreturned += RDMAX__LE32(ctx->chain_entries[i - 1].wr.imm_data) & RDMAX__IMM_CREDITS;
             }
             if (!callers && s->op == RDMAX_OP_PUT_IMM)
                 ep->tx_credits++;
             if (s->region && !callers)
-                rdmax_rcache_put(ep->ctx->rcache, s->region);
+                rdmax_rcache_release(ep->ctx->rcache, s->region);
             ep->sq_regions -= s->region != NULL;
             s->region = NULL;
             s->signaled = 0;
@@ -6700,14 +6700,14 @@ static __attribute__((noinline)) rdmax_status rdmax__chain_refused(rdmax_ep *ep,
     }
 }
 
-/* The post of bent[0 .. n), at least one (end: &bent[n]): the last request ends the list for the
-   provider, and the staging is chained again after it (rdmax__bent). Returns ibv_post_send's result. */
-RDMAX_INLINE int rdmax__chain_send(rdmax_ep *ep, rdmax_ctx *ctx, rdmax__bent *end, uint32_t n,
+/* The post of chain_entries[0 .. n), at least one (end: &chain_entries[n]): the last request ends the list for the
+   provider, and the staging is chained again after it (rdmax__chain_entry). Returns ibv_post_send's result. */
+RDMAX_INLINE int rdmax__chain_send(rdmax_ep *ep, rdmax_ctx *ctx, rdmax__chain_entry *end, uint32_t n,
                                    struct ibv_send_wr **bad)
 {
     end[-1].wr.next = NULL;
     RDMAX__PROF_BEGIN(ctx, POST);
-    int rc = ep->post_send(ep->qp, &ctx->bent[0].wr, bad);  /* ibv_post_send */
+    int rc = ep->post_send(ep->qp, &ctx->chain_entries[0].wr, bad);  /* ibv_post_send */
     RDMAX__PROF_END(ep->ctx, POST);
 #if RDMAX_BATCH_MAX > 1  /* (a chain of one has nothing to join) */
     if (n < RDMAX_BATCH_MAX)
@@ -6718,14 +6718,14 @@ RDMAX_INLINE int rdmax__chain_send(rdmax_ep *ep, rdmax_ctx *ctx, rdmax__bent *en
     return rc;
 }
 
-/* Posts the chain, its room closed: bent[0 .. batch_n), at least one. */
+/* Posts the chain, its room closed: chain_entries[0 .. batch_n), at least one. */
 RDMAX_INLINE rdmax_status rdmax__chain_post(rdmax_ep *ep, rdmax_ctx *ctx, int last_is_callers)
 {
     struct ibv_send_wr *bad = NULL;
     uint32_t n = ctx->batch_n;
     ctx->batch_n = 0;
     ctx->cnt.post_calls += 1 - (uint64_t)n;  /* one call for n requests in posted[] */
-    int rc = rdmax__chain_send(ep, ctx, &ctx->bent[n], n, &bad);
+    int rc = rdmax__chain_send(ep, ctx, &ctx->chain_entries[n], n, &bad);
     if (rdmax_unlikely(rc != 0))
         return rdmax__chain_refused(ep, rc, bad, n, last_is_callers);
     if (ctx->chain_nsig | ctx->chain_dirty)
@@ -6750,7 +6750,7 @@ void rdmax__batch_begin(rdmax_ep *ep)
         rdmax_batch_end(ctx->batch_ep);
     ctx->batch_ep = ep;
     ep->blocked |= RDMAX__BLK_BATCH;
-    ep->sq_stop = ep->sq_head;
+    ep->fast_gate = ep->sq_head;
 #if RDMAX__HAS_RC
     if (rdmax_likely(ep->blocked == RDMAX__BLK_BATCH && ep->max_inline >= 16 && RDMAX__FAST_RC(ep) &&
                      ctx->chain_end == NULL))
@@ -6764,23 +6764,23 @@ rdmax_status rdmax__batch_end(rdmax_ep *ep)
     rdmax_ctx *ctx = ep->ctx;
     ep->blocked &= (uint8_t)~RDMAX__BLK_BATCH;
     ctx->batch_ep = NULL;
-    rdmax__bent *e = ctx->chain_next;
+    rdmax__chain_entry *e = ctx->chain_next;
     if (rdmax_likely(e != NULL && ctx->chain_base == 0)) {
         /* The chain is one room of short puts, at least one (n - 1 < ...; so no entry is dirty and none
            signaled yet), and its close signals at most the one put at sig_at (none found scq_low CQ
            entries or fewer): as rdmax__chain_close_open and rdmax__chain_post do, with that put's flag
            set back right after the post. */
-        uint32_t n = (uint32_t)(e - ctx->bent), head0 = ep->sq_head, i = ep->sig_at - head0;
-        uint32_t c0 = ctx->chain_c0, low = ctx->scq_low;
+        uint32_t n = (uint32_t)(e - ctx->chain_entries), head0 = ep->sq_head, i = ep->sig_at - head0;
+        uint32_t c0 = ctx->chain_cq_free_at_open, low = ctx->scq_low;
         if (rdmax_likely(c0 > low && n - 1 < c0 - low && (i >= n || i + ep->signal_interval >= n))) {
             rdmax__room_settle(ctx, ep, e);  /* sq_head: head0 + n */
             ctx->scq_spare += (int32_t)(ctx->chain_end - e);
             ctx->chain_next = ctx->chain_end = NULL;
             ctx->cnt.posted[RDMAX_OP_PUT] += n;
             ctx->cnt.post_calls += 1 - (uint64_t)n;  /* one call for n requests in posted[] */
-            rdmax__bent *sig = NULL;
+            rdmax__chain_entry *sig = NULL;
             if (i < n) {
-                sig = &ctx->bent[i];
+                sig = &ctx->chain_entries[i];
                 rdmax__chain_sig_put(ep, sig);
                 ep->sig_at = rdmax__sig_from(ep, head0, i + ep->signal_interval);
             }
@@ -6831,7 +6831,7 @@ static void rdmax__ep_retire(rdmax_ep *ep, uint32_t upto, rdmax_status st)
         s->comp = NULL;
         ctx->comps_out -= c != NULL;
         if (s->region) {
-            rdmax_rcache_put(ctx->rcache, s->region);
+            rdmax_rcache_release(ctx->rcache, s->region);
             s->region = NULL;
             ep->sq_regions--;
         }
@@ -6842,7 +6842,7 @@ static void rdmax__ep_retire(rdmax_ep *ep, uint32_t upto, rdmax_status st)
     }
     /* Room again: requests waiting on this endpoint get their turn in the next dispatch. */
     if (ep->group.count)
-        rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+        rdmax__arb_group_schedule(&ctx->arb, &ep->group);
     rdmax__ep_regate(ep);
 }
 
@@ -6896,7 +6896,7 @@ static void rdmax__ep_fail_why(rdmax_ep *ep, rdmax_status err, int wc_status, in
     if (kill_qp && ep->qp)
         rdmax__qp_to_error(ep);
     if (ep->group.count)  /* waiting requests now fail with RDMAX_ERR_ENDPOINT, in order */
-        rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+        rdmax__arb_group_schedule(&ctx->arb, &ep->group);
     ctx->cnt.ep_errors++;
     RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_EP_ERROR, ep, (uint64_t)wc_status);
     char why[256], link[96] = "";
@@ -7038,7 +7038,7 @@ static __attribute__((noinline)) uint32_t rdmax__retire_unsignaled(rdmax_ctx *ct
         ctx->cnt.completed[s->op]++;
         rd += (RDMAX__RD_OPS >> s->op) & 1;
         if (rdmax_unlikely(s->region != NULL)) {
-            rdmax_rcache_put(ctx->rcache, s->region);
+            rdmax_rcache_release(ctx->rcache, s->region);
             s->region = NULL;
             ep->sq_regions--;
         }
@@ -7083,7 +7083,7 @@ static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i
             ctx->cnt.completed[s->op]++;
             rd += (RDMAX__RD_OPS >> s->op) & 1;
             if (rdmax_unlikely(s->region != NULL)) {
-                rdmax_rcache_put(ctx->rcache, s->region);
+                rdmax_rcache_release(ctx->rcache, s->region);
                 s->region = NULL;
                 ep->sq_regions--;
             }
@@ -7092,7 +7092,7 @@ static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i
             ctx->scq_spare += (int32_t)(last + 1 - tail);
             /* Room again: requests waiting on this endpoint get their turn in the next dispatch. */
             if (ep->group.count)
-                rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+                rdmax__arb_group_schedule(&ctx->arb, &ep->group);
             rdmax__ep_regate(ep);
             rdmax_comp *c = s->comp;
             if (c) {
@@ -7121,7 +7121,7 @@ static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i
     ctx->comps_out -= RDMAX__SCQ_NEST;
     if (rdmax_unlikely(ctx->flush_check))
         rdmax__flush_check(ctx);
-    if (dispatch && !rdmax_arb_is_empty(&ctx->arb))
+    if (dispatch && !rdmax__arb_is_empty(&ctx->arb))
         rdmax__dispatch(ctx);
     return done;
 }
@@ -7239,7 +7239,7 @@ static __attribute__((noinline)) int rdmax__send_cqes_loop(rdmax_ctx *ctx, int i
             return rdmax__send_cqes_slow(ctx, i, n, dispatch);
     if (rdmax_unlikely(n == 16))
         return rdmax__send_cqes_slow(ctx, n, n, dispatch);
-    if (dispatch && rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
+    if (dispatch && rdmax_unlikely(!rdmax__arb_is_empty(&ctx->arb)))
         return rdmax__dispatch_then(ctx, n);
     return n;
 }
@@ -7258,7 +7258,7 @@ RDMAX_INLINE int rdmax__send_cqes_run(rdmax_ctx *ctx, uint64_t n, int dispatch)
         return rdmax__send_cqes_slow(ctx, 0, (int)n, dispatch);
     if (rdmax_unlikely(n > 1))
         return rdmax__send_cqes_loop(ctx, 1, (int)n, dispatch);
-    if (dispatch && rdmax_unlikely(!rdmax_arb_is_empty(&ctx->arb)))
+    if (dispatch && rdmax_unlikely(!rdmax__arb_is_empty(&ctx->arb)))
         return rdmax__dispatch_then(ctx, 1);
     return 1;
 }
@@ -7315,7 +7315,7 @@ static int rdmax__imm_take(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t imm)
     if (imm & RDMAX__IMM_CREDITS) {
         ep->tx_credits += imm & RDMAX__IMM_CREDITS;
         if (ep->group.count)
-            rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+            rdmax__arb_group_schedule(&ctx->arb, &ep->group);
     }
     if (rdmax_unlikely(imm & RDMAX__IMM_CLOSE))
         rdmax__ep_peer_closed(ep);
@@ -7332,7 +7332,7 @@ struct rdmax__owed {
     uint32_t who[2 * 16 + 1], cnt[2 * 16 + 1];
 };
 
-static void rdmax__owe(struct rdmax__owed *o, uint32_t who, uint32_t cnt)
+static void rdmax__owe_credits(struct rdmax__owed *o, uint32_t who, uint32_t cnt)
 {
     if (o->n && o->who[o->n - 1] == who) {
         o->cnt[o->n - 1] += cnt;
@@ -7344,14 +7344,14 @@ static void rdmax__owe(struct rdmax__owed *o, uint32_t who, uint32_t cnt)
 
 /* The endpoint of a receive completion whose QP is not the last one's (rdmax__rx.last_qpn): looked up,
    and made the last one (the run of the one before goes to o); NULL when qpn is not a live endpoint's. */
-static rdmax_ep *rdmax__srq_who(rdmax_ctx *ctx, uint32_t qpn, struct rdmax__owed *o)
+static rdmax_ep *rdmax__srq_ep_of_qpn(rdmax_ctx *ctx, uint32_t qpn, struct rdmax__owed *o)
 {
     struct rdmax__rx *x = ctx->rx;
     rdmax_ep *ep = rdmax__map_ep(ctx, qpn);
     if (ep == NULL)
         return NULL;
     if (x->run) {
-        rdmax__owe(o, x->last_who, x->run);
+        rdmax__owe_credits(o, x->last_who, x->run);
         x->run = 0;
     }
     uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
@@ -7373,7 +7373,7 @@ static void rdmax__srq_owe_other(rdmax_ctx *ctx, uint32_t qpn, struct rdmax__owe
     rdmax_ep *ep = rdmax__map_ep(ctx, qpn);
     if (ep) {
         uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
-        rdmax__owe(o, idx | (uint32_t)RDMAX__REF_GEN(&ctx->eps[idx]) << 16, 1);
+        rdmax__owe_credits(o, idx | (uint32_t)RDMAX__REF_GEN(&ctx->eps[idx]) << 16, 1);
     }
 }
 
@@ -7429,7 +7429,7 @@ static __attribute__((noinline)) void rdmax__srq_recv(rdmax_ctx *ctx, struct rdm
     char *buf = s->chunks[ci].base + (size_t)slot * s->recv_size;
     uint32_t lkey = s->chunks[ci].lkey;
     rdmax_ep *ep = x->last_ep;
-    if (wc->qp_num != x->last_qpn && (ep = rdmax__srq_who(ctx, wc->qp_num, o)) == NULL) {
+    if (wc->qp_num != x->last_qpn && (ep = rdmax__srq_ep_of_qpn(ctx, wc->qp_num, o)) == NULL) {
         ctx->cnt.stale_wr_ids++;  /* its endpoint was destroyed: dropped, the buffer recycled */
         rdmax__srq_give(x, s, wc->wr_id, buf, lkey);
         return;
@@ -7465,14 +7465,14 @@ static __attribute__((noinline)) void rdmax__srq_recv(rdmax_ctx *ctx, struct rdm
     rdmax__srq_credit(ctx, x, wc->qp_num, o);
 }
 
-/* rdmax__srq_recv_fast's completion after a callback that stirred (see rdmax__rx.stirred): staged again
+/* rdmax__srq_recv_fast's completion after a callback that recv_disturbed (see rdmax__rx.recv_disturbed): staged again
    (the staging may have been posted meanwhile, the request it was staged in reused), its credit to the
    last endpoint's run or looked up (the callback may have destroyed it, or progressed and met another). */
 static __attribute__((noinline)) void rdmax__srq_restage(rdmax_ctx *ctx, struct rdmax__rx *x, const struct ibv_wc *wc,
                                                          struct rdmax__owed *o, struct rdmax__srq *s)
 {
     uint32_t b = (uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK;
-    x->stirred = 0;
+    x->recv_disturbed = 0;
     rdmax__srq_give(x, s, wc->wr_id, rdmax__srq_buf(s, b), s->chunks[b >> RDMAX__SRQ_SLOT_BITS].lkey);
     rdmax__srq_credit(ctx, x, wc->qp_num, o);
 }
@@ -7483,9 +7483,9 @@ static __attribute__((noinline)) void rdmax__srq_restage(rdmax_ctx *ctx, struct 
    of the last endpoint's pool (x->last_tag); everything else in rdmax__srq_recv. The buffer is staged
    (in the request at n_stage) before the callback, so that nothing is kept across it, and counted as
    staged after it: a nested poll batch posts only rq[0, n_stage), and anything that may change the
-   staging or the last endpoint meanwhile sets x->stirred, which sends the completion to
+   staging or the last endpoint meanwhile sets x->recv_disturbed, which sends the completion to
    rdmax__srq_restage. The pool needs no mark: every batch posts last_bit's pool (rdmax__srq_settle, _last),
-   and rdmax__srq_who and rdmax__map_kill mark it when it stops being the last one's. Its staging holds
+   and rdmax__srq_ep_of_qpn and rdmax__map_kill mark it when it stops being the last one's. Its staging holds
    at most this batch's completions (a batch starts with every staging posted), so there is room. */
 static inline void rdmax__srq_recv_fast(rdmax_ctx *ctx, struct rdmax__rx *x, const struct ibv_wc *wc,
                                         struct rdmax__owed *o)
@@ -7508,7 +7508,7 @@ static inline void rdmax__srq_recv_fast(rdmax_ctx *ctx, struct rdmax__rx *x, con
         }
         ep->tx_credits += RDMAX__LE32(wc->imm_data) & RDMAX__IMM_CREDITS;
         if (ep->group.count)
-            rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+            rdmax__arb_group_schedule(&ctx->arb, &ep->group);
     }
     const __typeof__(*s->chunks) *c = &s->chunks[ci];
     char *buf = c->base + (size_t)slot * s->recv_size;
@@ -7522,7 +7522,7 @@ static inline void rdmax__srq_recv_fast(rdmax_ctx *ctx, struct rdmax__rx *x, con
     ctx->cnt.recv_bytes += wc->byte_len;
     ep->recv_cb(ep, buf, wc->byte_len, ep->user);  /* may destroy ep */
     ctx->cnt.recv_msgs++;
-    if (rdmax_unlikely(x->stirred)) {
+    if (rdmax_unlikely(x->recv_disturbed)) {
         rdmax__srq_restage(ctx, x, wc, o, s);
         return;
     }
@@ -7566,7 +7566,7 @@ static void rdmax__srq_settle(rdmax_ctx *ctx, struct rdmax__owed *o, int outermo
 {
     struct rdmax__rx *x = ctx->rx;
     if (x->run) {
-        rdmax__owe(o, x->last_who, x->run);
+        rdmax__owe_credits(o, x->last_who, x->run);
         x->run = 0;
     }
     rdmax__srq_post_staged(ctx, x);
@@ -7581,7 +7581,7 @@ static void rdmax__srq_settle(rdmax_ctx *ctx, struct rdmax__owed *o, int outermo
             r->ep->state == RDMAX_EP_CONNECTED)
             rdmax__grant_or_fail(r->ep);
     }
-    if (rdmax_unlikely(x->doomed != 0) && outermost)
+    if (rdmax_unlikely(x->pools_to_free != 0) && outermost)
         rdmax__pool_reap(ctx);
 }
 
@@ -7634,7 +7634,7 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
     if (x != NULL) {
         if (wc != ctx->rwc_top)  /* nested: the staging of the batch around it posted first (room) */
             rdmax__srq_post_staged(ctx, x);
-        x->stirred = 0;
+        x->recv_disturbed = 0;
     }
     for (int i = 0; i < n; i++) {
         if (rdmax_likely(x != NULL)) {
@@ -7725,11 +7725,11 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
             rdmax__grant_or_fail(ep);
     }
     if ((x = ctx->rx) != NULL) {  /* (a callback may have made rx) */
-        if (rdmax_likely((x->staged | owed.n | x->doomed) == 0 && x->run != 0 && x->last_s != NULL))
+        if (rdmax_likely((x->staged | owed.n | x->pools_to_free) == 0 && x->run != 0 && x->last_s != NULL))
             rdmax__srq_settle_last(ctx, x);
-        else if (x->staged | x->run | owed.n | x->doomed)
+        else if (x->staged | x->run | owed.n | x->pools_to_free)
             rdmax__srq_settle(ctx, &owed, wc == ctx->rwc_top);
-        x->stirred = 1;  /* for the batch around this one, if any */
+        x->recv_disturbed = 1;  /* for the batch around this one, if any */
     }
     if (rdmax_unlikely(ctx->flush_check))
         rdmax__flush_check(ctx);
@@ -7737,7 +7737,7 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
 }
 
 /* rdmax__recv_one's rare end: the callback did something that may have moved the staging or the last
-   endpoint (x->stirred: it progressed, destroyed or made an endpoint, ...). The buffer goes back as a
+   endpoint (x->recv_disturbed: it progressed, destroyed or made an endpoint, ...). The buffer goes back as a
    batch's would, its credit to its endpoint if that still lives. */
 static void rdmax__recv_one_stirred(rdmax_ctx *ctx, struct rdmax__rx *x, struct rdmax__srq *s, uint64_t wr_id,
                                     char *buf, uint32_t lkey, uint32_t who)
@@ -7747,7 +7747,7 @@ static void rdmax__recv_one_stirred(rdmax_ctx *ctx, struct rdmax__rx *x, struct 
     rdmax__srq_give(x, s, wr_id, buf, lkey);
     const rdmax__ep_ref *r = &ctx->eps[who & 0xffff];
     if (r->ep && RDMAX__REF_GEN(r) == (uint16_t)(who >> 16))
-        rdmax__owe(&o, who, 1);
+        rdmax__owe_credits(&o, who, 1);
     rdmax__srq_settle(ctx, &o, 1);
 }
 
@@ -7785,16 +7785,16 @@ static int rdmax__recv_one(rdmax_ctx *ctx, const struct ibv_wc *wc)
     if (credits) {
         ep->tx_credits += credits;
         if (ep->group.count)
-            rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+            rdmax__arb_group_schedule(&ctx->arb, &ep->group);
     }
     char *buf = s->chunks[ci].base + (size_t)slot * s->recv_size;
     uint32_t lkey = s->chunks[ci].lkey;
     uint64_t wr_id = wc->wr_id;
     ctx->cnt.recv_bytes += wc->byte_len;
-    x->stirred = 0;
+    x->recv_disturbed = 0;
     ep->recv_cb(ep, buf, wc->byte_len, ep->user);  /* may destroy ep */
     ctx->cnt.recv_msgs++;
-    if (rdmax_unlikely(x->stirred)) {
+    if (rdmax_unlikely(x->recv_disturbed)) {
         rdmax__recv_one_stirred(ctx, x, s, wr_id, buf, lkey, who);
     } else {
         /* rq[0] alone, cut off the chain for its post (as rdmax__srq_fill_staged does) */
@@ -7815,7 +7815,7 @@ static int rdmax__recv_one(rdmax_ctx *ctx, const struct ibv_wc *wc)
         if (ep->rx_unreturned >= ep->grant_at && ep->state == RDMAX_EP_CONNECTED)
             rdmax__grant_or_fail(ep);
     }
-    if (rdmax_unlikely(x->doomed != 0))
+    if (rdmax_unlikely(x->pools_to_free != 0))
         rdmax__pool_reap(ctx);
     if (rdmax_unlikely(ctx->flush_check))
         rdmax__flush_check(ctx);
@@ -7870,15 +7870,15 @@ static rdmax_status rdmax__grant_cb(rdmax_req *req)
 static void rdmax__grant(rdmax_ep *ep)
 {
     rdmax_ctx *ctx = ep->ctx;
-    if (rdmax_arb_elem_is_queued(&ep->grant_req.rdmax__elem) || ctx->disp_ep == ep)
+    if (rdmax__arb_elem_is_queued(&ep->grant_req.rdmax__elem) || ctx->disp_ep == ep)
         return;
     if (rdmax__grant_post(ep) != RDMAX_ERR_NO_RESOURCE)
         return;
     memset(&ep->grant_req, 0, sizeof ep->grant_req);
     ep->grant_req.cb = rdmax__grant_cb;
     ep->grant_req.rdmax__ep = ep;
-    rdmax_arb_group_push_head(&ctx->arb, &ep->group, &ep->grant_req.rdmax__elem);
-    rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+    rdmax__arb_group_push_head(&ctx->arb, &ep->group, &ep->grant_req.rdmax__elem);
+    rdmax__arb_group_schedule(&ctx->arb, &ep->group);
     rdmax__ep_block(ep, RDMAX__BLK_PENDING);  /* direct posts go behind it */
 }
 
@@ -7912,7 +7912,7 @@ static void rdmax__ep_closed(rdmax_ep *ep, int by_peer)
     if (ep->qp->qp_type == IBV_QPT_RC)
         rdmax__qp_to_error(ep);
     if (ep->group.count)  /* waiting requests now fail, in order */
-        rdmax_arb_group_schedule(&ctx->arb, &ep->group);
+        rdmax__arb_group_schedule(&ctx->arb, &ep->group);
     RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_EP_CLOSED, ep, (uint64_t)by_peer);
     rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_EP_CLOSED,
                "device %s, endpoint qpn 0x%x peer %s: %s", ctx->attr.name, ep->qp->qp_num,
@@ -7930,7 +7930,7 @@ rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms)
     if (timeout_ms < 0)
         return rdmax_ep_flush(ep, timeout_ms);  /* RDMAX_ERR_INVALID_PARAM, logged */
     if (ep->state != RDMAX_EP_CONNECTED)
-        return ep->state == RDMAX_EP_CLOSED ? RDMAX_OK : rdmax_ep_error(ep);
+        return ep->state == RDMAX_EP_CLOSED ? RDMAX_OK : rdmax_ep_query_error(ep);
     rdmax_status st = rdmax_ep_flush(ep, timeout_ms);
     if (st == RDMAX_OK && ep->state == RDMAX_EP_CONNECTED && ep->qp->qp_type == IBV_QPT_RC) {
         /* The goodbye: a signaled zero-length send that returns our credits, flagged CLOSE. It may use
@@ -8270,7 +8270,7 @@ static rdmax_status rdmax__req_exec(rdmax_req *req)
     }
 }
 
-static rdmax_arb_result rdmax__dispatch_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e, void *arg)
+static rdmax__arb_result rdmax__dispatch_cb(rdmax__arb *arb, rdmax__arb_group *g, rdmax__arb_elem *e, void *arg)
 {
     (void)arb;
     (void)g;
@@ -8284,16 +8284,16 @@ static rdmax_arb_result rdmax__dispatch_cb(rdmax_arb *arb, rdmax_arb_group *g, r
     /* From here on neither the endpoint (the callback may have destroyed it) nor, for explicit requests,
        the request (its owner may have freed it) is touched. */
     if (st == RDMAX_ERR_NO_RESOURCE)
-        return rdmax__scq_free(ctx) == 0 ? RDMAX_ARB_STOP : RDMAX_ARB_DESCHED;
+        return rdmax__scq_free(ctx) == 0 ? RDMAX__ARB_CB_STOP : RDMAX__ARB_CB_DESCHED;
     if (!explicit_cb && comp && st != RDMAX_INPROGRESS)
         rdmax__complete(comp, st);  /* done at once (inline), or failed */
-    return RDMAX_ARB_REMOVE;
+    return RDMAX__ARB_CB_REMOVE;
 }
 
 size_t rdmax__dispatch(rdmax_ctx *ctx)
 {
     RDMAX__PROF_BEGIN(ctx, DISPATCH);
-    size_t n = rdmax_arb_dispatch(&ctx->arb, 1, rdmax__dispatch_cb, ctx);
+    size_t n = rdmax__arb_dispatch(&ctx->arb, 1, rdmax__dispatch_cb, ctx);
     RDMAX__PROF_END(ctx, DISPATCH);
     ctx->cnt.dispatched += n;
     return n;
@@ -8326,9 +8326,9 @@ static int rdmax__req_has_room(const rdmax_ep *ep, const rdmax_req *req)
 static void rdmax__req_queue(rdmax_ep *ep, rdmax_req *req)
 {
     req->rdmax__ep = ep;
-    rdmax_arb_elem_init(&req->rdmax__elem);
-    rdmax_arb_group_push(&ep->ctx->arb, &ep->group, &req->rdmax__elem);
-    rdmax_arb_group_schedule(&ep->ctx->arb, &ep->group);
+    rdmax__arb_elem_init(&req->rdmax__elem);
+    rdmax__arb_group_push(&ep->ctx->arb, &ep->group, &req->rdmax__elem);
+    rdmax__arb_group_schedule(&ep->ctx->arb, &ep->group);
     rdmax__ep_block(ep, RDMAX__BLK_PENDING);  /* direct posts go behind it */
 }
 
@@ -8360,7 +8360,7 @@ rdmax_status rdmax_req_post(rdmax_ep *ep, rdmax_req *req)
     return RDMAX_INPROGRESS;
 }
 
-static void rdmax__purge_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e, void *arg)
+static void rdmax__purge_cb(rdmax__arb *arb, rdmax__arb_group *g, rdmax__arb_elem *e, void *arg)
 {
     (void)arb;
     (void)g;
@@ -8372,7 +8372,7 @@ static void rdmax__purge_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *
 
 void rdmax_ep_pending_purge(rdmax_ep *ep)
 {
-    rdmax_arb_group_purge(&ep->ctx->arb, &ep->group, rdmax__purge_cb, ep->ctx);
+    rdmax__arb_group_purge(&ep->ctx->arb, &ep->group, rdmax__purge_cb, ep->ctx);
 }
 
 /* ---- >>admit: admission by a shared secret: SHA-256, HMAC, the proofs ---------------------------- */
@@ -8394,7 +8394,7 @@ void rdmax_ep_pending_purge(rdmax_ep *ep)
    SHA-256 is FIPS 180-4's, HMAC RFC 2104's, written here to need no crypto library; tests/oob_test
    checks them against FIPS 180-2's and RFC 4231's vectors. */
 
-#define RDMAX__ADMIT_VERSION (RDMAX_CONN_INFO_VERSION + 1)
+#define RDMAX__ADMIT_VERSION (RDMAX_CONN_RECORD_VERSION + 1)
 #define RDMAX__HELLO_SIZE 32
 #define RDMAX__REFUSAL_SIZE 10
 #define RDMAX__MAC_SIZE 32
@@ -8549,7 +8549,7 @@ static rdmax_status rdmax__random(void *p, size_t n)
 static rdmax_status rdmax__hello_make(uint8_t out[RDMAX__HELLO_SIZE])
 {
     memset(out, 0, RDMAX__HELLO_SIZE);
-    rdmax__put32(out, RDMAX_CONN_INFO_MAGIC);
+    rdmax__put32(out, RDMAX_CONN_RECORD_MAGIC);
     rdmax__put16(out + 4, RDMAX__ADMIT_VERSION);
     rdmax__put16(out + 6, RDMAX__HELLO_SIZE);
     return rdmax__random(out + 16, 16);
@@ -8558,7 +8558,7 @@ static rdmax_status rdmax__hello_make(uint8_t out[RDMAX__HELLO_SIZE])
 /* What an 8-byte head announces: 1 a hello, 2 a refusal, 0 anything else (a record, checked as one). */
 static int rdmax__admit_kind(const uint8_t *h)
 {
-    if (rdmax__get32(h) != RDMAX_CONN_INFO_MAGIC || rdmax__get16(h + 4) != RDMAX__ADMIT_VERSION)
+    if (rdmax__get32(h) != RDMAX_CONN_RECORD_MAGIC || rdmax__get16(h + 4) != RDMAX__ADMIT_VERSION)
         return 0;
     return rdmax__get16(h + 6) == RDMAX__HELLO_SIZE ? 1 : rdmax__get16(h + 6) == RDMAX__REFUSAL_SIZE ? 2 : 0;
 }
@@ -8568,7 +8568,7 @@ static int rdmax__admit_kind(const uint8_t *h)
 static void rdmax__admit_refuse(int fd, rdmax_status st)
 {
     uint8_t b[RDMAX__REFUSAL_SIZE];
-    rdmax__put32(b, RDMAX_CONN_INFO_MAGIC);
+    rdmax__put32(b, RDMAX_CONN_RECORD_MAGIC);
     rdmax__put16(b + 4, RDMAX__ADMIT_VERSION);
     rdmax__put16(b + 6, RDMAX__REFUSAL_SIZE);
     rdmax__put16(b + 8, (uint16_t)(int16_t)st);
@@ -8587,14 +8587,14 @@ static rdmax_status rdmax__refusal_status(const uint8_t *b)
    then our record and MAC; the listener's record and MAC, checked before anything uses it. Without one, our
    record first; a hello in reply means the listener wants a secret we do not have. A refusal in place of
    the listener's hello or record gives its status. */
-static rdmax_status rdmax__oob_trade(int fd, const rdmax_conn_info *local, rdmax_conn_info *remote, int timeout_ms,
+static rdmax_status rdmax__oob_trade(int fd, const rdmax_conn_record *local, rdmax_conn_record *remote, int timeout_ms,
                                      rdmax_ctx *ctx, char *why, size_t why_len)
 {
     int64_t deadline = rdmax__now_ms() + (timeout_ms < 0 ? 3600000 : timeout_ms);
-    uint8_t mine[RDMAX_CONN_INFO_SIZE + RDMAX__MAC_SIZE], theirs[RDMAX_CONN_INFO_SIZE + RDMAX__MAC_SIZE];
+    uint8_t mine[RDMAX_CONN_RECORD_SIZE + RDMAX__MAC_SIZE], theirs[RDMAX_CONN_RECORD_SIZE + RDMAX__MAC_SIZE];
     uint8_t hello_c[RDMAX__HELLO_SIZE], hello_s[RDMAX__HELLO_SIZE];
     int admit = ctx && ctx->secret;
-    size_t mine_len = rdmax_conn_info_encode(local, mine);
+    size_t mine_len = rdmax_conn_record_encode(local, mine);
     ssize_t k;
     if (admit) {
         if (rdmax__hello_make(hello_c) != RDMAX_OK) {
@@ -8648,7 +8648,7 @@ static rdmax_status rdmax__oob_trade(int fd, const rdmax_conn_info *local, rdmax
         return errno == ETIMEDOUT ? RDMAX_ERR_TIMEOUT : RDMAX_ERR_IO;
     }
     if (k < 8) {
-        RDMAX__WHY("connection record: peer closed after %zd of at least %u bytes", k, RDMAX_CONN_INFO_HEAD);
+        RDMAX__WHY("connection record: peer closed after %zd of at least %u bytes", k, RDMAX_CONN_RECORD_HEAD);
         return RDMAX_ERR_OOB_SHORT;
     }
     int kind = rdmax__admit_kind(theirs);
@@ -8691,7 +8691,7 @@ static rdmax_status rdmax__oob_trade(int fd, const rdmax_conn_info *local, rdmax
             return RDMAX_ERR_OOB_AUTH;
         }
     }
-    st = rdmax_conn_info_decode(theirs, theirs_len, remote, why, why_len);
+    st = rdmax_conn_record_decode(theirs, theirs_len, remote, why, why_len);
     if (st == RDMAX_OK && send_err) {
         RDMAX__WHY("connection record: sending ours failed: %s", strerror(send_err));
         return RDMAX_ERR_IO;
@@ -8717,7 +8717,7 @@ struct rdmax__hs {
     int64_t last;               /* when its client last sent bytes (the idlest goes first) */
     int64_t deadline;
     rdmax_ep *ep;
-    uint8_t rec[RDMAX_CONN_INFO_SIZE + RDMAX__MAC_SIZE];
+    uint8_t rec[RDMAX_CONN_RECORD_SIZE + RDMAX__MAC_SIZE];
     uint8_t hello_s[RDMAX__HELLO_SIZE]; /* ours, sent on accept when the context has a secret */
     uint8_t hello_c[RDMAX__HELLO_SIZE];
     char peer[64];
@@ -8726,7 +8726,7 @@ struct rdmax__hs {
 struct rdmax_listener {
     rdmax_ctx *ctx;
     int fd;
-    int epfd;                   /* epoll over fd and the handshakes: rdmax_listener_fd() */
+    int epfd;                   /* epoll over fd and the handshakes: rdmax_listener_query_fd() */
     uint16_t port;
     uint32_t n_hs;
     uint32_t next_hs;           /* where the next rdmax_accept starts stepping (round-robin) */
@@ -8812,7 +8812,7 @@ static rdmax_status rdmax__active_addr(rdmax_ctx *ctx, const char *host, uint16_
     return RDMAX_OK;
 }
 
-rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out)
+rdmax_status rdmax_listener_create(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out)
 {
     *out = NULL;
     if (ctx->desc.conn_setup == RDMAX_SETUP_CM)
@@ -8871,12 +8871,12 @@ rdmax_status rdmax_listen(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax
     return RDMAX_OK;
 }
 
-uint16_t rdmax_listener_port(const rdmax_listener *l)
+uint16_t rdmax_listener_query_port(const rdmax_listener *l)
 {
     return l->port;
 }
 
-int rdmax_listener_fd(const rdmax_listener *l)
+int rdmax_listener_query_fd(const rdmax_listener *l)
 {
     if (l->cm_ch)
         return l->cm_ch->fd;
@@ -8899,7 +8899,7 @@ static struct pollfd *rdmax__wait_fds(rdmax_ctx *ctx, struct pollfd *stack, nfds
     p[1].fd = ctx->verbs->async_fd;
     k = 2;
     for (rdmax_listener *l = ctx->listeners; l; l = l->next)
-        p[k++].fd = rdmax_listener_fd(l);
+        p[k++].fd = rdmax_listener_query_fd(l);
     for (nfds_t i = 0; i < k; i++)
         p[i].events = POLLIN;
     *n = k;
@@ -8917,7 +8917,7 @@ static void rdmax__hs_end(rdmax_listener *l, struct rdmax__hs *h)
     l->n_hs--;
 }
 
-void rdmax_listener_close(rdmax_listener *l)
+void rdmax_listener_destroy(rdmax_listener *l)
 {
     if (!l)
         return;
@@ -8944,13 +8944,13 @@ static rdmax_status rdmax__ep_handshake(rdmax_ctx *ctx, int fd, const char *peer
     if (st != RDMAX_OK)
         return st;
     snprintf(ep->peer, sizeof ep->peer, "%s", peer);
-    rdmax_conn_info me, them;
+    rdmax_conn_record me, them;
     char why[200];
-    rdmax_ep_local_info(ep, &me);
+    rdmax_ep_query_record(ep, &me);
     st = rdmax__oob_trade(fd, &me, &them, timeout_ms, ctx, why, sizeof why);
     ctx->cnt.auth_refused += st == RDMAX_ERR_OOB_AUTH;
     if (st == RDMAX_OK)
-        st = rdmax_ep_connect_info(ep, &them);
+        st = rdmax_ep_connect_record(ep, &them);
     else
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_HANDSHAKE, "device %s, peer %s: %s", ctx->attr.name, peer, why);
     if (st == RDMAX_OK && (st = rdmax__oob_sync(fd, timeout_ms, why, sizeof why)) != RDMAX_OK)
@@ -9056,7 +9056,7 @@ static rdmax_status rdmax__hs_step(rdmax_listener *l, struct rdmax__hs *h, const
             rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
                        "device %s, client %s: connection record: peer closed after %u of %u "
                        "bytes", ctx->attr.name, h->peer, h->got,
-                       h->got < 8 ? RDMAX_CONN_INFO_HEAD : rdmax__get16(h->rec + 6));
+                       h->got < 8 ? RDMAX_CONN_RECORD_HEAD : rdmax__get16(h->rec + 6));
             return RDMAX_ERR_OOB_SHORT;
         }
         h->got += (uint32_t)k;
@@ -9090,9 +9090,9 @@ static rdmax_status rdmax__hs_step(rdmax_listener *l, struct rdmax__hs *h, const
                 return rdmax__hs_refuse(l, h, "the client's proof of the shared secret is wrong (another secret, "
                                               "or a recorded handshake replayed)");
         }
-        rdmax_conn_info them, me;
+        rdmax_conn_record them, me;
         if (st == RDMAX_OK)
-            st = rdmax_conn_info_decode(h->rec, rec_len, &them, why, why_len);
+            st = rdmax_conn_record_decode(h->rec, rec_len, &them, why, why_len);
         if (st != RDMAX_OK) {
             rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
                        "device %s, client %s: %s", ctx->attr.name, h->peer, why);
@@ -9113,13 +9113,13 @@ static rdmax_status rdmax__hs_step(rdmax_listener *l, struct rdmax__hs *h, const
         if ((st = rdmax_ep_create(ctx, &made, &h->ep)) != RDMAX_OK)
             return st;
         snprintf(h->ep->peer, sizeof h->ep->peer, "%s", h->peer);
-        if ((st = rdmax_ep_connect_info(h->ep, &them)) != RDMAX_OK)
+        if ((st = rdmax_ep_connect_record(h->ep, &them)) != RDMAX_OK)
             return st;
         /* Our record in one write (a fresh socket's buffer takes the largest record); our ready byte only
            from the call that returns the endpoint: the client sends nothing before it. */
-        uint8_t msg[RDMAX_CONN_INFO_SIZE + RDMAX__MAC_SIZE];
-        rdmax_ep_local_info(h->ep, &me);
-        size_t len = rdmax_conn_info_encode(&me, msg);
+        uint8_t msg[RDMAX_CONN_RECORD_SIZE + RDMAX__MAC_SIZE];
+        rdmax_ep_query_record(h->ep, &me);
+        size_t len = rdmax_conn_record_encode(&me, msg);
         if (h->hello) {  /* our proof: over both hellos and both records */
             const void *p[4] = {h->hello_c, h->hello_s, h->rec, msg};
             size_t n[4] = {RDMAX__HELLO_SIZE, RDMAX__HELLO_SIZE, rec_len, len};
@@ -9322,7 +9322,7 @@ rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, cons
    process, one async event fd: a port or QP event would go to whichever context read it first, and
    rdmax would set O_NONBLOCK on an fd that is not its own.
 
-   Events: a listener has its own event channel (rdmax_listener_fd); a client uses a private one while it
+   Events: a listener has its own event channel (rdmax_listener_query_fd); a client uses a private one while it
    connects. A connected id moves (rdma_migrate_id) to the context's channel, which rdmax__tick reads
    without blocking: DISCONNECTED (the peer's rdma_disconnect, rdma_destroy_id or exit: the kernel sends
    the DREQ for a process that dies) closes the endpoint, DEVICE_REMOVAL fails it. */
@@ -9346,7 +9346,7 @@ rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, cons
 #define RDMAX__CM_PROOF_S 60
 #define RDMAX__CM_SEEN 4096
 #define RDMAX__CM_REQ_AUTH 56
-#define RDMAX__CM_REP_AUTH (RDMAX_CM_INFO_SIZE + RDMAX__MAC_SIZE)
+#define RDMAX__CM_REP_AUTH (RDMAX_CM_RECORD_SIZE + RDMAX__MAC_SIZE)
 struct rdmax__cm_seen {
     uint64_t nonce;
     int64_t t;
@@ -9367,7 +9367,7 @@ static void rdmax__cm_server_mac(const rdmax_ctx *ctx, const uint8_t *req, const
     uint8_t q[4];
     rdmax__put32(q, qpn);
     const void *p[3] = {req, rep, q};
-    size_t n[3] = {RDMAX__CM_REQ_AUTH, RDMAX_CM_INFO_SIZE, 4};
+    size_t n[3] = {RDMAX__CM_REQ_AUTH, RDMAX_CM_RECORD_SIZE, 4};
     rdmax__admit_mac(ctx, "rdmax cm server", p, n, 3, mac);
 }
 
@@ -9377,8 +9377,8 @@ static rdmax_status rdmax__cm_admit(rdmax_listener *l, const uint8_t *pd, size_t
                                     size_t why_len)
 {
     rdmax_ctx *ctx = l->ctx;
-    int proof = n >= RDMAX__CM_REQ_AUTH && rdmax__get32(pd) == RDMAX_CONN_INFO_MAGIC &&
-                rdmax__get16(pd + 4) == RDMAX_CONN_INFO_VERSION && rdmax__get16(pd + 6) == RDMAX__CM_REQ_AUTH;
+    int proof = n >= RDMAX__CM_REQ_AUTH && rdmax__get32(pd) == RDMAX_CONN_RECORD_MAGIC &&
+                rdmax__get16(pd + 4) == RDMAX_CONN_RECORD_VERSION && rdmax__get16(pd + 6) == RDMAX__CM_REQ_AUTH;
     if (!ctx->secret && !proof)
         return RDMAX_OK;
     if (!ctx->secret || !proof) {
@@ -9559,8 +9559,8 @@ static int rdmax__cm_source(rdmax_ctx *ctx, const struct sockaddr *dst, struct s
 }
 
 /* What rdma_cm says about the peer (QP number, PSN, path MTU, GID from the route), as record fields for
-   rdmax_cm_info_decode. */
-static int rdmax__cm_peer(struct rdma_cm_id *id, rdmax_conn_info *cm)
+   rdmax_cm_record_decode. */
+static int rdmax__cm_peer(struct rdma_cm_id *id, rdmax_conn_record *cm)
 {
     struct ibv_qp_attr a;
     int mask;
@@ -9580,7 +9580,7 @@ static int rdmax__cm_peer(struct rdma_cm_id *id, rdmax_conn_info *cm)
 
 /* Moves ep's QP to RTR and RTS with rdma_cm's attributes (resp_res / init_depth >= 0: the RDMA read
    depths the passive side accepts with) and the desc's timeout and retry counts; then connected. */
-static rdmax_status rdmax__cm_ep_ready(rdmax_ep *ep, struct rdma_cm_id *id, const rdmax_conn_info *r, int resp_res,
+static rdmax_status rdmax__cm_ep_ready(rdmax_ep *ep, struct rdma_cm_id *id, const rdmax_conn_record *r, int resp_res,
                                        int init_depth)
 {
     rdmax_ctx *ctx = ep->ctx;
@@ -9630,8 +9630,8 @@ static rdmax_status rdmax__cm_ep_ready(rdmax_ep *ep, struct rdma_cm_id *id, cons
 static void rdmax__cm_reject(struct rdma_cm_id *id, rdmax_status st)
 {
     uint8_t pd[RDMAX__CM_REJ_SIZE];
-    rdmax__put32(pd, RDMAX_CONN_INFO_MAGIC);
-    rdmax__put16(pd + 4, RDMAX_CONN_INFO_VERSION);
+    rdmax__put32(pd, RDMAX_CONN_RECORD_MAGIC);
+    rdmax__put16(pd + 4, RDMAX_CONN_RECORD_VERSION);
     rdmax__put16(pd + 6, RDMAX__CM_REJ_SIZE);
     rdmax__put16(pd + 8, (uint16_t)(int16_t)st);
     rdma_reject(id, pd, sizeof pd);
@@ -9899,7 +9899,7 @@ static rdmax_status rdmax__cm_request(rdmax_listener *l, struct rdma_cm_event *e
         if (!l->cm_hs[i].id)
             h = &l->cm_hs[i];
     rdmax_status st;
-    rdmax_conn_info cm, them, me;
+    rdmax_conn_record cm, them, me;
     rdmax_ep *ep = NULL;
     if (!h) {
         rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
@@ -9930,8 +9930,8 @@ static rdmax_status rdmax__cm_request(rdmax_listener *l, struct rdma_cm_event *e
     uint8_t rec[sizeof pd];  /* admitted: the record is what comes before the proof */
     memcpy(rec, pd, sizeof rec);
     if (ctx->secret)
-        rdmax__put16(rec + 6, RDMAX_CM_INFO_SIZE);
-    if ((st = rdmax_cm_info_decode(rec, n, &cm, &them, why, sizeof why)) != RDMAX_OK) {
+        rdmax__put16(rec + 6, RDMAX_CM_RECORD_SIZE);
+    if ((st = rdmax_cm_record_decode(rec, n, &cm, &them, why, sizeof why)) != RDMAX_OK) {
         rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
                    "device %s, client %s: %s", ctx->attr.name, peer, why);
         goto reject;
@@ -9959,13 +9959,13 @@ static rdmax_status rdmax__cm_request(rdmax_listener *l, struct rdma_cm_event *e
     if ((st = rdmax__cm_ep_ready(ep, id, &them, p.responder_resources, p.initiator_depth)) != RDMAX_OK)
         goto reject;
     uint8_t mine[RDMAX__CM_REP_AUTH];
-    rdmax_ep_local_info(ep, &me);
-    rdmax_cm_info_encode(&me, mine);
+    rdmax_ep_query_record(ep, &me);
+    rdmax_cm_record_encode(&me, mine);
     p.private_data = mine;
-    p.private_data_len = RDMAX_CM_INFO_SIZE;
+    p.private_data_len = RDMAX_CM_RECORD_SIZE;
     if (ctx->secret) {  /* our proof, for the client that proved itself */
         rdmax__put16(mine + 6, RDMAX__CM_REP_AUTH);
-        rdmax__cm_server_mac(ctx, pd, mine, ep->qp->qp_num, mine + RDMAX_CM_INFO_SIZE);
+        rdmax__cm_server_mac(ctx, pd, mine, ep->qp->qp_num, mine + RDMAX_CM_RECORD_SIZE);
         p.private_data_len = RDMAX__CM_REP_AUTH;
     }
     if (rdma_accept(id, &p)) {
@@ -10137,7 +10137,7 @@ static rdmax_status rdmax__cm_step(struct rdma_event_channel *ch, enum rdma_cm_e
     if (type == RDMA_CM_EVENT_REJECTED && ev->param.conn.private_data &&
         ev->param.conn.private_data_len >= RDMAX__CM_REJ_SIZE) {
         memcpy(rej, ev->param.conn.private_data, sizeof rej);
-        ours = rdmax__get32(rej) == RDMAX_CONN_INFO_MAGIC && rdmax__get16(rej + 6) == RDMAX__CM_REJ_SIZE;
+        ours = rdmax__get32(rej) == RDMAX_CONN_RECORD_MAGIC && rdmax__get16(rej + 6) == RDMAX__CM_REJ_SIZE;
     }
     rdma_ack_cm_event(ev);
     if (ours) {
@@ -10229,14 +10229,14 @@ static rdmax_status rdmax__cm_try(rdmax_ctx *ctx, const struct sockaddr *dst, co
         goto out;
     }
     snprintf(ep->peer, sizeof ep->peer, "%s", peer);
-    rdmax_conn_info me, cm, them;
+    rdmax_conn_record me, cm, them;
     uint8_t mine[RDMAX__CM_REQ_AUTH];
-    rdmax_ep_local_info(ep, &me);
-    rdmax_cm_info_encode(&me, mine);
+    rdmax_ep_query_record(ep, &me);
+    rdmax_cm_record_encode(&me, mine);
     struct rdma_conn_param p;
     memset(&p, 0, sizeof p);
     p.private_data = mine;
-    p.private_data_len = RDMAX_CM_INFO_SIZE;
+    p.private_data_len = RDMAX_CM_RECORD_SIZE;
     if (ctx->secret) {  /* our proof beside the record (see RDMAX__CM_PROOF_S) */
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -10281,15 +10281,15 @@ static rdmax_status rdmax__cm_try(rdmax_ctx *ctx, const struct sockaddr *dst, co
         int proof = n >= RDMAX__CM_REP_AUTH && rdmax__get16(pd + 6) == RDMAX__CM_REP_AUTH;
         if (proof)
             rdmax__cm_server_mac(ctx, mine, pd, cm.qpn, mac);
-        if (!proof || !rdmax__mac_equal(mac, pd + RDMAX_CM_INFO_SIZE, RDMAX__MAC_SIZE)) {
+        if (!proof || !rdmax__mac_equal(mac, pd + RDMAX_CM_RECORD_SIZE, RDMAX__MAC_SIZE)) {
             RDMAX__WHY("admission: the listener's proof of the shared secret is %s", proof ? "wrong (another secret, "
                        "or not the listener it claims to be)" : "missing");
             st = RDMAX_ERR_OOB_AUTH;
             goto out;
         }
-        rdmax__put16(pd + 6, RDMAX_CM_INFO_SIZE);
+        rdmax__put16(pd + 6, RDMAX_CM_RECORD_SIZE);
     }
-    if ((st = rdmax_cm_info_decode(pd, n, &cm, &them, why, why_len)) != RDMAX_OK)
+    if ((st = rdmax_cm_record_decode(pd, n, &cm, &them, why, why_len)) != RDMAX_OK)
         goto out;  /* destroying the id rejects the server's reply */
     if ((st = rdmax__cm_ep_ready(ep, id, &them, -1, -1)) != RDMAX_OK) {
         RDMAX__WHY("bringing the QP to RTS failed (logged before this)");
@@ -10612,7 +10612,7 @@ static int rdmax__prof_port_read(int fd, uint64_t *v)
 }
 
 /* ---- profile objects ---- */
-rdmax_status rdmax_profile_open(rdmax_ctx *ctx, rdmax_profile **out)
+rdmax_status rdmax_profile_create(rdmax_ctx *ctx, rdmax_profile **out)
 {
     *out = NULL;
     pthread_once(&rdmax__prof_vars_once, rdmax__prof_vars_init);
@@ -10622,7 +10622,7 @@ rdmax_status rdmax_profile_open(rdmax_ctx *ctx, rdmax_profile **out)
     }
     if (st->in_event) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_PROFILE_MISUSE,
-                   "device %s: rdmax_profile_open called from an event callback",
+                   "device %s: rdmax_profile_create called from an event callback",
                    ctx->attr.name);
         return RDMAX_ERR_INVALID_PARAM;
     }
@@ -10647,7 +10647,7 @@ static uint32_t rdmax__prof_union(const struct rdmax__prof *st)
     return m;
 }
 
-void rdmax_profile_close(rdmax_profile *prof)
+void rdmax_profile_destroy(rdmax_profile *prof)
 {
     if (!prof)
         return;
@@ -10655,7 +10655,7 @@ void rdmax_profile_close(rdmax_profile *prof)
     struct rdmax__prof *st = rdmax__prof_state(ctx);
     if (st && st->in_event) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_PROFILE_MISUSE,
-                   "device %s: rdmax_profile_close called from an event callback: "
+                   "device %s: rdmax_profile_destroy called from an event callback: "
                    "not closed", ctx->attr.name);
         return;
     }

@@ -16,7 +16,7 @@
      add_dispatch                ns for one pending-add (push + schedule) plus the dispatch that runs it,
                                  one endpoint
      add_dispatch_10k            the same, cycling over 10,000 endpoints (each add finds a cold group)
-     empty_check                 ns per inline rdmax_arb_dispatch() on an empty arbiter (the progress
+     empty_check                 ns per inline rdmax__arb_dispatch() on an empty arbiter (the progress
                                  path's cost when nothing is pending), loop overhead included
      empty_loop                  the same loop without the check, for reference
    Endpoints are 256-byte structs with the group in their first cache line, requests 64-byte structs;
@@ -68,18 +68,18 @@
 #endif
 
 typedef struct b_ep {
-    rdmax_arb_group grp;        /* a cache line of its own (64 bytes on LP64) */
-    char rest[EP_SIZE - sizeof(rdmax_arb_group)];
+    rdmax__arb_group grp;        /* a cache line of its own (64 bytes on LP64) */
+    char rest[EP_SIZE - sizeof(rdmax__arb_group)];
 } b_ep;
 
 typedef struct b_req {
-    rdmax_arb_elem link;
+    rdmax__arb_elem link;
     uint64_t runs;
-    char rest[REQ_SIZE - sizeof(rdmax_arb_elem) - sizeof(uint64_t)];
+    char rest[REQ_SIZE - sizeof(rdmax__arb_elem) - sizeof(uint64_t)];
 } b_req;
 
 typedef struct b_world {
-    rdmax_arb arb;
+    rdmax__arb arb;
     b_ep *eps;
     b_req *reqs;
     size_t ngroups, depth;
@@ -177,7 +177,7 @@ static uint64_t rnd64(void)
 static void world_init(b_world *w, size_t ngroups, size_t depth)
 {
     size_t i, j, *order;
-    rdmax_arb_init(&w->arb);
+    rdmax__arb_init(&w->arb);
     w->ngroups = ngroups;
     w->depth = depth;
     w->eps = (b_ep *)xaligned(ngroups * sizeof(b_ep));
@@ -194,13 +194,13 @@ static void world_init(b_world *w, size_t ngroups, size_t depth)
     }
     for (i = 0; i < ngroups; i++) {
         b_ep *ep = &w->eps[order[i]];
-        rdmax_arb_group_init(&ep->grp);
+        rdmax__arb_group_init(&ep->grp);
         for (j = 0; j < depth; j++) {
             b_req *r = &w->reqs[order[i] * depth + j];
-            rdmax_arb_elem_init(&r->link);
-            rdmax_arb_group_push(&w->arb, &ep->grp, &r->link);
+            rdmax__arb_elem_init(&r->link);
+            rdmax__arb_group_push(&w->arb, &ep->grp, &r->link);
         }
-        rdmax_arb_group_schedule(&w->arb, &ep->grp);
+        rdmax__arb_group_schedule(&w->arb, &ep->grp);
     }
     w->order = order;
 }
@@ -209,7 +209,7 @@ static void world_free(b_world *w)
 {
     size_t i;
     for (i = 0; i < w->ngroups; i++) {
-        rdmax_arb_group_cleanup(&w->arb, &w->eps[i].grp);
+        rdmax__arb_group_cleanup(&w->arb, &w->eps[i].grp);
     }
     free(w->eps);
     free(w->reqs);
@@ -217,16 +217,16 @@ static void world_free(b_world *w)
 }
 
 /* the "send": count it on the request, put the request back (a new request replacing it) */
-static rdmax_arb_result steady_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e, void *arg)
+static rdmax__arb_result steady_cb(rdmax__arb *arb, rdmax__arb_group *g, rdmax__arb_elem *e, void *arg)
 {
     b_world *w = (b_world *)arg;
     if (w->budget == 0) {
-        return RDMAX_ARB_STOP;
+        return RDMAX__ARB_CB_STOP;
     }
     w->budget--;
     ((b_req *)(void *)e)->runs++;
-    rdmax_arb_group_push(arb, g, e);
-    return RDMAX_ARB_REMOVE;
+    rdmax__arb_group_push(arb, g, e);
+    return RDMAX__ARB_CB_REMOVE;
 }
 
 BENCH_LOOP static size_t bench_steady_loop(b_world *w, size_t n)
@@ -234,7 +234,7 @@ BENCH_LOOP static size_t bench_steady_loop(b_world *w, size_t n)
     size_t done = 0;
     while (done < n) {
         w->budget = BUDGET;
-        done += rdmax_arb_dispatch(&w->arb, 1, steady_cb, w);
+        done += rdmax__arb_dispatch(&w->arb, 1, steady_cb, w);
     }
     return done;
 }
@@ -255,21 +255,21 @@ static double case_steady(size_t ngroups, size_t depth)
         bench_steady_loop(&w, g_n / 4 + ngroups * depth); /* warm up: every element dispatched once */
     }
     v = measure(rep_steady, &w, g_n, CHUNK);
-    if (rdmax_arb_pending(&w.arb) != ngroups * depth) {
-        fprintf(stderr, "arbiter_bench: pending %zu, want %zu\n", rdmax_arb_pending(&w.arb), ngroups * depth);
+    if (rdmax__arb_pending(&w.arb) != ngroups * depth) {
+        fprintf(stderr, "arbiter_bench: pending %zu, want %zu\n", rdmax__arb_pending(&w.arb), ngroups * depth);
         exit(3);
     }
     world_free(&w);
     return v;
 }
 
-static rdmax_arb_result remove_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e, void *arg)
+static rdmax__arb_result remove_cb(rdmax__arb *arb, rdmax__arb_group *g, rdmax__arb_elem *e, void *arg)
 {
     (void)arb;
     (void)g;
     (void)arg;
     ((b_req *)(void *)e)->runs++;
-    return RDMAX_ARB_REMOVE;
+    return RDMAX__ARB_CB_REMOVE;
 }
 
 /* one pending-add (push + schedule, as pending_add does) and the dispatch that runs it */
@@ -282,9 +282,9 @@ BENCH_LOOP static size_t bench_add_dispatch_loop(b_world *w, size_t n)
         if (++k == w->ngroups) {
             k = 0;
         }
-        rdmax_arb_group_push(&w->arb, &ep->grp, &r->link);
-        rdmax_arb_group_schedule(&w->arb, &ep->grp);
-        done += rdmax_arb_dispatch(&w->arb, 1, remove_cb, NULL);
+        rdmax__arb_group_push(&w->arb, &ep->grp, &r->link);
+        rdmax__arb_group_schedule(&w->arb, &ep->grp);
+        done += rdmax__arb_dispatch(&w->arb, 1, remove_cb, NULL);
     }
     return done;
 }
@@ -295,7 +295,7 @@ static double rep_add_dispatch(void *ctx, size_t n)
     double t0 = now_ns(), t;
     size_t done = bench_add_dispatch_loop(w, n);
     t = now_ns() - t0;
-    if (done != n || !rdmax_arb_is_empty(&w->arb)) {
+    if (done != n || !rdmax__arb_is_empty(&w->arb)) {
         fprintf(stderr, "arbiter_bench: add_dispatch ran %zu of %zu\n", done, n);
         exit(3);
     }
@@ -317,7 +317,7 @@ static double case_add_dispatch(size_t ngroups)
     return v;
 }
 
-static rdmax_arb_result never_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e, void *arg)
+static rdmax__arb_result never_cb(rdmax__arb *arb, rdmax__arb_group *g, rdmax__arb_elem *e, void *arg)
 {
     (void)arb;
     (void)g;
@@ -328,20 +328,20 @@ static rdmax_arb_result never_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_e
 
 /* The asm makes the compiler forget what arb points to, so every iteration loads arb->current and
    branches, as the progress loop does when the arbiter lives in a context it cannot see through. */
-BENCH_LOOP static size_t bench_empty_loop(rdmax_arb *arb, size_t n, int check)
+BENCH_LOOP static size_t bench_empty_loop(rdmax__arb *arb, size_t n, int check)
 {
     size_t i, sum = 0;
     for (i = 0; i < n; i++) {
         __asm__ __volatile__("" : "+r"(arb));
         if (check) {
-            sum += rdmax_arb_dispatch(arb, 1, never_cb, NULL);
+            sum += rdmax__arb_dispatch(arb, 1, never_cb, NULL);
         }
     }
     return sum;
 }
 
 typedef struct b_empty {
-    rdmax_arb arb;
+    rdmax__arb arb;
     int check;
 } b_empty;
 
@@ -356,7 +356,7 @@ static double rep_empty(void *ctx, size_t n)
 static double case_empty(int check)
 {
     b_empty e;
-    rdmax_arb_init(&e.arb);
+    rdmax__arb_init(&e.arb);
     e.check = check;
     if (!g_once) {
         g_sink += bench_empty_loop(&e.arb, g_n, check);

@@ -136,7 +136,7 @@ CG_FN static int cg_recv_one(rdmax_ctx *c)
 
 static void fail(const char *what, rdmax_status st)
 {
-    fprintf(stderr, "instr: %s: %s (%s)\n", what, rdmax_status_str(st), rdmax_ctx_last_error(ctx));
+    fprintf(stderr, "instr: %s: %s (%s)\n", what, rdmax_status_str(st), rdmax_ctx_query_last_error(ctx));
     exit(1);
 }
 
@@ -343,9 +343,9 @@ static void case_recv_one(const rdmax_ep_desc *d)
     rdmax_ctx *ctx2;
     rdmax_ep *p, *q;
     rdmax_ctx_desc cd;
-    rdmax_conn_info ip, iq;
+    rdmax_conn_record ip, iq;
     memset(&cd, 0, sizeof cd);
-    cd.device = rdmax_ctx_attr(ctx)->name;
+    cd.device = rdmax_ctx_query_attr(ctx)->name;
     rdmax_status st = rdmax_ctx_create(&cd, &ctx2);
     if (st != RDMAX_OK)
         fail("recv_one: second context", st);
@@ -354,9 +354,9 @@ static void case_recv_one(const rdmax_ep_desc *d)
     e.expose = NULL;  /* (ctx's memory) */
     if ((st = rdmax_ep_create(ctx, &e, &p)) != RDMAX_OK || (st = rdmax_ep_create(ctx2, &e, &q)) != RDMAX_OK)
         fail("recv_one: ep_create", st);
-    rdmax_ep_local_info(p, &ip);
-    rdmax_ep_local_info(q, &iq);
-    if ((st = rdmax_ep_connect_info(p, &iq)) != RDMAX_OK || (st = rdmax_ep_connect_info(q, &ip)) != RDMAX_OK)
+    rdmax_ep_query_record(p, &ip);
+    rdmax_ep_query_record(q, &iq);
+    if ((st = rdmax_ep_connect_record(p, &iq)) != RDMAX_OK || (st = rdmax_ep_connect_record(q, &ip)) != RDMAX_OK)
         fail("recv_one: connect", st);
     unsigned long ops = 0, calls = 0;
     CALLGRIND_ZERO_STATS;

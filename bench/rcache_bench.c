@@ -9,7 +9,7 @@
 
    Device cases (--device, or $RDMAX_TEST_DEV0 set; --device-only skips the cases above): the miss
    cost on a real device, for 4 KiB, 64 KiB and 1 MiB buffers, beside plain verbs:
-   dev_miss_inval_rdmax_SIZE  rdmax_rcache_get of a new buffer (ibv_reg_mr inside) + rdmax_rcache_put +
+   dev_miss_inval_rdmax_SIZE  rdmax_rcache_get of a new buffer (ibv_reg_mr inside) + rdmax_rcache_release +
                               rdmax_rcache_invalidate (ibv_dereg_mr inside), on the context's own cache
    dev_miss_evict_rdmax_SIZE  get + put on a cache limited to one region: each miss evicts (deregisters)
                               the previous buffer's region, then registers
@@ -109,7 +109,7 @@ static double rd_hits(rdmax_rcache *rc, char *const *addrs, long ops)
         rdmax_rcache_region *r;
         if (rdmax_unlikely(rdmax_rcache_get(rc, addrs[k], opt_size, 3, &r) != RDMAX_OK)) abort();
         s += r->lkey;
-        rdmax_rcache_put(rc, r);
+        rdmax_rcache_release(rc, r);
         if (++k == opt_regions) k = 0;
     }
     sink += s;
@@ -125,7 +125,7 @@ static double rd_misses_mode(char *const *addrs, int mode)
     for (k = 0; k < opt_regions; k++) {
         rdmax_rcache_region *r;
         if (rdmax_rcache_get(rc, addrs[k], opt_size, 3, &r) != RDMAX_OK) abort();
-        rdmax_rcache_put(rc, r);
+        rdmax_rcache_release(rc, r);
     }
     t = (now_ns() - t0) / (double)opt_regions;
     rdmax_rcache_query_stats(rc, &st);
@@ -181,7 +181,7 @@ static double mon_miss_newmap(int mode)
     for (int i = 0; i < MON_N; i++) {
         rdmax_rcache_region *r;
         if (rdmax_rcache_get(rc, mon_maps[i], 8192, 3, &r) != RDMAX_OK) abort();
-        rdmax_rcache_put(rc, r);
+        rdmax_rcache_release(rc, r);
     }
     t = (now_ns() - t0) / MON_N;
     rdmax_rcache_query_stats(rc, &st);
@@ -205,7 +205,7 @@ static double mon_munmap(int cached)
     for (int i = 0; i < MON_N && rc; i++) {
         rdmax_rcache_region *r;
         if (rdmax_rcache_get(rc, mon_maps[i], 8192, 3, &r) != RDMAX_OK) abort();
-        rdmax_rcache_put(rc, r);
+        rdmax_rcache_release(rc, r);
     }
     for (int i = 0; i < MON_N; i++) {
         double t0 = now_ns();
@@ -232,7 +232,7 @@ static void monitor_cases(void)
     rdmax_rcache_monitor_info mi;
     double *a = (double *)calloc((size_t)opt_reps, sizeof(double)), *b = (double *)calloc((size_t)opt_reps, sizeof(double));
     double *c = (double *)calloc((size_t)opt_reps, sizeof(double)), *d = (double *)calloc((size_t)opt_reps, sizeof(double));
-    rdmax_rcache_monitor_query(&mi);
+    rdmax_rcache_query_monitor(&mi);
     if (!mi.usable) {
         fprintf(stderr, "no memory monitor here (%s): monitor cases skipped\n", mi.why);
         return;
@@ -349,7 +349,7 @@ static rdmax_ctx *dev_open(uint32_t max_regions)
         exit(1);
     }
     /* the cache a context makes at its first raw buffer, made now */
-    if ((st = rdmax__rcache_open(ctx)) != RDMAX_OK || !rdmax_ctx_rcache(ctx)) {
+    if ((st = rdmax__rcache_open(ctx)) != RDMAX_OK || !rdmax_ctx_query_rcache(ctx)) {
         fprintf(stderr, "rdmax__rcache_open: %s\n", rdmax_status_str(st));
         exit(1);
     }
@@ -378,7 +378,7 @@ static double dev_miss_inval(rdmax_rcache *rc, char *const *bufs, size_t n, size
         rdmax_rcache_region *r;
         if (rdmax_rcache_get(rc, bufs[k], size, RDMAX_ACCESS_LOCAL, &r) != RDMAX_OK) abort();
         sink += r->lkey;
-        rdmax_rcache_put(rc, r);
+        rdmax_rcache_release(rc, r);
         if (rdmax_rcache_invalidate(rc, bufs[k], size) != 1) abort();
     }
     t = (now_ns() - t0) / (double)n;
@@ -400,7 +400,7 @@ static double dev_miss_evict(rdmax_rcache *rc, char *const *bufs, size_t n, size
         rdmax_rcache_region *r;
         if (rdmax_rcache_get(rc, bufs[k], size, RDMAX_ACCESS_LOCAL, &r) != RDMAX_OK) abort();
         sink += r->lkey;
-        rdmax_rcache_put(rc, r);
+        rdmax_rcache_release(rc, r);
     }
     t = (now_ns() - t0) / (double)n;
     rdmax_rcache_query_stats(rc, &b);
@@ -435,14 +435,14 @@ static void device_cases(void)
 {
     static const size_t sizes[] = {4096, 65536, 1u << 20};
     rdmax_ctx *ci = dev_open(0), *ce = dev_open(1);
-    rdmax_rcache *rci = rdmax_ctx_rcache(ci), *rce = rdmax_ctx_rcache(ce), *rcn = rd_create(0);
+    rdmax_rcache *rci = rdmax_ctx_query_rcache(ci), *rce = rdmax_ctx_query_rcache(ce), *rcn = rd_create(0);
     size_t ps = (size_t)sysconf(_SC_PAGESIZE), si, k, n = opt_dev_bufs;
     double *ti = (double *)calloc((size_t)opt_dev_reps, sizeof(double));
     double *te = (double *)calloc((size_t)opt_dev_reps, sizeof(double));
     double *tv = (double *)calloc((size_t)opt_dev_reps, sizeof(double));
     double *tn = (double *)calloc((size_t)opt_dev_reps, sizeof(double));
     char **bufs = (char **)calloc(n, sizeof(char *));
-    fprintf(stderr, "device %s: %zu buffers per size, %d repetitions\n", rdmax_ctx_attr(ci)->name, n, opt_dev_reps);
+    fprintf(stderr, "device %s: %zu buffers per size, %d repetitions\n", rdmax_ctx_query_attr(ci)->name, n, opt_dev_reps);
     for (si = 0; si < sizeof sizes / sizeof sizes[0]; si++) {
         size_t size = sizes[si], stride = size + ps, span = n * stride;
         char name[64], *area;
@@ -589,7 +589,7 @@ int main(int argc, char **argv)
         /* the same regions in a cache with the monitor on: they lie in one private mapping, which the
            monitor registers at the first miss */
         rdmax_rcache_monitor_info mi;
-        rdmax_rcache_monitor_query(&mi);
+        rdmax_rcache_query_monitor(&mi);
         if (mi.usable) {
             rdmax_rcache_stats st;
             rdmon = rd_create_mode(0, RDMAX_RCACHE_AUTO);

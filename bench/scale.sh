@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/scale.sh - the scale rows of the benchmark: memory per RC endpoint (rdmax's own, the provider's
-# queue memory, the shared receive pool), endpoints connected per second (rdmax_ep_connect_info in one
+# queue memory, the shared receive pool), endpoints connected per second (rdmax_ep_connect_record in one
 # process; the listener with 50 client processes), and the 8-byte put rate over 1,000 endpoints against
 # one, beside the raw-verbs floor of that rate (bench/floor.c putrate: the same loop over 1,000 RC QPs
 # with nothing but libibverbs). Builds tests/scale_test.c and bench/floor.c into build-bench/, runs them
@@ -72,7 +72,7 @@ quot() {
 	echo "| provider's queue memory per RC endpoint (rxe, sq_depth 32, max_inline 256) | $(row ep_provider_bytes) |"
 	echo "| shared receive pool per RC endpoint (16 credits x 4 KiB) | $(row ep_pool_bytes) |"
 	echo "| process RSS per RC endpoint | $(row ep_rss_bytes) |"
-	echo "| endpoints created and connected per second (rdmax_ep_connect_info, one process) | $(row rc_connect_info_eps_per_s) |"
+	echo "| endpoints created and connected per second (rdmax_ep_connect_record, one process) | $(row rc_connect_info_eps_per_s) |"
 	echo "| endpoints accepted per second through the listener (50 client processes x 20) | $(row listener_eps_per_s) |"
 	echo "| 8-byte put rate, 1 endpoint (ops/s) | $(med put8_rate_1ep) |"
 	echo "| 8-byte put rate spread over 1,000 endpoints (ops/s) | $(med put8_rate_1000eps) |"

@@ -2,7 +2,7 @@
 
    Shows: rdmax_req_post, which posts an operation now if the send queue has room and otherwise queues
    it on the endpoint (the pending queue), so a program never has to retry RDMAX_ERR_NO_RESOURCE itself;
-   rdmax_ep_query_info(...).pending, the number waiting; and that every request completes, in the order
+   rdmax_ep_query_resources(...).pending, the number waiting; and that every request completes, in the order
    it was posted (per-endpoint order always holds: a direct post is refused while requests wait).
    Run: build/ex_pending [DEVICE]     (no DEVICE: $RDMAX_DEVICE, else the first active device)
    Exits 0 only if all requests completed in order and the target holds every one's data. */
@@ -58,7 +58,7 @@ int main(int argc, char **argv)
         die("rdmax_ep_create_pair", st);
     /* The applied depth: rounded to a power of two and capped by the device. */
     printf("send queue: %u slots\n", rdmax_ep_query_desc(a).sq_depth);
-    const rdmax_rbuf *r = rdmax_ep_remote(a, 0);  /* the peer's `target` */
+    const rdmax_rbuf *r = rdmax_ep_query_remote(a, 0);  /* the peer's `target` */
     if (!r) {
         fprintf(stderr, "ex_pending: the peer advertised no buffer\n");
         return 1;
@@ -68,7 +68,7 @@ int main(int argc, char **argv)
     static rdmax_req req[N];
     static rdmax_comp comp[N];
     unsigned char *src = (unsigned char *)source->addr;
-    rdmax_ep_info info;
+    rdmax_ep_resources info;
     for (int i = 0; i < N; i++) {
         memset(src + i * SLOT, i + 1, SLOT);
         comp[i].cb = on_comp;
@@ -84,7 +84,7 @@ int main(int argc, char **argv)
         if ((st = rdmax_req_post(a, &req[i])) != RDMAX_INPROGRESS)
             die("rdmax_req_post", st);
     }
-    rdmax_ep_query_info(a, &info);
+    rdmax_ep_query_resources(a, &info);
     size_t waiting = info.pending;
     printf("posted %d requests: %zu wait in the pending queue, %u are on the send queue\n", N, waiting,
            info.outstanding);
@@ -92,7 +92,7 @@ int main(int argc, char **argv)
     /* rdmax_progress reaps completions, and as slots free up it posts the waiting requests, oldest first. */
     while (g_done < N)
         rdmax_progress(ctx);
-    rdmax_ep_query_info(a, &info);
+    rdmax_ep_query_resources(a, &info);
     printf("all %d completed (%d failed); pending now %zu\n", g_done, g_failed, info.pending);
 
     int ok = waiting > 0 && g_failed == 0 && info.pending == 0;

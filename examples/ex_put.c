@@ -1,8 +1,8 @@
 /* ex_put - write into a peer's registered buffer with rdmax_put, then read it back with rdmax_get.
 
    Shows: registering memory (rdmax_mem_alloc), exposing a buffer to the peer (rdmax_ep_desc.expose),
-   connecting two endpoints by hand (rdmax_ep_local_info / rdmax_ep_connect_info: the records a real
-   program would swap over TCP), reading the peer's buffer address and key (rdmax_ep_remote), and
+   connecting two endpoints by hand (rdmax_ep_query_record / rdmax_ep_connect_record: the records a real
+   program would swap over TCP), reading the peer's buffer address and key (rdmax_ep_query_remote), and
    waiting for an operation through its rdmax_comp.
    Run: build/ex_put [DEVICE]     (no DEVICE: $RDMAX_DEVICE, else the first active device)
    Both endpoints live in one process and one context; exits 0 only if the data arrived intact. */
@@ -60,14 +60,14 @@ int main(int argc, char **argv)
     if ((st = rdmax_ep_create(ctx, &da, &a)) != RDMAX_OK || (st = rdmax_ep_create(ctx, &db, &b)) != RDMAX_OK)
         die("rdmax_ep_create", st);
     /* Each side connects with the other's record (in two processes these would cross the network). */
-    rdmax_conn_info ia, ib;
-    rdmax_ep_local_info(a, &ia);
-    rdmax_ep_local_info(b, &ib);
-    if ((st = rdmax_ep_connect_info(a, &ib)) != RDMAX_OK || (st = rdmax_ep_connect_info(b, &ia)) != RDMAX_OK)
-        die("rdmax_ep_connect_info", st);
+    rdmax_conn_record ia, ib;
+    rdmax_ep_query_record(a, &ia);
+    rdmax_ep_query_record(b, &ib);
+    if ((st = rdmax_ep_connect_record(a, &ib)) != RDMAX_OK || (st = rdmax_ep_connect_record(b, &ia)) != RDMAX_OK)
+        die("rdmax_ep_connect_record", st);
 
     /* The peer's buffer as a sees it: address, length and key, through the public accessor. */
-    const rdmax_rbuf *r = rdmax_ep_remote(a, 0);
+    const rdmax_rbuf *r = rdmax_ep_query_remote(a, 0);
     if (!r || r->len < LEN) {
         fprintf(stderr, "ex_put: the peer advertised no buffer of %d bytes\n", LEN);
         return 1;

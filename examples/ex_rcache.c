@@ -33,7 +33,7 @@ static int put_and_check(unsigned char *buf, unsigned seed)
 {
     for (size_t i = 0; i < LEN; i++)
         buf[i] = (unsigned char)(i * 31 + seed);
-    const rdmax_rbuf *r = rdmax_ep_remote(g_a, 0);
+    const rdmax_rbuf *r = rdmax_ep_query_remote(g_a, 0);
     rdmax_comp c = {0};
     rdmax_status st = rdmax_put(g_a, buf, LEN, NULL, r->addr, r->rkey, &c);
     if (st != RDMAX_INPROGRESS)
@@ -48,7 +48,7 @@ static int put_and_check(unsigned char *buf, unsigned seed)
 static void print_stats(const char *when, rdmax_rcache_stats *s)
 {
     /* The cache is made on the first raw buffer: before that there is none, and nothing to count. */
-    rdmax_rcache *rc = rdmax_ctx_rcache(g_ctx);
+    rdmax_rcache *rc = rdmax_ctx_query_rcache(g_ctx);
     memset(s, 0, sizeof *s);
     if (rc)
         rdmax_rcache_query_stats(rc, s);
@@ -74,7 +74,7 @@ int main(int argc, char **argv)
     rdmax_ep *b;
     if ((st = rdmax_ep_create_pair(g_ctx, &d, &g_a, &b)) != RDMAX_OK)
         die("rdmax_ep_create_pair", st);
-    if (!rdmax_ep_remote(g_a, 0)) {
+    if (!rdmax_ep_query_remote(g_a, 0)) {
         fprintf(stderr, "ex_rcache: the peer advertised no buffer\n");
         return 1;
     }
@@ -82,7 +82,7 @@ int main(int argc, char **argv)
     /* In the default mode (RDMAX_RCACHE_AUTO) a range is cached only while the memory monitor can see
        it change; without the monitor every put registers for itself (correct, but no hits). */
     rdmax_rcache_monitor_info mon;
-    rdmax_rcache_monitor_query(&mon);
+    rdmax_rcache_query_monitor(&mon);
     printf("memory monitor: %s\n", mon.usable ? "usable" : mon.why);
 
     rdmax_rcache_stats s0, s1, s2;

@@ -79,7 +79,7 @@ enum test { T_PUT, T_SEND, T_GET };
 /* What failed, in one sentence: the logger has already printed the details (device, call, errno). */
 static const char *last_item(const rdmax_ctx *ctx)
 {
-    return rdmax_log_item_str(rdmax_ctx_last_error_item(ctx));
+    return rdmax_log_item_str(rdmax_ctx_query_last_error_item(ctx));
 }
 
 static const char *const test_names[] = {"put", "send", "get"};
@@ -249,9 +249,9 @@ static int ctl_wait(rdmax_ctx *ctx, rdmax_ep *ctl, struct mailbox *mb, uint64_t 
         } else {
             rdmax_wait(ctx, 100);
         }
-        if (!mb->have && rdmax_ep_error(ctl) != RDMAX_OK) {  /* a message that came before the close counts */
+        if (!mb->have && rdmax_ep_query_error(ctl) != RDMAX_OK) {  /* a message that came before the close counts */
             fprintf(stderr, "%s: control endpoint failed: %s (peer gone?)\n", mb->peer,
-                    rdmax_status_str(rdmax_ep_error(ctl)));
+                    rdmax_status_str(rdmax_ep_query_error(ctl)));
             return -1;
         }
         if (now_s() > deadline) {
@@ -470,7 +470,7 @@ static double peak_rate(const struct samples *s, uint64_t span)
 
 static int ep_failed(rdmax_ep *ep, unsigned i)
 {
-    rdmax_status st = rdmax_ep_error(ep);
+    rdmax_status st = rdmax_ep_query_error(ep);
     if (st == RDMAX_OK)
         return 0;
     fprintf(stderr, "data endpoint %u failed: %s (peer %s)\n", i, rdmax_status_str(st),
@@ -520,7 +520,7 @@ static int run_size(struct run *r, struct row *row)
         }
     }
     rdmax_counters c0, c1;
-    rdmax_counters_get(r->ctx, &c0);
+    rdmax_ctx_query_counters(r->ctx, &c0);
     double t0 = now_s(), t = t0, last_progress = t0;
     int timed = o.duration > 0;
     unsigned spin = 0;
@@ -619,7 +619,7 @@ static int run_size(struct run *r, struct row *row)
     }
     t = now_s();
     sample(&smp, t, total);
-    rdmax_counters_get(r->ctx, &c1);
+    rdmax_ctx_query_counters(r->ctx, &c1);
     double unit = o.gbits ? 125e6 : 1048576.0;
     double secs = t - t0;
     uint64_t span = total / 10 > 2ull * o.outstanding * r->n ? total / 10 : 2ull * o.outstanding * r->n;
@@ -694,7 +694,7 @@ static int write_files(const struct row *r, int n)
 static void print_profile(rdmax_ctx *ctx)
 {
     rdmax_counters c;
-    rdmax_counters_get(ctx, &c);
+    rdmax_ctx_query_counters(ctx, &c);
     uint64_t ops = 0;
     printf("rdmax counters:\n");
     for (int op = 0; op < RDMAX_OP__COUNT; op++)
@@ -762,9 +762,9 @@ static int tx_buffers(rdmax_ctx *ctx, struct run *r, size_t size, rdmax_mem **me
         while (ring_n < o.outstanding)
             ring_n *= 2;
     size_t bytes = size * r->n * ring_n;
-    unsigned inl = o.inline_size >= 0 ? (unsigned)o.inline_size : rdmax_ctx_attr(ctx)->max_inline;
-    if (inl > rdmax_ctx_attr(ctx)->max_inline)
-        inl = rdmax_ctx_attr(ctx)->max_inline;
+    unsigned inl = o.inline_size >= 0 ? (unsigned)o.inline_size : rdmax_ctx_query_attr(ctx)->max_inline;
+    if (inl > rdmax_ctx_query_attr(ctx)->max_inline)
+        inl = rdmax_ctx_query_attr(ctx)->max_inline;
     *mem = NULL;
     *plain = NULL;
     unsigned char *base;
@@ -869,7 +869,7 @@ static int rx_verify(rdmax_ctx *ctx, int test, size_t size, const rdmax_mem *mem
         for (unsigned i = 0; i < s->n; i++)
             missing += s->rx[i].missing, dups += s->rx[i].dups, late += s->rx[i].late;
         rdmax_counters c1;
-        rdmax_counters_get(ctx, &c1);
+        rdmax_ctx_query_counters(ctx, &c1);
         uint64_t unique = *msgs - dups;
         printf("%s: %zu bytes: datagrams missing %" PRIu64 " (%" PRIu64 " of %" PRIu64 " sent never came), duplicated %"
                PRIu64 ", out of order %" PRIu64 "; rdmax ud.skipped %" PRIu64 ", ud.late %" PRIu64 ", ud.duplicates %"
@@ -903,11 +903,11 @@ static int tx_verify(struct run *r)
 static int server(rdmax_ctx *ctx)
 {
     rdmax_listener *l = NULL;
-    if (rdmax_listen(ctx, NULL, (uint16_t)o.port, &l) != RDMAX_OK) {
+    if (rdmax_listener_create(ctx, NULL, (uint16_t)o.port, &l) != RDMAX_OK) {
         fprintf(stderr, "server: cannot listen on port %u (option -p): %s\n", o.port, last_item(ctx));
         return 1;
     }
-    printf("server: device %s, listening on port %u%s\n", rdmax_ctx_attr(ctx)->name, o.port, o.cm ? " (rdma_cm)" : "");
+    printf("server: device %s, listening on port %u%s\n", rdmax_ctx_query_attr(ctx)->name, o.port, o.cm ? " (rdma_cm)" : "");
     struct mailbox mb;
     memset(&mb, 0, sizeof mb);
     mb.peer = "client";
@@ -924,7 +924,7 @@ static int server(rdmax_ctx *ctx)
     while (st != RDMAX_OK && st != RDMAX_ERR_TIMEOUT && now_s() < give_up);
     if (st != RDMAX_OK) {
         fprintf(stderr, "server: no client on port %u: %s\n", o.port, rdmax_status_str(st));
-        rdmax_listener_close(l);
+        rdmax_listener_destroy(l);
         return 1;
     }
     int rc = 0;
@@ -946,7 +946,7 @@ static int server(rdmax_ctx *ctx)
         o.ud = (int)mb.msg.w[3];
         size_t size = (size_t)mb.msg.w[4];
         unsigned qps = (unsigned)mb.msg.w[5];
-        if (test < T_PUT || test > T_GET || !size || size > rdmax_ctx_attr(ctx)->max_msg_sz || !qps || qps > MAX_QPS) {
+        if (test < T_PUT || test > T_GET || !size || size > rdmax_ctx_query_attr(ctx)->max_msg_sz || !qps || qps > MAX_QPS) {
             fprintf(stderr, "server: client asked for test %d, size %zu, %u endpoints: not supported\n", test, size,
                     qps);
             rc = 1;
@@ -958,7 +958,7 @@ static int server(rdmax_ctx *ctx)
             break;
         }
         memset(&rs, 0, sizeof rs);
-        rdmax_counters_get(ctx, &rs.c0);
+        rdmax_ctx_query_counters(ctx, &rs.c0);
         uint32_t depth = rx_depth(size);
         uint64_t window = o.ud ? depth - 32 : 0;
         if (ctl_send(ctx, ctl, C_READY, (uintptr_t)mem->addr, mem->rkey, mem->len, window)) {
@@ -1010,7 +1010,7 @@ static int server(rdmax_ctx *ctx)
         print_profile(ctx);
     /* No flush: the client has our last message (RESULT) and may be gone after its BYE. */
     rdmax_ep_destroy(ctl);
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     return rc;
 }
 
@@ -1027,7 +1027,7 @@ static rdmax_status connect_retry(rdmax_ctx *ctx, const rdmax_ep_desc *d, rdmax_
     quiet_log = 0;
     if (st != RDMAX_OK)
         fprintf(stderr, "client: cannot connect to %s port %u: %s (%s)\n", o.host, o.port, rdmax_status_str(st),
-                rdmax_ctx_last_error(ctx));  /* hidden while retrying: printed once, here */
+                rdmax_ctx_query_last_error(ctx));  /* hidden while retrying: printed once, here */
     return st;
 }
 
@@ -1038,7 +1038,7 @@ static int one_size(rdmax_ctx *ctx, rdmax_ep *ctl, struct mailbox *mb, size_t si
     static struct rx_set rs;
     memset(&r, 0, sizeof r);
     memset(&rs, 0, sizeof rs);
-    rdmax_counters_get(ctx, &rs.c0);
+    rdmax_ctx_query_counters(ctx, &rs.c0);
     r.ctx = ctx;
     r.n = o.qps;
     r.size = size;
@@ -1066,16 +1066,16 @@ static int one_size(rdmax_ctx *ctx, rdmax_ep *ctl, struct mailbox *mb, size_t si
             rdmax_ep_desc dt, dr;
             tx_desc(&dt, &r.tx[i]);
             rx_desc(&dr, x, o.test, size, smem);
-            rdmax_conn_info it, ir;
+            rdmax_conn_record it, ir;
             if (rdmax_ep_create(ctx, &dt, &r.tx[i].ep) || rdmax_ep_create(ctx, &dr, &x->ep)) {
                 fprintf(stderr, "loopback endpoints: %s\n", last_item(ctx));
                 rc = -1;
                 goto out;
             }
             rs.n = i + 1;
-            rdmax_ep_local_info(r.tx[i].ep, &it);
-            rdmax_ep_local_info(x->ep, &ir);
-            if (rdmax_ep_connect_info(r.tx[i].ep, &ir) || rdmax_ep_connect_info(x->ep, &it)) {
+            rdmax_ep_query_record(r.tx[i].ep, &it);
+            rdmax_ep_query_record(x->ep, &ir);
+            if (rdmax_ep_connect_record(r.tx[i].ep, &ir) || rdmax_ep_connect_record(x->ep, &it)) {
                 fprintf(stderr, "loopback connect: %s\n", last_item(ctx));
                 rc = -1;
                 goto out;
@@ -1141,7 +1141,7 @@ out:
 
 static int client(rdmax_ctx *ctx)
 {
-    const rdmax_dev_attr *a = rdmax_ctx_attr(ctx);
+    const rdmax_dev_attr *a = rdmax_ctx_query_attr(ctx);
     size_t sizes[32];
     int n = 0;
     size_t top = o.ud ? a->mtu_bytes : (a->max_msg_sz < (8u << 20) ? (size_t)a->max_msg_sz : (size_t)8 << 20);

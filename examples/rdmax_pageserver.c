@@ -52,7 +52,7 @@
 /* What failed, in one sentence: the logger has already printed the details (device, call, errno). */
 static const char *last_item(const rdmax_ctx *ctx)
 {
-    return rdmax_log_item_str(rdmax_ctx_last_error_item(ctx));
+    return rdmax_log_item_str(rdmax_ctx_query_last_error_item(ctx));
 }
 
 static struct {
@@ -168,13 +168,13 @@ static int server(rdmax_ctx *ctx)
     if (!m)
         return 1;
     rdmax_listener *l;
-    if (rdmax_listen(ctx, NULL, (uint16_t)o.port, &l) != RDMAX_OK) {
+    if (rdmax_listener_create(ctx, NULL, (uint16_t)o.port, &l) != RDMAX_OK) {
         fprintf(stderr, "server: cannot listen on port %u (option -p): %s\n", o.port, last_item(ctx));
         rdmax_mem_free(m);
         return 1;
     }
     printf("server: %u pages of %u B (%.1f MiB) on %s, listening on port %u\n", o.pages, PAGE,
-           (double)o.pages * PAGE / 1048576.0, rdmax_ctx_attr(ctx)->name, o.port);
+           (double)o.pages * PAGE / 1048576.0, rdmax_ctx_query_attr(ctx)->name, o.port);
     struct inbox in;
     memset(&in, 0, sizeof in);
     rdmax_ep_desc d;
@@ -190,18 +190,18 @@ static int server(rdmax_ctx *ctx)
         fprintf(stderr, "server: no client on port %u: %s\n", o.port, rdmax_status_str(st));
     } else if (send_hello(ctx, ep, m) == 0) {
         /* Nothing to do until "bye": the client's reads and writes never reach this process. */
-        while (!in.have && rdmax_ep_error(ep) == RDMAX_OK)
+        while (!in.have && rdmax_ep_query_error(ep) == RDMAX_OK)
             rdmax_wait(ctx, 1000);
         if (in.have && in.len == 3 && !memcmp(in.msg, "bye", 3)) {
             printf("server: client done\n");
             rc = 0;
         } else {
             fprintf(stderr, "server: client %s went away: %s\n", o.host ? o.host : "",
-                    rdmax_status_str(rdmax_ep_error(ep)));
+                    rdmax_status_str(rdmax_ep_query_error(ep)));
         }
     }
     rdmax_ep_destroy(ep);
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_mem_free(m);
     return rc;
 }
@@ -330,7 +330,7 @@ static int workload(struct client *c, uint64_t count, int sweep)
             last = now_us();
         } else if (now_us() - last > TIMEOUT_MS * 1e3) {
             fprintf(stderr, "no completion for %d ms (server %s gone?): %s\n", TIMEOUT_MS,
-                    o.loopback ? "loopback" : o.host, rdmax_status_str(rdmax_ep_error(c->ep)));
+                    o.loopback ? "loopback" : o.host, rdmax_status_str(rdmax_ep_query_error(c->ep)));
             return -1;
         }
     }
@@ -435,7 +435,7 @@ static int client(rdmax_ctx *ctx)
         return 1;
     }
     double deadline = now_us() + TIMEOUT_MS * 1e3;
-    while (!in.have && now_us() < deadline && rdmax_ep_error(ep) == RDMAX_OK)
+    while (!in.have && now_us() < deadline && rdmax_ep_query_error(ep) == RDMAX_OK)
         rdmax_progress(ctx);
     int rc = 1;
     if (!in.have || in.len != 32 || decode64(in.msg) != HELLO_MAGIC) {

@@ -46,7 +46,7 @@ enum test { T_SEND, T_PUT, T_GET, T_FADD, T_CSWAP };
 /* What failed, in one sentence: the logger has already printed the details (device, call, errno). */
 static const char *last_item(const rdmax_ctx *ctx)
 {
-    return rdmax_log_item_str(rdmax_ctx_last_error_item(ctx));
+    return rdmax_log_item_str(rdmax_ctx_query_last_error_item(ctx));
 }
 
 static const char *const test_names[] = {"send", "put", "get", "fadd", "cswap"};
@@ -259,7 +259,7 @@ static int post_retry(struct side *s, int (*post)(struct side *, uint64_t), uint
         return st;
     double deadline = now_us() + TIMEOUT_MS * 1000.0;
     for (;;) {
-        rdmax_progress(rdmax_ep_ctx(s->ep));
+        rdmax_progress(rdmax_ep_query_ctx(s->ep));
         if ((st = post(s, tag)) != RDMAX_ERR_NO_RESOURCE)
             return st;
         if (now_us() > deadline)
@@ -337,7 +337,7 @@ static int do_put(struct side *s, uint64_t tag)
 {
     if (rdmax_unlikely(s->ready != tag))
         prefill(s, tag);
-    const rdmax_rbuf *r = rdmax_ep_remote(s->ep, 0);  /* every side exposes s->mem (ep_desc_for) */
+    const rdmax_rbuf *r = rdmax_ep_query_remote(s->ep, 0);  /* every side exposes s->mem (ep_desc_for) */
     size_t off = (tag & 1) * s->half;
     int st = rdmax_put(s->ep, s->sbuf + off, s->size, s->smem, r->addr + off, r->rkey, NULL);
     return st == RDMAX_INPROGRESS ? RDMAX_OK : st;
@@ -373,11 +373,11 @@ static int send_final(struct side *s, uint64_t tag)
     rdmax_status st;
     double deadline = now_us() + TIMEOUT_MS * 1000.0;
     while ((st = rdmax_send(s->ep, b, s->size, s->smem, &c)) == RDMAX_ERR_NO_RESOURCE && now_us() < deadline)
-        rdmax_progress(rdmax_ep_ctx(s->ep));
+        rdmax_progress(rdmax_ep_query_ctx(s->ep));
     if (st == RDMAX_OK)
         return 0;
     while (st == RDMAX_INPROGRESS && !c.done && now_us() < deadline)
-        rdmax_progress(rdmax_ep_ctx(s->ep));
+        rdmax_progress(rdmax_ep_query_ctx(s->ep));
     if (st != RDMAX_INPROGRESS || !c.done || c.status != RDMAX_OK) {
         fprintf(stderr, "final message to the server failed: %s\n",
                 rdmax_status_str(st != RDMAX_INPROGRESS ? st : c.done ? c.status : RDMAX_ERR_TIMEOUT));
@@ -410,8 +410,8 @@ static int spin_check(rdmax_ep *ep, unsigned spin, double *deadline, const char 
 {
     if (spin & 4095)
         return 0;
-    if (rdmax_ep_error(ep) != RDMAX_OK) {
-        fprintf(stderr, "%s: endpoint failed: %s\n", what, rdmax_status_str(rdmax_ep_error(ep)));
+    if (rdmax_ep_query_error(ep) != RDMAX_OK) {
+        fprintf(stderr, "%s: endpoint failed: %s\n", what, rdmax_status_str(rdmax_ep_query_error(ep)));
         return -1;
     }
     double now = now_us();
@@ -429,7 +429,7 @@ static int wait_reply(struct side *cli, struct side *srv, uint64_t tag)
 {
     double deadline = 0;
     for (unsigned spin = 1;; spin++) {
-        rdmax_progress(rdmax_ep_ctx(cli->ep));
+        rdmax_progress(rdmax_ep_query_ctx(cli->ep));
         if (srv)
             serve_step(srv);
         if (cli->bad || (srv && srv->bad))
@@ -457,7 +457,7 @@ static int one_sided(struct side *cli, uint64_t i)
     memset(&c, 0, sizeof c);
     rdmax_status st;
     uint64_t *res = (uint64_t *)(void *)cli->sbuf;
-    const rdmax_rbuf *r = rdmax_ep_remote(cli->ep, 0);  /* every side exposes s->mem (ep_desc_for) */
+    const rdmax_rbuf *r = rdmax_ep_query_remote(cli->ep, 0);  /* every side exposes s->mem (ep_desc_for) */
     uint64_t raddr = r->addr;
     uint32_t rkey = r->rkey;
     double deadline = now_us() + TIMEOUT_MS * 1000.0;
@@ -475,14 +475,14 @@ static int one_sided(struct side *cli, uint64_t i)
             break;
         }
         if (st == RDMAX_ERR_NO_RESOURCE)
-            rdmax_progress(rdmax_ep_ctx(cli->ep));
+            rdmax_progress(rdmax_ep_query_ctx(cli->ep));
     } while (st == RDMAX_ERR_NO_RESOURCE && now_us() < deadline);
     if (st != RDMAX_INPROGRESS) {
         fprintf(stderr, "%s failed: %s\n", test_names[g_opt->test], rdmax_status_str(st));
         return -1;
     }
     while (!c.done) {
-        rdmax_progress(rdmax_ep_ctx(cli->ep));
+        rdmax_progress(rdmax_ep_query_ctx(cli->ep));
         if (now_us() > deadline) {
             fprintf(stderr, "%s: no completion within %d ms\n", test_names[g_opt->test], TIMEOUT_MS);
             return -1;
@@ -858,13 +858,13 @@ static int server_run(struct side *s)
            on the completion channel, and give up only after ten idle minutes. */
         double give_up = now_us() + 600e6;
         while (!s->bad && s->got < final_msg && now_us() < give_up)
-            rdmax_wait(rdmax_ep_ctx(s->ep), 100);
+            rdmax_wait(rdmax_ep_query_ctx(s->ep), 100);
         if (s->got < final_msg)
             fprintf(stderr, "server: no final message from the client\n");
         return s->bad || s->got < final_msg ? -1 : 0;
     }
     for (unsigned spin = 1; !s->bad && s->got < final_msg; spin++) {
-        rdmax_progress(rdmax_ep_ctx(s->ep));
+        rdmax_progress(rdmax_ep_query_ctx(s->ep));
 #ifdef RDMAX_TRANSPORT_RC
         if (g_opt->test == T_PUT && s->expect_tag < total)
             serve_step(s);
@@ -914,7 +914,7 @@ int main(int argc, char **argv)
     if (o.all) {
         size_t top = 8u << 20;
 #ifdef RDMAX_TRANSPORT_UD
-        top = rdmax_ctx_attr(ctx)->mtu_bytes;
+        top = rdmax_ctx_query_attr(ctx)->mtu_bytes;
 #endif
         for (size_t s = 2; s <= top; s *= 2)
             sizes[nsizes++] = s;
@@ -925,11 +925,11 @@ int main(int argc, char **argv)
     int rc = 0;
     rdmax_listener *l = NULL;
     if (!o.host && !o.loopback) {
-        if (rdmax_listen(ctx, NULL, (uint16_t)o.port, &l) != RDMAX_OK) {
+        if (rdmax_listener_create(ctx, NULL, (uint16_t)o.port, &l) != RDMAX_OK) {
             fprintf(stderr, "server: cannot listen on port %u: %s\n", o.port, last_item(ctx));
             return 1;
         }
-        printf("server: device %s, listening on port %u%s\n", rdmax_ctx_attr(ctx)->name, o.port, o.cm ? " (rdma_cm)" : "");
+        printf("server: device %s, listening on port %u%s\n", rdmax_ctx_query_attr(ctx)->name, o.port, o.cm ? " (rdma_cm)" : "");
     }
     for (int k = 0; k < nsizes && rc == 0; k++) {
         size_t size = sizes[k];
@@ -951,10 +951,10 @@ int main(int argc, char **argv)
                 rc = 1;
                 break;
             }
-            rdmax_conn_info ia, ib;
-            rdmax_ep_local_info(ea, &ia);
-            rdmax_ep_local_info(eb, &ib);
-            if (rdmax_ep_connect_info(ea, &ib) || rdmax_ep_connect_info(eb, &ia)) {
+            rdmax_conn_record ia, ib;
+            rdmax_ep_query_record(ea, &ia);
+            rdmax_ep_query_record(eb, &ib);
+            if (rdmax_ep_connect_record(ea, &ib) || rdmax_ep_connect_record(eb, &ia)) {
                 fprintf(stderr, "loopback connect: %s\n", last_item(ctx));
                 rc = 1;
                 break;
@@ -1013,7 +1013,7 @@ int main(int argc, char **argv)
 #ifdef RDMAX_TRANSPORT_UD
     {
         rdmax_counters cnt;
-        rdmax_counters_get(ctx, &cnt);
+        rdmax_ctx_query_counters(ctx, &cnt);
         printf("%s: datagrams missing %llu, duplicated %llu, out of order %llu; rdmax ud.skipped %llu, "
                "ud.late %llu, ud.duplicates %llu\n",
                o.host || o.loopback ? "client" : "server", (unsigned long long)g_ud_missing,
@@ -1023,7 +1023,7 @@ int main(int argc, char **argv)
 #endif
     if (o.profile)  /* the variables; with -DRDMAX_PROFILE also the timed points */
         rdmax_profile_print(ctx, stdout);
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_ctx_destroy(ctx);
     if (rc)
         fprintf(stderr, "%s: FAILED\n", argv[0]);

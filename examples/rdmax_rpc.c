@@ -23,7 +23,7 @@
    goes through rdmax_req_post and waits in the endpoint's pending queue. The server answers from its
    receive callback with rdmax_put_imm and queues with rdmax_req_post what finds no credit.
 
-   The server. rdmax_listen, then the loop the manual gives: rdmax_progress, rdmax_accept(l, &d, &ep, 0)
+   The server. rdmax_listener_create, then the loop the manual gives: rdmax_progress, rdmax_accept(l, &d, &ep, 0)
    until it returns RDMAX_ERR_TIMEOUT, rdmax_wait(ctx, 100). Every accept gets a new per-endpoint struct as
    d.user, and the server trusts it to say which client the endpoint belongs to: the first request binds
    it to (client id, endpoint index), and a later request whose ids differ, or that arrives with the
@@ -269,7 +269,7 @@ static void server_recv(rdmax_ep *ep, void *data, size_t len, void *user)
             ;
         S.slow++;
     }
-    const rdmax_rbuf *r = rdmax_ep_remote(ep, 0);
+    const rdmax_rbuf *r = rdmax_ep_query_remote(ep, 0);
     struct sans *a = malloc(sizeof *a);
     if (!r || r->len < MSG_SIZE || !a) {
         free(a);
@@ -356,13 +356,13 @@ static int run_server(const struct opts *o)
     S.ctx = ctx;
     S.live.next = S.live.prev = &S.live;
     rdmax_listener *l;
-    st = rdmax_listen(ctx, NULL, (uint16_t)o->port, &l);
+    st = rdmax_listener_create(ctx, NULL, (uint16_t)o->port, &l);
     if (st != RDMAX_OK) {
-        fprintf(stderr, "rdmax_listen: %s\n", rdmax_status_str(st));
+        fprintf(stderr, "rdmax_listener_create: %s\n", rdmax_status_str(st));
         rdmax_ctx_destroy(ctx);
         return 1;
     }
-    printf("rpc server: listening on port %u (%s) rss_kb=%ld t_ms=%" PRId64 "\n", rdmax_listener_port(l),
+    printf("rpc server: listening on port %u (%s) rss_kb=%ld t_ms=%" PRId64 "\n", rdmax_listener_query_port(l),
            o->cm ? "rdma_cm" : "TCP", rss_kb(), now_ms());
     fflush(stdout);
     server_status();

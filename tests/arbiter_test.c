@@ -34,25 +34,25 @@
 
 /* ---- objects: an "endpoint" embeds a group, a "request" embeds an element ------------------------ */
 typedef struct t_ep {
-    rdmax_arb_group grp;
+    rdmax__arb_group grp;
     int slot;                   /* index in the test's tables */
 } t_ep;
 
 typedef struct t_elem {
-    rdmax_arb_elem link;
+    rdmax__arb_elem link;
     long id;                    /* unique per push */
     int slot;                   /* group it was pushed to */
 } t_elem;
 
-static t_ep *ep_of(rdmax_arb_group *g) { return CONTAINER_OF(g, t_ep, grp); }
-static t_elem *el_of(rdmax_arb_elem *e) { return CONTAINER_OF(e, t_elem, link); }
+static t_ep *ep_of(rdmax__arb_group *g) { return CONTAINER_OF(g, t_ep, grp); }
+static t_elem *el_of(rdmax__arb_elem *e) { return CONTAINER_OF(e, t_elem, link); }
 
 static t_ep *ep_new(int slot)
 {
     t_ep *ep = (t_ep *)malloc(sizeof *ep);
     if (ep == NULL) abort();
-    memset(ep, 0xa5, sizeof *ep);   /* garbage first: rdmax_arb_group_init must set every field */
-    rdmax_arb_group_init(&ep->grp);
+    memset(ep, 0xa5, sizeof *ep);   /* garbage first: rdmax__arb_group_init must set every field */
+    rdmax__arb_group_init(&ep->grp);
     ep->slot = slot;
     return ep;
 }
@@ -61,7 +61,7 @@ static t_elem *el_new(long id, int slot)
 {
     t_elem *el = (t_elem *)malloc(sizeof *el);
     if (el == NULL) abort();
-    rdmax_arb_elem_init(&el->link);
+    rdmax__arb_elem_init(&el->link);
     el->id = id;
     el->slot = slot;
     return el;
@@ -77,25 +77,25 @@ typedef struct script {
     int slot[MAXLOG];
     long id[MAXLOG];
     int nres;
-    rdmax_arb_result res[MAXLOG];
-    void (*hook)(struct script *s, rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e);
+    rdmax__arb_result res[MAXLOG];
+    void (*hook)(struct script *s, rdmax__arb *arb, rdmax__arb_group *g, rdmax__arb_elem *e);
     int free_removed;           /* free the element on REMOVE */
     void *user;
 } script;
 
-static rdmax_arb_result script_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e, void *arg)
+static rdmax__arb_result script_cb(rdmax__arb *arb, rdmax__arb_group *g, rdmax__arb_elem *e, void *arg)
 {
     script *s = (script *)arg;
     int i = s->ncalls++;
-    rdmax_arb_result r;
+    rdmax__arb_result r;
     ASSERT(i < MAXLOG, "callback called more than %d times (dispatch does not stop)", MAXLOG);
     s->slot[i] = ep_of(g)->slot;
     s->id[i] = el_of(e)->id;
-    r = i < s->nres ? s->res[i] : RDMAX_ARB_REMOVE;
+    r = i < s->nres ? s->res[i] : RDMAX__ARB_CB_REMOVE;
     if (s->hook != NULL) {
         s->hook(s, arb, g, e);
     }
-    if (r == RDMAX_ARB_REMOVE && s->free_removed) {
+    if (r == RDMAX__ARB_CB_REMOVE && s->free_removed) {
         free(el_of(e));
     }
     return r;
@@ -116,35 +116,35 @@ static const char *log_str(const script *s)
 }
 
 /* group contents as "id id id" */
-static const char *queue_str(const rdmax_arb_group *g)
+static const char *queue_str(const rdmax__arb_group *g)
 {
     static char buf[512];
     size_t o = 0;
-    rdmax_arb_elem *e;
+    rdmax__arb_elem *e;
     buf[0] = '\0';
-    for (e = rdmax_arb_group_first(g); e != NULL && o + 12 < sizeof buf; e = rdmax_arb_elem_next(e)) {
+    for (e = rdmax__arb_group_first(g); e != NULL && o + 12 < sizeof buf; e = rdmax__arb_elem_next(e)) {
         o += (size_t)snprintf(buf + o, sizeof buf - o, "%s%ld", o ? " " : "", el_of(e)->id);
     }
     return buf;
 }
 
 /* n endpoints (slots 0..n-1); group i gets k[i] elements with ids i*100+1.. ; all scheduled */
-static void setup(rdmax_arb *arb, t_ep **eps, int n, const int *k, int schedule)
+static void setup(rdmax__arb *arb, t_ep **eps, int n, const int *k, int schedule)
 {
     int i, j;
-    rdmax_arb_init(arb);
+    rdmax__arb_init(arb);
     for (i = 0; i < n; i++) {
         eps[i] = ep_new(i);
         for (j = 0; j < k[i]; j++) {
-            rdmax_arb_group_push(arb, &eps[i]->grp, &el_new(i * 100 + j + 1, i)->link);
+            rdmax__arb_group_push(arb, &eps[i]->grp, &el_new(i * 100 + j + 1, i)->link);
         }
         if (schedule) {
-            rdmax_arb_group_schedule(arb, &eps[i]->grp);
+            rdmax__arb_group_schedule(arb, &eps[i]->grp);
         }
     }
 }
 
-static void purge_free_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e, void *arg)
+static void purge_free_cb(rdmax__arb *arb, rdmax__arb_group *g, rdmax__arb_elem *e, void *arg)
 {
     (void)arb;
     (void)g;
@@ -154,57 +154,57 @@ static void purge_free_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e,
     free(el_of(e));
 }
 
-static void teardown(rdmax_arb *arb, t_ep **eps, int n)
+static void teardown(rdmax__arb *arb, t_ep **eps, int n)
 {
     int i;
     for (i = 0; i < n; i++) {
         if (eps[i] != NULL) {
-            rdmax_arb_group_purge(arb, &eps[i]->grp, purge_free_cb, NULL);
+            rdmax__arb_group_purge(arb, &eps[i]->grp, purge_free_cb, NULL);
             free(eps[i]);
             eps[i] = NULL;
         }
     }
-    ASSERT(rdmax_arb_pending(arb) == 0, "pending %zu after purging everything", rdmax_arb_pending(arb));
-    ASSERT(rdmax_arb_is_empty(arb), "arbiter not empty after purging everything");
+    ASSERT(rdmax__arb_pending(arb) == 0, "pending %zu after purging everything", rdmax__arb_pending(arb));
+    ASSERT(rdmax__arb_is_empty(arb), "arbiter not empty after purging everything");
 }
 
 static void test_empty_dispatch(void)
 {
-    rdmax_arb arb;
-    rdmax_arb zeroed;
+    rdmax__arb arb;
+    rdmax__arb zeroed;
     script s;
     t_ep *eps[1];
     int k[1] = {2};
 
     memset(&s, 0, sizeof s);
     memset(&zeroed, 0, sizeof zeroed);
-    ASSERT(rdmax_arb_is_empty(&zeroed), "zeroed arbiter not empty");
-    ASSERT(rdmax_arb_dispatch(&zeroed, 1, script_cb, &s) == 0, "dispatch of a zeroed arbiter removed something");
-    rdmax_arb_init(&arb);
-    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0, "dispatch of an empty arbiter returned non-zero");
+    ASSERT(rdmax__arb_is_empty(&zeroed), "zeroed arbiter not empty");
+    ASSERT(rdmax__arb_dispatch(&zeroed, 1, script_cb, &s) == 0, "dispatch of a zeroed arbiter removed something");
+    rdmax__arb_init(&arb);
+    ASSERT(rdmax__arb_dispatch(&arb, 1, script_cb, &s) == 0, "dispatch of an empty arbiter returned non-zero");
     ASSERT(s.ncalls == 0, "empty arbiter called back %d times", s.ncalls);
 
     /* pushing does not schedule: still nothing to dispatch */
     setup(&arb, eps, 1, k, 0);
-    ASSERT(rdmax_arb_pending(&arb) == 2, "pending %zu, want 2", rdmax_arb_pending(&arb));
-    ASSERT(rdmax_arb_is_empty(&arb), "push scheduled the group");
-    ASSERT(!rdmax_arb_group_is_scheduled(&eps[0]->grp), "push scheduled the group (state)");
-    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0 && s.ncalls == 0, "unscheduled group dispatched");
-    rdmax_arb_group_schedule(&arb, &eps[0]->grp);
-    ASSERT(!rdmax_arb_is_empty(&arb), "schedule did not schedule");
+    ASSERT(rdmax__arb_pending(&arb) == 2, "pending %zu, want 2", rdmax__arb_pending(&arb));
+    ASSERT(rdmax__arb_is_empty(&arb), "push scheduled the group");
+    ASSERT(!rdmax__arb_group_is_scheduled(&eps[0]->grp), "push scheduled the group (state)");
+    ASSERT(rdmax__arb_dispatch(&arb, 1, script_cb, &s) == 0 && s.ncalls == 0, "unscheduled group dispatched");
+    rdmax__arb_group_schedule(&arb, &eps[0]->grp);
+    ASSERT(!rdmax__arb_is_empty(&arb), "schedule did not schedule");
     s.free_removed = 1;
-    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 2, "dispatch did not drain one group");
+    ASSERT(rdmax__arb_dispatch(&arb, 1, script_cb, &s) == 2, "dispatch did not drain one group");
     ASSERT(strcmp(log_str(&s), "A1 A2") == 0, "order %s, want A1 A2", log_str(&s));
-    ASSERT(rdmax_arb_is_empty(&arb) && !rdmax_arb_group_is_scheduled(&eps[0]->grp), "drained group stays");
+    ASSERT(rdmax__arb_is_empty(&arb) && !rdmax__arb_group_is_scheduled(&eps[0]->grp), "drained group stays");
     /* scheduling an empty group does nothing */
-    rdmax_arb_group_schedule(&arb, &eps[0]->grp);
-    ASSERT(rdmax_arb_is_empty(&arb), "empty group got scheduled");
+    rdmax__arb_group_schedule(&arb, &eps[0]->grp);
+    ASSERT(rdmax__arb_is_empty(&arb), "empty group got scheduled");
     teardown(&arb, eps, 1);
 }
 
 static void test_stop_leaves_group_at_head(void)
 {
-    rdmax_arb arb;
+    rdmax__arb arb;
     t_ep *eps[3];
     int k[3] = {2, 2, 2};
     script s;
@@ -214,18 +214,18 @@ static void test_stop_leaves_group_at_head(void)
     memset(&s, 0, sizeof s);
     s.free_removed = 1;
     s.nres = 2;
-    s.res[0] = RDMAX_ARB_REMOVE;
-    s.res[1] = RDMAX_ARB_STOP;
-    n = rdmax_arb_dispatch(&arb, 1, script_cb, &s);
+    s.res[0] = RDMAX__ARB_CB_REMOVE;
+    s.res[1] = RDMAX__ARB_CB_STOP;
+    n = rdmax__arb_dispatch(&arb, 1, script_cb, &s);
     ASSERT(n == 1, "dispatch returned %zu, want 1", n);
     ASSERT(strcmp(log_str(&s), "A1 B1") == 0, "calls %s, want A1 B1 (STOP must return)", log_str(&s));
-    ASSERT(rdmax_arb_group_count(&eps[1]->grp) == 2 && strcmp(queue_str(&eps[1]->grp), "101 102") == 0,
+    ASSERT(rdmax__arb_group_count(&eps[1]->grp) == 2 && strcmp(queue_str(&eps[1]->grp), "101 102") == 0,
           "STOP element not kept at the head: B = %s", queue_str(&eps[1]->grp));
-    ASSERT(rdmax_arb_pending(&arb) == 5, "pending %zu, want 5", rdmax_arb_pending(&arb));
+    ASSERT(rdmax__arb_pending(&arb) == 5, "pending %zu, want 5", rdmax__arb_pending(&arb));
 
     memset(&s, 0, sizeof s);
     s.free_removed = 1;
-    n = rdmax_arb_dispatch(&arb, 1, script_cb, &s);
+    n = rdmax__arb_dispatch(&arb, 1, script_cb, &s);
     ASSERT(n == 5, "second dispatch returned %zu, want 5", n);
     ASSERT(strcmp(log_str(&s), "B1 C1 A2 B2 C2") == 0, "calls %s, want B1 C1 A2 B2 C2", log_str(&s));
     teardown(&arb, eps, 3);
@@ -233,7 +233,7 @@ static void test_stop_leaves_group_at_head(void)
 
 static void test_resched_not_revisited(void)
 {
-    rdmax_arb arb;
+    rdmax__arb arb;
     t_ep *eps[2];
     int k[2] = {3, 3};
     script s;
@@ -244,15 +244,15 @@ static void test_resched_not_revisited(void)
     memset(&s, 0, sizeof s);
     s.free_removed = 1;
     s.nres = 1;
-    s.res[0] = RDMAX_ARB_RESCHED;
-    n = rdmax_arb_dispatch(&arb, 1, script_cb, &s);
+    s.res[0] = RDMAX__ARB_CB_RESCHED;
+    n = rdmax__arb_dispatch(&arb, 1, script_cb, &s);
     ASSERT(n == 3 && strcmp(log_str(&s), "A1 B1 B2 B3") == 0, "calls %s (n=%zu), want A1 B1 B2 B3",
           log_str(&s), n);
-    ASSERT(rdmax_arb_group_is_scheduled(&eps[0]->grp) && !rdmax_arb_is_empty(&arb),
+    ASSERT(rdmax__arb_group_is_scheduled(&eps[0]->grp) && !rdmax__arb_is_empty(&arb),
           "RESCHED group not scheduled after dispatch");
     memset(&s, 0, sizeof s);
     s.free_removed = 1;
-    n = rdmax_arb_dispatch(&arb, 1, script_cb, &s);
+    n = rdmax__arb_dispatch(&arb, 1, script_cb, &s);
     ASSERT(n == 3 && strcmp(log_str(&s), "A1 A2 A3") == 0, "calls %s, want A1 A2 A3", log_str(&s));
     teardown(&arb, eps, 2);
 
@@ -261,8 +261,8 @@ static void test_resched_not_revisited(void)
     memset(&s, 0, sizeof s);
     s.free_removed = 1;
     s.nres = 1;
-    s.res[0] = RDMAX_ARB_NEXT_GROUP;
-    n = rdmax_arb_dispatch(&arb, 1, script_cb, &s);
+    s.res[0] = RDMAX__ARB_CB_NEXT_GROUP;
+    n = rdmax__arb_dispatch(&arb, 1, script_cb, &s);
     ASSERT(n == 6 && strcmp(log_str(&s), "A1 B1 A1 B2 A2 B3 A3") == 0, "calls %s, want A1 B1 A1 B2 A2 B3 A3",
           log_str(&s));
     teardown(&arb, eps, 2);
@@ -276,46 +276,46 @@ typedef struct destroy_ctx {
     int cancelled;
 } destroy_ctx;
 
-static void destroy_hook(script *s, rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e)
+static void destroy_hook(script *s, rdmax__arb *arb, rdmax__arb_group *g, rdmax__arb_elem *e)
 {
     destroy_ctx *d = (destroy_ctx *)s->user;
     t_ep *ep = ep_of(g);
-    rdmax_arb_elem *x, *keep[8];
+    rdmax__arb_elem *x, *keep[8];
     int nkeep = 0;
     if (s->ncalls != 1) {
         return;
     }
     if (d->variant == 0 || d->variant == 2) {
         /* cleanup drops queued elements unseen: their owner notes them before and frees them after */
-        for (x = rdmax_arb_group_first(g); x != NULL && nkeep < 8; x = rdmax_arb_elem_next(x)) {
+        for (x = rdmax__arb_group_first(g); x != NULL && nkeep < 8; x = rdmax__arb_elem_next(x)) {
             keep[nkeep++] = x;
         }
-        rdmax_arb_group_cleanup(arb, g);
+        rdmax__arb_group_cleanup(arb, g);
         while (nkeep > 0) {
             x = keep[--nkeep];
-            ASSERT(!rdmax_arb_elem_is_queued(x), "element still queued after cleanup");
+            ASSERT(!rdmax__arb_elem_is_queued(x), "element still queued after cleanup");
             free(el_of(x));
             d->cancelled++;
         }
     } else {
-        rdmax_arb_group_purge(arb, g, purge_free_cb, &d->cancelled);
+        rdmax__arb_group_purge(arb, g, purge_free_cb, &d->cancelled);
     }
     if (d->variant == 3) {
         /* same memory, new life: a fresh group with one element, scheduled from inside the callback */
-        rdmax_arb_group_init(g);
-        rdmax_arb_group_push(arb, g, &el_new(999, ep->slot)->link);
-        rdmax_arb_group_schedule(arb, g);
+        rdmax__arb_group_init(g);
+        rdmax__arb_group_push(arb, g, &el_new(999, ep->slot)->link);
+        rdmax__arb_group_schedule(arb, g);
     } else {
         d->eps[ep->slot] = NULL;
         free(ep);
     }
     if (d->variant == 2) {
         t_ep *next = d->eps[1];
-        rdmax_arb_group_purge(arb, &next->grp, purge_free_cb, &d->cancelled);
+        rdmax__arb_group_purge(arb, &next->grp, purge_free_cb, &d->cancelled);
         d->eps[1] = NULL;
         free(next);
     }
-    if (s->res[0] != RDMAX_ARB_REMOVE) {
+    if (s->res[0] != RDMAX__ARB_CB_REMOVE) {
         free(el_of(e)); /* the element in flight belongs to us now, whatever we return (script_cb frees
                            it on REMOVE) */
     }
@@ -325,7 +325,7 @@ static void test_destroy_own_group_in_callback(void)
 {
     int variant;
     for (variant = 0; variant < 4; variant++) {
-        rdmax_arb arb;
+        rdmax__arb arb;
         t_ep *eps[3];
         int k[3] = {3, 2, 2};
         script s;
@@ -342,8 +342,8 @@ static void test_destroy_own_group_in_callback(void)
         s.free_removed = 1;
         s.nres = 1;
         /* a "keep" result on an element we just freed: the arbiter must not touch it */
-        s.res[0] = variant == 1 ? RDMAX_ARB_REMOVE : RDMAX_ARB_NEXT_GROUP;
-        n = rdmax_arb_dispatch(&arb, 1, script_cb, &s);
+        s.res[0] = variant == 1 ? RDMAX__ARB_CB_REMOVE : RDMAX__ARB_CB_NEXT_GROUP;
+        n = rdmax__arb_dispatch(&arb, 1, script_cb, &s);
         if (variant == 2) {
             ASSERT(d.cancelled == 4, "variant %d: %d dropped/cancelled, want 4", variant, d.cancelled);
             ASSERT(n == 2 && strcmp(log_str(&s), "A1 C1 C2") == 0, "variant 2: calls %s (n=%zu), want A1 C1 C2",
@@ -357,36 +357,36 @@ static void test_destroy_own_group_in_callback(void)
             ASSERT(n == (variant == 1 ? 5u : 4u) && strcmp(log_str(&s), "A1 B1 C1 B2 C2") == 0,
                   "variant %d: calls %s (n=%zu), want A1 B1 C1 B2 C2", variant, log_str(&s), n);
         }
-        ASSERT(rdmax_arb_pending(&arb) == 0, "variant %d: pending %zu, want 0", variant, rdmax_arb_pending(&arb));
-        ASSERT(rdmax_arb_is_empty(&arb), "variant %d: arbiter not empty", variant);
+        ASSERT(rdmax__arb_pending(&arb) == 0, "variant %d: pending %zu, want 0", variant, rdmax__arb_pending(&arb));
+        ASSERT(rdmax__arb_is_empty(&arb), "variant %d: arbiter not empty", variant);
         teardown(&arb, eps, 3);
     }
 }
 
 /* Hook: push-head grants into the group being dispatched */
-static void push_head_hook(script *s, rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e)
+static void push_head_hook(script *s, rdmax__arb *arb, rdmax__arb_group *g, rdmax__arb_elem *e)
 {
     int n = *(int *)s->user;
     (void)e;
     if (s->ncalls == 1) {
         int i;
         for (i = 0; i < n; i++) {
-            rdmax_arb_group_push_head(arb, g, &el_new(50 + i, ep_of(g)->slot)->link);
+            rdmax__arb_group_push_head(arb, g, &el_new(50 + i, ep_of(g)->slot)->link);
         }
     }
 }
 
 static void test_push_head(void)
 {
-    struct { int nheads; rdmax_arb_result r; const char *want; } cases[] = {
-        {1, RDMAX_ARB_NEXT_GROUP, "50 1 2"},
-        {2, RDMAX_ARB_NEXT_GROUP, "51 50 1 2"},
-        {1, RDMAX_ARB_REMOVE, "50 2"},
-        {1, RDMAX_ARB_DESCHED, "50 1 2"},
+    struct { int nheads; rdmax__arb_result r; const char *want; } cases[] = {
+        {1, RDMAX__ARB_CB_NEXT_GROUP, "50 1 2"},
+        {2, RDMAX__ARB_CB_NEXT_GROUP, "51 50 1 2"},
+        {1, RDMAX__ARB_CB_REMOVE, "50 2"},
+        {1, RDMAX__ARB_CB_DESCHED, "50 1 2"},
     };
     size_t c;
     for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        rdmax_arb arb;
+        rdmax__arb arb;
         t_ep *eps[1];
         int k[1] = {2};
         script s;
@@ -398,27 +398,27 @@ static void test_push_head(void)
         s.free_removed = 1;
         s.nres = 2;
         s.res[0] = cases[c].r;
-        s.res[1] = RDMAX_ARB_STOP;
-        rdmax_arb_dispatch(&arb, 1, script_cb, &s);
-        if (cases[c].r == RDMAX_ARB_DESCHED) {
+        s.res[1] = RDMAX__ARB_CB_STOP;
+        rdmax__arb_dispatch(&arb, 1, script_cb, &s);
+        if (cases[c].r == RDMAX__ARB_CB_DESCHED) {
             ASSERT(s.ncalls == 1, "case %zu: %d calls after DESCHED, want 1", c, s.ncalls);
         }
         ASSERT(strcmp(queue_str(&eps[0]->grp), cases[c].want) == 0, "case %zu: queue '%s', want '%s'", c,
               queue_str(&eps[0]->grp), cases[c].want);
-        ASSERT(rdmax_arb_group_count(&eps[0]->grp) == (size_t)(cases[c].r == RDMAX_ARB_REMOVE ? 1 : 2) +
+        ASSERT(rdmax__arb_group_count(&eps[0]->grp) == (size_t)(cases[c].r == RDMAX__ARB_CB_REMOVE ? 1 : 2) +
                                                          (size_t)cases[c].nheads,
-              "case %zu: count %zu", c, rdmax_arb_group_count(&eps[0]->grp));
+              "case %zu: count %zu", c, rdmax__arb_group_count(&eps[0]->grp));
         teardown(&arb, eps, 1);
     }
     {
         /* outside dispatch: push_head goes in front of everything, also into an empty group */
-        rdmax_arb arb;
+        rdmax__arb arb;
         t_ep *eps[1];
         int k[1] = {0};
         setup(&arb, eps, 1, k, 0);
-        rdmax_arb_group_push_head(&arb, &eps[0]->grp, &el_new(7, 0)->link);
-        rdmax_arb_group_push(&arb, &eps[0]->grp, &el_new(8, 0)->link);
-        rdmax_arb_group_push_head(&arb, &eps[0]->grp, &el_new(6, 0)->link);
+        rdmax__arb_group_push_head(&arb, &eps[0]->grp, &el_new(7, 0)->link);
+        rdmax__arb_group_push(&arb, &eps[0]->grp, &el_new(8, 0)->link);
+        rdmax__arb_group_push_head(&arb, &eps[0]->grp, &el_new(6, 0)->link);
         ASSERT(strcmp(queue_str(&eps[0]->grp), "6 7 8") == 0, "queue '%s', want '6 7 8'", queue_str(&eps[0]->grp));
         teardown(&arb, eps, 1);
     }
@@ -433,7 +433,7 @@ static void test_per_group(void)
     };
     size_t c;
     for (c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-        rdmax_arb arb;
+        rdmax__arb arb;
         t_ep *eps[2];
         int k[2] = {5, 4};
         script s;
@@ -441,7 +441,7 @@ static void test_per_group(void)
         setup(&arb, eps, 2, k, 1);
         memset(&s, 0, sizeof s);
         s.free_removed = 1;
-        n = rdmax_arb_dispatch(&arb, cases[c].pg, script_cb, &s);
+        n = rdmax__arb_dispatch(&arb, cases[c].pg, script_cb, &s);
         ASSERT(n == 9 && strcmp(log_str(&s), cases[c].want) == 0, "per_group %u: calls %s, want %s",
               cases[c].pg, log_str(&s), cases[c].want);
         teardown(&arb, eps, 2);
@@ -450,7 +450,7 @@ static void test_per_group(void)
 
 static void test_desched_and_push(void)
 {
-    rdmax_arb arb;
+    rdmax__arb arb;
     t_ep *eps[2];
     int k[2] = {1, 1};
     script s;
@@ -459,37 +459,37 @@ static void test_desched_and_push(void)
     memset(&s, 0, sizeof s);
     s.free_removed = 1;
     s.nres = 2;
-    s.res[0] = RDMAX_ARB_DESCHED;
-    s.res[1] = RDMAX_ARB_DESCHED;
-    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0 && s.ncalls == 2, "DESCHED: %d calls", s.ncalls);
-    ASSERT(rdmax_arb_is_empty(&arb), "arbiter not empty after both groups DESCHED");
-    ASSERT(rdmax_arb_group_is_desched(&eps[0]->grp) && !rdmax_arb_group_is_scheduled(&eps[0]->grp),
+    s.res[0] = RDMAX__ARB_CB_DESCHED;
+    s.res[1] = RDMAX__ARB_CB_DESCHED;
+    ASSERT(rdmax__arb_dispatch(&arb, 1, script_cb, &s) == 0 && s.ncalls == 2, "DESCHED: %d calls", s.ncalls);
+    ASSERT(rdmax__arb_is_empty(&arb), "arbiter not empty after both groups DESCHED");
+    ASSERT(rdmax__arb_group_is_desched(&eps[0]->grp) && !rdmax__arb_group_is_scheduled(&eps[0]->grp),
           "group state after DESCHED");
-    rdmax_arb_group_push(&arb, &eps[0]->grp, &el_new(2, 0)->link);
-    ASSERT(rdmax_arb_group_is_desched(&eps[0]->grp) && rdmax_arb_is_empty(&arb),
+    rdmax__arb_group_push(&arb, &eps[0]->grp, &el_new(2, 0)->link);
+    ASSERT(rdmax__arb_group_is_desched(&eps[0]->grp) && rdmax__arb_is_empty(&arb),
           "push rescheduled a desched group");
     memset(&s, 0, sizeof s);
     s.free_removed = 1;
-    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0 && s.ncalls == 0, "desched group dispatched");
-    rdmax_arb_group_schedule(&arb, &eps[1]->grp);
-    rdmax_arb_group_schedule(&arb, &eps[0]->grp);
-    ASSERT(!rdmax_arb_group_is_desched(&eps[0]->grp) && rdmax_arb_group_is_scheduled(&eps[0]->grp),
+    ASSERT(rdmax__arb_dispatch(&arb, 1, script_cb, &s) == 0 && s.ncalls == 0, "desched group dispatched");
+    rdmax__arb_group_schedule(&arb, &eps[1]->grp);
+    rdmax__arb_group_schedule(&arb, &eps[0]->grp);
+    ASSERT(!rdmax__arb_group_is_desched(&eps[0]->grp) && rdmax__arb_group_is_scheduled(&eps[0]->grp),
           "schedule did not clear desched");
-    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 3 && strcmp(log_str(&s), "B1 A1 A2") == 0,
+    ASSERT(rdmax__arb_dispatch(&arb, 1, script_cb, &s) == 3 && strcmp(log_str(&s), "B1 A1 A2") == 0,
           "calls %s, want B1 A1 A2 (schedule order)", log_str(&s));
-    /* rdmax_arb_group_desched on a scheduled group, and on an idle one (no effect) */
-    rdmax_arb_group_push(&arb, &eps[0]->grp, &el_new(3, 0)->link);
-    rdmax_arb_group_desched(&arb, &eps[0]->grp);
-    ASSERT(!rdmax_arb_group_is_desched(&eps[0]->grp), "desched of an idle group changed its state");
-    rdmax_arb_group_schedule(&arb, &eps[0]->grp);
-    rdmax_arb_group_desched(&arb, &eps[0]->grp);
-    ASSERT(rdmax_arb_group_is_desched(&eps[0]->grp) && rdmax_arb_is_empty(&arb), "desched did not deschedule");
+    /* rdmax__arb_group_desched on a scheduled group, and on an idle one (no effect) */
+    rdmax__arb_group_push(&arb, &eps[0]->grp, &el_new(3, 0)->link);
+    rdmax__arb_group_desched(&arb, &eps[0]->grp);
+    ASSERT(!rdmax__arb_group_is_desched(&eps[0]->grp), "desched of an idle group changed its state");
+    rdmax__arb_group_schedule(&arb, &eps[0]->grp);
+    rdmax__arb_group_desched(&arb, &eps[0]->grp);
+    ASSERT(rdmax__arb_group_is_desched(&eps[0]->grp) && rdmax__arb_is_empty(&arb), "desched did not deschedule");
     teardown(&arb, eps, 2);
 }
 
 static void test_lap_without_progress(void)
 {
-    rdmax_arb arb;
+    rdmax__arb arb;
     t_ep *eps[2];
     int k[2] = {1, 1};
     script s;
@@ -499,36 +499,36 @@ static void test_lap_without_progress(void)
     memset(&s, 0, sizeof s);
     s.nres = MAXLOG;
     for (i = 0; i < MAXLOG; i++) {
-        s.res[i] = RDMAX_ARB_NEXT_GROUP;
+        s.res[i] = RDMAX__ARB_CB_NEXT_GROUP;
     }
-    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0, "NEXT_GROUP removed something");
+    ASSERT(rdmax__arb_dispatch(&arb, 1, script_cb, &s) == 0, "NEXT_GROUP removed something");
     ASSERT(strcmp(log_str(&s), "A1 B1") == 0, "calls %s, want A1 B1 (a lap without removal ends dispatch)",
           log_str(&s));
-    ASSERT(rdmax_arb_group_is_scheduled(&eps[0]->grp) && rdmax_arb_group_is_scheduled(&eps[1]->grp),
+    ASSERT(rdmax__arb_group_is_scheduled(&eps[0]->grp) && rdmax__arb_group_is_scheduled(&eps[1]->grp),
           "NEXT_GROUP descheduled a group");
     teardown(&arb, eps, 2);
 }
 
-static void nested_hook(script *s, rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e)
+static void nested_hook(script *s, rdmax__arb *arb, rdmax__arb_group *g, rdmax__arb_elem *e)
 {
     (void)g;
     (void)e;
-    *(size_t *)s->user += rdmax_arb_dispatch(arb, 1, script_cb, s) + 1000;
+    *(size_t *)s->user += rdmax__arb_dispatch(arb, 1, script_cb, s) + 1000;
 }
 
-static void schedule_hook(script *s, rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e)
+static void schedule_hook(script *s, rdmax__arb *arb, rdmax__arb_group *g, rdmax__arb_elem *e)
 {
     t_ep **eps = (t_ep **)s->user;
     (void)g;
     (void)e;
     if (s->ncalls == 1) {
-        rdmax_arb_group_schedule(arb, &eps[2]->grp);
+        rdmax__arb_group_schedule(arb, &eps[2]->grp);
     }
 }
 
 static void test_callback_reentry(void)
 {
-    rdmax_arb arb;
+    rdmax__arb arb;
     t_ep *eps[3];
     int k[3] = {2, 1, 1};
     script s;
@@ -540,20 +540,20 @@ static void test_callback_reentry(void)
     s.free_removed = 1;
     s.user = &nested;
     s.hook = nested_hook;
-    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 2 && s.ncalls == 2, "nested dispatch: %d calls",
+    ASSERT(rdmax__arb_dispatch(&arb, 1, script_cb, &s) == 2 && s.ncalls == 2, "nested dispatch: %d calls",
           s.ncalls);
     ASSERT(nested == 2000, "nested dispatch returned %zu, want 0", nested - 2000);
     teardown(&arb, eps, 1);
 
     /* a group scheduled from a callback joins the tail of the running lap */
     setup(&arb, eps, 3, k, 0);
-    rdmax_arb_group_schedule(&arb, &eps[0]->grp);
-    rdmax_arb_group_schedule(&arb, &eps[1]->grp);
+    rdmax__arb_group_schedule(&arb, &eps[0]->grp);
+    rdmax__arb_group_schedule(&arb, &eps[1]->grp);
     memset(&s, 0, sizeof s);
     s.free_removed = 1;
     s.user = eps;
     s.hook = schedule_hook;
-    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 4, "dispatch returned wrong count");
+    ASSERT(rdmax__arb_dispatch(&arb, 1, script_cb, &s) == 4, "dispatch returned wrong count");
     ASSERT(strcmp(log_str(&s), "A1 B1 C1 A2") == 0, "calls %s, want A1 B1 C1 A2", log_str(&s));
     teardown(&arb, eps, 3);
 
@@ -562,9 +562,9 @@ static void test_callback_reentry(void)
     memset(&s, 0, sizeof s);
     s.free_removed = 1;
     s.nres = 1;
-    s.res[0] = (rdmax_arb_result)42;
-    ASSERT(rdmax_arb_dispatch(&arb, 1, script_cb, &s) == 0 && s.ncalls == 1, "unknown result: %d calls", s.ncalls);
-    ASSERT(rdmax_arb_group_count(&eps[0]->grp) == 2, "unknown result lost the element");
+    s.res[0] = (rdmax__arb_result)42;
+    ASSERT(rdmax__arb_dispatch(&arb, 1, script_cb, &s) == 0 && s.ncalls == 1, "unknown result: %d calls", s.ncalls);
+    ASSERT(rdmax__arb_group_count(&eps[0]->grp) == 2, "unknown result lost the element");
     teardown(&arb, eps, 2);
 }
 
@@ -588,12 +588,12 @@ static struct {
     int exact_seen;
 } NH;
 
-static rdmax_arb_result nh_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e, void *arg)
+static rdmax__arb_result nh_cb(rdmax__arb *arb, rdmax__arb_group *g, rdmax__arb_elem *e, void *arg)
 {
     int slot = ep_of(g)->slot;
     (void)arg;
     if (NH.budget == 0) {
-        return RDMAX_ARB_STOP; /* the element goes back to the head */
+        return RDMAX__ARB_CB_STOP; /* the element goes back to the head */
     }
     NH.budget--;
     NH.served++;
@@ -605,29 +605,29 @@ static rdmax_arb_result nh_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem
         NH.seq[NH.nseq++] = slot;
     }
     free(el_of(e));
-    rdmax_arb_group_push(arb, g, &el_new(NH.next_id++, slot)->link);
+    rdmax__arb_group_push(arb, g, &el_new(NH.next_id++, slot)->link);
     if (NH.change != 0) {
         int victim = (slot + 1 + (int)(NH.served % 97)) % NH.nslots;
         while (NH.eps[victim] == NULL || victim == slot) {
             victim = (victim + 1) % NH.nslots;
         }
         if (NH.change == 1) {           /* destroy another scheduled group */
-            rdmax_arb_group_purge(arb, &NH.eps[victim]->grp, purge_free_cb, NULL);
+            rdmax__arb_group_purge(arb, &NH.eps[victim]->grp, purge_free_cb, NULL);
             free(NH.eps[victim]);
             NH.eps[victim] = NULL;
         } else if (NH.change == 2) {    /* desched another one, then destroy it (not in the ring) */
-            rdmax_arb_group_desched(arb, &NH.eps[victim]->grp);
-            rdmax_arb_group_purge(arb, &NH.eps[victim]->grp, purge_free_cb, NULL);
+            rdmax__arb_group_desched(arb, &NH.eps[victim]->grp);
+            rdmax__arb_group_purge(arb, &NH.eps[victim]->grp, purge_free_cb, NULL);
             free(NH.eps[victim]);
             NH.eps[victim] = NULL;
         } else if (NH.change == 3 && NH.nslots < NH_GROUPS + NH_NEW) { /* a new endpoint joins */
             int ns = NH.nslots++;
             NH.eps[ns] = ep_new(ns);
-            rdmax_arb_group_push(arb, &NH.eps[ns]->grp, &el_new(NH.next_id++, ns)->link);
-            rdmax_arb_group_push(arb, &NH.eps[ns]->grp, &el_new(NH.next_id++, ns)->link);
-            rdmax_arb_group_schedule(arb, &NH.eps[ns]->grp);
+            rdmax__arb_group_push(arb, &NH.eps[ns]->grp, &el_new(NH.next_id++, ns)->link);
+            rdmax__arb_group_push(arb, &NH.eps[ns]->grp, &el_new(NH.next_id++, ns)->link);
+            rdmax__arb_group_schedule(arb, &NH.eps[ns]->grp);
         } else if (NH.change == 4) {    /* destroy its own group */
-            rdmax_arb_group_purge(arb, g, purge_free_cb, NULL);
+            rdmax__arb_group_purge(arb, g, purge_free_cb, NULL);
             free(NH.eps[slot]);
             NH.eps[slot] = NULL;
         }
@@ -635,22 +635,22 @@ static rdmax_arb_result nh_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem
         NH.changed = 1;
         NH.nseq = 0;
     }
-    return RDMAX_ARB_REMOVE;
+    return RDMAX__ARB_CB_REMOVE;
 }
 
 static void test_near_hints(void)
 {
-    rdmax_arb arb;
+    rdmax__arb arb;
     int i, round;
     memset(&NH, 0, sizeof NH);
-    rdmax_arb_init(&arb);
+    rdmax__arb_init(&arb);
     NH.nslots = NH_GROUPS;
     NH.next_id = 1;
     for (i = 0; i < NH_GROUPS; i++) {
         NH.eps[i] = ep_new(i);
-        rdmax_arb_group_push(&arb, &NH.eps[i]->grp, &el_new(NH.next_id++, i)->link);
-        rdmax_arb_group_push(&arb, &NH.eps[i]->grp, &el_new(NH.next_id++, i)->link);
-        rdmax_arb_group_schedule(&arb, &NH.eps[i]->grp);
+        rdmax__arb_group_push(&arb, &NH.eps[i]->grp, &el_new(NH.next_id++, i)->link);
+        rdmax__arb_group_push(&arb, &NH.eps[i]->grp, &el_new(NH.next_id++, i)->link);
+        rdmax__arb_group_schedule(&arb, &NH.eps[i]->grp);
     }
     for (round = 0; round < 400; round++) {
         int stable = round % 20 < 12; /* a dozen quiet dispatches (exact hints), then changes */
@@ -659,7 +659,7 @@ static void test_near_hints(void)
         if (!stable) {
             NH.change = 1 + round % 4;
         }
-        rdmax_arb_dispatch(&arb, 1, nh_cb, NULL);
+        rdmax__arb_dispatch(&arb, 1, nh_cb, NULL);
         if (arb.ngroups > RDMAX__ARB_HINT_MIN && arb.ngroups <= RDMAX__ARB_NEAR_MAX &&
             arb.hints_set == RDMAX__ARB_EXACT) {
             NH.exact_seen++;
@@ -670,8 +670,8 @@ static void test_near_hints(void)
     }
     ASSERT(NH.exact_seen > 20 || RDMAX__ARB_NEAR_MAX < NH_GROUPS, /* (far hints only: the rest still holds) */
            "the hints were exact after only %d of 400 dispatches", NH.exact_seen);
-    ASSERT(rdmax_arb_pending(&arb) == (size_t)(2 * (int)arb.ngroups), "pending %zu, want %d",
-           rdmax_arb_pending(&arb), 2 * (int)arb.ngroups);
+    ASSERT(rdmax__arb_pending(&arb) == (size_t)(2 * (int)arb.ngroups), "pending %zu, want %d",
+           rdmax__arb_pending(&arb), 2 * (int)arb.ngroups);
     teardown(&arb, NH.eps, NH.nslots);
 }
 
@@ -697,7 +697,7 @@ typedef struct m_group {
 } m_group;
 
 static struct {
-    rdmax_arb arb;
+    rdmax__arb arb;
     m_group m[NG];
     unsigned char *est;         /* element id -> ES_* */
     long nid, cap;
@@ -777,25 +777,25 @@ static void check_all(void)
     int s, i, total = 0, any_sched = 0;
     for (s = 0; s < NG; s++) {
         m_group *m = &R.m[s];
-        rdmax_arb_group *g;
-        rdmax_arb_elem *e;
+        rdmax__arb_group *g;
+        rdmax__arb_elem *e;
         size_t cnt;
         if (m->ep == NULL) {
             continue;
         }
         g = &m->ep->grp;
         cnt = (size_t)(m->n + m->inflight);
-        ASSERT(rdmax_arb_group_count(g) == cnt, "group %d count %zu, model %zu", s, rdmax_arb_group_count(g), cnt);
-        ASSERT(rdmax_arb_group_is_empty(g) == (cnt == 0), "group %d is_empty wrong", s);
-        ASSERT(rdmax_arb_group_is_scheduled(g) == (m->state == M_SCHED || m->state == M_RESCHED),
-              "group %d is_scheduled %d, model state %d", s, (int)rdmax_arb_group_is_scheduled(g), m->state);
-        ASSERT(rdmax_arb_group_is_desched(g) == (m->state == M_DESCHED), "group %d is_desched %d, model state %d",
-              s, (int)rdmax_arb_group_is_desched(g), m->state);
-        for (i = 0, e = rdmax_arb_group_first(g); i < m->n; i++, e = rdmax_arb_elem_next(e)) {
+        ASSERT(rdmax__arb_group_count(g) == cnt, "group %d count %zu, model %zu", s, rdmax__arb_group_count(g), cnt);
+        ASSERT(rdmax__arb_group_is_empty(g) == (cnt == 0), "group %d is_empty wrong", s);
+        ASSERT(rdmax__arb_group_is_scheduled(g) == (m->state == M_SCHED || m->state == M_RESCHED),
+              "group %d is_scheduled %d, model state %d", s, (int)rdmax__arb_group_is_scheduled(g), m->state);
+        ASSERT(rdmax__arb_group_is_desched(g) == (m->state == M_DESCHED), "group %d is_desched %d, model state %d",
+              s, (int)rdmax__arb_group_is_desched(g), m->state);
+        for (i = 0, e = rdmax__arb_group_first(g); i < m->n; i++, e = rdmax__arb_elem_next(e)) {
             ASSERT(e != NULL, "group %d: element %d of %d missing (lost)", s, i, m->n);
             ASSERT(el_of(e)->id == m->q[i], "group %d position %d: id %ld, model %ld (order)", s, i, el_of(e)->id,
                   m->q[i]);
-            ASSERT(rdmax_arb_elem_is_queued(e), "queued element %ld reports not queued", el_of(e)->id);
+            ASSERT(rdmax__arb_elem_is_queued(e), "queued element %ld reports not queued", el_of(e)->id);
             ASSERT(R.est[m->q[i]] == ES_QUEUED, "element %ld in group %d but model state %d", m->q[i], s,
                   R.est[m->q[i]]);
         }
@@ -804,9 +804,9 @@ static void check_all(void)
         any_sched |= m->state == M_SCHED;
     }
     ASSERT(total == R.total, "model total %d != sum %d (test bug)", R.total, total);
-    ASSERT(rdmax_arb_pending(&R.arb) == (size_t)total, "pending %zu, model %d", rdmax_arb_pending(&R.arb), total);
-    ASSERT(rdmax_arb_is_empty(&R.arb) == !any_sched, "is_empty %d but model has%s scheduled groups",
-          (int)rdmax_arb_is_empty(&R.arb), any_sched ? "" : " no");
+    ASSERT(rdmax__arb_pending(&R.arb) == (size_t)total, "pending %zu, model %d", rdmax__arb_pending(&R.arb), total);
+    ASSERT(rdmax__arb_is_empty(&R.arb) == !any_sched, "is_empty %d but model has%s scheduled groups",
+          (int)rdmax__arb_is_empty(&R.arb), any_sched ? "" : " no");
 }
 
 /* ---- operations, each on the arbiter and on the model (usable at top level and inside callbacks) --- */
@@ -822,14 +822,14 @@ static void op_push(int s, int head)
     el = el_new(id, s);
     TRACE("push%s %d id %ld\n", head ? "_head" : "", s, id);
     if (head) {
-        rdmax_arb_group_push_head(&R.arb, &m->ep->grp, &el->link);
+        rdmax__arb_group_push_head(&R.arb, &m->ep->grp, &el->link);
         memmove(m->q + 1, m->q, (size_t)m->n * sizeof m->q[0]);
         m->q[0] = id;
         if (R.in_dispatch && s == R.own && !R.own_gone) {
             R.nheads++;
         }
     } else {
-        rdmax_arb_group_push(&R.arb, &m->ep->grp, &el->link);
+        rdmax__arb_group_push(&R.arb, &m->ep->grp, &el->link);
         m->q[m->n] = id;
     }
     m->n++;
@@ -852,7 +852,7 @@ static void op_schedule(int s)
         return;
     }
     TRACE("schedule %d (state %d)\n", s, m->state);
-    rdmax_arb_group_schedule(&R.arb, &m->ep->grp);
+    rdmax__arb_group_schedule(&R.arb, &m->ep->grp);
     if ((m->state == M_IDLE || m->state == M_DESCHED) && m->n + m->inflight > 0) {
         m_join(m);
     }
@@ -865,7 +865,7 @@ static void op_desched(int s)
         return;
     }
     TRACE("desched %d (state %d)\n", s, m->state);
-    rdmax_arb_group_desched(&R.arb, &m->ep->grp);
+    rdmax__arb_group_desched(&R.arb, &m->ep->grp);
     if (m->state == M_SCHED || m->state == M_RESCHED) {
         m->state = M_DESCHED;
         if (R.stop_slot == s) {
@@ -878,13 +878,13 @@ static void op_desched(int s)
     }
 }
 
-static void purge_check_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e, void *arg)
+static void purge_check_cb(rdmax__arb *arb, rdmax__arb_group *g, rdmax__arb_elem *e, void *arg)
 {
     t_elem *el = el_of(e);
     (void)arg;
     ASSERT(arb == &R.arb, "purge callback got another arbiter");
     ASSERT(g == &R.m[R.pslot].ep->grp, "purge callback got another group");
-    ASSERT(!rdmax_arb_elem_is_queued(e), "cancelled element still marked queued");
+    ASSERT(!rdmax__arb_elem_is_queued(e), "cancelled element still marked queued");
     ASSERT(R.pi < R.pn, "purge cancelled more than the %d queued elements", R.pn);
     ASSERT(el->id == R.pq[R.pi], "purge cancelled %ld at position %d, model %ld", el->id, R.pi, R.pq[R.pi]);
     ASSERT(R.est[el->id] == ES_QUEUED, "purge cancelled element %ld in state %d", el->id, R.est[el->id]);
@@ -922,7 +922,7 @@ static void op_purge(int s)
     R.pi = 0;
     R.pslot = s;
     TRACE("purge %d\n", s);
-    rdmax_arb_group_purge(&R.arb, &m->ep->grp, purge_check_cb, NULL);
+    rdmax__arb_group_purge(&R.arb, &m->ep->grp, purge_check_cb, NULL);
     ASSERT(R.pi == R.pn, "purge of group %d cancelled %d of %d queued elements", s, R.pi, R.pn);
     m_drop_all(s);
 }
@@ -935,21 +935,21 @@ static void op_destroy(int s, int recreate)
     m_group *m = &R.m[s];
     t_ep *ep = m->ep;
     t_elem *dropped[MAXQ];
-    rdmax_arb_elem *e;
+    rdmax__arb_elem *e;
     int i, n = 0, reuse = (int)rnd(2);
     if (ep == NULL) {
         return;
     }
     TRACE("destroy %d recreate %d reuse %d\n", s, recreate, reuse);
-    for (e = rdmax_arb_group_first(&ep->grp); e != NULL && n < MAXQ; e = rdmax_arb_elem_next(e)) {
+    for (e = rdmax__arb_group_first(&ep->grp); e != NULL && n < MAXQ; e = rdmax__arb_elem_next(e)) {
         dropped[n++] = el_of(e);
     }
     ASSERT(n == m->n, "group %d: walked %d elements, model %d", s, n, m->n);
-    rdmax_arb_group_cleanup(&R.arb, &ep->grp);
-    ASSERT(rdmax_arb_group_first(&ep->grp) == NULL && rdmax_arb_group_count(&ep->grp) == 0,
+    rdmax__arb_group_cleanup(&R.arb, &ep->grp);
+    ASSERT(rdmax__arb_group_first(&ep->grp) == NULL && rdmax__arb_group_count(&ep->grp) == 0,
           "group %d not empty after cleanup", s);
     for (i = 0; i < n; i++) {
-        ASSERT(!rdmax_arb_elem_is_queued(&dropped[i]->link), "element %ld still queued after cleanup",
+        ASSERT(!rdmax__arb_elem_is_queued(&dropped[i]->link), "element %ld still queued after cleanup",
               dropped[i]->id);
         R.est[dropped[i]->id] = ES_DROPPED;
         free(dropped[i]);
@@ -957,7 +957,7 @@ static void op_destroy(int s, int recreate)
     m_drop_all(s);
     m->ep = NULL;
     if (recreate && reuse) {
-        rdmax_arb_group_init(&ep->grp);
+        rdmax__arb_group_init(&ep->grp);
         m_reset(s, ep);
     } else {
         memset(ep, 0x5a, sizeof *ep);
@@ -991,14 +991,14 @@ static void op_random_other(int t)
     }
 }
 
-static rdmax_arb_result rand_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_elem *e, void *arg)
+static rdmax__arb_result rand_cb(rdmax__arb *arb, rdmax__arb_group *g, rdmax__arb_elem *e, void *arg)
 {
     t_ep *ep = ep_of(g);
     t_elem *el = el_of(e);
     int s = ep->slot, turn, t, repushed = 0;
     long id = el->id, myturn = -1;
     m_group *m;
-    rdmax_arb_result r;
+    rdmax__arb_result r;
     unsigned x;
     (void)arg;
 
@@ -1014,7 +1014,7 @@ static rdmax_arb_result rand_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_el
           id >= 0 && id < R.nid ? R.est[id] : -1);
     ASSERT(m->n > 0 && m->q[0] == id, "group %d: dispatched %ld, model head %ld (order)", s, id,
           m->n ? m->q[0] : -1);
-    ASSERT(!rdmax_arb_elem_is_queued(e), "element in callback reports queued");
+    ASSERT(!rdmax__arb_elem_is_queued(e), "element in callback reports queued");
     if (R.cb_calls == 0 && R.first_slot >= 0) {
         ASSERT(s == R.first_slot, "dispatch after STOP started with group %d, not the stopped group %d", s,
               R.first_slot);
@@ -1091,7 +1091,7 @@ static rdmax_arb_result rand_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_el
         long nid = new_id();
         R.est[id] = ES_REQUEUED;
         el->id = nid;
-        rdmax_arb_group_push(&R.arb, &mm->ep->grp, &el->link);
+        rdmax__arb_group_push(&R.arb, &mm->ep->grp, &el->link);
         mm->q[mm->n++] = nid;
         R.est[nid] = ES_QUEUED;
         R.total++;
@@ -1100,20 +1100,20 @@ static rdmax_arb_result rand_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_el
     }
 
     x = rnd(100);
-    if (R.cb_calls >= CB_BUDGET) r = RDMAX_ARB_STOP;
-    else if (x < 55) r = RDMAX_ARB_REMOVE;
-    else if (x < 72) r = RDMAX_ARB_NEXT_GROUP;
-    else if (x < 82) r = RDMAX_ARB_DESCHED;
-    else if (x < 92) r = RDMAX_ARB_RESCHED;
-    else r = RDMAX_ARB_STOP;
+    if (R.cb_calls >= CB_BUDGET) r = RDMAX__ARB_CB_STOP;
+    else if (x < 55) r = RDMAX__ARB_CB_REMOVE;
+    else if (x < 72) r = RDMAX__ARB_CB_NEXT_GROUP;
+    else if (x < 82) r = RDMAX__ARB_CB_DESCHED;
+    else if (x < 92) r = RDMAX__ARB_CB_RESCHED;
+    else r = RDMAX__ARB_CB_STOP;
 
     TRACE("cb group %d id %ld turn %ld -> %d%s%s\n", s, id, turn ? myturn : -1L, (int)r,
           R.own_gone ? " own_gone" : "", R.self_moved ? " self_moved" : "");
     switch (r) {
-    case RDMAX_ARB_REMOVE: R.st_remove++; R.removes++; R.last_rm_cb = R.cbseq; break;
-    case RDMAX_ARB_NEXT_GROUP: R.st_next++; break;
-    case RDMAX_ARB_DESCHED: R.st_desched++; break;
-    case RDMAX_ARB_RESCHED: R.st_resched++; break;
+    case RDMAX__ARB_CB_REMOVE: R.st_remove++; R.removes++; R.last_rm_cb = R.cbseq; break;
+    case RDMAX__ARB_CB_NEXT_GROUP: R.st_next++; break;
+    case RDMAX__ARB_CB_DESCHED: R.st_desched++; break;
+    case RDMAX__ARB_CB_RESCHED: R.st_resched++; break;
     default: R.st_stop++; R.stopped = 1; break;
     }
 
@@ -1126,7 +1126,7 @@ static rdmax_arb_result rand_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_el
     } else {
         m->inflight = 0;
         R.total--;
-        if (r == RDMAX_ARB_REMOVE) {
+        if (r == RDMAX__ARB_CB_REMOVE) {
             if (!repushed) {
                 R.est[id] = ES_DONE;
                 free(el);
@@ -1145,26 +1145,26 @@ static rdmax_arb_result rand_cb(rdmax_arb *arb, rdmax_arb_group *g, rdmax_arb_el
             m->elig_since = -1;
         } else if (!R.self_moved) {
             switch (r) {
-            case RDMAX_ARB_REMOVE:
+            case RDMAX__ARB_CB_REMOVE:
                 if (++R.run < R.pg) R.expect_slot = s;
                 break;
-            case RDMAX_ARB_DESCHED:
+            case RDMAX__ARB_CB_DESCHED:
                 m->state = M_DESCHED;
                 break;
-            case RDMAX_ARB_RESCHED:
+            case RDMAX__ARB_CB_RESCHED:
                 m->state = M_RESCHED;
                 m->elig_since = -1;
                 break;
-            case RDMAX_ARB_STOP:
+            case RDMAX__ARB_CB_STOP:
                 R.stop_slot = s;
                 break;
             default:
                 break;
             }
         }
-        if (turn && r != RDMAX_ARB_STOP) {
+        if (turn && r != RDMAX__ARB_CB_STOP) {
             m->last_serv = myturn;
-        } else if (!turn && r == RDMAX_ARB_STOP) {
+        } else if (!turn && r == RDMAX__ARB_CB_STOP) {
             /* a turn cut short by STOP is not a service: the next dispatch resumes it */
             m->last_serv = R.turn_prev_serv;
         }
@@ -1191,7 +1191,7 @@ static void step_dispatch(void)
     R.in_dispatch = 1;
     R.st_dispatch++;
     TRACE("dispatch per_group %u\n", per_group);
-    n = rdmax_arb_dispatch(&R.arb, per_group, rand_cb, NULL);
+    n = rdmax__arb_dispatch(&R.arb, per_group, rand_cb, NULL);
     R.in_dispatch = 0;
     ASSERT(n == R.removes, "dispatch returned %zu, callbacks returned REMOVE %zu times", n, R.removes);
     ASSERT(R.expect_slot < 0, "dispatch returned although group %d had per_group budget and elements left",
@@ -1231,7 +1231,7 @@ static void test_random(void)
     if (R.rng == 0) R.rng = 1;
     R.stop_slot = -1;
     R.own = -1;
-    rdmax_arb_init(&R.arb);
+    rdmax__arb_init(&R.arb);
     for (s = 0; s < NG; s++) {
         m_reset(s, ep_new(s));
     }
@@ -1267,7 +1267,7 @@ static void test_random(void)
             R.m[s].ep = NULL;
         }
     }
-    ASSERT(rdmax_arb_pending(&R.arb) == 0 && rdmax_arb_is_empty(&R.arb), "arbiter not empty at the end");
+    ASSERT(rdmax__arb_pending(&R.arb) == 0 && rdmax__arb_is_empty(&R.arb), "arbiter not empty at the end");
     {
         long id, done = 0, canc = 0, other = 0;
         for (id = 0; id < R.nid; id++) {

@@ -104,7 +104,7 @@ static rdmax_status send_retry(rdmax_ep *ep, const void *buf, size_t len, const 
         rdmax_status st = rdmax_send(ep, buf, len, mem, NULL);
         if (st != RDMAX_ERR_NO_RESOURCE)
             return st == RDMAX_INPROGRESS ? RDMAX_OK : st;
-        rdmax_progress(rdmax_ep_ctx(ep));
+        rdmax_progress(rdmax_ep_query_ctx(ep));
         if (now_ms() > end)
             return RDMAX_ERR_TIMEOUT;
     }
@@ -179,8 +179,8 @@ static int cli_wait(rdmax_ep *ep, struct cli *c, int want)
 {
     int64_t end = now_ms() + 30000;
     while (c->got < want) {
-        rdmax_progress(rdmax_ep_ctx(ep));
-        if (now_ms() > end || rdmax_ep_error(ep) != RDMAX_OK)
+        rdmax_progress(rdmax_ep_query_ctx(ep));
+        if (now_ms() > end || rdmax_ep_query_error(ep) != RDMAX_OK)
             return -1;
     }
     return 0;
@@ -206,11 +206,11 @@ static int client_main(const char *host, uint16_t port)
     uint8_t *b = (uint8_t *)mem->addr;
     rdmax_status st = rdmax_connect(ctx, host, port, &ed, &ep, 30000);
     if (st != RDMAX_OK) {
-        fprintf(stderr, "client: connect: %s: %s\n", rdmax_status_str(st), rdmax_ctx_last_error(ctx));
+        fprintf(stderr, "client: connect: %s: %s\n", rdmax_status_str(st), rdmax_ctx_query_last_error(ctx));
         return 12;
     }
-    const rdmax_rbuf *rr = rdmax_ep_remote(ep, 0);
-    if (!rr || rr->len != EXPOSE || rdmax_ep_remote_count(ep) != 1)
+    const rdmax_rbuf *rr = rdmax_ep_query_remote(ep, 0);
+    if (!rr || rr->len != EXPOSE || rdmax_ep_query_remote_count(ep) != 1)
         return 13;  /* the server's buffer did not come through rdma_cm's private data */
     /* ping-pong, sizes cycling */
     for (int i = 0; i < PINGS; i++) {
@@ -334,8 +334,8 @@ static void stream_test(const char *addr, const char *fam)
     s.reply = (uint8_t *)rmem->addr;
     for (uint32_t i = 0; i < GETS; i++)
         fill(s.expose + (1u << 20) + (size_t)i * GET_CHUNK, GET_CHUNK, 5000 + i);
-    REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen: %s", rdmax_ctx_last_error(ctx));
-    pid_t pid = fork_client(addr, rdmax_listener_port(l));
+    REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen: %s", rdmax_ctx_query_last_error(ctx));
+    pid_t pid = fork_client(addr, rdmax_listener_query_port(l));
     rdmax_ep_desc ed;
     memset(&ed, 0, sizeof ed);
     ed.recv_cb = srv_recv;
@@ -352,12 +352,12 @@ static void stream_test(const char *addr, const char *fam)
     CHECK(s.data_ok == DATA_MSGS && s.data_bad == 0, "%d messages checked out, %d bad, of %d", s.data_ok,
           s.data_bad, DATA_MSGS);
     CHECK(s.put_ok, "the puts did not land as written");
-    CHECK(ep && rdmax_ep_query_state(ep) == RDMAX_EP_CLOSED && rdmax_ep_error(ep) == RDMAX_ERR_CLOSED,
+    CHECK(ep && rdmax_ep_query_state(ep) == RDMAX_EP_CLOSED && rdmax_ep_query_error(ep) == RDMAX_ERR_CLOSED,
           "server endpoint: state %d, error %s (expected closed by the peer)", ep ? (int)rdmax_ep_query_state(ep) : -1,
-          ep ? rdmax_status_str(rdmax_ep_error(ep)) : "-");
+          ep ? rdmax_status_str(rdmax_ep_query_error(ep)) : "-");
 out:
     rdmax_ep_destroy(ep);
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_mem_free(xmem);
     rdmax_mem_free(rmem);
     rdmax_ctx_destroy(ctx);
@@ -456,7 +456,7 @@ static void real_client_ok(rdmax_ctx *ctx, rdmax_listener *l, const char *addr)
     s.reply = (uint8_t *)rmem->addr;
     for (uint32_t i = 0; i < GETS; i++)
         fill(s.expose + (1u << 20) + (size_t)i * GET_CHUNK, GET_CHUNK, 5000 + i);
-    pid_t pid = fork_client(addr, rdmax_listener_port(l));
+    pid_t pid = fork_client(addr, rdmax_listener_query_port(l));
     rdmax_ep_desc ed;
     memset(&ed, 0, sizeof ed);
     ed.recv_cb = srv_recv;
@@ -477,14 +477,14 @@ static void real_client_ok(rdmax_ctx *ctx, rdmax_listener *l, const char *addr)
     rdmax_mem_free(rmem);
 }
 
-static void good_cm_record(uint8_t out[RDMAX_CM_INFO_SIZE])
+static void good_cm_record(uint8_t out[RDMAX_CM_RECORD_SIZE])
 {
-    rdmax_conn_info r;
+    rdmax_conn_record r;
     memset(&r, 0, sizeof r);
     r.transport = RDMAX_TRANSPORT_ID_RC;
     r.credits = 128;
     r.recv_size = 4096;
-    rdmax_cm_info_encode(&r, out);
+    rdmax_cm_record_encode(&r, out);
 }
 
 static void bad_client_tests(const char *addr)
@@ -496,8 +496,8 @@ static void bad_client_tests(const char *addr)
     tl_begin("cm/bad clients: listener");
     REQUIRE(pipe(fds) == 0, "pipe");
     REQUIRE((ctx = ctx_make(g_dev0, 1, 1000, 1)) != NULL, "no device");
-    REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen: %s", rdmax_ctx_last_error(ctx));
-    uint16_t port = rdmax_listener_port(l);
+    REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen: %s", rdmax_ctx_query_last_error(ctx));
+    uint16_t port = rdmax_listener_query_port(l);
 
     static const struct {
         const char *name;
@@ -513,7 +513,7 @@ static void bad_client_tests(const char *addr)
          "connection record: magic 0x00000000, expected 0x52444d58 (peer is not rdmax)"},
     };
     for (size_t i = 0; i < sizeof recs / sizeof recs[0]; i++) {
-        uint8_t pd[RDMAX_CM_INFO_SIZE];
+        uint8_t pd[RDMAX_CM_RECORD_SIZE];
         if (recs[i].kind == 0)
             memset(pd, 0x5a, sizeof pd);
         else
@@ -538,7 +538,7 @@ static void bad_client_tests(const char *addr)
         tl_end();
     }
 
-    uint8_t good[RDMAX_CM_INFO_SIZE];
+    uint8_t good[RDMAX_CM_RECORD_SIZE];
     good_cm_record(good);
     tl_begin("cm/a client that never confirms (no RTU) ends with RDMAX_ERR_OOB_TIMEOUT after handshake_ms");
     {
@@ -580,7 +580,7 @@ static void bad_client_tests(const char *addr)
     real_client_ok(ctx, l, addr);
     tl_end();
 out:
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_ctx_destroy(ctx);
     if (fds[0] >= 0)
         close(fds[0]), close(fds[1]);
@@ -691,8 +691,8 @@ static void admit_tests(const char *addr)
     tl_begin("cm/admit: the secret's client is served, one endpoint made");
     REQUIRE(pipe(fds) == 0, "pipe");
     REQUIRE((ctx = admit_ctx(g_dev0, g_secret, 1)) != NULL, "no device");
-    REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen: %s", rdmax_ctx_last_error(ctx));
-    uint16_t port = rdmax_listener_port(l);
+    REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen: %s", rdmax_ctx_query_last_error(ctx));
+    uint16_t port = rdmax_listener_query_port(l);
     {
         int allocs = g_ep_allocs;
         pid_t pid = admit_client(addr, port, g_secret);
@@ -749,8 +749,8 @@ static void admit_tests(const char *addr)
     tl_begin("cm/admit: a listener without a secret refuses a client with one; both say RDMAX_ERR_OOB_AUTH");
     {
         REQUIRE((plain = admit_ctx(g_dev0, NULL, 0)) != NULL, "ctx");
-        REQUIRE(rdmax_listen(plain, NULL, 0, &pl) == RDMAX_OK, "listen");
-        pid_t pid = admit_client(addr, rdmax_listener_port(pl), g_secret);
+        REQUIRE(rdmax_listener_create(plain, NULL, 0, &pl) == RDMAX_OK, "listen");
+        pid_t pid = admit_client(addr, rdmax_listener_query_port(pl), g_secret);
         CHECK_ST(rdmax_accept(pl, NULL, &ep, 30000), RDMAX_ERR_OOB_AUTH);
         CHECK(plain->n_eps == 0, "%u endpoints made", plain->n_eps);
         int cs = child_status(pid);
@@ -759,9 +759,9 @@ static void admit_tests(const char *addr)
     tl_end();
 out:
     rdmax_ep_destroy(ep);
-    rdmax_listener_close(pl);
+    rdmax_listener_destroy(pl);
     rdmax_ctx_destroy(plain);
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_ctx_destroy(ctx);
     if (fds[0] >= 0)
         close(fds[0]), close(fds[1]);
@@ -782,11 +782,11 @@ static void side_by_side_tests(const char *addr)
     tl_begin("cm/%d stalled handshakes do not keep a real client out", HOLDERS);
     REQUIRE(pipe(fds) == 0, "pipe");
     REQUIRE((ctx = ctx_make(g_dev0, 1, 600000, 1)) != NULL, "no device");
-    REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
-    uint8_t good[RDMAX_CM_INFO_SIZE];
+    REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
+    uint8_t good[RDMAX_CM_RECORD_SIZE];
     good_cm_record(good);
     for (; nh < HOLDERS; nh++)
-        holders[nh] = raw_client(addr, rdmax_listener_port(l), good, sizeof good, RAW_HOLD, fds[1]);
+        holders[nh] = raw_client(addr, rdmax_listener_query_port(l), good, sizeof good, RAW_HOLD, fds[1]);
     int replied = 0;
     for (int64_t end = now_ms() + 60000; replied < HOLDERS && now_ms() < end;) {
         rdmax_status st = rdmax_accept(l, NULL, &ep, 100);
@@ -801,7 +801,7 @@ static void side_by_side_tests(const char *addr)
     real_client_ok(ctx, l, addr);
     tl_end();
 
-    tl_begin("cm/accept with timeout 0 as a poll on rdmax_listener_fd serves a client (%d handshakes stalled); "
+    tl_begin("cm/accept with timeout 0 as a poll on rdmax_listener_query_fd serves a client (%d handshakes stalled); "
              "empty polls log nothing", HOLDERS);
     {
         g_loud = 0;
@@ -810,7 +810,7 @@ static void side_by_side_tests(const char *addr)
         if (pid == 0) {
             rdmax_ctx *c2 = ctx_make(g_dev1, 1, 0, 0);
             rdmax_ep *e2;
-            if (!c2 || rdmax_connect(c2, addr, rdmax_listener_port(l), NULL, &e2, 30000) != RDMAX_OK)
+            if (!c2 || rdmax_connect(c2, addr, rdmax_listener_query_port(l), NULL, &e2, 30000) != RDMAX_OK)
                 _exit(3);
             char msg[16] = "hello";
             if (rdmax_send(e2, msg, sizeof msg, NULL, NULL) != RDMAX_OK || rdmax_ep_flush(e2, 10000) != RDMAX_OK)
@@ -820,7 +820,7 @@ static void side_by_side_tests(const char *addr)
         }
         rdmax_status st = RDMAX_ERR_TIMEOUT;
         for (int64_t end = now_ms() + 60000; st == RDMAX_ERR_TIMEOUT && now_ms() < end;) {
-            struct pollfd p = {rdmax_listener_fd(l), POLLIN, 0};
+            struct pollfd p = {rdmax_listener_query_fd(l), POLLIN, 0};
             poll(&p, 1, 100);
             st = rdmax_accept(l, NULL, &ep, 0);
             empties += st == RDMAX_ERR_TIMEOUT;
@@ -837,7 +837,7 @@ out:
         kill(holders[i], SIGKILL);
         child_status(holders[i]);
     }
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_ctx_destroy(ctx);
     if (fds[0] >= 0)
         close(fds[0]), close(fds[1]);
@@ -849,10 +849,10 @@ out:
 static uint16_t free_port(rdmax_ctx *ctx)
 {
     rdmax_listener *l;
-    if (rdmax_listen(ctx, NULL, 0, &l) != RDMAX_OK)
+    if (rdmax_listener_create(ctx, NULL, 0, &l) != RDMAX_OK)
         return 1;
-    uint16_t p = rdmax_listener_port(l);
-    rdmax_listener_close(l);
+    uint16_t p = rdmax_listener_query_port(l);
+    rdmax_listener_destroy(l);
     return p;
 }
 
@@ -870,10 +870,10 @@ static void connect_tests(const char *addr)
     int64_t t0 = now_ms();
     rdmax_status st = rdmax_connect(ctx, addr, port, NULL, &ep, 600);
     CHECK_ST(st, RDMAX_ERR_CONNECT);
-    CHECK(rdmax_ctx_last_error_item(ctx) == RDMAX_LOG_ITEM_CONNECT, "last error item %s",
-          rdmax_log_item_str(rdmax_ctx_last_error_item(ctx)));
-    CHECK(strstr(rdmax_ctx_last_error(ctx), "nobody listens") && strstr(rdmax_ctx_last_error(ctx), addr),
-          "error '%s' does not say that nobody listens at %s", rdmax_ctx_last_error(ctx), addr);
+    CHECK(rdmax_ctx_query_last_error_item(ctx) == RDMAX_LOG_ITEM_CONNECT, "last error item %s",
+          rdmax_log_item_str(rdmax_ctx_query_last_error_item(ctx)));
+    CHECK(strstr(rdmax_ctx_query_last_error(ctx), "nobody listens") && strstr(rdmax_ctx_query_last_error(ctx), addr),
+          "error '%s' does not say that nobody listens at %s", rdmax_ctx_query_last_error(ctx), addr);
     CHECK(now_ms() - t0 >= 500, "gave up after %lld ms, before its 600 ms deadline", (long long)(now_ms() - t0));
     tl_end();
 
@@ -887,12 +887,12 @@ static void connect_tests(const char *addr)
         }
         struct timespec ts = {0, 300 * 1000000L};  /* the client's first requests find nobody */
         nanosleep(&ts, NULL);
-        REQUIRE(rdmax_listen(sctx, NULL, port, &l) == RDMAX_OK, "listen on %u", port);
+        REQUIRE(rdmax_listener_create(sctx, NULL, port, &l) == RDMAX_OK, "listen on %u", port);
         CHECK_ST(rdmax_accept(l, NULL, &ep, 60000), RDMAX_OK);
         CHECK(child_status(pid) == 0, "the client gave up instead of retrying");
         rdmax_ep_destroy(ep);
         ep = NULL;
-        rdmax_listener_close(l);
+        rdmax_listener_destroy(l);
         l = NULL;
     }
     tl_end();
@@ -909,8 +909,8 @@ static void connect_tests(const char *addr)
         t0 = now_ms();
         st = rdmax_connect(ctx, addr, port, NULL, &ep, 800);
         CHECK_ST(st, RDMAX_ERR_TIMEOUT);
-        CHECK(strstr(rdmax_ctx_last_error(ctx), "rdma_connect timed out after"), "error '%s' does not name the step",
-              rdmax_ctx_last_error(ctx));
+        CHECK(strstr(rdmax_ctx_query_last_error(ctx), "rdma_connect timed out after"), "error '%s' does not name the step",
+              rdmax_ctx_query_last_error(ctx));
         CHECK(now_ms() - t0 < 10000, "took %lld ms for an 800 ms deadline", (long long)(now_ms() - t0));
     }
     tl_end();
@@ -918,8 +918,8 @@ static void connect_tests(const char *addr)
     tl_begin("cm/connect: an address nobody has times out naming the rdma_cm step");
     st = rdmax_connect(ctx, "192.0.2.99", 18515, NULL, &ep, 800);
     CHECK_ST(st, RDMAX_ERR_TIMEOUT);
-    CHECK(strstr(rdmax_ctx_last_error(ctx), " timed out after ") && strstr(rdmax_ctx_last_error(ctx), "rdma_"),
-          "error '%s' does not name the step", rdmax_ctx_last_error(ctx));
+    CHECK(strstr(rdmax_ctx_query_last_error(ctx), " timed out after ") && strstr(rdmax_ctx_query_last_error(ctx), "rdma_"),
+          "error '%s' does not name the step", rdmax_ctx_query_last_error(ctx));
     tl_end();
 
     tl_begin("cm/a UD endpoint is refused with RDMAX_ERR_UNSUPPORTED");
@@ -943,8 +943,8 @@ static void connect_tests(const char *addr)
         ed.expose_list = more;
         ed.expose_count = 1;
         CHECK_ST(rdmax_connect(ctx, addr, port, &ed, &ep, 500), RDMAX_ERR_INVALID_PARAM);
-        CHECK(rdmax_ctx_last_error_item(ctx) == RDMAX_LOG_ITEM_EP_DESC, "last error item %s",
-              rdmax_log_item_str(rdmax_ctx_last_error_item(ctx)));
+        CHECK(rdmax_ctx_query_last_error_item(ctx) == RDMAX_LOG_ITEM_EP_DESC, "last error item %s",
+              rdmax_log_item_str(rdmax_ctx_query_last_error_item(ctx)));
         /* control: the same desc with one region gets past the check (nobody listens: a connect error) */
         ed.expose_count = 0;
         CHECK(rdmax_connect(ctx, addr, port, &ed, &ep, 300) != RDMAX_ERR_INVALID_PARAM, "one region refused");
@@ -957,7 +957,7 @@ out:
         rdma_destroy_id(lid);
     if (ch)
         rdma_destroy_event_channel(ch);
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_ctx_destroy(ctx);
     rdmax_ctx_destroy(sctx);
     if (tl_case_failed)
@@ -1000,8 +1000,8 @@ static void peer_killed_tests(const char *addr)
             tl_begin("cm/control: the same with the TCP record stays connected (nothing tells it)");
         REQUIRE(pipe(fds) == 0, "pipe");
         REQUIRE((ctx = ctx_make(g_dev0, cm, 0, 0)) != NULL, "no device");
-        REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
-        pid_t pid = idle_client(addr, rdmax_listener_port(l), cm, fds[1]);
+        REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
+        pid_t pid = idle_client(addr, rdmax_listener_query_port(l), cm, fds[1]);
         rdmax_ep_desc ed;
         memset(&ed, 0, sizeof ed);
         ed.keepalive_ms = RDMAX_OFF;
@@ -1014,9 +1014,9 @@ static void peer_killed_tests(const char *addr)
         while (rdmax_ep_query_state(ep) == RDMAX_EP_CONNECTED && now_ms() < end)
             rdmax_wait(ctx, 100);
         if (cm) {
-            CHECK(rdmax_ep_query_state(ep) == RDMAX_EP_ERROR && rdmax_ep_error(ep) == RDMAX_ERR_PEER_GONE,
+            CHECK(rdmax_ep_query_state(ep) == RDMAX_EP_ERROR && rdmax_ep_query_error(ep) == RDMAX_ERR_PEER_GONE,
                   "state %d, error %s (a kill must not read as a graceful close)", (int)rdmax_ep_query_state(ep),
-                  rdmax_status_str(rdmax_ep_error(ep)));
+                  rdmax_status_str(rdmax_ep_query_error(ep)));
             printf("INFO cm/peer killed: endpoint failed %lld ms after the kill\n", (long long)(now_ms() - t0));
         } else {
             CHECK(rdmax_ep_query_state(ep) == RDMAX_EP_CONNECTED, "state %d: the control saw the kill",
@@ -1024,7 +1024,7 @@ static void peer_killed_tests(const char *addr)
         }
     out:
         rdmax_ep_destroy(ep);
-        rdmax_listener_close(l);
+        rdmax_listener_destroy(l);
         rdmax_ctx_destroy(ctx);
         if (fds[0] >= 0)
             close(fds[0]), close(fds[1]);
@@ -1050,8 +1050,8 @@ static void close_order_test(const char *addr)
     tl_begin("cm/a peer that sends %d messages, flushes and destroys its endpoint: all %d delivered before "
              "the endpoint fails (RDMAX_ERR_PEER_GONE: no goodbye)", MSGS, MSGS);
     REQUIRE((ctx = ctx_make(g_dev0, 1, 0, 0)) != NULL, "no device");
-    REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
-    uint16_t port = rdmax_listener_port(l);
+    REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
+    uint16_t port = rdmax_listener_query_port(l);
     pid_t pid = fork();
     if (pid == 0) {
         rdmax_ctx *c2 = ctx_make(g_dev1, 1, 0, 0);
@@ -1083,12 +1083,12 @@ static void close_order_test(const char *addr)
             break;
         }
     }
-    CHECK(ep && rdmax_ep_query_state(ep) == RDMAX_EP_ERROR && rdmax_ep_error(ep) == RDMAX_ERR_PEER_GONE,
-          "state %d, error %s", ep ? (int)rdmax_ep_query_state(ep) : -1, ep ? rdmax_status_str(rdmax_ep_error(ep)) : "-");
+    CHECK(ep && rdmax_ep_query_state(ep) == RDMAX_EP_ERROR && rdmax_ep_query_error(ep) == RDMAX_ERR_PEER_GONE,
+          "state %d, error %s", ep ? (int)rdmax_ep_query_state(ep) : -1, ep ? rdmax_status_str(rdmax_ep_query_error(ep)) : "-");
     CHECK(at_close == MSGS, "%d of %d messages delivered when the endpoint closed", at_close, MSGS);
 out:
     rdmax_ep_destroy(ep);
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_ctx_destroy(ctx);
     tl_end();
 }
@@ -1148,11 +1148,11 @@ static void early_message_test(const char *addr, int returned)
                  "dropped and counted, none reaches the call that answered it");
     REQUIRE(pipe(up) == 0 && pipe(down) == 0, "pipe");
     REQUIRE((ctx = ctx_make(g_dev0, 1, 0, 0)) != NULL, "no device");
-    REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
+    REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
     REQUIRE(rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_REMOTE_WRITE, &xmem) == RDMAX_OK, "mem");
-    uint16_t port = rdmax_listener_port(l);
+    uint16_t port = rdmax_listener_query_port(l);
     rdmax_counters k0;
-    rdmax_counters_get(ctx, &k0);
+    rdmax_ctx_query_counters(ctx, &k0);
     pid = fork();
     if (pid == 0) {
         rdmax_ctx *c2 = ctx_make(g_dev1, 1, 0, 0);
@@ -1162,7 +1162,7 @@ static void early_message_test(const char *addr, int returned)
         if (!c2 || rdmax_connect(c2, addr, port, NULL, &e2, 30000) != RDMAX_OK ||
             rdmax_mem_alloc(c2, (EARLY + LATE) * 64, RDMAX_ACCESS_LOCAL, &m) != RDMAX_OK)
             _exit(3);
-        const rdmax_rbuf *rr = rdmax_ep_remote(e2, 0);
+        const rdmax_rbuf *rr = rdmax_ep_query_remote(e2, 0);
         if (!rr)
             _exit(4);
         for (uint32_t i = 0; i < (uint32_t)(EARLY + late); i++) {
@@ -1207,7 +1207,7 @@ static void early_message_test(const char *addr, int returned)
     rdmax_counters k1;
     for (int i = 0; i < 100000; i++)
         rdmax_progress(ctx);
-    rdmax_counters_get(ctx, &k1);
+    rdmax_ctx_query_counters(ctx, &k1);
     REQUIRE(k1.recv_msgs - k0.recv_msgs + k1.recv_imms - k0.recv_imms >= EARLY,
             "the bad case was not forced: %llu of the %d early messages arrived before the returning call",
             (unsigned long long)(k1.recv_msgs - k0.recv_msgs + k1.recv_imms - k0.recv_imms), EARLY);
@@ -1217,9 +1217,9 @@ static void early_message_test(const char *addr, int returned)
     CHECK(g_ea.n == 0, "%d of the client's messages (%d sent early, more as credits came) reached desc A's "
           "callbacks with A's user before any call returned the endpoint", g_ea.n, EARLY);
     if (!returned) {
-        rdmax_listener_close(l);  /* the handshake ends: its endpoint goes with what it held */
+        rdmax_listener_destroy(l);  /* the handshake ends: its endpoint goes with what it held */
         l = NULL;
-        rdmax_counters_get(ctx, &k1);
+        rdmax_ctx_query_counters(ctx, &k1);
         CHECK(k1.recv_drops == k0.recv_drops + EARLY && g_ea.n == 0 && g_eb.n == 0,
               "recv_drops %llu -> %llu (want %d more); %d reached A, %d reached B",
               (unsigned long long)k0.recv_drops, (unsigned long long)k1.recv_drops, EARLY, g_ea.n, g_eb.n);
@@ -1233,7 +1233,7 @@ static void early_message_test(const char *addr, int returned)
     REQUIRE(ep, "no endpoint");
     for (int64_t end = now_ms() + 60000; g_eb.n + g_ea.n < EARLY + LATE && now_ms() < end;)
         rdmax_progress(ctx);
-    rdmax_counters_get(ctx, &k1);
+    rdmax_ctx_query_counters(ctx, &k1);
     CHECK(g_eb.n == EARLY + LATE && g_eb.bad == 0 && g_ea.n == 0,
           "%d of %d messages reached B's callbacks (%d out of order), %d reached A's", g_eb.n, EARLY + LATE,
           g_eb.bad, g_ea.n);
@@ -1249,7 +1249,7 @@ out:
     }
     rdmax_ep_destroy(ep);
     rdmax_mem_free(xmem);
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_ctx_destroy(ctx);
     for (int i = 0; i < 2; i++) {
         if (up[i] >= 0)
@@ -1278,9 +1278,9 @@ static void connect_time(const char *addr)
     REQUIRE(pipe(fds) == 0, "pipe");
     for (int cm = 0; cm < 2; cm++) {
         REQUIRE((ctx[cm] = ctx_make(g_dev0, cm, 0, 0)) != NULL, "no device");
-        REQUIRE(rdmax_listen(ctx[cm], NULL, 0, &l[cm]) == RDMAX_OK, "listen");
+        REQUIRE(rdmax_listener_create(ctx[cm], NULL, 0, &l[cm]) == RDMAX_OK, "listen");
     }
-    uint16_t port[2] = {rdmax_listener_port(l[0]), rdmax_listener_port(l[1])};
+    uint16_t port[2] = {rdmax_listener_query_port(l[0]), rdmax_listener_query_port(l[1])};
     pid_t pid = fork();
     if (pid == 0) {
         rdmax_ctx *c2[2] = {ctx_make(g_dev1, 0, 0, 0), ctx_make(g_dev1, 1, 0, 0)};
@@ -1328,7 +1328,7 @@ static void connect_time(const char *addr)
     }
 out:
     for (int cm = 0; cm < 2; cm++) {
-        rdmax_listener_close(l[cm]);
+        rdmax_listener_destroy(l[cm]);
         rdmax_ctx_destroy(ctx[cm]);
     }
     if (fds[0] >= 0)

@@ -68,7 +68,7 @@ if $CXX -std=c++17 $W -DRDMAX_TRANSPORT_RC -DRDMAX_MEMHOOKS -DRDMAX_MALLOPT -c t
    $CC -std=c11 $W -DRDMAX_TRANSPORT_RC -DRDMAX_MEMHOOKS -DRDMAX_MALLOPT -c tests/compile/impl.c -o $out/x.o \
        >>$out/log 2>&1; then pass "memory hooks build in C and C++"
 else flunk "memory hooks build in C and C++" "see log"; fi
-for bad in "-DRDMAX_MEMHOOKS -DRDMAX_NO_MEMHOOKS:contradict" "-DRDMAX_MALLOPT -DRDMAX_NO_MALLOPT -DRDMAX_MEMHOOKS:contradict" \
+for bad in "-DRDMAX_NO_MEMHOOKS:removed in 0.2.0" "-DRDMAX_NO_MALLOPT:removed in 0.2.0" \
            "-DRDMAX_MALLOPT:define RDMAX_MEMHOOKS too"; do
     flags=${bad%%:*}; want=${bad#*:}
     if $CC -std=c11 $W -DRDMAX_TRANSPORT_RC $flags -c tests/compile/impl.c -o $out/x.o >$out/log 2>&1; then
@@ -76,10 +76,6 @@ for bad in "-DRDMAX_MEMHOOKS -DRDMAX_NO_MEMHOOKS:contradict" "-DRDMAX_MALLOPT -D
     elif grep -q "$want" $out/log; then pass "$flags fails with a sentence"
     else flunk "$flags fails with a sentence" "wrong message"; fi
 done
-# The old opt-outs ask for the default: accepted.
-if $CC -std=c11 $W -DRDMAX_TRANSPORT_RC -DRDMAX_NO_MEMHOOKS -DRDMAX_NO_MALLOPT -c tests/compile/impl.c -o $out/x.o \
-       >$out/log 2>&1; then pass "RDMAX_NO_MEMHOOKS and RDMAX_NO_MALLOPT accepted"
-else flunk "RDMAX_NO_MEMHOOKS and RDMAX_NO_MALLOPT accepted" "see log"; fi
 # The documented limits of RDMAX_BATCH_MAX build clean: a chain of one, and a long one.
 for bm in 1 64; do
     if $CC -std=c11 $W -O2 -DRDMAX_TRANSPORT_RC -DRDMAX_TRANSPORT_UD -DRDMAX_BATCH_MAX=$bm -c tests/compile/impl.c \

@@ -14,19 +14,19 @@
 #define T_MS 10000
 #define BIG (1u << 20)
 
-/* The context's post calls so far (rdmax_counters_get). */
+/* The context's post calls so far (rdmax_ctx_query_counters). */
 static uint64_t post_calls(const rdmax_ctx *ctx)
 {
     rdmax_counters c;
-    rdmax_counters_get(ctx, &c);
+    rdmax_ctx_query_counters(ctx, &c);
     return c.post_calls;
 }
 
-/* The verbs QP under ep (rdmax_ep_query_info), for fault injection and QP queries. */
+/* The verbs QP under ep (rdmax_ep_query_resources), for fault injection and QP queries. */
 static struct ibv_qp *ep_qp(const rdmax_ep *ep)
 {
-    rdmax_ep_info i;
-    rdmax_ep_query_info(ep, &i);
+    rdmax_ep_resources i;
+    rdmax_ep_query_resources(ep, &i);
     return i.qp;
 }
 
@@ -158,7 +158,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     tl_end();
     unsigned char *s = (unsigned char *)src->addr, *d = (unsigned char *)dst->addr;
     uint64_t raddr = (uintptr_t)dst->addr;
-    uint32_t rk = rdmax_ep_remote(a, 0)->rkey;  /* dst as b exposed it to a */
+    uint32_t rk = rdmax_ep_query_remote(a, 0)->rkey;  /* dst as b exposed it to a */
 
     for (size_t k = 0; k < NSIZES; k++) {
         size_t n = sizes[k];
@@ -208,7 +208,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     }
 
     /* scatter/gather: 1, 2 and the maximum number of entries, each a different piece of src */
-    uint32_t maxsge = rdmax_ctx_attr(ca)->max_sge < RDMAX_MAX_SGE ? rdmax_ctx_attr(ca)->max_sge : RDMAX_MAX_SGE;
+    uint32_t maxsge = rdmax_ctx_query_attr(ca)->max_sge < RDMAX_MAX_SGE ? rdmax_ctx_query_attr(ca)->max_sge : RDMAX_MAX_SGE;
     uint32_t counts[] = {1, 2, maxsge};
     for (int k = 0; k < 3; k++) {
         uint32_t cnt = counts[k];
@@ -316,16 +316,16 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
 
     /* rdmax_batch_begin opens the room for short puts at once: closed empty, it posts nothing, takes no
        send slot and keeps no CQ entry; the puts of the next batch still land, and show as outstanding
-       (rdmax_ep_query_info) while they wait in the room. */
+       (rdmax_ep_query_resources) while they wait in the room. */
     tl_begin("%s/an empty batch posts nothing", topo);
     {
         CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush before");
-        rdmax_ep_info i0, i1;
-        rdmax_ep_query_info(a, &i0);
+        rdmax_ep_resources i0, i1;
+        rdmax_ep_query_resources(a, &i0);
         uint64_t calls = post_calls(ca);
         rdmax_batch_begin(a);
         CHECK_ST(rdmax_batch_end(a), RDMAX_OK);
-        rdmax_ep_query_info(a, &i1);
+        rdmax_ep_query_resources(a, &i1);
         CHECK(post_calls(ca) == calls, "%llu post calls for an empty batch",
               (unsigned long long)(post_calls(ca) - calls));
         CHECK(i1.sq_free == i0.sq_free && i1.outstanding == 0,
@@ -334,7 +334,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         rdmax_batch_begin(a);
         CHECK_ST(rdmax_put(a, &v, 8, NULL, raddr, rk, NULL), RDMAX_OK);
         CHECK_ST(rdmax_put(a, &v, 8, NULL, raddr + 8, rk, NULL), RDMAX_OK);
-        rdmax_ep_query_info(a, &i1);
+        rdmax_ep_query_resources(a, &i1);
         CHECK(i1.outstanding == 2 && i1.sq_free == i0.sq_free - 2,
               "outstanding %u, sq_free %u (was %u) with 2 puts chained", i1.outstanding, i1.sq_free, i0.sq_free);
         CHECK_ST(rdmax_batch_end(a), RDMAX_OK);
@@ -423,9 +423,9 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     {
         unsigned char srcs[40][40];
         rdmax_put_req reqs[40];
-        rdmax_ep_info info;
+        rdmax_ep_resources info;
         CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush before");
-        rdmax_ep_query_info(a, &info);
+        rdmax_ep_query_resources(a, &info);
         unsigned n = info.sq_free < 40 ? info.sq_free : 40;
         uint64_t bytes = 0;
         memset(d, 0, 40 * 40);
@@ -437,13 +437,13 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
             bytes += len;
         }
         rdmax_counters c0, c1;
-        rdmax_counters_get(ca, &c0);
+        rdmax_ctx_query_counters(ca, &c0);
         size_t done = 0;
         CHECK_ST(rdmax_put_list(a, reqs, n, &done), RDMAX_OK);
         CHECK(done == n, "done %zu of %u", done, n);
         memset(srcs, 0xee, sizeof srcs);  /* inline: the buffers are free at once */
         CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush");
-        rdmax_counters_get(ca, &c1);
+        rdmax_ctx_query_counters(ca, &c1);
         CHECK(c1.posted[RDMAX_OP_PUT] - c0.posted[RDMAX_OP_PUT] == n, "posted %llu of %u",
               (unsigned long long)(c1.posted[RDMAX_OP_PUT] - c0.posted[RDMAX_OP_PUT]), n);
         CHECK(c1.bytes[RDMAX_OP_PUT] - c0.bytes[RDMAX_OP_PUT] == bytes, "bytes %llu of %llu",
@@ -462,9 +462,9 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
        the caller's batch joins it (posted by rdmax_batch_end). */
     tl_begin("%s/put list stops at the first refusal and says where", topo);
     {
-        rdmax_ep_info info;
+        rdmax_ep_resources info;
         CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush before");
-        rdmax_ep_query_info(a, &info);
+        rdmax_ep_query_resources(a, &info);
         size_t n = (size_t)info.sq_free + 16, done = 0;
         rdmax_put_req *reqs = (rdmax_put_req *)calloc(n, sizeof *reqs);
         uint64_t *vals = (uint64_t *)calloc(n, sizeof *vals);
@@ -556,7 +556,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     tl_begin("%s/10000 unsignaled puts and one flush", topo);
     {
         rdmax_counters c0, c1;
-        rdmax_counters_get(ca, &c0);
+        rdmax_ctx_query_counters(ca, &c0);
         for (uint32_t i = 0; i < 10000; i++) {
             uint32_t v = i;
             rdmax_status st;
@@ -568,14 +568,14 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
             }
         }
         CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush");
-        rdmax_counters_get(ca, &c1);
+        rdmax_ctx_query_counters(ca, &c1);
         uint64_t posted = c1.posted[RDMAX_OP_PUT] - c0.posted[RDMAX_OP_PUT];
         uint64_t done = c1.completed[RDMAX_OP_PUT] - c0.completed[RDMAX_OP_PUT];
         uint64_t cqes = c1.cqes - c0.cqes;
         CHECK(posted == 10000 && done == 10000, "posted %llu, completed %llu", (unsigned long long)posted,
               (unsigned long long)done);
-        rdmax_ep_info info;
-        rdmax_ep_query_info(a, &info);
+        rdmax_ep_resources info;
+        rdmax_ep_query_resources(a, &info);
         CHECK(info.outstanding == 0 && info.sq_free == rdmax_ep_query_desc(a).sq_depth, "send queue not empty after flush");
         CHECK(cqes < 10000 / 8, "%llu completions for 10000 unsignaled puts", (unsigned long long)cqes);
         CHECK(((uint32_t *)(void *)d)[(9999 % 1024)] == 9999, "last put not visible");
@@ -593,7 +593,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         CHECK(c.done && c.status == RDMAX_OK, "not completed through rdmax_wait");
         CHECK_ST(ws, RDMAX_OK);  /* the call that handled the completion says so */
         /* a context with no endpoint has nothing to complete: the wait times out and says so */
-        rdmax_ctx *idle = open_ctx(rdmax_ctx_attr(ca)->name);
+        rdmax_ctx *idle = open_ctx(rdmax_ctx_query_attr(ca)->name);
         CHECK_ST(rdmax_wait(idle, 50), RDMAX_ERR_TIMEOUT);
         rdmax_ctx_destroy(idle);
     }
@@ -638,7 +638,7 @@ static void error_case(const char *topo, const char *name, rdmax_ctx *ca, rdmax_
     CHECK(wait_comp(ca, cb, &c) == 0, "no completion");
     CHECK_ST(c.status, want);
     CHECK(rdmax_ep_query_state(a) == RDMAX_EP_ERROR, "endpoint not in the error state");
-    CHECK_ST(rdmax_ep_error(a), want);
+    CHECK_ST(rdmax_ep_query_error(a), want);
     CHECK(g_errlogs == logs + 1 || g_errlogs == logs + 2, "%d error log lines (one per failed endpoint expected)",
           g_errlogs - logs);
     CHECK(g_lastitem == RDMAX_LOG_ITEM_EP_FAILED, "last error item %d (%s): '%s'", (int)g_lastitem,
@@ -698,7 +698,7 @@ static void flood_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     REQUIRE(tl_pair(ca, cb, &d, &d, &a, &b) == RDMAX_OK, "pair");
     int logs = g_errlogs;
     rdmax_counters c0, c1;
-    rdmax_counters_get(ca, &c0);
+    rdmax_ctx_query_counters(ca, &c0);
     rdmax_batch_begin(a);  /* all 1000 go out before the first can fail */
     for (int i = 0; i < 1000; i++) {
         comps[i].cb = flood_cb;
@@ -713,7 +713,7 @@ static void flood_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     rdmax_batch_end(a);
     for (long i = 0; f.ok + f.flushed + f.other < 1000 && i < 100000000L; i++)
         progress2(ca, cb);
-    rdmax_counters_get(ca, &c1);
+    rdmax_ctx_query_counters(ca, &c1);
     CHECK(f.ok + f.flushed + f.other == 1000, "%d of 1000 completed", f.ok + f.flushed + f.other);
     CHECK(f.other == 1 && f.first_err == RDMAX_ERR_REMOTE_ACCESS, "%d operations failed with a real error (status %d)",
           f.other, f.first_err);
@@ -724,7 +724,7 @@ static void flood_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
        flushed receives, with one line of its own. */
     for (long i = 0; rdmax_ep_query_state(b) == RDMAX_EP_CONNECTED && i < 100000000L; i++)
         progress2(ca, cb);
-    CHECK_ST(rdmax_ep_error(b), RDMAX_ERR_FLUSHED);
+    CHECK_ST(rdmax_ep_query_error(b), RDMAX_ERR_FLUSHED);
     CHECK(g_errlogs == logs + 2, "%d error log lines for one failure on each side", g_errlogs - logs);
     tl_end();
 out:
@@ -784,8 +784,8 @@ static void killed_peer_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb, con
     rdmax_ep *ep = NULL, *a2 = NULL, *b2 = NULL;
     rdmax_mem *m = NULL, *m2 = NULL;
     tl_begin("%s/peer process killed", topo);
-    REQUIRE(rdmax_listen(ca, "127.0.0.1", 0, &l) == RDMAX_OK, "listen");
-    uint16_t port = rdmax_listener_port(l);
+    REQUIRE(rdmax_listener_create(ca, "127.0.0.1", 0, &l) == RDMAX_OK, "listen");
+    uint16_t port = rdmax_listener_query_port(l);
     int pipefd[2];
     REQUIRE(pipe(pipefd) == 0, "pipe");
     pid_t pid = fork();
@@ -814,8 +814,8 @@ static void killed_peer_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb, con
     REQUIRE(rdmax_mem_alloc(ca, 65536, RDMAX_ACCESS_REMOTE_WRITE, &m) == RDMAX_OK, "alloc");
     rdmax_comp c;
     memset(&c, 0, sizeof c);
-    const rdmax_rbuf *rr = rdmax_ep_remote(ep, 0);
-    REQUIRE(rr != NULL && rdmax_ep_remote_count(ep) == 1, "the peer's region was not received");
+    const rdmax_rbuf *rr = rdmax_ep_query_remote(ep, 0);
+    REQUIRE(rr != NULL && rdmax_ep_query_remote_count(ep) == 1, "the peer's region was not received");
     CHECK_ST(rdmax_put(ep, m->addr, 4096, m, rr->addr, rr->rkey, &c), RDMAX_INPROGRESS);
     CHECK(wait_comp(ca, ca, &c) == 0 && c.status == RDMAX_OK, "put to the live peer: %s", rdmax_status_str(c.status));
     kill(pid, SIGKILL);
@@ -851,7 +851,7 @@ out:
     rdmax_ep_destroy(b2);
     rdmax_mem_free(m);
     rdmax_mem_free(m2);
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     if (tl_case_failed)
         tl_end();
 }
@@ -866,7 +866,7 @@ static void contract_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     memset(&rxb, 0, sizeof rxb);
     rxb.buf = (unsigned char *)malloc(2u << 20);
     unsigned char *plain = (unsigned char *)malloc(8192);
-    uint32_t mi = rdmax_ctx_attr(ca)->max_inline;
+    uint32_t mi = rdmax_ctx_query_attr(ca)->max_inline;
     tl_begin("%s/contract/setup", topo);
     REQUIRE(rxb.buf && plain, "malloc");
     REQUIRE(mi > 0 && mi < 8192, "device max_inline %u", mi);
@@ -932,7 +932,7 @@ static void contract_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         CHECK_ST(rdmax_get(a, src->addr, 0, src, (uintptr_t)dst->addr, dst->rkey, &c), RDMAX_INPROGRESS);
         CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "comp: done %d status %s", c.done,
               rdmax_status_str(c.status));
-        CHECK(a != NULL && rdmax_ep_error(a) == RDMAX_OK, "endpoint failed");
+        CHECK(a != NULL && rdmax_ep_query_error(a) == RDMAX_OK, "endpoint failed");
     }
     tl_end();
     tl_begin("%s/contract/inline put with comp in a batch completes after rdmax_batch_end", topo);
@@ -980,7 +980,7 @@ static void qp_wr_case(const char *topo, const char *dev)
     tl_begin("%s/max_qp_wr 100: send queue of 64, every completion reported once", topo);
     REQUIRE(comps != NULL, "calloc");
     REQUIRE(rdmax_ctx_create(&cd, &c) == RDMAX_OK, "context: %s", g_lastlog);
-    CHECK(rdmax_ctx_attr(c)->max_qp_wr == 100, "applied max_qp_wr %u", rdmax_ctx_attr(c)->max_qp_wr);
+    CHECK(rdmax_ctx_query_attr(c)->max_qp_wr == 100, "applied max_qp_wr %u", rdmax_ctx_query_attr(c)->max_qp_wr);
     REQUIRE(rdmax_mem_alloc(c, (size_t)N * SZ, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc src");
     REQUIRE(rdmax_mem_alloc(c, (size_t)N * SZ, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc dst");
     rdmax_ep_desc ed;
@@ -1059,7 +1059,7 @@ static void chain_cq_case(const char *topo, const char *dev)
     ed.signal_interval = 5;
     REQUIRE(rdmax_ep_create_pair(c, &ed, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     rdmax_counters c0, c1;
-    rdmax_counters_get(c, &c0);
+    rdmax_ctx_query_counters(c, &c0);
     int refused = 0;
     for (int l = 0; l < LISTS && !refused; l++) {
         rdmax_batch_begin(a);
@@ -1081,11 +1081,11 @@ static void chain_cq_case(const char *topo, const char *dev)
         CHECK_ST(rdmax_batch_end(a), RDMAX_OK);
         /* the list's signaled puts retire everything before them: at most the 4 after the last one
            (signal_interval - 1) stay outstanding, however long one progresses */
-        rdmax_ep_info inf;
+        rdmax_ep_resources inf;
         long spins = 0;
         do {
             rdmax_progress(c);
-            rdmax_ep_query_info(a, &inf);
+            rdmax_ep_query_resources(a, &inf);
         } while (inf.sq_free < 128 - 4 && spins++ < 10000000L);
         if (inf.sq_free < 128 - 4) {
             CHECK(0, "list %d: %u of 128 send slots free after progress, expected 124 or more (a put that "
@@ -1094,7 +1094,7 @@ static void chain_cq_case(const char *topo, const char *dev)
         }
     }
     CHECK_ST(rdmax_ep_flush(a, T_MS), RDMAX_OK);
-    rdmax_counters_get(c, &c1);
+    rdmax_ctx_query_counters(c, &c1);
     CHECK(c1.posted[RDMAX_OP_PUT] - c0.posted[RDMAX_OP_PUT] == N, "%llu puts posted, expected %d",
           (unsigned long long)(c1.posted[RDMAX_OP_PUT] - c0.posted[RDMAX_OP_PUT]), N);
     CHECK(c1.completed[RDMAX_OP_PUT] == c1.posted[RDMAX_OP_PUT], "%llu puts posted, %llu completed",
@@ -1116,13 +1116,13 @@ out:
     rdmax_ctx_destroy(c);
 }
 
-/* Several regions advertised per endpoint (expose, then expose_list), read back with rdmax_ep_remote;
+/* Several regions advertised per endpoint (expose, then expose_list), read back with rdmax_ep_query_remote;
    a put lands in each; too many regions are refused at creation. */
 static void regions_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
 {
     rdmax_mem *src = NULL, *r[3] = {NULL, NULL, NULL};
     rdmax_ep *a = NULL, *b = NULL;
-    tl_begin("%s/regions: three advertised, each reachable through rdmax_ep_remote", topo);
+    tl_begin("%s/regions: three advertised, each reachable through rdmax_ep_query_remote", topo);
     REQUIRE(rdmax_mem_alloc(ca, 4096, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc src");
     for (int i = 0; i < 3; i++)
         REQUIRE(rdmax_mem_alloc(cb, 4096u << i, RDMAX_ACCESS_REMOTE_WRITE, &r[i]) == RDMAX_OK, "alloc region %d", i);
@@ -1135,16 +1135,16 @@ static void regions_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
         db.expose_list = list;
         db.expose_count = 2;
         REQUIRE(tl_pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
-        CHECK(rdmax_ep_remote_count(a) == 3 && rdmax_ep_remote_count(b) == 0, "counts %u, %u",
-              rdmax_ep_remote_count(a), rdmax_ep_remote_count(b));
-        CHECK(rdmax_ep_remote(a, 3) == NULL && rdmax_ep_remote(b, 0) == NULL, "a region past the count");
+        CHECK(rdmax_ep_query_remote_count(a) == 3 && rdmax_ep_query_remote_count(b) == 0, "counts %u, %u",
+              rdmax_ep_query_remote_count(a), rdmax_ep_query_remote_count(b));
+        CHECK(rdmax_ep_query_remote(a, 3) == NULL && rdmax_ep_query_remote(b, 0) == NULL, "a region past the count");
         for (uint32_t i = 0; i < 3; i++) {
-            const rdmax_rbuf *rb = rdmax_ep_remote(a, i);
+            const rdmax_rbuf *rb = rdmax_ep_query_remote(a, i);
             REQUIRE(rb != NULL, "region %u missing", i);
             /* the key is the endpoint's own (a memory window) where the device has them, else the region's */
             CHECK(rb->addr == (uintptr_t)r[i]->addr && rb->len == r[i]->len &&
-                  rb->rkey == (rdmax_ctx_attr(cb)->mem_windows ? rb->rkey : r[i]->rkey) && rb->rkey != 0 &&
-                  (i == 0 || rb->rkey != rdmax_ep_remote(a, i - 1)->rkey),
+                  rb->rkey == (rdmax_ctx_query_attr(cb)->mem_windows ? rb->rkey : r[i]->rkey) && rb->rkey != 0 &&
+                  (i == 0 || rb->rkey != rdmax_ep_query_remote(a, i - 1)->rkey),
                   "region %u: 0x%llx+%llu rkey 0x%x (the region's 0x%x)", i, (unsigned long long)rb->addr,
                   (unsigned long long)rb->len, rb->rkey, r[i]->rkey);
             fillp((unsigned char *)src->addr, 64, 60 + i);

@@ -27,7 +27,7 @@ static void count_log(rdmax_log_level lvl, rdmax_log_item item, const char *msg,
 static void *other_thread(void *arg)
 {
     int *same = (int *)arg;
-    *same = rdmax_ctx_last_error(NULL)[0] != 0 || rdmax_ctx_last_error_item(NULL) != RDMAX_LOG_ITEM_NONE;
+    *same = rdmax_ctx_query_last_error(NULL)[0] != 0 || rdmax_ctx_query_last_error_item(NULL) != RDMAX_LOG_ITEM_NONE;
     return NULL;
 }
 
@@ -45,10 +45,10 @@ static void failed_create(void)
     /* no device at all (a host), or devices but not this one */
     CHECK(g_item == RDMAX_LOG_ITEM_NO_DEVICE || g_item == RDMAX_LOG_ITEM_NO_ACTIVE_PORT, "item %d (%s): '%s'",
           (int)g_item, rdmax_log_item_str(g_item), g_msg);
-    CHECK(rdmax_ctx_last_error_item(NULL) == g_item, "thread's last item %s, the logger got %s",
-          rdmax_log_item_str(rdmax_ctx_last_error_item(NULL)), rdmax_log_item_str(g_item));
-    CHECK(!strcmp(rdmax_ctx_last_error(NULL), g_msg), "thread's last error '%s', the logger got '%s'",
-          rdmax_ctx_last_error(NULL), g_msg);
+    CHECK(rdmax_ctx_query_last_error_item(NULL) == g_item, "thread's last item %s, the logger got %s",
+          rdmax_log_item_str(rdmax_ctx_query_last_error_item(NULL)), rdmax_log_item_str(g_item));
+    CHECK(!strcmp(rdmax_ctx_query_last_error(NULL), g_msg), "thread's last error '%s', the logger got '%s'",
+          rdmax_ctx_query_last_error(NULL), g_msg);
     int seen = -1;
     pthread_t t;
     REQUIRE(pthread_create(&t, NULL, other_thread, &seen) == 0, "pthread_create");
@@ -94,8 +94,8 @@ static void half_allocator(void)
         CHECK(g_errors == 1 && g_item == RDMAX_LOG_ITEM_CTX_DESC, "%d errors, item %s: '%s'", g_errors,
               rdmax_log_item_str(g_item), g_msg);
         CHECK(strstr(g_msg, "allocator") != NULL, "the message does not name the allocator: '%s'", g_msg);
-        CHECK(rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_CTX_DESC, "thread's last item %s",
-              rdmax_log_item_str(rdmax_ctx_last_error_item(NULL)));
+        CHECK(rdmax_ctx_query_last_error_item(NULL) == RDMAX_LOG_ITEM_CTX_DESC, "thread's last item %s",
+              rdmax_log_item_str(rdmax_ctx_query_last_error_item(NULL)));
     }
     /* control: both halves pass the check and the allocator is used (the missing device fails later) */
     rdmax_ctx_desc d;

@@ -170,9 +170,9 @@ static rdmax_ctx *mkctx(const port *p, const rdmax_ctx_desc *desc)
     static const enum ibv_wr_opcode opc[RDMAX__FWR__COUNT] = {  /* as rdmax_ctx_create: the fast requests */
         IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP};
     for (int k = 0; k < RDMAX__FWR__COUNT; k++) {
-        ctx->fwr[k].opcode = opc[k];
-        ctx->fwr[k].sg_list = k >= RDMAX__FWR_FADD ? &ctx->asge : &ctx->fsge;
-        ctx->fwr[k].num_sge = 1;
+        ctx->fast_wr[k].opcode = opc[k];
+        ctx->fast_wr[k].sg_list = k >= RDMAX__FWR_FADD ? &ctx->asge : &ctx->fsge;
+        ctx->fast_wr[k].num_sge = 1;
     }
     ctx->asge.length = 8;
     ctx->scq_low = 8;
@@ -251,13 +251,13 @@ static void freeep(rdmax_ep *ep)
 }
 
 /* The record ep sends, through the wire format (encode, decode) as the TCP handshake carries it. */
-static rdmax_status record_of(const rdmax_ep *ep, rdmax_conn_info *out)
+static rdmax_status record_of(const rdmax_ep *ep, rdmax_conn_record *out)
 {
-    rdmax_conn_info mine;
-    uint8_t wire[RDMAX_CONN_INFO_SIZE];
-    rdmax_ep_local_info(ep, &mine);
-    size_t n = rdmax_conn_info_encode(&mine, wire);
-    return rdmax_conn_info_decode(wire, n, out, NULL, 0);
+    rdmax_conn_record mine;
+    uint8_t wire[RDMAX_CONN_RECORD_SIZE];
+    rdmax_ep_query_record(ep, &mine);
+    size_t n = rdmax_conn_record_encode(&mine, wire);
+    return rdmax_conn_record_decode(wire, n, out, NULL, 0);
 }
 
 /* An RC pair of ports pa and pb: both records through the wire format, then connect each side. The
@@ -276,12 +276,12 @@ static void mkpair(pair *p, const port *pa, const port *pb, const rdmax_ctx_desc
     p->cb = mkctx(pb, desc);
     p->a = mkep(p->ca, &p->qa, RDMAX_TRANSPORT_ID_RC, 0x101, signal_interval);
     p->b = mkep(p->cb, &p->qb, RDMAX_TRANSPORT_ID_RC, 0x202, signal_interval);
-    rdmax_conn_info ia, ib;
+    rdmax_conn_record ia, ib;
     rdmax_status s1 = record_of(p->a, &ia), s2 = record_of(p->b, &ib);
     CHECK(s1 == RDMAX_OK && s2 == RDMAX_OK, "a record did not decode: %s / %s", rdmax_status_str(s1),
           rdmax_status_str(s2));
-    p->sa = rdmax_ep_connect_info(p->a, &ib);
-    p->sb = rdmax_ep_connect_info(p->b, &ia);
+    p->sa = rdmax_ep_connect_record(p->a, &ib);
+    p->sb = rdmax_ep_connect_record(p->b, &ia);
 }
 
 static void freepair(pair *p)
@@ -391,15 +391,15 @@ static void test_ib_ud(void)
     rdmax_ep *b = mkep(cb, &qb, RDMAX_TRANSPORT_ID_UD, 0x302, 0);
     rdmax_ep *a2 = mkep(ca, &qa, RDMAX_TRANSPORT_ID_UD, 0x301, 0);
     rdmax_ep *f = mkep(cf, &qf, RDMAX_TRANSPORT_ID_UD, 0x303, 0);
-    rdmax_conn_info ib, ifar;
+    rdmax_conn_record ib, ifar;
     g_n_ah = 0;
     CHECK_ST(record_of(b, &ib), RDMAX_OK);
     CHECK_ST(record_of(f, &ifar), RDMAX_OK);
-    CHECK_ST(rdmax_ep_connect_info(a, &ib), RDMAX_OK);
+    CHECK_ST(rdmax_ep_connect_record(a, &ib), RDMAX_OK);
     CHECK(g_n_ah == 1, "%d address handles", g_n_ah);
     CHECK(g_ah[0].dlid == 9 && g_ah[0].is_global == 0 && g_ah[0].port_num == 1,
           "one subnet: dlid %u is_global %u port %u", g_ah[0].dlid, g_ah[0].is_global, g_ah[0].port_num);
-    CHECK_ST(rdmax_ep_connect_info(a2, &ifar), RDMAX_OK);
+    CHECK_ST(rdmax_ep_connect_record(a2, &ifar), RDMAX_OK);
     CHECK(g_n_ah == 2 && g_ah[1].dlid == 12, "two prefixes: %d handles, dlid %u", g_n_ah, g_ah[1].dlid);
     check_grh(&g_ah[1], IB_FAR.gid);
     CHECK(a->peer_lid == 9, "the datagram check's peer LID %u", a->peer_lid);
@@ -446,9 +446,9 @@ static void roce_pair(const port *pa, const port *pb)
     rdmax_ctx *ca = mkctx(pa, NULL), *cb = mkctx(pb, NULL);
     fqp qa, qb;
     rdmax_ep *a = mkep(ca, &qa, RDMAX_TRANSPORT_ID_UD, 0x301, 0), *b = mkep(cb, &qb, RDMAX_TRANSPORT_ID_UD, 0x302, 0);
-    rdmax_conn_info ib;
+    rdmax_conn_record ib;
     CHECK_ST(record_of(b, &ib), RDMAX_OK);
-    CHECK_ST(rdmax_ep_connect_info(a, &ib), RDMAX_OK);
+    CHECK_ST(rdmax_ep_connect_record(a, &ib), RDMAX_OK);
     CHECK(g_n_ah == 1 && g_ah[0].dlid == 0 && g_ah[0].port_num == 1, "UD: %d handles, dlid %u", g_n_ah, g_ah[0].dlid);
     check_grh(&g_ah[0], pb->gid);
     freeep(a);
@@ -618,7 +618,7 @@ int main(void)
     g_vctx.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
     g_vctx.context.ops.post_send = fake_post_send;
     g_vctx.context.async_fd = -1;
-    tl_run("fabric/InfiniBand port: link layer, LID and GID type in rdmax_ctx_attr", test_ib_attr);
+    tl_run("fabric/InfiniBand port: link layer, LID and GID type in rdmax_ctx_query_attr", test_ib_attr);
     tl_run("fabric/InfiniBand, one subnet: RTR to the peer's LID, no GRH, SL from the desc, the lower MTU",
            test_ib_one_subnet);
     tl_run("fabric/InfiniBand, two subnet prefixes: RTR to the peer's LID with a GRH", test_ib_two_subnets);

@@ -24,11 +24,11 @@
 
 #define GUARD_MS 60000 /* a hang guard, not a timing assertion: the expected times are a few seconds */
 
-/* The verbs QP under ep (rdmax_ep_query_info), for fault injection and QP queries. */
+/* The verbs QP under ep (rdmax_ep_query_resources), for fault injection and QP queries. */
 static struct ibv_qp *ep_qp(const rdmax_ep *ep)
 {
-    rdmax_ep_info i;
-    rdmax_ep_query_info(ep, &i);
+    rdmax_ep_resources i;
+    rdmax_ep_query_resources(ep, &i);
     return i.qp;
 }
 
@@ -69,7 +69,7 @@ static rdmax_ctx *open_ctx(const char *dev)
         exit(1);
     }
     rdmax_profile *p;
-    if (rdmax_profile_open(c, &p) == RDMAX_OK)
+    if (rdmax_profile_create(c, &p) == RDMAX_OK)
         for (int t = 0; t < RDMAX_PROFILE_EVENT__COUNT; t++)
             rdmax_profile_reg_event(p, (rdmax_profile_event)t, on_event, NULL);
     return c;
@@ -115,7 +115,7 @@ static void case_forced_error(rdmax_ctx *c, rdmax_mem *mem)
     force_qp_error(a);
     REQUIRE(wait_state(c, NULL, a) >= 0, "endpoint still connected after %d ms", GUARD_MS);
     CHECK(rdmax_ep_query_state(a) == RDMAX_EP_ERROR, "state %d", rdmax_ep_query_state(a));
-    CHECK_ST(rdmax_ep_error(a), RDMAX_ERR_FLUSHED);
+    CHECK_ST(rdmax_ep_query_error(a), RDMAX_ERR_FLUSHED);
     CHECK_ST(rdmax_put(a, "x", 1, NULL, 0, 0, NULL), RDMAX_ERR_ENDPOINT);
     CHECK(g_events[RDMAX_PROFILE_EVENT_EP_ERROR] == before + 1, "%d EP_ERROR events, expected 1",
           g_events[RDMAX_PROFILE_EVENT_EP_ERROR] - before);
@@ -136,8 +136,8 @@ static void case_flush_after_forced_error(rdmax_ctx *c, rdmax_mem *mem)
     rdmax_ep *a = NULL, *b = NULL;
     REQUIRE(pair(c, c, &d, &a, &b) == RDMAX_OK, "pair");
     rdmax_rbuf rb;
-    rdmax_conn_info ib;
-    rdmax_ep_local_info(b, &ib);
+    rdmax_conn_record ib;
+    rdmax_ep_query_record(b, &ib);
     rb = ib.regions[0];
     memset(mem->addr, 0, 64);
     force_qp_error(a);
@@ -146,7 +146,7 @@ static void case_flush_after_forced_error(rdmax_ctx *c, rdmax_mem *mem)
     CHECK(st == RDMAX_OK || st == RDMAX_ERR_IO, "put: %s", rdmax_status_str(st));
     st = rdmax_ep_flush(a, 10000);
     CHECK(st != RDMAX_OK, "flush reported success over a flushed put");
-    CHECK(rdmax_ep_error(a) != RDMAX_OK, "rdmax_ep_error is OK");
+    CHECK(rdmax_ep_query_error(a) != RDMAX_OK, "rdmax_ep_query_error is OK");
     CHECK(memcmp(mem->addr, "payload", 7) != 0, "the data arrived after all: the case proves nothing");
 out:
     rdmax_ep_destroy(a);
@@ -164,9 +164,9 @@ static void case_responder_side(rdmax_ctx *c, rdmax_mem *mem)
     d.expose = mem;
     rdmax_ep *a1 = NULL, *a2 = NULL;
     REQUIRE(pair(c, c, &d, &a1, &a2) == RDMAX_OK, "pair");
-    rdmax_conn_info i1, i2;
-    rdmax_ep_local_info(a1, &i1);
-    rdmax_ep_local_info(a2, &i2);
+    rdmax_conn_record i1, i2;
+    rdmax_ep_query_record(a1, &i1);
+    rdmax_ep_query_record(a2, &i2);
     rdmax_comp comp;
     memset(&comp, 0, sizeof comp);
     static char src[4096];
@@ -186,7 +186,7 @@ static void case_responder_side(rdmax_ctx *c, rdmax_mem *mem)
         printf("    note: this kernel's rxe left the responder QP working\n");
     } else {
         CHECK(st != RDMAX_OK, "flush reported success although the data was never written");
-        CHECK(rdmax_ep_error(a2) != RDMAX_OK, "rdmax_ep_error(a2) is OK");
+        CHECK(rdmax_ep_query_error(a2) != RDMAX_OK, "rdmax_ep_query_error(a2) is OK");
     }
 out:
     rdmax_ep_destroy(a1);
@@ -210,15 +210,15 @@ static void case_watchdog(rdmax_ctx *c, rdmax_mem *mem)
     rdmax_comp comp[N];
     memset(comp, 0, sizeof comp);
     REQUIRE(pair(c, c, &d, &a, &b) == RDMAX_OK, "pair");
-    rdmax_conn_info ib;
-    rdmax_ep_local_info(b, &ib);
+    rdmax_conn_record ib;
+    rdmax_ep_query_record(b, &ib);
     rdmax_ep_destroy(b);
     b = NULL;
     for (int i = 0; i < N; i++)
         REQUIRE(rdmax_put(a, mem->addr, 64, mem, ib.regions[0].addr, ib.regions[0].rkey, &comp[i]) == RDMAX_INPROGRESS, "put %d", i);
     int64_t ms = wait_state(c, NULL, a);
     REQUIRE(ms >= 0, "no failure after %d ms: the watchdog did not fire", GUARD_MS);
-    CHECK_ST(rdmax_ep_error(a), RDMAX_ERR_STALLED);
+    CHECK_ST(rdmax_ep_query_error(a), RDMAX_ERR_STALLED);
     int64_t t0 = now_ms();
     int done = 0;
     while (done < N && now_ms() - t0 < GUARD_MS) {
@@ -259,8 +259,8 @@ static void case_keepalive(rdmax_ctx *c, rdmax_mem *mem)
     b = y = NULL;
     int64_t ms = wait_state(c, NULL, a);
     REQUIRE(ms >= 0, "keepalive endpoint still connected after %d ms", GUARD_MS);
-    CHECK(rdmax_ep_error(a) == RDMAX_ERR_RETRY_EXCEEDED || rdmax_ep_error(a) == RDMAX_ERR_STALLED,
-          "error %s", rdmax_status_str(rdmax_ep_error(a)));
+    CHECK(rdmax_ep_query_error(a) == RDMAX_ERR_RETRY_EXCEEDED || rdmax_ep_query_error(a) == RDMAX_ERR_STALLED,
+          "error %s", rdmax_status_str(rdmax_ep_query_error(a)));
     int64_t t0 = now_ms();
     while (now_ms() - t0 < 2 * ms + 1000)
         rdmax_progress(c);
@@ -333,11 +333,11 @@ static void case_keepalive_pending(rdmax_ctx *c, rdmax_mem *mem)
         }
     /* what went out completes (the peer's device acknowledges it); the rest waits for credits */
     int64_t t0 = now_ms();
-    rdmax_ep_info i0, i1;
+    rdmax_ep_resources i0, i1;
     do {
         rdmax_progress(c);
-        rdmax_ep_query_info(ep[0], &i0);
-        rdmax_ep_query_info(ep[1], &i1);
+        rdmax_ep_query_resources(ep[0], &i0);
+        rdmax_ep_query_resources(ep[1], &i1);
     } while ((i0.outstanding || i1.outstanding) && now_ms() - t0 < GUARD_MS);
     REQUIRE(i0.outstanding == 0 && i1.outstanding == 0, "sends still outstanding after %d ms", GUARD_MS);
     REQUIRE(i0.pending > 0 && i1.pending > 0, "no request waits for credits (pending %zu, %zu)", i0.pending,
@@ -349,8 +349,8 @@ static void case_keepalive_pending(rdmax_ctx *c, rdmax_mem *mem)
     peer[0] = peer[1] = NULL;
     int64_t ms = wait_state(c, NULL, ep[0]);
     REQUIRE(ms >= 0, "endpoint still connected %d ms after its peer went, %zu requests waiting", GUARD_MS, waiting);
-    CHECK(rdmax_ep_error(ep[0]) == RDMAX_ERR_RETRY_EXCEEDED || rdmax_ep_error(ep[0]) == RDMAX_ERR_STALLED,
-          "error %s", rdmax_status_str(rdmax_ep_error(ep[0])));
+    CHECK(rdmax_ep_query_error(ep[0]) == RDMAX_ERR_RETRY_EXCEEDED || rdmax_ep_query_error(ep[0]) == RDMAX_ERR_STALLED,
+          "error %s", rdmax_status_str(rdmax_ep_query_error(ep[0])));
     t0 = now_ms();
     int done = 0;
     while (done < KP_N && now_ms() - t0 < GUARD_MS) {
@@ -372,13 +372,13 @@ static void case_keepalive_pending(rdmax_ctx *c, rdmax_mem *mem)
     CHECK(ok_after == 0, "%d of the %zu waiting requests reported success", ok_after, waiting);
     CHECK(not_endpoint == 0 && out_of_order == 0, "of the %zu waiting requests %d completed with another status "
           "than RDMAX_ERR_ENDPOINT, %d out of order (the manual, FAILURES)", waiting, not_endpoint, out_of_order);
-    rdmax_ep_query_info(ep[0], &i0);
+    rdmax_ep_query_resources(ep[0], &i0);
     CHECK(i0.pending == 0, "%zu requests still queued", i0.pending);
     /* control: without keepalive nothing tells the other endpoint, for twice as long */
     t0 = now_ms();
     while (now_ms() - t0 < 2 * ms + 1000)
         rdmax_progress(c);
-    rdmax_ep_query_info(ep[1], &i1);
+    rdmax_ep_query_resources(ep[1], &i1);
     CHECK(rdmax_ep_query_state(ep[1]) == RDMAX_EP_CONNECTED && i1.pending == waiting,
           "the endpoint without keepalive failed too (or its requests moved): the check does not show the "
           "keepalive at work");
@@ -398,7 +398,7 @@ out:
 static uint64_t keepalives(rdmax_ctx *c)
 {
     rdmax_counters k;
-    rdmax_counters_get(c, &k);
+    rdmax_ctx_query_counters(c, &k);
     return k.posted[RDMAX_OP_KEEPALIVE];
 }
 
@@ -504,7 +504,7 @@ static void case_disconnect(rdmax_ctx *c, rdmax_mem *mem)
     CHECK(rdmax_ep_query_state(b) == RDMAX_EP_CLOSED, "peer's state %d", rdmax_ep_query_state(b));
     CHECK(rxb.count == 1 && !strcmp(rxb.last, "goodbye"), "the message before the close: %d received",
           rxb.count);
-    CHECK_ST(rdmax_ep_error(b), RDMAX_ERR_CLOSED);
+    CHECK_ST(rdmax_ep_query_error(b), RDMAX_ERR_CLOSED);
     CHECK_ST(rdmax_send(b, "late", 4, NULL, NULL), RDMAX_ERR_CLOSED);
     CHECK_ST(rdmax_ep_flush(b, 1000), RDMAX_ERR_CLOSED);
     CHECK(g_events[RDMAX_PROFILE_EVENT_EP_CLOSED] == closed_before + 2, "%d EP_CLOSED events, expected 2",
@@ -627,9 +627,9 @@ static void case_wait_listener(void)
     rdmax_listener *l = NULL;
     rdmax_ep *ep = NULL;
     pid_t pid = -1;
-    REQUIRE(rdmax_listen(c, "127.0.0.1", 0, &l) == RDMAX_OK, "listen");
+    REQUIRE(rdmax_listener_create(c, "127.0.0.1", 0, &l) == RDMAX_OK, "listen");
     CHECK_ST(rdmax_wait(c, 300), RDMAX_ERR_TIMEOUT);
-    uint16_t port = rdmax_listener_port(l);
+    uint16_t port = rdmax_listener_query_port(l);
     pid = fork();
     if (pid == 0) {
         rdmax_ctx *cc = open_ctx(getenv("RDMAX_TEST_DEV0"));
@@ -666,7 +666,7 @@ out:
         waitpid(pid, NULL, 0);
     }
     rdmax_ep_destroy(ep);
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_ctx_destroy(c);
     tl_end();
 }
@@ -719,7 +719,7 @@ static void case_closed_access(rdmax_ctx *c, rdmax_mem *mem)
     for (int round = 0; round < 2; round++) {
         const char *who = round == 0 ? "the server's disconnect" : "the peer's goodbye";
         REQUIRE(tl_pair(c2, c, &da, &db, &a, &b) == RDMAX_OK, "pair");
-        const rdmax_rbuf *rb = rdmax_ep_remote(a, 0);
+        const rdmax_rbuf *rb = rdmax_ep_query_remote(a, 0);
         REQUIRE(rb != NULL, "no region");
         memset(src->addr, 0x11 + round, 64);
         r[0] = 0;
@@ -800,7 +800,7 @@ static void case_scoped_access(rdmax_ctx *c)
         for (int read = 0; read < 2; read++) {
             unsigned char fill = (unsigned char)(0x20 + ev * 2 + read);
             REQUIRE(tl_pair(c2, c, &da, &db, &a, &b) == RDMAX_OK, "pair");
-            const rdmax_rbuf *rb = rdmax_ep_remote(a, 0);
+            const rdmax_rbuf *rb = rdmax_ep_query_remote(a, 0);
             REQUIRE(rb != NULL, "no region");
             rdmax_rbuf keep = *rb;
             /* control: while exposed, a write lands and a read brings it back */
@@ -830,7 +830,7 @@ static void case_scoped_access(rdmax_ctx *c)
                 REQUIRE(rdmax_ep_query_state(b) == RDMAX_EP_ERROR, "the server endpoint did not fail after %d sends "
                         "(state %d)", n, rdmax_ep_query_state(b));
                 if (read == 0)
-                    printf("    failed with %s after %d sends\n", rdmax_status_str(rdmax_ep_error(b)), n);
+                    printf("    failed with %s after %d sends\n", rdmax_status_str(rdmax_ep_query_error(b)), n);
             } else {
                 rdmax_ep_destroy(b);
                 b = NULL;
@@ -847,7 +847,7 @@ static void case_scoped_access(rdmax_ctx *c)
         rdmax_ep_desc dn = db;
         dn.expose = NULL;
         REQUIRE(tl_pair(c2, c, &da, &db, &a, &b) == RDMAX_OK && tl_pair(c2, c, &da, &dn, &a2, &b2) == RDMAX_OK, "pairs");
-        rdmax_rbuf keep = *rdmax_ep_remote(a, 0);
+        rdmax_rbuf keep = *rdmax_ep_query_remote(a, 0);
         memset(r, fill, 64);
         refused(a2, src, &keep, reg, fill, read, "a second connection with the first one's rkey");
         memset(src->addr, 0x55, 64);
@@ -932,8 +932,8 @@ static void case_linkcut(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_mem 
     char cmd[128];
     d.expose = m0;
     REQUIRE(pair(c0, c1, &d, &a, &b) == RDMAX_OK, "pair");
-    rdmax_conn_info ib;
-    rdmax_ep_local_info(b, &ib);
+    rdmax_conn_record ib;
+    rdmax_ep_query_record(b, &ib);
     snprintf(cmd, sizeof cmd, "ip link set %s down", netdev);
     REQUIRE(system(cmd) == 0, "%s failed", cmd);
     int64_t t0 = now_ms();
@@ -956,9 +956,9 @@ static void case_linkcut(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_mem 
     snprintf(cmd, sizeof cmd, "ip link set %s up", netdev);
     CHECK(system(cmd) == 0, "%s failed", cmd);
     REQUIRE(done == posted, "%d of %d puts completed within %d ms: a hang", done, posted, GUARD_MS);
-    CHECK(rdmax_ep_error(a) != RDMAX_OK, "the endpoint did not fail");
+    CHECK(rdmax_ep_query_error(a) != RDMAX_OK, "the endpoint did not fail");
     printf("    link cut: %d puts failed after %lld ms with %s\n", posted, (long long)ms,
-           rdmax_status_str(rdmax_ep_error(a)));
+           rdmax_status_str(rdmax_ep_query_error(a)));
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
     a = b = NULL;
@@ -973,7 +973,7 @@ static void case_linkcut(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_mem 
     CHECK(g_events[RDMAX_PROFILE_EVENT_PORT_ACTIVE] > 0, "no PORT_ACTIVE event after the link came back");
     d.expose = m1;
     REQUIRE(pair(c0, c1, &d, &a, &b) == RDMAX_OK, "pair after the link is back");
-    rdmax_ep_local_info(b, &ib);
+    rdmax_ep_query_record(b, &ib);
     memset(m1->addr, 0, 4096);
     memset(m0->addr, 0xab, 4096);
     rdmax_comp cc;
@@ -1014,8 +1014,8 @@ static void case_short_cut(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_me
     memset(comp, 0, sizeof comp);
     char cmd[128];
     REQUIRE(tl_pair(c0, c1, &d, &db, &a, &b) == RDMAX_OK, "pair");
-    rdmax_conn_info ib;
-    rdmax_ep_local_info(b, &ib);
+    rdmax_conn_record ib;
+    rdmax_ep_query_record(b, &ib);
     memset(m1->addr, 0, (size_t)N * LEN);
     for (size_t i = 0; i < (size_t)N * LEN; i++)
         ((uint8_t *)m0->addr)[i] = (uint8_t)(i * 13 + 7);
@@ -1048,9 +1048,9 @@ static void case_short_cut(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_me
     }
     REQUIRE(done == posted, "%d of %d puts completed within %d ms: a hang", done, posted, GUARD_MS);
     printf("    short cut: %d of %d puts succeeded, endpoint %s, %lld ms after the cut began\n", ok, posted,
-           rdmax_status_str(rdmax_ep_error(a)), (long long)(now_ms() - t0));
-    CHECK(ok == posted && rdmax_ep_error(a) == RDMAX_OK, "%d of %d puts failed: %s", posted - ok, posted,
-          rdmax_status_str(rdmax_ep_error(a)));
+           rdmax_status_str(rdmax_ep_query_error(a)), (long long)(now_ms() - t0));
+    CHECK(ok == posted && rdmax_ep_query_error(a) == RDMAX_OK, "%d of %d puts failed: %s", posted - ok, posted,
+          rdmax_status_str(rdmax_ep_query_error(a)));
     CHECK(!memcmp(m0->addr, m1->addr, (size_t)posted * LEN), "the data that landed differs");
 out:
     rdmax_ep_destroy(a);
@@ -1158,7 +1158,7 @@ static int dv_open(struct dv_side *s, const char *dev)
     d.logger.func = quiet_log;
     if (rdmax_ctx_create(&d, &s->c) != RDMAX_OK)
         return 0;
-    if (rdmax_profile_open(s->c, &s->p) == RDMAX_OK)
+    if (rdmax_profile_create(s->c, &s->p) == RDMAX_OK)
         for (int t = 0; t < RDMAX_PROFILE_EVENT__COUNT; t++)
             rdmax_profile_reg_event(s->p, (rdmax_profile_event)t, dv_on_event, s);
     if (rdmax_mem_alloc(s->c, 1 << 20, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE, &s->m) != RDMAX_OK)
@@ -1173,7 +1173,7 @@ static void dv_close(struct dv_side *s)
         return;
     rdmax_mem_free(s->m);
     if (s->p)
-        rdmax_profile_close(s->p);
+        rdmax_profile_destroy(s->p);
     rdmax_ctx_destroy(s->c);
     s->c = NULL;
 }
@@ -1300,12 +1300,12 @@ static int dv_setup(void)
         return 0;
     g_dv_ep[DV_IDLE1] = g_dv_peer[DV_IDLE0]; /* the idle pair: each end is reported on its own */
     g_dv_peer[DV_IDLE0] = NULL;
-    rdmax_conn_info i;
+    rdmax_conn_record i;
     struct dv_stream *s = &g_dv_st[0];
-    rdmax_ep_local_info(g_dv_peer[DV_PUT], &i);
+    rdmax_ep_query_record(g_dv_peer[DV_PUT], &i);
     s->ep = g_dv_ep[DV_PUT], s->mem = g_dv[0].m, s->raddr = i.regions[0].addr, s->rkey = i.regions[0].rkey;
     s = &g_dv_st[1];
-    rdmax_ep_local_info(g_dv_peer[DV_GET], &i);
+    rdmax_ep_query_record(g_dv_peer[DV_GET], &i);
     s->ep = g_dv_ep[DV_GET], s->mem = g_dv[1].m, s->raddr = i.regions[0].addr, s->rkey = i.regions[0].rkey, s->is_get = 1;
     g_dv_t0 = now_ms();
     return 1;
@@ -1338,11 +1338,11 @@ static void dv_report(const char *what)
             continue;
         printf("    %s: endpoint %s: %s after %lld ms (%s)", what, dv_name[e],
                rdmax_ep_query_state(x) == RDMAX_EP_CONNECTED ? "still connected" : "failed",
-               (long long)g_dv_fail[e], rdmax_status_str(rdmax_ep_error(x)));
+               (long long)g_dv_fail[e], rdmax_status_str(rdmax_ep_query_error(x)));
         if (g_dv_peer[e])
             printf("; its peer: %s after %lld ms (%s)", rdmax_ep_query_state(g_dv_peer[e]) == RDMAX_EP_CONNECTED ?
                    "still connected" : "failed", (long long)g_dv_peer_fail[e],
-                   rdmax_status_str(rdmax_ep_error(g_dv_peer[e])));
+                   rdmax_status_str(rdmax_ep_query_error(g_dv_peer[e])));
         printf("\n");
     }
     for (int k = 0; k < 2; k++) {
@@ -1391,8 +1391,8 @@ static int dv_fresh_pair(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *m0, rdmax_mem 
     memset(&cc, 0, sizeof cc);
     int ok = 0;
     if (tl_pair(c0, c1, &d0, &d1, &a, &b) == RDMAX_OK) {
-        rdmax_conn_info ib;
-        rdmax_ep_local_info(b, &ib);
+        rdmax_conn_record ib;
+        rdmax_ep_query_record(b, &ib);
         char *dst = (char *)m1->addr + (768u << 10);
         memset(dst, 0, DV_CHUNK);
         if (rdmax_put(a, m0->addr, DV_CHUNK, m0, ib.regions[0].addr + (768u << 10), ib.regions[0].rkey, &cc) == RDMAX_INPROGRESS) {
@@ -1612,9 +1612,9 @@ static pid_t reconnect_server(int out)
     rdmax_ctx *c = open_ctx(getenv("RDMAX_TEST_DEV0"));
     rdmax_listener *l = NULL;
     rdmax_ep *ep = NULL;
-    if (rdmax_listen(c, "127.0.0.1", 0, &l) != RDMAX_OK)
+    if (rdmax_listener_create(c, "127.0.0.1", 0, &l) != RDMAX_OK)
         _exit(2);
-    uint16_t port = rdmax_listener_port(l);
+    uint16_t port = rdmax_listener_query_port(l);
     if (write(out, &port, sizeof port) != (ssize_t)sizeof port || rdmax_accept(l, NULL, &ep, GUARD_MS) != RDMAX_OK)
         _exit(3);
     for (;;)
@@ -1682,8 +1682,8 @@ static void case_reconnect(rdmax_ctx *c)
             rdmax_progress(c);  /* late completions of the dead endpoint are dropped, not kept */
         rdmax_rcache_stats rs;
         memset(&rs, 0, sizeof rs);
-        if (rdmax_ctx_rcache(c))
-            rdmax_rcache_query_stats(rdmax_ctx_rcache(c), &rs);
+        if (rdmax_ctx_query_rcache(c))
+            rdmax_rcache_query_stats(rdmax_ctx_query_rcache(c), &rs);
         int *now = round == 0 ? first : last;
         now[0] = kernel_count("qp");
         now[1] = kernel_count("mr");

@@ -37,8 +37,8 @@
 /* operations posted on ep and not yet completed */
 static uint32_t ep_outstanding(const rdmax_ep *ep)
 {
-    rdmax_ep_info i;
-    rdmax_ep_query_info(ep, &i);
+    rdmax_ep_resources i;
+    rdmax_ep_query_resources(ep, &i);
     return i.outstanding;
 }
 
@@ -48,11 +48,11 @@ static uint32_t ep_outstanding(const rdmax_ep *ep)
 #define BUF 65536
 #define RSS_SLACK_KB 2048
 
-/* The verbs QP under ep (rdmax_ep_query_info), for fault injection. */
+/* The verbs QP under ep (rdmax_ep_query_resources), for fault injection. */
 static struct ibv_qp *ep_qp(const rdmax_ep *ep)
 {
-    rdmax_ep_info i;
-    rdmax_ep_query_info(ep, &i);
+    rdmax_ep_resources i;
+    rdmax_ep_query_resources(ep, &i);
     return i.qp;
 }
 
@@ -139,7 +139,7 @@ static int peer_main(const char *addr, int port, int fd)
         rdmax_progress(c);
     }
     /* a backlog of 16 KiB puts into the survivor's buffer, so that the flush has something to wait for */
-    const rdmax_rbuf *rr = rdmax_ep_remote(ep, 0);
+    const rdmax_rbuf *rr = rdmax_ep_query_remote(ep, 0);
     for (int i = 0; i < 64 && rr && rr->len >= BUF;) {
         rdmax_status st = rdmax_put(ep, m->addr, BUF / 4, m, rr->addr + (uint64_t)(i % 4) * (BUF / 4),
                                     rr->rkey, NULL);
@@ -358,7 +358,7 @@ static void round_run(int round, rdmax_ctx *c, rdmax_listener *l, rdmax_mem *lme
             REQUIRE(now_ms() - t0 < GUARD_MS, "no endpoint and no failure after %d ms: accept hangs", GUARD_MS);
             if (!s->ep)
                 continue;
-            const rdmax_rbuf *r0 = rdmax_ep_remote(s->ep, 0);
+            const rdmax_rbuf *r0 = rdmax_ep_query_remote(s->ep, 0);
             s->rb = r0 ? *r0 : (rdmax_rbuf){0, 0, 0};
             for (int i = 0; i < WINDOW; i++) {
                 s->ops[i].s = s;
@@ -409,10 +409,10 @@ static void round_run(int round, rdmax_ctx *c, rdmax_listener *l, rdmax_mem *lme
         CHECK(fs != RDMAX_OK && fs != RDMAX_ERR_TIMEOUT, "flush of the failed endpoint: %s after %lld ms",
               rdmax_status_str(fs), (long long)(now_ms() - f0));
         CHECK(ep_outstanding(s->ep) == 0, "%u requests outstanding after the flush", ep_outstanding(s->ep));
-        t->errs_seen += rdmax_ep_error(s->ep) != RDMAX_OK;
+        t->errs_seen += rdmax_ep_query_error(s->ep) != RDMAX_OK;
         printf("    %s: survivor's endpoint failed with %s %lld ms after the kill; %u operations (%u ok, %u "
                "failed) + %u unsignaled; received %u messages\n", phase_name(killed_in),
-               rdmax_status_str(rdmax_ep_error(s->ep)), (long long)(now_ms() - (dead_at >= 0 ? dead_at : now_ms())),
+               rdmax_status_str(rdmax_ep_query_error(s->ep)), (long long)(now_ms() - (dead_at >= 0 ? dead_at : now_ms())),
                s->posted, s->ok, s->errors, s->unsignaled, s->rx_count);
         rdmax_ep_destroy(s->ep);
         s->ep = NULL;
@@ -458,10 +458,10 @@ static void case_unsignaled_flush(rdmax_ctx *c)
     d.signal_interval = 64;
     d.keepalive_ms = RDMAX_OFF;
     REQUIRE(rdmax_ep_create(c, &d, &a) == RDMAX_OK && rdmax_ep_create(c, &d, &b) == RDMAX_OK, "endpoints");
-    rdmax_conn_info ia, ib;
-    rdmax_ep_local_info(a, &ia);
-    rdmax_ep_local_info(b, &ib);
-    REQUIRE(rdmax_ep_connect_info(a, &ib) == RDMAX_OK && rdmax_ep_connect_info(b, &ia) == RDMAX_OK, "connect");
+    rdmax_conn_record ia, ib;
+    rdmax_ep_query_record(a, &ia);
+    rdmax_ep_query_record(b, &ib);
+    REQUIRE(rdmax_ep_connect_record(a, &ib) == RDMAX_OK && rdmax_ep_connect_record(b, &ia) == RDMAX_OK, "connect");
     memset(m->addr, 0, 16);
     REQUIRE(rdmax_put(a, "ran unsignaled", 14, NULL, ib.regions[0].addr, ib.regions[0].rkey, NULL) == RDMAX_OK, "put");
     int64_t t0 = now_ms();
@@ -480,7 +480,7 @@ static void case_unsignaled_flush(rdmax_ctx *c)
     uint32_t out = ep_outstanding(a);
     rdmax_status st = rdmax_ep_flush(a, 10000);
     CHECK(st == RDMAX_ERR_FLUSHED, "flush: %s, expected the endpoint's error (%s)", rdmax_status_str(st),
-          rdmax_status_str(rdmax_ep_error(a)));
+          rdmax_status_str(rdmax_ep_query_error(a)));
     CHECK(ep_outstanding(a) == 0, "%u requests still outstanding", ep_outstanding(a));
     printf("    %u request(s) outstanding when the endpoint failed; flush: %s\n", out, rdmax_status_str(st));
 out:
@@ -520,13 +520,13 @@ int main(int argc, char **argv)
     rdmax_ctx *c = open_ctx(dev, 2000);
     rdmax_listener *l = NULL;
     rdmax_mem *lmem = NULL, *smem = NULL;
-    if (!c || rdmax_listen(c, addr, 0, &l) != RDMAX_OK || rdmax_mem_alloc(c, WINDOW * MSG, 0, &lmem) != RDMAX_OK ||
+    if (!c || rdmax_listener_create(c, addr, 0, &l) != RDMAX_OK || rdmax_mem_alloc(c, WINDOW * MSG, 0, &lmem) != RDMAX_OK ||
         rdmax_mem_alloc(c, BUF, RDMAX_ACCESS_REMOTE_WRITE, &smem) != RDMAX_OK) {
         printf("FAIL kill/setup: context, listener or memory on %s\n", dev);
         return 1;
     }
     case_unsignaled_flush(c);
-    int port = rdmax_listener_port(l);
+    int port = rdmax_listener_query_port(l);
     printf("# kill_test: %d rounds, seed %llu (rerun: kill_test -n %d -s %llu), survivor on %s %s port %d\n",
            rounds, seed, rounds, seed, dev, addr, port);
     struct tally t;
@@ -563,7 +563,7 @@ int main(int argc, char **argv)
            base.qp, base.cq, base.mr, base.pd, base.rss_kb, rss_max);
     rdmax_mem_free(lmem);
     rdmax_mem_free(smem);
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_ctx_destroy(c);
     return tl_failed_total != 0;
 }

@@ -135,7 +135,7 @@ static uint32_t cache(rdmax_rcache *rc, const void *p, size_t len)
 {
     rdmax_rcache_region *r = get(rc, p, len);
     uint32_t k = r->lkey;
-    rdmax_rcache_put(rc, r);
+    rdmax_rcache_release(rc, r);
     return k;
 }
 
@@ -629,7 +629,7 @@ static void *stress_thread(void *p)
     for (i = 0; !g_stop; i++) {
         rdmax_rcache_region *r = get(a->rc, buf + (i % 16) * P, 8 * P);
         if (r->lkey < min_valid) a->stale++;
-        rdmax_rcache_put(a->rc, r);
+        rdmax_rcache_release(a->rc, r);
         if (i % 7 == 0) {
             /* replace the buffer; registrations made before this are stale */
             int how = (int)(i / 7 % 3);

@@ -66,7 +66,7 @@ static void wait_comp(rdmax_ctx *ctx, rdmax_comp *c)
 
 static uint64_t max_msg(struct env *e)
 {
-    return rdmax_ctx_attr(e->ctx)->max_msg_sz;
+    return rdmax_ctx_query_attr(e->ctx)->max_msg_sz;
 }
 
 /* ---- NULL where data is read or written ---- */
@@ -236,23 +236,23 @@ static int get_unmapped_nomem(struct env *e)
 /* ---- timeouts ---- */
 static int accept_negative(struct env *e)
 {
-    EXPECT(rdmax_listen(e->ctx, "127.0.0.1", 0, &e->l) == RDMAX_OK, "listen: %s", g_lastlog);
+    EXPECT(rdmax_listener_create(e->ctx, "127.0.0.1", 0, &e->l) == RDMAX_OK, "listen: %s", g_lastlog);
     return rdmax_accept(e->l, NULL, &e->x, -1);
 }
 static int accept_zero(struct env *e)
 {
-    EXPECT(rdmax_listen(e->ctx, "127.0.0.1", 0, &e->l) == RDMAX_OK, "listen: %s", g_lastlog);
+    EXPECT(rdmax_listener_create(e->ctx, "127.0.0.1", 0, &e->l) == RDMAX_OK, "listen: %s", g_lastlog);
     return rdmax_accept(e->l, NULL, &e->x, 0);
 }
 static int connect_negative(struct env *e)
 {
-    EXPECT(rdmax_listen(e->ctx, "127.0.0.1", 0, &e->l) == RDMAX_OK, "listen: %s", g_lastlog);
-    return rdmax_connect(e->ctx, "127.0.0.1", rdmax_listener_port(e->l), NULL, &e->x, -5);
+    EXPECT(rdmax_listener_create(e->ctx, "127.0.0.1", 0, &e->l) == RDMAX_OK, "listen: %s", g_lastlog);
+    return rdmax_connect(e->ctx, "127.0.0.1", rdmax_listener_query_port(e->l), NULL, &e->x, -5);
 }
 static int connect_zero(struct env *e)
 {
-    EXPECT(rdmax_listen(e->ctx, "127.0.0.1", 0, &e->l) == RDMAX_OK, "listen: %s", g_lastlog);
-    return rdmax_connect(e->ctx, "127.0.0.1", rdmax_listener_port(e->l), NULL, &e->x, 0);
+    EXPECT(rdmax_listener_create(e->ctx, "127.0.0.1", 0, &e->l) == RDMAX_OK, "listen: %s", g_lastlog);
+    return rdmax_connect(e->ctx, "127.0.0.1", rdmax_listener_query_port(e->l), NULL, &e->x, 0);
 }
 /* A negative flush timeout with an unsignaled put outstanding: the deadline has passed before the
    first look, so it reports the timeout rather than waiting. */
@@ -366,18 +366,18 @@ static int refused_post_rolls_back(struct env *e)
     EXPECT(rdmax__test_ep_unsignaled(a) == 3, "%u unsignaled posts after 3 (interval %u)",
            rdmax__test_ep_unsignaled(a), rdmax_ep_query_desc(a).signal_interval);
     rdmax_counters c0, c1;
-    rdmax_counters_get(e->ctx, &c0);
-    rdmax_ep_info i0, i1;
-    rdmax_ep_query_info(a, &i0);
+    rdmax_ctx_query_counters(e->ctx, &c0);
+    rdmax_ep_resources i0, i1;
+    rdmax_ep_query_resources(a, &i0);
     uint32_t real = rdmax__test_ep_set_max_inline(a, 0);
     rdmax__test_ep_set_max_inline(a, real + 64);
     rdmax_status st = rdmax_put(a, e->src->addr, real + 32, NULL, e->raddr, e->rkey, NULL);
     rdmax__test_ep_set_max_inline(a, real);
-    rdmax_counters_get(e->ctx, &c1);
+    rdmax_ctx_query_counters(e->ctx, &c1);
     if (st == RDMAX_ERR_IO) {
         EXPECT(rdmax__test_ep_unsignaled(a) == 3, "unsignaled count %u after the refused post, 3 before",
                rdmax__test_ep_unsignaled(a));
-        rdmax_ep_query_info(a, &i1);
+        rdmax_ep_query_resources(a, &i1);
         EXPECT(i1.sq_free == i0.sq_free, "send slots %u after the refused post, %u before", i1.sq_free, i0.sq_free);
         EXPECT(c1.posted[RDMAX_OP_PUT] == c0.posted[RDMAX_OP_PUT], "put.posted moved");
         EXPECT(c1.bytes[RDMAX_OP_PUT] == c0.bytes[RDMAX_OP_PUT], "put.bytes moved");
@@ -399,9 +399,9 @@ static int refused_chain_rolls_back(struct env *e)
     EXPECT((st = rdmax_ep_flush(a, 60000)) == RDMAX_OK, "flush before: %s", rdmax_status_str(st));
     rdmax__test_ep_poison_slots(a, 0xdead);
     rdmax_counters c0, c1;
-    rdmax_counters_get(e->ctx, &c0);
-    rdmax_ep_info i0, i1;
-    rdmax_ep_query_info(a, &i0);
+    rdmax_ctx_query_counters(e->ctx, &c0);
+    rdmax_ep_resources i0, i1;
+    rdmax_ep_query_resources(a, &i0);
     uint32_t real = rdmax__test_ep_set_max_inline(a, 0);
     rdmax__test_ep_set_max_inline(a, real);
     rdmax_batch_begin(a);
@@ -414,9 +414,9 @@ static int refused_chain_rolls_back(struct env *e)
         EXPECT(st == RDMAX_OK, "chained put %d: %s", i, rdmax_status_str(st));
     }
     st = rdmax_batch_end(a);
-    rdmax_counters_get(e->ctx, &c1);
+    rdmax_ctx_query_counters(e->ctx, &c1);
     if (st == RDMAX_ERR_IO) {
-        rdmax_ep_query_info(a, &i1);
+        rdmax_ep_query_resources(a, &i1);
         EXPECT(i1.sq_free == i0.sq_free, "send slots %u after the refused chain, %u before", i1.sq_free,
                i0.sq_free);
         EXPECT(c1.posted[RDMAX_OP_PUT] == c0.posted[RDMAX_OP_PUT], "put.posted moved");
@@ -470,14 +470,14 @@ static int ud_req_post_put(struct env *e)
 static int ud_send_null(struct env *e) { return rdmax_send(e->ua, NULL, 64, NULL, NULL); }
 static int ud_send_over_mtu(struct env *e)
 {
-    return rdmax_send(e->ua, e->src->addr, rdmax_ctx_attr(e->ctx)->mtu_bytes + 1, e->src, &e->c);
+    return rdmax_send(e->ua, e->src->addr, rdmax_ctx_query_attr(e->ctx)->mtu_bytes + 1, e->src, &e->c);
 }
 static int rc_ep_with_ud_record(struct env *e)
 {
-    rdmax_conn_info ui;
-    rdmax_ep_local_info(e->ub, &ui);
+    rdmax_conn_record ui;
+    rdmax_ep_query_record(e->ub, &ui);
     EXPECT(rdmax_ep_create(e->ctx, NULL, &e->x) == RDMAX_OK, "ep_create: %s", g_lastlog);
-    return rdmax_ep_connect_info(e->x, &ui);
+    return rdmax_ep_connect_record(e->x, &ui);
 }
 static int mcast_join_rc(struct env *e) { return rdmax_mcast_join(e->a, "239.1.2.3"); }
 #else
@@ -608,7 +608,7 @@ static int setup(struct env *e)
 
 static void teardown(struct env *e)
 {
-    rdmax_listener_close(e->l);
+    rdmax_listener_destroy(e->l);
     rdmax_ep_destroy(e->x);
     rdmax_ep_destroy(e->y);
     rdmax_ep_destroy(e->ua);

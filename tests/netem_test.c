@@ -262,12 +262,12 @@ static rdmax_status make_pair(struct stream *s)
         st = rdmax_ep_create(s->c1, &db, &s->b);
     if (st != RDMAX_OK)
         return st;
-    rdmax_conn_info ia, ib;
-    rdmax_ep_local_info(s->a, &ia);
-    rdmax_ep_local_info(s->b, &ib);
-    st = rdmax_ep_connect_info(s->a, &ib);
+    rdmax_conn_record ia, ib;
+    rdmax_ep_query_record(s->a, &ia);
+    rdmax_ep_query_record(s->b, &ib);
+    st = rdmax_ep_connect_record(s->a, &ib);
     if (st == RDMAX_OK)
-        st = rdmax_ep_connect_info(s->b, &ia);
+        st = rdmax_ep_connect_record(s->b, &ia);
     return st;
 }
 
@@ -346,7 +346,7 @@ static int run_stream(struct stream *s)
         int inflight = (int)(s->posted - s->completed);
         if (rdmax_ep_query_state(s->a) != RDMAX_EP_CONNECTED && inflight == 0) {
             /* every operation of the failed pair has completed (with its error): a new pair goes on */
-            rdmax_status why = rdmax_ep_error(s->a);
+            rdmax_status why = rdmax_ep_query_error(s->a);
             if (!s->reconnects && !s->first_error[0])
                 snprintf(s->first_error, sizeof s->first_error, "endpoint failed after %u operations: %s",
                          s->completed, rdmax_status_str(why));
@@ -444,13 +444,13 @@ static int run_ud(rdmax_ctx *c0, rdmax_ctx *c1, uint32_t n, size_t size, int64_t
         rdmax_ep_destroy(b);
         return -1;
     }
-    rdmax_conn_info ia, ib;
-    rdmax_ep_local_info(a, &ia);
-    rdmax_ep_local_info(b, &ib);
-    rdmax_ep_connect_info(a, &ib);
-    rdmax_ep_connect_info(b, &ia);
+    rdmax_conn_record ia, ib;
+    rdmax_ep_query_record(a, &ia);
+    rdmax_ep_query_record(b, &ib);
+    rdmax_ep_connect_record(a, &ib);
+    rdmax_ep_connect_record(b, &ia);
     rdmax_counters k0, k1;
-    rdmax_counters_get(c1, &k0);
+    rdmax_ctx_query_counters(c1, &k0);
     int64_t t0 = now_us();
     uint32_t sent = 0;
     enum { BURST = 32 };
@@ -508,7 +508,7 @@ static int run_ud(rdmax_ctx *c0, rdmax_ctx *c1, uint32_t n, size_t size, int64_t
     }
 out:
     res->secs = (double)(now_us() - t0) / 1e6;
-    rdmax_counters_get(c1, &k1);
+    rdmax_ctx_query_counters(c1, &k1);
     res->rdmax_skipped = k1.ud_skipped - k0.ud_skipped;
     res->rdmax_late = k1.ud_late - k0.ud_late;
     res->rdmax_dups = k1.ud_duplicates - k0.ud_duplicates;
@@ -548,7 +548,7 @@ static void row(rdmax_ctx *c0, rdmax_ctx *c1, rdmax_mem *lmem, rdmax_mem *rmem, 
         return;
     }
     struct hwc h0[2], h1[2];
-    const char *dev[2] = {rdmax_ctx_attr(c0)->name, rdmax_ctx_attr(c1)->name};
+    const char *dev[2] = {rdmax_ctx_query_attr(c0)->name, rdmax_ctx_query_attr(c1)->name};
     for (int i = 0; i < 2; i++)
         hwc_read(dev[i], &h0[i]);
     if (type == T_UD) {

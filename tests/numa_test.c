@@ -41,13 +41,13 @@ static void placed(int node, int by_env)
         d.numa_node = node;
     }
     REQUIRE(rdmax_ctx_create(&d, &ctx) == RDMAX_OK, "context");
-    CHECK(rdmax_ctx_attr(ctx)->numa_node == node, "context uses node %d", rdmax_ctx_attr(ctx)->numa_node);
+    CHECK(rdmax_ctx_query_attr(ctx)->numa_node == node, "context uses node %d", rdmax_ctx_query_attr(ctx)->numa_node);
     CHECK(rdmax_ctx_query_desc(ctx).numa_node == node && rdmax_ctx_query_desc(ctx).numa_node_set, "applied desc does not show node %d", node);
     REQUIRE(rdmax_mem_alloc(ctx, 1 << 20, RDMAX_ACCESS_REMOTE_WRITE, &m) == RDMAX_OK, "alloc");
     CHECK(node_of(m->addr, 1 << 20) == node, "buffer pages on node %d", node_of(m->addr, 1 << 20));
     REQUIRE(rdmax_ep_create_pair(ctx, NULL, &a, &b) == RDMAX_OK, "endpoints");
-    rdmax_ep_info info;
-    rdmax_ep_query_info(a, &info);
+    rdmax_ep_resources info;
+    rdmax_ep_query_resources(a, &info);
     CHECK(node_of(info.recv_pool, info.recv_pool_bytes) == node, "receive pool on node %d",
           node_of(info.recv_pool, info.recv_pool_bytes));
     tl_end();
@@ -78,11 +78,11 @@ int main(void)
     tl_begin("numa/device without a sysfs node allocates locally");
     REQUIRE(rdmax_ctx_create(&d, &ctx) == RDMAX_OK, "context");
     char path[128];
-    snprintf(path, sizeof path, "/sys/class/infiniband/%s/device/numa_node", rdmax_ctx_attr(ctx)->name);
+    snprintf(path, sizeof path, "/sys/class/infiniband/%s/device/numa_node", rdmax_ctx_query_attr(ctx)->name);
     if (access(path, F_OK) == 0)
         printf("SKIP numa/no sysfs node: %s exists on this device\n", path);
     else
-        CHECK(rdmax_ctx_attr(ctx)->numa_node == -1, "node %d chosen for a device with no node", rdmax_ctx_attr(ctx)->numa_node);
+        CHECK(rdmax_ctx_query_attr(ctx)->numa_node == -1, "node %d chosen for a device with no node", rdmax_ctx_query_attr(ctx)->numa_node);
     tl_end();
     rdmax_ctx_destroy(ctx);
     ctx = NULL;
@@ -90,7 +90,7 @@ int main(void)
     d.numa_node_set = true;
     d.numa_node = 7;
     REQUIRE(rdmax_ctx_create(&d, &ctx) == RDMAX_OK, "context");
-    CHECK(rdmax_ctx_attr(ctx)->numa_node == -1, "node %d", rdmax_ctx_attr(ctx)->numa_node);
+    CHECK(rdmax_ctx_query_attr(ctx)->numa_node == -1, "node %d", rdmax_ctx_query_attr(ctx)->numa_node);
     tl_end();
     tl_begin("numa/bad RDMAX_NUMA_NODE is a clear error");
     setenv("RDMAX_NUMA_NODE", "one", 1);

@@ -14,7 +14,7 @@
 #include <time.h>
 #include <sys/resource.h>
 
-static void good_record(rdmax_conn_info *r)
+static void good_record(rdmax_conn_record *r)
 {
     memset(r, 0, sizeof *r);
     r->transport = RDMAX_TRANSPORT_ID_RC;
@@ -35,7 +35,7 @@ static void good_record(rdmax_conn_info *r)
 }
 
 /* good_record from an InfiniBand port: LID 7, subnet prefix fe80::, GID type IB. */
-static void good_record_ib(rdmax_conn_info *r)
+static void good_record_ib(rdmax_conn_record *r)
 {
     good_record(r);
     memset(r->gid, 0, 16);
@@ -49,7 +49,7 @@ static void good_record_ib(rdmax_conn_info *r)
 }
 
 /* good_record with three regions: the first in the head, two packed after it. */
-static void good_record3(rdmax_conn_info *r)
+static void good_record3(rdmax_conn_record *r)
 {
     good_record(r);
     r->n_regions = 3;
@@ -130,7 +130,7 @@ static pid_t crafted_peer(int family, uint16_t port, const uint8_t *bytes, size_
 }
 
 static rdmax_status exchange_with(int family, const uint8_t *bytes, size_t n, int linger_ms, int timeout_ms,
-                                  rdmax_conn_info *got, char *why, size_t why_len)
+                                  rdmax_conn_record *got, char *why, size_t why_len)
 {
     uint16_t port;
     int lfd = tcp_listener(family, &port);
@@ -138,7 +138,7 @@ static rdmax_status exchange_with(int family, const uint8_t *bytes, size_t n, in
         return RDMAX_ERR_IO;
     pid_t pid = crafted_peer(family, port, bytes, n, linger_ms);
     int fd = accept(lfd, NULL, NULL);
-    rdmax_conn_info me;
+    rdmax_conn_record me;
     good_record(&me);
     rdmax_status st = rdmax_oob_exchange(fd, &me, got, timeout_ms, why, why_len);
     close(fd);
@@ -164,32 +164,32 @@ static void put_be(uint8_t *p, size_t w, uint64_t v)
 static void host_tests(int family)
 {
     const char *fam = family == AF_INET ? "ipv4" : "ipv6";
-    uint8_t rec[RDMAX_CONN_INFO_SIZE];
-    rdmax_conn_info good, got;
+    uint8_t rec[RDMAX_CONN_RECORD_SIZE];
+    rdmax_conn_record good, got;
     char why[256];
     good_record(&good);
-    size_t reclen = rdmax_conn_info_encode(&good, rec);
+    size_t reclen = rdmax_conn_record_encode(&good, rec);
 
     tl_begin("oob/%s/good record round-trips", fam);
-    CHECK(reclen == RDMAX_CONN_INFO_HEAD, "one region: %zu bytes", reclen);
+    CHECK(reclen == RDMAX_CONN_RECORD_HEAD, "one region: %zu bytes", reclen);
     rdmax_status st = exchange_with(family, rec, reclen, 500, 2000, &got, why, sizeof why);
     CHECK_ST(st, RDMAX_OK);
     CHECK(st != RDMAX_OK || !memcmp(&got, &good, sizeof got), "decoded record differs from the one sent");
     tl_end();
 
     {
-        uint8_t rec3[RDMAX_CONN_INFO_SIZE];
-        rdmax_conn_info good3;
+        uint8_t rec3[RDMAX_CONN_RECORD_SIZE];
+        rdmax_conn_record good3;
         good_record3(&good3);
-        size_t len3 = rdmax_conn_info_encode(&good3, rec3);
+        size_t len3 = rdmax_conn_record_encode(&good3, rec3);
         tl_begin("oob/%s/record with three regions round-trips", fam);
-        CHECK(len3 == RDMAX_CONN_INFO_HEAD + 2 * RDMAX_CONN_INFO_REGION, "three regions: %zu bytes", len3);
+        CHECK(len3 == RDMAX_CONN_RECORD_HEAD + 2 * RDMAX_CONN_RECORD_REGION, "three regions: %zu bytes", len3);
         st = exchange_with(family, rec3, len3, 500, 2000, &got, why, sizeof why);
         CHECK_ST(st, RDMAX_OK);
         CHECK(st != RDMAX_OK || !memcmp(&got, &good3, sizeof got), "decoded record differs from the one sent");
         tl_end();
         tl_begin("wire/%s/most regions round-trip, more are not written", fam);
-        rdmax_conn_info many;
+        rdmax_conn_record many;
         good_record(&many);
         many.n_regions = RDMAX_MAX_REGIONS + 3;
         for (uint32_t i = 0; i < RDMAX_MAX_REGIONS; i++) {
@@ -197,23 +197,23 @@ static void host_tests(int family)
             many.regions[i].len = 4096;
             many.regions[i].rkey = i + 7;
         }
-        uint8_t recm[RDMAX_CONN_INFO_SIZE];
-        size_t lenm = rdmax_conn_info_encode(&many, recm);
-        CHECK(lenm == RDMAX_CONN_INFO_SIZE, "%zu bytes", lenm);
+        uint8_t recm[RDMAX_CONN_RECORD_SIZE];
+        size_t lenm = rdmax_conn_record_encode(&many, recm);
+        CHECK(lenm == RDMAX_CONN_RECORD_SIZE, "%zu bytes", lenm);
         many.n_regions = RDMAX_MAX_REGIONS;
-        CHECK_ST(rdmax_conn_info_decode(recm, lenm, &got, NULL, 0), RDMAX_OK);
+        CHECK_ST(rdmax_conn_record_decode(recm, lenm, &got, NULL, 0), RDMAX_OK);
         CHECK(!memcmp(&got, &many, sizeof got), "decoded record differs");
         tl_end();
         /* each packed region wrong in turn */
         static const struct field_case rcases[] = {
-            {"region 1 length 0", RDMAX_CONN_INFO_HEAD + 8, 8, 0, RDMAX_ERR_OOB_BUFFER},
-            {"region 2 wraps", RDMAX_CONN_INFO_HEAD + RDMAX_CONN_INFO_REGION + 8, 8, ~0ull, RDMAX_ERR_OOB_BUFFER},
+            {"region 1 length 0", RDMAX_CONN_RECORD_HEAD + 8, 8, 0, RDMAX_ERR_OOB_BUFFER},
+            {"region 2 wraps", RDMAX_CONN_RECORD_HEAD + RDMAX_CONN_RECORD_REGION + 8, 8, ~0ull, RDMAX_ERR_OOB_BUFFER},
             {"regions after an empty region 0", 56, 8, 0, RDMAX_ERR_OOB_BUFFER},
-            {"length cuts a region", 6, 2, RDMAX_CONN_INFO_HEAD + 30, RDMAX_ERR_OOB_LENGTH},
+            {"length cuts a region", 6, 2, RDMAX_CONN_RECORD_HEAD + 30, RDMAX_ERR_OOB_LENGTH},
         };
         for (size_t i = 0; i < sizeof rcases / sizeof rcases[0]; i++) {
             const struct field_case *c = &rcases[i];
-            uint8_t bad[RDMAX_CONN_INFO_SIZE];
+            uint8_t bad[RDMAX_CONN_RECORD_SIZE];
             memcpy(bad, rec3, len3);
             put_be(bad + c->off, c->width, c->value);
             if (!strcmp(c->name, "regions after an empty region 0")) {
@@ -222,7 +222,7 @@ static void host_tests(int family)
             }
             tl_begin("wire/%s/%s", fam, c->name);
             why[0] = 0;
-            CHECK_ST(rdmax_conn_info_decode(bad, len3, &got, why, sizeof why), c->want);
+            CHECK_ST(rdmax_conn_record_decode(bad, len3, &got, why, sizeof why), c->want);
             CHECK(why[0] != 0, "no explanation given");
             tl_end();
             tl_begin("oob/%s/%s", fam, c->name);
@@ -234,11 +234,11 @@ static void host_tests(int family)
 
     static const struct field_case cases[] = {
         {"magic", 0, 4, 0x12345678, RDMAX_ERR_OOB_MAGIC},
-        {"version older", 4, 2, RDMAX_CONN_INFO_VERSION - 1, RDMAX_ERR_OOB_VERSION},
-        {"version newer", 4, 2, RDMAX_CONN_INFO_VERSION + 1, RDMAX_ERR_OOB_VERSION},
-        {"length too small", 6, 2, RDMAX_CONN_INFO_HEAD - 1, RDMAX_ERR_OOB_LENGTH},
-        {"length not whole regions", 6, 2, RDMAX_CONN_INFO_HEAD + 1, RDMAX_ERR_OOB_LENGTH},
-        {"length past the largest record", 6, 2, RDMAX_CONN_INFO_SIZE + RDMAX_CONN_INFO_REGION, RDMAX_ERR_OOB_LONG},
+        {"version older", 4, 2, RDMAX_CONN_RECORD_VERSION - 1, RDMAX_ERR_OOB_VERSION},
+        {"version newer", 4, 2, RDMAX_CONN_RECORD_VERSION + 1, RDMAX_ERR_OOB_VERSION},
+        {"length too small", 6, 2, RDMAX_CONN_RECORD_HEAD - 1, RDMAX_ERR_OOB_LENGTH},
+        {"length not whole regions", 6, 2, RDMAX_CONN_RECORD_HEAD + 1, RDMAX_ERR_OOB_LENGTH},
+        {"length past the largest record", 6, 2, RDMAX_CONN_RECORD_SIZE + RDMAX_CONN_RECORD_REGION, RDMAX_ERR_OOB_LONG},
         {"transport", 8, 1, 3, RDMAX_ERR_OOB_TRANSPORT},
         {"mtu 0", 9, 1, 0, RDMAX_ERR_OOB_MTU},
         {"mtu 6", 9, 1, 6, RDMAX_ERR_OOB_MTU},
@@ -255,7 +255,7 @@ static void host_tests(int family)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const struct field_case *c = &cases[i];
-        uint8_t bad[RDMAX_CONN_INFO_SIZE];
+        uint8_t bad[RDMAX_CONN_RECORD_SIZE];
         memcpy(bad, rec, reclen);
         put_be(bad + c->off, c->width, c->value);
         if (!strcmp(c->name, "gid zero"))
@@ -268,19 +268,19 @@ static void host_tests(int family)
         tl_end();
         /* the same bytes through the pure decoder */
         tl_begin("wire/%s/%s", fam, c->name);
-        CHECK_ST(rdmax_conn_info_decode(bad, reclen, &got, NULL, 0), c->want);
+        CHECK_ST(rdmax_conn_record_decode(bad, reclen, &got, NULL, 0), c->want);
         tl_end();
     }
 
     /* the port's address (version 4): InfiniBand needs a unicast LID and GID type IB, Ethernet LID 0 and
        RoCE v1 or v2 */
     {
-        rdmax_conn_info ib;
+        rdmax_conn_record ib;
         good_record_ib(&ib);
-        uint8_t recib[RDMAX_CONN_INFO_SIZE];
-        size_t lenib = rdmax_conn_info_encode(&ib, recib);
+        uint8_t recib[RDMAX_CONN_RECORD_SIZE];
+        size_t lenib = rdmax_conn_record_encode(&ib, recib);
         tl_begin("wire/%s/InfiniBand record round-trips", fam);
-        CHECK_ST(rdmax_conn_info_decode(recib, lenib, &got, NULL, 0), RDMAX_OK);
+        CHECK_ST(rdmax_conn_record_decode(recib, lenib, &got, NULL, 0), RDMAX_OK);
         CHECK(!memcmp(&got, &ib, sizeof got), "decoded record differs");
         CHECK(recib[72] == 0 && recib[73] == 7 && recib[74] == 1 && recib[75] == 0 && recib[64] == 0xfe &&
               recib[65] == 0x80, "LID, link layer, GID type or subnet prefix not where the manual says");
@@ -295,12 +295,12 @@ static void host_tests(int family)
             {"link layer 3", 0, 74, 1, 3},
         };
         for (size_t i = 0; i < sizeof lcases / sizeof lcases[0]; i++) {
-            uint8_t bad[RDMAX_CONN_INFO_SIZE];
+            uint8_t bad[RDMAX_CONN_RECORD_SIZE];
             memcpy(bad, lcases[i].ib ? recib : rec, reclen);
             put_be(bad + lcases[i].off, lcases[i].width, lcases[i].value);
             tl_begin("wire/%s/%s", fam, lcases[i].name);
             why[0] = 0;
-            CHECK_ST(rdmax_conn_info_decode(bad, reclen, &got, why, sizeof why), RDMAX_ERR_OOB_LINK);
+            CHECK_ST(rdmax_conn_record_decode(bad, reclen, &got, why, sizeof why), RDMAX_ERR_OOB_LINK);
             CHECK(why[0] != 0, "no explanation given");
             tl_end();
         }
@@ -327,13 +327,13 @@ static void host_tests(int family)
         uint8_t big[4096];
         memset(big, 0xab, sizeof big);
         memcpy(big, rec, reclen);
-        put_be(big + 4, 2, RDMAX_CONN_INFO_VERSION + 1);
+        put_be(big + 4, 2, RDMAX_CONN_RECORD_VERSION + 1);
         put_be(big + 6, 2, 4096 & 0xffff);
         tl_begin("oob/%s/newer version, 4 KiB record", fam);
         st = exchange_with(family, big, sizeof big, 500, 2000, &got, why, sizeof why);
         CHECK_ST(st, RDMAX_ERR_OOB_VERSION);
         tl_end();
-        put_be(big + 4, 2, RDMAX_CONN_INFO_VERSION);
+        put_be(big + 4, 2, RDMAX_CONN_RECORD_VERSION);
         tl_begin("oob/%s/same version, 4 KiB record", fam);
         st = exchange_with(family, big, sizeof big, 500, 2000, &got, why, sizeof why);
         CHECK_ST(st, RDMAX_ERR_OOB_LONG);
@@ -374,24 +374,24 @@ struct cm_case {
 
 static void cm_record_tests(void)
 {
-    rdmax_conn_info good, got, cm;
+    rdmax_conn_record good, got, cm;
     good_record(&good);
-    uint8_t tcp[RDMAX_CONN_INFO_SIZE], rec[56];  /* an RC REQ's private data is 56 bytes, zero padded */
+    uint8_t tcp[RDMAX_CONN_RECORD_SIZE], rec[56];  /* an RC REQ's private data is 56 bytes, zero padded */
     char why[256], why_tcp[256];
-    size_t tcp_len = rdmax_conn_info_encode(&good, tcp);
+    size_t tcp_len = rdmax_conn_record_encode(&good, tcp);
     memset(rec, 0, sizeof rec);
-    rdmax_cm_info_encode(&good, rec);
+    rdmax_cm_record_encode(&good, rec);
 
     tl_begin("cm-record/good record round-trips, padded to 56 bytes as rdma_cm delivers it");
-    CHECK_ST(rdmax_cm_info_decode(rec, sizeof rec, &good, &got, why, sizeof why), RDMAX_OK);
+    CHECK_ST(rdmax_cm_record_decode(rec, sizeof rec, &good, &got, why, sizeof why), RDMAX_OK);
     CHECK(!memcmp(&got, &good, sizeof got), "decoded record differs from the one sent");
-    CHECK(RDMAX_CM_INFO_SIZE <= 56, "the compact record (%d bytes) does not fit an RC REQ's private data",
-          RDMAX_CM_INFO_SIZE);
+    CHECK(RDMAX_CM_RECORD_SIZE <= 56, "the compact record (%d bytes) does not fit an RC REQ's private data",
+          RDMAX_CM_RECORD_SIZE);
     tl_end();
 
     static const struct cm_case cases[] = {
         {"magic", 0, 0, 4, 0x12345678, RDMAX_ERR_OOB_MAGIC},
-        {"version", 4, 4, 2, RDMAX_CONN_INFO_VERSION + 1, RDMAX_ERR_OOB_VERSION},
+        {"version", 4, 4, 2, RDMAX_CONN_RECORD_VERSION + 1, RDMAX_ERR_OOB_VERSION},
         {"transport", 8, 8, 1, 3, RDMAX_ERR_OOB_TRANSPORT},
         {"mtu 0", 9, SIZE_MAX, 1, 0, RDMAX_ERR_OOB_MTU},
         {"mtu 6", 9, SIZE_MAX, 1, 6, RDMAX_ERR_OOB_MTU},
@@ -408,7 +408,7 @@ static void cm_record_tests(void)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const struct cm_case *c = &cases[i];
-        uint8_t bt[RDMAX_CONN_INFO_SIZE], bc[56];
+        uint8_t bt[RDMAX_CONN_RECORD_SIZE], bc[56];
         memcpy(bt, tcp, sizeof bt);
         memcpy(bc, rec, sizeof bc);
         cm = good;
@@ -428,33 +428,33 @@ static void cm_record_tests(void)
             cm.psn = (uint32_t)c->value;
         tl_begin("cm-record/%s: same status and sentence as the TCP record", c->name);
         why[0] = why_tcp[0] = 0;
-        rdmax_status st = rdmax_cm_info_decode(bc, sizeof bc, &cm, &got, why, sizeof why);
+        rdmax_status st = rdmax_cm_record_decode(bc, sizeof bc, &cm, &got, why, sizeof why);
         CHECK_ST(st, c->want);
-        CHECK_ST(rdmax_conn_info_decode(bt, tcp_len, &got, why_tcp, sizeof why_tcp), c->want);
+        CHECK_ST(rdmax_conn_record_decode(bt, tcp_len, &got, why_tcp, sizeof why_tcp), c->want);
         CHECK(why[0] && !strcmp(why, why_tcp), "sentence '%s', the TCP record says '%s'", why, why_tcp);
         tl_end();
     }
     static const struct { uint16_t len; rdmax_status want; } lens[] = {
-        {RDMAX_CM_INFO_SIZE - 1, RDMAX_ERR_OOB_LENGTH}, {RDMAX_CM_INFO_SIZE + 1, RDMAX_ERR_OOB_LONG},
-        {RDMAX_CONN_INFO_SIZE, RDMAX_ERR_OOB_LONG}};
+        {RDMAX_CM_RECORD_SIZE - 1, RDMAX_ERR_OOB_LENGTH}, {RDMAX_CM_RECORD_SIZE + 1, RDMAX_ERR_OOB_LONG},
+        {RDMAX_CONN_RECORD_SIZE, RDMAX_ERR_OOB_LONG}};
     for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++) {
         uint8_t bc[56];
         memcpy(bc, rec, sizeof bc);
         put_be(bc + 6, 2, lens[i].len);
         tl_begin("cm-record/length field %u", lens[i].len);
-        CHECK_ST(rdmax_cm_info_decode(bc, sizeof bc, &good, &got, why, sizeof why), lens[i].want);
+        CHECK_ST(rdmax_cm_record_decode(bc, sizeof bc, &good, &got, why, sizeof why), lens[i].want);
         CHECK(strstr(why, "length field") != NULL, "sentence '%s' does not name the length field", why);
         tl_end();
     }
     tl_begin("cm-record/short private data (20, 4, 0 bytes, none)");
-    CHECK_ST(rdmax_cm_info_decode(rec, 20, &good, &got, why, sizeof why), RDMAX_ERR_OOB_SHORT);
-    CHECK_ST(rdmax_cm_info_decode(rec, 4, &good, &got, why, sizeof why), RDMAX_ERR_OOB_SHORT);
-    CHECK_ST(rdmax_cm_info_decode(rec, 0, &good, &got, why, sizeof why), RDMAX_ERR_OOB_SHORT);
-    CHECK_ST(rdmax_cm_info_decode(NULL, 56, &good, &got, why, sizeof why), RDMAX_ERR_OOB_SHORT);
+    CHECK_ST(rdmax_cm_record_decode(rec, 20, &good, &got, why, sizeof why), RDMAX_ERR_OOB_SHORT);
+    CHECK_ST(rdmax_cm_record_decode(rec, 4, &good, &got, why, sizeof why), RDMAX_ERR_OOB_SHORT);
+    CHECK_ST(rdmax_cm_record_decode(rec, 0, &good, &got, why, sizeof why), RDMAX_ERR_OOB_SHORT);
+    CHECK_ST(rdmax_cm_record_decode(NULL, 56, &good, &got, why, sizeof why), RDMAX_ERR_OOB_SHORT);
     tl_end();
     tl_begin("cm-record/zero private data (a REQ without any) is not an rdmax peer");
     memset(rec, 0, sizeof rec);
-    CHECK_ST(rdmax_cm_info_decode(rec, sizeof rec, &good, &got, why, sizeof why), RDMAX_ERR_OOB_MAGIC);
+    CHECK_ST(rdmax_cm_record_decode(rec, sizeof rec, &good, &got, why, sizeof why), RDMAX_ERR_OOB_MAGIC);
     tl_end();
 }
 
@@ -467,9 +467,9 @@ static void device_tests(void)
     rdmax_ctx_desc cd;
     memset(&cd, 0, sizeof cd);
     tl_begin("listener/survives bad clients");
-    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device: %s", ctx ? rdmax_ctx_last_error(ctx) : "");
-    REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen failed");
-    uint16_t port = rdmax_listener_port(l);
+    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device: %s", ctx ? rdmax_ctx_query_last_error(ctx) : "");
+    REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen failed");
+    uint16_t port = rdmax_listener_query_port(l);
     uint8_t junk[64];
     memset(junk, 0x5a, sizeof junk);
     pid_t pid = crafted_peer(AF_INET, port, junk, sizeof junk, 1000);
@@ -478,10 +478,10 @@ static void device_tests(void)
     CHECK_ST(st, RDMAX_ERR_OOB_MAGIC);
     CHECK(ep == NULL, "an endpoint was returned for a bad client");
     waitpid(pid, NULL, 0);
-    uint8_t rec[RDMAX_CONN_INFO_SIZE];
-    rdmax_conn_info good;
+    uint8_t rec[RDMAX_CONN_RECORD_SIZE];
+    rdmax_conn_record good;
     good_record(&good);
-    rdmax_conn_info_encode(&good, rec);
+    rdmax_conn_record_encode(&good, rec);
     pid = crafted_peer(AF_INET6, port, rec, 10, 0);  /* a valid head, then the client leaves */
     st = rdmax_accept(l, NULL, &ep, 5000);
     CHECK_ST(st, RDMAX_ERR_OOB_SHORT);
@@ -511,11 +511,11 @@ static void device_tests(void)
         rdmax_counters c;
         for (int i = 0; i < 100000 && ep; i++) {
             rdmax_progress(ctx);
-            rdmax_counters_get(ctx, &c);
+            rdmax_ctx_query_counters(ctx, &c);
             if (c.recv_msgs > (unsigned)fam)
                 break;
         }
-        rdmax_counters_get(ctx, &c);
+        rdmax_ctx_query_counters(ctx, &c);
         CHECK(c.recv_msgs == (unsigned)fam + 1, "message from the good client over %s not received", host);
         rdmax_ep_destroy(ep);
         ep = NULL;
@@ -529,8 +529,8 @@ static void device_tests(void)
     tl_begin("connect/unreachable peer is a clear error");
     st = rdmax_connect(ctx, "127.0.0.1", 1, NULL, &dummy, 2000);
     CHECK_ST(st, RDMAX_ERR_CONNECT);
-    CHECK(rdmax_ctx_last_error_item(ctx) == RDMAX_LOG_ITEM_CONNECT, "last error item %s: '%s'",
-          rdmax_log_item_str(rdmax_ctx_last_error_item(ctx)), rdmax_ctx_last_error(ctx));
+    CHECK(rdmax_ctx_query_last_error_item(ctx) == RDMAX_LOG_ITEM_CONNECT, "last error item %s: '%s'",
+          rdmax_log_item_str(rdmax_ctx_query_last_error_item(ctx)), rdmax_ctx_query_last_error(ctx));
     tl_end();
     tl_begin("connect/silent peer times out");
     {
@@ -542,7 +542,7 @@ static void device_tests(void)
     }
     tl_end();
 out:
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_ctx_destroy(ctx);
     if (tl_case_failed)
         tl_end();
@@ -603,8 +603,8 @@ static void listener_tests(void)
     rdmax_ep *eps[REAL] = {0};
     tl_begin("listener/50 silent clients held open do not stall %d real ones", REAL);
     REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device");
-    REQUIRE(rdmax_listen(ctx, NULL, 0, &l) == RDMAX_OK, "listen failed");
-    uint16_t port = rdmax_listener_port(l);
+    REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen failed");
+    uint16_t port = rdmax_listener_query_port(l);
     for (int i = 0; i < 50; i++)
         REQUIRE((silent[i] = tcp_connect(i & 1 ? AF_INET6 : AF_INET, port)) >= 0, "silent client %d", i);
     rdmax_ep *ep = NULL;
@@ -622,7 +622,7 @@ static void listener_tests(void)
     rdmax_counters c;
     for (int i = 0; i < 1000000; i++) {
         rdmax_progress(ctx);
-        rdmax_counters_get(ctx, &c);
+        rdmax_ctx_query_counters(ctx, &c);
         if (c.recv_msgs >= (unsigned)ok)
             break;
     }
@@ -635,7 +635,7 @@ static void listener_tests(void)
         pid_t pid = real_client("::1", port, 60000);
         rdmax_status st = RDMAX_ERR_TIMEOUT;
         for (int i = 0; i < 100000 && st == RDMAX_ERR_TIMEOUT; i++) {
-            struct pollfd p = {rdmax_listener_fd(l), POLLIN, 0};
+            struct pollfd p = {rdmax_listener_query_fd(l), POLLIN, 0};
             poll(&p, 1, 100);
             st = rdmax_accept(l, NULL, &ep, 0);
             empties += st == RDMAX_ERR_TIMEOUT;
@@ -653,7 +653,7 @@ out:
             close(silent[i]);
     for (int i = 0; i < REAL; i++)
         rdmax_ep_destroy(eps[i]);
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_ctx_destroy(ctx);
     if (tl_case_failed)
         tl_end();
@@ -668,12 +668,12 @@ out:
     cd.log_level = RDMAX_LOG_ERROR;
     cd.log_level_set = true;
     REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device");
-    REQUIRE(rdmax_listen(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
+    REQUIRE(rdmax_listener_create(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
     {
-        int fd = tcp_connect(AF_INET, rdmax_listener_port(l));
+        int fd = tcp_connect(AF_INET, rdmax_listener_query_port(l));
         CHECK_ST(rdmax_accept(l, NULL, &ep, 600000), RDMAX_ERR_OOB_TIMEOUT);
         close(fd);
-        pid_t pid = real_client("127.0.0.1", rdmax_listener_port(l), 60000);
+        pid_t pid = real_client("127.0.0.1", rdmax_listener_query_port(l), 60000);
         CHECK_ST(rdmax_accept(l, NULL, &ep, 60000), RDMAX_OK);
         CHECK(child_ok(pid), "client failed");
         rdmax_ep_destroy(ep);
@@ -692,20 +692,20 @@ out:
             rdmax_ctx_desc d2;
             memset(&d2, 0, sizeof d2);
             d2.handshake_ms = 600000;
-            if (rdmax_ctx_create(&d2, &c2) != RDMAX_OK || rdmax_listen(c2, "127.0.0.1", 0, &l2) != RDMAX_OK ||
+            if (rdmax_ctx_create(&d2, &c2) != RDMAX_OK || rdmax_listener_create(c2, "127.0.0.1", 0, &l2) != RDMAX_OK ||
                 rdmax_ep_create(c2, NULL, &cli) != RDMAX_OK)
                 _exit(2);
-            uint16_t p2 = rdmax_listener_port(l2);
+            uint16_t p2 = rdmax_listener_query_port(l2);
             /* a client that sends a good record and never confirms: the listener's endpoint exists */
-            uint8_t rec[RDMAX_CONN_INFO_SIZE];
-            rdmax_conn_info me;
-            rdmax_ep_local_info(cli, &me);
-            size_t len = rdmax_conn_info_encode(&me, rec);
+            uint8_t rec[RDMAX_CONN_RECORD_SIZE];
+            rdmax_conn_record me;
+            rdmax_ep_query_record(cli, &me);
+            size_t len = rdmax_conn_record_encode(&me, rec);
             int fd = tcp_connect(AF_INET, p2);
             if (fd < 0 || write(fd, rec, len) != (ssize_t)len)
                 _exit(3);
-            uint8_t theirs[RDMAX_CONN_INFO_SIZE + 1];
-            size_t n = 0, want = RDMAX_CONN_INFO_SIZE;  /* the listener's record (its length field) */
+            uint8_t theirs[RDMAX_CONN_RECORD_SIZE + 1];
+            size_t n = 0, want = RDMAX_CONN_RECORD_SIZE;  /* the listener's record (its length field) */
             for (int tries = 0; n < want; tries++) {
                 if (tries == 6000)  /* 60 s */
                     _exit(5);  /* the listener's record: its endpoint was made */
@@ -740,15 +740,15 @@ out:
         struct timespec ts = {0, 300 * 1000000L};  /* the client's first tries are refused */
         nanosleep(&ts, NULL);
         rdmax_listener *l2 = NULL;
-        REQUIRE(rdmax_listen(ctx, "127.0.0.1", p2, &l2) == RDMAX_OK, "listen on %u", p2);
+        REQUIRE(rdmax_listener_create(ctx, "127.0.0.1", p2, &l2) == RDMAX_OK, "listen on %u", p2);
         CHECK_ST(rdmax_accept(l2, NULL, &ep, 60000), RDMAX_OK);
         CHECK(child_ok(pid), "client gave up instead of retrying");
         rdmax_ep_destroy(ep);
         ep = NULL;
-        rdmax_listener_close(l2);
+        rdmax_listener_destroy(l2);
     }
     tl_end();
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_ctx_destroy(ctx);
     return;
 }
@@ -771,7 +771,7 @@ static void accept_desc_tests(void)
     tl_begin("listener/the endpoint accept returns has that call's user, callbacks and keepalive, also when an "
              "earlier call with another desc read its client's record");
     REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device");
-    REQUIRE(rdmax_listen(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
+    REQUIRE(rdmax_listener_create(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
     rdmax_ep_desc d[3];
     memset(d, 0, sizeof d);
     for (int i = 0; i < 3; i++)
@@ -780,16 +780,16 @@ static void accept_desc_tests(void)
     d[1].keepalive_ms = RDMAX_OFF;  /* the others: the default */
     for (int c = 0; c < 2; c++) {
         REQUIRE(rdmax_ep_create(ctx, NULL, &cli[c]) == RDMAX_OK, "client endpoint %d", c);
-        uint8_t rec[RDMAX_CONN_INFO_SIZE];
-        rdmax_conn_info me;
-        rdmax_ep_local_info(cli[c], &me);
-        size_t len = rdmax_conn_info_encode(&me, rec);
-        REQUIRE((fd[c] = tcp_connect(AF_INET, rdmax_listener_port(l))) >= 0, "client %d connect", c);
+        uint8_t rec[RDMAX_CONN_RECORD_SIZE];
+        rdmax_conn_record me;
+        rdmax_ep_query_record(cli[c], &me);
+        size_t len = rdmax_conn_record_encode(&me, rec);
+        REQUIRE((fd[c] = tcp_connect(AF_INET, rdmax_listener_query_port(l))) >= 0, "client %d connect", c);
         REQUIRE(write(fd[c], rec, len) == (ssize_t)len, "client %d record", c);
     }
     /* desc A: both records read, both endpoints made, nobody confirmed yet */
-    size_t n[2] = {0, 0}, want[2] = {RDMAX_CONN_INFO_SIZE, RDMAX_CONN_INFO_SIZE};
-    uint8_t theirs[2][RDMAX_CONN_INFO_SIZE + 1];
+    size_t n[2] = {0, 0}, want[2] = {RDMAX_CONN_RECORD_SIZE, RDMAX_CONN_RECORD_SIZE};
+    uint8_t theirs[2][RDMAX_CONN_RECORD_SIZE + 1];
     for (int tries = 0; n[0] < want[0] || n[1] < want[1]; tries++) {
         REQUIRE(tries < 6000, "the listener's records did not come (%zu, %zu bytes)", n[0], n[1]);
         CHECK_ST(rdmax_accept(l, &d[0], &ep, 10), RDMAX_ERR_TIMEOUT);
@@ -823,7 +823,7 @@ out:
         rdmax_ep_destroy(cli[c]);
         rdmax_ep_destroy(got[c]);
     }
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_ctx_destroy(ctx);
     tl_end();
 }
@@ -863,7 +863,7 @@ static void early_message_tests(void)
     memset(&g_early, 0, sizeof g_early);
     tl_begin("listener/a message sent before the returning accept call never reaches another call's user");
     REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK && rdmax_ctx_create(&cd, &cctx) == RDMAX_OK, "no device");
-    REQUIRE(rdmax_listen(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
+    REQUIRE(rdmax_listener_create(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
     REQUIRE(rdmax_mem_alloc(cctx, 64, RDMAX_ACCESS_LOCAL, &m) == RDMAX_OK, "mem_alloc");
     rdmax_ep_desc da, db;
     memset(&da, 0, sizeof da);
@@ -872,11 +872,11 @@ static void early_message_tests(void)
     da.user = &g_early.a;
     db.user = &g_early.b;
     REQUIRE(rdmax_ep_create(cctx, NULL, &cli) == RDMAX_OK, "client endpoint");
-    uint8_t rec[RDMAX_CONN_INFO_SIZE + 1];
-    rdmax_conn_info me, them;
-    rdmax_ep_local_info(cli, &me);
-    size_t len = rdmax_conn_info_encode(&me, rec);
-    REQUIRE((fd = tcp_connect(AF_INET, rdmax_listener_port(l))) >= 0, "connect");
+    uint8_t rec[RDMAX_CONN_RECORD_SIZE + 1];
+    rdmax_conn_record me, them;
+    rdmax_ep_query_record(cli, &me);
+    size_t len = rdmax_conn_record_encode(&me, rec);
+    REQUIRE((fd = tcp_connect(AF_INET, rdmax_listener_query_port(l))) >= 0, "connect");
     REQUIRE(write(fd, rec, len) == (ssize_t)len, "record");
     size_t n = 0, want = 8;  /* the head, then what its length field says: never a byte past the record */
     for (int tries = 0; n < want; tries++) {
@@ -889,10 +889,10 @@ static void early_message_tests(void)
             want = (size_t)(rec[6] << 8 | rec[7]);
     }
     char why[160];
-    REQUIRE(rdmax_conn_info_decode(rec, n, &them, why, sizeof why) == RDMAX_OK, "the listener's record: %s", why);
-    REQUIRE(rdmax_ep_connect_info(cli, &them) == RDMAX_OK, "client connect_info");
+    REQUIRE(rdmax_conn_record_decode(rec, n, &them, why, sizeof why) == RDMAX_OK, "the listener's record: %s", why);
+    REQUIRE(rdmax_ep_connect_record(cli, &them) == RDMAX_OK, "client connect_info");
     rdmax_counters k0, k1;
-    rdmax_counters_get(ctx, &k0);
+    rdmax_ctx_query_counters(ctx, &k0);
     memcpy(m->addr, "early", 6);
     rdmax_comp c;
     memset(&c, 0, sizeof c);
@@ -902,7 +902,7 @@ static void early_message_tests(void)
     REQUIRE(c.done && c.status == RDMAX_OK, "the early message was not acknowledged: %s", rdmax_status_str(c.status));
     for (int i = 0; i < 10000; i++)
         rdmax_progress(ctx);
-    rdmax_counters_get(ctx, &k1);
+    rdmax_ctx_query_counters(ctx, &k1);
     CHECK(g_early.a == 0, "the early message reached desc A's callback with A's user");
     CHECK(k1.recv_drops == k0.recv_drops + 1, "the early message: recv_drops %llu -> %llu (want one more)",
           (unsigned long long)k0.recv_drops, (unsigned long long)k1.recv_drops);
@@ -925,7 +925,7 @@ out:
     rdmax_ep_destroy(cli);
     rdmax_ep_destroy(ep);
     rdmax_mem_free(m);
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_ctx_destroy(cctx);
     rdmax_ctx_destroy(ctx);
     tl_end();
@@ -1001,8 +1001,8 @@ static void flood_tests(void)
             tl_begin("listener/%d slow clients in all %d slots: a new client takes the oldest slot and is served",
                      SLOTS, SLOTS);
         REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device");
-        REQUIRE(rdmax_listen(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
-        uint16_t port = rdmax_listener_port(l);
+        REQUIRE(rdmax_listener_create(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
+        uint16_t port = rdmax_listener_query_port(l);
         for (int i = 0; i < SLOTS; i++) {
             REQUIRE((slow[i] = open_slow(port, "\x52", silent ? 0 : 1)) >= 0, "slow client %d", i);
             CHECK_ST(rdmax_accept(l, NULL, &ep, 0), RDMAX_ERR_TIMEOUT);  /* into a slot, in order */
@@ -1019,7 +1019,7 @@ static void flood_tests(void)
             if (slow[i] >= 0)
                 close(slow[i]);
         rdmax_ep_destroy(ep);
-        rdmax_listener_close(l);
+        rdmax_listener_destroy(l);
         rdmax_ctx_destroy(ctx);
         tl_end();
     }
@@ -1042,8 +1042,8 @@ static void flood_burst_test(void)
     cd.log_level = RDMAX_LOG_ERROR;
     cd.log_level_set = true;
     REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device");
-    REQUIRE(rdmax_listen(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
-    uint16_t port = rdmax_listener_port(l);
+    REQUIRE(rdmax_listener_create(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
+    uint16_t port = rdmax_listener_query_port(l);
     int fds0 = count_fds();
     REQUIRE(pipe(times) == 0, "pipe");
     flood = fork();
@@ -1144,7 +1144,7 @@ out:
     for (int i = 0; i < 2; i++)
         if (times[i] >= 0)
             close(times[i]);
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_ctx_destroy(ctx);
     tl_end();
 }
@@ -1267,9 +1267,9 @@ static void admit_tests(void)
     cd.secret = g_secret;
     cd.secret_len = strlen(g_secret);
     tl_begin("admit/tcp: the secret's client is served, one endpoint made; query_desc shows no secret, its length");
-    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device: %s", rdmax_ctx_last_error(NULL));
-    REQUIRE(rdmax_listen(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
-    uint16_t port = rdmax_listener_port(l);
+    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device: %s", rdmax_ctx_query_last_error(NULL));
+    REQUIRE(rdmax_listener_create(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
+    uint16_t port = rdmax_listener_query_port(l);
     {
         rdmax_ctx_desc q = rdmax_ctx_query_desc(ctx);
         CHECK(q.secret == NULL && q.secret_len == strlen(g_secret), "query_desc: secret %p, length %zu", q.secret,
@@ -1298,7 +1298,7 @@ static void admit_tests(void)
         tl_begin("admit/tcp: %s is refused on both sides with RDMAX_ERR_OOB_AUTH, no endpoint made", bad[i].name);
         int allocs = g_ep_allocs;
         rdmax_counters c0, c1;
-        rdmax_counters_get(ctx, &c0);
+        rdmax_ctx_query_counters(ctx, &c0);
         pid_t pid;
         if (i == 3) {  /* secret "" with length 0: none, the variable ignored */
             pid = fork();
@@ -1327,7 +1327,7 @@ static void admit_tests(void)
         CHECK(ex == -RDMAX_ERR_OOB_AUTH, "client exit %d, expected %d (RDMAX_ERR_OOB_AUTH)", ex, -RDMAX_ERR_OOB_AUTH);
         CHECK(g_ep_allocs == allocs, "%d endpoints made for a refused client", g_ep_allocs - allocs);
         CHECK(ctx->n_eps == 0, "%u endpoints in the server context", ctx->n_eps);
-        rdmax_counters_get(ctx, &c1);
+        rdmax_ctx_query_counters(ctx, &c1);
         CHECK(c1.auth_refused == c0.auth_refused + 1, "auth_refused %llu -> %llu",
               (unsigned long long)c0.auth_refused, (unsigned long long)c1.auth_refused);
         tl_end();
@@ -1348,7 +1348,7 @@ static void admit_tests(void)
         CHECK(child_exit(relay) == 0, "relay failed");
         static uint8_t rec[65536];
         ssize_t n = read(rec_pipe[0], rec, sizeof rec);
-        CHECK(n == RDMAX__HELLO_SIZE + RDMAX_CONN_INFO_HEAD + RDMAX__MAC_SIZE + 1,
+        CHECK(n == RDMAX__HELLO_SIZE + RDMAX_CONN_RECORD_HEAD + RDMAX__MAC_SIZE + 1,
               "recorded %zd bytes: expected hello, record, MAC and the ready byte", n);
         allocs = g_ep_allocs;
         int fd = tcp_connect(AF_INET, port);
@@ -1370,11 +1370,11 @@ static void admit_tests(void)
     tl_begin("admit/tcp: a hello then a record with a garbage MAC, a hello then close: refused, no endpoint");
     {
         int allocs = g_ep_allocs;
-        uint8_t msg[RDMAX__HELLO_SIZE + RDMAX_CONN_INFO_SIZE + RDMAX__MAC_SIZE];
+        uint8_t msg[RDMAX__HELLO_SIZE + RDMAX_CONN_RECORD_SIZE + RDMAX__MAC_SIZE];
         REQUIRE(rdmax__hello_make(msg) == RDMAX_OK, "hello");
-        rdmax_conn_info good;
+        rdmax_conn_record good;
         good_record(&good);
-        size_t len = rdmax_conn_info_encode(&good, msg + RDMAX__HELLO_SIZE);
+        size_t len = rdmax_conn_record_encode(&good, msg + RDMAX__HELLO_SIZE);
         memset(msg + RDMAX__HELLO_SIZE + len, 0x5a, RDMAX__MAC_SIZE);
         pid_t pid = crafted_peer(AF_INET, port, msg, RDMAX__HELLO_SIZE + len + RDMAX__MAC_SIZE, 2000);
         CHECK_ST(accept_st(l, &ep), RDMAX_ERR_OOB_AUTH);
@@ -1397,7 +1397,7 @@ static void admit_tests(void)
         rdmax_counters c;
         for (int i = 0; i < 100000 && ep; i++) {
             rdmax_progress(ctx);
-            rdmax_counters_get(ctx, &c);
+            rdmax_ctx_query_counters(ctx, &c);
             if (c.recv_msgs)
                 break;
         }
@@ -1414,13 +1414,13 @@ static void admit_tests(void)
         pd.log_level = RDMAX_LOG_ERROR;
         pd.log_level_set = true;
         REQUIRE(rdmax_ctx_create(&pd, &plain) == RDMAX_OK, "ctx");
-        REQUIRE(rdmax_listen(plain, "127.0.0.1", 0, &pl) == RDMAX_OK, "listen");
-        pid_t pid = admit_client(rdmax_listener_port(pl), g_secret, 0);
+        REQUIRE(rdmax_listener_create(plain, "127.0.0.1", 0, &pl) == RDMAX_OK, "listen");
+        pid_t pid = admit_client(rdmax_listener_query_port(pl), g_secret, 0);
         CHECK_ST(accept_st(pl, &ep), RDMAX_ERR_OOB_AUTH);
         CHECK(plain->n_eps == 0, "%u endpoints made", plain->n_eps);
         int ex = child_exit(pid);
         CHECK(ex == -RDMAX_ERR_OOB_AUTH, "client exit %d", ex);
-        pid = admit_client(rdmax_listener_port(pl), NULL, 0);  /* control: no secret on either side */
+        pid = admit_client(rdmax_listener_query_port(pl), NULL, 0);  /* control: no secret on either side */
         CHECK_ST(accept_st(pl, &ep), RDMAX_OK);
         CHECK(child_exit(pid) == 0, "client without a secret failed");
         rdmax_ep_destroy(ep);
@@ -1436,19 +1436,19 @@ static void admit_tests(void)
         REQUIRE(ifd >= 0, "impostor listener");
         pid_t pid = admit_client(iport, g_secret, 0);
         int fd = accept(ifd, NULL, NULL);
-        uint8_t hello[RDMAX__HELLO_SIZE], in[RDMAX__HELLO_SIZE + RDMAX_CONN_INFO_HEAD + RDMAX__MAC_SIZE];
+        uint8_t hello[RDMAX__HELLO_SIZE], in[RDMAX__HELLO_SIZE + RDMAX_CONN_RECORD_HEAD + RDMAX__MAC_SIZE];
         REQUIRE(fd >= 0 && rdmax__hello_make(hello) == RDMAX_OK && write(fd, hello, sizeof hello) == sizeof hello,
                 "impostor hello");
         size_t got = 0;
         for (ssize_t k; got < sizeof in && (k = read(fd, in + got, sizeof in - got)) > 0;)
             got += (size_t)k;
         CHECK(got == sizeof in, "the client sent %zu bytes, expected its hello, record and MAC", got);
-        uint8_t out[RDMAX_CONN_INFO_SIZE + RDMAX__MAC_SIZE];
-        rdmax_conn_info good;
+        uint8_t out[RDMAX_CONN_RECORD_SIZE + RDMAX__MAC_SIZE];
+        rdmax_conn_record good;
         good_record(&good);
-        rdmax_conn_info_encode(&good, out);
-        memcpy(out + RDMAX_CONN_INFO_HEAD, in + RDMAX__HELLO_SIZE + RDMAX_CONN_INFO_HEAD, RDMAX__MAC_SIZE);
-        CHECK(write(fd, out, RDMAX_CONN_INFO_HEAD + RDMAX__MAC_SIZE) == RDMAX_CONN_INFO_HEAD + RDMAX__MAC_SIZE,
+        rdmax_conn_record_encode(&good, out);
+        memcpy(out + RDMAX_CONN_RECORD_HEAD, in + RDMAX__HELLO_SIZE + RDMAX_CONN_RECORD_HEAD, RDMAX__MAC_SIZE);
+        CHECK(write(fd, out, RDMAX_CONN_RECORD_HEAD + RDMAX__MAC_SIZE) == RDMAX_CONN_RECORD_HEAD + RDMAX__MAC_SIZE,
               "impostor record");  /* the client's own MAC echoed */
         int ex = child_exit(pid);
         CHECK(ex == -RDMAX_ERR_OOB_AUTH, "client exit %d, expected %d", ex, -RDMAX_ERR_OOB_AUTH);
@@ -1464,9 +1464,9 @@ out:
         close(rec_pipe[0]);
         close(rec_pipe[1]);
     }
-    rdmax_listener_close(pl);
+    rdmax_listener_destroy(pl);
     rdmax_ctx_destroy(plain);
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_ctx_destroy(ctx);
     if (tl_case_failed)
         tl_end();
@@ -1475,13 +1475,13 @@ out:
 /* A REQ's private data with a proof (rdmax_impl.h >>cm, RDMAX__CM_PROOF_S), as rdmax__cm_try makes it. */
 static void cm_proof(rdmax_ctx *ctx, uint8_t pd[64], uint64_t nonce, int64_t t, uint32_t qpn)
 {
-    rdmax_conn_info r;
+    rdmax_conn_record r;
     memset(&r, 0, sizeof r);
     r.transport = RDMAX_TRANSPORT_ID_RC;
     r.credits = 17;
     r.recv_size = 4096;
     memset(pd, 0, 64);
-    rdmax_cm_info_encode(&r, pd);
+    rdmax_cm_record_encode(&r, pd);
     rdmax__put16(pd + 6, RDMAX__CM_REQ_AUTH);
     rdmax__put64(pd + 36, nonce);
     rdmax__put32(pd + 44, (uint32_t)t);
@@ -1528,14 +1528,14 @@ static void admit_cm_cache_tests(void)
     cm_proof(other, pd, 6, now, 0x100);
     CHECK_ST(rdmax__cm_admit(l, pd, 56, 0x100, why, sizeof why), RDMAX_ERR_OOB_AUTH);
     cm_proof(ctx, pd, 7, now, 0x100);
-    rdmax__put16(pd + 6, RDMAX_CM_INFO_SIZE);  /* the plain record: no proof */
+    rdmax__put16(pd + 6, RDMAX_CM_RECORD_SIZE);  /* the plain record: no proof */
     CHECK_ST(rdmax__cm_admit(l, pd, 56, 0x100, why, sizeof why), RDMAX_ERR_OOB_AUTH);
-    CHECK_ST(rdmax__cm_admit(l, pd, RDMAX_CM_INFO_SIZE, 0x100, why, sizeof why), RDMAX_ERR_OOB_AUTH);
+    CHECK_ST(rdmax__cm_admit(l, pd, RDMAX_CM_RECORD_SIZE, 0x100, why, sizeof why), RDMAX_ERR_OOB_AUTH);
     cm_proof(ctx, pd, 8, now, 0x100);
     l->ctx = other;
     other->secret = NULL;
     CHECK_ST(rdmax__cm_admit(l, pd, 56, 0x100, why, sizeof why), RDMAX_ERR_OOB_AUTH);
-    rdmax__put16(pd + 6, RDMAX_CM_INFO_SIZE);
+    rdmax__put16(pd + 6, RDMAX_CM_RECORD_SIZE);
     CHECK_ST(rdmax__cm_admit(l, pd, 56, 0x100, why, sizeof why), RDMAX_OK);  /* control: neither has one */
     l->ctx = ctx;
     tl_end();

@@ -123,8 +123,8 @@ static int issue(struct epstate *e, int idx, rdmax_ctx *ctx)
         printf("FAIL pending/mixed: rdmax_req_post: %s\n", rdmax_status_str(st));
         exit(1);
     }
-    rdmax_ep_info info;
-    rdmax_ep_query_info(e->a, &info);
+    rdmax_ep_resources info;
+    rdmax_ep_query_resources(e->a, &info);
     uint32_t max_rd = rdmax_ep_query_desc(e->a).max_rd_atomic;
     uint32_t in_flight = max_rd - info.reads_free;
     if ((int)in_flight > g_max_reads_seen)
@@ -161,7 +161,7 @@ static void mixed(const char *dev)
         db.recv_cb = on_recv;
         db.user = &E[i];
         REQUIRE(tl_pair(ctx, ctx, &da, &db, &E[i].a, &E[i].b) == RDMAX_OK, "endpoint pair %d: %s", i,
-                rdmax_ctx_last_error(ctx));
+                rdmax_ctx_query_last_error(ctx));
         for (int k = 0; k < WINDOW; k++)
             E[i].free_slots[E[i].nfree++] = k;
     }
@@ -202,7 +202,7 @@ static void mixed(const char *dev)
         lost += E[i].recv_seq != E[i].next_send_seq;
     }
     rdmax_counters c;
-    rdmax_counters_get(ctx, &c);
+    rdmax_ctx_query_counters(ctx, &c);
     printf("# %llu ops in %.1f s; no_resource %llu, grants %llu, max reads in flight %d\n",
            (unsigned long long)total, (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9,
            (unsigned long long)c.no_resource, (unsigned long long)c.posted[RDMAX_OP_GRANT], g_max_reads_seen);
@@ -262,7 +262,7 @@ static rdmax_status x_cb(rdmax_req *r)
         return RDMAX_OK;
     }
     uint64_t v = (uint64_t)x->id;
-    rdmax_status st = rdmax_put(rdmax_req_ep(r), &v, 8, NULL, (uintptr_t)x->m->addr + 8 * (uint64_t)x->id, x->m->rkey, NULL);
+    rdmax_status st = rdmax_put(rdmax_req_query_ep(r), &v, 8, NULL, (uintptr_t)x->m->addr + 8 * (uint64_t)x->id, x->m->rkey, NULL);
     if (st == RDMAX_OK)
         x->log[(*x->nlog)++] = x->id;
     return st;

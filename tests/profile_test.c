@@ -110,7 +110,7 @@ static void vars_list_case(void)
     rdmax_ctx *c = open_ctx();
     rdmax_profile *p = NULL;
     tl_begin("vars/list");
-    REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
+    REQUIRE(rdmax_profile_create(c, &p) == RDMAX_OK, "open");
     const rdmax_profile_var *v = NULL;
     size_t n = 0;
     CHECK_ST(rdmax_profile_query_vars(p, &v, &n), RDMAX_OK);
@@ -135,7 +135,7 @@ static void vars_list_case(void)
     CHECK(rd(p, RDMAX_PROFILE_VAR_ENDPOINTS) == 0, "endpoints of a new context");
     tl_end();
 out:
-    rdmax_profile_close(p);
+    rdmax_profile_destroy(p);
     destroy_ctx(c);
     if (tl_case_failed)
         tl_end();
@@ -152,7 +152,7 @@ static void vars_puts_case(void)
     rdmax_mem *src = NULL, *dst = NULL;
     char *plain = NULL;
     tl_begin("vars/%d puts of %d bytes", N, SIZE);
-    REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
+    REQUIRE(rdmax_profile_create(c, &p) == RDMAX_OK, "open");
     REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     REQUIRE(rdmax_mem_alloc(c, SIZE, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc");
     REQUIRE(rdmax_mem_alloc(c, 1 << 20, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc");
@@ -211,12 +211,12 @@ static void vars_puts_case(void)
           "rcache regions %llu bytes %llu", (unsigned long long)rd(p, RDMAX_PROFILE_VAR_RCACHE_REGIONS),
           (unsigned long long)rd(p, RDMAX_PROFILE_VAR_RCACHE_BYTES));
     rdmax_rcache_stats rs;
-    rdmax_rcache_query_stats(rdmax_ctx_rcache(c), &rs);
+    rdmax_rcache_query_stats(rdmax_ctx_query_rcache(c), &rs);
     CHECK(rs.hits == rd(p, RDMAX_PROFILE_VAR_RCACHE_HITS) && rs.bytes == rd(p, RDMAX_PROFILE_VAR_RCACHE_BYTES),
           "variables disagree with rdmax_rcache_query_stats");
     tl_end();
 out:
-    rdmax_profile_close(p);
+    rdmax_profile_destroy(p);
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
     rdmax_mem_free(src);
@@ -262,7 +262,7 @@ static void snapshot_order_case(void)
     rdmax_ep *a = NULL, *b = NULL;
     rdmax_mem *src = NULL, *dst = NULL;
     tl_begin("snapshot/an operation completing between the two halves shows as in flight");
-    REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
+    REQUIRE(rdmax_profile_create(c, &p) == RDMAX_OK, "open");
     REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     REQUIRE(rdmax_mem_alloc(c, 1 << 16, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc");
     REQUIRE(rdmax_mem_alloc(c, 1 << 16, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc");
@@ -291,10 +291,10 @@ static void snapshot_order_case(void)
     /* Control: the same interleaving, the halves read in the wrong order: the check must fire. */
     tl_begin("snapshot/control: posted read before completed breaks the invariant");
     rdmax_counters k;
-    rdmax_counters_get(c, &k);
+    rdmax_ctx_query_counters(c, &k);
     uint64_t wpo = k.posted[RDMAX_OP_PUT];
     one_put_completes();
-    rdmax_counters_get(c, &k);
+    rdmax_ctx_query_counters(c, &k);
     uint64_t wco = k.completed[RDMAX_OP_PUT];
     REQUIRE(g_hook_failed == 0, "the put did not complete");
     CHECK(snapshot_broken(wpo, wco), "posted %llu then completed %llu: the check did not fire",
@@ -302,7 +302,7 @@ static void snapshot_order_case(void)
     tl_end();
 out:
     g_between_halves = NULL;
-    rdmax_profile_close(p);
+    rdmax_profile_destroy(p);
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
     rdmax_mem_free(src);
@@ -361,7 +361,7 @@ static void snapshot_case(void)
     int started = 0;
     memset(&r, 0, sizeof r);
     tl_begin("snapshot/completed <= posted while another thread runs operations");
-    REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
+    REQUIRE(rdmax_profile_create(c, &p) == RDMAX_OK, "open");
     REQUIRE(rdmax_mem_alloc(c, 1 << 16, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc");
     /* dst's own rkey on the pair, which is made after it so that its QPs take the reads and atomics */
     REQUIRE(rdmax_mem_alloc(c, 1 << 16, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_REMOTE_READ |
@@ -433,7 +433,7 @@ out:
         r.stop = 1;
         pthread_join(th, NULL);
     }
-    rdmax_profile_close(p);
+    rdmax_profile_destroy(p);
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
     rdmax_mem_free(src);
@@ -483,7 +483,7 @@ static void events_dispatch_case(void)
     memset(&e1, 0, sizeof e1);
     memset(&e2, 0, sizeof e2);
     tl_begin("events/dispatch: once per event and registered profile");
-    REQUIRE(rdmax_profile_open(c, &p1) == RDMAX_OK && rdmax_profile_open(c, &p2) == RDMAX_OK, "open");
+    REQUIRE(rdmax_profile_create(c, &p1) == RDMAX_OK && rdmax_profile_create(c, &p2) == RDMAX_OK, "open");
     e1.prof = p1;
     e2.prof = p2;
     CHECK(!rdmax__profile_wants(c, RDMAX_PROFILE_EVENT_SQ_FULL), "wants an event nobody registered");
@@ -513,7 +513,7 @@ static void events_dispatch_case(void)
     CHECK_ST(e1.reg_from_cb, RDMAX_ERR_INVALID_PARAM);
     e1.try_reg = 0;
     CHECK_ST(rdmax_profile_reg_event(p1, RDMAX_PROFILE_EVENT_SQ_FULL, NULL, NULL), RDMAX_OK);
-    rdmax_profile_close(p2);
+    rdmax_profile_destroy(p2);
     p2 = NULL;
     int before = e1.total + e2.total;
     RDMAX__PROFILE_EVENT(c, RDMAX_PROFILE_EVENT_SQ_FULL, fake, 0);
@@ -523,8 +523,8 @@ static void events_dispatch_case(void)
     CHECK(!strcmp(rdmax_profile_event_str(RDMAX_PROFILE_EVENT_EP_ERROR), "ep_error"), "event name");
     tl_end();
 out:
-    rdmax_profile_close(p1);
-    rdmax_profile_close(p2);
+    rdmax_profile_destroy(p1);
+    rdmax_profile_destroy(p2);
     destroy_ctx(c);
     if (tl_case_failed)
         tl_end();
@@ -539,19 +539,19 @@ static void events_connected_case(void)
     struct evlog e;
     memset(&e, 0, sizeof e);
     tl_begin("events/ep_connected once per connect");
-    REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
+    REQUIRE(rdmax_profile_create(c, &p) == RDMAX_OK, "open");
     e.prof = p;
     CHECK_ST(rdmax_profile_reg_event(p, RDMAX_PROFILE_EVENT_EP_CONNECTED, on_event, &e), RDMAX_OK);
     REQUIRE(rdmax_ep_create_pair(c, NULL, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     CHECK(e.total == 2 && e.n[RDMAX_PROFILE_EVENT_EP_CONNECTED] == 2, "%d events for one pair", e.total);
     CHECK(e.ep[0] == a && e.ep[1] == b, "events name the wrong endpoints");
-    rdmax_ep_info ia, ib;
-    rdmax_ep_query_info(a, &ia);
-    rdmax_ep_query_info(b, &ib);
+    rdmax_ep_resources ia, ib;
+    rdmax_ep_query_resources(a, &ia);
+    rdmax_ep_query_resources(b, &ib);
     CHECK(e.detail[0] == ib.qp_num && e.detail[1] == ia.qp_num, "detail is not the peer's QP number");
     tl_end();
 out:
-    rdmax_profile_close(p);
+    rdmax_profile_destroy(p);
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
     destroy_ctx(c);
@@ -594,12 +594,12 @@ static void events_killed_peer_case(void)
     struct evlog e;
     memset(&e, 0, sizeof e);
     tl_begin("events/peer process killed: one ep_error");
-    REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
+    REQUIRE(rdmax_profile_create(c, &p) == RDMAX_OK, "open");
     e.prof = p;
     CHECK_ST(rdmax_profile_reg_event(p, RDMAX_PROFILE_EVENT_EP_ERROR, on_event, &e), RDMAX_OK);
     CHECK_ST(rdmax_profile_reg_event(p, RDMAX_PROFILE_EVENT_EP_CONNECTED, on_event, &e), RDMAX_OK);
-    REQUIRE(rdmax_listen(c, "127.0.0.1", 0, &l) == RDMAX_OK, "listen");
-    uint16_t port = rdmax_listener_port(l);
+    REQUIRE(rdmax_listener_create(c, "127.0.0.1", 0, &l) == RDMAX_OK, "listen");
+    uint16_t port = rdmax_listener_query_port(l);
     int pipefd[2];
     REQUIRE(pipe(pipefd) == 0, "pipe");
     pid = killable_peer(port, pipefd[1]);
@@ -611,7 +611,7 @@ static void events_killed_peer_case(void)
     REQUIRE(rdmax_mem_alloc(c, 65536, RDMAX_ACCESS_LOCAL, &m) == RDMAX_OK, "alloc");
     rdmax_comp comp;
     memset(&comp, 0, sizeof comp);
-    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, rdmax_ep_remote(ep, 0)->addr, rdmax_ep_remote(ep, 0)->rkey, &comp), RDMAX_INPROGRESS);
+    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, rdmax_ep_query_remote(ep, 0)->addr, rdmax_ep_query_remote(ep, 0)->rkey, &comp), RDMAX_INPROGRESS);
     CHECK(wait_comp(c, &comp) == 0 && comp.status == RDMAX_OK, "put to the live peer: %s", rdmax_status_str(comp.status));
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
@@ -620,11 +620,11 @@ static void events_killed_peer_case(void)
     rdmax_comp cs[8];
     memset(cs, 0, sizeof cs);
     for (int i = 0; i < 8; i++)
-        CHECK_ST(rdmax_put(ep, m->addr, 4096, m, rdmax_ep_remote(ep, 0)->addr, rdmax_ep_remote(ep, 0)->rkey, &cs[i]), RDMAX_INPROGRESS);
+        CHECK_ST(rdmax_put(ep, m->addr, 4096, m, rdmax_ep_query_remote(ep, 0)->addr, rdmax_ep_query_remote(ep, 0)->rkey, &cs[i]), RDMAX_INPROGRESS);
     for (int i = 0; i < 8; i++)
         CHECK(wait_comp(c, &cs[i]) == 0, "no completion %d", i);
     CHECK_ST(cs[0].status, RDMAX_ERR_RETRY_EXCEEDED);
-    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, rdmax_ep_remote(ep, 0)->addr, rdmax_ep_remote(ep, 0)->rkey, NULL), RDMAX_ERR_ENDPOINT);
+    CHECK_ST(rdmax_put(ep, m->addr, 4096, m, rdmax_ep_query_remote(ep, 0)->addr, rdmax_ep_query_remote(ep, 0)->rkey, NULL), RDMAX_ERR_ENDPOINT);
     rdmax_ep_flush(ep, 2000);
     for (int i = 0; i < 100; i++)
         rdmax_progress(c);
@@ -641,10 +641,10 @@ out:
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
     }
-    rdmax_profile_close(p);
+    rdmax_profile_destroy(p);
     rdmax_ep_destroy(ep);
     rdmax_mem_free(m);
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     destroy_ctx(c);
     if (tl_case_failed)
         tl_end();
@@ -654,8 +654,8 @@ out:
 static long long sysfs_counter(rdmax_ctx *c, const char *file)
 {
     char path[256], buf[32];
-    snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%u/hw_counters/%s", rdmax_ctx_attr(c)->name,
-             (unsigned)rdmax_ctx_attr(c)->port, file);
+    snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%u/hw_counters/%s", rdmax_ctx_query_attr(c)->name,
+             (unsigned)rdmax_ctx_query_attr(c)->port, file);
     FILE *f = fopen(path, "r");
     if (!f)
         return -1;
@@ -677,7 +677,7 @@ static void port_counters_case(void)
     rdmax_mem *m = NULL;
     pid_t pid = -1;
     tl_begin("vars/port counters: retransmits and retry_exceeded move with a killed peer, equal to sysfs");
-    REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
+    REQUIRE(rdmax_profile_create(c, &p) == RDMAX_OK, "open");
     static const struct {
         uint32_t id;
         const char *rxe;
@@ -705,9 +705,9 @@ static void port_counters_case(void)
                   (unsigned long long)before[i], s);
     }
     rdmax_profile_end_reads(p);
-    REQUIRE(sysfs_counter(c, "retry_exceeded_err") >= 0, "device %s has no rxe hw_counters", rdmax_ctx_attr(c)->name);
-    REQUIRE(rdmax_listen(c, "127.0.0.1", 0, &l) == RDMAX_OK, "listen");
-    uint16_t port = rdmax_listener_port(l);
+    REQUIRE(sysfs_counter(c, "retry_exceeded_err") >= 0, "device %s has no rxe hw_counters", rdmax_ctx_query_attr(c)->name);
+    REQUIRE(rdmax_listener_create(c, "127.0.0.1", 0, &l) == RDMAX_OK, "listen");
+    uint16_t port = rdmax_listener_query_port(l);
     int pipefd[2];
     REQUIRE(pipe(pipefd) == 0, "pipe");
     pid = killable_peer(port, pipefd[1]);
@@ -720,7 +720,7 @@ static void port_counters_case(void)
     kill(pid, SIGKILL);
     waitpid(pid, NULL, 0);
     pid = -1;
-    const rdmax_rbuf *rr = rdmax_ep_remote(ep, 0);
+    const rdmax_rbuf *rr = rdmax_ep_query_remote(ep, 0);
     REQUIRE(rr != NULL, "the peer advertised no region");
     CHECK_ST(rdmax_put(ep, m->addr, 4096, m, rr->addr, rr->rkey, &comp), RDMAX_INPROGRESS);
     CHECK(wait_comp(c, &comp) == 0, "no completion");
@@ -747,10 +747,10 @@ out:
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
     }
-    rdmax_profile_close(p);
+    rdmax_profile_destroy(p);
     rdmax_ep_destroy(ep);
     rdmax_mem_free(m);
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     destroy_ctx(c);
     if (tl_case_failed)
         tl_end();
@@ -766,7 +766,7 @@ static void events_sq_full_case(void)
     struct evlog e;
     memset(&e, 0, sizeof e);
     tl_begin("events/sq_full once per refused post");
-    REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
+    REQUIRE(rdmax_profile_create(c, &p) == RDMAX_OK, "open");
     e.prof = p;
     CHECK_ST(rdmax_profile_reg_event(p, RDMAX_PROFILE_EVENT_SQ_FULL, on_event, &e), RDMAX_OK);
     rdmax_ep_desc d;
@@ -796,7 +796,7 @@ static void events_sq_full_case(void)
     CHECK(rdmax_ep_flush(a, T_MS) == RDMAX_OK, "flush");
     tl_end();
 out:
-    rdmax_profile_close(p);
+    rdmax_profile_destroy(p);
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
     rdmax_mem_free(src);
@@ -822,7 +822,7 @@ static void events_rcache_case(void)
     struct evlog e;
     memset(&e, 0, sizeof e);
     tl_begin("events/rcache: one per eviction and invalidation");
-    REQUIRE(rdmax_profile_open(c, &p) == RDMAX_OK, "open");
+    REQUIRE(rdmax_profile_create(c, &p) == RDMAX_OK, "open");
     e.prof = p;
     CHECK_ST(rdmax_profile_reg_event(p, RDMAX_PROFILE_EVENT_RCACHE_EVICT, on_event, &e), RDMAX_OK);
     CHECK_ST(rdmax_profile_reg_event(p, RDMAX_PROFILE_EVENT_RCACHE_INVALIDATE, on_event, &e), RDMAX_OK);
@@ -842,7 +842,7 @@ static void events_rcache_case(void)
     uint64_t ev = rd(p, RDMAX_PROFILE_VAR_RCACHE_EVICTIONS);
     CHECK(ev == NB - 2, "%llu evictions with room for 2 regions and %d buffers", (unsigned long long)ev, NB);
     /* explicit invalidation of the newest buffer */
-    int dropped = rdmax_rcache_invalidate(rdmax_ctx_rcache(c), base + (size_t)(NB - 1) * 2 * STRIDE, BUF);
+    int dropped = rdmax_rcache_invalidate(rdmax_ctx_query_rcache(c), base + (size_t)(NB - 1) * 2 * STRIDE, BUF);
     CHECK(dropped == 1, "invalidate dropped %d regions", dropped);
     /* munmap of the other cached one; the next get applies it */
     CHECK(munmap(base + (size_t)(NB - 2) * 2 * STRIDE, 2 * STRIDE) == 0, "munmap");
@@ -861,7 +861,7 @@ static void events_rcache_case(void)
               (unsigned long long)e.detail[i]);
     tl_end();
 out:
-    rdmax_profile_close(p);
+    rdmax_profile_destroy(p);
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
     rdmax_mem_free(dst);
@@ -1063,7 +1063,7 @@ static void overhead_info(void)
     rdmax_mem *src = NULL, *dst = NULL;
     rdmax_profile *p = NULL;
     if (rdmax_ep_create_pair(c, NULL, &a, &b) != RDMAX_OK || rdmax_mem_alloc(c, 4096, 0, &src) != RDMAX_OK ||
-        rdmax_mem_alloc(c, 4096, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) != RDMAX_OK || rdmax_profile_open(c, &p) != RDMAX_OK) {
+        rdmax_mem_alloc(c, 4096, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) != RDMAX_OK || rdmax_profile_create(c, &p) != RDMAX_OK) {
         printf("INFO overhead: setup failed\n");
         goto out;
     }
@@ -1112,7 +1112,7 @@ static void overhead_info(void)
     }
 #endif
 out:
-    rdmax_profile_close(p);
+    rdmax_profile_destroy(p);
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
     rdmax_mem_free(src);

@@ -138,22 +138,22 @@ static void rig_close(rig *r)
    the pair by trading connection records directly (as tests/datapath_test.c's pair()). */
 static uint32_t sq_free(const rdmax_ep *ep)
 {
-    rdmax_ep_info info;
-    rdmax_ep_query_info(ep, &info);
+    rdmax_ep_resources info;
+    rdmax_ep_query_resources(ep, &info);
     return info.sq_free;
 }
 
 static uint32_t reads_free(const rdmax_ep *ep)
 {
-    rdmax_ep_info info;
-    rdmax_ep_query_info(ep, &info);
+    rdmax_ep_resources info;
+    rdmax_ep_query_resources(ep, &info);
     return info.reads_free;
 }
 
 static struct ibv_qp *ep_qp(const rdmax_ep *ep)
 {
-    rdmax_ep_info info;
-    rdmax_ep_query_info(ep, &info);
+    rdmax_ep_resources info;
+    rdmax_ep_query_resources(ep, &info);
     return info.qp;
 }
 
@@ -179,7 +179,7 @@ static int rig_open(rig *r, const rdmax_ctx_desc *sender, size_t dst_len)
     if (tl_pair(r->cs, r->cr, &da, &db, &r->a, &r->b) != RDMAX_OK)
         return -1;
     /* the receiver advertised dst in its record: the sender writes where that says */
-    const rdmax_rbuf *rr = rdmax_ep_remote(r->a, 0);
+    const rdmax_rbuf *rr = rdmax_ep_query_remote(r->a, 0);
     if (!rr || rr->addr != (uintptr_t)r->dst->addr || rr->rkey != r->dst->rkey)
         return -1;
     r->raddr = rr->addr;
@@ -252,7 +252,7 @@ static rdmax_rcache_stats stats(rig *r)
 {
     rdmax_rcache_stats s;
     memset(&s, 0, sizeof s);
-    rdmax_rcache *rc = rdmax_ctx_rcache(r->cs);
+    rdmax_rcache *rc = rdmax_ctx_query_rcache(r->cs);
     if (rc)
         rdmax_rcache_query_stats(rc, &s);
     return s;
@@ -272,7 +272,7 @@ static unsigned char g_warm[64 * 1024] __attribute__((aligned(4096)));
 static int warm_cache(rig *r)
 {
     memset(g_warm, 0x5a, sizeof g_warm);
-    return put_raw(r, g_warm, sizeof g_warm, 0) == RDMAX_OK && rdmax_ctx_rcache(r->cs) != NULL ? 0 : -1;
+    return put_raw(r, g_warm, sizeof g_warm, 0) == RDMAX_OK && rdmax_ctx_query_rcache(r->cs) != NULL ? 0 : -1;
 }
 
 /* ---- 6. rcache_disable ------------------------------------------------------------------------- */
@@ -290,7 +290,7 @@ static void case_disabled(void)
         REQUIRE(64 * 1024 > mi, "max_inline %u is not below the test size", mi);
         memset(buf, 0x11, 64 * 1024);
         rdmax_counters c0, c1;
-        rdmax_counters_get(r.cs, &c0);
+        rdmax_ctx_query_counters(r.cs, &c0);
         uint32_t avail0 = sq_free(r.a);
         rdmax_comp c;
         memset(&c, 0, sizeof c);
@@ -298,7 +298,7 @@ static void case_disabled(void)
         CHECK_ST(rdmax_put(r.a, buf, mi + 1, NULL, r.raddr, r.rkey, NULL), RDMAX_ERR_NO_MEMH);
         CHECK_ST(rdmax_send(r.a, buf, mi + 1, NULL, NULL), RDMAX_ERR_NO_MEMH);
         CHECK_ST(rdmax_get(r.a, buf, 4096, NULL, r.raddr, r.rkey, &c), RDMAX_ERR_NO_MEMH);
-        rdmax_counters_get(r.cs, &c1);
+        rdmax_ctx_query_counters(r.cs, &c1);
         CHECK(c1.posted[RDMAX_OP_PUT] == c0.posted[RDMAX_OP_PUT] && c1.posted[RDMAX_OP_SEND] == c0.posted[RDMAX_OP_SEND] &&
                   c1.posted[RDMAX_OP_GET] == c0.posted[RDMAX_OP_GET] && c1.post_calls == c0.post_calls,
               "something was posted: put %llu->%llu post_calls %llu->%llu",
@@ -308,7 +308,7 @@ static void case_disabled(void)
         for (int i = 0; i < 1000; i++)
             progress(&r);
         CHECK(!c.done, "the refused operation's completion fired");
-        CHECK(rdmax_ctx_rcache(r.cs) == NULL, "a cache was created although rcache_disable is set");
+        CHECK(rdmax_ctx_query_rcache(r.cs) == NULL, "a cache was created although rcache_disable is set");
         printf("# rcache_disable: malloc policy %s\n",
                (rdmax_rcache_memhooks() & RDMAX_RCACHE_HOOKS_MALLOPT) ? "in force" : "not applied (no cache yet)");
         /* an inline-sized raw buffer needs no registration and still works */
@@ -367,7 +367,7 @@ static void case_first_use(void)
         return;
     }
     REQUIRE(rig_open(&r, NULL, BIG) == 0, "rig: %s", g_lastlog);
-    if (rdmax_ctx_rcache(r.cs) != NULL)
+    if (rdmax_ctx_query_rcache(r.cs) != NULL)
         printf("# first_use: the context made its cache (and the malloc policy) at creation\n");
     x = (unsigned char *)malloc(BIG);
     REQUIRE(x != NULL, "malloc");
@@ -376,7 +376,7 @@ static void case_first_use(void)
         memset(x, 0xAA, BIG);
         CHECK_ST(put_raw(&r, x, BIG, 0), RDMAX_OK);
         CHECK(first_not(r.d, BIG, 0xAA) < 0, "receiver did not get A");
-        REQUIRE(rdmax_ctx_rcache(r.cs) != NULL, "no cache after a raw put");
+        REQUIRE(rdmax_ctx_query_rcache(r.cs) != NULL, "no cache after a raw put");
         rdmax_rcache_stats s0 = stats(&r);
         if (!mmapped)
             printf("# first_use: the buffer is not an mmap'ed chunk: free() cannot unmap it\n");
@@ -547,7 +547,7 @@ static void case_batch_fail(void)
     tl_begin("batch_fail/setup: QP moved to RESET under a connected endpoint");
     REQUIRE(rig_open(&r, NULL, MIB) == 0, "rig: %s", g_lastlog);
     REQUIRE(warm_cache(&r) == 0, "warm-up");
-    rc = rdmax_ctx_rcache(r.cs);
+    rc = rdmax_ctx_query_rcache(r.cs);
     p = map_anon(NULL, len, 0);
     REQUIRE(p != NULL, "mmap");
     memset(p, 1, len);
@@ -559,7 +559,7 @@ static void case_batch_fail(void)
         qa.qp_state = IBV_QPS_RESET;
         REQUIRE(ibv_modify_qp(ep_qp(r.a), &qa, IBV_QP_STATE) == 0, "ibv_modify_qp(RESET)");
     }
-    rdmax_counters_get(r.cs, &c0);
+    rdmax_ctx_query_counters(r.cs, &c0);
     rd0 = reads_free(r.a);
     sq0 = sq_free(r.a);
     REQUIRE(rd0 >= 1, "no read budget");
@@ -581,7 +581,7 @@ out:
         for (int k = 0; k < RDMAX_BATCH_MAX - 1; k++)
             CHECK(comps[k].done && comps[k].status == RDMAX_ERR_IO, "chained put %d: done %d status %s", k,
                   comps[k].done, rdmax_status_str(comps[k].status));
-        rdmax_counters_get(r.cs, &c1);
+        rdmax_ctx_query_counters(r.cs, &c1);
         CHECK(c1.posted[RDMAX_OP_PUT] == c0.posted[RDMAX_OP_PUT] && sq_free(r.a) == sq0,
               "send slots or counters not given back");
         tl_end();
@@ -633,7 +633,7 @@ out:
         rdmax_batch_end(r.a);
     }
     if (mine && rc && mine->refcount > 0)
-        rdmax_rcache_put(rc, mine);
+        rdmax_rcache_release(rc, mine);
     rig_close(&r);
     if (p)
         munmap(p, len);
@@ -834,7 +834,7 @@ static void case_invalidate(rig *r)
 {
     unsigned char *p = NULL;
     const size_t len = MIB;
-    rdmax_rcache *rc = rdmax_ctx_rcache(r->cs);
+    rdmax_rcache *rc = rdmax_ctx_query_rcache(r->cs);
     tl_begin("invalidate/explicit, then a miss with the right data");
     REQUIRE(rc != NULL, "no cache");
     p = map_anon(NULL, len, 0);
@@ -1002,7 +1002,7 @@ static void case_eviction(void)
         CHECK_ST(put_raw(&r, p, len, (uint64_t)i * len), RDMAX_OK);
     }
     {
-        rdmax_rcache_desc ad = rdmax_rcache_query_desc(rdmax_ctx_rcache(r.cs));
+        rdmax_rcache_desc ad = rdmax_rcache_query_desc(rdmax_ctx_query_rcache(r.cs));
         REQUIRE(ad.max_regions == NPRE, "applied max_regions %zu, desc asked %d", ad.max_regions, NPRE);
         rdmax_rcache_stats s0 = stats(&r);
         REQUIRE(s0.regions == NPRE && s0.cached_regions == NPRE && s0.evictions == 0,
@@ -1041,8 +1041,8 @@ static void case_eviction(void)
               (long long)(sm.evictions - s0.evictions), (long long)(sm.dereg_calls - s0.dereg_calls), NPRE - NHOT);
         CHECK(sm.over_limit - s0.over_limit == NBUF - (NPRE - NHOT), "in flight: over_limit %+lld, expected %d",
               (long long)(sm.over_limit - s0.over_limit), NBUF - (NPRE - NHOT));
-        CHECK(rdmax__rcache_validate(rdmax_ctx_rcache(r.cs)) == 0, "cache invariants broken in flight: %d",
-              rdmax__rcache_validate(rdmax_ctx_rcache(r.cs)));
+        CHECK(rdmax__rcache_validate(rdmax_ctx_query_rcache(r.cs)) == 0, "cache invariants broken in flight: %d",
+              rdmax__rcache_validate(rdmax_ctx_query_rcache(r.cs)));
         int ok = 0;
         for (int i = 0; i < NPUT; i++) {
             if (wait_comp(&r, &comps[i]) == 0 && comps[i].status == RDMAX_OK)
@@ -1066,8 +1066,8 @@ static void case_eviction(void)
               "evictions %+lld dereg %+lld invalidations %+lld with %llu left: a deregistration that was not "
               "an eviction of an unused region",
               D(evictions), D(dereg_calls), D(invalidations), (unsigned long long)s1.regions);
-        CHECK(rdmax__rcache_validate(rdmax_ctx_rcache(r.cs)) == 0, "cache invariants broken after: %d",
-              rdmax__rcache_validate(rdmax_ctx_rcache(r.cs)));
+        CHECK(rdmax__rcache_validate(rdmax_ctx_query_rcache(r.cs)) == 0, "cache invariants broken after: %d",
+              rdmax__rcache_validate(rdmax_ctx_query_rcache(r.cs)));
         /* the most recently released buffer is still cached: a hit */
         s0 = stats(&r);
         CHECK_ST(put_raw(&r, base + (size_t)(NBUF - 1) * stride, len, 0), RDMAX_OK);
@@ -1592,7 +1592,7 @@ static int shm_remap_run(rig *r, int remedy, shmrun *o)
     for (int i = 0; i < SHM_STEPS; i++)
         o->got[i] = -1;
     size_t plen = remedy ? len : quarter;
-    rdmax_rcache_monitor_query(&m0);
+    rdmax_rcache_query_monitor(&m0);
     if (!(p = map_anon(NULL, len, 0)))
         SFAIL("mmap: %s", strerror(errno));
     memset(p, OLD, len);
@@ -1607,7 +1607,7 @@ static int shm_remap_run(rig *r, int remedy, shmrun *o)
     if ((id = shmget(IPC_PRIVATE, len, IPC_CREAT | 0600)) < 0)
         SFAIL("shmget: %s", strerror(errno));
     if (remedy)
-        rdmax_rcache_invalidate(rdmax_ctx_rcache(r->cs), p, len);
+        rdmax_rcache_invalidate(rdmax_ctx_query_rcache(r->cs), p, len);
     if (shmat(id, p, SHM_REMAP) != (void *)p)
         SFAIL("shmat(SHM_REMAP) at %p: %s", (void *)p, strerror(errno));
     attached = 1;
@@ -1635,7 +1635,7 @@ static int shm_remap_run(rig *r, int remedy, shmrun *o)
         goto done;
     res = 0;
 done:
-    rdmax_rcache_monitor_query(&m1);
+    rdmax_rcache_query_monitor(&m1);
     o->unmap = m1.unmap - m0.unmap;
     o->lost = m1.lost - m0.lost;
     if (attached)
@@ -1680,7 +1680,7 @@ static void case_shm_remap(rig *r, rig *rm, const char *tag)
               o.inval[3], (unsigned long long)o.unmap);
     }
     if (rm) { /* the same on a MANUAL cache: the shared pages cached at step 1 arrive at step 2 */
-        rdmax_rcache_invalidate(rdmax_ctx_rcache(rm->cs), NULL, SIZE_MAX);
+        rdmax_rcache_invalidate(rdmax_ctx_query_rcache(rm->cs), NULL, SIZE_MAX);
         REQUIRE(shm_remap_run(rm, 1, &c) == 0, "control: %s", c.err);
         shm_print("invalidate first, control", &c, 4);
         CHECK(c.got[2] == R_STALE, "control: step 2 got %s, expected stale bytes: the check cannot fail",
@@ -1717,7 +1717,7 @@ static void case_shm_remap_plain(rig *r, rig *rm, const char *tag)
               o.inval[4], (unsigned long long)o.unmap);
     }
     if (rm) {
-        rdmax_rcache_invalidate(rdmax_ctx_rcache(rm->cs), NULL, SIZE_MAX);
+        rdmax_rcache_invalidate(rdmax_ctx_query_rcache(rm->cs), NULL, SIZE_MAX);
         REQUIRE(shm_remap_run(rm, 0, &c) == 0, "control: %s", c.err);
         shm_print("no invalidate, control", &c, 5);
         CHECK(c.got[1] == R_STALE && c.got[3] == R_STALE,
@@ -1757,7 +1757,7 @@ static void case_routes(rig *r, rig *rm, const char *tag)
                D(invalidations), D(uncached));
         if (rm) { /* the default build: a sender in mode RDMAX_RCACHE_MANUAL */
             /* what earlier routes left in the control's cache is stale by now: start clean */
-            rdmax_rcache_invalidate(rdmax_ctx_rcache(rm->cs), NULL, SIZE_MAX);
+            rdmax_rcache_invalidate(rdmax_ctx_query_rcache(rm->cs), NULL, SIZE_MAX);
             got = route_run(rm, rt, why, sizeof why, &s0, &s1, &hit2);
             REQUIRE(got >= 0, "control: %s", why);
             CHECK(rt->exp_control == R_ANY || got == rt->exp_control,
@@ -1782,7 +1782,7 @@ int main(int argc, char **argv)
         case_disabled();
     {
         rdmax_rcache_monitor_info mi;
-        rdmax_rcache_monitor_query(&mi);
+        rdmax_rcache_query_monitor(&mi);
         printf("# memory monitor: %s; memory hooks 0x%x\n", mi.usable ? mi.why : "none", rdmax_rcache_memhooks());
     }
 
@@ -1810,7 +1810,7 @@ int main(int argc, char **argv)
     {
         /* where the monitor cannot run, the first context said so, once; where it runs, nothing */
         rdmax_rcache_monitor_info mi;
-        rdmax_rcache_monitor_query(&mi);
+        rdmax_rcache_query_monitor(&mi);
         tl_begin("monitor/%s", mi.usable ? "runs: no warning" : "unavailable: said once at context creation");
         int hooks = (rdmax_rcache_memhooks() & (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT)) ==
                     (RDMAX_RCACHE_HOOKS_INTERPOSED | RDMAX_RCACHE_HOOKS_MALLOPT);
@@ -1853,9 +1853,9 @@ int main(int argc, char **argv)
         case_fork(&r);
         case_thread_arena(&r);
         tl_begin("final/cache invariants and error logs");
-        CHECK(rdmax__rcache_validate(rdmax_ctx_rcache(r.cs)) == 0, "rdmax__rcache_validate %d",
-              rdmax__rcache_validate(rdmax_ctx_rcache(r.cs)));
-        CHECK(rdmax_ep_error(r.a) == RDMAX_OK, "sender endpoint in error: %s", rdmax_status_str(rdmax_ep_error(r.a)));
+        CHECK(rdmax__rcache_validate(rdmax_ctx_query_rcache(r.cs)) == 0, "rdmax__rcache_validate %d",
+              rdmax__rcache_validate(rdmax_ctx_query_rcache(r.cs)));
+        CHECK(rdmax_ep_query_error(r.a) == RDMAX_OK, "sender endpoint in error: %s", rdmax_status_str(rdmax_ep_query_error(r.a)));
         tl_end();
     }
     rig_close(&r);

@@ -113,7 +113,7 @@ static uint32_t cache(rdmax_rcache *rc, const void *p, size_t len)
     if (rdmax_rcache_get(rc, p, len, 1, &r) != RDMAX_OK)
         return 0;
     k = r->lkey;
-    rdmax_rcache_put(rc, r);
+    rdmax_rcache_release(rc, r);
     return k;
 }
 
@@ -526,10 +526,10 @@ static int rule_many(char *msg, size_t msz)
     for (int i = 0; i < N; i++)
         if (!(bufs[i] = map_at(NULL, 2 * P, 0)) || !cache(rc, bufs[i], P))
             CFAIL("map or get %d", i);
-    rdmax_rcache_monitor_query(&m0);
+    rdmax_rcache_query_monitor(&m0);
     for (int i = 0; i < N; i++)
         munmap(bufs[i], 2 * P);
-    rdmax_rcache_monitor_query(&m1);
+    rdmax_rcache_query_monitor(&m1);
     if (cache(rc, keep, P) == kk)
         CFAIL("after lost events a cached region was handed out again");
     rdmax_rcache_stats s = stats(rc);
@@ -601,7 +601,7 @@ static int fork_child_uses(char *msg, size_t msz)
         char m[200];
         rdmax_rcache_monitor_info mi;
         rdmax_rcache *c2 = mk(RDMAX_RCACHE_AUTO, 0);
-        rdmax_rcache_monitor_query(&mi);
+        rdmax_rcache_query_monitor(&mi);
         int ok = mi.running && route_once(&rt, RDMAX_RCACHE_AUTO, m, sizeof m) == 0;
         rdmax_rcache_destroy(c2);
         _exit(ok ? 0 : 2);
@@ -671,7 +671,7 @@ static int deny_userfaultfd(void)
 static int expect_uncached(char *msg, size_t msz)
 {
     rdmax_rcache_monitor_info mi;
-    rdmax_rcache_monitor_query(&mi);
+    rdmax_rcache_query_monitor(&mi);
     if (mi.usable || mi.running || !mi.why[0])
         CFAIL("monitor usable %d running %d why '%s'", mi.usable, mi.running, mi.why);
     rdmax_rcache *rc = mk(RDMAX_RCACHE_AUTO, 0);
@@ -719,7 +719,7 @@ static int off_unprivileged(char *msg, size_t msz)
         CFAIL("setuid nobody: %s", strerror(errno));
     prctl(PR_SET_DUMPABLE, 1, 0, 0, 0); /* as if started unprivileged: /proc/self readable */
     rdmax_rcache_monitor_info mi;
-    rdmax_rcache_monitor_query(&mi);
+    rdmax_rcache_query_monitor(&mi);
     if (!mi.usable)
         CFAIL("not usable as nobody: %s", mi.why);
     if (v[0] == '0' && !mi.user_mode_only)
@@ -746,7 +746,7 @@ int main(void)
     P = (size_t)sysconf(_SC_PAGESIZE);
     setvbuf(stdout, NULL, _IONBF, 0);
     rdmax_rcache_monitor_info mi;
-    rdmax_rcache_monitor_query(&mi);
+    rdmax_rcache_query_monitor(&mi);
     printf("# monitor: usable %d, %s\n", mi.usable, mi.why);
     tl_begin("monitor/usable here");
     CHECK(mi.usable, "%s", mi.why);

@@ -536,7 +536,7 @@ static void test_random(void)
             /* put */
             int k = (int)rndn((uint64_t)nheld);
             m_put(&m, held[k].lkey);
-            rdmax_rcache_put(rc, held[k].r);
+            rdmax_rcache_release(rc, held[k].r);
             held[k] = held[--nheld];
         } else if (op < 91) {
             /* hold */
@@ -572,7 +572,7 @@ static void test_random(void)
         if (nheld > MAXHELD - 2) {
             int k = (int)rndn((uint64_t)nheld);
             m_put(&m, held[k].lkey);
-            rdmax_rcache_put(rc, held[k].r);
+            rdmax_rcache_release(rc, held[k].r);
             held[k] = held[--nheld];
         }
         /* compare */
@@ -614,7 +614,7 @@ static void test_random(void)
     random_where(step);
     while (nheld) {
         m_put(&m, held[nheld - 1].lkey);
-        rdmax_rcache_put(rc, held[--nheld].r);
+        rdmax_rcache_release(rc, held[--nheld].r);
     }
     {
         int v = rdmax__rcache_validate(rc), held_at_destroy;
@@ -635,7 +635,7 @@ static void test_random(void)
            (unsigned long)max_r, (unsigned long)max_b);
 out:
     if (rc) { /* after a failure: the cache is still there */
-        while (nheld) rdmax_rcache_put(rc, held[--nheld].r);
+        while (nheld) rdmax_rcache_release(rc, held[--nheld].r);
         rdmax_rcache_destroy(rc);
     }
     fake_free(&f);
@@ -663,19 +663,19 @@ static void test_hit(void)
     ASSERT(r1->start == (uintptr_t)PG(0) && r1->end == (uintptr_t)PG(2) && r1->access == 3 && r1->refcount == 1,
           "region [%#lx,%#lx) acc %u", (unsigned long)r1->start, (unsigned long)r1->end, r1->access);
     ASSERT(rdmax_rcache_get(rc, (char *)PG(1) + 7, 10, 1, &r2) == 0 && r2 == r1 && r1->refcount == 2, "second get is a hit");
-    rdmax_rcache_put(rc, r2);
-    rdmax_rcache_put(rc, r1);
+    rdmax_rcache_release(rc, r2);
+    rdmax_rcache_release(rc, r1);
     rdmax_rcache_query_stats(rc, &st);
     ASSERT(st.hits == 1 && st.misses == 1 && st.regions == 1 && st.bytes == 2 * P && st.reg_calls == 1 &&
                st.cached_regions == 1,
           "counters hits %lu misses %lu", (unsigned long)st.hits, (unsigned long)st.misses);
     /* zero length counts as one byte; a wrapping range is refused */
     ASSERT(rdmax_rcache_get(rc, PG(1), 0, 0, &r2) == 0 && r2 == r1, "len 0 hit");
-    rdmax_rcache_put(rc, r2);
+    rdmax_rcache_release(rc, r2);
     ASSERT(rdmax_rcache_get(rc, (void *)(UINTPTR_MAX - 10), 100, 0, &r2) == RDMAX_ERR_INVALID_PARAM,
           "wrap is RDMAX_ERR_INVALID_PARAM");
-    ASSERT(rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_RCACHE_PARAM && rdmax_ctx_last_error(NULL)[0],
-          "the wrap is the thread's last error (item %d)", (int)rdmax_ctx_last_error_item(NULL));
+    ASSERT(rdmax_ctx_query_last_error_item(NULL) == RDMAX_LOG_ITEM_RCACHE_PARAM && rdmax_ctx_query_last_error(NULL)[0],
+          "the wrap is the thread's last error (item %d)", (int)rdmax_ctx_query_last_error_item(NULL));
     ASSERT(rdmax_rcache_invalidate(rc, (void *)(UINTPTR_MAX - 10), 100) == RDMAX_ERR_INVALID_PARAM,
           "invalidate of a wrapping range is RDMAX_ERR_INVALID_PARAM");
     ASSERT(rdmax_rcache_drain(NULL) == RDMAX_ERR_INVALID_PARAM, "drain(NULL) is RDMAX_ERR_INVALID_PARAM");
@@ -700,7 +700,7 @@ static void test_merge(void)
     rc = mk(&f, 0, 0, 0);
     /* unused old region: deregistered when merged */
     ASSERT(rdmax_rcache_get(rc, PG(0), 2 * P, 1, &a) == 0, "get a");
-    rdmax_rcache_put(rc, a);
+    rdmax_rcache_release(rc, a);
     ASSERT(rdmax_rcache_get(rc, PG(1), 2 * P, 1, &b) == 0, "get b");
     ASSERT(b->start == (uintptr_t)PG(0) && b->end == (uintptr_t)PG(3), "merged to [0,3)");
     ASSERT(f.ndereg == 1 && f.log[0] == 1, "old region deregistered");
@@ -711,16 +711,16 @@ static void test_merge(void)
     rdmax_rcache_query_stats(rc, &st);
     ASSERT(st.regions == 2 && st.cached_regions == 1 && st.merges == 2, "regions %lu cached %lu merges %lu",
           (unsigned long)st.regions, (unsigned long)st.cached_regions, (unsigned long)st.merges);
-    rdmax_rcache_put(rc, b);
+    rdmax_rcache_release(rc, b);
     ASSERT(f.ndereg == 2 && f.log[1] == b->lkey, "b deregistered at its last put");
     /* access union: a writer merges with a reader's region, then both hit */
     ASSERT(rdmax_rcache_get(rc, PG(1), P, 2, &a) == 0 && a != c && a->access == 3 && a->start == (uintptr_t)PG(0) &&
                a->end == (uintptr_t)PG(5),
           "union of access");
     ASSERT(rdmax_rcache_get(rc, PG(4), P, 1, &b) == 0 && b == a, "reader hits the union region");
-    rdmax_rcache_put(rc, a);
-    rdmax_rcache_put(rc, b);
-    rdmax_rcache_put(rc, c);
+    rdmax_rcache_release(rc, a);
+    rdmax_rcache_release(rc, b);
+    rdmax_rcache_release(rc, c);
     ASSERT(rdmax__rcache_validate(rc) == 0, "validate");
     ASSERT(rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
@@ -745,10 +745,10 @@ static void test_touch(void)
     /* touching with different access: no merge */
     ASSERT(rdmax_rcache_get(rc, PG(6), P, 1, &d) == 0, "get d");
     ASSERT(d->start == (uintptr_t)PG(6) && d->end == (uintptr_t)PG(7), "no merge across different access");
-    rdmax_rcache_put(rc, a);
-    rdmax_rcache_put(rc, b);
-    rdmax_rcache_put(rc, c);
-    rdmax_rcache_put(rc, d);
+    rdmax_rcache_release(rc, a);
+    rdmax_rcache_release(rc, b);
+    rdmax_rcache_release(rc, c);
+    rdmax_rcache_release(rc, d);
     ASSERT(rdmax__rcache_validate(rc) == 0, "validate");
     ASSERT(rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
@@ -766,19 +766,19 @@ static void test_lru(void)
     for (i = 0; i < 3; i++) {
         ASSERT(rdmax_rcache_get(rc, PG(2 * i), P, 1, &r[i]) == 0, "get %d", i);
     }
-    for (i = 0; i < 3; i++) rdmax_rcache_put(rc, r[i]);
+    for (i = 0; i < 3; i++) rdmax_rcache_release(rc, r[i]);
     /* use A again: B is now least recently used */
     ASSERT(rdmax_rcache_get(rc, PG(0), P, 1, &r[0]) == 0 && r[0]->lkey == 1, "hit A");
-    rdmax_rcache_put(rc, r[0]);
+    rdmax_rcache_release(rc, r[0]);
     ASSERT(rdmax_rcache_get(rc, PG(6), P, 1, &r[3]) == 0, "get D");
     ASSERT(f.ndereg == 1 && f.log[0] == 2, "B evicted first (got lkey %u)", f.nlog ? f.log[0] : 0);
-    rdmax_rcache_put(rc, r[3]);
+    rdmax_rcache_release(rc, r[3]);
     ASSERT(rdmax_rcache_get(rc, PG(8), P, 1, &r[4]) == 0, "get E");
     ASSERT(f.ndereg == 2 && f.log[1] == 3, "then C");
-    rdmax_rcache_put(rc, r[4]);
+    rdmax_rcache_release(rc, r[4]);
     ASSERT(rdmax_rcache_get(rc, PG(10), P, 1, &r[5]) == 0, "get F");
     ASSERT(f.ndereg == 3 && f.log[2] == 1, "then A");
-    rdmax_rcache_put(rc, r[5]);
+    rdmax_rcache_release(rc, r[5]);
     ASSERT(rdmax__rcache_validate(rc) == 0, "validate");
     ASSERT(rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
@@ -799,15 +799,15 @@ static void test_inuse_never_evicted(void)
     ASSERT(st.regions == 3 && st.over_limit == 1 && f.ndereg == 0, "regions %lu over_limit %lu",
           (unsigned long)st.regions, (unsigned long)st.over_limit);
     /* the first put to zero makes a region evictable: it goes at once */
-    rdmax_rcache_put(rc, b);
+    rdmax_rcache_release(rc, b);
     ASSERT(f.ndereg == 1 && f.log[0] == 2, "b evicted at its put");
     ASSERT(a->refcount == 1 && c->refcount == 1, "a and c untouched");
-    rdmax_rcache_put(rc, a);
+    rdmax_rcache_release(rc, a);
     ASSERT(f.ndereg == 1, "now within the limit: a stays cached");
     ASSERT(rdmax_rcache_get(rc, PG(6), P, 1, &d) == 0, "d");
     ASSERT(f.ndereg == 2 && f.log[1] == 1, "a (unused) evicted for d, c (in use) kept");
-    rdmax_rcache_put(rc, c);
-    rdmax_rcache_put(rc, d);
+    rdmax_rcache_release(rc, c);
+    rdmax_rcache_release(rc, d);
     ASSERT(rdmax__rcache_validate(rc) == 0, "validate");
     ASSERT(rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
@@ -815,14 +815,14 @@ static void test_inuse_never_evicted(void)
     memset(&f, 0, sizeof f);
     rc = mk(&f, 0, 4 * P, 0);
     ASSERT(rdmax_rcache_get(rc, PG(0), 2 * P, 1, &a) == 0, "a");
-    rdmax_rcache_put(rc, a);
+    rdmax_rcache_release(rc, a);
     ASSERT(rdmax_rcache_get(rc, PG(4), 2 * P, 1, &b) == 0, "b");
-    rdmax_rcache_put(rc, b);
+    rdmax_rcache_release(rc, b);
     ASSERT(f.ndereg == 0, "4 pages fit");
     ASSERT(rdmax_rcache_get(rc, PG(8), 3 * P, 1, &c) == 0, "c");
     rdmax_rcache_query_stats(rc, &st);
     ASSERT(f.ndereg == 2 && st.bytes == 3 * P && st.evictions == 2, "both evicted for 3 pages");
-    rdmax_rcache_put(rc, c);
+    rdmax_rcache_release(rc, c);
     ASSERT(rdmax_rcache_destroy(rc) == 0 && live_count(&f) == 0 && !f.err[0], "destroy: %s", f.err);
     fake_free(&f);
 }
@@ -837,13 +837,13 @@ static void test_invalidate_inuse(void)
     rc = mk(&f, 0, 0, 0);
     ASSERT(rdmax_rcache_get(rc, PG(0), 4 * P, 3, &a) == 0, "a");
     ASSERT(rdmax_rcache_get(rc, PG(10), P, 3, &c) == 0, "c");
-    rdmax_rcache_put(rc, c);
+    rdmax_rcache_release(rc, c);
     ASSERT(rdmax_rcache_invalidate(rc, (char *)PG(3) + 10, 1) == 1, "one region dropped");
     ASSERT(!rdmax_rcache_region_valid(a) && a->refcount == 1 && f.ndereg == 0, "a invalid, still registered");
     ASSERT(rdmax_rcache_get(rc, PG(0), P, 3, &b) == 0 && b != a && b->lkey == 3, "get never returns the invalid region");
-    rdmax_rcache_put(rc, a);
+    rdmax_rcache_release(rc, a);
     ASSERT(f.ndereg == 1 && f.log[0] == 1, "a deregistered at its last put");
-    rdmax_rcache_put(rc, b);
+    rdmax_rcache_release(rc, b);
     ASSERT(rdmax_rcache_invalidate(rc, PG(0), 100 * P) == 2 && f.ndereg == 3, "unused regions deregistered at once");
     rdmax_rcache_query_stats(rc, &st);
     ASSERT(st.invalidations == 3 && st.regions == 0 && st.cached_regions == 0, "counters");
@@ -864,19 +864,19 @@ static void test_reg_fallback(void)
     f.holes = (unsigned char *)calloc(64, 1);
     rc = mk(&f, 0, 0, 0);
     ASSERT(rdmax_rcache_get(rc, PG(0), 2 * P, 1, &a) == 0, "a");
-    rdmax_rcache_put(rc, a);
+    rdmax_rcache_release(rc, a);
     f.holes[1] = 1; /* page 1 unmapped behind our back */
     /* touching request: merged [0,4) fails, the request alone [2,4) succeeds */
     ASSERT(rdmax_rcache_get(rc, PG(2), 2 * P, 1, &b) == 0, "b");
     ASSERT(b->start == (uintptr_t)PG(2) && b->end == (uintptr_t)PG(4), "request alone registered");
     rdmax_rcache_query_stats(rc, &st);
     ASSERT(st.reg_failures == 1 && f.ndereg == 1 && st.cached_regions == 1, "stale a dropped, one failure");
-    rdmax_rcache_put(rc, b);
+    rdmax_rcache_release(rc, b);
     /* a request over the hole (access 2: b does not merge) fails with the op's status, after
        evicting the unused b and trying once more */
     ASSERT(rdmax_rcache_get(rc, PG(1), P, 2, &a) == RDMAX_ERR_INVALID_PARAM, "hole: the op's -EFAULT is RDMAX_ERR_INVALID_PARAM");
-    ASSERT(rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_RCACHE_REG && strstr(rdmax_ctx_last_error(NULL), strerror(EFAULT)),
-          "the errno is kept in the last error: %s", rdmax_ctx_last_error(NULL));
+    ASSERT(rdmax_ctx_query_last_error_item(NULL) == RDMAX_LOG_ITEM_RCACHE_REG && strstr(rdmax_ctx_query_last_error(NULL), strerror(EFAULT)),
+          "the errno is kept in the last error: %s", rdmax_ctx_query_last_error(NULL));
     rdmax_rcache_query_stats(rc, &st);
     ASSERT(st.evictions == 1 && st.reg_failures == 3 && st.regions == 0, "evicted for the retry: evictions %lu failures %lu",
           (unsigned long)st.evictions, (unsigned long)st.reg_failures);
@@ -884,7 +884,7 @@ static void test_reg_fallback(void)
     ASSERT(rdmax_rcache_get(rc, (void *)(UINT64_C(1) << 50), 10, 1, &a) == 0 && a->refcount == 1, "high address");
     rdmax_rcache_query_stats(rc, &st);
     ASSERT(st.regions == 1 && st.cached_regions == 0, "uncached");
-    rdmax_rcache_put(rc, a);
+    rdmax_rcache_release(rc, a);
     ASSERT(live_count(&f) == 0, "uncached region deregistered at put");
     ASSERT(rdmax__rcache_validate(rc) == 0, "validate");
     ASSERT(rdmax_rcache_destroy(rc) == 0 && !f.err[0], "destroy: %s", f.err);
@@ -904,8 +904,8 @@ static void test_large_and_destroy(void)
     ASSERT(rdmax__rcache_validate(rc) == 0, "validate big");
     ASSERT(rdmax_rcache_get(rc, (void *)(base + ((size_t)512 << 20)), 100, 1, &b) == 0 && b == a, "hit in the middle");
     ASSERT(rdmax_rcache_get(rc, (void *)(base + ((size_t)1 << 30) - 4 * P), 2 * P, 1, &c) == 0 && c == a, "hit at the end");
-    rdmax_rcache_put(rc, b);
-    rdmax_rcache_put(rc, c);
+    rdmax_rcache_release(rc, b);
+    rdmax_rcache_release(rc, c);
     ASSERT(rdmax_rcache_invalidate(rc, (void *)(base + 12345 * P), 1) == 1, "invalidate in the middle");
     ASSERT(rdmax__rcache_validate(rc) == 0, "validate after");
     ASSERT(rdmax_rcache_get(rc, (void *)(base + 12345 * P), P, 1, &b) == 0 && b != a, "new region");
@@ -984,7 +984,7 @@ static void test_allocator(void)
     for (i = 0; i < 70; i++)
         ASSERT(rdmax_rcache_get(rc, PG(2 * i), P, 1, &r[i]) == RDMAX_OK, "get %d", i);
     ASSERT(ca.allocs >= 2 + 2 + 3, "%ld allocations after 70 regions: the slabs and nodes are missing", ca.allocs);
-    for (i = 0; i < 70; i++) rdmax_rcache_put(rc, r[i]);
+    for (i = 0; i < 70; i++) rdmax_rcache_release(rc, r[i]);
     ASSERT(rdmax__rcache_validate(rc) == 0, "validate");
     ASSERT(rdmax_rcache_destroy(rc) >= 0, "destroy");
     ASSERT(ca.frees == ca.allocs && ca.live_bytes == 0 && ca.foreign == 0,
@@ -994,7 +994,7 @@ static void test_allocator(void)
     ca.fail_after = 2;
     ASSERT(rdmax_rcache_create(&d, &rc) == RDMAX_OK, "create (dry allocator)");
     ASSERT(rdmax_rcache_get(rc, PG(0), P, 1, &r[0]) == RDMAX_ERR_NO_MEMORY &&
-           rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_NO_MEMORY,
+           rdmax_ctx_query_last_error_item(NULL) == RDMAX_LOG_ITEM_NO_MEMORY,
           "get with the allocator dry: RDMAX_ERR_NO_MEMORY, item NO_MEMORY");
     ASSERT(rdmax_rcache_destroy(rc) == 0 && ca.frees == ca.allocs && ca.live_bytes == 0, "destroy (dry allocator)");
     /* control: a cache without the allocator never calls it (so the counts above are the cache's) */
@@ -1005,7 +1005,7 @@ static void test_allocator(void)
     ASSERT(rdmax_rcache_create(&d, &rc) == RDMAX_OK, "create without allocator");
     for (i = 0; i < 70; i++)
         ASSERT(rdmax_rcache_get(rc, PG(2 * i), P, 1, &r[i]) == RDMAX_OK, "get %d (no allocator)", i);
-    for (i = 0; i < 70; i++) rdmax_rcache_put(rc, r[i]);
+    for (i = 0; i < 70; i++) rdmax_rcache_release(rc, r[i]);
     rdmax_rcache_destroy(rc);
     ASSERT(ca.allocs + ca.frees == calls, "a cache without the allocator called it");
     fake_free(&f);
@@ -1037,11 +1037,11 @@ static void *ts_thread(void *p)
             else
                 held[nh++] = r;
         } else if (nh) {
-            rdmax_rcache_put(t->rc, held[--nh]);
+            rdmax_rcache_release(t->rc, held[--nh]);
         }
         if ((i % 5000) == 0) rdmax_rcache_invalidate(t->rc, (void *)(BASE + (uintptr_t)((s >> 40) % 200) * P), 3 * P);
     }
-    while (nh) rdmax_rcache_put(t->rc, held[--nh]);
+    while (nh) rdmax_rcache_release(t->rc, held[--nh]);
     return NULL;
 }
 
@@ -1082,8 +1082,8 @@ static void test_bad_args(void)
     rdmax_rcache *rc = NULL;
     memset(&d, 0, sizeof d);
     ASSERT(rdmax_rcache_create(&d, &rc) == RDMAX_ERR_INVALID_PARAM && rc == NULL, "create without ops");
-    ASSERT(rdmax_ctx_last_error_item(NULL) == RDMAX_LOG_ITEM_RCACHE_PARAM, "the last error is item RCACHE_PARAM (%d)",
-          (int)rdmax_ctx_last_error_item(NULL));
+    ASSERT(rdmax_ctx_query_last_error_item(NULL) == RDMAX_LOG_ITEM_RCACHE_PARAM, "the last error is item RCACHE_PARAM (%d)",
+          (int)rdmax_ctx_query_last_error_item(NULL));
     ASSERT(rdmax_rcache_create(NULL, &rc) == RDMAX_ERR_INVALID_PARAM, "create without desc");
     d.ops.reg = fake_reg;
     d.ops.dereg = fake_dereg;
@@ -1110,8 +1110,8 @@ static void test_uncached(void)
     ASSERT(rdmax_rcache_get(rc, (void *)(64 * P), P, 1, &r2) == 0, "get 2");
     ASSERT(r1 != r2 && f.live == 2, "two gets of one range: %s, %d live registrations",
           r1 == r2 ? "one region" : "two regions", (int)f.live);
-    rdmax_rcache_put(rc, r1);
-    rdmax_rcache_put(rc, r2);
+    rdmax_rcache_release(rc, r1);
+    rdmax_rcache_release(rc, r2);
     rdmax_rcache_query_stats(rc, &st);
     ASSERT(f.live == 0 && st.uncached == 2 && st.misses == 2 && st.hits == 0 && st.cached_regions == 0,
           "after the puts: %d live, %lu uncached, %lu misses, %lu hits", (int)f.live, (unsigned long)st.uncached,

@@ -1,10 +1,10 @@
 /* Thousands of RC endpoints on one context (rxe in the test VM), all fed by its shared receive queue:
      pairs N            N connected pairs (2N endpoints) in one context, made with rdmax_ep_create and
-                        rdmax_ep_connect_info; each pair carries checked sends both ways, a put and a put
+                        rdmax_ep_connect_record; each pair carries checked sends both ways, a put and a put
                         with immediate data; no RNR (device counters); all destroyed cleanly. Prints the
                         memory per endpoint: rdmax's own bytes, the provider's queue memory, the pool.
      listen C E         one server context accepts C x E endpoints from C client processes (E each)
-                        through rdmax_listen/rdmax_accept; every message echoed and checked on both sides
+                        through rdmax_listener_create/rdmax_accept; every message echoed and checked on both sides
      credits C M        C client processes stream M sends and puts with immediate data each to one server;
                         each refused post's wait is timed: the worst is printed beside the round-trip time
                         and bounded (a hang guard: the number is the result, not the bound)
@@ -183,7 +183,7 @@ static int pairs_mode(int npairs)
     REQUIRE(eps && st, "calloc");
     REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context: %s", g_lastlog);
     char dev[64];
-    snprintf(dev, sizeof dev, "%s", rdmax_ctx_attr(ctx)->name);
+    snprintf(dev, sizeof dev, "%s", rdmax_ctx_query_attr(ctx)->name);
     REQUIRE(rdmax_mem_alloc(ctx, (size_t)npairs * 8, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &region) == RDMAX_OK, "region");
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
@@ -283,7 +283,7 @@ static int pairs_mode(int npairs)
     for (int i = 0; i < npairs; i++)
         words_bad += ((uint64_t *)region->addr)[i] != 0;
     rdmax_counters c;
-    rdmax_counters_get(ctx, &c);
+    rdmax_ctx_query_counters(ctx, &c);
     printf("# traffic: %u messages, %u notices in %.2f s; grants %llu, refused posts %llu\n", got, imms, t3 - t2,
            (unsigned long long)c.posted[RDMAX_OP_GRANT], (unsigned long long)c.no_resource);
     CHECK(got == (uint32_t)n * PAIR_MSGS && imms == (uint32_t)npairs, "%u of %u messages, %u of %d notices", got,
@@ -555,7 +555,7 @@ static void server_idle(rdmax_ctx *ctx, rdmax_listener *l, int ms)
         return;
     if (rdmax_progress(ctx))
         return;
-    struct pollfd p[2] = {{rdmax_ctx_fd(ctx), POLLIN, 0}, {l ? rdmax_listener_fd(l) : -1, POLLIN, 0}};
+    struct pollfd p[2] = {{rdmax_ctx_query_fd(ctx), POLLIN, 0}, {l ? rdmax_listener_query_fd(l) : -1, POLLIN, 0}};
     /* rdmax_wait takes the channel's notification (and progresses); if it found completions at once it
        leaves the notification, and the next idle call wakes at once and takes it then */
     if (poll(p, l ? 2 : 1, ms) > 0 && (p[0].revents & POLLIN))
@@ -580,9 +580,9 @@ static int listen_mode(int nc, int e)
         pids[i] = spawn(listen_client, i, port, e, K);
     ctx = server_ctx();
     char dev[64];
-    snprintf(dev, sizeof dev, "%s", rdmax_ctx_attr(ctx)->name);
+    snprintf(dev, sizeof dev, "%s", rdmax_ctx_query_attr(ctx)->name);
     uint64_t rnr0 = rnr_count(dev);
-    REQUIRE(rdmax_listen(ctx, "127.0.0.1", port, &l) == RDMAX_OK, "listen: %s", g_lastlog);
+    REQUIRE(rdmax_listener_create(ctx, "127.0.0.1", port, &l) == RDMAX_OK, "listen: %s", g_lastlog);
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
     d.rq_depth = 8;
@@ -679,7 +679,7 @@ static int listen_mode(int nc, int e)
     CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
     tl_end();
 out:
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_ctx_destroy(ctx);  /* and every endpoint it accepted */
     free(sv);
     if (tl_case_failed)
@@ -782,7 +782,7 @@ static int credits_client(int id, uint16_t port, int m, int unused)
         double t = 0;
         for (;;) {
             if (is_put) {
-                s = rdmax_put_imm(ep, src->addr, 8, src, rdmax_ep_remote(ep, 0)->addr + 8 * (uint64_t)id, rdmax_ep_remote(ep, 0)->rkey, imms,
+                s = rdmax_put_imm(ep, src->addr, 8, src, rdmax_ep_query_remote(ep, 0)->addr + 8 * (uint64_t)id, rdmax_ep_query_remote(ep, 0)->rkey, imms,
                                   NULL);
             } else {
                 msg_fill(msg, st.who, seq);
@@ -870,10 +870,10 @@ static int credits_mode(int nc, int m)
         pids[i] = spawn(credits_client, i, port, m, 0);
     ctx = server_ctx();
     char dev[64];
-    snprintf(dev, sizeof dev, "%s", rdmax_ctx_attr(ctx)->name);
+    snprintf(dev, sizeof dev, "%s", rdmax_ctx_query_attr(ctx)->name);
     uint64_t rnr0 = rnr_count(dev);
     REQUIRE(rdmax_mem_alloc(ctx, 8 * MAX_CLIENTS, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &region) == RDMAX_OK, "region");
-    REQUIRE(rdmax_listen(ctx, "127.0.0.1", port, &l) == RDMAX_OK, "listen: %s", g_lastlog);
+    REQUIRE(rdmax_listener_create(ctx, "127.0.0.1", port, &l) == RDMAX_OK, "listen: %s", g_lastlog);
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
     d.recv_cb = server_recv;
@@ -979,7 +979,7 @@ static int credits_mode(int nc, int m)
     }
     qsort(rtt, (size_t)nc, sizeof rtt[0], cmp_d);
     rdmax_counters c;
-    rdmax_counters_get(ctx, &c);
+    rdmax_ctx_query_counters(ctx, &c);
     double rate = (total + c.recv_imms) / (t1 - t0);
     printf("# credits, %d clients x %d posts: %u messages and %llu puts with immediate data in %.2f s (%.0f/s at "
            "the server: its queue of %u credits drains in %.0f ms); %ld refused posts; worst refused-post wait "
@@ -997,7 +997,7 @@ static int credits_mode(int nc, int m)
     CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
     tl_end();
 out:
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     rdmax_mem_free(region);
     rdmax_ctx_destroy(ctx);
     free(sv);
@@ -1077,12 +1077,12 @@ static double put_rate(rdmax_ctx *ctx, rdmax_ep **eps, int n, const rdmax_mem *d
             warm = 0;
             t1 = t;
             done = 0;
-            rdmax_counters_get(ctx, &c1);
+            rdmax_ctx_query_counters(ctx, &c1);
         } else if (!warm && t - t1 > seconds) {
             break;
         }
     }
-    rdmax_counters_get(ctx, &c2);
+    rdmax_ctx_query_counters(ctx, &c2);
     for (int i = 0; i < n; i++)
         rdmax_ep_flush(eps[2 * i], 10000);
     printf("# put_rate %d eps: calls accepted %llu, refused %llu (no_resource), post_calls %llu, cqes %llu, "
@@ -1164,7 +1164,7 @@ static int cqshare_mode(void)
     REQUIRE(rdmax_ep_query_desc(eps[0]).signal_interval > PER, "signal_interval %u: the case needs more than %d",
             rdmax_ep_query_desc(eps[0]).signal_interval, PER);
     rdmax_counters c0, c1;
-    rdmax_counters_get(ctx, &c0);
+    rdmax_ctx_query_counters(ctx, &c0);
     uint64_t v = 7;
     for (int k = 0; k < PER; k++)
         for (int i = 0; i < NEP; i++) {
@@ -1176,7 +1176,7 @@ static int cqshare_mode(void)
     double t0 = now_s();
     do {
         rdmax_progress(ctx);
-        rdmax_counters_get(ctx, &c1);
+        rdmax_ctx_query_counters(ctx, &c1);
     } while (c1.completed[RDMAX_OP_PUT] - c0.completed[RDMAX_OP_PUT] < NEP * PER && now_s() - t0 < 20);
     CHECK(c1.completed[RDMAX_OP_PUT] - c0.completed[RDMAX_OP_PUT] == NEP * PER,
           "%llu of %d puts completed (no flush): the entries they hold are stranded",
@@ -1184,8 +1184,8 @@ static int cqshare_mode(void)
     CHECK(c1.cqes - c0.cqes == NEP * PER - CQ / 2, "%llu completions, expected %d (the posts past half the CQ)",
           (unsigned long long)(c1.cqes - c0.cqes), NEP * PER - CQ / 2);
     for (int i = 0; i < NEP; i++) {
-        rdmax_ep_info info;
-        rdmax_ep_query_info(eps[2 * i], &info);
+        rdmax_ep_resources info;
+        rdmax_ep_query_resources(eps[2 * i], &info);
         CHECK(info.outstanding == 0, "endpoint %d: %u outstanding", i, info.outstanding);
     }
     tl_end();

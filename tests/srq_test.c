@@ -18,7 +18,7 @@
 
 /* ---- white-box: rdmax's private state, read in this one place ----
    Everything else in this test goes through the public API (rdmax_ctx_query_recv_pool, the profile
-   variables, rdmax_counters_get, rdmax_ctx_attr, rdmax_ep_query_*). What is read here has no public call
+   variables, rdmax_ctx_query_counters, rdmax_ctx_query_attr, rdmax_ep_query_*). What is read here has no public call
    on purpose, because it is bookkeeping a program has no use for; the cases check it directly because
    from outside its effect is invisible, or visible only by winning a race:
      WB_TICK          runs rdmax's tick (device events, arming the low-water mark) now: rdmax_progress runs
@@ -207,7 +207,7 @@ static void imm_case(rdmax_ctx *ctx)
           rdmax_status_str(c.status));
     CHECK(sb.last_len == 0 && sb.last_imm == 0xabc00001u, "len %zu imm 0x%x", sb.last_len, sb.last_imm);
     rdmax_counters cnt;
-    rdmax_counters_get(ctx, &cnt);
+    rdmax_ctx_query_counters(ctx, &cnt);
     CHECK(cnt.recv_imms == 2 && cnt.posted[RDMAX_OP_PUT_IMM] == 2, "recv_imms %llu, put_imm posted %llu",
           (unsigned long long)cnt.recv_imms, (unsigned long long)cnt.posted[RDMAX_OP_PUT_IMM]);
     tl_end();
@@ -282,9 +282,9 @@ static void pingpong_credits_case(int nested)
     memset(&g_nest, 0, sizeof g_nest);
     g_nest.a = a;
     g_nest.cb = cb;
-    rdmax_ep_info ia, ib;
-    rdmax_ep_query_info(a, &ia);
-    rdmax_ep_query_info(b, &ib);
+    rdmax_ep_resources ia, ib;
+    rdmax_ep_query_resources(a, &ia);
+    rdmax_ep_query_resources(b, &ib);
     uint32_t ca0 = ia.send_credits, cb0 = ib.send_credits;
     REQUIRE(ca0 == 8 && cb0 == 8, "fresh windows of 8: a has %u send credits, b %u", ca0, cb0);
     for (uint32_t k = 0; k < ROUNDS; k++) {
@@ -300,8 +300,8 @@ static void pingpong_credits_case(int nested)
             CHECK_ST(rdmax_send(b, m, 64, NULL, NULL), RDMAX_OK);
         }
         REQUIRE(spin_until(ca, cb, &sa.msgs, per * (k + 1)) == 0, "round %u: a never got the answers", k);
-        rdmax_ep_query_info(a, &ia);
-        rdmax_ep_query_info(b, &ib);
+        rdmax_ep_query_resources(a, &ia);
+        rdmax_ep_query_resources(b, &ib);
         REQUIRE(ia.send_credits == ca0 && ib.send_credits == cb0 - per,
                 "round %u: a has %u credits (want %u), b %u (want %u)", k, ia.send_credits, ca0,
                 ib.send_credits, cb0 - per);
@@ -353,8 +353,8 @@ static void window_case(const char *dev, uint32_t rq_depth)
     uint64_t rnr0 = rnr_count(dev);
     uint32_t seq = 0, imms = 0;
     for (int r = 0; r < ROUNDS; r++) {
-        rdmax_ep_info ia;
-        rdmax_ep_query_info(a, &ia);
+        rdmax_ep_resources ia;
+        rdmax_ep_query_resources(a, &ia);
         REQUIRE(ia.send_credits == n, "round %d (%s): %u send credits before, want the window %u", r, kind[r],
                 ia.send_credits, n);
         rdmax_comp comp[65];
@@ -381,7 +381,7 @@ static void window_case(const char *dev, uint32_t rq_depth)
                 req[i].len = 64;
                 req[i].comp = &comp[i];
                 st = rdmax_req_post(a, &req[i]);
-                rdmax_ep_query_info(a, &ia);
+                rdmax_ep_query_resources(a, &ia);
                 if (st == RDMAX_INPROGRESS && ia.pending != 0)
                     st = RDMAX_ERR_NO_RESOURCE;  /* queued, not posted */
             }
@@ -403,7 +403,7 @@ static void window_case(const char *dev, uint32_t rq_depth)
             else
                 seq++;
         }
-        rdmax_ep_query_info(a, &ia);
+        rdmax_ep_query_resources(a, &ia);
         CHECK(ia.send_credits == 0 && ia.pending == (size_t)(r == 3), "round %d (%s): %u send credits, %zu pending after "
               "the window", r, kind[r], ia.send_credits, ia.pending);
         if (r == 3)  /* the queued one goes once credits come back */
@@ -416,7 +416,7 @@ static void window_case(const char *dev, uint32_t rq_depth)
            for b's next send (there is none) */
         const uint32_t back = n - (r == 3);
         for (long i = 0; i < 50000000L; i++) {
-            rdmax_ep_query_info(a, &ia);
+            rdmax_ep_query_resources(a, &ia);
             int done = ia.send_credits == back && ia.pending == 0;
             for (uint32_t k = 0; done && (r == 1 || r == 3) && k <= n; k++)
                 done = comp[k].done || (r == 1 && k == n);
@@ -524,9 +524,9 @@ static void reply_case(void)
         da.recv_cb = rep_on_header;
         db.recv_cb = rep_on_request;
         REQUIRE(tl_pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
-        const rdmax_rbuf *r = rdmax_ep_remote(b, 0);
+        const rdmax_rbuf *r = rdmax_ep_query_remote(b, 0);
         rdmax_counters c0, c1;
-        rdmax_counters_get(cb, &c0);
+        rdmax_ctx_query_counters(cb, &c0);
         uint32_t extra_credit = 0;
         for (uint32_t k = 0; k < K; k++) {
             unsigned char req[64], reply[64], hdr[256];
@@ -536,8 +536,8 @@ static void reply_case(void)
             if (spin_until(ca, cb, &g_rep.req_seen, k + 1) != 0)
                 break;
             rep_fill(reply, k);
-            rdmax_ep_info i0, i1;
-            rdmax_ep_query_info(b, &i0);
+            rdmax_ep_resources i0, i1;
+            rdmax_ep_query_resources(b, &i0);
             rdmax_status st;
             if (how == 0) {
                 st = rdmax_put_imm(b, reply, 64, NULL, r->addr + (k % 64) * 64, r->rkey, k, NULL);
@@ -549,14 +549,14 @@ static void reply_case(void)
                 if (st >= 0)
                     st = rdmax_send(b, hdr, sizeof hdr, NULL, NULL);
             }
-            rdmax_ep_query_info(b, &i1);
+            rdmax_ep_query_resources(b, &i1);
             CHECK(st >= 0, "reply %u: %s", k, rdmax_status_str(st));
             extra_credit += i0.send_credits - i1.send_credits != 1;
             if (spin_until(ca, cb, &g_rep.replies, k + 1) != 0)
                 break;
         }
         rdmax_ep_flush(b, 10000);
-        rdmax_counters_get(cb, &c1);
+        rdmax_ctx_query_counters(cb, &c1);
         uint64_t imms = c1.posted[RDMAX_OP_PUT_IMM] - c0.posted[RDMAX_OP_PUT_IMM];
         uint64_t puts = c1.posted[RDMAX_OP_PUT] - c0.posted[RDMAX_OP_PUT];
         uint64_t sends = c1.posted[RDMAX_OP_SEND] - c0.posted[RDMAX_OP_SEND];
@@ -616,9 +616,9 @@ static void tiny_window_case(rdmax_ctx *ctx, const char *dev, uint8_t pool_a, ui
     da.recv_pool = pool_a;
     db.recv_pool = pool_b;
     REQUIRE(tl_pair(ctx, ctx, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
-    rdmax_ep_info ia, ib;
-    rdmax_ep_query_info(a, &ia);
-    rdmax_ep_query_info(b, &ib);
+    rdmax_ep_resources ia, ib;
+    rdmax_ep_query_resources(a, &ia);
+    rdmax_ep_query_resources(b, &ib);
     CHECK(rdmax_ep_query_desc(a).rq_depth == 4 && ia.send_credits == 4, "window %u, credits %u",
           rdmax_ep_query_desc(a).rq_depth, ia.send_credits);
     {
@@ -639,7 +639,7 @@ static void tiny_window_case(rdmax_ctx *ctx, const char *dev, uint8_t pool_a, ui
     }
     uint64_t rnr0 = rnr_count(dev);
     rdmax_counters cnt0;  /* the context's counters: the cases before ran on it too */
-    rdmax_counters_get(ctx, &cnt0);
+    rdmax_ctx_query_counters(ctx, &cnt0);
     uint32_t sent_a = 0, sent_b = 0, imm_a = 0;
     long refused = 0;
     time_t t_end = time(NULL) + 120;
@@ -674,8 +674,8 @@ static void tiny_window_case(rdmax_ctx *ctx, const char *dev, uint8_t pool_a, ui
         sb.watch = words;
         rdmax_progress(ctx);
     }
-    rdmax_ep_query_info(a, &ia);
-    rdmax_ep_query_info(b, &ib);
+    rdmax_ep_query_resources(a, &ia);
+    rdmax_ep_query_resources(b, &ib);
     CHECK(sa.msgs == N && sb.msgs == N && sb.imms == N, "received %u and %u messages, %u notices (a: credits %u "
           "pending %zu; b: credits %u pending %zu)", sa.msgs, sb.msgs, sb.imms, ia.send_credits, ia.pending,
           ib.send_credits, ib.pending);
@@ -685,7 +685,7 @@ static void tiny_window_case(rdmax_ctx *ctx, const char *dev, uint8_t pool_a, ui
     CHECK(refused > 0, "a window of 4 never refused a send: credits were not enforced");
     CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
     rdmax_counters cnt;
-    rdmax_counters_get(ctx, &cnt);
+    rdmax_ctx_query_counters(ctx, &cnt);
     /* grants answering grants would make thousands per message */
     uint64_t grants = cnt.posted[RDMAX_OP_GRANT] - cnt0.posted[RDMAX_OP_GRANT];
     CHECK(grants < 4 * N, "%llu grants for %d messages", (unsigned long long)grants, 3 * N);
@@ -766,10 +766,10 @@ static void recv_size_case(void)
         rdmax_recv_pool_info p0, p64, p2048;
         bool h0 = rdmax_ctx_query_recv_pool(ctx, 0, &p0), h64 = rdmax_ctx_query_recv_pool(ctx, 64, &p64),
              h2048 = rdmax_ctx_query_recv_pool(ctx, 2048, &p2048);
-        rdmax_ep_info ia, ib, ic;
-        rdmax_ep_query_info(a, &ia);
-        rdmax_ep_query_info(b, &ib);
-        rdmax_ep_query_info(c, &ic);
+        rdmax_ep_resources ia, ib, ic;
+        rdmax_ep_query_resources(a, &ia);
+        rdmax_ep_query_resources(b, &ib);
+        rdmax_ep_query_resources(c, &ic);
         CHECK(h0 && p0.recv_size == 1024 && p0.endpoints == 1 && rdmax_ep_query_desc(c).recv_size == 1024,
               "the context's pool: %s, %u-byte buffers, %u endpoints", h0 ? "there" : "none", p0.recv_size,
               p0.endpoints);
@@ -898,14 +898,14 @@ static void stale_case(const char *dev)
     CHECK_ST(rdmax_send(a, m, 64, NULL, NULL), RDMAX_ERR_NO_RESOURCE);
     REQUIRE(rdmax_ep_flush(a, 10000) == RDMAX_OK, "flush: %s", g_lastlog);  /* acked: all 8 consumed buffers */
     rdmax_counters c0, c1;
-    rdmax_counters_get(cb, &c0);
+    rdmax_ctx_query_counters(cb, &c0);
     rdmax_ep_destroy(b);
     b = NULL;
     p = tl_pool(cb, 0);
     CHECK(p.target == 0, "target %u after the destroy", p.target);
     for (int i = 0; i < 1000; i++)
         rdmax_progress(cb);
-    rdmax_counters_get(cb, &c1);
+    rdmax_ctx_query_counters(cb, &c1);
     CHECK(c1.stale_wr_ids - c0.stale_wr_ids == 8 && c1.recv_msgs == c0.recv_msgs && sb.msgs == 0,
           "stale %llu (want 8), messages %llu", (unsigned long long)(c1.stale_wr_ids - c0.stale_wr_ids),
           (unsigned long long)(c1.recv_msgs - c0.recv_msgs));
@@ -943,7 +943,7 @@ static void stale_case(const char *dev)
             CHECK_ST(rdmax_send(a3, m, 64, NULL, NULL), RDMAX_OK);
         }
         CHECK(rdmax_ep_flush(a3, 10000) == RDMAX_OK, "flush");
-        rdmax_counters_get(cb, &c0);
+        rdmax_ctx_query_counters(cb, &c0);
         rdmax_ep_destroy(b3);
         bool kept = rdmax_ctx_query_recv_pool(cb, 512, &p);
         uint32_t cooling = whitebox(cb, NULL, WB_SLOT_COOLING, slot);
@@ -957,7 +957,7 @@ static void stale_case(const char *dev)
         rdmax_ep_destroy(x);
         for (int i = 0; i < 100; i++)
             rdmax_progress(cb);
-        rdmax_counters_get(cb, &c1);
+        rdmax_ctx_query_counters(cb, &c1);
         CHECK(c1.stale_wr_ids - c0.stale_wr_ids == 5, "stale %llu of 5",
               (unsigned long long)(c1.stale_wr_ids - c0.stale_wr_ids));
         rdmax_ep_destroy(a3);
@@ -1009,7 +1009,7 @@ static void limit_case(void)
         usleep(100000);  /* the event is read without blocking: let the device deliver it */
         whitebox(cb, NULL, WB_TICK, 0);
         rdmax_counters cnt;
-        rdmax_counters_get(cb, &cnt);
+        rdmax_ctx_query_counters(cb, &cnt);
         CHECK(cnt.srq_limit_events == (uint64_t)round, "after a burst of %d: %llu events", burst,
               (unsigned long long)cnt.srq_limit_events);
         REQUIRE(spin_until(ca, cb, &sb.msgs, seq) == 0, "%u of %u arrived", sb.msgs, seq);
@@ -1054,7 +1054,7 @@ static void limits_case(void)
     e[2] = NULL;
     /* a window the receive CQ cannot hold */
     rdmax_recv_pool_info p = tl_pool(ctx, 0);
-    uint32_t target = p.target, posted = p.posted, max_cqe = rdmax_ctx_attr(ctx)->max_cqe;
+    uint32_t target = p.target, posted = p.posted, max_cqe = rdmax_ctx_query_attr(ctx)->max_cqe;
     uint64_t n = tl_prof(ctx, RDMAX_PROFILE_VAR_ENDPOINTS), bytes = tl_prof(ctx, RDMAX_PROFILE_VAR_EP_BYTES);
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
@@ -1186,7 +1186,7 @@ static void threads_case(void)
     {
         rdmax_recv_pool_info pi;
         CHECK(!rdmax_ctx_query_recv_pool(ch, 0, &pi) && tl_prof(ch, RDMAX_PROFILE_VAR_RECV_POOL_BYTES) == 0 &&
-              strcmp(rdmax_ctx_attr(ch)->name, rdmax_ctx_attr(pa)->name) == 0, "child attributes");
+              strcmp(rdmax_ctx_query_attr(ch)->name, rdmax_ctx_query_attr(pa)->name) == 0, "child attributes");
     }
     REQUIRE(rdmax_mem_alloc(pa, 2 * 4096, RDMAX_ACCESS_REMOTE_READ, &region) == RDMAX_OK, "region");
     for (size_t i = 0; i < 2 * 4096; i++)
@@ -1202,10 +1202,10 @@ static void threads_case(void)
     REQUIRE(tl_pair(cl, other, &ec_d, &es, &co, &eo) == RDMAX_OK, "pair with an unrelated context: %s", g_lastlog);
     {
         /* the child's QPs are on the parent's device context and PD; the unrelated context's are not */
-        rdmax_ep_info ip, ic, io;
-        rdmax_ep_query_info(ea, &ip);
-        rdmax_ep_query_info(ec, &ic);
-        rdmax_ep_query_info(eo, &io);
+        rdmax_ep_resources ip, ic, io;
+        rdmax_ep_query_resources(ea, &ip);
+        rdmax_ep_query_resources(ec, &ic);
+        rdmax_ep_query_resources(eo, &io);
         CHECK(ic.qp->context == ip.qp->context && ic.qp->pd == ip.qp->pd, "the child has its own device or PD");
         CHECK(io.qp->context != ip.qp->context && io.qp->pd != ip.qp->pd, "control: an unrelated context shares "
               "the parent's device or PD");
@@ -1225,10 +1225,10 @@ static void threads_case(void)
     /* the client reads the region through both servers, and (the control) through an unrelated context */
     rdmax_comp g[3];
     memset(g, 0, sizeof g);
-    CHECK_ST(rdmax_get(ca, got->addr, 4096, got, rdmax_ep_remote(ca, 0)->addr, rdmax_ep_remote(ca, 0)->rkey, &g[0]), RDMAX_INPROGRESS);
-    CHECK_ST(rdmax_get(cc, (char *)got->addr + 4096, 4096, got, rdmax_ep_remote(cc, 0)->addr + 4096, rdmax_ep_remote(cc, 0)->rkey, &g[1]),
+    CHECK_ST(rdmax_get(ca, got->addr, 4096, got, rdmax_ep_query_remote(ca, 0)->addr, rdmax_ep_query_remote(ca, 0)->rkey, &g[0]), RDMAX_INPROGRESS);
+    CHECK_ST(rdmax_get(cc, (char *)got->addr + 4096, 4096, got, rdmax_ep_query_remote(cc, 0)->addr + 4096, rdmax_ep_query_remote(cc, 0)->rkey, &g[1]),
              RDMAX_INPROGRESS);
-    CHECK_ST(rdmax_get(co, (char *)got->addr + 8192, 4096, got, rdmax_ep_remote(co, 0)->addr, rdmax_ep_remote(co, 0)->rkey, &g[2]),
+    CHECK_ST(rdmax_get(co, (char *)got->addr + 8192, 4096, got, rdmax_ep_query_remote(co, 0)->addr, rdmax_ep_query_remote(co, 0)->rkey, &g[2]),
              RDMAX_INPROGRESS);
     for (long i = 0; (!g[0].done || !g[1].done || !g[2].done || !wa.put_done || !wc.put_done) && i < 100000000L;
          i++) {
@@ -1317,12 +1317,12 @@ static void shared_events_case(void)
         whitebox(ch, NULL, WB_TICK, 0);
     }
     rdmax_counters cc, cp;
-    rdmax_counters_get(ch, &cc);
+    rdmax_ctx_query_counters(ch, &cc);
     uint32_t queued = whitebox(pa, NULL, WB_DEV_EVENTS, 0);
     CHECK(queued >= 1 && cc.srq_limit_events == 0, "queued %u, child counted %llu", queued,
           (unsigned long long)cc.srq_limit_events);
     whitebox(pa, NULL, WB_TICK, 0);
-    rdmax_counters_get(pa, &cp);
+    rdmax_ctx_query_counters(pa, &cp);
     queued = whitebox(pa, NULL, WB_DEV_EVENTS, 0);
     CHECK(cp.srq_limit_events == 1 && queued == 0, "parent counted %llu, %u still queued",
           (unsigned long long)cp.srq_limit_events, queued);
@@ -1364,8 +1364,8 @@ static void rnr_control_case(const char *dev)
         wr[i].next = i + 1 < RAW ? &wr[i + 1] : NULL;
     }
     wr[RAW - 1].send_flags = IBV_SEND_SIGNALED;
-    rdmax_ep_info ia;
-    rdmax_ep_query_info(a, &ia);  /* its qp is there for fault injection like this */
+    rdmax_ep_resources ia;
+    rdmax_ep_query_resources(a, &ia);  /* its qp is there for fault injection like this */
     REQUIRE(ibv_post_send(ia.qp, wr, &bad) == 0, "ibv_post_send");
     /* nothing polls or reposts meanwhile; the wait is only a hang guard */
     for (int i = 0; i < 500 && rnr_count(dev) == rnr0; i++)
@@ -1488,8 +1488,8 @@ static void violators_case(const char *d0, const char *d1, enum breaker_mode mod
     uint64_t rnr_srv0 = rnr_count(d0), rnr_h0 = rnr_count(d1);
     struct ibv_qp *vqp[V];
     for (uint32_t i = 0; i < V; i++) {
-        rdmax_ep_info vi;
-        rdmax_ep_query_info(v[i], &vi);
+        rdmax_ep_resources vi;
+        rdmax_ep_query_resources(v[i], &vi);
         vqp[i] = vi.qp;
         for (int k = 0; k < INFLIGHT; k++)
             REQUIRE(viol_post(vqp[i], src, i) == 0, "violator %u: post %d", i, k);
@@ -1528,7 +1528,7 @@ static void violators_case(const char *d0, const char *d1, enum breaker_mode mod
     }
     uint64_t rnr_srv1 = rnr_count(d0), rnr_h1 = rnr_count(d1);
     rdmax_counters c;
-    rdmax_counters_get(srv, &c);
+    rdmax_ctx_query_counters(srv, &c);
     printf("# server: %llu messages received, %llu grants posted, window_breaks %llu; %u violator sends reposted\n",
            (unsigned long long)c.recv_msgs, (unsigned long long)c.posted[RDMAX_OP_GRANT],
            (unsigned long long)c.window_breaks, reposts);
@@ -1547,11 +1547,11 @@ static void violators_case(const char *d0, const char *d1, enum breaker_mode mod
         CHECK(c.window_breaks == V, "window_breaks %llu", (unsigned long long)c.window_breaks);
         uint64_t pv = 0;
         rdmax_profile *prof = NULL;
-        CHECK(rdmax_profile_open(srv, &prof) == RDMAX_OK &&
+        CHECK(rdmax_profile_create(srv, &prof) == RDMAX_OK &&
                   rdmax_profile_read_u64(prof, RDMAX_PROFILE_VAR_WINDOW_BREAKS, &pv) == RDMAX_OK && pv == V,
               "profile window_breaks %llu", (unsigned long long)pv);
         if (prof)
-            rdmax_profile_close(prof);
+            rdmax_profile_destroy(prof);
     } else {
         CHECK(rnr_h1 == rnr_h0, "the honest client's device %s counted %llu RNR", d1,
               (unsigned long long)(rnr_h1 - rnr_h0));
@@ -1580,7 +1580,7 @@ int main(int argc, char **argv)
     setvbuf(stdout, NULL, _IOLBF, 0);
     rdmax_ctx *ctx = open_ctx(0, NULL);
     char dev[64];
-    snprintf(dev, sizeof dev, "%s", rdmax_ctx_attr(ctx)->name);
+    snprintf(dev, sizeof dev, "%s", rdmax_ctx_query_attr(ctx)->name);
     if (argc > 1 && !strcmp(argv[1], "breakers")) {  /* veth: the server on DEV0, the honest client on DEV1 */
         const char *d0 = getenv("RDMAX_TEST_DEV0"), *d1 = getenv("RDMAX_TEST_DEV1");
         rdmax_ctx_destroy(ctx);

@@ -88,17 +88,17 @@ static inline void tl_abandon(void)
 static inline rdmax_status tl_pair(rdmax_ctx *ca, rdmax_ctx *cb, const rdmax_ep_desc *da, const rdmax_ep_desc *db,
                                    rdmax_ep **a, rdmax_ep **b)
 {
-    rdmax_conn_info ia, ib;
+    rdmax_conn_record ia, ib;
     *a = *b = NULL;
     rdmax_status st = rdmax_ep_create(ca, da, a);
     if (st == RDMAX_OK)
         st = rdmax_ep_create(cb, db, b);
     if (st == RDMAX_OK) {
-        rdmax_ep_local_info(*a, &ia);
-        rdmax_ep_local_info(*b, &ib);
-        st = rdmax_ep_connect_info(*a, &ib);
+        rdmax_ep_query_record(*a, &ia);
+        rdmax_ep_query_record(*b, &ib);
+        st = rdmax_ep_connect_record(*a, &ib);
         if (st == RDMAX_OK)
-            st = rdmax_ep_connect_info(*b, &ia);
+            st = rdmax_ep_connect_record(*b, &ia);
     }
     if (st != RDMAX_OK) {
         rdmax_ep_destroy(*a);
@@ -115,11 +115,11 @@ static inline uint64_t tl_prof(rdmax_ctx *ctx, uint32_t id)
 {
     rdmax_profile *p = NULL;
     uint64_t v = UINT64_MAX;
-    if (rdmax_profile_open(ctx, &p) != RDMAX_OK)
+    if (rdmax_profile_create(ctx, &p) != RDMAX_OK)
         return UINT64_MAX;
     if (rdmax_profile_read_u64(p, id, &v) != RDMAX_OK)
         v = UINT64_MAX;
-    rdmax_profile_close(p);
+    rdmax_profile_destroy(p);
     return v;
 }
 

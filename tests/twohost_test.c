@@ -163,7 +163,7 @@ static int wait_for(int (*cond)(void), const char *what)
         rdmax_progress(g_ctx);
         if (rdmax_ep_query_state(g_ep[EP_CTL]) != RDMAX_EP_CONNECTED) {
             printf("    h%d: the peer went away while waiting for %s (%s)\n", g_host, what,
-                   rdmax_status_str(rdmax_ep_error(g_ep[EP_CTL])));
+                   rdmax_status_str(rdmax_ep_query_error(g_ep[EP_CTL])));
             return 0;
         }
         if (now_ms() - t0 > GUARD_MS) {
@@ -527,7 +527,7 @@ static void case_crash(void)
         posted++;
     }
     REQUIRE(g_w.pid > 0, "the stream failed before host 1 was crashed: %s (%d gets ok)",
-            rdmax_status_str(rdmax_ep_error(g_ep[EP_DATA])), g_ok);
+            rdmax_status_str(rdmax_ep_query_error(g_ep[EP_DATA])), g_ok);
     /* The rest of the ring, the idle endpoints and crash-host's answer. */
     int64_t t1 = now_ms();
     for (;;) {
@@ -551,7 +551,7 @@ static void case_crash(void)
         if (g_ops[i].posted && g_ops[i].calls != 1)
             not_once++;
     CHECK(t_fail[EP_DATA], "the busy endpoint is still connected %d ms after host 1 was crashed", GUARD_MS);
-    rdmax_status e = rdmax_ep_error(g_ep[EP_DATA]);
+    rdmax_status e = rdmax_ep_query_error(g_ep[EP_DATA]);
     CHECK(e == RDMAX_ERR_RETRY_EXCEEDED || e == RDMAX_ERR_STALLED, "the busy endpoint failed with %s",
           rdmax_status_str(e));
     static const int idle[] = {EP_CTL, EP_IDLE};
@@ -559,7 +559,7 @@ static void case_crash(void)
         int k = idle[i];
         CHECK(t_fail[k], "the %s endpoint (keepalive %u ms) is still connected %d ms after host 1 was crashed",
               ep_name[k], KEEPALIVE_MS, GUARD_MS);
-        e = rdmax_ep_error(g_ep[k]);
+        e = rdmax_ep_query_error(g_ep[k]);
         CHECK(!t_fail[k] || e == RDMAX_ERR_RETRY_EXCEEDED || e == RDMAX_ERR_STALLED,
               "the %s endpoint failed with %s", ep_name[k], rdmax_status_str(e));
     }
@@ -567,7 +567,7 @@ static void case_crash(void)
     CHECK(!g_wrong, "%s", g_wrong_why);
     CHECK(g_err > 0, "no get failed: the crash came after the stream, the case proves nothing");
     printf("    h0: %d gets posted: %d ok (data checked), %d failed; busy endpoint: %s\n", posted, g_ok, g_err,
-           rdmax_status_str(rdmax_ep_error(g_ep[EP_DATA])));
+           rdmax_status_str(rdmax_ep_query_error(g_ep[EP_DATA])));
     printf("    h0: host 1 confirmed dead %lld ms after the crash request; the longest pause between two looks "
            "was %lld ms (a stalled vCPU: times are only as good as that)\n", (long long)(t_dead - t_req),
            (long long)g_w.max_gap);
@@ -587,7 +587,7 @@ out:
     tl_begin("twohost/crash: an idle endpoint without keepalive still reads connected (keepalive found the others)");
     CHECK(rdmax_ep_query_state(g_ep[EP_NOKA]) == RDMAX_EP_CONNECTED, "state %d (%s): something else than keepalive "
           "finds a dead peer of an idle endpoint", rdmax_ep_query_state(g_ep[EP_NOKA]),
-          rdmax_status_str(rdmax_ep_error(g_ep[EP_NOKA])));
+          rdmax_status_str(rdmax_ep_query_error(g_ep[EP_NOKA])));
     tl_end();
 }
 
@@ -611,12 +611,12 @@ static void case_healthy(void)
     d.expose = g_mem;
     d.recv_cb = on_recv;
     d.user = &rb;
-    REQUIRE(rdmax_ep_create_pair(g_ctx, &d, &a, &b) == RDMAX_OK, "pair: %s", rdmax_ctx_last_error(g_ctx));
+    REQUIRE(rdmax_ep_create_pair(g_ctx, &d, &a, &b) == RDMAX_OK, "pair: %s", rdmax_ctx_query_last_error(g_ctx));
     uint8_t *base = (uint8_t *)g_mem->addr;
     fill(base + SRC_OFF, CHUNK, S_PUT, 7);
     memset(base + DST_OFF, 0, 2 * CHUNK);
-    rdmax_conn_info ib;
-    rdmax_ep_local_info(b, &ib);
+    rdmax_conn_record ib;
+    rdmax_ep_query_record(b, &ib);
     rdmax_comp c;
     memset(&c, 0, sizeof c);
     REQUIRE(rdmax_put(a, base + SRC_OFF, CHUNK, g_mem, ib.regions[0].addr + DST_OFF, ib.regions[0].rkey, &c) == RDMAX_INPROGRESS,
@@ -653,9 +653,9 @@ static void host0(void)
     unsigned rkey = 0;
     int ok = 0;
 
-    tl_begin("twohost/connect: host 1 connects %d endpoints to host 0 (rdmax_listen, rdmax_accept, "
+    tl_begin("twohost/connect: host 1 connects %d endpoints to host 0 (rdmax_listener_create, rdmax_accept, "
              "rdmax_connect)", NEPS);
-    rdmax_status st = rdmax_listen(g_ctx, NULL, PORT, &l);
+    rdmax_status st = rdmax_listener_create(g_ctx, NULL, PORT, &l);
     REQUIRE(st == RDMAX_OK, "listen on port %u: %s", PORT, rdmax_status_str(st));
     int64_t t0 = now_ms();
     for (int k = 0; k < NEPS; k++) {
@@ -717,7 +717,7 @@ static void host0(void)
 out:
     tl_end();
 end:
-    rdmax_listener_close(l);
+    rdmax_listener_destroy(l);
     for (int k = 0; k < NEPS; k++)
         rdmax_ep_destroy(g_ep[k]);
 }
@@ -748,7 +748,7 @@ int main(void)
     if (rdmax_ctx_create(&cd, &g_ctx) != RDMAX_OK ||
         rdmax_mem_alloc(g_ctx, MEM_SIZE, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &g_mem) != RDMAX_OK) {
         printf("FAIL twohost/h%d/setup: device %s: %s\n", g_host, dev ? dev : "(default)",
-               g_ctx ? rdmax_ctx_last_error(g_ctx) : "no context");
+               g_ctx ? rdmax_ctx_query_last_error(g_ctx) : "no context");
         return 1;
     }
     if (g_host == 0)

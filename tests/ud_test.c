@@ -27,19 +27,19 @@ struct rx {
     int bad;
 };
 
-/* The verbs QP under ep (rdmax_ep_query_info), for fault injection. */
+/* The verbs QP under ep (rdmax_ep_query_resources), for fault injection. */
 static struct ibv_qp *ep_qp(const rdmax_ep *ep)
 {
-    rdmax_ep_info i;
-    rdmax_ep_query_info(ep, &i);
+    rdmax_ep_resources i;
+    rdmax_ep_query_resources(ep, &i);
     return i.qp;
 }
 
-/* The context's post calls so far (rdmax_counters_get). */
+/* The context's post calls so far (rdmax_ctx_query_counters). */
 static uint64_t post_calls(const rdmax_ctx *ctx)
 {
     rdmax_counters c;
-    rdmax_counters_get(ctx, &c);
+    rdmax_ctx_query_counters(ctx, &c);
     return c.post_calls;
 }
 
@@ -99,7 +99,7 @@ static void numbering(const char *topo, rdmax_ep *a, rdmax_ep *b, rdmax_ctx *ca,
     tl_begin("ud/%s/numbering: a clean stream counts no loss; a forced gap, late and duplicate datagram "
              "count once each", topo);
     progress_until(ca, cb, &r->count, sent_before);  /* the earlier cases' datagrams are all in */
-    REQUIRE(rdmax_profile_open(cb, &p) == RDMAX_OK, "profile");
+    REQUIRE(rdmax_profile_create(cb, &p) == RDMAX_OK, "profile");
     for (int k = 0; k < 3; k++)
         REQUIRE(rdmax_profile_read_u64(p, ids[k], &v0[k]) == RDMAX_OK, "read");
 #define UD_SEND_ONE()                                                                                    \
@@ -139,7 +139,7 @@ static void numbering(const char *topo, rdmax_ep *a, rdmax_ep *b, rdmax_ctx *ca,
 #undef UD_SEND_ONE
 #undef UD_DELTAS
 out:
-    rdmax_profile_close(p);
+    rdmax_profile_destroy(p);
     tl_end();
 }
 
@@ -157,15 +157,15 @@ static void unicast(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     tl_begin("ud/%s/setup", topo);
     REQUIRE(rdmax_ep_create(ca, &da, &a) == RDMAX_OK && rdmax_ep_create(cb, &db, &b) == RDMAX_OK, "endpoints");
     CHECK_ST(rdmax_send(a, "x", 1, NULL, NULL), RDMAX_ERR_NOT_CONNECTED);
-    rdmax_conn_info ia, ib;
-    rdmax_ep_local_info(a, &ia);
-    rdmax_ep_local_info(b, &ib);
+    rdmax_conn_record ia, ib;
+    rdmax_ep_query_record(a, &ia);
+    rdmax_ep_query_record(b, &ib);
     CHECK(ia.transport == RDMAX_TRANSPORT_ID_UD && ia.qkey == RDMAX_UD_QKEY, "record is not UD");
-    REQUIRE(rdmax_ep_connect_info(a, &ib) == RDMAX_OK && rdmax_ep_connect_info(b, &ia) == RDMAX_OK, "connect");
+    REQUIRE(rdmax_ep_connect_record(a, &ib) == RDMAX_OK && rdmax_ep_connect_record(b, &ia) == RDMAX_OK, "connect");
     CHECK(rdmax_ep_query_state(a) == RDMAX_EP_CONNECTED, "UD endpoint not connected");
     REQUIRE(rdmax_mem_alloc(ca, 8192, RDMAX_ACCESS_LOCAL, &m) == RDMAX_OK, "alloc");
     tl_end();
-    uint32_t mtu = rdmax_ctx_attr(ca)->mtu_bytes < rdmax_ctx_attr(cb)->mtu_bytes ? rdmax_ctx_attr(ca)->mtu_bytes : rdmax_ctx_attr(cb)->mtu_bytes;
+    uint32_t mtu = rdmax_ctx_query_attr(ca)->mtu_bytes < rdmax_ctx_query_attr(cb)->mtu_bytes ? rdmax_ctx_query_attr(ca)->mtu_bytes : rdmax_ctx_query_attr(cb)->mtu_bytes;
     size_t sizes[] = {1, 64, mtu};
     for (int k = 0; k < 3; k++) {
         size_t n = sizes[k];
@@ -196,8 +196,8 @@ static void unicast(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     for (int i = 0; i < 100; i++)
         rdmax_send(a, "abcd", 4, NULL, NULL);
     CHECK_ST(rdmax_ep_flush(a, 5000), RDMAX_OK);
-    rdmax_ep_info info;
-    rdmax_ep_query_info(a, &info);
+    rdmax_ep_resources info;
+    rdmax_ep_query_resources(a, &info);
     CHECK(info.outstanding == 0, "operations outstanding after flush");
     tl_end();
     numbering(topo, a, b, ca, cb, &r, 3 + 100);
@@ -224,11 +224,11 @@ static void shared_qp_failure(const char *dev)
     tl_begin("ud/loopback/the shared UD QP in error fails every UD endpoint, idle receivers too");
     REQUIRE(rdmax_ep_create(c, &d, &a) == RDMAX_OK && rdmax_ep_create(c, &d, &b) == RDMAX_OK &&
             rdmax_ep_create(c, &d, &idle) == RDMAX_OK, "endpoints");
-    rdmax_conn_info ia, ib;
-    rdmax_ep_local_info(a, &ia);
-    rdmax_ep_local_info(b, &ib);
-    REQUIRE(rdmax_ep_connect_info(a, &ib) == RDMAX_OK && rdmax_ep_connect_info(b, &ia) == RDMAX_OK &&
-            rdmax_ep_connect_info(idle, &ia) == RDMAX_OK, "connect");
+    rdmax_conn_record ia, ib;
+    rdmax_ep_query_record(a, &ia);
+    rdmax_ep_query_record(b, &ib);
+    REQUIRE(rdmax_ep_connect_record(a, &ib) == RDMAX_OK && rdmax_ep_connect_record(b, &ia) == RDMAX_OK &&
+            rdmax_ep_connect_record(idle, &ia) == RDMAX_OK, "connect");
     REQUIRE(ep_qp(a) == ep_qp(idle), "the endpoints do not share one UD QP");
     struct ibv_qp_attr qa;
     memset(&qa, 0, sizeof qa);
@@ -240,7 +240,7 @@ static void shared_qp_failure(const char *dev)
     for (int i = 0; i < 3; i++) {
         CHECK(rdmax_ep_query_state(eps[i]) == RDMAX_EP_ERROR, "endpoint %d is in state %d, not failed", i,
               (int)rdmax_ep_query_state(eps[i]));
-        CHECK_ST(rdmax_ep_error(eps[i]), RDMAX_ERR_DEVICE);
+        CHECK_ST(rdmax_ep_query_error(eps[i]), RDMAX_ERR_DEVICE);
     }
     CHECK_ST(rdmax_send(a, "x", 1, NULL, NULL), RDMAX_ERR_ENDPOINT);
     tl_end();
@@ -270,16 +270,16 @@ static void zero_byte(const char *dev)
     rdmax_counters c0, c1;
     tl_begin("ud/loopback/a 0-byte datagram between two endpoints of one context arrives with len 0");
     REQUIRE(rdmax_ep_create(c, &da, &a) == RDMAX_OK && rdmax_ep_create(c, &db, &b) == RDMAX_OK, "endpoints");
-    rdmax_conn_info ia, ib;
-    rdmax_ep_local_info(a, &ia);
-    rdmax_ep_local_info(b, &ib);
-    REQUIRE(rdmax_ep_connect_info(a, &ib) == RDMAX_OK && rdmax_ep_connect_info(b, &ia) == RDMAX_OK, "connect");
-    rdmax_counters_get(c, &c0);
+    rdmax_conn_record ia, ib;
+    rdmax_ep_query_record(a, &ia);
+    rdmax_ep_query_record(b, &ib);
+    REQUIRE(rdmax_ep_connect_record(a, &ib) == RDMAX_OK && rdmax_ep_connect_record(b, &ia) == RDMAX_OK, "connect");
+    rdmax_ctx_query_counters(c, &c0);
     r.len = 99;
     CHECK_ST(rdmax_send(a, NULL, 0, NULL, NULL), RDMAX_OK);
     for (time_t t0 = time(NULL); r.count < 1 && time(NULL) - t0 < 5;)
         rdmax_progress(c);
-    rdmax_counters_get(c, &c1);
+    rdmax_ctx_query_counters(c, &c1);
     printf("    0-byte datagram: %d delivered (len %zu), recv_drops +%llu\n", r.count, r.count ? r.len : 0,
            (unsigned long long)(c1.recv_drops - c0.recv_drops));
     CHECK(r.count == 1 && r.len == 0, "%d delivered, len %zu", r.count, r.len);
@@ -288,26 +288,26 @@ static void zero_byte(const char *dev)
     tl_begin("ud/loopback/the flush marker behind 0-byte and 4-byte datagrams: flush OK, marker neither "
              "delivered nor dropped");
     {
-        rdmax_counters_get(c, &c0);
+        rdmax_ctx_query_counters(c, &c0);
         int before = r.count, empty = r.empty;
         for (int i = 0; i < 5; i++) {
             CHECK_ST(rdmax_send(a, NULL, 0, NULL, NULL), RDMAX_OK);
             CHECK_ST(rdmax_send(a, "abcd", 4, NULL, NULL), RDMAX_OK);
         }
         CHECK_ST(rdmax_ep_flush(a, 5000), RDMAX_OK);
-        rdmax_counters_get(c, &c1);
+        rdmax_ctx_query_counters(c, &c1);
         CHECK(c1.posted[RDMAX_OP_FLUSH] == c0.posted[RDMAX_OP_FLUSH] + 1, "no marker was sent (%llu)",
               (unsigned long long)(c1.posted[RDMAX_OP_FLUSH] - c0.posted[RDMAX_OP_FLUSH]));
         /* the marker is the last to arrive: every receive completion taken, 11 of them, then a while more */
         for (time_t t0 = time(NULL); time(NULL) - t0 < 5;) {
             rdmax_progress(c);
-            rdmax_counters_get(c, &c1);
+            rdmax_ctx_query_counters(c, &c1);
             if (r.count >= before + 10 && c1.cqes - c0.cqes >= 12)  /* 11 receives + the marker's send */
                 break;
         }
         for (int i = 0; i < 100000; i++)
             rdmax_progress(c);
-        rdmax_counters_get(c, &c1);
+        rdmax_ctx_query_counters(c, &c1);
         CHECK(r.count == before + 10 && r.empty == empty + 5, "%d delivered, %d of them empty (want 10, 5 empty; "
               "6 empty: the marker delivered)", r.count - before, r.empty - empty);
         CHECK(c1.recv_msgs - c0.recv_msgs == 10, "recv_msgs +%llu", (unsigned long long)(c1.recv_msgs - c0.recv_msgs));
@@ -472,10 +472,10 @@ static void sender_identity(const char *dev0, const char *dev1, const rdmax_dev_
     REQUIRE(rdmax_ep_create(R, &d, &r2) == RDMAX_OK, "r2");
     REQUIRE(rdmax_ep_create(H, NULL, &h1) == RDMAX_OK && rdmax_ep_create(H, NULL, &h2) == RDMAX_OK, "h1, h2");
     raw_close(bump);
-    rdmax_conn_info ir1, ir2, ih;
-    rdmax_ep_local_info(r1, &ir1);
-    rdmax_ep_local_info(r2, &ir2);
-    rdmax_ep_local_info(h1, &ih);
+    rdmax_conn_record ir1, ir2, ih;
+    rdmax_ep_query_record(r1, &ir1);
+    rdmax_ep_query_record(r2, &ir2);
+    rdmax_ep_query_record(h1, &ih);
     uint32_t hqpn = ih.qpn;
     struct ibv_qp *fq = NULL;
     while ((q = raw_qp(f)) != NULL && q->qp_num <= hqpn)
@@ -486,10 +486,10 @@ static void sender_identity(const char *dev0, const char *dev1, const rdmax_dev_
     REQUIRE(raw_rts(fq, a1->port) == 0, "forger's QP to RTS");
     printf("    forger: QP 0x%x on %s after %d QPs, as H's on %s\n", fq->qp_num, dev1, f->n - 1, dev0);
     /* r1 <-> h1; r2's peer is F (h1's record with F's GID: the same QPN); h2 -> r2 */
-    rdmax_conn_info iF = ih;
+    rdmax_conn_record iF = ih;
     memcpy(iF.gid, a1->gid.raw, 16);
-    REQUIRE(rdmax_ep_connect_info(r1, &ih) == RDMAX_OK && rdmax_ep_connect_info(h1, &ir1) == RDMAX_OK &&
-            rdmax_ep_connect_info(r2, &iF) == RDMAX_OK && rdmax_ep_connect_info(h2, &ir2) == RDMAX_OK, "connect");
+    REQUIRE(rdmax_ep_connect_record(r1, &ih) == RDMAX_OK && rdmax_ep_connect_record(h1, &ir1) == RDMAX_OK &&
+            rdmax_ep_connect_record(r2, &iF) == RDMAX_OK && rdmax_ep_connect_record(h2, &ir2) == RDMAX_OK, "connect");
     struct ibv_ah_attr aa;
     memset(&aa, 0, sizeof aa);
     aa.port_num = a1->port;
@@ -499,7 +499,7 @@ static void sender_identity(const char *dev0, const char *dev1, const rdmax_dev_
     aa.grh.hop_limit = 64;
     REQUIRE((ah = ibv_create_ah(f->pd, &aa)) != NULL, "ibv_create_ah on %s", dev1);
     rdmax_counters c0, c1;
-    rdmax_counters_get(R, &c0);
+    rdmax_ctx_query_counters(R, &c0);
     uint16_t seq = rdmax__test_ud_tx_seq(h1);  /* the numbers H would give its next datagrams */
     for (int i = 0; i < N; i++) {
         REQUIRE(raw_send(f, fq, ah, ir1.qpn, ir1.credits | (uint32_t)(uint16_t)(seq + i) << 16, "F forged") == 0,
@@ -514,14 +514,14 @@ static void sender_identity(const char *dev0, const char *dev1, const rdmax_dev_
     /* until the controls are in and every other datagram is accounted for, delivered or dropped */
     for (time_t t0 = time(NULL); time(NULL) - t0 < 10;) {
         rdmax_progress(R);
-        rdmax_counters_get(R, &c1);
+        rdmax_ctx_query_counters(R, &c1);
         if (t1.n[0] >= N && t2.n[2] >= N &&
             (int)(c1.recv_drops - c0.recv_drops) + t1.n[1] + t2.n[1] + t1.n[3] + t2.n[3] >= 2 * N)
             break;
     }
     for (int i = 0; i < 100000; i++)
         rdmax_progress(R);
-    rdmax_counters_get(R, &c1);
+    rdmax_ctx_query_counters(R, &c1);
     uint64_t wrong = c1.ud_wrong_source - c0.ud_wrong_source, drops = c1.recv_drops - c0.recv_drops, pv = 0;
     printf("    forged (F to r1): %d of %d delivered; h2 naming r2: %d of %d delivered; ud_wrong_source +%llu, "
            "recv_drops +%llu\n", t1.n[1] + t2.n[1], N, t1.n[3] + t2.n[3], N, (unsigned long long)wrong,
@@ -529,7 +529,7 @@ static void sender_identity(const char *dev0, const char *dev1, const rdmax_dev_
     CHECK(t1.n[1] == 0 && t2.n[1] == 0, "%d of %d forged datagrams delivered", t1.n[1] + t2.n[1], N);
     CHECK(wrong == 2 * (uint64_t)N && drops == 2 * (uint64_t)N, "ud_wrong_source +%llu, recv_drops +%llu (want %d each)",
           (unsigned long long)wrong, (unsigned long long)drops, 2 * N);
-    REQUIRE(rdmax_profile_open(R, &p) == RDMAX_OK, "profile");
+    REQUIRE(rdmax_profile_create(R, &p) == RDMAX_OK, "profile");
     CHECK(rdmax_profile_read_u64(p, RDMAX_PROFILE_VAR_UD_WRONG_SOURCE, &pv) == RDMAX_OK && pv == c1.ud_wrong_source,
           "profile ud.wrong_source %llu, counters %llu", (unsigned long long)pv, (unsigned long long)c1.ud_wrong_source);
     tl_end();
@@ -545,7 +545,7 @@ static void sender_identity(const char *dev0, const char *dev1, const rdmax_dev_
           t2.n[0]);
     tl_end();
 out:
-    rdmax_profile_close(p);
+    rdmax_profile_destroy(p);
     rdmax_ep_destroy(r1);
     rdmax_ep_destroy(r2);
     rdmax_ep_destroy(h1);
@@ -633,7 +633,7 @@ static void multicast(const char *topo, rdmax_ctx *cs, const char *rdev)
         REQUIRE(read(ready[k][0], &st, sizeof st) == sizeof st, "receiver %d died", k);
         REQUIRE(st == RDMAX_OK, "receiver %d could not join: %s", k, rdmax_status_str((rdmax_status)st));
     }
-    REQUIRE(rdmax_mcast_ep_create(cs, NULL, GROUP, &tx) == RDMAX_OK, "multicast endpoint: %s", rdmax_ctx_last_error(cs));
+    REQUIRE(rdmax_mcast_ep_create(cs, NULL, GROUP, &tx) == RDMAX_OK, "multicast endpoint: %s", rdmax_ctx_query_last_error(cs));
     REQUIRE(rdmax_mem_alloc(cs, 4096, RDMAX_ACCESS_LOCAL, &m) == RDMAX_OK, "alloc");
     unsigned char *p = (unsigned char *)m->addr;
     for (int phase = 1; phase <= 2; phase++) {
@@ -757,10 +757,10 @@ static void scale(const char *dev, int n)
         users[2 * i + 1] = (void *)(uintptr_t)i;
         db.user = &users[2 * i];
         REQUIRE(rdmax_ep_create(cb, &db, &b[i]) == RDMAX_OK, "receiver %d", i);
-        rdmax_conn_info ia, ib;
-        rdmax_ep_local_info(a[i], &ia);
-        rdmax_ep_local_info(b[i], &ib);
-        REQUIRE(rdmax_ep_connect_info(a[i], &ib) == RDMAX_OK && rdmax_ep_connect_info(b[i], &ia) == RDMAX_OK,
+        rdmax_conn_record ia, ib;
+        rdmax_ep_query_record(a[i], &ia);
+        rdmax_ep_query_record(b[i], &ib);
+        REQUIRE(rdmax_ep_connect_record(a[i], &ib) == RDMAX_OK && rdmax_ep_connect_record(b[i], &ia) == RDMAX_OK,
                 "connect %d", i);
     }
     /* windows well inside the receiver's 512 buffers; a datagram lost anyway is sent again (UD may
@@ -841,7 +841,7 @@ static void mcast_limits(const char *dev)
     snprintf(g, sizeof g, "239.9.0.100");
     CHECK_ST(rdmax_mcast_join(ep[0], g), RDMAX_ERR_NO_RESOURCE);  /* its ninth */
     CHECK_ST(rdmax_mcast_join(ep[8], g), RDMAX_ERR_NO_RESOURCE);  /* the context's 65th */
-    CHECK(strstr(rdmax_ctx_last_error(c), "64 groups") != NULL, "the refusal's log line: %s", rdmax_ctx_last_error(c));
+    CHECK(strstr(rdmax_ctx_query_last_error(c), "64 groups") != NULL, "the refusal's log line: %s", rdmax_ctx_query_last_error(c));
     CHECK_ST(rdmax_mcast_leave(ep[3], "239.9.3.1"), RDMAX_OK);
     CHECK_ST(rdmax_mcast_join(ep[8], g), RDMAX_OK);  /* room again */
     tl_end();
@@ -873,7 +873,7 @@ int main(int argc, char **argv)
         zero_byte(d0);
         mcast_limits(d0);
     } else {
-        sender_identity(d0, d1, rdmax_ctx_attr(cs));
+        sender_identity(d0, d1, rdmax_ctx_query_attr(cs));
     }
     if (cr != cs)
         rdmax_ctx_destroy(cr);

@@ -1,5 +1,5 @@
 /* Fuzz target: the connection record, the bytes a peer (or anyone who reaches the listener) sends first.
-   - rdmax_conn_info_decode on the input, against a reference validator of every documented field rule:
+   - rdmax_conn_record_decode on the input, against a reference validator of every documented field rule:
      decode succeeds exactly when no rule is broken, and a failure names a rule that is broken;
    - the 8-byte head check (magic, version, length) alone, against its own rules, and decode agrees with it;
    - a record that decodes re-encodes to the same bytes, and encode then decode of any valid record gives
@@ -29,14 +29,14 @@ static uint64_t be64(const uint8_t *p) { return (uint64_t)be32(p) << 32 | be32(p
 /* The head's rules, as documented in rdmax.h: magic, then version, then the length field. */
 static rdmax_status ref_head(const uint8_t *b)
 {
-    if (be32(b) != RDMAX_CONN_INFO_MAGIC)
+    if (be32(b) != RDMAX_CONN_RECORD_MAGIC)
         return RDMAX_ERR_OOB_MAGIC;
-    if ((b[4] << 8 | b[5]) != RDMAX_CONN_INFO_VERSION)
+    if ((b[4] << 8 | b[5]) != RDMAX_CONN_RECORD_VERSION)
         return RDMAX_ERR_OOB_VERSION;
     unsigned len = (unsigned)(b[6] << 8 | b[7]);
-    if (len > RDMAX_CONN_INFO_SIZE)
+    if (len > RDMAX_CONN_RECORD_SIZE)
         return RDMAX_ERR_OOB_LONG;
-    if (len < RDMAX_CONN_INFO_HEAD || (len - RDMAX_CONN_INFO_HEAD) % RDMAX_CONN_INFO_REGION)
+    if (len < RDMAX_CONN_RECORD_HEAD || (len - RDMAX_CONN_RECORD_HEAD) % RDMAX_CONN_RECORD_REGION)
         return RDMAX_ERR_OOB_LENGTH;
     return RDMAX_OK;
 }
@@ -47,7 +47,7 @@ static size_t ref_len(const uint8_t *b) { return (size_t)(b[6] << 8 | b[7]); }
 /* Which field rules a whole record breaks (bits R_*), written from the wire layout in rdmax.h. */
 static unsigned ref_broken(const uint8_t *b)
 {
-    size_t extra = (ref_len(b) - RDMAX_CONN_INFO_HEAD) / RDMAX_CONN_INFO_REGION;
+    size_t extra = (ref_len(b) - RDMAX_CONN_RECORD_HEAD) / RDMAX_CONN_RECORD_REGION;
     unsigned bad = 0;
     uint8_t tr = b[8], mtu = b[9];
     unsigned credits = (unsigned)(b[10] << 8 | b[11]);
@@ -73,7 +73,7 @@ static unsigned ref_broken(const uint8_t *b)
     if (len == 0 ? (addr != 0 || rkey != 0 || extra != 0) : addr + len < addr)
         bad |= BIT(R_BUFFER);
     for (size_t i = 0; i < extra; i++) {
-        const uint8_t *r = b + RDMAX_CONN_INFO_HEAD + i * RDMAX_CONN_INFO_REGION;
+        const uint8_t *r = b + RDMAX_CONN_RECORD_HEAD + i * RDMAX_CONN_RECORD_REGION;
         uint64_t ra = be64(r), rl = be64(r + 8);
         if (rl == 0 || ra + rl < ra)
             bad |= BIT(R_BUFFER);
@@ -147,7 +147,7 @@ static void check_exchange(const uint8_t *b, size_t n)
         return;
     }
     shutdown(sv[1], SHUT_WR);
-    rdmax_conn_info mine, theirs;
+    rdmax_conn_record mine, theirs;
     memset(&mine, 0, sizeof mine);
     mine.transport = RDMAX_TRANSPORT_ID_RC;
     mine.mtu = 3;
@@ -205,21 +205,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             memset(why, '#', why_len);
     }
 
-    rdmax_conn_info o;
+    rdmax_conn_record o;
     memset(&o, 0xa5, sizeof o);
-    rdmax_status st = rdmax_conn_info_decode(b, n, &o, why, why_len);
+    rdmax_status st = rdmax_conn_record_decode(b, n, &o, why, why_len);
     check_decode_status(b, n, st);
     check_why(why, why_len, st);
     if (st == RDMAX_OK) {
-        uint8_t again[RDMAX_CONN_INFO_SIZE];
-        size_t len = rdmax_conn_info_encode(&o, again);
+        uint8_t again[RDMAX_CONN_RECORD_SIZE];
+        size_t len = rdmax_conn_record_encode(&o, again);
         FZ_CHECK(len == n && !memcmp(again, b, n), "a decoded record does not re-encode to its bytes");
     }
 
     /* the encode side: a record built from the input bytes read as fields */
     if (n >= 48) {
         fz_in in = {b, n};
-        rdmax_conn_info e, d;
+        rdmax_conn_record e, d;
         memset(&e, 0, sizeof e);
         e.transport = (uint8_t)(1 + fz_below(&in, 2));
         e.mtu = fz_u8(&in);
@@ -241,13 +241,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             e.regions[i].len = fz_below(&in, 8) == 0 ? 0 : fz_u64(&in);
             e.regions[i].rkey = fz_u32(&in);
         }
-        uint8_t wire[RDMAX_CONN_INFO_SIZE];
-        size_t len = rdmax_conn_info_encode(&e, wire);
+        uint8_t wire[RDMAX_CONN_RECORD_SIZE];
+        size_t len = rdmax_conn_record_encode(&e, wire);
         uint32_t nw = e.n_regions < RDMAX_MAX_REGIONS ? e.n_regions : RDMAX_MAX_REGIONS;
         FZ_CHECK(ref_head(wire) == RDMAX_OK && len == ref_len(wire) &&
-                 len == RDMAX_CONN_INFO_HEAD + (nw > 1 ? nw - 1 : 0) * RDMAX_CONN_INFO_REGION,
+                 len == RDMAX_CONN_RECORD_HEAD + (nw > 1 ? nw - 1 : 0) * RDMAX_CONN_RECORD_REGION,
                  "encode wrote a bad head or length (%zu bytes for %u regions)", len, e.n_regions);
-        rdmax_status s = rdmax_conn_info_decode(wire, len, &d, NULL, 0);
+        rdmax_status s = rdmax_conn_record_decode(wire, len, &d, NULL, 0);
         check_decode_status(wire, len, s);
         e.n_regions = nw == 1 && e.regions[0].len == 0 ? 0 : nw;  /* one empty region reads back as none */
         if (s == RDMAX_OK)

@@ -14,7 +14,7 @@ funcs() {
     conn) echo 'rdmax_conn_info_(en|de)code|conn_head_check|conn_fields_check|record_head_check' ;;
     recv) echo 'rdmax__poll_recv|rdmax__send_cqes|:rdmax__post_recvs|rdmax__ep_retire|rdmax__grant_post|rdmax__flush_check|rdmax__post_chain|rdmax__ep_fail' ;;
     srq) echo 'rdmax__srq_recv|rdmax__srq_settle|rdmax__srq_fill|rdmax__srq_reserve|rdmax__map_ep|rdmax__map_put|rdmax__poll_recv|rdmax__grant_post' ;;
-    arbiter) echo 'rdmax_arb_|rdmax__arb_' ;;
+    arbiter) echo 'rdmax__arb_|rdmax__arb_' ;;
     rcache) echo 'rdmax_rcache_(create|get|put|invalidate|drain|destroy)$|rdmax__rc(ache)?_(get_slow|put_slow|miss|lookup|tree_|lru_|evict|drop|detach|invalidate|drain|make_room|region|reg$|over|node)' ;;
     esac
 }

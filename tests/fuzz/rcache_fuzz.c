@@ -176,7 +176,7 @@ static void do_get(fz_in *in, rdmax_rcache *rc)
                  r->lkey, (unsigned long)p);
     }
     if (F.nheld == MAXHELD) {
-        rdmax_rcache_put(rc, r);
+        rdmax_rcache_release(rc, r);
         return;
     }
     F.held[F.nheld++] = r;
@@ -218,7 +218,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             int k = (int)fz_below(&in, (unsigned)F.nheld);
             rdmax_rcache_region *r = F.held[k];
             F.held[k] = F.held[--F.nheld];
-            rdmax_rcache_put(rc, r);
+            rdmax_rcache_release(rc, r);
         } else if (op < 14) {
             int w = (int)fz_below(&in, NWIN);
             unsigned pg = fz_below(&in, WINPAGES), np = 1 + fz_below(&in, 16);
@@ -252,7 +252,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         check_limits();
     }
     while (F.nheld)
-        rdmax_rcache_put(rc, F.held[--F.nheld]);
+        rdmax_rcache_release(rc, F.held[--F.nheld]);
     check_limits();
     int still = rdmax_rcache_destroy(rc);
     FZ_CHECK(still == 0, "destroy found %d regions held after everything was put back", still);

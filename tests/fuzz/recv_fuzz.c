@@ -35,11 +35,11 @@ enum { NEP = 2, MAXEP = 4, SQD = 16, RSZ = 256, MAXINL = 64, MAXOPS = 600, CQMAX
 #define SCQ_CREDITS 64u
 
 /* ---- fake device ------------------------------------------------------------------------------------ */
-typedef struct fwr {        /* a posted send request, as the device holds it */
+typedef struct fast_wr {        /* a posted send request, as the device holds it */
     uint64_t wr_id;
     int signaled;
     int op;                  /* index into g_ops, -1 for rdmax's own (grant, close, flush) */
-} fwr;
+} fast_wr;
 
 typedef struct frecv {
     uint64_t wr_id;
@@ -54,7 +54,7 @@ typedef struct fq {          /* one endpoint's QP on the fake device */
     unsigned cqes;           /* error and flush completions the device produced for this QP */
     frecv rq[FIFO];
     unsigned rq_head, rq_n;
-    fwr sq[FIFO];
+    fast_wr sq[FIFO];
     unsigned sq_head, sq_n;
     unsigned char posted[64]; /* receive buffer index -> posted now */
 } fq;
@@ -145,7 +145,7 @@ static void dev_flush(int e)
     fq *q = &g_q[e];
     q->err = 1;
     while (q->sq_n) {
-        fwr *w = &q->sq[q->sq_head];
+        fast_wr *w = &q->sq[q->sq_head];
         q->sq_head = (q->sq_head + 1) % FIFO;
         q->sq_n--;
         if (w->op >= 0 && g_ops[w->op].dev_status < 0)
@@ -259,7 +259,7 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
             }
         }
         FZ_CHECK(q->sq_n < FIFO, "fake SQ overflow: rdmax posted more than its send-queue depth");
-        fwr *f = &q->sq[(q->sq_head + q->sq_n++) % FIFO];
+        fast_wr *f = &q->sq[(q->sq_head + q->sq_n++) % FIFO];
         f->wr_id = w->wr_id;
         f->signaled = (w->send_flags & IBV_SEND_SIGNALED) != 0;
         f->op = op;
@@ -457,7 +457,7 @@ static void teardown(void)
     for (int e = 0; e < NEP; e++) {
         rdmax_ep *ep = g_ep[e];
         rdmax_ep_pending_purge(ep);
-        rdmax_arb_group_cleanup(&g_ctx->arb, &ep->group);
+        rdmax__arb_group_cleanup(&g_ctx->arb, &ep->group);
         free(ep->slots);
         free(ep->rq_free);
         free(ep->rbufs);
@@ -474,7 +474,7 @@ static void progress(void)
 {
     rdmax__poll_recv(g_ctx);
     rdmax__poll_send(g_ctx);
-    if (!rdmax_arb_is_empty(&g_ctx->arb))
+    if (!rdmax__arb_is_empty(&g_ctx->arb))
         rdmax__dispatch(g_ctx);
 }
 
@@ -547,7 +547,7 @@ static void dev_execute(fz_in *in, int e)
     fq *q = &g_q[e];
     unsigned k = 1 + fz_below(in, 8);
     while (k-- && q->sq_n && !q->err) {
-        fwr *w = &q->sq[q->sq_head];
+        fast_wr *w = &q->sq[q->sq_head];
         q->sq_head = (q->sq_head + 1) % FIFO;
         q->sq_n--;
         enum ibv_wc_status st = IBV_WC_SUCCESS;
@@ -631,8 +631,8 @@ static void check_step(void)
                  e, out, rdmax__ep_sq_avail(ep), SQD);
         /* the fast gate: open only while nothing blocks the endpoint */
         /* the gate stops at the post that must be signaled (sig_at), never beyond the queue's end */
-        FZ_CHECK(ep->sq_stop == (ep->blocked ? ep->sq_head : ep->sig_at), "endpoint %d: gate at %u, head %u tail %u "
-                 "sig_at %u, blocked %u", e, ep->sq_stop, ep->sq_head, ep->sq_tail, ep->sig_at, ep->blocked);
+        FZ_CHECK(ep->fast_gate == (ep->blocked ? ep->sq_head : ep->sig_at), "endpoint %d: gate at %u, head %u tail %u "
+                 "sig_at %u, blocked %u", e, ep->fast_gate, ep->sq_head, ep->sq_tail, ep->sig_at, ep->blocked);
         FZ_CHECK((ep->blocked & RDMAX__BLK_BATCH) || ep->sig_at - ep->sq_head <= ep->sq_tail + SQD - ep->sq_head,
                  "endpoint %d: sig_at %u outside head %u .. tail %u + %u", e, ep->sig_at, ep->sq_head, ep->sq_tail, SQD);
         /* sq_regions counts the outstanding slots that hold a region; free slots hold none */
@@ -710,7 +710,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* the end: every QP flushes, progress until nothing moves */
     for (int e = 0; e < NEP; e++)
         dev_flush(e);
-    for (int i = 0; i < 64 && (g_scq.n || g_rcq.n || !rdmax_arb_is_empty(&g_ctx->arb)); i++)
+    for (int i = 0; i < 64 && (g_scq.n || g_rcq.n || !rdmax__arb_is_empty(&g_ctx->arb)); i++)
         progress();
     check_step();
     FZ_CHECK(g_scq.n == 0 && g_rcq.n == 0, "completions left after the drain");

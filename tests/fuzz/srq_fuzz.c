@@ -43,17 +43,17 @@ enum { NEP = 3, MAXEP = 4, SQD = 16, NPOOL = 2, PER_CHUNK = 16, NCHUNK = 4, MAXO
 static const uint32_t g_size[NPOOL] = {256, 64};
 
 /* ---- fake device ------------------------------------------------------------------------------------ */
-typedef struct fwr {
+typedef struct fast_wr {
     uint64_t wr_id;
     int signaled;
     int op;                  /* index into g_ops, -1 for rdmax's own (grant, keepalive) */
-} fwr;
+} fast_wr;
 
 typedef struct fq {          /* one endpoint's QP */
     struct ibv_qp qp;
     int err;
     unsigned cqes;           /* error and flush completions of this QP */
-    fwr sq[FIFO];
+    fast_wr sq[FIFO];
     unsigned sq_head, sq_n;
 } fq;
 
@@ -154,7 +154,7 @@ static void dev_flush(int e)
     q->err = 1;
     g_m[e].gone = 1;
     while (q->sq_n) {
-        fwr *w = &q->sq[q->sq_head];
+        fast_wr *w = &q->sq[q->sq_head];
         q->sq_head = (q->sq_head + 1) % FIFO;
         q->sq_n--;
         if (w->op >= 0 && g_ops[w->op].dev_status < 0)
@@ -244,7 +244,7 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
             }
         }
         FZ_CHECK(q->sq_n < FIFO, "fake SQ overflow");
-        fwr *f = &q->sq[(q->sq_head + q->sq_n++) % FIFO];
+        fast_wr *f = &q->sq[(q->sq_head + q->sq_n++) % FIFO];
         f->wr_id = w->wr_id;
         f->signaled = (w->send_flags & IBV_SEND_SIGNALED) != 0;
         f->op = op;
@@ -511,7 +511,7 @@ static void teardown(void)
     for (int e = 0; e < NEP; e++) {
         rdmax_ep *ep = g_ep[e];
         rdmax_ep_pending_purge(ep);
-        rdmax_arb_group_cleanup(&g_ctx->arb, &ep->group);
+        rdmax__arb_group_cleanup(&g_ctx->arb, &ep->group);
         free(ep->slots);
         free(ep);
     }
@@ -536,7 +536,7 @@ static void progress(void)
 {
     rdmax__poll_recv(g_ctx);
     rdmax__poll_send(g_ctx);
-    if (!rdmax_arb_is_empty(&g_ctx->arb))
+    if (!rdmax__arb_is_empty(&g_ctx->arb))
         rdmax__dispatch(g_ctx);
 }
 
@@ -640,7 +640,7 @@ static void dev_execute(fz_in *in, int e)
     fq *q = &g_q[e];
     unsigned k = 1 + fz_below(in, 8);
     while (k-- && q->sq_n && !q->err) {
-        fwr *w = &q->sq[q->sq_head];
+        fast_wr *w = &q->sq[q->sq_head];
         q->sq_head = (q->sq_head + 1) % FIFO;
         q->sq_n--;
         enum ibv_wc_status st = IBV_WC_SUCCESS;
@@ -698,8 +698,8 @@ static void check_step(int settled)
         FZ_CHECK(out <= SQD && rdmax__ep_sq_avail(ep) + out == SQD, "endpoint %d: %u outstanding, %u slots free", e,
                  out, rdmax__ep_sq_avail(ep));
         /* the gate stops at the post that must be signaled (sig_at), never beyond the queue's end */
-        FZ_CHECK(ep->sq_stop == (ep->blocked ? ep->sq_head : ep->sig_at), "endpoint %d: gate at %u, head %u tail %u "
-                 "sig_at %u, blocked %u", e, ep->sq_stop, ep->sq_head, ep->sq_tail, ep->sig_at, ep->blocked);
+        FZ_CHECK(ep->fast_gate == (ep->blocked ? ep->sq_head : ep->sig_at), "endpoint %d: gate at %u, head %u tail %u "
+                 "sig_at %u, blocked %u", e, ep->fast_gate, ep->sq_head, ep->sq_tail, ep->sig_at, ep->blocked);
         FZ_CHECK((ep->blocked & RDMAX__BLK_BATCH) || ep->sig_at - ep->sq_head <= ep->sq_tail + SQD - ep->sq_head,
                  "endpoint %d: sig_at %u outside head %u .. tail %u + %u", e, ep->sig_at, ep->sq_head, ep->sq_tail, SQD);
         outstanding += out;
@@ -766,7 +766,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* the end: every QP fails, progress until nothing moves */
     for (int e = 0; e < NEP; e++)
         dev_flush(e);
-    for (int i = 0; i < 64 && (g_scq.n || g_rcq.n || !rdmax_arb_is_empty(&g_ctx->arb)); i++)
+    for (int i = 0; i < 64 && (g_scq.n || g_rcq.n || !rdmax__arb_is_empty(&g_ctx->arb)); i++)
         progress();
     check_step(1);
     FZ_CHECK(g_scq.n == 0 && g_rcq.n == 0, "completions left after the drain");
