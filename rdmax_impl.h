@@ -987,6 +987,7 @@ rdmax_status rdmax_wait(rdmax_ctx *ctx, int timeout_ms)
        a device event wakes us too, and a listener with work (a client to accept). */
     int64_t deadline = timeout_ms < 0 ? INT64_MAX : rdmax__now_ms() + timeout_ms;
     int accept_ready = 0;
+    uint64_t cqes0 = ctx->cnt.cqes;  /* the tick's watchdog pass may handle a completion itself */
     for (;;) {
         int64_t left = deadline - rdmax__now_ms();
         int slice = left < RDMAX__TICK_MS ? (int)(left < 0 ? 0 : left) : RDMAX__TICK_MS;
@@ -1011,7 +1012,7 @@ rdmax_status rdmax_wait(rdmax_ctx *ctx, int timeout_ms)
         if (accept_ready || slice == (int)left || left <= 0)
             break;
     }
-    return rdmax_progress(ctx) || accept_ready ? RDMAX_OK : RDMAX_ERR_TIMEOUT;
+    return rdmax_progress(ctx) || accept_ready || ctx->cnt.cqes != cqes0 ? RDMAX_OK : RDMAX_ERR_TIMEOUT;
 }
 
 /* ibv_post_send calls: the requests in posted[] plus ctx->cnt.post_calls (see rdmax_ctx.cnt). */
