@@ -653,6 +653,243 @@ static void rdmax__log_desc(const rdmax_ctx_desc *d, rdmax_log_item item, const 
 
 static void rdmax__ctx_retire_step(rdmax_ctx *ctx);  /* which ops give back read budget (with the send completions) */
 
+/* Step 1 of rdmax_ctx_create: the desc's defaults and the environment's settings (RDMAX_LOG_LEVEL,
+   RDMAX_DEVICE, RDMAX_SL, RDMAX_PKEY_INDEX, RDMAX_SECRET) into ctx->desc; d is the caller's desc, copied.
+   ctx->desc is set first: a failure then frees ctx with the desc's allocator. */
+static rdmax_status rdmax__ctx_desc_defaults(rdmax_ctx *ctx, rdmax_ctx_desc d)
+{
+    int r, v;
+    ctx->desc = d;
+    ctx->log_level = d.log_level_set ? d.log_level : rdmax__env_log_level();
+    d.log_level = ctx->log_level;
+    d.log_level_set = true;
+    if (!d.device)
+        d.device = getenv("RDMAX_DEVICE");
+    if (!d.cq_depth)
+        d.cq_depth = 4096;
+    if (!d.handshake_ms)
+        d.handshake_ms = 10000;
+    if (!d.handshake_first_ms)
+        d.handshake_first_ms = 1000;
+    if (!d.handshake_slots)
+        d.handshake_slots = RDMAX__HS_MAX;
+    if (!d.ud_rq_depth)
+        d.ud_rq_depth = 512;
+    if (!d.max_eps || d.max_eps > 65535)
+        d.max_eps = 65535;  /* the wr_id has 16 bits for the endpoint index (0xffff names the shared pool) */
+    if (!d.recv_size)
+        d.recv_size = 4096;
+    ctx->desc = d;  /* (its logger, for the messages below) */
+    if (d.conn_setup != RDMAX_SETUP_TCP && d.conn_setup != RDMAX_SETUP_CM) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CTX_DESC,
+                   "rdmax_ctx_desc.conn_setup %u is neither RDMAX_SETUP_TCP (0) nor RDMAX_SETUP_CM (1)", d.conn_setup);
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+    /* service level and P_Key index: desc, then environment, then 0 */
+    if (!d.sl && (r = rdmax__env_int("RDMAX_SL", &v)) != 0) {
+        if (r < 0 || v < 0 || v > 15) {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CTX_DESC, "RDMAX_SL=%s is not a service level (0..15)",
+                       getenv("RDMAX_SL"));
+            return RDMAX_ERR_INVALID_PARAM;
+        }
+        d.sl = (uint8_t)v;
+    }
+    if (d.sl > 15) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CTX_DESC, "rdmax_ctx_desc.sl %u is not a service level (0..15)",
+                   d.sl);
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+    if (!d.pkey_index && (r = rdmax__env_int("RDMAX_PKEY_INDEX", &v)) != 0) {
+        if (r < 0 || v < 0) {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CTX_DESC,
+                       "RDMAX_PKEY_INDEX=%s is not a P_Key table index", getenv("RDMAX_PKEY_INDEX"));
+            return RDMAX_ERR_INVALID_PARAM;
+        }
+        d.pkey_index = (uint16_t)v;
+    }
+    ctx->desc = d;
+    /* The admission secret: the desc's, else the environment's; our own copy (the caller's may go). */
+    const char *env = d.secret ? NULL : getenv("RDMAX_SECRET");
+    size_t n = d.secret ? d.secret_len : env ? strlen(env) : 0;
+    ctx->desc.secret = NULL;
+    ctx->desc.secret_len = n;
+    if (n && !(ctx->secret = (uint8_t *)rdmax__alloc(ctx, n)))
+        return RDMAX_ERR_NO_MEMORY;
+    if (ctx->secret)
+        memcpy(ctx->secret, d.secret ? d.secret : env, n);
+    return RDMAX_OK;
+}
+
+/* Step 2, a child context (desc.parent): the parent's device and PD; what it probed holds here too. */
+static void rdmax__ctx_share_device(rdmax_ctx *ctx, rdmax_ctx *p)
+{
+    rdmax_dev_attr *a = &ctx->attr;
+    rdmax__dev_join(ctx, p);
+    *a = p->attr;
+    ctx->desc.device = p->desc.device;
+    ctx->desc.port = p->desc.port;
+    ctx->desc.gid_index = p->desc.gid_index;
+    ctx->desc.gid_index_set = true;
+    ctx->desc.numa_node = p->desc.numa_node;
+    ctx->desc.numa_node_set = true;
+    if (ctx->desc.max_qp_wr && ctx->desc.max_qp_wr < a->max_qp_wr)
+        a->max_qp_wr = ctx->desc.max_qp_wr;
+    ctx->desc.max_qp_wr = a->max_qp_wr;
+}
+
+/* Step 2, a context of its own: open the device, pick its GID (desc, RDMAX_GID_INDEX, then the RoCE v2
+   IPv4-mapped one) and NUMA node (desc, RDMAX_NUMA_NODE, then the device's from sysfs; -1: local
+   allocation), allocate the PD and the shared device. */
+static rdmax_status rdmax__ctx_open_device(rdmax_ctx *ctx)
+{
+    const rdmax_ctx_desc *d = &ctx->desc;
+    rdmax_dev_attr *a = &ctx->attr;
+    int gi = -2, node = -1, r;
+    rdmax_status st = rdmax__open_device(ctx, d->device);
+    if (st != RDMAX_OK)
+        return st;
+    if (d->max_qp_wr && d->max_qp_wr < a->max_qp_wr)
+        a->max_qp_wr = d->max_qp_wr;
+    ctx->desc.max_qp_wr = a->max_qp_wr;
+
+    if (d->gid_index_set)
+        gi = d->gid_index;
+    else if ((r = rdmax__env_int("RDMAX_GID_INDEX", &gi)) < 0) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_ENV_GID_INDEX,
+                   "RDMAX_GID_INDEX=%s is not a GID index", getenv("RDMAX_GID_INDEX"));
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+    if (gi == -2)
+        gi = rdmax__pick_gid(ctx->verbs, a->port, a->link_layer);
+    struct ibv_gid_entry ge;  /* the GID and its type (IB, RoCE v1, RoCE v2) */
+    r = gi < 0 ? EINVAL : ibv_query_gid_ex(ctx->verbs, a->port, (uint32_t)gi, &ge, 0);
+    if (r) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_GID_QUERY,
+                   "device %s port %u: ibv_query_gid_ex(index %d) failed: %s", a->name, a->port, gi, strerror(r));
+        return RDMAX_ERR_NO_DEVICE;
+    }
+    a->gid = ge.gid;
+    a->gid_type = (int)ge.gid_type;
+    a->gid_index = gi;
+    ctx->desc.gid_index = gi;
+    ctx->desc.gid_index_set = true;
+
+    a->numa_node = rdmax__dev_numa_node(a->name);
+    if (d->numa_node_set)
+        node = d->numa_node;
+    else if ((r = rdmax__env_int("RDMAX_NUMA_NODE", &node)) < 0) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_ENV_NUMA_NODE,
+                   "RDMAX_NUMA_NODE=%s is not a node number", getenv("RDMAX_NUMA_NODE"));
+        return RDMAX_ERR_INVALID_PARAM;
+    } else if (r == 0)
+        node = a->numa_node;
+    if (node >= 0 && (numa_available() < 0 || node > numa_max_node())) {
+        rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_NUMA_UNAVAILABLE,
+                   "device %s: NUMA node %d not available; allocating locally", a->name, node);
+        node = -1;
+    }
+    a->numa_node = node;
+    ctx->desc.numa_node = node;
+    ctx->desc.numa_node_set = true;
+
+    if (!(ctx->pd = ibv_alloc_pd(ctx->verbs))) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_SETUP,
+                   "device %s: ibv_alloc_pd failed: %s", a->name, strerror(errno));
+        return RDMAX_ERR_IO;
+    }
+    if ((st = rdmax__dev_make(ctx)) != RDMAX_OK)
+        return st;
+    /* Device events are read by rdmax__tick without blocking. The fd belongs to rdmax's own ibv_context,
+       so the flag changes nothing outside rdmax. */
+    fcntl(ctx->verbs->async_fd, F_SETFL, fcntl(ctx->verbs->async_fd, F_GETFL) | O_NONBLOCK);
+    return RDMAX_OK;
+}
+
+/* Step 3: the completion channel and the two CQs (cq_depth, clamped to the device's), the provider's
+   poll functions, the send CQ's accounting, the fast paths' prebuilt requests, the endpoint table. */
+static rdmax_status rdmax__ctx_make_queues(rdmax_ctx *ctx)
+{
+    rdmax_dev_attr *a = &ctx->attr;
+    if (!(ctx->channel = ibv_create_comp_channel(ctx->verbs))) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_SETUP,
+                   "device %s: ibv_create_comp_channel failed: %s", a->name, strerror(errno));
+        return RDMAX_ERR_IO;
+    }
+    if (ctx->desc.cq_depth > a->max_cqe)
+        ctx->desc.cq_depth = a->max_cqe;
+    uint32_t depth = ctx->desc.cq_depth;
+    /* cq_context names the context: a CQ error event finds its owner among contexts sharing the device */
+    ctx->scq = ibv_create_cq(ctx->verbs, (int)depth, ctx, ctx->channel, 0);
+    ctx->rcq = ibv_create_cq(ctx->verbs, (int)depth, ctx, ctx->channel, 0);
+    if (!ctx->scq || !ctx->rcq) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_SETUP,
+                   "device %s: ibv_create_cq(%u) failed: %s", a->name, depth, strerror(errno));
+        return RDMAX_ERR_IO;
+    }
+    fcntl(ctx->channel->fd, F_SETFL, fcntl(ctx->channel->fd, F_GETFL) | O_NONBLOCK);
+    ctx->modify_qp = ibv_modify_qp;
+    ctx->create_ah = ibv_create_ah;
+    ctx->scq_poll = ctx->scq->context->ops.poll_cq;
+    ctx->rcq_poll = ctx->rcq->context->ops.poll_cq;
+    ctx->port_up = 1;
+    ctx->tick_clock_ms = (uint32_t)(1e6 / rdmax__ns_per_tick() / 65536.0) + 1;  /* measured once (20 ms) */
+    ctx->rwc = ctx->rwc_top;
+    static const enum ibv_wr_opcode opc[RDMAX__FWR__COUNT] = {
+        IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP};
+    for (int k = 0; k < RDMAX__FWR__COUNT; k++) {
+        ctx->fast_wr[k].opcode = opc[k];
+        ctx->fast_wr[k].send_flags = k <= RDMAX__FWR_SEND ? IBV_SEND_INLINE : 0;
+        ctx->fast_wr[k].sg_list = k >= RDMAX__FWR_FADD ? &ctx->asge : &ctx->fsge;
+        ctx->fast_wr[k].num_sge = 1;
+    }
+    ctx->asge.length = 8;
+    ctx->scq_low = depth > 1 ? depth / 2 : 1;  /* at least 1 (rdmax__ep_fast_post) */
+    ctx->scq_spare = (int32_t)(depth - ctx->scq_low);
+    ctx->scq_idle = ctx->scq_spare;
+    rdmax__ctx_retire_step(ctx);
+    ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
+    ctx->eps_cap = ctx->desc.max_eps < 64 ? ctx->desc.max_eps : 64;  /* grows with the endpoints */
+    ctx->eps_mask = rdmax__pow2_mask(ctx->eps_cap);
+    ctx->eps = (rdmax__ep_ref *)rdmax__alloc(ctx, (ctx->eps_mask + 1ull) * sizeof *ctx->eps);
+    return ctx->eps ? RDMAX_OK : RDMAX_ERR_NO_MEMORY;
+}
+
+/* Step 4: batching's staging: the inline limit (probed once; a child has its parent's), room for the
+   inline data of chained requests, and the staging requests chained and set for a short put (a chained
+   put then fills only what changes). */
+static rdmax_status rdmax__ctx_make_staging(rdmax_ctx *ctx, int child)
+{
+    rdmax_dev_attr *a = &ctx->attr;
+    if (!child)
+        a->max_inline = rdmax__probe_inline(ctx);
+    ctx->inl_stage = (char *)rdmax__alloc(ctx, (size_t)RDMAX_BATCH_MAX * (a->max_inline ? a->max_inline : 1));
+    if (!ctx->inl_stage)
+        return RDMAX_ERR_NO_MEMORY;
+    rdmax__chain_clean(ctx, 0, RDMAX_BATCH_MAX);
+    return RDMAX_OK;
+}
+
+/* Last step: the device line (and the capability and memory-window lines) in the log. */
+static void rdmax__ctx_report(rdmax_ctx *ctx, int child)
+{
+    const rdmax_dev_attr *a = &ctx->attr;
+    char gid[INET6_ADDRSTRLEN];
+    inet_ntop(AF_INET6, a->gid.raw, gid, sizeof gid);
+    rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_DEVICE_OPENED,
+               "device %s port %u%s: %s, gid[%d] %s (%s), lid 0x%x, mtu %u, max_inline %u, max_qp_rd_atom %u, "
+               "max_sge %u, max_qp %u, max_cqe %u, max_srq_wr %u, numa node %d", a->name, a->port,
+               child ? " (shared with the parent context)" : "", rdmax__link_layer_str(a->link_layer),
+               a->gid_index, gid, rdmax__gid_type_str(a->gid_type), a->lid, a->mtu_bytes, a->max_inline,
+               a->max_qp_rd_atom, a->max_sge, a->max_qp, a->max_cqe, a->max_srq_wr, a->numa_node);
+    rdmax__caps_report(ctx);
+    if (!a->mem_windows && !child)
+        rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_MEM_WINDOW,
+                   "device %s: no type-2 memory windows: an exposed region is open to every endpoint of the "
+                   "context, for as long as it is registered", a->name);
+}
+
+/* rdmax_ctx_create: the steps above in order, then the registration cache's check and, with
+   RDMAX_SETUP_CM, rdma_cm's channel. A failed step leaves what the others made to rdmax_ctx_destroy. */
 rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
 {
     rdmax_ctx_desc d;
@@ -674,237 +911,24 @@ rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc_in, rdmax_ctx **out)
     if (!ctx)
         return RDMAX_ERR_NO_MEMORY;
     memset(ctx, 0, sizeof *ctx);
-    rdmax_status st_early = RDMAX_OK;
-    ctx->log_level = d.log_level_set ? d.log_level : rdmax__env_log_level();
-    d.log_level = ctx->log_level;
-    d.log_level_set = true;
-    if (!d.device)
-        d.device = getenv("RDMAX_DEVICE");
-    if (!d.cq_depth)
-        d.cq_depth = 4096;
-    if (!d.handshake_ms)
-        d.handshake_ms = 10000;
-    if (!d.handshake_first_ms)
-        d.handshake_first_ms = 1000;
-    if (!d.handshake_slots)
-        d.handshake_slots = RDMAX__HS_MAX;
-    if (!d.ud_rq_depth)
-        d.ud_rq_depth = 512;
-    if (!d.max_eps || d.max_eps > 65535)
-        d.max_eps = 65535;  /* the wr_id has 16 bits for the endpoint index (0xffff names the shared pool) */
-    if (!d.recv_size)
-        d.recv_size = 4096;
-    if (d.conn_setup != RDMAX_SETUP_TCP && d.conn_setup != RDMAX_SETUP_CM) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CTX_DESC,
-                   "rdmax_ctx_desc.conn_setup %u is neither RDMAX_SETUP_TCP (0) nor "
-                   "RDMAX_SETUP_CM (1)", d.conn_setup);
-        st_early = RDMAX_ERR_INVALID_PARAM;
-    }
-    ctx->desc = d;  /* (its logger, for the messages below) */
-    /* declared before the first goto: C++ does not jump over an initialisation */
-    rdmax_dev_attr *a = &ctx->attr;
-    int gi = -2, r, node = -1, v;
-    /* service level and P_Key index: desc, then environment, then 0 */
-    if (st_early == RDMAX_OK && !d.sl && (r = rdmax__env_int("RDMAX_SL", &v)) != 0) {
-        if (r < 0 || v < 0 || v > 15) {
-            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CTX_DESC, "RDMAX_SL=%s is not a service level (0..15)",
-                       getenv("RDMAX_SL"));
-            st_early = RDMAX_ERR_INVALID_PARAM;
-        } else {
-            d.sl = (uint8_t)v;
-        }
-    }
-    if (st_early == RDMAX_OK && d.sl > 15) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CTX_DESC, "rdmax_ctx_desc.sl %u is not a service level (0..15)",
-                   d.sl);
-        st_early = RDMAX_ERR_INVALID_PARAM;
-    }
-    if (st_early == RDMAX_OK && !d.pkey_index && (r = rdmax__env_int("RDMAX_PKEY_INDEX", &v)) != 0) {
-        if (r < 0 || v < 0) {
-            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CTX_DESC,
-                       "RDMAX_PKEY_INDEX=%s is not a P_Key table index", getenv("RDMAX_PKEY_INDEX"));
-            st_early = RDMAX_ERR_INVALID_PARAM;
-        } else {
-            d.pkey_index = (uint16_t)v;
-        }
-    }
-    ctx->desc = d;
-    {
-        /* The admission secret: the desc's, else the environment's; our own copy (the caller's may go). */
-        const char *env = d.secret ? NULL : getenv("RDMAX_SECRET");
-        size_t n = d.secret ? d.secret_len : env ? strlen(env) : 0;
-        ctx->desc.secret = NULL;
-        ctx->desc.secret_len = n;
-        if (n && st_early == RDMAX_OK && !(ctx->secret = (uint8_t *)rdmax__alloc(ctx, n)))
-            st_early = RDMAX_ERR_NO_MEMORY;
-        if (ctx->secret)
-            memcpy(ctx->secret, d.secret ? d.secret : env, n);
-    }
-    rdmax_status st = st_early;
+    rdmax_status st = rdmax__ctx_desc_defaults(ctx, d);
     if (st != RDMAX_OK)
         goto fail;
-    if (d.parent) {
-        /* Share the parent's device and PD: what it probed holds here too. */
-        rdmax_ctx *p = d.parent;
-        rdmax__dev_join(ctx, p);
-        *a = p->attr;
-        gi = a->gid_index;
-        node = a->numa_node;
-        ctx->desc.device = p->desc.device;
-        ctx->desc.port = p->desc.port;
-        ctx->desc.gid_index = p->desc.gid_index;
-        ctx->desc.gid_index_set = true;
-        ctx->desc.numa_node = p->desc.numa_node;
-        ctx->desc.numa_node_set = true;
-        if (d.max_qp_wr && d.max_qp_wr < a->max_qp_wr)
-            a->max_qp_wr = d.max_qp_wr;
-        ctx->desc.max_qp_wr = a->max_qp_wr;
-        goto queues;
-    }
-    st = rdmax__open_device(ctx, d.device);
-    if (st != RDMAX_OK)
+    if (d.parent)
+        rdmax__ctx_share_device(ctx, d.parent);
+    else if ((st = rdmax__ctx_open_device(ctx)) != RDMAX_OK)
         goto fail;
-    if (d.max_qp_wr && d.max_qp_wr < a->max_qp_wr)
-        a->max_qp_wr = d.max_qp_wr;
-    ctx->desc.max_qp_wr = a->max_qp_wr;
-
-    /* GID: desc, then environment, then the RoCE v2 IPv4-mapped one. */
-    if (d.gid_index_set)
-        gi = d.gid_index;
-    else if ((r = rdmax__env_int("RDMAX_GID_INDEX", &gi)) < 0) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_ENV_GID_INDEX,
-                   "RDMAX_GID_INDEX=%s is not a GID index", getenv("RDMAX_GID_INDEX"));
-        st = RDMAX_ERR_INVALID_PARAM;
+    if ((st = rdmax__ctx_make_queues(ctx)) != RDMAX_OK)
         goto fail;
-    }
-    if (gi == -2)
-        gi = rdmax__pick_gid(ctx->verbs, a->port, a->link_layer);
-    {
-        struct ibv_gid_entry ge;  /* the GID and its type (IB, RoCE v1, RoCE v2) */
-        r = gi < 0 ? EINVAL : ibv_query_gid_ex(ctx->verbs, a->port, (uint32_t)gi, &ge, 0);
-        if (r) {
-            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_GID_QUERY,
-                       "device %s port %u: ibv_query_gid_ex(index %d) failed: %s", a->name, a->port,
-                       gi, strerror(r));
-            st = RDMAX_ERR_NO_DEVICE;
-            goto fail;
-        }
-        a->gid = ge.gid;
-        a->gid_type = (int)ge.gid_type;
-    }
-    a->gid_index = gi;
-    ctx->desc.gid_index = gi;
-    ctx->desc.gid_index_set = true;
-
-    /* NUMA: desc, environment, the device's node from sysfs; -1 means local allocation. */
-    a->numa_node = rdmax__dev_numa_node(a->name);
-    if (d.numa_node_set)
-        node = d.numa_node;
-    else if ((r = rdmax__env_int("RDMAX_NUMA_NODE", &node)) < 0) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_ENV_NUMA_NODE,
-                   "RDMAX_NUMA_NODE=%s is not a node number", getenv("RDMAX_NUMA_NODE"));
-        st = RDMAX_ERR_INVALID_PARAM;
+    if (ctx->desc.recv_size > ctx->attr.max_msg_sz)
+        ctx->desc.recv_size = (uint32_t)ctx->attr.max_msg_sz;
+    if ((st = rdmax__ctx_make_staging(ctx, d.parent != NULL)) != RDMAX_OK)
         goto fail;
-    } else if (r == 0)
-        node = a->numa_node;
-    if (node >= 0 && (numa_available() < 0 || node > numa_max_node())) {
-        rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_NUMA_UNAVAILABLE,
-                   "device %s: NUMA node %d not available; allocating locally", a->name, node);
-        node = -1;
-    }
-    a->numa_node = node;
-    ctx->desc.numa_node = node;
-    ctx->desc.numa_node_set = true;
-
-    if (!(ctx->pd = ibv_alloc_pd(ctx->verbs))) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_SETUP,
-                   "device %s: ibv_alloc_pd failed: %s", a->name, strerror(errno));
-        st = RDMAX_ERR_IO;
-        goto fail;
-    }
-    if ((st = rdmax__dev_make(ctx)) != RDMAX_OK)
-        goto fail;
-    /* Device events are read by rdmax__tick without blocking. The fd belongs to rdmax's own ibv_context,
-       so the flag changes nothing outside rdmax. */
-    fcntl(ctx->verbs->async_fd, F_SETFL, fcntl(ctx->verbs->async_fd, F_GETFL) | O_NONBLOCK);
-queues:
-    if (!(ctx->channel = ibv_create_comp_channel(ctx->verbs))) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_SETUP,
-                   "device %s: ibv_create_comp_channel failed: %s", a->name, strerror(errno));
-        st = RDMAX_ERR_IO;
-        goto fail;
-    }
-    if (d.cq_depth > a->max_cqe)
-        ctx->desc.cq_depth = d.cq_depth = a->max_cqe;
-    /* cq_context names the context: a CQ error event finds its owner among contexts sharing the device */
-    ctx->scq = ibv_create_cq(ctx->verbs, (int)d.cq_depth, ctx, ctx->channel, 0);
-    ctx->rcq = ibv_create_cq(ctx->verbs, (int)d.cq_depth, ctx, ctx->channel, 0);
-    if (!ctx->scq || !ctx->rcq) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_DEVICE_SETUP,
-                   "device %s: ibv_create_cq(%u) failed: %s", a->name, d.cq_depth,
-                   strerror(errno));
-        st = RDMAX_ERR_IO;
-        goto fail;
-    }
-    fcntl(ctx->channel->fd, F_SETFL, fcntl(ctx->channel->fd, F_GETFL) | O_NONBLOCK);
-    ctx->modify_qp = ibv_modify_qp;
-    ctx->create_ah = ibv_create_ah;
-    ctx->scq_poll = ctx->scq->context->ops.poll_cq;
-    ctx->rcq_poll = ctx->rcq->context->ops.poll_cq;
-    ctx->port_up = 1;
-    ctx->tick_clock_ms = (uint32_t)(1e6 / rdmax__ns_per_tick() / 65536.0) + 1;  /* measured once (20 ms) */
-    ctx->rwc = ctx->rwc_top;
-    {
-        static const enum ibv_wr_opcode opc[RDMAX__FWR__COUNT] = {
-            IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP};
-        for (int k = 0; k < RDMAX__FWR__COUNT; k++) {
-            ctx->fast_wr[k].opcode = opc[k];
-            ctx->fast_wr[k].send_flags = k <= RDMAX__FWR_SEND ? IBV_SEND_INLINE : 0;
-            ctx->fast_wr[k].sg_list = k >= RDMAX__FWR_FADD ? &ctx->asge : &ctx->fsge;
-            ctx->fast_wr[k].num_sge = 1;
-        }
-        ctx->asge.length = 8;
-    }
-    ctx->scq_low = d.cq_depth > 1 ? d.cq_depth / 2 : 1;  /* at least 1 (rdmax__ep_fast_post) */
-    ctx->scq_spare = (int32_t)(d.cq_depth - ctx->scq_low);
-    ctx->scq_idle = ctx->scq_spare;
-    rdmax__ctx_retire_step(ctx);
-    ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
-    ctx->eps_cap = ctx->desc.max_eps < 64 ? ctx->desc.max_eps : 64;  /* grows with the endpoints */
-    ctx->eps_mask = rdmax__pow2_mask(ctx->eps_cap);
-    ctx->eps = (rdmax__ep_ref *)rdmax__alloc(ctx, (ctx->eps_mask + 1ull) * sizeof *ctx->eps);
-    if (!ctx->eps) {
-        st = RDMAX_ERR_NO_MEMORY;
-        goto fail;
-    }
-    if (ctx->desc.recv_size > a->max_msg_sz)
-        ctx->desc.recv_size = (uint32_t)a->max_msg_sz;
-    if (!d.parent)  /* a child has the parent's figure */
-        a->max_inline = rdmax__probe_inline(ctx);
-    ctx->inl_stage = (char *)rdmax__alloc(ctx, (size_t)RDMAX_BATCH_MAX * (a->max_inline ? a->max_inline : 1));
-    if (!ctx->inl_stage) {
-        st = RDMAX_ERR_NO_MEMORY;
-        goto fail;
-    }
-    /* The staging requests come chained and set for a short put: a chained put fills only what changes. */
-    rdmax__chain_clean(ctx, 0, RDMAX_BATCH_MAX);
     if ((st = rdmax__rcache_check(ctx)) != RDMAX_OK)
         goto fail;
     if (d.conn_setup == RDMAX_SETUP_CM && (st = rdmax__cm_ctx_open(ctx)) != RDMAX_OK)
         goto fail;
-    char gid[INET6_ADDRSTRLEN];
-    inet_ntop(AF_INET6, a->gid.raw, gid, sizeof gid);
-    rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_DEVICE_OPENED,
-               "device %s port %u%s: %s, gid[%d] %s (%s), lid 0x%x, mtu %u, max_inline %u, max_qp_rd_atom %u, "
-               "max_sge %u, max_qp %u, max_cqe %u, max_srq_wr %u, numa node %d", a->name, a->port,
-               d.parent ? " (shared with the parent context)" : "", rdmax__link_layer_str(a->link_layer), gi, gid,
-               rdmax__gid_type_str(a->gid_type), a->lid, a->mtu_bytes, a->max_inline, a->max_qp_rd_atom,
-               a->max_sge, a->max_qp, a->max_cqe, a->max_srq_wr, node);
-    rdmax__caps_report(ctx);
-    if (!a->mem_windows && !d.parent)
-        rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_MEM_WINDOW,
-                   "device %s: no type-2 memory windows: an exposed region is open to every endpoint of the "
-                   "context, for as long as it is registered", a->name);
+    rdmax__ctx_report(ctx, d.parent != NULL);
     *out = ctx;
     return RDMAX_OK;
 fail:
