@@ -16,7 +16,8 @@
               DELIVERY, CONNECTING, PENDING QUEUE,
               UD AND MULTICAST, RECEIVING (RC), REPLYING TO A REQUEST (RC), LIMITS, THREAD SAFETY (and
               THREADS AND SHARED REGISTRATIONS), ERROR HANDLING, LOGGING, FAILURES, WATCHDOG, KEEPALIVE,
-              DISCONNECT, CONNECTION SETUP, ADMISSION, REGISTRATION CACHE (and ROUTES), LICENSE (end of file)
+              DISCONNECT, CONNECTION SETUP, ADMISSION, REGISTRATION CACHE (and ROUTES), DESIGN NOTES,
+              LICENSE (end of file)
      Code, one header (one include guard, one extern "C"), in this order:
               ---- transport selection, ---- includes and portability, ---- status codes,
               ---- constants (also log items), ---- arbiter: the pending queue, ---- arbiter: out-of-line API,
@@ -468,21 +469,7 @@
    why. Side effects: the thread; a cached buffer's mapping stays registered (another userfaultfd in the
    process gets EBUSY on it); its munmap waits for the thread. After fork() the parent's cache keeps
    working; the child's mappings carry no registration and it has no monitor until it makes a cache.
-   Why this one (measured: bench/rcache_bench.c, tests/rcache_device_test.c; 2-core host, Linux 6.18;
-   rxe in a TCG guest, Linux 6.1):
-     - it covers every route below but shmat(SHM_REMAP) (2); the opt-in hooks + malloc policy miss three
-       and cannot link -static;
-     - a hit is the same code either way (5.6 ns monitor on and off; UCX's ucs_rcache 45 ns); a miss in
-       a mapping already registered costs the cache's own 96-108 ns (no-op registration) plus one ioctl
-       that checks the kernel still holds the registration (0.3 us on the host, 1.5 us in the guest;
-       see (2)); the first miss in a new mapping adds 0.8 us (PROCMAP_QUERY, Linux 6.11+) or a
-       read of /proc/self/maps before 6.11 (~0.45 us per mapping of the process: 244 us with 550);
-     - per-operation registration (what is left without a monitor) costs ibv_reg_mr + ibv_dereg_mr:
-       42 us (4 KiB) to 56 us (1 MiB) per operation on rxe in the guest;
-     - the price: an munmap of a registered mapping waits for the monitor thread (two wakeups): 64 KiB,
-       10.4 us against 6.9 us without rdmax (24 vs 35-63 us on a host loaded with other VMs); the hooks
-       cost a ring record per call but change the whole program (embed_test shows the malloc policy);
-     - on-demand-paging MRs would need no monitor, but rxe has no ODP on 6.1 and many devices lack it.
+   Why a userfaultfd monitor and not the hooks, with measurements: DESIGN NOTES.
    ROUTES (tests/rcache_device_test.c: after the change the receiver must get the new bytes; the control
    runs the route on a MANUAL cache, where the old registration's stale bytes arrive)
      route                                      monitor (default)         hooks+malloc policy   control
@@ -524,6 +511,23 @@
    thread's last error (rdmax_ctx_query_last_error(NULL), item RDMAX_LOG_ITEM_RCACHE_REG, _RCACHE_PARAM,
    _RCACHE_CREATE or _NO_MEMORY). rdmax_rcache_invalidate and _drain return a count, or
    RDMAX_ERR_INVALID_PARAM; rdmax_rcache_destroy the regions still referenced.
+
+   DESIGN NOTES (why, with measurements; nothing here is needed to use rdmax)
+   Registration cache: why the userfaultfd monitor (measured: bench/rcache_bench.c,
+   tests/rcache_device_test.c; 2-core host, Linux 6.18; rxe in a TCG guest, Linux 6.1):
+     - it covers every route in ROUTES but shmat(SHM_REMAP) (ROUTES note 2); the opt-in hooks + malloc
+       policy miss three and cannot link -static;
+     - a hit is the same code either way (5.6 ns monitor on and off; UCX's ucs_rcache 45 ns); a miss in
+       a mapping already registered costs the cache's own 96-108 ns (no-op registration) plus one ioctl
+       that checks the kernel still holds the registration (0.3 us on the host, 1.5 us in the guest;
+       ROUTES note 2); the first miss in a new mapping adds 0.8 us (PROCMAP_QUERY, Linux 6.11+) or a
+       read of /proc/self/maps before 6.11 (~0.45 us per mapping of the process: 244 us with 550);
+     - per-operation registration (what is left without a monitor) costs ibv_reg_mr + ibv_dereg_mr:
+       42 us (4 KiB) to 56 us (1 MiB) per operation on rxe in the guest;
+     - the price: an munmap of a registered mapping waits for the monitor thread (two wakeups): 64 KiB,
+       10.4 us against 6.9 us without rdmax (24 vs 35-63 us on a host loaded with other VMs); the hooks
+       cost a ring record per call but change the whole program (embed_test shows the malloc policy);
+     - on-demand-paging MRs would need no monitor, but rxe has no ODP on 6.1 and many devices lack it.
 
    LICENSE: see the end of this file.
 */
