@@ -163,11 +163,12 @@
    the struct) before reusing the object. Completions
    arrive from rdmax_progress (and rdmax_wait, rdmax_ep_flush, which call it), and also from
    rdmax_ep_destroy and rdmax_ep_pending_purge (RDMAX_ERR_CANCELED), from a chained post that failed
-   (RDMAX_ERR_IO, see rdmax_batch_begin), and from a connect call of an endpoint that exposes regions
-   (it polls send completions while its memory windows bind: EXPOSED MEMORY). A comp callback may post new operations and call rdmax_progress
-   (no send completion is reported inside it: they wait until the batch it belongs to is done, as RC
-   retires in order; rdmax_ep_flush there is refused with RDMAX_ERR_INVALID_PARAM); it must not destroy
-   the endpoint of the operation it reports (the completion loop still walks that endpoint).
+   (RDMAX_ERR_IO, see rdmax_batch_begin), and from a connect call of an endpoint that exposes regions (it
+   polls send completions while its memory windows bind: EXPOSED MEMORY). A comp callback may post new
+   operations and call rdmax_progress (no send completion is reported inside it: they wait until the batch
+   it belongs to is done, as RC retires in order; rdmax_ep_flush there is refused with
+   RDMAX_ERR_INVALID_PARAM); it must not destroy the endpoint of the operation it reports (the completion
+   loop still walks that endpoint).
    A receive callback (rdmax_ep_desc.recv_cb) may post, and may destroy its own endpoint: the receive
    loop checks for that before it touches the endpoint again. Its data is valid only during the call.
    rdmax_wait(ctx, timeout_ms) blocks on the completion channel until a completion arrives or timeout_ms
@@ -310,18 +311,17 @@
 
    REPLYING TO A REQUEST (RC)
    A reply that lands in the requester's memory (a region it exposed, registered with
-   RDMAX_ACCESS_REMOTE_WRITE, at the address and key rdmax_ep_query_remote gives the responder; the request can
-   say where in it) goes one of two ways. rdmax_put_imm is one
-   operation and one credit: the data lands in place and the requester's imm_cb (it needs one, or the
-   notice is only counted as a drop) gets imm and len, so imm names the request (its 32 bits are all the
-   notice carries). rdmax_put then rdmax_send is two operations and the same one credit (a put takes
-   none): the send can carry a larger header (up to the requester's recv_size), which reaches recv_cb
-   copied into a receive buffer. Either way the requester's callback runs after the reply's data is in
-   place, since one endpoint's operations run in order (ORDERING AND DELIVERY). rdmax_put_imm always
-   takes the general path; a short put and a short send without a comp take the fast paths. A send also
-   returns, in its immediate data, the credits its sender owes for the requests it received; a
-   put_imm's immediate is yours, so a responder that replies only with rdmax_put_imm returns them in
-   grants (a zero-length send each half window) instead.
+   RDMAX_ACCESS_REMOTE_WRITE, at the address and key rdmax_ep_query_remote gives the responder; the request
+   can say where in it) goes one of two ways. rdmax_put_imm is one operation and one credit: the data lands
+   in place and the requester's imm_cb (it needs one, or the notice is only counted as a drop) gets imm and
+   len, so imm names the request (its 32 bits are all the notice carries). rdmax_put then rdmax_send is two
+   operations and the same one credit (a put takes none): the send can carry a larger header (up to the
+   requester's recv_size), which reaches recv_cb copied into a receive buffer. Either way the requester's
+   callback runs after the reply's data is in place, since one endpoint's operations run in order (ORDERING
+   AND DELIVERY). rdmax_put_imm always takes the general path; a short put and a short send without a comp
+   take the fast paths. A send also returns, in its immediate data, the credits its sender owes for the
+   requests it received; a put_imm's immediate is yours, so a responder that replies only with rdmax_put_imm
+   returns them in grants (a zero-length send each half window) instead.
 
    LIMITS
    An endpoint past a limit fails with RDMAX_ERR_LIMIT and a log line that names the limit and its value
@@ -350,9 +350,10 @@
    can fail (rdmax_rcache_invalidate, _drain) is >= 0, or a negative rdmax_status.
    Every message rdmax logs is a log item (RDMAX_LOG_ITEM_*, one X-macro list) with a text that names the
    device, port, endpoint and call; the logger gets both. Setup failures are logged once, at
-   RDMAX_LOG_ERROR, through the logger (default: one line on stderr), and kept: rdmax_ctx_query_last_error(ctx)
-   and rdmax_ctx_query_last_error_item(ctx); with ctx NULL the calling thread's last error, which outlives a
-   failed rdmax_ctx_create. Print the status, not the kept text, if the logger already printed it.
+   RDMAX_LOG_ERROR, through the logger (default: one line on stderr), and kept:
+   rdmax_ctx_query_last_error(ctx) and rdmax_ctx_query_last_error_item(ctx); with ctx NULL the calling
+   thread's last error, which outlives a failed rdmax_ctx_create. Print the status, not the kept text, if
+   the logger already printed it.
    A failed completion moves only its own endpoint to RDMAX_EP_ERROR; its first error is logged once
    (RDMAX_LOG_ITEM_EP_FAILED) with the ibv_wc_status text, the operation and, for a signaled one (given a
    comp, or one in signal_interval), its length and remote address (the fast path keeps them only for
@@ -367,8 +368,8 @@
 
    FAILURES, WATCHDOG, KEEPALIVE, DISCONNECT
    No endpoint outlives its QP in silence. An endpoint moves to RDMAX_EP_ERROR, with a reason that
-   rdmax_ep_query_error() returns and the log names (endpoint, out-of-band peer, RoCE peer GID and QPN, and "the
-   link is down" when the port is), on the first of:
+   rdmax_ep_query_error() returns and the log names (endpoint, out-of-band peer, RoCE peer GID and QPN, and
+   "the link is down" when the port is), on the first of:
        an error completion                  its status (RDMAX_ERR_RETRY_EXCEEDED, _REMOTE_ACCESS, ...)
        a flushed completion with no error   RDMAX_ERR_FLUSHED: the QP went to the error state behind
          completion of its own              rdmax's back (an async error, the responder side of an error
@@ -409,26 +410,26 @@
    a close is not a failure, and is distinct from one in the state and in the EP_CLOSED profile event.
 
    CONNECTION SETUP
-   rdmax_listener_create/rdmax_accept/rdmax_connect set an endpoint up in one of two ways, chosen per context by
-   rdmax_ctx_desc.conn_setup:
+   rdmax_listener_create/rdmax_accept/rdmax_connect set an endpoint up in one of two ways, chosen per
+   context by rdmax_ctx_desc.conn_setup:
        RDMAX_SETUP_TCP (0)   rdmax's own record over TCP (rdmax_conn_record, RDMAX_CONN_RECORD_SIZE bytes)
-       RDMAX_SETUP_CM        rdma_cm (librdmacm), RC only: the listener is an rdma_cm id, the client resolves
-                             the address and the route (the source GID comes from the route; RoCE v2 over
-                             IPv4 or IPv6) and sends a connect request. rdma_cm carries the QP number, PSN,
-                             MTU and GID; the rest of the record (transport, credits, receive size, exposed
-                             buffer) rides in the request's private data as a compact record
-                             (RDMAX_CM_RECORD_SIZE bytes, rdmax_cm_record_encode), checked field by field with
-                             the same statuses and sentences as the TCP record. A client whose record is bad
-                             is rejected with the status in the reject's private data. Each rdma_cm step of
-                             rdmax_connect is under its deadline and a timeout names the step
-                             ("rdma_resolve_route timed out after 80 ms"). rdmax_listener_query_fd() is the event
-                             channel's fd. rdmax_ep_disconnect() also calls rdma_disconnect(), and a peer
-                             that disconnects is seen as RDMAX_EP_CLOSED, one that exits, is killed or
+       RDMAX_SETUP_CM        rdma_cm (librdmacm), RC only: the listener is an rdma_cm id, the client
+                             resolves the address and the route (the source GID comes from the route; RoCE
+                             v2 over IPv4 or IPv6) and sends a connect request. rdma_cm carries the QP
+                             number, PSN, MTU and GID; the rest of the record (transport, credits, receive
+                             size, exposed buffer) rides in the request's private data as a compact record
+                             (RDMAX_CM_RECORD_SIZE bytes, rdmax_cm_record_encode), checked field by field
+                             with the same statuses and sentences as the TCP record. A client whose record
+                             is bad is rejected with the status in the reject's private data. Each rdma_cm
+                             step of rdmax_connect is under its deadline and a timeout names the step
+                             ("rdma_resolve_route timed out after 80 ms"). rdmax_listener_query_fd() is the
+                             event channel's fd. rdmax_ep_disconnect() also calls rdma_disconnect(), and a
+                             peer that disconnects is seen as RDMAX_EP_CLOSED, one that exits, is killed or
                              destroys its endpoint without a disconnect as RDMAX_EP_ERROR with
                              RDMAX_ERR_PEER_GONE (RDMA_CM_EVENT_DISCONNECTED with no goodbye before it, read
-                             by rdmax_progress's slow tick), with no traffic needed. rdmax creates its own QP on the context's PD (the cm id has
-                             none), so everything else about an endpoint is the same in both modes.
-   ADMISSION
+                             by rdmax_progress's slow tick), with no traffic needed. rdmax creates its own
+                             QP on the context's PD (the cm id has none), so everything else about an
+                             endpoint is the same in both modes. ADMISSION
    With a shared secret (rdmax_ctx_desc.secret, or RDMAX_SECRET) a listener serves only clients that
    prove they know it, and a client connects only to a listener that proves it back; both sides need the
    same secret. A challenge-response with HMAC-SHA-256 (written in rdmax) and a fresh random nonce per
@@ -444,8 +445,9 @@
    the QP numbers, GIDs or rkeys in them. It does not encrypt anything: the fabric carries data and
    rkeys in the clear, and someone on the path can read them, and forge packets of a connection once it
    is made. It decides who connects, not what a connected peer may reach: that is the memory's rules
-   (ed.expose and the access flags of its registration). Without a secret on either side the exchange is the same as before admission existed; an rdmax from before it
-   refuses a peer with a secret as a newer version.
+   (ed.expose and the access flags of its registration). Without a secret on either side the exchange is the
+   same as before admission existed; an rdmax from before it refuses a peer with a secret as a newer
+   version.
 
    REGISTRATION CACHE
    A buffer passed without an rdmax_mem ("raw") is registered through the context's cache, by its
