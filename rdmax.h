@@ -775,7 +775,8 @@ typedef enum rdmax_op {
 #define RDMAX_TRANSPORT_ID_RC 1
 #define RDMAX_TRANSPORT_ID_UD 2
 #define RDMAX_UD_GRH 40
-#define RDMAX_UD_QKEY 0x11111111u
+#define RDMAX_UD_QKEY 0x01234567u     /* the context's UD QP: librdmacm's RDMA_UDP_QKEY, the Q_Key of groups
+                                         joined through rdma_cm (a QP has one Q_Key) */
 
 /* ---- arbiter: the pending queue ----------------------------------------------------------------- */
 /* The pending queue of an interface. Each endpoint owns one *group* of pending elements (requests
