@@ -105,6 +105,7 @@
        RDMAX_NUMA_NODE=n         NUMA node for rdmax's buffers (default: the device's node, if known)
        RDMAX_SL=n                service level of every connection, 0..15 (default 0)
        RDMAX_PKEY_INDEX=n        P_Key table index of every QP (default 0)
+       RDMAX_MCAST_JOIN=cm|attach  how UD multicast groups are joined (default cm; see UD AND MULTICAST)
        RDMAX_LOG_LEVEL=error|warn|info|debug|trace   (default: warn)
        RDMAX_RCACHE_MONITOR=off  no memory monitor in this process (raw buffers then registered per
                                  operation, see REGISTRATION CACHE)
@@ -238,9 +239,22 @@
    recv_drops). Verified on rxe (tests/ud_test cross): a sender on another device that made a QP with
    the peer's QPN, and a real peer naming another endpoint, get nothing delivered. It trusts the
    network's source addresses: a host that takes the peer's IP address is not told apart.
-   Multicast: rdmax_mcast_join(ep, "239.1.2.3") makes ep receive the IPv4 group (joined at the IP level
-   too; a group's datagrams go to the endpoint that joined, from any sender); rdmax_mcast_ep_create
-   makes an endpoint that sends to the group; rdmax_mcast_leave leaves.
+   Multicast: rdmax_mcast_join(ep, "239.1.2.3") makes ep receive the IPv4 group (a group's datagrams go
+   to the endpoint that joined, from any sender); rdmax_mcast_ep_create makes an endpoint that sends to
+   the group; rdmax_mcast_leave leaves, and so does rdmax_ep_destroy.
+   By default (mcast_join RDMAX_MCAST_CM) a join goes through rdma_cm, on InfiniBand and RoCE alike:
+   rdma_join_multicast from the port's IPv4 address (rdmax_ctx_desc.mcast_addr, else derived), which asks
+   the subnet manager on InfiniBand and joins at the IP level on RoCE; the MGID, MLID, Q_Key and address
+   handle are the ones its event gives, and the context's UD QP is attached to that MGID/MLID. The join
+   waits at most 10 s for the event. A port whose netdev has no IPv4 address that rdma_cm binds to the
+   device fails the join with RDMAX_ERR_NO_DEVICE; an error event with RDMAX_ERR_IO, no answer (no subnet
+   manager) with RDMAX_ERR_TIMEOUT; a group whose Q_Key is not the UD QP's (RDMAX_UD_QKEY, rdma_cm's)
+   cannot be received (RDMAX_ERR_UNSUPPORTED), only sent to. Each with a sentence (item MCAST).
+   mcast_join RDMAX_MCAST_ATTACH (or RDMAX_MCAST_JOIN=attach) attaches the QP to the group's IPv4-mapped
+   GID directly and joins at the IP level through a socket: RoCE v2 with an IPv4-mapped GID only,
+   refused on InfiniBand (no subnet manager would be asked). An error event rdma_cm sends after the
+   join (the group lost, the address gone) is not watched. Both ways run on rxe (tests/ud_test, also
+   across two hosts); InfiniBand's choice and refusals on the fake device (tests/fabric_test).
 
    RECEIVING (RC): SHARED RECEIVE QUEUES AND CREDITS
    A context's RC endpoints receive into shared receive queues, one per buffer size in use (ep desc
@@ -777,6 +791,8 @@ typedef enum rdmax_op {
 #define RDMAX_UD_GRH 40
 #define RDMAX_UD_QKEY 0x01234567u     /* the context's UD QP: librdmacm's RDMA_UDP_QKEY, the Q_Key of groups
                                          joined through rdma_cm (a QP has one Q_Key) */
+#define RDMAX_MCAST_CM 1              /* rdmax_ctx_desc.mcast_join: rdma_join_multicast (the default) */
+#define RDMAX_MCAST_ATTACH 2          /* rdmax_ctx_desc.mcast_join: ibv_attach_mcast alone (RoCE v2 only) */
 
 /* ---- arbiter: the pending queue ----------------------------------------------------------------- */
 /* The pending queue of an interface. Each endpoint owns one *group* of pending elements (requests
@@ -1368,6 +1384,12 @@ typedef struct rdmax_ctx_desc {
     bool force_grh;            /* InfiniBand: false: a GRH only towards another subnet (the peer's subnet
                                   prefix differs from ours); true: on every packet (a routed fabric whose
                                   routers need it within one prefix). RoCE always carries one */
+    uint8_t mcast_join;        /* 0: $RDMAX_MCAST_JOIN (cm or attach), else RDMAX_MCAST_CM: multicast joins
+                                  go through rdma_cm; RDMAX_MCAST_ATTACH: ibv_attach_mcast and an IP-level
+                                  join, RoCE v2 only (see UD AND MULTICAST) */
+    const char *mcast_addr;    /* NULL: the IPv4 address of the port's netdev (from the IPv4-mapped GID, else
+                                  the first local address rdma_cm binds to this device and port). Else the
+                                  local IPv4 address rdma_cm joins from; read by rdmax_ctx_create */
 } rdmax_ctx_desc;
 
 typedef struct rdmax_ep_desc {
@@ -1729,6 +1751,7 @@ struct rdmax_ctx {
 #endif
     struct ibv_ah *(*create_ah)(struct ibv_pd *pd, struct ibv_ah_attr *attr); /* ibv_create_ah (tests: fake) */
     uint8_t said_no_srq;        /* the log said once that RC endpoints get pools of their own (no SRQ) */
+    struct in_addr mcast_addr;  /* rdmax_ctx_desc.mcast_addr parsed; 0: derived at each join */
 };
 
 struct rdmax_ep {
@@ -2065,19 +2088,22 @@ RDMAX_API rdmax_ctx *rdmax_ep_query_ctx(const rdmax_ep *ep);
 
 #if RDMAX__HAS_UD
 /* rdmax_mcast_join, rdmax_mcast_leave, rdmax_mcast_ep_create: UD multicast (see UD AND MULTICAST).
-   rdmax_mcast_join attaches ep's QP (a UD endpoint: the context's UD QP) to the IPv4 group `group` (e.g.
-   "239.1.2.3") on the device's netdev, joining it at the IP level too so rxe and RoCE NICs receive it;
-   its datagrams then reach ep's recv_cb. rdmax_mcast_leave detaches and leaves. rdmax_mcast_ep_create
-   makes a send-only endpoint (desc copied) whose rdmax_send goes to every member.
+   rdmax_mcast_join joins the IPv4 group `group` (e.g. "239.1.2.3") through rdma_cm, or directly with
+   mcast_join RDMAX_MCAST_ATTACH, and attaches ep's QP (a UD endpoint: the context's UD QP) to it; its
+   datagrams then reach ep's recv_cb. rdmax_mcast_leave detaches and leaves (rdmax_ep_destroy too).
+   rdmax_mcast_ep_create makes a send-only endpoint (desc copied) whose rdmax_send goes to every member;
+   through rdma_cm it joins as a full member too (its QP is not attached: it receives nothing).
    A group has one receiving endpoint per context (the context's UD QP is attached once; its datagrams
    go to the endpoint that joined): another endpoint of the same context cannot join it until that one
    leaves; endpoints of other contexts or processes can. An endpoint joins at most 8 groups, a context's
    endpoints at most 64 in all.
    Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (not an IPv4 multicast address, or another endpoint of this
-   context joined the group); RDMAX_ERR_UNSUPPORTED (not a UD endpoint, or the context's GID is not
-   IPv4-mapped); RDMAX_ERR_NO_MEMORY; RDMAX_ERR_NO_RESOURCE (ep joined 8 groups, or the context's
-   endpoints 64); RDMAX_ERR_IO (the IP join, the attach or the address handle failed). Failures of the
-   group, the endpoint and the calls are logged (item MCAST).
+   context joined the group); RDMAX_ERR_UNSUPPORTED (not a UD endpoint; the group's Q_Key is not the UD
+   QP's; RDMAX_MCAST_ATTACH on InfiniBand or without an IPv4-mapped GID); RDMAX_ERR_NO_DEVICE (no local
+   IPv4 address rdma_cm binds to the device); RDMAX_ERR_TIMEOUT (no join event within 10 s);
+   RDMAX_ERR_NO_MEMORY; RDMAX_ERR_NO_RESOURCE (ep joined 8 groups, or the context's endpoints 64);
+   RDMAX_ERR_IO (the join, its event, the IP join, the attach or the address handle failed). Failures of
+   the group, the endpoint and the calls are logged (item MCAST).
    Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group);
 RDMAX_API rdmax_status rdmax_mcast_leave(rdmax_ep *ep, const char *group);

@@ -35,6 +35,8 @@
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/random.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -706,6 +708,26 @@ static rdmax_status rdmax__ctx_desc_defaults(rdmax_ctx *ctx, rdmax_ctx_desc d)
             return RDMAX_ERR_INVALID_PARAM;
         }
         d.pkey_index = (uint16_t)v;
+    }
+    /* how multicast groups are joined: desc, then RDMAX_MCAST_JOIN, then rdma_cm */
+    const char *mj = d.mcast_join ? NULL : getenv("RDMAX_MCAST_JOIN");
+    if (mj && *mj)
+        d.mcast_join = !strcmp(mj, "cm") ? RDMAX_MCAST_CM : !strcmp(mj, "attach") ? RDMAX_MCAST_ATTACH : 0xff;
+    if (!d.mcast_join)
+        d.mcast_join = RDMAX_MCAST_CM;
+    if (d.mcast_join != RDMAX_MCAST_CM && d.mcast_join != RDMAX_MCAST_ATTACH) {
+        if (mj && *mj)
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CTX_DESC, "RDMAX_MCAST_JOIN=%s is neither cm nor attach", mj);
+        else
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CTX_DESC,
+                       "rdmax_ctx_desc.mcast_join %u is neither RDMAX_MCAST_CM (1) nor RDMAX_MCAST_ATTACH (2)",
+                       d.mcast_join);
+        return RDMAX_ERR_INVALID_PARAM;
+    }
+    if (d.mcast_addr && inet_pton(AF_INET, d.mcast_addr, &ctx->mcast_addr) != 1) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CTX_DESC,
+                   "rdmax_ctx_desc.mcast_addr '%s' is not an IPv4 address", d.mcast_addr);
+        return RDMAX_ERR_INVALID_PARAM;
     }
     ctx->desc = d;
     /* The admission secret: the desc's, else the environment's; our own copy (the caller's may go). */
@@ -1620,12 +1642,23 @@ struct rdmax__ud {
     char *rbufs;
     struct ibv_mr *rmr;
     uint32_t rq_depth, recv_size, rq_unposted, *rq_free;
-    struct { uint8_t gid[16]; uint32_t ep_idx; uint16_t gen; } groups[RDMAX__UD_GROUPS];
+    struct { uint8_t gid[16]; struct in_addr group; uint32_t ep_idx; uint16_t gen; } groups[RDMAX__UD_GROUPS];
     uint32_t n_groups;
 };
 
+#define RDMAX__MCAST_JOIN_MS 10000  /* how long a join waits for rdma_cm's event */
+/* A group an endpoint joined (or, for rdmax_mcast_ep_create, the one it sends to). The QP is attached to
+   mgid / mlid: rdma_cm's event gives them, the direct path derives the MGID. */
+struct rdmax__mcast_group {
+    struct in_addr group;
+    int fd;                          /* RDMAX_MCAST_ATTACH: the socket holding the IP-level membership */
+    struct rdma_event_channel *ch;   /* rdma_cm: the join's own channel and id (the id has no QP) */
+    struct rdma_cm_id *id;
+    union ibv_gid mgid;
+    uint16_t mlid;
+};
 struct rdmax__mcast {
-    struct { struct in_addr group; int fd; union ibv_gid mgid; } g[RDMAX__MCAST_MAX];
+    struct rdmax__mcast_group g[RDMAX__MCAST_MAX];
     uint32_t n;
 };
 
@@ -1636,14 +1669,12 @@ static struct rdmax__ud *rdmax__ud_state(rdmax_ctx *ctx)
     return ctx->ud;
 }
 
-/* The address handle to gid / lid (InfiniBand; 0 on RoCE) in the subnet of subnet_prefix (rdmax__peer_av). */
-static struct ibv_ah *rdmax__ah_get(rdmax_ctx *ctx, const uint8_t gid[16], uint16_t lid, uint64_t subnet_prefix)
+/* The cached address handle to gid / lid, made from a when there is none yet. */
+static struct ibv_ah *rdmax__ah_cached(rdmax_ctx *ctx, const uint8_t gid[16], uint16_t lid, struct ibv_ah_attr *a)
 {
     struct rdmax__ud *u = rdmax__ud_state(ctx);
     if (!u)
         return NULL;
-    if (ctx->attr.link_layer != IBV_LINK_LAYER_INFINIBAND)
-        lid = 0;  /* RoCE: the GID alone */
     for (uint32_t i = 0; i < u->n; i++)
         if (!memcmp(u->ahs[i].gid, gid, 16) && u->ahs[i].lid == lid)
             return u->ahs[i].ah;
@@ -1658,22 +1689,30 @@ static struct ibv_ah *rdmax__ah_get(rdmax_ctx *ctx, const uint8_t gid[16], uint1
         u->ahs = (__typeof__(u->ahs))p;
         u->cap = cap;
     }
-    struct ibv_ah_attr a;
-    memset(&a, 0, sizeof a);
-    rdmax__peer_av(ctx, &a, gid, lid, subnet_prefix);
-    struct ibv_ah *ah = ctx->create_ah(ctx->pd, &a);
+    struct ibv_ah *ah = ctx->create_ah(ctx->pd, a);
     if (!ah) {
         char g[INET6_ADDRSTRLEN];
         inet_ntop(AF_INET6, gid, g, sizeof g);
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_AH_CREATE,
                    "device %s port %u: ibv_create_ah(gid %s, lid 0x%x%s) failed: %s", ctx->attr.name,
-                   ctx->attr.port, g, lid, a.is_global ? ", GRH" : "", strerror(errno));
+                   ctx->attr.port, g, lid, a->is_global ? ", GRH" : "", strerror(errno));
         return NULL;
     }
     memcpy(u->ahs[u->n].gid, gid, 16);
     u->ahs[u->n].lid = lid;
     u->ahs[u->n++].ah = ah;
     return ah;
+}
+
+/* The address handle to gid / lid (InfiniBand; 0 on RoCE) in the subnet of subnet_prefix (rdmax__peer_av). */
+static struct ibv_ah *rdmax__ah_get(rdmax_ctx *ctx, const uint8_t gid[16], uint16_t lid, uint64_t subnet_prefix)
+{
+    if (ctx->attr.link_layer != IBV_LINK_LAYER_INFINIBAND)
+        lid = 0;  /* RoCE: the GID alone */
+    struct ibv_ah_attr a;
+    memset(&a, 0, sizeof a);
+    rdmax__peer_av(ctx, &a, gid, lid, subnet_prefix);
+    return rdmax__ah_cached(ctx, gid, lid, &a);
 }
 
 static rdmax_status rdmax__ud_connect(rdmax_ep *ep, const rdmax_conn_record *r)
@@ -2010,12 +2049,180 @@ static rdmax_status rdmax__mcast_gid(rdmax_ctx *ctx, const char *group, struct i
     return RDMAX_OK;
 }
 
+/* Whether this context joins through rdma_cm (1) or attaches directly (0); the direct attach asks no
+   subnet manager, so InfiniBand cannot use it, and it derives the MGID from an IPv4-mapped GID. */
+static rdmax_status rdmax__mcast_path(rdmax_ctx *ctx, const char *group, int *cm)
+{
+    struct in_addr ifa;
+    *cm = ctx->desc.mcast_join != RDMAX_MCAST_ATTACH;
+    if (*cm)
+        return RDMAX_OK;
+    if (ctx->attr.link_layer == IBV_LINK_LAYER_INFINIBAND) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
+                   "multicast: joining %s on device %s: mcast_join RDMAX_MCAST_ATTACH cannot join on an InfiniBand "
+                   "port (the subnet manager must be asked): use RDMAX_MCAST_CM", group, ctx->attr.name);
+        return RDMAX_ERR_UNSUPPORTED;
+    }
+    if (rdmax__gid_ipv4(ctx, &ifa)) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
+                   "multicast: joining %s with RDMAX_MCAST_ATTACH: device %s GID %d is not IPv4-mapped", group,
+                   ctx->attr.name, ctx->attr.gid_index);
+        return RDMAX_ERR_UNSUPPORTED;
+    }
+    return RDMAX_OK;
+}
+
+/* g->id bound to a local IPv4 address of this context's device and port: desc.mcast_addr, else the one
+   in our IPv4-mapped GID, else the first interface address rdma_cm binds to the device (IPoIB). */
+static rdmax_status rdmax__mcast_bind(rdmax_ctx *ctx, struct rdmax__mcast_group *g, const char *group)
+{
+    struct in_addr cand[16];
+    int n = 0;
+    if (ctx->mcast_addr.s_addr)
+        cand[n++] = ctx->mcast_addr;
+    else if (!rdmax__gid_ipv4(ctx, &cand[0]))
+        n = 1;
+    else {
+        struct ifaddrs *ifs = NULL;
+        if (getifaddrs(&ifs) == 0)
+            for (struct ifaddrs *i = ifs; i && n < 16; i = i->ifa_next)
+                if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && !(i->ifa_flags & IFF_LOOPBACK))
+                    cand[n++] = ((struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr;
+        freeifaddrs(ifs);
+    }
+    char why[160] = "no local IPv4 address to try";
+    for (int i = 0; i < n; i++) {
+        char a[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &cand[i], a, sizeof a);
+        if (rdma_create_id(g->ch, &g->id, NULL, RDMA_PS_UDP)) {
+            snprintf(why, sizeof why, "rdma_create_id failed: %s", strerror(errno));
+            g->id = NULL;
+            break;
+        }
+        struct sockaddr_in sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sin_family = AF_INET;
+        sa.sin_addr = cand[i];
+        if (rdma_bind_addr(g->id, (struct sockaddr *)&sa))
+            snprintf(why, sizeof why, "rdma_bind_addr(%s) failed: %s", a, strerror(errno));
+        else if (!g->id->verbs || strcmp(ibv_get_device_name(g->id->verbs->device), ctx->attr.name) ||
+                 g->id->port_num != ctx->attr.port)
+            snprintf(why, sizeof why, "%s is on device %s port %u", a,
+                     g->id->verbs ? ibv_get_device_name(g->id->verbs->device) : "(none)", g->id->port_num);
+        else
+            return RDMAX_OK;
+        rdma_destroy_id(g->id);
+        g->id = NULL;
+    }
+    rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
+               "multicast: joining %s on device %s port %u: rdma_cm binds no local IPv4 address to this port (%s); "
+               "give its netdev an IPv4 address or name one in rdmax_ctx_desc.mcast_addr", group, ctx->attr.name,
+               ctx->attr.port, why);
+    return RDMAX_ERR_NO_DEVICE;
+}
+
+/* Leave g's group through rdma_cm (joined: it was) and free its id and channel. The id has no QP, so
+   librdmacm detaches nothing: rdmax__mcast_drop detaches ours. */
+static void rdmax__mcast_cm_close(struct rdmax__mcast_group *g, int joined)
+{
+    if (g->id) {
+        struct sockaddr_in ma;
+        memset(&ma, 0, sizeof ma);
+        ma.sin_family = AF_INET;
+        ma.sin_addr = g->group;
+        if (joined)
+            rdma_leave_multicast(g->id, (struct sockaddr *)&ma);
+        rdma_destroy_id(g->id);  /* every event read was acked: this does not wait */
+    }
+    if (g->ch)
+        rdma_destroy_event_channel(g->ch);
+    g->id = NULL;
+    g->ch = NULL;
+}
+
+/* Join g->group through rdma_cm on a channel of its own, and wait (bounded) for the event: its UD
+   parameters (address handle attributes with the MGID and MLID, QPN, Q_Key) go to *ud. */
+static rdmax_status rdmax__mcast_cm_join(rdmax_ctx *ctx, struct rdmax__mcast_group *g, const char *group,
+                                         struct rdma_ud_param *ud)
+{
+    if (!(g->ch = rdma_create_event_channel())) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
+                   "multicast: joining %s on device %s: rdma_create_event_channel failed: %s (rdma_cm is needed; "
+                   "is the rdma_ucm module loaded?)", group, ctx->attr.name, strerror(errno));
+        return RDMAX_ERR_NO_DEVICE;
+    }
+    fcntl(g->ch->fd, F_SETFL, fcntl(g->ch->fd, F_GETFL) | O_NONBLOCK);  /* our own channel */
+    rdmax_status st = rdmax__mcast_bind(ctx, g, group);
+    struct sockaddr_in ma;
+    memset(&ma, 0, sizeof ma);
+    ma.sin_family = AF_INET;
+    ma.sin_addr = g->group;
+    if (st == RDMAX_OK && rdma_join_multicast(g->id, (struct sockaddr *)&ma, NULL)) {
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST, "multicast: rdma_join_multicast(%s) on device %s failed: %s",
+                   group, ctx->attr.name, strerror(errno));
+        st = RDMAX_ERR_IO;
+    }
+    int64_t deadline = rdmax__now_ms() + RDMAX__MCAST_JOIN_MS;
+    while (st == RDMAX_OK) {
+        struct rdma_cm_event *ev;
+        if (rdma_get_cm_event(g->ch, &ev) == 0) {
+            enum rdma_cm_event_type t = ev->event;
+            int status = ev->status;
+            if (t == RDMA_CM_EVENT_MULTICAST_JOIN && status == 0)
+                *ud = ev->param.ud;
+            rdma_ack_cm_event(ev);
+            if (t == RDMA_CM_EVENT_MULTICAST_JOIN && status == 0)
+                return RDMAX_OK;
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
+                       "multicast: joining %s on device %s: rdma_cm answered %s (status %d: %s)", group,
+                       ctx->attr.name, rdma_event_str(t), status, strerror(status < 0 ? -status : status));
+            st = RDMAX_ERR_IO;
+            break;
+        }
+        int64_t left = deadline - rdmax__now_ms();
+        if ((errno != EAGAIN && errno != EWOULDBLOCK) || left <= 0) {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST, left <= 0
+                       ? "multicast: joining %s on device %s: no answer from rdma_cm within %d ms%s (on InfiniBand: "
+                         "is a subnet manager running?)"
+                       : "multicast: joining %s on device %s: rdma_get_cm_event failed after %d ms: %s", group,
+                       ctx->attr.name, RDMAX__MCAST_JOIN_MS, left <= 0 ? "" : strerror(errno));
+            st = left <= 0 ? RDMAX_ERR_TIMEOUT : RDMAX_ERR_IO;
+            break;
+        }
+        struct pollfd p = {g->ch->fd, POLLIN, 0};
+        poll(&p, 1, (int)left);
+    }
+    rdmax__mcast_cm_close(g, 0);  /* destroying the id cancels a join still under way */
+    return st;
+}
+
+/* Undo one group of ep: detach the QP, then leave (rdma_cm, or close the IP-level socket). */
+static int rdmax__mcast_drop(rdmax_ep *ep, struct rdmax__mcast_group *g)
+{
+    int rc = 0;
+    struct rdmax__ud *u = ep->ctx->ud;
+    if (g->fd != -2) {  /* -2: a sending endpoint's group, nothing attached */
+        for (uint32_t k = 0; k < u->n_groups; k++)
+            if (!memcmp(u->groups[k].gid, g->mgid.raw, 16)) {
+                u->groups[k] = u->groups[--u->n_groups];
+                break;
+            }
+        rc = ibv_detach_mcast(ep->qp, &g->mgid, g->mlid);
+    }
+    if (g->fd >= 0)
+        close(g->fd);  /* closing the socket leaves the IP group */
+    rdmax__mcast_cm_close(g, 1);
+    return rc;
+}
+
 rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group)
 {
     rdmax_ctx *ctx = ep->ctx;
-    struct in_addr ga, ifa;
-    union ibv_gid mgid;
-    rdmax_status st = rdmax__mcast_gid(ctx, group, &ga, &mgid);
+    struct rdmax__mcast_group g;
+    memset(&g, 0, sizeof g);
+    g.fd = -1;
+    int cm;
+    rdmax_status st = rdmax__mcast_gid(ctx, group, &g.group, &g.mgid);
     if (st != RDMAX_OK)
         return st;
     if (ep->qp->qp_type != IBV_QPT_UD) {
@@ -2023,12 +2230,8 @@ rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group)
                    "multicast: endpoint qpn 0x%x is not UD", ep->qp->qp_num);
         return RDMAX_ERR_UNSUPPORTED;
     }
-    if (rdmax__gid_ipv4(ctx, &ifa)) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
-                   "multicast: device %s GID %d is not IPv4-mapped", ctx->attr.name,
-                   ctx->attr.gid_index);
-        return RDMAX_ERR_UNSUPPORTED;
-    }
+    if ((st = rdmax__mcast_path(ctx, group, &cm)) != RDMAX_OK)
+        return st;
     if (!ep->mcast && !(ep->mcast = (struct rdmax__mcast *)rdmax__alloc(ctx, sizeof *ep->mcast)))
         return RDMAX_ERR_NO_MEMORY;
     if (ep->mcast->n == RDMAX__MCAST_MAX) {
@@ -2036,65 +2239,72 @@ rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group)
                    "the most one endpoint may", group, RDMAX__MCAST_MAX);
         return RDMAX_ERR_NO_RESOURCE;
     }
-    /* The netdev must be a member at the IP level too, or the kernel drops the group's packets before
-       they reach rxe; a socket holds that membership for as long as it is open. */
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    struct ip_mreq mr;
-    mr.imr_multiaddr = ga;
-    mr.imr_interface = ifa;
-    if (fd < 0 || setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &mr, sizeof mr)) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
-                   "multicast: joining %s on device %s: IP_ADD_MEMBERSHIP failed: %s", group,
-                   ctx->attr.name, strerror(errno));
-        if (fd >= 0)
-            close(fd);
-        return RDMAX_ERR_IO;
-    }
     struct rdmax__ud *u = ctx->ud;
     for (uint32_t k = 0; k < u->n_groups; k++)
-        if (!memcmp(u->groups[k].gid, mgid.raw, 16)) {
+        if (u->groups[k].group.s_addr == g.group.s_addr) {
             rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
                        "multicast: %s is already joined by another endpoint of this context "
                        "(datagrams to a group go to one endpoint)", group);
-            close(fd);
             return RDMAX_ERR_INVALID_PARAM;
         }
     if (u->n_groups == RDMAX__UD_GROUPS) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST, "multicast: joining %s: the endpoints of this context already "
                    "joined %d groups, the most one context may", group, RDMAX__UD_GROUPS);
-        close(fd);
         return RDMAX_ERR_NO_RESOURCE;
     }
-    int rc = ibv_attach_mcast(ep->qp, &mgid, 0);
+    if (cm) {
+        struct rdma_ud_param ud;
+        if ((st = rdmax__mcast_cm_join(ctx, &g, group, &ud)) != RDMAX_OK)
+            return st;
+        g.mgid = ud.ah_attr.grh.dgid;  /* what the group is on the wire (the GRH's destination) */
+        g.mlid = ud.ah_attr.dlid;
+        if (ud.qkey != RDMAX_UD_QKEY) {  /* the QP would drop the group's datagrams */
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
+                       "multicast: %s has Q_Key 0x%x, the context's UD QP 0x%x: it can be sent to "
+                       "(rdmax_mcast_ep_create), not received", group, ud.qkey, RDMAX_UD_QKEY);
+            g.fd = -2;
+            rdmax__mcast_drop(ep, &g);
+            return RDMAX_ERR_UNSUPPORTED;
+        }
+    } else {
+        /* The netdev must be a member at the IP level too, or the kernel drops the group's packets before
+           they reach rxe; a socket holds that membership for as long as it is open (rdma_cm does this
+           itself). */
+        struct ip_mreq mr;
+        mr.imr_multiaddr = g.group;
+        rdmax__gid_ipv4(ctx, &mr.imr_interface);
+        g.fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (g.fd < 0 || setsockopt(g.fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &mr, sizeof mr)) {
+            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
+                       "multicast: joining %s on device %s: IP_ADD_MEMBERSHIP failed: %s", group,
+                       ctx->attr.name, strerror(errno));
+            if (g.fd >= 0)
+                close(g.fd);
+            return RDMAX_ERR_IO;
+        }
+    }
+    int rc = ibv_attach_mcast(ep->qp, &g.mgid, g.mlid);
     if (rc) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
                    "multicast: ibv_attach_mcast(%s) on device %s qpn 0x%x failed: %s", group,
                    ctx->attr.name, ep->qp->qp_num, strerror(rc));
-        close(fd);
+        if (g.fd >= 0)
+            close(g.fd);
+        rdmax__mcast_cm_close(&g, 1);
         return RDMAX_ERR_IO;
     }
-    struct rdmax__mcast *m = ep->mcast;
-    m->g[m->n].group = ga;
-    m->g[m->n].fd = fd;
-    m->g[m->n].mgid = mgid;
-    m->n++;
+    char mg[INET6_ADDRSTRLEN];
+    inet_ntop(AF_INET6, g.mgid.raw, mg, sizeof mg);
+    rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_MCAST, "multicast: joined %s %s on device %s: MGID %s, MLID 0x%x",
+               group, cm ? "through rdma_cm" : "by ibv_attach_mcast", ctx->attr.name, mg, g.mlid);
+    ep->mcast->g[ep->mcast->n++] = g;
     uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
-    memcpy(u->groups[u->n_groups].gid, mgid.raw, 16);
+    memcpy(u->groups[u->n_groups].gid, g.mgid.raw, 16);
+    u->groups[u->n_groups].group = g.group;
     u->groups[u->n_groups].ep_idx = idx;
     u->groups[u->n_groups].gen = RDMAX__REF_GEN(&ctx->eps[idx]);
     u->n_groups++;
     return RDMAX_OK;
-}
-
-static int rdmax__ud_detach(rdmax_ep *ep, const union ibv_gid *mgid)
-{
-    struct rdmax__ud *u = ep->ctx->ud;
-    for (uint32_t k = 0; k < u->n_groups; k++)
-        if (!memcmp(u->groups[k].gid, mgid->raw, 16)) {
-            u->groups[k] = u->groups[--u->n_groups];
-            break;
-        }
-    return ibv_detach_mcast(ep->qp, mgid, 0);
 }
 
 rdmax_status rdmax_mcast_leave(rdmax_ep *ep, const char *group)
@@ -2106,10 +2316,9 @@ rdmax_status rdmax_mcast_leave(rdmax_ep *ep, const char *group)
         return st;
     struct rdmax__mcast *m = ep->mcast;
     for (uint32_t i = 0; m && i < m->n; i++) {
-        if (m->g[i].group.s_addr != ga.s_addr)
+        if (m->g[i].group.s_addr != ga.s_addr || m->g[i].fd == -2)
             continue;
-        int rc = rdmax__ud_detach(ep, &m->g[i].mgid);
-        close(m->g[i].fd);  /* closing the socket leaves the IP group */
+        int rc = rdmax__mcast_drop(ep, &m->g[i]);
         m->g[i] = m->g[--m->n];
         if (rc) {
             rdmax__log(ep->ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_MCAST,
@@ -2125,28 +2334,23 @@ rdmax_status rdmax_mcast_leave(rdmax_ep *ep, const char *group)
 static void rdmax__ud_ep_cleanup(rdmax_ep *ep)
 {
     struct rdmax__mcast *m = ep->mcast;
-    for (uint32_t i = 0; m && i < m->n; i++) {
-        rdmax__ud_detach(ep, &m->g[i].mgid);  /* the shared QP stays: detach what this endpoint joined */
-        close(m->g[i].fd);
-    }
+    for (uint32_t i = 0; m && i < m->n; i++)
+        rdmax__mcast_drop(ep, &m->g[i]);  /* the shared QP stays: detach and leave what this endpoint joined */
     rdmax__free(ep->ctx, m);
     ep->mcast = NULL;
 }
 
 rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, const char *group, rdmax_ep **out)
 {
-    struct in_addr ga;
-    union ibv_gid mgid;
-    rdmax_status st = rdmax__mcast_gid(ctx, group, &ga, &mgid);
+    struct rdmax__mcast_group g;
+    memset(&g, 0, sizeof g);
+    g.fd = -2;  /* nothing attached: a sender */
+    int cm;
+    *out = NULL;
+    rdmax_status st = rdmax__mcast_gid(ctx, group, &g.group, &g.mgid);
+    if (st == RDMAX_OK)
+        st = rdmax__mcast_path(ctx, group, &cm);
     if (st != RDMAX_OK)
-        return st;
-    rdmax_ep_desc d;
-    if (desc)
-        d = *desc;
-    else
-        memset(&d, 0, sizeof d);
-    d.transport = RDMAX_TRANSPORT_ID_UD;
-    if ((st = rdmax_ep_create(ctx, &d, out)) != RDMAX_OK)
         return st;
     rdmax_conn_record r;
     memset(&r, 0, sizeof r);
@@ -2155,7 +2359,39 @@ rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, co
     r.qpn = 0xffffff;  /* the multicast QPN */
     r.qkey = RDMAX_UD_QKEY;
     r.recv_size = ctx->attr.mtu_bytes + RDMAX_UD_GRH;
-    memcpy(r.gid, mgid.raw, 16);  /* RoCE only (rdmax_mcast_join): routed by the GID, no LID */
+    memcpy(r.gid, g.mgid.raw, 16);  /* the direct path: RoCE, routed by the GID */
+    if (cm) {
+        /* the group's address, QPN and Q_Key as rdma_cm gives them; its address handle made from the
+           event's attributes, in the cache under the MGID (and MLID) that rdmax__ud_connect looks up */
+        struct rdma_ud_param ud;
+        if ((st = rdmax__mcast_cm_join(ctx, &g, group, &ud)) != RDMAX_OK)
+            return st;
+        g.mgid = ud.ah_attr.grh.dgid;
+        g.mlid = ud.ah_attr.dlid;
+        memcpy(r.gid, g.mgid.raw, 16);
+        r.lid = ctx->attr.link_layer == IBV_LINK_LAYER_INFINIBAND ? g.mlid : 0;
+        r.qpn = ud.qp_num;
+        r.qkey = ud.qkey;
+        if (!rdmax__ah_cached(ctx, r.gid, r.lid, &ud.ah_attr)) {
+            rdmax__mcast_cm_close(&g, 1);
+            return RDMAX_ERR_IO;
+        }
+    }
+    rdmax_ep_desc d;
+    if (desc)
+        d = *desc;
+    else
+        memset(&d, 0, sizeof d);
+    d.transport = RDMAX_TRANSPORT_ID_UD;
+    if ((st = rdmax_ep_create(ctx, &d, out)) != RDMAX_OK ||
+        (!(*out)->mcast && !((*out)->mcast = (struct rdmax__mcast *)rdmax__alloc(ctx, sizeof *(*out)->mcast)))) {
+        rdmax__mcast_cm_close(&g, 1);
+        if (*out)
+            rdmax_ep_destroy(*out);
+        *out = NULL;
+        return st != RDMAX_OK ? st : RDMAX_ERR_NO_MEMORY;
+    }
+    (*out)->mcast->g[(*out)->mcast->n++] = g;  /* rdmax_ep_destroy leaves the group */
     snprintf((*out)->peer, sizeof (*out)->peer, "%s", group);
     if ((st = rdmax__ud_connect(*out, &r)) != RDMAX_OK) {
         rdmax_ep_destroy(*out);

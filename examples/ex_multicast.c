@@ -73,7 +73,7 @@ int main(int argc, char **argv)
         memset(&d, 0, sizeof d);
         d.recv_cb = on_recv;
         d.user = &rx[k];
-        /* A receiver needs no peer: joining attaches its QP to the group (and the IP group, for RoCE). */
+        /* A receiver needs no peer: joining (through rdma_cm) attaches its QP to the group. */
         if ((st = rdmax_ep_create(rctx[k], &d, &rep[k])) != RDMAX_OK)
             die("rdmax_ep_create", st);
         if ((st = rdmax_mcast_join(rep[k], GROUP)) != RDMAX_OK)

@@ -9,6 +9,9 @@
      prefixes or when the desc asks; UD address handles likewise;
    - RoCE v1 and v2 (IPv4-mapped and IPv6 GIDs): a GRH always, field by field as rxe gets it; v1 and v2
      peers, and RoCE and InfiniBand peers, refuse each other with RDMAX_ERR_OOB_LINK;
+   - multicast: an InfiniBand port joins through rdma_cm (the fake has none, so the join stops there with
+     RDMAX_ERR_NO_DEVICE and a sentence, before anything is attached or an endpoint made), the direct
+     attach is refused on it; RoCE v2 takes rdma_cm by default and the direct attach when asked;
    - iWARP: refused with a sentence naming what is missing; no atomics: rdmax_fadd / rdmax_cswap return
      RDMAX_ERR_UNSUPPORTED on the fast and the general path and post nothing, reads still post; no SRQ:
      RC endpoints get pools of their own, said once; max_inline 0 and max_sge 1 in the capability line
@@ -590,6 +593,73 @@ static void test_iwarp(void)
     freectx(ctx);
 }
 
+/* ---- multicast ----------------------------------------------------------------------------------- */
+/* An InfiniBand port's groups are joined through rdma_cm, which asks the subnet manager: rdmax_mcast_join
+   and rdmax_mcast_ep_create take that path. No rdma_cm device here is "ib0" (the host may have no
+   rdma_cm at all), so each stops at rdma_cm with RDMAX_ERR_NO_DEVICE and a sentence, nothing attached
+   (the fake QP has no attach: the direct path would not get that far) and no endpoint made. */
+static void test_ib_mcast(void)
+{
+    rdmax_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    rdmax_ctx *ctx = mkctx(&IB, &d);
+    fqp q;
+    rdmax_ep *ep = mkep(ctx, &q, RDMAX_TRANSPORT_ID_UD, 0x301, 0), *tx = (rdmax_ep *)&q;
+    int cm = -1;
+    CHECK_ST(rdmax__mcast_path(ctx, "239.1.2.3", &cm), RDMAX_OK);
+    CHECK(cm == 1, "InfiniBand, default desc: path %s", cm ? "rdma_cm" : "ibv_attach_mcast");
+    g_n_log = 0;
+    CHECK_ST(rdmax_mcast_join(ep, "239.1.2.3"), RDMAX_ERR_NO_DEVICE);
+    const char *m = logged(RDMAX_LOG_ITEM_MCAST, NULL);
+    CHECK(m && strstr(m, "239.1.2.3") && strstr(m, "ib0") && strstr(m, "rdma_cm"), "the sentence: %s",
+          m ? m : "(nothing)");
+    CHECK(ctx->ud->n_groups == 0 && (!ep->mcast || ep->mcast->n == 0), "a failed join left %u groups",
+          ctx->ud->n_groups);
+    g_n_log = 0;
+    CHECK_ST(rdmax_mcast_ep_create(ctx, NULL, "239.1.2.4", &tx), RDMAX_ERR_NO_DEVICE);  /* (another sentence: not folded into a repeat) */
+    CHECK(tx == NULL && ctx->n_eps == 1, "a failed sending endpoint: out %p, %u endpoints", (void *)tx, ctx->n_eps);
+    m = logged(RDMAX_LOG_ITEM_MCAST, NULL);
+    CHECK(m && strstr(m, "rdma_cm"), "the sentence: %s", m ? m : "(nothing)");
+    rdmax__ud_ep_cleanup(ep);
+    freeep(ep);
+    freectx(ctx);
+    /* the direct attach asks no subnet manager: refused on InfiniBand, with what to use instead */
+    d.mcast_join = RDMAX_MCAST_ATTACH;
+    ctx = mkctx(&IB, &d);
+    ep = mkep(ctx, &q, RDMAX_TRANSPORT_ID_UD, 0x301, 0);
+    g_n_log = 0;
+    CHECK_ST(rdmax_mcast_join(ep, "239.1.2.3"), RDMAX_ERR_UNSUPPORTED);
+    m = logged(RDMAX_LOG_ITEM_MCAST, NULL);
+    CHECK(m && strstr(m, "InfiniBand") && strstr(m, "RDMAX_MCAST_CM"), "the sentence: %s", m ? m : "(nothing)");
+    CHECK_ST(rdmax_mcast_ep_create(ctx, NULL, "239.1.2.3", &tx), RDMAX_ERR_UNSUPPORTED);
+    rdmax__ud_ep_cleanup(ep);
+    freeep(ep);
+    freectx(ctx);
+}
+
+/* RoCE: rdma_cm by default too; the direct attach when the desc asks, with an IPv4-mapped GID only */
+static void test_roce_mcast_path(void)
+{
+    static const struct { const port *p; uint8_t join; rdmax_status st; int cm; } c[] = {
+        {&ROCE2, 0, RDMAX_OK, 1}, {&ROCE2, RDMAX_MCAST_CM, RDMAX_OK, 1}, {&ROCE2, RDMAX_MCAST_ATTACH, RDMAX_OK, 0},
+        {&ROCE2_V6, 0, RDMAX_OK, 1}, {&ROCE2_V6, RDMAX_MCAST_ATTACH, RDMAX_ERR_UNSUPPORTED, 0}};
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
+        rdmax_ctx_desc d;
+        memset(&d, 0, sizeof d);
+        d.mcast_join = c[i].join;
+        rdmax_ctx *ctx = mkctx(c[i].p, &d);
+        int cm = -1;
+        g_n_log = 0;
+        CHECK_ST(rdmax__mcast_path(ctx, "239.1.2.3", &cm), c[i].st);
+        CHECK(cm == c[i].cm, "%s, mcast_join %u: path %s", c[i].p->name, c[i].join, cm ? "rdma_cm" : "ibv_attach_mcast");
+        if (c[i].st != RDMAX_OK) {
+            const char *m = logged(RDMAX_LOG_ITEM_MCAST, NULL);
+            CHECK(m && strstr(m, "not IPv4-mapped"), "the sentence: %s", m ? m : "(nothing)");
+        }
+        freectx(ctx);
+    }
+}
+
 /* RDMAX_SL and RDMAX_PKEY_INDEX are checked before a device is opened */
 static void test_env(void)
 {
@@ -610,6 +680,25 @@ static void test_env(void)
     d.sl = 16;
     rdmax_ctx *ctx = NULL;
     CHECK_ST(rdmax_ctx_create(&d, &ctx), RDMAX_ERR_INVALID_PARAM);
+    /* the multicast settings likewise */
+    d.sl = 0;
+    setenv("RDMAX_MCAST_JOIN", "sm", 1);
+    g_n_log = 0;
+    CHECK_ST(rdmax_ctx_create(&d, &ctx), RDMAX_ERR_INVALID_PARAM);
+    const char *m = logged(RDMAX_LOG_ITEM_CTX_DESC, NULL);
+    CHECK(m && strstr(m, "RDMAX_MCAST_JOIN=sm"), "RDMAX_MCAST_JOIN=sm: %s", m ? m : "(nothing)");
+    unsetenv("RDMAX_MCAST_JOIN");
+    d.mcast_join = 3;
+    g_n_log = 0;
+    CHECK_ST(rdmax_ctx_create(&d, &ctx), RDMAX_ERR_INVALID_PARAM);
+    m = logged(RDMAX_LOG_ITEM_CTX_DESC, NULL);
+    CHECK(m && strstr(m, "mcast_join 3"), "mcast_join 3: %s", m ? m : "(nothing)");
+    d.mcast_join = 0;
+    d.mcast_addr = "239.1.2.300";
+    g_n_log = 0;
+    CHECK_ST(rdmax_ctx_create(&d, &ctx), RDMAX_ERR_INVALID_PARAM);
+    m = logged(RDMAX_LOG_ITEM_CTX_DESC, NULL);
+    CHECK(m && strstr(m, "mcast_addr '239.1.2.300'"), "mcast_addr: %s", m ? m : "(nothing)");
 }
 
 int main(void)
@@ -636,6 +725,11 @@ int main(void)
            test_no_atomics);
     tl_run("fabric/no SRQ: RC endpoints get pools of their own, said once", test_no_srq);
     tl_run("fabric/iWARP: refused with a sentence naming what is missing", test_iwarp);
-    tl_run("fabric/RDMAX_SL, RDMAX_PKEY_INDEX and desc.sl checked", test_env);
+    tl_run("fabric/InfiniBand multicast: joined through rdma_cm (the fake has none: RDMAX_ERR_NO_DEVICE and a "
+           "sentence, nothing attached); the direct attach refused", test_ib_mcast);
+    tl_run("fabric/RoCE multicast: rdma_cm by default, the direct attach when asked (IPv4-mapped GIDs only)",
+           test_roce_mcast_path);
+    tl_run("fabric/RDMAX_SL, RDMAX_PKEY_INDEX, desc.sl, RDMAX_MCAST_JOIN, desc.mcast_join and mcast_addr checked",
+           test_env);
     return tl_failed_total ? 1 : 0;
 }

@@ -1,6 +1,7 @@
 /* UD on a real device: datagrams of 1, 64 and MTU bytes arrive whole and without the GRH, MTU + 1 is
-   refused before posting, an endpoint with no address cannot send, and multicast reaches two receiving
-   processes, each getting every message, until one leaves; 10,000 endpoints share one context's UD QP;
+   refused before posting, an endpoint with no address cannot send, and multicast (joined through rdma_cm,
+   and again by the direct attach) reaches two receiving processes, each getting every message, until one
+   leaves; a join rdma_cm cannot bind fails with a status; 10,000 endpoints share one context's UD QP;
    cross: a datagram reaches an endpoint only from its peer (source GID and QPN), not from a QP with the
    peer's number on another device, nor from a real peer naming another endpoint; loopback: a 0-byte
    datagram between two endpoints of one context arrives, the flush marker still does not.
@@ -61,6 +62,35 @@ static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
         if (seq < sizeof r->seen)
             r->seen[seq]++;
     }
+}
+
+/* The last multicast message logged (item MCAST): which way a join went, or why it failed. */
+static char g_mcast_log[512];
+static void mcast_logger(rdmax_log_level lvl, rdmax_log_item item, const char *msg, void *user)
+{
+    (void)user;
+    if (item == RDMAX_LOG_ITEM_MCAST)
+        snprintf(g_mcast_log, sizeof g_mcast_log, "%s", msg);
+    if (lvl <= RDMAX_LOG_WARN)
+        fprintf(stderr, "rdmax: %s\n", msg);
+}
+
+/* A context on dev whose multicast joins go the way mcast_join says (0: the default, rdma_cm). */
+static rdmax_ctx *open_ctx_mcast(const char *dev, uint8_t mcast_join)
+{
+    rdmax_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    d.device = dev;
+    d.mcast_join = mcast_join;
+    d.logger.func = mcast_logger;
+    d.log_level = RDMAX_LOG_INFO;
+    d.log_level_set = true;
+    rdmax_ctx *c = NULL;
+    if (rdmax_ctx_create(&d, &c) != RDMAX_OK) {
+        printf("FAIL ud/setup: cannot open device %s\n", dev ? dev : "(default)");
+        exit(1);
+    }
+    return c;
 }
 
 static rdmax_ctx *open_ctx(const char *dev)
@@ -564,10 +594,14 @@ out:
         tl_end();
 }
 
-/* A receiving process: join, say ready, count phase-1 messages, maybe leave, count phase 2, report. */
-static void receiver(const char *dev, int leave_after_phase1, int ready_fd, int go_fd, int report_fd)
+#define ST_WRONG_PATH 1000  /* a receiver's report: it joined, but not the way its desc asked */
+
+/* A receiving process: join (the way mcast_join says), say ready, count phase-1 messages, maybe leave,
+   count phase 2, report. */
+static void receiver(const char *dev, uint8_t mcast_join, int leave_after_phase1, int ready_fd, int go_fd,
+                     int report_fd)
 {
-    rdmax_ctx *c = open_ctx(dev);
+    rdmax_ctx *c = open_ctx_mcast(dev, mcast_join);
     struct rx *r = (struct rx *)calloc(1, sizeof *r);
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
@@ -578,6 +612,8 @@ static void receiver(const char *dev, int leave_after_phase1, int ready_fd, int 
     int st = rdmax_ep_create(c, &d, &ep);
     if (st == RDMAX_OK)
         st = rdmax_mcast_join(ep, GROUP);
+    if (st == RDMAX_OK && !strstr(g_mcast_log, mcast_join == RDMAX_MCAST_ATTACH ? "by ibv_attach_mcast" : "through rdma_cm"))
+        st = ST_WRONG_PATH;
     if (write(ready_fd, &st, sizeof st) != sizeof st || st != RDMAX_OK)
         _exit(1);
     int phase1 = 0;
@@ -615,24 +651,32 @@ static void receiver(const char *dev, int leave_after_phase1, int ready_fd, int 
     _exit(0);
 }
 
-static void multicast(const char *topo, rdmax_ctx *cs, const char *rdev)
+/* Two receiving processes on rdev and a sender on sdev, all joining the way mcast_join says (0: rdma_cm,
+   the default; RDMAX_MCAST_ATTACH: the direct attach). */
+static void multicast(const char *topo, const char *sdev, const char *rdev, uint8_t mcast_join)
 {
     int ready[2][2], go[2][2], report[2][2];
     pid_t pid[2] = {-1, -1};
     rdmax_ep *tx = NULL;
     rdmax_mem *m = NULL;
-    tl_begin("ud/%s/multicast: two receivers get every message", topo);
+    const char *how = mcast_join == RDMAX_MCAST_ATTACH ? "ibv_attach_mcast" : "rdma_cm";
+    rdmax_ctx *cs = NULL;
+    tl_begin("ud/%s/multicast (%s): two receivers get every message", topo, how);
     for (int k = 0; k < 2; k++) {
         REQUIRE(pipe(ready[k]) == 0 && pipe(go[k]) == 0 && pipe(report[k]) == 0, "pipe");
         pid[k] = fork();
         if (pid[k] == 0)
-            receiver(rdev, k == 0, ready[k][1], go[k][0], report[k][1]);
+            receiver(rdev, mcast_join, k == 0, ready[k][1], go[k][0], report[k][1]);
     }
     for (int k = 0; k < 2; k++) {
         int st = -1;
         REQUIRE(read(ready[k][0], &st, sizeof st) == sizeof st, "receiver %d died", k);
+        REQUIRE(st != ST_WRONG_PATH, "receiver %d did not join through %s", k, how);
         REQUIRE(st == RDMAX_OK, "receiver %d could not join: %s", k, rdmax_status_str((rdmax_status)st));
     }
+    cs = open_ctx_mcast(sdev, mcast_join);
+    CHECK(rdmax_ctx_query_desc(cs).mcast_join == (mcast_join ? mcast_join : RDMAX_MCAST_CM),
+          "the applied mcast_join is %u", rdmax_ctx_query_desc(cs).mcast_join);
     REQUIRE(rdmax_mcast_ep_create(cs, NULL, GROUP, &tx) == RDMAX_OK, "multicast endpoint: %s", rdmax_ctx_query_last_error(cs));
     REQUIRE(rdmax_mem_alloc(cs, 4096, RDMAX_ACCESS_LOCAL, &m) == RDMAX_OK, "alloc");
     unsigned char *p = (unsigned char *)m->addr;
@@ -665,7 +709,7 @@ static void multicast(const char *topo, rdmax_ctx *cs, const char *rdev)
         CHECK(rep[k][2] == 0, "receiver %d saw %d corrupted bytes", k, rep[k][2]);
     }
     tl_end();
-    tl_begin("ud/%s/multicast: after leaving, nothing arrives", topo);
+    tl_begin("ud/%s/multicast (%s): after leaving, nothing arrives", topo, how);
     CHECK(rep[0][1] == 0, "receiver that left got %d messages", rep[0][1]);
     CHECK(rep[1][1] == NMSG, "receiver that stayed got %d of %d", rep[1][1], NMSG);
     tl_end();
@@ -678,6 +722,45 @@ out:
         }
     rdmax_ep_destroy(tx);
     rdmax_mem_free(m);
+    rdmax_ctx_destroy(cs);
+    if (tl_case_failed)
+        tl_end();
+}
+
+/* A join rdma_cm cannot make: the context's mcast_addr (192.0.2.99) is no address of this host, so
+   rdma_cm binds nothing to the device. The join and a sending endpoint fail with RDMAX_ERR_NO_DEVICE
+   and a sentence naming the address, nothing is joined; the control, the same join from the derived
+   address, succeeds. */
+static void mcast_failed_join(const char *dev)
+{
+    rdmax_ctx_desc d;
+    memset(&d, 0, sizeof d);
+    d.device = dev;
+    d.mcast_addr = "192.0.2.99";
+    d.logger.func = mcast_logger;
+    rdmax_ctx *bad = NULL, *good = NULL;
+    rdmax_ep *ep = NULL, *ok = NULL, *tx = (rdmax_ep *)&d;
+    tl_begin("ud/loopback/multicast (rdma_cm): a join from an address the device cannot bind fails with "
+             "RDMAX_ERR_NO_DEVICE and a sentence");
+    REQUIRE(rdmax_ctx_create(&d, &bad) == RDMAX_OK, "context");
+    REQUIRE(rdmax_ep_create(bad, NULL, &ep) == RDMAX_OK, "endpoint");
+    g_mcast_log[0] = 0;
+    CHECK_ST(rdmax_mcast_join(ep, GROUP), RDMAX_ERR_NO_DEVICE);
+    CHECK(strstr(g_mcast_log, "192.0.2.99") && strstr(g_mcast_log, "rdma_bind_addr") && strstr(g_mcast_log, GROUP),
+          "the sentence: %s", g_mcast_log);
+    CHECK_ST(rdmax_mcast_leave(ep, GROUP), RDMAX_ERR_INVALID_PARAM);  /* nothing was joined */
+    CHECK_ST(rdmax_mcast_ep_create(bad, NULL, "239.1.2.4", &tx), RDMAX_ERR_NO_DEVICE);
+    CHECK(tx == NULL, "a failed sending endpoint was returned");
+    /* the control: the address derived from the device's GID binds, the same join succeeds */
+    good = open_ctx(dev);
+    REQUIRE(rdmax_ep_create(good, NULL, &ok) == RDMAX_OK, "endpoint");
+    CHECK_ST(rdmax_mcast_join(ok, GROUP), RDMAX_OK);
+    tl_end();
+out:
+    rdmax_ep_destroy(ep);
+    rdmax_ep_destroy(ok);  /* leaves */
+    rdmax_ctx_destroy(bad);
+    rdmax_ctx_destroy(good);
     if (tl_case_failed)
         tl_end();
 }
@@ -866,8 +949,10 @@ int main(int argc, char **argv)
     rdmax_ctx *cs = open_ctx(cross ? d1 : d0), *cr = cross ? open_ctx(d0) : cs;
     const char *topo = cross ? "cross" : "loopback";
     unicast(topo, cs, cr);
-    multicast(topo, cs, d0);
+    multicast(topo, cross ? d1 : d0, d0, 0);
+    multicast(topo, cross ? d1 : d0, d0, RDMAX_MCAST_ATTACH);
     if (!cross) {
+        mcast_failed_join(d0);
         scale(d0, 10000);
         shared_qp_failure(d0);
         zero_byte(d0);
