@@ -91,6 +91,9 @@ if [ "$topo" = san ]; then
     [ "${RDMAX_VALGRIND:-1}" = 0 ] || run valgrind tests/valgrind_examples.sh short
 elif [ "$topo" = twohost ]; then
     run twohost_cm tests/twohost_cm.sh
+    # UD multicast through rdma_cm across the hosts: members on both, one leaves (before twohost: it
+    # crashes host 1)
+    run ud_twohost $B/ud_test twohost
     # a request/response service (examples/rdmax_rpc): server on h0, 8 clients on h1, clients and then
     # the server SIGKILLed (TCP record setup: rdma_cm runs on dummy; 52 s on a quiet host)
     run rpc_twohost tests/rpc_test.sh twohost tcp

@@ -5,7 +5,9 @@
    cross: a datagram reaches an endpoint only from its peer (source GID and QPN), not from a QP with the
    peer's number on another device, nor from a real peer naming another endpoint; loopback: a 0-byte
    datagram between two endpoints of one context arrives, the flush marker still does not.
-   Usage: ud_test [loopback|cross] (cross: sender on $RDMAX_TEST_DEV1, receivers on $RDMAX_TEST_DEV0).
+   twohost: multicast through rdma_cm between the two guests of tests/vm/run --topo twohost.
+   Usage: ud_test [loopback|cross|twohost] (cross: sender on $RDMAX_TEST_DEV1, receivers on
+   $RDMAX_TEST_DEV0; twohost: in both guests, RDMAX_HOST and RDMAX_PEER_ADDR from tests/vm/run).
    Multicast needs a route for 224.0.0.0/4 on the device's netdev (tests/guest.sh adds it). */
 #define RDMAX_TRANSPORT_UD
 #define RDMAX_IMPLEMENTATION
@@ -936,10 +938,176 @@ out:
         tl_end();
 }
 
+/* ---- twohost: multicast through rdma_cm across two hosts (tests/vm/run --topo twohost) ---------------- */
+#define TH_PORT 18621
+#define TH_GUARD_S 120  /* a hang guard: a lost datagram shows as a short count, not a hang */
+
+/* Host 0 listens, host 1 connects (again until host 0 is there): the connection that orders the steps. */
+static int th_connect(int host, const char *peer)
+{
+    int fd = -1;
+    time_t t0 = time(NULL);
+    if (host == 0) {
+        int l = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+        struct sockaddr_in a;
+        memset(&a, 0, sizeof a);
+        a.sin_family = AF_INET;
+        a.sin_port = htons(TH_PORT);
+        setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (l >= 0 && bind(l, (struct sockaddr *)&a, sizeof a) == 0 && listen(l, 1) == 0) {
+            struct pollfd p = {l, POLLIN, 0};
+            if (poll(&p, 1, TH_GUARD_S * 1000) == 1)
+                fd = accept(l, NULL, NULL);
+        }
+        if (l >= 0)
+            close(l);
+        return fd;
+    }
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof a);
+    a.sin_family = AF_INET;
+    a.sin_port = htons(TH_PORT);
+    if (!peer || inet_pton(AF_INET, peer, &a.sin_addr) != 1)
+        return -1;
+    while (time(NULL) - t0 < TH_GUARD_S) {
+        fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (connect(fd, (struct sockaddr *)&a, sizeof a) == 0)
+            return fd;
+        close(fd);
+        fd = -1;
+        usleep(100000);
+    }
+    return -1;
+}
+
+/* Both hosts at the same step: send c, then progress the contexts until the peer's c arrives. */
+static int th_sync(int fd, char c, rdmax_ctx *const *cs, int n)
+{
+    char got = 0;
+    if (write(fd, &c, 1) != 1)
+        return -1;
+    time_t t0 = time(NULL);
+    struct pollfd p = {fd, POLLIN, 0};
+    while (poll(&p, 1, 0) == 0 && time(NULL) - t0 < TH_GUARD_S)
+        for (int i = 0; i < n; i++)
+            rdmax_progress(cs[i]);
+    return read(fd, &got, 1) == 1 && got == c ? 0 : -1;
+}
+
+/* Progress cs until *count reaches want (bounded by the guard). */
+static void th_until(rdmax_ctx *const *cs, int n, const int *count, int want)
+{
+    time_t t0 = time(NULL);
+    while (*count < want && time(NULL) - t0 < TH_GUARD_S)
+        for (int i = 0; i < n; i++)
+            rdmax_progress(cs[i]);
+}
+
+/* Every member on both hosts gets host 1's checked datagrams to a group joined through rdma_cm: host 0's
+   two (one context each) and host 1's own. Then one of host 0's leaves: the other and host 1's get the
+   next ones, it gets none (it would have them by the time its neighbour on the same device has them
+   all: rxe hands one packet to every attached QP). Each host prints its own verdicts. */
+static void twohost(void)
+{
+    const char *hs = getenv("RDMAX_HOST"), *dev = getenv("RDMAX_TEST_DEV0"), *peer = getenv("RDMAX_PEER_ADDR");
+    int host = hs && !strcmp(hs, "1");
+    rdmax_ctx *c[2] = {NULL, NULL};
+    rdmax_ep *ep[2] = {NULL, NULL}, *tx = NULL;
+    rdmax_mem *m = NULL;
+    struct rx *r = (struct rx *)calloc(2, sizeof *r);
+    int nc = host == 0 ? 2 : 1, fd = -1;
+    tl_begin("ud/twohost/h%d/multicast (rdma_cm): joined, every member gets every message", host);
+    REQUIRE(r, "calloc");
+    for (int k = 0; k < nc; k++) {
+        c[k] = open_ctx_mcast(dev, 0);
+        rdmax_ep_desc d;
+        memset(&d, 0, sizeof d);
+        d.recv_cb = on_recv;
+        d.user = &r[k];
+        REQUIRE(rdmax_ep_create(c[k], &d, &ep[k]) == RDMAX_OK, "endpoint %d", k);
+        g_mcast_log[0] = 0;
+        rdmax_status st = rdmax_mcast_join(ep[k], GROUP);
+        REQUIRE(st == RDMAX_OK, "member %d: join: %s (%s)", k, rdmax_status_str(st), g_mcast_log);
+        CHECK(strstr(g_mcast_log, "through rdma_cm") != NULL, "member %d: %s", k, g_mcast_log);
+    }
+    if (host == 1) {
+        REQUIRE(rdmax_mcast_ep_create(c[0], NULL, GROUP, &tx) == RDMAX_OK, "sender: %s", g_mcast_log);
+        REQUIRE(rdmax_mem_alloc(c[0], 4096, RDMAX_ACCESS_LOCAL, &m) == RDMAX_OK, "alloc");
+    }
+    REQUIRE((fd = th_connect(host, peer)) >= 0, "no connection to the other host (%s)", peer ? peer : "?");
+    REQUIRE(th_sync(fd, 'J', c, nc) == 0, "the other host did not join");
+    for (int phase = 1; phase <= 2; phase++) {
+        if (host == 1) {
+            unsigned char *p = (unsigned char *)m->addr;
+            for (uint32_t seq = (phase - 1) * NMSG; seq < (uint32_t)phase * NMSG; seq++) {
+                memcpy(p, &seq, 4);
+                for (size_t i = 4; i < 256; i++)
+                    p[i] = (unsigned char)(seq + i);
+                rdmax_status st;
+                while ((st = rdmax_send(tx, p, 256, m, NULL)) == RDMAX_ERR_NO_RESOURCE)
+                    rdmax_progress(c[0]);
+                CHECK(st == RDMAX_OK || st == RDMAX_INPROGRESS, "send %u: %s", seq, rdmax_status_str(st));
+                CHECK_ST(rdmax_ep_flush(tx, 5000), RDMAX_OK);  /* one at a time: receivers keep up */
+                if (seq % 32 == 31)
+                    usleep(2000);
+            }
+            th_until(c, nc, &r[0].count, phase * NMSG);
+        }
+        REQUIRE(th_sync(fd, (char)('0' + phase), c, nc) == 0, "the other host is gone (phase %d)", phase);
+        if (host == 0 && phase == 1) {
+            th_until(c, nc, &r[0].count, NMSG);
+            th_until(c, nc, &r[1].count, NMSG);
+            for (int k = 0; k < 2; k++)
+                CHECK(r[k].count == NMSG, "member %d got %d of %d", k, r[k].count, NMSG);
+            CHECK_ST(rdmax_mcast_leave(ep[0], GROUP), RDMAX_OK);
+        }
+        if (host == 0 && phase == 2) {
+            th_until(c, nc, &r[1].count, 2 * NMSG);
+            for (int i = 0; i < 1000; i++)
+                rdmax_progress(c[0]);
+        }
+        if (host == 1)
+            CHECK(r[0].count == phase * NMSG, "host 1's member got %d of %d", r[0].count, phase * NMSG);
+        /* after phase 1: host 0's member has left before host 1 sends again */
+        REQUIRE(th_sync(fd, phase == 1 ? 'L' : 'E', c, nc) == 0, "the other host is gone");
+        if (phase == 1) {
+            tl_end();
+            tl_begin("ud/twohost/h%d/multicast (rdma_cm): %s", host,
+                     host == 0 ? "after one member leaves, it gets nothing, the other every message"
+                               : "its member gets every message after a host-0 member left");
+        }
+    }
+    for (int k = 0; k < nc; k++) {
+        int distinct = 0;
+        for (int i = 0; i < 2 * NMSG; i++)
+            distinct += r[k].seen[i] == 1;
+        int want = host == 0 && k == 0 ? NMSG : 2 * NMSG;
+        CHECK(r[k].count == want && distinct == want && r[k].bad == 0, "member %d: %d messages (%d distinct, %d "
+              "wrong bytes), %d expected", k, r[k].count, distinct, r[k].bad, want);
+    }
+    tl_end();
+out:
+    if (fd >= 0)
+        close(fd);
+    rdmax_ep_destroy(tx);
+    rdmax_mem_free(m);
+    for (int k = 0; k < 2; k++) {
+        rdmax_ep_destroy(ep[k]);
+        rdmax_ctx_destroy(c[k]);
+    }
+    free(r);
+    if (tl_case_failed)
+        tl_end();
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
     signal(SIGPIPE, SIG_IGN);
+    if (argc > 1 && !strcmp(argv[1], "twohost")) {
+        twohost();
+        return tl_failed_total ? 1 : 0;
+    }
     int cross = argc > 1 && !strcmp(argv[1], "cross");
     const char *d0 = getenv("RDMAX_TEST_DEV0"), *d1 = getenv("RDMAX_TEST_DEV1");
     if (cross && !d1) {
