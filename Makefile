@@ -123,12 +123,13 @@ $(B)/fuzz/%: tests/fuzz/%_fuzz.c tests/fuzz/fuzz.h $(HDRS) | $(B)/fuzz
 
 # Benchmark programs (bench/run.sh builds them with `make bench-progs` and runs them from build-bench/):
 # the examples as measured, the same with the profile points compiled in, the raw-verbs floor, the
-# instruction counter, the clock check (how the guest reads time), the arbiter benchmark (beside UCX's
-# ucs_arbiter when libucs links: then $(BB)/arbiter_bench.ucs exists), and, built by bench/run.sh only if
-# libucx-dev is there, the rcache one.
+# instruction counter, the clock check (how the guest reads time), the access-scoping costs (memory
+# windows beside plain registrations), the arbiter benchmark (beside UCX's ucs_arbiter when libucs links:
+# then $(BB)/arbiter_bench.ucs exists), and, built by bench/run.sh only if libucx-dev is there, the rcache
+# one.
 BB := build-bench
 bench-progs: $(BB)/rdmax_bw $(BB)/rdmax_pageserver $(BB)/rdmax_pingpong_rc $(BB)/rdmax_pingpong_rc_prof \
-             $(BB)/rdmax_bw_prof $(BB)/arbiter_bench $(BB)/instr $(BB)/floor $(BB)/clockcheck
+             $(BB)/rdmax_bw_prof $(BB)/arbiter_bench $(BB)/instr $(BB)/floor $(BB)/clockcheck $(BB)/scope
 $(BB):
 	mkdir -p $(BB)
 $(BB)/rdmax_%: examples/rdmax_%.c $(HDRS) | $(BB)
@@ -140,6 +141,8 @@ $(BB)/rdmax_pingpong_rc_prof: examples/rdmax_pingpong.c $(HDRS) | $(BB)
 $(BB)/rdmax_bw_prof: examples/rdmax_bw.c $(HDRS) | $(BB)
 	$(CC) -O2 -g $(REQ_CFLAGS) -DRDMAX_PROFILE -o $@ $< $(LIBS)
 $(BB)/instr: bench/instr.c $(HDRS) | $(BB)
+	$(CC) -O2 -g $(REQ_CFLAGS) -o $@ $< $(LIBS)
+$(BB)/scope: bench/scope.c $(HDRS) | $(BB)
 	$(CC) -O2 -g $(REQ_CFLAGS) -o $@ $< $(LIBS)
 $(BB)/floor: bench/floor.c | $(BB)
 	$(CC) -O2 -g -std=c11 -pedantic $(WARN) -o $@ $< -libverbs -lm
