@@ -15,6 +15,8 @@
 #                                 per case of bench/instr.c)
 #   clock.txt                     bench/clockcheck.c: clock source, clock_gettime's cost, the cycle
 #                                 counter's rate as the examples and as perftest take it
+#   scope.txt                     bench/scope.c: exposed memory through memory windows beside plain
+#                                 registrations (RDMAX_ACCESS_ANY_ENDPOINT), per connect and per operation
 #   rt/CASE__TOOL__nN_K.out       whole-process callgrind of a ping-pong client at -n N, run K
 # Each output ends with a line "# rxe: COUNTER+DELTA ..." (hw_counters that moved during the run, e.g.
 # completer_retry_err: retransmissions after an ack timeout, the usual sign of a disturbed run) and
@@ -197,6 +199,17 @@ say "pageserver: 4 KiB pages, 50% reads, 1 and 8 operations in flight"
 pair "$RAW/ps_o1.txt" 18516 $B/rdmax_pageserver -n 5000 -O 1
 pair "$RAW/ps_o8.txt" 18516 $B/rdmax_pageserver -n 20000 -O 8
 cat "$RAW/ps_o1.txt" "$RAW/ps_o8.txt" | grep -v '^# rxe' >"$RAW/pageserver.txt"
+
+# ---- access scoping (issue 30): one process, both cases in turn each round (bench/scope.c) ----------
+say "scope: exposed memory through memory windows beside RDMAX_ACCESS_ANY_ENDPOINT (connect, 8 B put rate, get latency)"
+before=$(hw_snap)
+st=0
+timeout -k 5 120 $CLI $B/scope -d "$DEV" >"$RAW/scope.txt" 2>&1 || st=$?
+{
+	echo "# rxe: $(hw_delta "$before" "$(hw_snap)")"
+	echo "# status: $st"
+} >>"$RAW/scope.txt"
+((st == 0)) || say "  FAILED ($st): $B/scope (see $RAW/scope.txt)"
 
 # ---- instructions per 8 B put (callgrind, user space only) -----------------------------------------
 if [ "${RDMAX_BENCH_CALLGRIND:-1}" = 1 ] && command -v valgrind >/dev/null; then
