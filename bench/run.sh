@@ -289,6 +289,28 @@ for a in get:ib_read_lat fadd:ib_atomic_lat cswap:ib_atomic_lat; do
 	row "lat_${a%%:*}" 8 "t_typical_us, perftest's on the examples' clock" "${x:-}" "${a#*:}" "${y:-}" "-"
 done
 
+# Access scoping (issue 30; bench/scope.c in the guest, raw/scope.txt): regions exposed through a memory
+# window bound to the endpoint's QP beside the same regions registered RDMAX_ACCESS_ANY_ENDPOINT (a plain
+# registration), in one process, the cases taking turns. Ratio = windows / plain.
+sv() { # CASE -> the value of "bench scope case=CASE value=V ..." (nothing when the run failed)
+	grep -q '^# status: 0$' "$RAW/scope.txt" 2>/dev/null || return 0
+	sed -n "s/^bench scope case=$1 value=\([^ ]*\) .*/\1/p" "$RAW/scope.txt" | head -1
+}
+ANY="RDMAX_ACCESS_ANY_ENDPOINT (no window)"
+for r in 1:1_region 4:4_regions; do
+	n=${r%%:*} sz=${r#*:}
+	row scope_connect "$sz" "us_per_pair made and connected (median)" "$(sv setup_window_r$n)" "$ANY" "$(sv setup_any_r$n)" "-"
+	row scope_connect "$sz" "us_per_pair connecting, rdmax's part (binds; no ibv_modify_qp)" "$(sv connected_own_window_r$n)" \
+		"$ANY" "$(sv connected_own_any_r$n)" "-"
+	row scope_connect "$sz" "us_per_pair connecting, ibv_modify_qp (RTR, RTS)" "$(sv connected_qp_window_r$n)" "$ANY" \
+		"$(sv connected_qp_any_r$n)" "-"
+	row scope_connect "$sz" "us_per_pair made (rdmax_ep_create x 2)" "$(sv made_window_r$n)" "$ANY" "$(sv made_any_r$n)" "-"
+	row scope_connect "$sz" "us_per_pair destroyed (rdmax_ep_destroy x 2)" "$(sv destroyed_window_r$n)" "$ANY" \
+		"$(sv destroyed_any_r$n)" "-"
+done
+row scope_put 8 "msg_rate_Mpps (inline, unsignaled, flush every 64)" "$(sv put_rate_window)" "$ANY" "$(sv put_rate_any)" "-"
+row scope_get 8 "round_trip_us (median)" "$(sv get_lat_window)" "$ANY" "$(sv get_lat_any)" "-"
+
 # host cases
 hv() { sed -n "s/^bench $1 case=$2 value=\([^ ]*\) .*/\1/p" "$RAW/host_$1.txt" 2>/dev/null | head -1; }
 row arbiter 10000_groups dispatch_ns_per_element "$(hv arbiter dispatch_10k)" "rdmax arbiter, 10 groups" "$(hv arbiter dispatch_10)" "le 1.2"
@@ -379,7 +401,7 @@ plot "$RES/sweep_bandwidth.dat" u 1:2 w lp ls 1 t "rdmax put", "" u 1:3 w lp ls 
      "" u 1:6 w lp ls 5 t "rdmax get", "" u 1:7 w lp ls 6 t "ib_read_bw"
 EOF
 	# ratios of the side-by-side cases (log scale: 1 is parity; what counts as better depends on the metric)
-	awk -F"$US" '$7 != "" && $1 !~ /^instr|^arbiter|^rcache/ { n++; lbl = $1 " " $2 " vs " $5; gsub(/ rc_verbs p50| \(default post list\)|best post list \(-l [^)]*\)/, "", lbl);
+	awk -F"$US" '$7 != "" && $1 !~ /^instr|^arbiter|^rcache|^scope/ { n++; lbl = $1 " " $2 " vs " $5; gsub(/ rc_verbs p50| \(default post list\)|best post list \(-l [^)]*\)/, "", lbl);
 		if ($5 ~ /best post list/) lbl = lbl " (best -l)"; print n, $7, "\"" lbl "\"" }' "$ROWS" >"$RES/ratios.dat"
 	gnuplot <<EOF || say "gnuplot (ratios) failed"
 set terminal pngcairo size 1100,640 noenhanced font ",10"
@@ -488,6 +510,18 @@ elapsed=$((SECONDS - T0))
 		printf '%-9s %-13s %8s %8s %8s %7s | %8s %8s %8s %7s | %8s %6s\n' "$c" "$t" ${v:-- - - - - - - - - -}
 	done <"$RT_TABLE"
 	echo '```'
+	echo
+	echo "Access scoping (scope_* rows; bench/scope.c in the guest, raw/scope.txt: $(sed -n 's/^bench scope env //p' "$RAW/scope.txt" 2>/dev/null | head -1)):"
+	echo "a region exposed on an endpoint through a memory window bound to its QP (the default) beside the"
+	echo "same region registered RDMAX_ACCESS_ANY_ENDPOINT (a plain registration), one process, the cases"
+	echo "taking turns pair by pair (connects) and round by round (operations). A pair is two endpoints of one"
+	echo "context, one exposing 1 or 4 regions of 4 KiB, the other nothing, made (rdmax_ep_create), connected"
+	echo "(rdmax_ep_query_record, rdmax_ep_connect_record) and destroyed, each pair timed alone; the rows are"
+	echo "medians over the pairs. Connecting is split into ibv_modify_qp (RTR and RTS: the kernel's part, the"
+	echo "same in both cases, and the one that follows the host's load) and the rest (rdmax's part: with"
+	echo "windows, the binds posted and waited for). Operations: 8-byte puts (inline,"
+	echo "unsignaled, rdmax_ep_flush every 64) and 8-byte gets (one at a time, median round trip) with the"
+	echo "key rdmax_ep_query_remote gives, medians of the rounds. Ratio = windows / plain registration."
 	echo
 	echo "Timing (clock rows; bench/clockcheck.c in the guest): $(grep '^clock' "$RAW/clock.txt" 2>/dev/null | sed 's/^clock //' | paste -sd ';' | sed 's/;/; /g')."
 	echo "rdmax_pingpong and the floor time each iteration with the cycle counter (rdtsc), calibrated once"
