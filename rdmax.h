@@ -186,7 +186,9 @@
    rdmax_ctx_create logs one info line (item DEVICE_CAPS) with what the device lacks and what rdmax does:
    no atomics (atomic_cap NONE): rdmax_fadd / rdmax_cswap return RDMAX_ERR_UNSUPPORTED, nothing posted;
    no shared receive queues: RC endpoints receive into pools of their own (recv_pool OWN, said once);
-   no inline data: nothing is sent inline; one SGE: the _iov calls take one entry. With atomic_cap HCA
+   no inline data: nothing is sent inline (ep desc max_inline = RDMAX_OFF does the same on any device); one
+   SGE: the _iov calls take one entry; a cq_depth or sq_depth above the device's max_cqe or max_qp_wr is
+   clamped, with one info line (item DEVICE_CAPS). With atomic_cap HCA
    (rxe, most NICs) RDMA atomics are atomic among themselves only: a CPU store to the same word, or a
    CPU read-modify-write, may interleave with them; use only RDMA atomics on such a word (GLOB devices
    also order them with the CPU's). iWARP devices are refused (RDMAX_ERR_UNSUPPORTED) with a sentence:
@@ -1410,7 +1412,8 @@ typedef struct rdmax_ep_desc {
                                   (cq_depth) are held, so many endpoints never strand them */
     uint32_t max_inline;       /* 0: the probed device maximum, at most 256 (on rxe a larger cap makes
                                   every send-queue entry twice as big); larger values are clamped to the
-                                  device maximum */
+                                  device maximum; RDMAX_OFF: nothing inline (applied value 0), as on a
+                                  device without inline data */
     uint8_t timeout;           /* 0: 18 (4.096 us * 2^18 = 1.07 s ack timeout, as UCX's) */
     uint8_t retry_cnt;         /* 0: 6 (rxe retries forever at 7; 6 reports a lost peer in 7.5 s) */
     uint8_t rnr_retry;         /* 0: 6 (7 would retry forever, which has locked up rxe) */
@@ -1751,6 +1754,7 @@ struct rdmax_ctx {
 #endif
     struct ibv_ah *(*create_ah)(struct ibv_pd *pd, struct ibv_ah_attr *attr); /* ibv_create_ah (tests: fake) */
     uint8_t said_no_srq;        /* the log said once that RC endpoints get pools of their own (no SRQ) */
+    uint8_t said_sq_clamp;      /* the log said once that a send queue was clamped to the device */
     struct in_addr mcast_addr;  /* rdmax_ctx_desc.mcast_addr parsed; 0: derived at each join */
 };
 

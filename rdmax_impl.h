@@ -837,8 +837,12 @@ static rdmax_status rdmax__ctx_make_queues(rdmax_ctx *ctx)
                    "device %s: ibv_create_comp_channel failed: %s", a->name, strerror(errno));
         return RDMAX_ERR_IO;
     }
-    if (ctx->desc.cq_depth > a->max_cqe)
+    if (ctx->desc.cq_depth > a->max_cqe) {
+        rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_DEVICE_CAPS,
+                   "device %s: CQs of %u entries clamped to the device's max_cqe %u", a->name, ctx->desc.cq_depth,
+                   a->max_cqe);
         ctx->desc.cq_depth = a->max_cqe;
+    }
     uint32_t depth = ctx->desc.cq_depth;
     /* cq_context names the context: a CQ error event finds its owner among contexts sharing the device */
     ctx->scq = ibv_create_cq(ctx->verbs, (int)depth, ctx, ctx->channel, 0);
@@ -5364,12 +5368,19 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
        cost 8 KiB and 260 KiB); a flow that needs more in flight asks for it. */
     if (!d->sq_depth)
         d->sq_depth = 32;
+    uint32_t asked = d->sq_depth;
     d->sq_depth = rdmax__pow2(d->sq_depth);
     /* Slots are indexed with sq_mask = sq_depth - 1, so the depth must stay a power of two: clamp to
        the largest one under max_qp_wr, which need not be one itself, and to 32768 (rdmax_ep.sq_regions
        counts slots in 16 bits). */
     while (d->sq_depth > 1 && (d->sq_depth > ctx->attr.max_qp_wr || d->sq_depth > 32768))
         d->sq_depth >>= 1;
+    if (d->sq_depth < asked && !ctx->said_sq_clamp) {
+        rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_DEVICE_CAPS,
+                   "device %s: a send queue of %u slots clamped to %u (max_qp_wr %u; a power of two, at most "
+                   "32768); said once", ctx->attr.name, asked, d->sq_depth, ctx->attr.max_qp_wr);
+        ctx->said_sq_clamp = 1;
+    }
     if (d->transport == RDMAX_TRANSPORT_ID_RC) {
         /* RC: rq_depth is the window of this peer: the sends and puts with immediate it may have in
            flight to us, backed by rq_depth + 1 buffers (the one more for its grants, see >>srq). Four is
@@ -5412,7 +5423,9 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
         d->signal_interval = d->sq_depth / 2 ? d->sq_depth / 2 : 1;
     /* rxe sizes every send-queue entry for the inline cap (256 fits the entry that 8 SGEs need anyway; its
        probed 400 doubles the entry), so the default stays at 256 unless asked. */
-    if (!d->max_inline)
+    if (d->max_inline == RDMAX_OFF)
+        d->max_inline = 0;  /* nothing inline, as on a device without inline data */
+    else if (!d->max_inline)
         d->max_inline = ctx->attr.max_inline < 256 ? ctx->attr.max_inline : 256;
     if (d->max_inline > ctx->attr.max_inline)
         d->max_inline = ctx->attr.max_inline;

@@ -1188,6 +1188,75 @@ out:
         rdmax_mem_free(r[i]);
 }
 
+/* ep desc max_inline = RDMAX_OFF: nothing goes inline, the path of a device without inline data, forced
+   on rxe. Raw buffers then go through the registration cache: a send or put without a comp is not done
+   at once (RDMAX_INPROGRESS, where inline data would give RDMAX_OK), and the data arrives checked. The
+   control, a default endpoint, sends the same 8 bytes inline (RDMAX_OK). */
+static void no_inline_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
+{
+    rdmax_mem *dst = NULL;
+    rdmax_ep *a = NULL, *b = NULL, *a2 = NULL, *b2 = NULL;
+    struct rx rxb;
+    memset(&rxb, 0, sizeof rxb);
+    rxb.buf = (unsigned char *)malloc(4096);
+    tl_begin("%s/no inline (ep desc max_inline RDMAX_OFF): sends and puts of raw buffers by the registration "
+             "cache, data checked; the default sends inline (control)", topo);
+    REQUIRE(rdmax_mem_alloc(cb, 4096, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc dst");
+    rdmax_ep_desc da, db;
+    memset(&da, 0, sizeof da);
+    memset(&db, 0, sizeof db);
+    da.max_inline = RDMAX_OFF;
+    db.recv_cb = on_recv;
+    db.user = &rxb;
+    db.expose = dst;
+    REQUIRE(tl_pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    CHECK(rdmax_ep_query_desc(a).max_inline == 0, "applied max_inline %u", rdmax_ep_query_desc(a).max_inline);
+    uint32_t rk = rdmax_ep_query_remote(a, 0)->rkey;
+    unsigned char *d = (unsigned char *)dst->addr;
+    static const size_t ns[] = {8, 64};
+    for (size_t k = 0; k < 2; k++) {
+        size_t n = ns[k];
+        unsigned char src[64];
+        fillp(src, n, 300 + (unsigned)k);
+        int before = rxb.count;
+        rdmax_status st = rdmax_send(a, src, n, NULL, NULL);
+        CHECK_ST(st, RDMAX_INPROGRESS);
+        for (long i = 0; rxb.count == before && i < 100000000L; i++)
+            progress2(ca, cb);
+        CHECK(rxb.count == before + 1 && rxb.len == n, "%zu-byte send: %d received, %zu bytes", n,
+              rxb.count - before, rxb.len);
+        CHECK(first_diff(rxb.buf, n, 300 + (unsigned)k) == (size_t)-1, "%zu-byte send differs at byte %zu", n,
+              first_diff(rxb.buf, n, 300 + (unsigned)k));
+        fillp(src, n, 400 + (unsigned)k);
+        memset(d, 0, n + 1);
+        st = rdmax_put(a, src, n, NULL, (uintptr_t)dst->addr, rk, NULL);
+        CHECK_ST(st, RDMAX_INPROGRESS);
+        CHECK(rdmax_ep_flush(a, 5000) == RDMAX_OK, "flush after the %zu-byte put", n);
+        CHECK(first_diff(d, n, 400 + (unsigned)k) == (size_t)-1 && d[n] == 0, "%zu-byte put differs at byte %zu",
+              n, first_diff(d, n, 400 + (unsigned)k));
+    }
+    {
+        rdmax_ep_desc dc = db;
+        dc.expose = NULL;
+        REQUIRE(tl_pair(ca, cb, NULL, &dc, &a2, &b2) == RDMAX_OK, "control pair: %s", g_lastlog);
+        unsigned char src[8];
+        fillp(src, 8, 500);
+        int before = rxb.count;
+        CHECK_ST(rdmax_send(a2, src, 8, NULL, NULL), RDMAX_OK);
+        for (long i = 0; rxb.count == before && i < 100000000L; i++)
+            progress2(ca, cb);
+        CHECK(rxb.count == before + 1 && first_diff(rxb.buf, 8, 500) == (size_t)-1, "control: inline send");
+    }
+out:
+    tl_end();
+    rdmax_ep_destroy(a2);
+    rdmax_ep_destroy(b2);
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(dst);
+    free(rxb.buf);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1206,6 +1275,7 @@ int main(int argc, char **argv)
     qp_wr_case(topo, d0);
     chain_cq_case(topo, d0);
     regions_case(topo, ca, cb);
+    no_inline_case(topo, ca, cb);
     error_case(topo, "bad rkey", ca, cb, 0, RDMAX_ERR_REMOTE_ACCESS);
     error_case(topo, "put past the end of the region", ca, cb, 1, RDMAX_ERR_REMOTE_ACCESS);
     error_case(topo, "get from an unregistered address", ca, cb, 2, RDMAX_ERR_REMOTE_ACCESS);
