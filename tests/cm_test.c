@@ -590,18 +590,6 @@ out:
 
 /* ---- admission over rdma_cm: the proof in the REQ's private data (rdmax_impl.h >>cm) ---- */
 static const char g_secret[] = "correct horse battery staple";
-static int g_ep_allocs;  /* rdmax_ep structs the server context allocated: each endpoint (QP) it made */
-static void *count_alloc(size_t size, void *user)
-{
-    (void)user;
-    g_ep_allocs += size == sizeof(rdmax_ep);
-    return malloc(size);
-}
-static void count_free(void *p, void *user)
-{
-    (void)user;
-    free(p);
-}
 
 static rdmax_ctx *admit_ctx(const char *dev, const char *secret, int count)
 {
@@ -612,8 +600,8 @@ static rdmax_ctx *admit_ctx(const char *dev, const char *secret, int count)
     cd.log_level = RDMAX_LOG_ERROR;
     cd.log_level_set = true;
     if (count) {
-        cd.allocator.alloc = count_alloc;
-        cd.allocator.free = count_free;
+        cd.allocator.alloc = tl_count_alloc;
+        cd.allocator.free = tl_count_free;
     }
     cd.secret = secret ? secret : "";
     cd.secret_len = secret ? strlen(secret) : 0;
@@ -694,10 +682,10 @@ static void admit_tests(const char *addr)
     REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen: %s", rdmax_ctx_query_last_error(ctx));
     uint16_t port = rdmax_listener_query_port(l);
     {
-        int allocs = g_ep_allocs;
+        int allocs = tl_ep_allocs;
         pid_t pid = admit_client(addr, port, g_secret);
         CHECK_ST(rdmax_accept(l, NULL, &ep, 30000), RDMAX_OK);
-        CHECK(g_ep_allocs == allocs + 1, "%d endpoints made for one client", g_ep_allocs - allocs);
+        CHECK(tl_ep_allocs == allocs + 1, "%d endpoints made for one client", tl_ep_allocs - allocs);
         CHECK(child_status(pid) == 0, "client failed");
         rdmax_ep_destroy(ep);
         ep = NULL;
@@ -708,11 +696,11 @@ static void admit_tests(const char *addr)
     } bad[] = {{"a client without a secret", NULL}, {"a client with a wrong secret", "correct horse battery stapler"}};
     for (size_t i = 0; i < 2; i++) {
         tl_begin("cm/admit: %s is refused on both sides with RDMAX_ERR_OOB_AUTH, no endpoint made", bad[i].name);
-        int allocs = g_ep_allocs;
+        int allocs = tl_ep_allocs;
         pid_t pid = admit_client(addr, port, bad[i].secret);
         CHECK_ST(rdmax_accept(l, NULL, &ep, 30000), RDMAX_ERR_OOB_AUTH);
-        CHECK(ep == NULL && g_ep_allocs == allocs && ctx->n_eps == 0, "%d endpoints made for a refused client",
-              g_ep_allocs - allocs);
+        CHECK(ep == NULL && tl_ep_allocs == allocs && ctx->n_eps == 0, "%d endpoints made for a refused client",
+              tl_ep_allocs - allocs);
         int cs = child_status(pid);
         CHECK(cs == -RDMAX_ERR_OOB_AUTH, "client exit %d, expected %d", cs, -RDMAX_ERR_OOB_AUTH);
         tl_end();
@@ -724,10 +712,10 @@ static void admit_tests(const char *addr)
         size_t n = capture_request(addr, pd, sizeof pd);
         CHECK(n >= 56 && pd[6] == 0 && pd[7] == 56, "caught %zu bytes, length field %u: not a request with a proof", n,
               n >= 8 ? (unsigned)(pd[6] << 8 | pd[7]) : 0u);
-        int allocs = g_ep_allocs;
+        int allocs = tl_ep_allocs;
         pid_t pid = raw_client(addr, port, pd, 56, RAW_EXIT_AFTER_REPLY, fds[1]);
         CHECK_ST(rdmax_accept(l, NULL, &ep, 30000), RDMAX_ERR_OOB_AUTH);
-        CHECK(g_ep_allocs == allocs && ctx->n_eps == 0, "%d endpoints made for the replay", g_ep_allocs - allocs);
+        CHECK(tl_ep_allocs == allocs && ctx->n_eps == 0, "%d endpoints made for the replay", tl_ep_allocs - allocs);
         rdmax_status rej = RDMAX_OK;
         int what = raw_report(fds[0], &rej);
         CHECK(what == 'R' && rej == RDMAX_ERR_OOB_AUTH, "the replayer saw '%c', reject status %d", what ? what : '-',
@@ -737,10 +725,10 @@ static void admit_tests(const char *addr)
     tl_end();
     tl_begin("cm/admit: after the refusals the listener serves the secret's client");
     {
-        int allocs = g_ep_allocs;
+        int allocs = tl_ep_allocs;
         pid_t pid = admit_client(addr, port, g_secret);
         CHECK_ST(rdmax_accept(l, NULL, &ep, 30000), RDMAX_OK);
-        CHECK(g_ep_allocs == allocs + 1, "%d endpoints made", g_ep_allocs - allocs);
+        CHECK(tl_ep_allocs == allocs + 1, "%d endpoints made", tl_ep_allocs - allocs);
         CHECK(child_status(pid) == 0, "client failed");
         rdmax_ep_destroy(ep);
         ep = NULL;

@@ -1151,18 +1151,6 @@ out:
 
 /* ---- admission: a shared secret (rdmax_impl.h >>admit), TCP record path ---- */
 static const char g_secret[] = "correct horse battery staple";
-static int g_ep_allocs;  /* rdmax_ep structs the server context allocated: each endpoint (QP) it made */
-static void *count_alloc(size_t size, void *user)
-{
-    (void)user;
-    g_ep_allocs += size == sizeof(rdmax_ep);
-    return malloc(size);
-}
-static void count_free(void *p, void *user)
-{
-    (void)user;
-    free(p);
-}
 
 /* A client in a child process with the given secret (NULL: none, from the desc; env: from RDMAX_SECRET):
    connect, send, flush. Exit 0 when served, else the negated status (RDMAX_ERR_OOB_AUTH: 52). */
@@ -1262,8 +1250,8 @@ static void admit_tests(void)
     memset(&cd, 0, sizeof cd);
     cd.log_level = RDMAX_LOG_ERROR;
     cd.log_level_set = true;
-    cd.allocator.alloc = count_alloc;
-    cd.allocator.free = count_free;
+    cd.allocator.alloc = tl_count_alloc;
+    cd.allocator.free = tl_count_free;
     cd.secret = g_secret;
     cd.secret_len = strlen(g_secret);
     tl_begin("admit/tcp: the secret's client is served, one endpoint made; query_desc shows no secret, its length");
@@ -1274,10 +1262,10 @@ static void admit_tests(void)
         rdmax_ctx_desc q = rdmax_ctx_query_desc(ctx);
         CHECK(q.secret == NULL && q.secret_len == strlen(g_secret), "query_desc: secret %p, length %zu", q.secret,
               q.secret_len);
-        int allocs = g_ep_allocs;
+        int allocs = tl_ep_allocs;
         pid_t pid = admit_client(port, g_secret, 0);
         CHECK_ST(accept_st(l, &ep), RDMAX_OK);
-        CHECK(g_ep_allocs == allocs + 1, "%d endpoints made for one client", g_ep_allocs - allocs);
+        CHECK(tl_ep_allocs == allocs + 1, "%d endpoints made for one client", tl_ep_allocs - allocs);
         int ex = child_exit(pid);
         CHECK(ex == 0, "client exit %d", ex);
         rdmax_ep_destroy(ep);
@@ -1296,7 +1284,7 @@ static void admit_tests(void)
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         tl_begin("admit/tcp: %s is refused on both sides with RDMAX_ERR_OOB_AUTH, no endpoint made", bad[i].name);
-        int allocs = g_ep_allocs;
+        int allocs = tl_ep_allocs;
         rdmax_counters c0, c1;
         rdmax_ctx_query_counters(ctx, &c0);
         pid_t pid;
@@ -1325,7 +1313,7 @@ static void admit_tests(void)
         CHECK(ep == NULL, "an endpoint was returned");
         int ex = child_exit(pid);
         CHECK(ex == -RDMAX_ERR_OOB_AUTH, "client exit %d, expected %d (RDMAX_ERR_OOB_AUTH)", ex, -RDMAX_ERR_OOB_AUTH);
-        CHECK(g_ep_allocs == allocs, "%d endpoints made for a refused client", g_ep_allocs - allocs);
+        CHECK(tl_ep_allocs == allocs, "%d endpoints made for a refused client", tl_ep_allocs - allocs);
         CHECK(ctx->n_eps == 0, "%u endpoints in the server context", ctx->n_eps);
         rdmax_ctx_query_counters(ctx, &c1);
         CHECK(c1.auth_refused == c0.auth_refused + 1, "auth_refused %llu -> %llu",
@@ -1340,7 +1328,7 @@ static void admit_tests(void)
         REQUIRE(pipe(rec_pipe) == 0, "pipe");
         pid_t relay = recording_relay(rlfd, port, rec_pipe[1]);
         pid_t pid = admit_client(rport, g_secret, 0);
-        int allocs = g_ep_allocs;
+        int allocs = tl_ep_allocs;
         CHECK_ST(accept_st(l, &ep), RDMAX_OK);  /* control: the original, through the relay, is served */
         CHECK(child_exit(pid) == 0, "the relayed client failed");
         rdmax_ep_destroy(ep);
@@ -1350,11 +1338,11 @@ static void admit_tests(void)
         ssize_t n = read(rec_pipe[0], rec, sizeof rec);
         CHECK(n == RDMAX__HELLO_SIZE + RDMAX_CONN_RECORD_HEAD + RDMAX__MAC_SIZE + 1,
               "recorded %zd bytes: expected hello, record, MAC and the ready byte", n);
-        allocs = g_ep_allocs;
+        allocs = tl_ep_allocs;
         int fd = tcp_connect(AF_INET, port);
         REQUIRE(fd >= 0 && n > 0 && write(fd, rec, (size_t)n) == n, "replay");
         CHECK_ST(accept_st(l, &ep), RDMAX_ERR_OOB_AUTH);
-        CHECK(g_ep_allocs == allocs && ctx->n_eps == 0, "%d endpoints made for the replay", g_ep_allocs - allocs);
+        CHECK(tl_ep_allocs == allocs && ctx->n_eps == 0, "%d endpoints made for the replay", tl_ep_allocs - allocs);
         /* what the replayer got: a fresh hello (another nonce than the recorded session's), then the refusal */
         uint8_t back[RDMAX__HELLO_SIZE + RDMAX__REFUSAL_SIZE];
         size_t got = 0;
@@ -1369,7 +1357,7 @@ static void admit_tests(void)
 
     tl_begin("admit/tcp: a hello then a record with a garbage MAC, a hello then close: refused, no endpoint");
     {
-        int allocs = g_ep_allocs;
+        int allocs = tl_ep_allocs;
         uint8_t msg[RDMAX__HELLO_SIZE + RDMAX_CONN_RECORD_SIZE + RDMAX__MAC_SIZE];
         REQUIRE(rdmax__hello_make(msg) == RDMAX_OK, "hello");
         rdmax_conn_record good;
@@ -1383,17 +1371,17 @@ static void admit_tests(void)
         pid = crafted_peer(AF_INET, port, msg, RDMAX__HELLO_SIZE, 0);
         CHECK_ST(accept_st(l, &ep), RDMAX_ERR_OOB_SHORT);
         waitpid(pid, NULL, 0);
-        CHECK(g_ep_allocs == allocs && ctx->n_eps == 0, "%d endpoints made", g_ep_allocs - allocs);
+        CHECK(tl_ep_allocs == allocs && ctx->n_eps == 0, "%d endpoints made", tl_ep_allocs - allocs);
     }
     tl_end();
 
     tl_begin("admit/tcp: after the refusals the listener serves the secret's client (from RDMAX_SECRET)");
     {
-        int allocs = g_ep_allocs;
+        int allocs = tl_ep_allocs;
         pid_t pid = admit_client(port, g_secret, 1);
         CHECK_ST(accept_st(l, &ep), RDMAX_OK);
         CHECK(child_exit(pid) == 0, "client failed");
-        CHECK(g_ep_allocs == allocs + 1, "%d endpoints made", g_ep_allocs - allocs);
+        CHECK(tl_ep_allocs == allocs + 1, "%d endpoints made", tl_ep_allocs - allocs);
         rdmax_counters c;
         for (int i = 0; i < 100000 && ep; i++) {
             rdmax_progress(ctx);

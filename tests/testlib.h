@@ -7,6 +7,7 @@
                                            or loop on corrupted state after a failed check
      tl_where                              extra context for failure messages (a seed and step to replay)
      tl_pair(...)                          the two-endpoint fixture (when rdmax.h is included first)
+     tl_count_alloc, tl_count_free         a context allocator that counts the endpoints made (tl_ep_allocs)
    Return tl_failed_total ? 1 : 0 from main. */
 #ifndef RDMAX_TESTLIB_H
 #define RDMAX_TESTLIB_H
@@ -107,6 +108,21 @@ static inline rdmax_status tl_pair(rdmax_ctx *ca, rdmax_ctx *cb, const rdmax_ep_
     }
     return st;
 }
+/* tl_count_alloc, tl_count_free: a context's allocator (rdmax_ctx_desc.allocator) that counts the
+   endpoints it makes: tl_ep_allocs grows by one for each rdmax_ep struct allocated (each QP made). */
+static int tl_ep_allocs;
+static inline void *tl_count_alloc(size_t size, void *user)
+{
+    (void)user;
+    tl_ep_allocs += size == sizeof(rdmax_ep);
+    return malloc(size);
+}
+static inline void tl_count_free(void *p, void *user)
+{
+    (void)user;
+    free(p);
+}
+
 /* tl_prof: a profile variable of ctx now, read through a profile object of its own; UINT64_MAX if
    unreadable. (The object is allocated through the context's allocator: read after taking allocation
    deltas.) tl_pool: the shared receive pool of recv_size on ctx (0: the context's); all zero when ctx
