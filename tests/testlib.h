@@ -83,12 +83,16 @@ static inline void tl_abandon(void)
                                  rdmax_status_str((rdmax_status)(st)), (int)(want), rdmax_status_str(want))
 
 #ifdef RDMAX_H_INCLUDED
-/* tl_pair: two endpoints connected to each other by trading their records directly (no TCP), on one
-   context or two (ca, cb: loopback or across devices). da/db may be NULL. On failure nothing is left:
-   both are destroyed and *a, *b are NULL. */
+/* tl_pair: two endpoints connected to each other, on one context or two (ca, cb: loopback or across
+   devices). One context and one desc: rdmax_ep_create_pair. Two contexts or two descs (which
+   rdmax_ep_create_pair does not take): each created, then their records traded through the public
+   record exchange (rdmax_ep_query_record, rdmax_ep_connect_record; no TCP). da/db may be NULL. On
+   failure nothing is left: both are destroyed and *a, *b are NULL. */
 static inline rdmax_status tl_pair(rdmax_ctx *ca, rdmax_ctx *cb, const rdmax_ep_desc *da, const rdmax_ep_desc *db,
                                    rdmax_ep **a, rdmax_ep **b)
 {
+    if (ca == cb && da == db)
+        return rdmax_ep_create_pair(ca, da, a, b);
     rdmax_conn_record ia, ib;
     *a = *b = NULL;
     rdmax_status st = rdmax_ep_create(ca, da, a);
