@@ -112,6 +112,8 @@ $(B)/host/embed_test: tests/embed_test.c tests/testlib.h $(B)/host/embed_impl.o 
 	$(CC) -O1 -g $(REQ_CFLAGS) -o $@ $< $(B)/host/embed_impl.o $(LIBS)
 $(B)/host/%_test: tests/%_test.c tests/testlib.h $(HDRS) | $(B)/host
 	$(CC) $(SAN) $(REQ_CFLAGS) -o $@ $< $(LIBS)
+# the tests on the fake verbs device
+$(B)/host/fabric_test: tests/fakedev.h
 $(B)/host/fuzz_%: tests/fuzz/%_fuzz.c tests/fuzz/fuzz.h $(HDRS) | $(B)/host
 	$(CC) $(SAN) $(REQ_CFLAGS) -DRDMAX_FUZZ_REPLAY -o $@ $< $(LIBS)
 $(B)/host/fuzz_arbiter $(B)/fuzz/arbiter: tests/arbiter_test.c

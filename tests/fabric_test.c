@@ -1,7 +1,7 @@
 /* Real fabrics on a fake device (issue 29): soft-RoCE cannot be an InfiniBand port, an iWARP device or a
    device without atomics or shared receive queues, so here the verbs calls are checked on a fake device
-   that rdmax drives through its hooks (the context's modify_qp and create_ah, the endpoint's post_send),
-   the way the fuzz targets do. Each port kind is what ibv_query_device / ibv_query_port / the GID table
+   that rdmax drives through its hooks (the context's modify_qp and create_ah, the endpoint's post_send):
+   tests/fakedev.h, the fuzz targets' too. Each port kind is what ibv_query_device / ibv_query_port / the GID table
    report, fed to the same code rdmax_ctx_create runs (rdmax__port_attr, rdmax__caps_report); the fake
    records every attribute rdmax passes.
    - InfiniBand (LID 7, subnet prefix fe80::, GID type IB): a pair's RTR carries the peer's LID, SL and
@@ -21,6 +21,7 @@
 #define RDMAX_IMPLEMENTATION
 #include "../rdmax.h"
 #include "testlib.h"
+#include "fakedev.h"
 
 /* ---- the fake device ------------------------------------------------------------------------------ */
 typedef struct fqp {
@@ -29,7 +30,6 @@ typedef struct fqp {
     int rtr_mask, n_rtr;
 } fqp;
 
-static struct verbs_context g_vctx;
 static int g_posts;              /* requests that reached the provider's post_send */
 static struct ibv_ah_attr g_ah[8];
 static struct ibv_ah g_ahs[8];
@@ -154,103 +154,33 @@ static rdmax_ctx *mkctx(const port *p, const rdmax_ctx_desc *desc)
     pa.max_msg_sz = 1u << 31;
     pa.link_layer = (uint8_t)p->link_layer;
     pa.lid = p->lid;
-    rdmax_ctx *ctx = (rdmax_ctx *)calloc(1, sizeof *ctx);
+    rdmax_ctx_desc d;
+    memset(&d, 0, sizeof d);
     if (desc)
-        ctx->desc = *desc;
-    ctx->desc.logger.func = capture;
-    ctx->log_level = RDMAX_LOG_DEBUG;
-    ctx->desc.recv_size = 4096;
-    ctx->desc.max_eps = 8;
-    ctx->verbs = &g_vctx.context;
-    rdmax__port_attr(ctx, p->name, 1, &da, &pa);
-    rdmax_dev_attr *a = &ctx->attr;
-    inet_pton(AF_INET6, p->gid, a->gid.raw);
-    a->gid_type = p->gid_type;
-    a->gid_index = GID_INDEX;
-    a->max_inline = p->max_inline;
-    ctx->modify_qp = fake_modify_qp;   /* as rdmax_ctx_create: ibv_modify_qp */
-    ctx->create_ah = fake_create_ah;   /* as rdmax_ctx_create: ibv_create_ah */
-    static const enum ibv_wr_opcode opc[RDMAX__FWR__COUNT] = {  /* as rdmax_ctx_create: the fast requests */
-        IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP};
-    for (int k = 0; k < RDMAX__FWR__COUNT; k++) {
-        ctx->fast_wr[k].opcode = opc[k];
-        ctx->fast_wr[k].sg_list = k >= RDMAX__FWR_FADD ? &ctx->asge : &ctx->fsge;
-        ctx->fast_wr[k].num_sge = 1;
-    }
-    ctx->asge.length = 8;
-    ctx->scq_low = 8;
-    ctx->scq_spare = 64 - 8;
-    rdmax__ctx_retire_step(ctx);
-    ctx->eps_cap = 8;
-    ctx->eps_mask = 7;
-    ctx->eps = (rdmax__ep_ref *)calloc(8, sizeof *ctx->eps);
-    ctx->inl_stage = (char *)calloc(RDMAX_BATCH_MAX, a->max_inline ? a->max_inline : 1);
-    rdmax__chain_clean(ctx, 0, RDMAX_BATCH_MAX);
-    ctx->port_up = 1;
-    struct rdmax__ud *u = rdmax__ud_state(ctx);  /* the UD QP's receive size, for UD records */
-    u->recv_size = 4096 + RDMAX_UD_GRH;
-    rdmax__caps_report(ctx);
+        d = *desc;
+    d.logger.func = capture;
+    d.recv_size = 4096;
+    rdmax_ctx *ctx = fd_ctx_alloc(&d, RDMAX_LOG_DEBUG, 8);
+    uint8_t gid[16];
+    inet_pton(AF_INET6, p->gid, gid);
+    fd_ctx_port(ctx, p->name, &da, &pa, gid, p->gid_type, GID_INDEX, p->max_inline);
+    fd_ctx_ud(ctx, 4096 + RDMAX_UD_GRH);  /* the UD QP's receive size, for UD records */
+    fd_ctx_ready(ctx, NULL, NULL, 64);
     return ctx;
-}
-
-static void freectx(rdmax_ctx *ctx)
-{
-    if (ctx->ud)
-        free(ctx->ud->ahs);
-    free(ctx->ud);
-    free(ctx->eps);
-    free(ctx->inl_stage);
-    rdmax__profile_ctx_fini(ctx);
-    free(ctx);
 }
 
 /* An endpoint of transport tr on QP q, as rdmax_ep_create leaves it before it connects. */
 static rdmax_ep *mkep(rdmax_ctx *ctx, fqp *q, uint8_t tr, uint32_t qpn, uint32_t signal_interval)
 {
     memset(q, 0, sizeof *q);
-    q->qp.context = &g_vctx.context;
+    q->qp.context = &fd_vctx.context;
     q->qp.qp_type = tr == RDMAX_TRANSPORT_ID_RC ? IBV_QPT_RC : IBV_QPT_UD;
     q->qp.qp_num = qpn;
     q->qp.state = IBV_QPS_INIT;
-    rdmax_ep *ep = (rdmax_ep *)calloc(1, sizeof *ep);
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
-    d.transport = tr;
     d.signal_interval = signal_interval;
-    ep->ctx = ctx;
-    rdmax__ep_desc_defaults(ctx, &d, &ep->desc);
-    ep->qp = &q->qp;
-    ep->shared_qp = tr == RDMAX_TRANSPORT_ID_UD;
-    ep->sq_mask = ep->desc.sq_depth - 1;
-    ep->signal_interval = ep->desc.signal_interval;
-    ep->sig_at = ep->signal_interval - 1;
-    ep->blocked = RDMAX__BLK_STATE;
-    ep->max_inline = ep->desc.max_inline;
-    ep->rd_avail = ep->desc.max_rd_atomic;
-    ep->recv_cb = rdmax__recv_drop;
-    ep->recv_size = ep->desc.recv_size;
-    ep->rq_depth = tr == RDMAX_TRANSPORT_ID_RC ? ep->desc.rq_depth + 1 : 0;
-    ep->slots = (rdmax__slot *)calloc(ep->desc.sq_depth, sizeof *ep->slots);
-    ep->wr.num_sge = 1;
-    ep->wr.sg_list = &ctx->fsge;
-    ep->wr.opcode = IBV_WR_RDMA_WRITE;
-    ep->wr.send_flags = IBV_SEND_INLINE;
-    uint32_t idx = (uint32_t)ctx->n_eps++;
-    ctx->eps[idx].ep = ep;
-    ctx->eps[idx].key = RDMAX__EP_KEY(1, idx);
-    ep->wr_id_base = 1ull << 48 | (uint64_t)idx << 32;
-    ep->wr.wr_id = ep->wr_id_base;
-    rdmax__ep_post_fn(ep);             /* as rdmax_ep_create */
-    snprintf(ep->peer, sizeof ep->peer, "fake peer");
-    return ep;
-}
-
-static void freeep(rdmax_ep *ep)
-{
-    free(ep->slots);
-    free(ep->remote);
-    free(ep->local);
-    free(ep);
+    return fd_ep_create_desc(ctx, &q->qp, &d);
 }
 
 /* The record ep sends, through the wire format (encode, decode) as the TCP handshake carries it. */
@@ -289,10 +219,10 @@ static void mkpair(pair *p, const port *pa, const port *pb, const rdmax_ctx_desc
 
 static void freepair(pair *p)
 {
-    freeep(p->a);
-    freeep(p->b);
-    freectx(p->ca);
-    freectx(p->cb);
+    fd_ep_destroy(p->a);
+    fd_ep_destroy(p->b);
+    fd_ctx_destroy(p->ca);
+    fd_ctx_destroy(p->cb);
 }
 
 static int gid_eq(const union ibv_gid *g, const char *text)
@@ -328,12 +258,26 @@ static void test_ib_attr(void)
     CHECK(ctx->attr.link_layer == IBV_LINK_LAYER_INFINIBAND && ctx->attr.lid == 7 &&
           ctx->attr.gid_type == IBV_GID_TYPE_IB, "attr: link layer %d lid %u gid type %d", ctx->attr.link_layer,
           ctx->attr.lid, ctx->attr.gid_type);
-    freectx(ctx);
+    fd_ctx_destroy(ctx);
     ctx = mkctx(&IB_OLD, NULL);
     CHECK(ctx->attr.link_layer == IBV_LINK_LAYER_INFINIBAND && ctx->attr.lid == 3,
           "a port reporting link layer UNSPECIFIED reads as %d, lid %u (InfiniBand, 3 expected)",
           ctx->attr.link_layer, ctx->attr.lid);
-    freectx(ctx);
+    fd_ctx_destroy(ctx);
+}
+
+/* An RC pair of InfiniBand ports, IB and peer, with desc (NULL: none): both connect, each QP's RTR goes
+   to the other's QP and LID with the lower MTU. */
+static void ib_pair(pair *p, const port *peer, const rdmax_ctx_desc *desc)
+{
+    mkpair(p, &IB, peer, desc, 0);
+    CHECK_ST(p->sa, RDMAX_OK);
+    CHECK_ST(p->sb, RDMAX_OK);
+    check_rtr_common(&p->qa, &IB, peer, 0x202);
+    check_rtr_common(&p->qb, peer, &IB, 0x101);
+    CHECK(p->qa.rtr.ah_attr.dlid == peer->lid && p->qb.rtr.ah_attr.dlid == IB.lid,
+          "dlid %u and %u, the peers' LIDs are %u and %u", p->qa.rtr.ah_attr.dlid, p->qb.rtr.ah_attr.dlid, peer->lid,
+          IB.lid);
 }
 
 static void test_ib_one_subnet(void)
@@ -342,30 +286,19 @@ static void test_ib_one_subnet(void)
     rdmax_ctx_desc d;
     memset(&d, 0, sizeof d);
     d.sl = 5;
-    mkpair(&p, &IB, &IB_PEER, &d, 0);
-    CHECK_ST(p.sa, RDMAX_OK);
-    CHECK_ST(p.sb, RDMAX_OK);
-    check_rtr_common(&p.qa, &IB, &IB_PEER, 0x202);
-    check_rtr_common(&p.qb, &IB_PEER, &IB, 0x101);
-    CHECK(p.qa.rtr.ah_attr.dlid == 9 && p.qb.rtr.ah_attr.dlid == 7, "dlid %u and %u, the peers' LIDs are 9 and 7",
-          p.qa.rtr.ah_attr.dlid, p.qb.rtr.ah_attr.dlid);
+    ib_pair(&p, &IB_PEER, &d);
     CHECK(p.qa.rtr.ah_attr.is_global == 0 && p.qb.rtr.ah_attr.is_global == 0,
           "is_global %u / %u within one subnet prefix", p.qa.rtr.ah_attr.is_global, p.qb.rtr.ah_attr.is_global);
     CHECK(p.qa.rtr.ah_attr.sl == 5 && p.qb.rtr.ah_attr.sl == 5, "sl %u / %u, the desc asks 5", p.qa.rtr.ah_attr.sl,
           p.qb.rtr.ah_attr.sl);
-    CHECK(p.a->state == RDMAX_EP_CONNECTED, "not connected");
+    CHECK(rdmax_ep_query_state(p.a) == RDMAX_EP_CONNECTED, "not connected");
     freepair(&p);
 }
 
 static void test_ib_two_subnets(void)
 {
     pair p;
-    mkpair(&p, &IB, &IB_FAR, NULL, 0);
-    CHECK_ST(p.sa, RDMAX_OK);
-    CHECK_ST(p.sb, RDMAX_OK);
-    check_rtr_common(&p.qa, &IB, &IB_FAR, 0x202);
-    CHECK(p.qa.rtr.ah_attr.dlid == 12 && p.qb.rtr.ah_attr.dlid == 7, "dlid %u / %u", p.qa.rtr.ah_attr.dlid,
-          p.qb.rtr.ah_attr.dlid);
+    ib_pair(&p, &IB_FAR, NULL);
     check_grh(&p.qa.rtr.ah_attr, IB_FAR.gid);
     check_grh(&p.qb.rtr.ah_attr, IB.gid);
     CHECK(p.qa.rtr.ah_attr.sl == 0, "sl %u without a desc or RDMAX_SL", p.qa.rtr.ah_attr.sl);
@@ -378,9 +311,7 @@ static void test_ib_force_grh(void)
     rdmax_ctx_desc d;
     memset(&d, 0, sizeof d);
     d.force_grh = true;
-    mkpair(&p, &IB, &IB_PEER, &d, 0);
-    CHECK_ST(p.sa, RDMAX_OK);
-    CHECK(p.qa.rtr.ah_attr.dlid == 9, "dlid %u", p.qa.rtr.ah_attr.dlid);
+    ib_pair(&p, &IB_PEER, &d);
     check_grh(&p.qa.rtr.ah_attr, IB_PEER.gid);
     freepair(&p);
 }
@@ -415,13 +346,13 @@ static void test_ib_ud(void)
     CHECK(rdmax__ud_sender(&wc, grh, a->peer_gid, a->peer_lid) == 1, "a datagram from LID 9 refused");
     wc.slid = 10;
     CHECK(rdmax__ud_sender(&wc, grh, a->peer_gid, a->peer_lid) == 0, "a datagram from LID 10 taken for 9's");
-    freeep(a);
-    freeep(a2);
-    freeep(b);
-    freeep(f);
-    freectx(ca);
-    freectx(cb);
-    freectx(cf);
+    fd_ep_destroy(a);
+    fd_ep_destroy(a2);
+    fd_ep_destroy(b);
+    fd_ep_destroy(f);
+    fd_ctx_destroy(ca);
+    fd_ctx_destroy(cb);
+    fd_ctx_destroy(cf);
 }
 
 /* ---- RoCE ------------------------------------------------------------------------------------------------ */
@@ -454,10 +385,10 @@ static void roce_pair(const port *pa, const port *pb)
     CHECK_ST(rdmax_ep_connect_record(a, &ib), RDMAX_OK);
     CHECK(g_n_ah == 1 && g_ah[0].dlid == 0 && g_ah[0].port_num == 1, "UD: %d handles, dlid %u", g_n_ah, g_ah[0].dlid);
     check_grh(&g_ah[0], pb->gid);
-    freeep(a);
-    freeep(b);
-    freectx(ca);
-    freectx(cb);
+    fd_ep_destroy(a);
+    fd_ep_destroy(b);
+    fd_ctx_destroy(ca);
+    fd_ctx_destroy(cb);
 }
 
 static void test_roce_v2_ipv4(void) { roce_pair(&ROCE2, &ROCE2_PEER); }
@@ -489,7 +420,7 @@ static void test_caps_line(void)
     const char *m = logged(RDMAX_LOG_ITEM_DEVICE_CAPS, NULL);
     CHECK(m && strstr(m, "atomics HCA") && strstr(m, "shared receive queues yes") && strstr(m, "inline 400 bytes") &&
           strstr(m, "32 SGEs"), "rxe's line: %s", m ? m : "(none)");
-    freectx(ctx);
+    fd_ctx_destroy(ctx);
     g_n_log = 0;
     ctx = mkctx(&BARE, NULL);
     int n;
@@ -501,7 +432,7 @@ static void test_caps_line(void)
           m ? m : "(none)");
     CHECK(ctx->attr.atomic_cap == IBV_ATOMIC_NONE && ctx->attr.max_srq == 0 && ctx->attr.max_srq_wr == 0,
           "attr: atomic_cap %d max_srq %u", ctx->attr.atomic_cap, ctx->attr.max_srq);
-    freectx(ctx);
+    fd_ctx_destroy(ctx);
 }
 
 /* a fadd and a cswap on a connected endpoint: each must be refused before anything is posted */
@@ -567,15 +498,15 @@ static void test_no_srq(void)
     const char *m = logged(RDMAX_LOG_ITEM_SRQ, &n);
     CHECK(n == 1 && strstr(m, "pools of their own"), "said %d times: %s", n, m ? m : "(nothing)");
     CHECK(a->desc.max_inline == 0, "max_inline %u on a device without inline data", a->desc.max_inline);
-    freeep(a);
-    freeep(b);
-    freectx(ctx);
+    fd_ep_destroy(a);
+    fd_ep_destroy(b);
+    fd_ctx_destroy(ctx);
     /* the control: with shared receive queues the default stays */
     ctx = mkctx(&ROCE2, NULL);
     a = mkep(ctx, &q1, RDMAX_TRANSPORT_ID_RC, 0x11, 0);
     CHECK(a->desc.recv_pool == RDMAX_RECV_POOL_SHARED, "recv_pool %u with an SRQ", a->desc.recv_pool);
-    freeep(a);
-    freectx(ctx);
+    fd_ep_destroy(a);
+    fd_ctx_destroy(ctx);
 }
 
 static void test_iwarp(void)
@@ -590,7 +521,7 @@ static void test_iwarp(void)
     m = logged(RDMAX_LOG_ITEM_DEVICE_CAPS, NULL);
     CHECK(m && strstr(m, "passed over"), "unnamed: %s", m ? m : "(nothing)");
     CHECK_ST(rdmax__dev_usable(ctx, "mlx5_0", IBV_NODE_CA, IBV_TRANSPORT_IB, 1), RDMAX_OK);
-    freectx(ctx);
+    fd_ctx_destroy(ctx);
 }
 
 /* ---- multicast ----------------------------------------------------------------------------------- */
@@ -703,10 +634,12 @@ static void test_env(void)
 
 int main(void)
 {
-    g_vctx.sz = sizeof g_vctx;
-    g_vctx.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
-    g_vctx.context.ops.post_send = fake_post_send;
-    g_vctx.context.async_fd = -1;
+    fd_ops ops;
+    memset(&ops, 0, sizeof ops);
+    ops.post_send = fake_post_send;
+    ops.modify_qp = fake_modify_qp;
+    ops.create_ah = fake_create_ah;
+    fd_device_init(&ops);
     tl_run("fabric/InfiniBand port: link layer, LID and GID type in rdmax_ctx_query_attr", test_ib_attr);
     tl_run("fabric/InfiniBand, one subnet: RTR to the peer's LID, no GRH, SL from the desc, the lower MTU",
            test_ib_one_subnet);
