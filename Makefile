@@ -114,6 +114,7 @@ $(B)/host/%_test: tests/%_test.c tests/testlib.h $(HDRS) | $(B)/host
 	$(CC) $(SAN) $(REQ_CFLAGS) -o $@ $< $(LIBS)
 # the tests on the fake verbs device
 $(B)/host/fabric_test: tests/fakedev.h
+$(B)/host/fuzz_recv $(B)/host/fuzz_srq $(B)/fuzz/recv $(B)/fuzz/srq: tests/fakedev.h tests/fuzz/rxfuzz.h
 $(B)/host/fuzz_%: tests/fuzz/%_fuzz.c tests/fuzz/fuzz.h $(HDRS) | $(B)/host
 	$(CC) $(SAN) $(REQ_CFLAGS) -DRDMAX_FUZZ_REPLAY -o $@ $< $(LIBS)
 $(B)/host/fuzz_arbiter $(B)/fuzz/arbiter: tests/arbiter_test.c

@@ -14,6 +14,10 @@
      fd_ctx_attr (fd_ctx_ud), then fd_ctx_ready
      fd_ep_create, fd_ep_create_desc        an endpoint, as rdmax_ep_create leaves it
      fd_ep_destroy, fd_ctx_destroy          what the fake made, freed
+     fd_ep_own_pool, fd_ctx_pool and        the receive side: buffers of its own, or a shared pool
+     fd_ep_shared_pool, fd_ep_connected     (as rdmax_ep_create), connected (as connect)
+     fd_ep_look, fd_ep_gate_check,          what the fuzz targets check: the send queue, credits,
+     fd_pool_look, fd_progress              the fast gate, a pool; progress without the health pass
    Include after rdmax.h with its implementation. */
 #ifndef RDMAX_FAKEDEV_H
 #define RDMAX_FAKEDEV_H
@@ -98,6 +102,7 @@ static inline void fd_ctx_ready(rdmax_ctx *ctx, struct ibv_cq *scq, struct ibv_c
 {
     ctx->scq = scq;
     ctx->rcq = rcq;
+    ctx->rcq_size = rcq ? (uint32_t)rcq->cqe : 0;
     ctx->scq_poll = ctx->rcq_poll = fd_dev.poll_cq;
     ctx->modify_qp = fd_dev.modify_qp;
     ctx->create_ah = fd_dev.create_ah;
@@ -125,9 +130,21 @@ static inline void fd_ctx_ready(rdmax_ctx *ctx, struct ibv_cq *scq, struct ibv_c
 
 static inline void fd_ctx_destroy(rdmax_ctx *ctx)
 {
+    for (uint32_t p = 0; ctx->rx && p < RDMAX__POOLS; p++) {
+        struct rdmax__srq *s = ctx->rx->pool[p];
+        for (uint32_t c = 0; s && c < s->n_chunks; c++)
+            free(s->chunks[c].base);
+        if (s)
+            free(s->chunks), free(s->free), free(s);
+    }
+    if (ctx->rx)
+        free(ctx->rx->map);
+    free(ctx->rx);
+#if RDMAX__HAS_UD
     if (ctx->ud)
         free(ctx->ud->ahs);
     free(ctx->ud);
+#endif
     rdmax__profile_ctx_fini(ctx);
     free(ctx->eps);
     free(ctx->inl_stage);
@@ -195,5 +212,212 @@ static inline void fd_ep_destroy(rdmax_ep *ep)
     free(ep->local);
     free(ep);
 }
+
+/* ---- the receive side, a connection, and what the fuzz targets check ---------------------------- */
+/* ep's limits as rdmax_ep_create applies them from a desc, set as given (a fuzz target's choice may be
+   one the desc defaults would refuse, such as a window below rdmax's least). */
+static inline void fd_ep_limits(rdmax_ep *ep, uint32_t max_inline, uint32_t rd_avail, uint32_t recv_size,
+                                uint32_t peer_recv_size)
+{
+    ep->desc.timeout = 14;
+    ep->desc.retry_cnt = 6;
+    ep->max_inline = max_inline;
+    ep->rd_avail = rd_avail;
+    ep->recv_size = recv_size;
+    ep->peer_recv_size = peer_recv_size;
+}
+
+/* ep's callbacks (recv_cb NULL: rdmax's own, which drops messages) and their user pointer. */
+static inline void fd_ep_callbacks(rdmax_ep *ep, rdmax_recv_cb recv_cb, rdmax_imm_cb imm_cb, void *user)
+{
+    ep->recv_cb = recv_cb ? recv_cb : rdmax__recv_drop;
+    ep->imm_cb = imm_cb;
+    ep->user = user;
+}
+
+/* A receive pool of ep's own (RDMAX_RECV_POOL_OWN): depth buffers of its recv_size in one region with
+   key mr, every one posted (rdmax__post_recvs) as rdmax_ep_create does. */
+static inline void fd_ep_own_pool(rdmax_ep *ep, uint32_t depth, struct ibv_mr *mr)
+{
+    ep->rmr = mr;
+    ep->rq_depth = depth;
+    ep->rq_free = (uint32_t *)calloc(depth, sizeof *ep->rq_free);
+    ep->rbufs = (char *)calloc(depth, ep->recv_size);
+    for (uint32_t i = 0; i < depth; i++)
+        ep->rq_free[i] = i;
+    ep->rq_unposted = depth;
+    rdmax__post_recvs(ep, depth);
+}
+
+/* Buffer idx of ep's own pool. */
+static inline char *fd_ep_rbuf(const rdmax_ep *ep, uint32_t idx) { return ep->rbufs + (size_t)idx * ep->recv_size; }
+static inline uint32_t fd_ep_rq_depth(const rdmax_ep *ep) { return ep->rq_depth; }
+
+#if RDMAX__HAS_UD
+/* A UD endpoint's peer: its address handle (never dereferenced by rdmax on the fake) and QP. */
+static inline void fd_ep_ud_peer(rdmax_ep *ep, struct ibv_ah *ah, uint32_t qpn)
+{
+    ep->ah = ah;
+    ep->ud_qpn = qpn;
+    ep->ud_qkey = RDMAX_UD_QKEY;
+}
+#endif
+
+/* ep connected to peer_qpn (GID ::1) as rdmax_ep_connect_record leaves it: tx_credits from the peer's record, no
+   credits owed (the record told the peer about the first batch), CONNECTED, the fast gate open. */
+static inline void fd_ep_connected(rdmax_ep *ep, uint32_t peer_qpn, uint32_t tx_credits)
+{
+    ep->peer_qpn = peer_qpn;
+    ep->peer_gid[15] = 1;
+    ep->tx_credits = tx_credits;
+    ep->rx_unreturned = 0;
+    ep->state = RDMAX_EP_CONNECTED;
+    ep->blocked = 0;
+    rdmax__ep_regate(ep);
+}
+
+/* Shared receive pool p of ctx (RDMAX_RECV_POOL_SHARED) as rdmax__pool_get and rdmax__srq_chunk leave
+   it: the SRQ srq (the test's, on fd_vctx) and n_chunks chunks of per_chunk buffers of size bytes,
+   chunk c registered as mrs[c], handed out low indexes first. */
+static inline void fd_ctx_pool(rdmax_ctx *ctx, uint32_t p, struct ibv_srq *srq, uint32_t size, uint32_t per_chunk,
+                               uint32_t n_chunks, struct ibv_mr *mrs)
+{
+    struct rdmax__rx *x = ctx->rx;
+    if (!x) {
+        x = ctx->rx = (struct rdmax__rx *)calloc(1, sizeof *x);
+        x->map_cap = 64;
+        x->map = (__typeof__(x->map))calloc(x->map_cap, sizeof *x->map);
+    }
+    struct rdmax__srq *s = (struct rdmax__srq *)calloc(1, sizeof *s);
+    uint32_t n = per_chunk * n_chunks;
+    s->srq = srq;
+    s->recv_size = size;
+    s->per_chunk = per_chunk;
+    for (int i = 0; i < RDMAX__RECV_BATCH; i++) {  /* the prebuilt chain */
+        s->rq[i].sge.length = size;
+        s->rq[i].wr.sg_list = &s->rq[i].sge;
+        s->rq[i].wr.num_sge = 1;
+        s->rq[i].wr.next = i + 1 < RDMAX__RECV_BATCH ? &s->rq[i + 1].wr : NULL;
+    }
+    s->cap = n;
+    s->chunks = (__typeof__(s->chunks))calloc(n_chunks, sizeof *s->chunks);
+    s->chunks_cap = n_chunks;
+    s->free = (uint32_t *)calloc(n, sizeof *s->free);
+    for (uint32_t c = 0; c < n_chunks; c++) {
+        s->chunks[c].base = (char *)calloc(per_chunk, size);
+        s->chunks[c].mr = &mrs[c];
+        s->chunks[c].lkey = mrs[c].lkey;
+        for (uint32_t i = per_chunk; i-- > 0;)
+            s->free[s->n_free++] = c << RDMAX__SRQ_SLOT_BITS | i;
+    }
+    s->n_chunks = n_chunks;
+    s->n_bufs = n;
+    x->bytes += (uint64_t)n * size;
+    x->pool[p] = s;
+}
+
+/* ep joins pool p with a window of `window` credits as rdmax_ep_create does: the pool's target grows by
+   the window and one buffer for grants, buffers are posted (rdmax__srq_reserve), and ep enters the QP
+   number map. */
+static inline rdmax_status fd_ep_shared_pool(rdmax_ep *ep, uint32_t p, uint32_t window)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    ep->pool = p;
+    ep->rq_depth = window + 1;
+    ep->grant_at = window / 2 ? window / 2 : 1;
+    rdmax_status st = rdmax__srq_reserve(ctx, ep->pool, ep->rq_depth);
+    if (st == RDMAX_OK)
+        st = rdmax__map_put(ctx, ep->qp->qp_num, (uint32_t)(ep->wr_id_base >> 32 & 0xffff));
+    return st;
+}
+
+/* What a fuzz target checks of a pool: buffers posted (until their completion is polled), free, all;
+   staged in a poll batch; the target its endpoints' windows add up to. */
+typedef struct fd_pool_view {
+    uint32_t posted, n_free, n_bufs, n_stage, target;
+} fd_pool_view;
+
+static inline fd_pool_view fd_pool_look(const rdmax_ctx *ctx, uint32_t p)
+{
+    const struct rdmax__srq *s = ctx->rx->pool[p];
+    fd_pool_view v = {s->posted, s->n_free, s->n_bufs, s->n_stage, s->target};
+    return v;
+}
+/* Buffer b (chunk << RDMAX__SRQ_SLOT_BITS | slot) of pool p; all pools' buffers posted. */
+static inline char *fd_pool_buf(const rdmax_ctx *ctx, uint32_t p, uint32_t b) { return rdmax__srq_buf(ctx->rx->pool[p], b); }
+static inline uint64_t fd_ctx_rx_posted(const rdmax_ctx *ctx) { return ctx->rx->posted; }
+
+/* What a fuzz target checks of an endpoint and its context. */
+typedef struct fd_ep_view {
+    uint32_t head, tail;         /* send queue: next slot, oldest outstanding */
+    uint32_t avail;              /* slots free, as the post paths count them */
+    uint32_t tx_credits;         /* sends the peer has buffers for */
+    uint32_t owed;               /* credits owed to the peer (rx_unreturned) */
+    int batching;                /* between rdmax_batch_begin and _end: credits settle at the end */
+    rdmax_ep_state state;
+    uint32_t queued;             /* requests in its pending queue */
+    uint64_t wr_id_base;
+} fd_ep_view;
+
+static inline fd_ep_view fd_ep_look(const rdmax_ep *ep)
+{
+    fd_ep_view v;
+    v.head = ep->sq_head;
+    v.tail = ep->sq_tail;
+    v.avail = rdmax__ep_sq_avail(ep);
+    v.tx_credits = ep->tx_credits;
+    v.owed = ep->rx_unreturned;
+    v.batching = (ep->blocked & RDMAX__BLK_BATCH) != 0;
+    v.state = ep->state;
+    v.queued = ep->group.count;
+    v.wr_id_base = ep->wr_id_base;
+    return v;
+}
+
+/* The fast gate: open only while nothing blocks ep, and then up to the post that must be signaled
+   (sig_at), never beyond the queue's end; the slots that hold a cached region are outstanding ones,
+   sq_regions of them. Returns NULL or what is wrong, in why. */
+static inline const char *fd_ep_gate_check(const rdmax_ep *ep, char *why, size_t why_len)
+{
+    uint32_t depth = ep->sq_mask + 1, out = ep->sq_head - ep->sq_tail, regions = 0;
+    if (ep->fast_gate != (ep->blocked ? ep->sq_head : ep->sig_at)) {
+        snprintf(why, why_len, "gate at %u, head %u tail %u sig_at %u, blocked %u", ep->fast_gate, ep->sq_head,
+                 ep->sq_tail, ep->sig_at, ep->blocked);
+        return why;
+    }
+    if (!(ep->blocked & RDMAX__BLK_BATCH) && ep->sig_at - ep->sq_head > ep->sq_tail + depth - ep->sq_head) {
+        snprintf(why, why_len, "sig_at %u outside head %u .. tail %u + %u", ep->sig_at, ep->sq_head, ep->sq_tail,
+                 depth);
+        return why;
+    }
+    for (uint32_t k = 0; k < depth; k++)
+        if (ep->slots[k].region) {
+            if (((k - ep->sq_tail) & (depth - 1)) >= out) {
+                snprintf(why, why_len, "free slot %u holds a region", k);
+                return why;
+            }
+            regions++;
+        }
+    if (ep->sq_regions != regions) {
+        snprintf(why, why_len, "sq_regions %u, %u slots hold a region", ep->sq_regions, regions);
+        return why;
+    }
+    return NULL;
+}
+
+/* The context's send-CQ entries free, and its completion objects outstanding. */
+static inline uint32_t fd_ctx_scq_free(const rdmax_ctx *ctx) { return rdmax__scq_free(ctx); }
+static inline uint32_t fd_ctx_comps_out(const rdmax_ctx *ctx) { return ctx->comps_out; }
+
+/* rdmax_progress's work without the health pass (whose clock the fuzzer does not drive): poll the
+   receive CQ, then the send CQ, then serve the pending queue. */
+static inline void fd_progress(rdmax_ctx *ctx)
+{
+    rdmax__poll_recv(ctx);
+    rdmax__poll_send(ctx);
+    if (!rdmax__arb_is_empty(&ctx->arb))
+        rdmax__dispatch(ctx);
+}
+static inline int fd_ctx_pending(const rdmax_ctx *ctx) { return !rdmax__arb_is_empty(&ctx->arb); }
 
 #endif /* RDMAX_FAKEDEV_H */

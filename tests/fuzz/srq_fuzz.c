@@ -43,20 +43,6 @@ enum { NEP = 3, MAXEP = 4, SQD = 16, NPOOL = 2, PER_CHUNK = 16, NCHUNK = 4, MAXO
 static const uint32_t g_size[NPOOL] = {256, 64};
 
 /* ---- fake device ------------------------------------------------------------------------------------ */
-typedef struct fast_wr {
-    uint64_t wr_id;
-    int signaled;
-    int op;                  /* index into g_ops, -1 for rdmax's own (grant, keepalive) */
-} fast_wr;
-
-typedef struct fq {          /* one endpoint's QP */
-    struct ibv_qp qp;
-    int err;
-    unsigned cqes;           /* error and flush completions of this QP */
-    fast_wr sq[FIFO];
-    unsigned sq_head, sq_n;
-} fq;
-
 typedef struct fsrq {
     struct ibv_srq srq;
     struct ibv_mr mr[NCHUNK];
@@ -66,24 +52,7 @@ typedef struct fsrq {
     unsigned pending;        /* consumed: completions in the CQ not yet polled */
 } fsrq;
 
-typedef struct fcq {
-    struct ibv_cq cq;
-    struct ibv_wc wc[CQMAX];
-    unsigned head, n;
-} fcq;
-
 /* ---- the model -------------------------------------------------------------------------------------- */
-typedef struct mop {
-    int ep;
-    uint32_t len;
-    uint8_t seed;
-    int accepted, has_comp, posted, completions;
-    int dev_status;
-    rdmax_status comp_status;
-    rdmax_comp comp;
-    uint8_t buf[256];
-} mop;
-
 typedef struct mexp {        /* what the endpoint's callbacks must get next */
     int imm;                 /* 1: imm_cb(imm, len); 0: recv_cb(buffer, len) with the pattern */
     uint32_t val, len, pool, buf;
@@ -100,27 +69,13 @@ typedef struct mep {
     mexp exp[FIFO];
     unsigned exp_head, exp_n;
     int left_connected;
+    int drops, imms;         /* no receive callback (rdmax drops messages); an imm callback */
 } mep;
 
-static struct verbs_context g_vctx;
-static fcq g_scq, g_rcq;
-static fq g_q[NEP];
-static fsrq g_s[NPOOL];
-static mep g_m[NEP];
-static mop g_ops[MAXOPS];
-static int g_nops;
-static rdmax_ctx *g_ctx;
-static rdmax_ep *g_ep[NEP];
-static rdmax_mem g_mem[NEP];
-static fz_in *g_in;
+#include "rxfuzz.h"
 
-static int q_of(struct ibv_qp *qp)
-{
-    for (int i = 0; i < NEP; i++)
-        if (qp == &g_q[i].qp)
-            return i;
-    fz_fail(__LINE__, "post on a QP that is not the fake's");
-}
+static fsrq g_s[NPOOL];
+static int g_nested;  /* a receive callback progressed in this step */
 
 static int pool_of_wr(uint64_t wr_id) { return (int)(((uint32_t)wr_id & RDMAX__WR_SLOT_MASK) >> RDMAX__WR_POOL_SHIFT); }
 
@@ -133,35 +88,8 @@ static uint32_t buf_of_wr(uint64_t wr_id)
     return c < NCHUNK && slot < PER_CHUNK ? c * PER_CHUNK + slot : NBUF;
 }
 
-static void cq_push(fcq *c, uint64_t wr_id, enum ibv_wc_status st, enum ibv_wc_opcode opc, uint32_t qpn)
-{
-    for (int i = 0; i < NEP; i++)
-        g_q[i].cqes += g_q[i].qp.qp_num == qpn && st != IBV_WC_SUCCESS;
-    FZ_CHECK(c->n < CQMAX, "fake CQ overflow (test limit)");
-    struct ibv_wc *w = &c->wc[(c->head + c->n++) % CQMAX];
-    memset(w, 0, sizeof *w);
-    w->wr_id = wr_id;
-    w->status = st;
-    w->opcode = opc;
-    w->qp_num = qpn;
-    w->vendor_err = st == IBV_WC_SUCCESS ? 0 : 0x77;
-}
-
-/* The QP enters the error state: its send queue flushes (an SRQ's receives stay posted). */
-static void dev_flush(int e)
-{
-    fq *q = &g_q[e];
-    q->err = 1;
-    g_m[e].gone = 1;
-    while (q->sq_n) {
-        fast_wr *w = &q->sq[q->sq_head];
-        q->sq_head = (q->sq_head + 1) % FIFO;
-        q->sq_n--;
-        if (w->op >= 0 && g_ops[w->op].dev_status < 0)
-            g_ops[w->op].dev_status = IBV_WC_WR_FLUSH_ERR;
-        cq_push(&g_scq, w->wr_id, IBV_WC_WR_FLUSH_ERR, IBV_WC_SEND, q->qp.qp_num);
-    }
-}
+/* A QP in error: an SRQ's receives stay posted; its peer sends no more. */
+static void rx_flush(int e) { g_m[e].gone = 1; }
 
 static int ep_of_qpn(uint32_t qpn)
 {
@@ -171,42 +99,19 @@ static int ep_of_qpn(uint32_t qpn)
     return -1;
 }
 
-static int fake_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc)
+/* rdmax takes the receive now: the buffer is its again, and a successful one of our endpoint (message,
+   grant or put_imm alike) is a credit it owes the peer once the buffer is reposted */
+static void rx_polled(const struct ibv_wc *wc)
 {
-    fcq *c = cq == &g_scq.cq ? &g_scq : &g_rcq;
-    int n = (int)c->n < num ? (int)c->n : num;
-    if (n > 1 && fz_below(g_in, 4) == 3)
-        n = 1 + (int)fz_below(g_in, (unsigned)n);
-    for (int i = 0; i < n; i++) {
-        wc[i] = c->wc[c->head];
-        c->head = (c->head + 1) % CQMAX;
-        c->n--;
-        if (c != &g_rcq)
-            continue;
-        /* rdmax takes the receive now: the buffer is its again, and a successful one of our endpoint
-           (message, grant or put_imm alike) is a credit it owes the peer once the buffer is reposted */
-        g_s[pool_of_wr(wc[i].wr_id)].pending--;
-        int e = ep_of_qpn(wc[i].qp_num);
-        if (e >= 0 && wc[i].status == IBV_WC_SUCCESS) {
-            g_m[e].owed++;
-            if (wc[i].opcode == IBV_WC_RECV && (wc[i].wc_flags & IBV_WC_WITH_IMM))
-                g_m[e].tx += RDMAX__LE32(wc[i].imm_data) & RDMAX__IMM_CREDITS;
-        }
+    g_s[pool_of_wr(wc->wr_id)].pending--;
+    int e = ep_of_qpn(wc->qp_num);
+    if (e >= 0 && wc->status == IBV_WC_SUCCESS) {
+        g_m[e].owed++;
+        if (wc->opcode == IBV_WC_RECV && (wc->wc_flags & IBV_WC_WITH_IMM))
+            g_m[e].tx += RDMAX__LE32(wc->imm_data) & RDMAX__IMM_CREDITS;
     }
-    return n;
 }
 
-static uint8_t pat(uint8_t seed, uint32_t i) { return (uint8_t)(seed * 31u + i * 7u + (i >> 8)); }
-
-static int g_nested;  /* a receive callback progressed in this step */
-
-/* A QP moved to the error state (a failure or a close): the fake device only notes it. */
-static int fake_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
-{
-    if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR)
-        qp->state = IBV_QPS_ERR;
-    return 0;
-}
 
 static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
@@ -240,16 +145,9 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
                 FZ_CHECK(op < g_nops && g_ops[op].ep == e && g_ops[op].len == len && p[2] == g_ops[op].seed,
                          "endpoint %d: a send the application did not make (op %d, %u bytes)", e, op, len);
                 FZ_CHECK(g_ops[op].posted++ == 0, "op %d posted twice", op);
-                g_ops[op].dev_status = -1;
             }
         }
-        FZ_CHECK(q->sq_n < FIFO, "fake SQ overflow");
-        fast_wr *f = &q->sq[(q->sq_head + q->sq_n++) % FIFO];
-        f->wr_id = w->wr_id;
-        f->signaled = (w->send_flags & IBV_SEND_SIGNALED) != 0;
-        f->op = op;
-        if (q->err)
-            dev_flush(e);
+        sq_take(q, w, op);
     }
     return 0;
 }
@@ -260,7 +158,6 @@ static int fake_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struc
     int p = srq == &g_s[0].srq ? 0 : srq == &g_s[1].srq ? 1 : -1;
     FZ_CHECK(p >= 0, "post to an SRQ that is not the fake's");
     fsrq *f = &g_s[p];
-    const struct rdmax__srq *s = g_ctx->rx->pool[p];
     for (struct ibv_recv_wr *w = wr; w; w = w->next) {
         uint32_t b = buf_of_wr(w->wr_id);
         FZ_CHECK((w->wr_id & RDMAX__WR_SRQ) == RDMAX__WR_SRQ && (w->wr_id & RDMAX__WR_RECV) && pool_of_wr(w->wr_id) == p,
@@ -268,7 +165,7 @@ static int fake_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struc
         FZ_CHECK(b < NBUF, "pool %d: buffer %u of %u", p, b, NBUF);
         FZ_CHECK(!f->posted[b], "pool %d: buffer %u posted twice", p, b);
         FZ_CHECK(w->num_sge == 1 &&
-                 w->sg_list[0].addr == (uintptr_t)rdmax__srq_buf(s, (uint32_t)w->wr_id & RDMAX__WR_BUF_MASK) &&
+                 w->sg_list[0].addr == (uintptr_t)fd_pool_buf(g_ctx, (uint32_t)p, (uint32_t)w->wr_id & RDMAX__WR_BUF_MASK) &&
                  w->sg_list[0].length == g_size[p] && w->sg_list[0].lkey == f->mr[b / PER_CHUNK].lkey,
                  "pool %d: buffer %u posted with the wrong address, length or key", p, b);
         FZ_CHECK(f->n < NBUF, "pool %d: more posted than buffers", p);
@@ -278,23 +175,7 @@ static int fake_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struc
     return 0;
 }
 
-static int fake_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr *pa, size_t len)
-{
-    (void)c, (void)port;
-    memset(pa, 0, len);
-    pa->state = IBV_PORT_ACTIVE;
-    return 0;
-}
-
 /* ---- the application's side --------------------------------------------------------------------------- */
-static void on_comp(rdmax_comp *c, rdmax_status st)
-{
-    mop *o = (mop *)c->user;
-    o->completions++;
-    o->comp_status = st;
-    FZ_CHECK(o->completions == 1, "op %d: its completion ran %d times", (int)(o - g_ops), o->completions);
-}
-
 /* The callback's expectation: the oldest one; after a callback progressed in this step (the nested poll
    batch delivers later messages before the rest of the batch around it) the oldest one of the same
    buffer (imm: of the same immediate and length). */
@@ -309,7 +190,7 @@ static mexp *next_exp(int e, int imm, const void *data, uint32_t val, size_t len
         if (!first)
             first = c;
         if (c->imm == imm && (imm ? c->val == val && c->len == len
-                                  : (const char *)data == rdmax__srq_buf(g_ctx->rx->pool[c->pool], c->buf)))
+                                  : (const char *)data == fd_pool_buf(g_ctx, c->pool, c->buf)))
             x = c;
     }
     FZ_CHECK(first != NULL, "endpoint %d: a callback that must not come (a grant, or another endpoint's)", e);
@@ -325,7 +206,6 @@ static mexp *next_exp(int e, int imm, const void *data, uint32_t val, size_t len
 }
 
 static int g_depth;  /* callbacks that progress, nested */
-static void progress(void);
 
 static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
 {
@@ -333,7 +213,7 @@ static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
     FZ_CHECK(ep == g_ep[e], "receive callback with another endpoint");
     mexp *x = next_exp(e, 0, data, 0, len);
     FZ_CHECK(!x->imm, "endpoint %d: a message where put_imm's immediate was due", e);
-    FZ_CHECK((char *)data == rdmax__srq_buf(g_ctx->rx->pool[x->pool], x->buf), "endpoint %d: message not in pool %u "
+    FZ_CHECK((char *)data == fd_pool_buf(g_ctx, x->pool, x->buf), "endpoint %d: message not in pool %u "
              "buffer %u", e, x->pool, x->buf);
     FZ_CHECK(len == x->len, "endpoint %d: %zu bytes delivered, the peer sent %u", e, len, x->len);
     for (uint32_t i = 0; i < len; i++)
@@ -362,184 +242,48 @@ static void on_imm(rdmax_ep *ep, uint32_t imm, size_t len, void *user)
              x->val, x->len);
 }
 
-static void quiet(rdmax_log_level lvl, rdmax_log_item item, const char *msg, void *user)
-{
-    (void)lvl, (void)item, (void)msg, (void)user;
-}
-
 /* ---- setup ------------------------------------------------------------------------------------------ */
 static void setup(fz_in *in)
 {
-    memset(&g_vctx, 0, sizeof g_vctx);
-    memset(&g_scq, 0, sizeof g_scq);
-    memset(&g_rcq, 0, sizeof g_rcq);
-    memset(g_q, 0, sizeof g_q);
     memset(g_s, 0, sizeof g_s);
-    memset(g_m, 0, sizeof g_m);
-    g_nops = 0;
-    g_vctx.sz = sizeof g_vctx;
-    g_vctx.query_port = fake_query_port;
-    g_vctx.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
-    g_vctx.context.ops.poll_cq = fake_poll_cq;
-    g_vctx.context.ops.post_send = fake_post_send;
-    g_vctx.context.ops.post_srq_recv = fake_post_srq_recv;
-    g_vctx.context.async_fd = -1;
-    g_scq.cq.context = g_rcq.cq.context = &g_vctx.context;
-
-    rdmax_ctx *ctx = (rdmax_ctx *)calloc(1, sizeof *ctx);
-    ctx->verbs = &g_vctx.context;
-    ctx->scq = &g_scq.cq;
-    ctx->rcq = &g_rcq.cq;
-    ctx->scq_poll = ctx->rcq_poll = fake_poll_cq;  /* as rdmax_ctx_create: the provider's poll_cq */
-    ctx->modify_qp = fake_modify_qp;    /* as rdmax_ctx_create: ibv_modify_qp */
-    ctx->rwc = ctx->rwc_top;            /* as rdmax_ctx_create: where progress polls the receive CQ */
-    ctx->scq_low = 8;
-    ctx->scq_spare = SCQ_CREDITS - 8;  /* as rdmax_ctx_create: the free entries minus scq_low */
-    rdmax__ctx_retire_step(ctx);             /* as rdmax_ctx_create: which ops give back read budget */
-    ctx->rcq_size = CQMAX;  /* big enough: rdmax__srq_reserve resizes nothing */
-    ctx->desc.max_eps = MAXEP;
-    ctx->desc.recv_size = g_size[0];
-    ctx->eps_cap = MAXEP;
-    ctx->eps_mask = MAXEP - 1;  /* MAXEP is a power of two */
-    ctx->desc.logger.func = quiet;
-    ctx->log_level = RDMAX_LOG_ERROR;
-    ctx->eps = (rdmax__ep_ref *)calloc(MAXEP, sizeof *ctx->eps);
-    snprintf(ctx->attr.name, sizeof ctx->attr.name, "fuzz0");
-    ctx->attr.port = 1;
-    ctx->attr.max_sge = RDMAX_MAX_SGE;
-    ctx->attr.max_msg_sz = 1u << 20;
-    ctx->attr.max_inline = MAXINL;
-    ctx->attr.max_srq_wr = NBUF;
-    ctx->attr.max_cqe = CQMAX;
-    ctx->inl_stage = (char *)calloc(RDMAX_BATCH_MAX, MAXINL);
-    rdmax__chain_clean(ctx, 0, RDMAX_BATCH_MAX);  /* the post list's entries, as rdmax_ctx_create sets them */
-    ctx->port_up = 1;
-    g_ctx = ctx;
-
-    /* the pools, as rdmax__pool_get and rdmax__srq_chunk leave them (buffers low indexes first) */
-    struct rdmax__rx *x = (struct rdmax__rx *)calloc(1, sizeof *x);
-    x->map_cap = 64;
-    x->map = (__typeof__(x->map))calloc(x->map_cap, sizeof *x->map);
-    ctx->rx = x;
+    rx_setup_ctx(NULL, fake_post_srq_recv, fake_post_send);
+    g_port_state = IBV_PORT_ACTIVE;
+    fd_ctx_desc(g_ctx)->recv_size = g_size[0];
+    fd_ctx_attr(g_ctx)->max_srq_wr = NBUF;
+    fd_ctx_attr(g_ctx)->max_cqe = CQMAX;  /* big enough: joining a pool resizes nothing */
+    fd_ctx_ready(g_ctx, &g_scq.cq, &g_rcq.cq, SCQ_CREDITS);
     for (int p = 0; p < NPOOL; p++) {
-        struct rdmax__srq *s = (struct rdmax__srq *)calloc(1, sizeof *s);
-        g_s[p].srq.context = &g_vctx.context;
-        s->srq = &g_s[p].srq;
-        s->recv_size = g_size[p];
-        s->per_chunk = PER_CHUNK;
-        for (int i = 0; i < RDMAX__RECV_BATCH; i++) {  /* as rdmax__pool_get: the prebuilt chain */
-            s->rq[i].sge.length = g_size[p];
-            s->rq[i].wr.sg_list = &s->rq[i].sge;
-            s->rq[i].wr.num_sge = 1;
-            s->rq[i].wr.next = i + 1 < RDMAX__RECV_BATCH ? &s->rq[i + 1].wr : NULL;
-        }
-        s->cap = NBUF;
-        s->chunks = (__typeof__(s->chunks))calloc(NCHUNK, sizeof *s->chunks);
-        s->chunks_cap = NCHUNK;
-        s->free = (uint32_t *)calloc(NBUF, sizeof *s->free);
-        for (uint32_t c = 0; c < NCHUNK; c++) {
+        g_s[p].srq.context = &fd_vctx.context;
+        for (uint32_t c = 0; c < NCHUNK; c++)
             g_s[p].mr[c].lkey = 0x6000 + 16 * (uint32_t)p + c;
-            s->chunks[c].base = (char *)calloc(PER_CHUNK, g_size[p]);
-            s->chunks[c].mr = &g_s[p].mr[c];
-            s->chunks[c].lkey = g_s[p].mr[c].lkey;
-            for (uint32_t i = PER_CHUNK; i-- > 0;)
-                s->free[s->n_free++] = c << RDMAX__SRQ_SLOT_BITS | i;
-        }
-        s->n_chunks = NCHUNK;
-        s->n_bufs = NBUF;
-        x->bytes += (uint64_t)NBUF * g_size[p];
-        x->pool[p] = s;
+        fd_ctx_pool(g_ctx, (uint32_t)p, &g_s[p].srq, g_size[p], PER_CHUNK, NCHUNK, g_s[p].mr);
     }
 
     for (int e = 0; e < NEP; e++) {
-        rdmax_ep *ep = (rdmax_ep *)calloc(1, sizeof *ep);
-        fq *q = &g_q[e];
         mep *m = &g_m[e];
-        q->qp.context = &g_vctx.context;
-        q->qp.qp_type = IBV_QPT_RC;
-        q->qp.qp_num = 0x100 + (uint32_t)e;
-        q->qp.state = IBV_QPS_RTS;
-        ep->ctx = ctx;
-        ep->qp = &q->qp;
-        ep->post_send = fake_post_send;  /* as rdmax_ep_create: the provider's post_send */
-        ep->desc.timeout = 14;
-        ep->desc.retry_cnt = 6;
-        ep->sq_mask = SQD - 1;
-        ep->signal_interval = 1 + fz_below(in, SQD / 2);
-        ep->sig_at = ep->sq_head + ep->signal_interval - 1;
-        ep->max_inline = MAXINL;
-        ep->rd_avail = 4;
+        uint32_t signal_interval = 1 + fz_below(in, SQD / 2);
         m->pool = e == NEP - 1 ? (int)fz_below(in, NPOOL) : 0;
-        ep->pool = (uint32_t)m->pool;
-        ep->recv_size = g_size[m->pool];
-        ep->peer_recv_size = 256;
         uint32_t window = 1 + fz_below(in, 16);  /* ep desc rq_depth (below rdmax's least, 4, on purpose) */
-        ep->rq_depth = window + 1;  /* as rdmax_ep_create: the buffers (credits) that back it, + 1 for grants */
-        ep->grant_at = window / 2 ? window / 2 : 1;
-        ep->recv_cb = fz_below(in, 8) != 7 ? on_recv : rdmax__recv_drop;  /* as rdmax_ep_create */
-        ep->imm_cb = fz_below(in, 8) != 7 ? on_imm : NULL;
-        ep->user = (void *)(intptr_t)e;
-        ep->slots = (rdmax__slot *)calloc(SQD, sizeof *ep->slots);
-        ep->wr.sg_list = &ctx->fsge;  /* as rdmax_ep_create: the fast put's prebuilt request */
-        ep->wr.num_sge = 1;
-        ep->wr.opcode = IBV_WR_RDMA_WRITE;
-        ep->wr.send_flags = IBV_SEND_INLINE;
-        snprintf(ep->peer, sizeof ep->peer, "fuzz-peer-%d", e);
-        ep->peer_qpn = 0x200 + (uint32_t)e;
-        ctx->eps[e].ep = ep;
+        rdmax_recv_cb recv_cb = fz_below(in, 8) != 7 ? on_recv : NULL;
+        rdmax_imm_cb imm_cb = fz_below(in, 8) != 7 ? on_imm : NULL;
         uint16_t gen = (uint16_t)(1 + fz_below(in, 3));
-        ctx->eps[e].key = RDMAX__EP_KEY(gen, e);
-        ctx->n_eps++;
-        ep->wr_id_base = (uint64_t)gen << 48 | (uint64_t)e << 32;
-        ep->wr.wr_id = ep->wr_id_base;
+        rdmax_ep *ep = fd_ep_create(g_ctx, rx_qp(e, IBV_QPT_RC), SQD, signal_interval, gen);
+        fd_ep_limits(ep, MAXINL, 4, g_size[m->pool], 256);
+        fd_ep_callbacks(ep, recv_cb, imm_cb, (void *)(intptr_t)e);
+        m->drops = recv_cb == NULL;
+        m->imms = imm_cb != NULL;
         g_ep[e] = ep;
-        g_mem[e].lkey = 0x7000 + (uint32_t)e;
-        /* as rdmax_ep_create: join the pool (its target grows by the window, buffers are posted) and
-           the QP number map; as connect: the peer's window from its record, ours in our record */
-        FZ_CHECK(rdmax__srq_reserve(ctx, ep->pool, ep->rq_depth) == RDMAX_OK, "srq_reserve failed");
-        FZ_CHECK(rdmax__map_put(ctx, q->qp.qp_num, (uint32_t)e) == RDMAX_OK, "map_put failed");
-        ep->tx_credits = m->tx = 1 + fz_below(in, 32);
-        m->peer = ep->rq_depth;
-        ep->state = RDMAX_EP_CONNECTED;
-        ep->blocked = 0;
-        rdmax__ep_regate(ep);
+        /* as rdmax_ep_create: join the pool (its target grows by the window and one buffer for grants,
+           buffers are posted) and the QP number map; as connect: the peer's window from its record,
+           ours in our record */
+        FZ_CHECK(fd_ep_shared_pool(ep, (uint32_t)m->pool, window) == RDMAX_OK, "joining the pool failed");
+        m->tx = 1 + fz_below(in, 32);
+        m->peer = window + 1;
+        fd_ep_connected(ep, 0x200 + (uint32_t)e, m->tx);
     }
-}
-
-static void teardown(void)
-{
-    for (int e = 0; e < NEP; e++) {
-        rdmax_ep *ep = g_ep[e];
-        rdmax_ep_pending_purge(ep);
-        rdmax__arb_group_cleanup(&g_ctx->arb, &ep->group);
-        free(ep->slots);
-        free(ep);
-    }
-    for (int p = 0; p < NPOOL; p++) {
-        struct rdmax__srq *s = g_ctx->rx->pool[p];
-        for (uint32_t c = 0; c < s->n_chunks; c++)
-            free(s->chunks[c].base);
-        free(s->chunks);
-        free(s->free);
-        free(s);
-    }
-    free(g_ctx->rx->map);
-    free(g_ctx->rx);
-    rdmax__profile_ctx_fini(g_ctx);
-    free(g_ctx->eps);
-    free(g_ctx->inl_stage);
-    free(g_ctx);
 }
 
 /* ---- steps ------------------------------------------------------------------------------------------- */
-static void progress(void)
-{
-    rdmax__poll_recv(g_ctx);
-    rdmax__poll_send(g_ctx);
-    if (!rdmax__arb_is_empty(&g_ctx->arb))
-        rdmax__dispatch(g_ctx);
-}
-
 /* The next posted buffer of pool p, taken by the device for an arriving message. */
 static uint64_t srq_take(int p)
 {
@@ -564,7 +308,7 @@ static void peer_message(fz_in *in, int e)
     uint64_t id = srq_take(m->pool);
     m->peer--;
     uint32_t b = (uint32_t)id & RDMAX__WR_BUF_MASK;
-    char *buf = rdmax__srq_buf(g_ctx->rx->pool[m->pool], b);
+    char *buf = fd_pool_buf(g_ctx, (uint32_t)m->pool, b);
     uint32_t qpn = g_q[e].qp.qp_num;
     unsigned kind = fz_below(in, 16);
     if (kind == 15) {
@@ -584,7 +328,7 @@ static void peer_message(fz_in *in, int e)
         w->byte_len = len;
         w->wc_flags = IBV_WC_WITH_IMM;
         w->imm_data = htonl(imm);
-        if (g_ep[e]->imm_cb) {
+        if (m->imms) {
             FZ_CHECK(m->exp_n < FIFO, "model FIFO overflow");
             mexp *x = &m->exp[(m->exp_head + m->exp_n++) % FIFO];
             x->imm = 1, x->val = imm, x->len = len, x->done = 0;
@@ -600,20 +344,11 @@ static void peer_message(fz_in *in, int e)
     cq_push(&g_rcq, id, IBV_WC_SUCCESS, IBV_WC_RECV, qpn);
     w = &g_rcq.wc[(g_rcq.head + g_rcq.n - 1) % CQMAX];
     w->byte_len = len;
-    uint32_t imm = 0;
-    if (fz_below(in, 8) != 0) {
-        switch (fz_below(in, 6)) {
-        case 0: imm = fz_u32(in); break;                                        /* anything */
-        case 1: imm = RDMAX__IMM_GRANT | fz_below(in, 64); break;               /* a grant */
-        case 2: imm = RDMAX__IMM_GRANT | RDMAX__IMM_CLOSE | fz_below(in, 64); break; /* goodbye */
-        default: imm = fz_below(in, 64); break;                                 /* credits on a message */
-        }
-        w->wc_flags = IBV_WC_WITH_IMM;
-        w->imm_data = RDMAX__LE32(imm);  /* rdmax's own immediates are little-endian */
-    }
+    uint32_t imm;
+    peer_imm(in, w, &imm);
     if (imm & RDMAX__IMM_CLOSE)
         m->gone = 1;  /* a peer that said goodbye sends nothing more */
-    if (!(imm & RDMAX__IMM_GRANT) && g_ep[e]->recv_cb != rdmax__recv_drop) {
+    if (!(imm & RDMAX__IMM_GRANT) && !m->drops) {
         FZ_CHECK(m->exp_n < FIFO, "model FIFO overflow");
         mexp *x = &m->exp[(m->exp_head + m->exp_n++) % FIFO];
         x->imm = 0, x->len = len, x->seed = seed, x->pool = (uint32_t)m->pool, x->buf = b, x->done = 0;
@@ -635,108 +370,52 @@ static void stale_recv(fz_in *in)
     g_rcq.wc[(g_rcq.head + g_rcq.n - 1) % CQMAX].byte_len = fz_below(in, 2) ? 0 : g_size[p];
 }
 
-static void dev_execute(fz_in *in, int e)
+static void send_step(fz_in *in, int e)
 {
-    fq *q = &g_q[e];
-    unsigned k = 1 + fz_below(in, 8);
-    while (k-- && q->sq_n && !q->err) {
-        fast_wr *w = &q->sq[q->sq_head];
-        q->sq_head = (q->sq_head + 1) % FIFO;
-        q->sq_n--;
-        enum ibv_wc_status st = IBV_WC_SUCCESS;
-        if (fz_below(in, 40) == 39) {
-            st = (enum ibv_wc_status)(1 + fz_below(in, IBV_WC_GENERAL_ERR));
-            if (st == IBV_WC_WR_FLUSH_ERR)
-                st = IBV_WC_RETRY_EXC_ERR;
-        }
-        if (w->op >= 0)
-            g_ops[w->op].dev_status = st;
-        if (w->signaled || st != IBV_WC_SUCCESS)
-            cq_push(&g_scq, w->wr_id, st, IBV_WC_SEND, q->qp.qp_num);
-        if (st != IBV_WC_SUCCESS)
-            dev_flush(e);
-    }
-}
-
-static void app_send(fz_in *in, int e)
-{
-    if (g_nops >= MAXOPS)
+    rdmax_status st;
+    mop *o = app_send(in, e, 0, &st);
+    if (!o)
         return;
-    int id = g_nops++;
-    mop *o = &g_ops[id];
-    memset(o, 0, sizeof *o);
-    o->ep = e;
-    o->len = 3 + fz_below(in, 2 * MAXINL);
-    o->seed = fz_u8(in);
-    o->dev_status = -1;
-    o->buf[0] = (uint8_t)id;
-    o->buf[1] = (uint8_t)(id >> 8);
-    o->buf[2] = o->seed;
-    o->has_comp = fz_below(in, 2);
-    o->comp.cb = on_comp;
-    o->comp.user = o;
-    const rdmax_mem *mem = (o->has_comp || o->len > MAXINL) ? &g_mem[e] : NULL;
-    rdmax_status st = rdmax_send(g_ep[e], o->buf, o->len, mem, o->has_comp ? &o->comp : NULL);
-    o->accepted = st == RDMAX_OK || st == RDMAX_INPROGRESS;
-    FZ_CHECK(!(st == RDMAX_OK && o->has_comp), "a zero-copy send returned OK (its completion would never run)");
-    if (st != RDMAX_INPROGRESS)
-        o->has_comp = 0;
-    FZ_CHECK(o->accepted || o->posted == 0, "op %d reached the device but its call said %s", id, rdmax_status_str(st));
     FZ_CHECK(st == RDMAX_OK || st == RDMAX_INPROGRESS || st == RDMAX_ERR_NO_RESOURCE || st == RDMAX_ERR_ENDPOINT ||
              st == RDMAX_ERR_CLOSED, "send: unexpected %s", rdmax_status_str(st));
-    FZ_CHECK(!o->accepted || o->posted == 1, "op %d accepted but posted %d times", id, o->posted);
+    FZ_CHECK(!o->accepted || o->posted == 1, "op %d accepted but posted %d times", (int)(o - g_ops), o->posted);
 }
 
 static void check_step(int settled)
 {
-    rdmax_ctx *ctx = g_ctx;
-    uint32_t outstanding = 0, peers[NPOOL] = {0, 0}, target[NPOOL] = {0, 0};
+    uint32_t peers[NPOOL] = {0, 0}, target[NPOOL] = {0, 0};
+    check_send_queues();
     for (int e = 0; e < NEP; e++) {
-        rdmax_ep *ep = g_ep[e];
+        fd_ep_view v = fd_ep_look(g_ep[e]);
         mep *m = &g_m[e];
-        uint32_t out = ep->sq_head - ep->sq_tail;
-        FZ_CHECK(out <= SQD && rdmax__ep_sq_avail(ep) + out == SQD, "endpoint %d: %u outstanding, %u slots free", e,
-                 out, rdmax__ep_sq_avail(ep));
-        /* the gate stops at the post that must be signaled (sig_at), never beyond the queue's end */
-        FZ_CHECK(ep->fast_gate == (ep->blocked ? ep->sq_head : ep->sig_at), "endpoint %d: gate at %u, head %u tail %u "
-                 "sig_at %u, blocked %u", e, ep->fast_gate, ep->sq_head, ep->sq_tail, ep->sig_at, ep->blocked);
-        FZ_CHECK((ep->blocked & RDMAX__BLK_BATCH) || ep->sig_at - ep->sq_head <= ep->sq_tail + SQD - ep->sq_head,
-                 "endpoint %d: sig_at %u outside head %u .. tail %u + %u", e, ep->sig_at, ep->sq_head, ep->sq_tail, SQD);
-        outstanding += out;
-        FZ_CHECK(ep->tx_credits == m->tx, "endpoint %d: %u send credits, the peer granted %u net", e, ep->tx_credits,
+        FZ_CHECK(v.tx_credits == m->tx, "endpoint %d: %u send credits, the peer granted %u net", e, v.tx_credits,
                  m->tx);
-        FZ_CHECK(ep->rx_unreturned == m->owed, "endpoint %d owes %u credits, its peer consumed %u unreturned", e,
-                 ep->rx_unreturned, m->owed);
-        if (ep->state != RDMAX_EP_CONNECTED)
-            m->left_connected = 1;
-        else
-            FZ_CHECK(!m->left_connected, "endpoint %d is CONNECTED again after failing or closing", e);
-        target[m->pool] += ep->rq_depth;
+        FZ_CHECK(v.owed == m->owed, "endpoint %d owes %u credits, its peer consumed %u unreturned", e, v.owed,
+                 m->owed);
+        target[m->pool] += fd_ep_rq_depth(g_ep[e]);
         if (!m->gone && !g_q[e].err)
             peers[m->pool] += m->peer;
     }
-    FZ_CHECK(rdmax__scq_free(ctx) + outstanding == SCQ_CREDITS, "CQ credits %u + outstanding %u != %u", rdmax__scq_free(ctx),
-             outstanding, SCQ_CREDITS);
     uint64_t posted = 0;
     for (int p = 0; p < NPOOL; p++) {
-        const struct rdmax__srq *s = ctx->rx->pool[p];
+        fd_pool_view s = fd_pool_look(g_ctx, (uint32_t)p);
         fsrq *f = &g_s[p];
         /* rdmax counts a buffer posted until it polls its completion */
-        FZ_CHECK(s->posted == f->n + f->pending, "pool %d: rdmax counts %u posted, the SRQ holds %u and the CQ %u", p,
-                 s->posted, f->n, f->pending);
-        FZ_CHECK(s->posted + s->n_free == s->n_bufs && s->n_stage == 0, "pool %d: %u posted + %u free != %u buffers "
-                 "(%u staged after a poll)", p, s->posted, s->n_free, s->n_bufs, s->n_stage);
-        FZ_CHECK(s->target == target[p], "pool %d: target %u, the windows of its endpoints add up to %u", p, s->target,
+        FZ_CHECK(s.posted == f->n + f->pending, "pool %d: rdmax counts %u posted, the SRQ holds %u and the CQ %u", p,
+                 s.posted, f->n, f->pending);
+        FZ_CHECK(s.posted + s.n_free == s.n_bufs && s.n_stage == 0, "pool %d: %u posted + %u free != %u buffers "
+                 "(%u staged after a poll)", p, s.posted, s.n_free, s.n_bufs, s.n_stage);
+        FZ_CHECK(s.target == target[p], "pool %d: target %u, the windows of its endpoints add up to %u", p, s.target,
                  target[p]);
         if (settled)
-            FZ_CHECK(s->posted == s->target, "pool %d: %u posted after the poll, target %u (a consumed buffer not "
-                     "reposted)", p, s->posted, s->target);
+            FZ_CHECK(s.posted == s.target, "pool %d: %u posted after the poll, target %u (a consumed buffer not "
+                     "reposted)", p, s.posted, s.target);
         FZ_CHECK(peers[p] <= f->n, "pool %d: its peers hold %u credits, %u buffers are posted (a peer would meet RNR)",
                  p, peers[p], f->n);
-        posted += s->posted;
+        posted += s.posted;
     }
-    FZ_CHECK(ctx->rx->posted == posted, "context: %llu posted, the pools %llu", (unsigned long long)ctx->rx->posted,
-             (unsigned long long)posted);
+    FZ_CHECK(fd_ctx_rx_posted(g_ctx) == posted, "context: %llu posted, the pools %llu",
+             (unsigned long long)fd_ctx_rx_posted(g_ctx), (unsigned long long)posted);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
@@ -751,7 +430,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         g_nested = 0;
         switch (fz_below(&in, 12)) {
         case 0: case 1: case 2: case 3: peer_message(&in, e); break;
-        case 4: case 5: app_send(&in, e); break;
+        case 4: case 5: send_step(&in, e); break;
         case 6: case 7: dev_execute(&in, e); break;
         case 8: case 9: progress(); settled = g_rcq.n == 0; break;
         case 10: stale_recv(&in); break;
@@ -763,22 +442,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         }
         check_step(settled);
     }
-    /* the end: every QP fails, progress until nothing moves */
-    for (int e = 0; e < NEP; e++)
-        dev_flush(e);
-    for (int i = 0; i < 64 && (g_scq.n || g_rcq.n || !rdmax__arb_is_empty(&g_ctx->arb)); i++)
-        progress();
+    drain();
     check_step(1);
-    FZ_CHECK(g_scq.n == 0 && g_rcq.n == 0, "completions left after the drain");
-    for (int e = 0; e < NEP; e++) {
-        rdmax_ep *ep = g_ep[e];
-        if (g_q[e].cqes)
-            FZ_CHECK(ep->state == RDMAX_EP_ERROR || ep->state == RDMAX_EP_CLOSED, "endpoint %d: state %d after its QP "
-                     "failed", e, ep->state);
+    check_drained();
+    for (int e = 0; e < NEP; e++)
         FZ_CHECK(g_m[e].exp_n == 0, "endpoint %d: %u callbacks never came", e, g_m[e].exp_n);
-        /* unsignaled requests that ran before the QP failed get no completion: the tick's query of the QP
-           finds that (not driven here) */
-    }
+    /* unsignaled requests that ran before the QP failed get no completion: the tick's query of the QP
+       finds that (not driven here) */
+    check_end();
     for (int i = 0; i < g_nops; i++) {
         mop *o = &g_ops[i];
         if (!o->accepted || !o->has_comp)
@@ -787,7 +458,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         FZ_CHECK((o->comp_status == RDMAX_OK) == (o->dev_status == IBV_WC_SUCCESS), "op %d: completion %s, device "
                  "status %d", i, rdmax_status_str(o->comp_status), o->dev_status);
     }
-    FZ_CHECK(g_ctx->comps_out == 0, "%u completion objects outstanding at the end", g_ctx->comps_out);
-    teardown();
+    rx_teardown();
     return 0;
 }
