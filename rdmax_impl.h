@@ -11185,6 +11185,40 @@ static inline void rdmax__test_ep_poison_slots(rdmax_ep *ep, uint32_t len)
     for (uint32_t i = 0; i <= ep->sq_mask; i++)
         ep->slots[i].len = len;
 }
+/* Endpoints ctx holds now (a refused handshake must leave none behind). */
+static inline uint32_t rdmax__test_ctx_eps(const rdmax_ctx *ctx)
+{
+    return ctx->n_eps;
+}
+/* Run the health pass now (device events, watchdog, keepalive, the receive queues' low-water mark),
+   not at its next due time. */
+static inline void rdmax__test_tick(rdmax_ctx *ctx)
+{
+    rdmax__tick(ctx);
+}
+/* Contexts holding ctx's device (a parent and its children), and device events another context read
+   and queued for ctx. */
+static inline uint32_t rdmax__test_dev_refs(const rdmax_ctx *ctx)
+{
+    return ctx->dev->refs;
+}
+static inline uint32_t rdmax__test_dev_events(const rdmax_ctx *ctx)
+{
+    return ctx->dev->n_ev;
+}
+#if RDMAX__HAS_RC
+/* The slot of ctx's pool table that ep's shared receive pool takes (its buffers' wr_ids carry it). */
+static inline uint32_t rdmax__test_ep_pool(const rdmax_ep *ep)
+{
+    return ep->pool;
+}
+/* 1 if pool slot `slot` of ctx is empty and cooling: a pool freed there may still have completions
+   queued, so no new pool takes the slot before the receive CQ was seen drained. */
+static inline int rdmax__test_pool_cooling(const rdmax_ctx *ctx, uint32_t slot)
+{
+    return ctx->rx && !ctx->rx->pool[slot] && (ctx->rx->cooling >> slot & 1u);
+}
+#endif
 #if RDMAX__HAS_UD
 /* UD: the number ep gives its next datagram (the high half of rx_unreturned, see rdmax_send); setting it
    acts out datagrams lost (a jump ahead), late or duplicated (a step back) on the wire. */

@@ -255,14 +255,14 @@ static void check_grh(const struct ibv_ah_attr *a, const char *dgid)
 static void test_ib_attr(void)
 {
     rdmax_ctx *ctx = mkctx(&IB, NULL);
-    CHECK(ctx->attr.link_layer == IBV_LINK_LAYER_INFINIBAND && ctx->attr.lid == 7 &&
-          ctx->attr.gid_type == IBV_GID_TYPE_IB, "attr: link layer %d lid %u gid type %d", ctx->attr.link_layer,
-          ctx->attr.lid, ctx->attr.gid_type);
+    CHECK(rdmax_ctx_query_attr(ctx)->link_layer == IBV_LINK_LAYER_INFINIBAND && rdmax_ctx_query_attr(ctx)->lid == 7 &&
+          rdmax_ctx_query_attr(ctx)->gid_type == IBV_GID_TYPE_IB, "attr: link layer %d lid %u gid type %d", rdmax_ctx_query_attr(ctx)->link_layer,
+          rdmax_ctx_query_attr(ctx)->lid, rdmax_ctx_query_attr(ctx)->gid_type);
     fd_ctx_destroy(ctx);
     ctx = mkctx(&IB_OLD, NULL);
-    CHECK(ctx->attr.link_layer == IBV_LINK_LAYER_INFINIBAND && ctx->attr.lid == 3,
+    CHECK(rdmax_ctx_query_attr(ctx)->link_layer == IBV_LINK_LAYER_INFINIBAND && rdmax_ctx_query_attr(ctx)->lid == 3,
           "a port reporting link layer UNSPECIFIED reads as %d, lid %u (InfiniBand, 3 expected)",
-          ctx->attr.link_layer, ctx->attr.lid);
+          rdmax_ctx_query_attr(ctx)->link_layer, rdmax_ctx_query_attr(ctx)->lid);
     fd_ctx_destroy(ctx);
 }
 
@@ -336,16 +336,16 @@ static void test_ib_ud(void)
     CHECK_ST(rdmax_ep_connect_record(a2, &ifar), RDMAX_OK);
     CHECK(g_n_ah == 2 && g_ah[1].dlid == 12, "two prefixes: %d handles, dlid %u", g_n_ah, g_ah[1].dlid);
     check_grh(&g_ah[1], IB_FAR.gid);
-    CHECK(a->peer_lid == 9, "the datagram check's peer LID %u", a->peer_lid);
+    CHECK(fd_ep_peer_lid(a) == 9, "the datagram check's peer LID %u", fd_ep_peer_lid(a));
     /* the receive path's sender check: without a GRH (one subnet) by the source LID */
     struct ibv_wc wc;
     uint8_t grh[40];
     memset(&wc, 0, sizeof wc);
     memset(grh, 0, sizeof grh);
     wc.slid = 9;
-    CHECK(rdmax__ud_sender(&wc, grh, a->peer_gid, a->peer_lid) == 1, "a datagram from LID 9 refused");
+    CHECK(fd_ep_ud_sender(a, &wc, grh) == 1, "a datagram from LID 9 refused");
     wc.slid = 10;
-    CHECK(rdmax__ud_sender(&wc, grh, a->peer_gid, a->peer_lid) == 0, "a datagram from LID 10 taken for 9's");
+    CHECK(fd_ep_ud_sender(a, &wc, grh) == 0, "a datagram from LID 10 taken for 9's");
     fd_ep_destroy(a);
     fd_ep_destroy(a2);
     fd_ep_destroy(b);
@@ -373,8 +373,8 @@ static void roce_pair(const port *pa, const port *pb)
           "RoCE RTR: dlid %u sl %u rate %u path bits %u flow %u class %u (all 0, as before version 4)",
           p.qa.rtr.ah_attr.dlid, p.qa.rtr.ah_attr.sl, p.qa.rtr.ah_attr.static_rate, p.qa.rtr.ah_attr.src_path_bits,
           p.qa.rtr.ah_attr.grh.flow_label, p.qa.rtr.ah_attr.grh.traffic_class);
-    CHECK(p.ca->attr.lid == 0 && p.ca->attr.link_layer == IBV_LINK_LAYER_ETHERNET, "attr lid %u link layer %d",
-          p.ca->attr.lid, p.ca->attr.link_layer);
+    CHECK(rdmax_ctx_query_attr(p.ca)->lid == 0 && rdmax_ctx_query_attr(p.ca)->link_layer == IBV_LINK_LAYER_ETHERNET, "attr lid %u link layer %d",
+          rdmax_ctx_query_attr(p.ca)->lid, rdmax_ctx_query_attr(p.ca)->link_layer);
     freepair(&p);
     /* UD: the same address handle */
     rdmax_ctx *ca = mkctx(pa, NULL), *cb = mkctx(pb, NULL);
@@ -430,8 +430,8 @@ static void test_caps_line(void)
           strstr(m, "shared receive queues none (RC endpoints receive into pools of their own)") &&
           strstr(m, "inline none") && strstr(m, "1 SGE (rdmax_*_iov take one entry)"), "the bare device's line: %s",
           m ? m : "(none)");
-    CHECK(ctx->attr.atomic_cap == IBV_ATOMIC_NONE && ctx->attr.max_srq == 0 && ctx->attr.max_srq_wr == 0,
-          "attr: atomic_cap %d max_srq %u", ctx->attr.atomic_cap, ctx->attr.max_srq);
+    CHECK(rdmax_ctx_query_attr(ctx)->atomic_cap == IBV_ATOMIC_NONE && rdmax_ctx_query_attr(ctx)->max_srq == 0 && rdmax_ctx_query_attr(ctx)->max_srq_wr == 0,
+          "attr: atomic_cap %d max_srq %u", rdmax_ctx_query_attr(ctx)->atomic_cap, rdmax_ctx_query_attr(ctx)->max_srq);
     fd_ctx_destroy(ctx);
 }
 
@@ -444,18 +444,20 @@ static void atomics_refused(pair *p, const char *gate)
     uint64_t res = 0;
     rdmax_comp c;
     memset(&c, 0, sizeof c);
-    uint32_t head = p->a->sq_head, rd = p->a->rd_avail;
-    int32_t spare = p->ca->scq_spare;
+    fd_ep_view v = fd_ep_look(p->a);
+    uint32_t head = v.head, rd = v.rd_avail;
+    int32_t spare = fd_ctx_scq_spare(p->ca);
     g_posts = 0;
-    CHECK(p->a->post_send == rdmax__post_send_noatomic, "%s: the endpoint posts through the provider's post_send", gate);
+    CHECK(fd_ep_refuses_atomics(p->a), "%s: the endpoint posts through the provider's post_send", gate);
     CHECK_ST(rdmax_fadd(p->a, &res, &m, 0x1000, 0x99, 1, NULL), RDMAX_ERR_UNSUPPORTED);
     CHECK_ST(rdmax_cswap(p->a, &res, &m, 0x1000, 0x99, 0, 1, NULL), RDMAX_ERR_UNSUPPORTED);
     CHECK_ST(rdmax_fadd(p->a, &res, &m, 0x1000, 0x99, 1, &c), RDMAX_ERR_UNSUPPORTED);   /* the general path */
     CHECK_ST(rdmax_cswap(p->a, &res, &m, 0x1000, 0x99, 0, 1, &c), RDMAX_ERR_UNSUPPORTED);
     CHECK(g_posts == 0, "%s: %d atomics reached the device", gate, g_posts);
-    CHECK(p->a->sq_head == head && p->a->rd_avail == rd && p->ca->scq_spare == spare,
+    v = fd_ep_look(p->a);
+    CHECK(v.head == head && v.rd_avail == rd && fd_ctx_scq_spare(p->ca) == spare,
           "%s: a refused atomic kept a slot, read budget or CQ entry (head %u/%u rd %u/%u spare %d/%d)", gate,
-          p->a->sq_head, head, p->a->rd_avail, rd, p->ca->scq_spare, spare);
+          v.head, head, v.rd_avail, rd, fd_ctx_scq_spare(p->ca), spare);
     /* reads still go */
     uint64_t buf;
     CHECK_ST(rdmax_get(p->a, &buf, 8, &m, 0x1000, 0x99, NULL), RDMAX_INPROGRESS);
@@ -480,7 +482,7 @@ out:
     memset(&m, 0, sizeof m);
     uint64_t res;
     g_posts = 0;
-    CHECK(p.a->post_send == fake_post_send, "an endpoint of a device with atomics posts through another function");
+    CHECK(!fd_ep_refuses_atomics(p.a), "an endpoint of a device with atomics posts through another function");
     CHECK_ST(rdmax_fadd(p.a, &res, &m, 0x1000, 0x99, 1, NULL), RDMAX_INPROGRESS);
     CHECK(g_posts == 1, "with atomics: %d posted", g_posts);
     freepair(&p);
@@ -492,19 +494,19 @@ static void test_no_srq(void)
     fqp q1, q2;
     g_n_log = 0;
     rdmax_ep *a = mkep(ctx, &q1, RDMAX_TRANSPORT_ID_RC, 0x11, 0), *b = mkep(ctx, &q2, RDMAX_TRANSPORT_ID_RC, 0x12, 0);
-    CHECK(a->desc.recv_pool == RDMAX_RECV_POOL_OWN && b->desc.recv_pool == RDMAX_RECV_POOL_OWN,
-          "recv_pool %u / %u: no SRQ, a pool of its own expected", a->desc.recv_pool, b->desc.recv_pool);
+    CHECK(rdmax_ep_query_desc(a).recv_pool == RDMAX_RECV_POOL_OWN && rdmax_ep_query_desc(b).recv_pool == RDMAX_RECV_POOL_OWN,
+          "recv_pool %u / %u: no SRQ, a pool of its own expected", rdmax_ep_query_desc(a).recv_pool, rdmax_ep_query_desc(b).recv_pool);
     int n;
     const char *m = logged(RDMAX_LOG_ITEM_SRQ, &n);
     CHECK(n == 1 && strstr(m, "pools of their own"), "said %d times: %s", n, m ? m : "(nothing)");
-    CHECK(a->desc.max_inline == 0, "max_inline %u on a device without inline data", a->desc.max_inline);
+    CHECK(rdmax_ep_query_desc(a).max_inline == 0, "max_inline %u on a device without inline data", rdmax_ep_query_desc(a).max_inline);
     fd_ep_destroy(a);
     fd_ep_destroy(b);
     fd_ctx_destroy(ctx);
     /* the control: with shared receive queues the default stays */
     ctx = mkctx(&ROCE2, NULL);
     a = mkep(ctx, &q1, RDMAX_TRANSPORT_ID_RC, 0x11, 0);
-    CHECK(a->desc.recv_pool == RDMAX_RECV_POOL_SHARED, "recv_pool %u with an SRQ", a->desc.recv_pool);
+    CHECK(rdmax_ep_query_desc(a).recv_pool == RDMAX_RECV_POOL_SHARED, "recv_pool %u with an SRQ", rdmax_ep_query_desc(a).recv_pool);
     fd_ep_destroy(a);
     fd_ctx_destroy(ctx);
 }
@@ -513,14 +515,14 @@ static void test_iwarp(void)
 {
     rdmax_ctx *ctx = mkctx(&ROCE2, NULL);
     g_n_log = 0;
-    CHECK_ST(rdmax__dev_usable(ctx, "iwp0", IBV_NODE_RNIC, IBV_TRANSPORT_IWARP, 1), RDMAX_ERR_UNSUPPORTED);
+    CHECK_ST(fd_dev_usable(ctx, "iwp0", IBV_NODE_RNIC, IBV_TRANSPORT_IWARP, 1), RDMAX_ERR_UNSUPPORTED);
     const char *m = logged(RDMAX_LOG_ITEM_DEVICE_CAPS, NULL);
     CHECK(m && strstr(m, "iwp0") && strstr(m, "iWARP") && strstr(m, "immediate data") && strstr(m, "UD"),
           "the sentence: %s", m ? m : "(nothing)");
-    CHECK_ST(rdmax__dev_usable(ctx, "iwp0", IBV_NODE_RNIC, IBV_TRANSPORT_IWARP, 0), RDMAX_ERR_UNSUPPORTED);
+    CHECK_ST(fd_dev_usable(ctx, "iwp0", IBV_NODE_RNIC, IBV_TRANSPORT_IWARP, 0), RDMAX_ERR_UNSUPPORTED);
     m = logged(RDMAX_LOG_ITEM_DEVICE_CAPS, NULL);
     CHECK(m && strstr(m, "passed over"), "unnamed: %s", m ? m : "(nothing)");
-    CHECK_ST(rdmax__dev_usable(ctx, "mlx5_0", IBV_NODE_CA, IBV_TRANSPORT_IB, 1), RDMAX_OK);
+    CHECK_ST(fd_dev_usable(ctx, "mlx5_0", IBV_NODE_CA, IBV_TRANSPORT_IB, 1), RDMAX_OK);
     fd_ctx_destroy(ctx);
 }
 

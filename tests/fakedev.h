@@ -356,6 +356,7 @@ typedef struct fd_ep_view {
     int batching;                /* between rdmax_batch_begin and _end: credits settle at the end */
     rdmax_ep_state state;
     uint32_t queued;             /* requests in its pending queue */
+    uint32_t rd_avail;           /* reads and atomics it may still have outstanding */
     uint64_t wr_id_base;
 } fd_ep_view;
 
@@ -370,6 +371,7 @@ static inline fd_ep_view fd_ep_look(const rdmax_ep *ep)
     v.batching = (ep->blocked & RDMAX__BLK_BATCH) != 0;
     v.state = ep->state;
     v.queued = ep->group.count;
+    v.rd_avail = ep->rd_avail;
     v.wr_id_base = ep->wr_id_base;
     return v;
 }
@@ -404,6 +406,30 @@ static inline const char *fd_ep_gate_check(const rdmax_ep *ep, char *why, size_t
     }
     return NULL;
 }
+
+/* The send-CQ entries ctx may still spend beyond its low mark. */
+static inline int32_t fd_ctx_scq_spare(const rdmax_ctx *ctx) { return ctx->scq_spare; }
+
+/* ep refuses atomics before the provider sees them (its device has none): rdmax's own post_send. */
+static inline int fd_ep_refuses_atomics(const rdmax_ep *ep) { return ep->post_send == rdmax__post_send_noatomic; }
+
+/* Whether rdmax_ctx_create would open a device of this node and transport type (name: asked for by
+   name; 0: the first usable one), through its own check. */
+static inline rdmax_status fd_dev_usable(rdmax_ctx *ctx, const char *name, enum ibv_node_type node,
+                                         enum ibv_transport_type tr, int want)
+{
+    return rdmax__dev_usable(ctx, name, node, tr, want);
+}
+
+#if RDMAX__HAS_UD
+/* A UD endpoint's peer LID (InfiniBand; 0 on RoCE), and the receive path's check that a datagram (its
+   completion and GRH) came from ep's peer. */
+static inline uint16_t fd_ep_peer_lid(const rdmax_ep *ep) { return ep->peer_lid; }
+static inline int fd_ep_ud_sender(const rdmax_ep *ep, const struct ibv_wc *wc, const uint8_t *grh)
+{
+    return rdmax__ud_sender(wc, grh, ep->peer_gid, ep->peer_lid);
+}
+#endif
 
 /* The context's send-CQ entries free, and its completion objects outstanding. */
 static inline uint32_t fd_ctx_scq_free(const rdmax_ctx *ctx) { return rdmax__scq_free(ctx); }

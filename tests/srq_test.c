@@ -8,6 +8,7 @@
    window, on the veth topology) */
 #define RDMAX_TRANSPORT_RC
 #define RDMAX_IMPLEMENTATION
+#define RDMAX_TESTING
 #include "../rdmax.h"
 #include "testlib.h"
 
@@ -16,7 +17,7 @@
 #include <sys/wait.h>
 #include <linux/capability.h>
 
-/* ---- white-box: rdmax's private state, read in this one place ----
+/* ---- white-box: rdmax's private state, read in this one place (through the rdmax__test_* hooks) ----
    Everything else in this test goes through the public API (rdmax_ctx_query_recv_pool, the profile
    variables, rdmax_ctx_query_counters, rdmax_ctx_query_attr, rdmax_ep_query_*). What is read here has no public call
    on purpose, because it is bookkeeping a program has no use for; the cases check it directly because
@@ -38,16 +39,16 @@ static uint32_t whitebox(rdmax_ctx *ctx, const rdmax_ep *ep, enum wb_item what, 
 {
     switch (what) {
     case WB_TICK:
-        rdmax__tick(ctx);
+        rdmax__test_tick(ctx);
         return 0;
     case WB_DEV_REFS:
-        return ctx->dev->refs;
+        return rdmax__test_dev_refs(ctx);
     case WB_DEV_EVENTS:
-        return ctx->dev->n_ev;
+        return rdmax__test_dev_events(ctx);
     case WB_POOL_SLOT:
-        return ep->pool;
+        return rdmax__test_ep_pool(ep);
     case WB_SLOT_COOLING:
-        return ctx->rx && !ctx->rx->pool[slot] && (ctx->rx->cooling >> slot & 1u);
+        return (uint32_t)rdmax__test_pool_cooling(ctx, slot);
     }
     return 0;
 }

@@ -380,7 +380,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         mop *o = &g_ops[i];
         if (o->queued) {
             /* a queued send: posted once and completed with the device's word, or failed without a post */
-            if (o->completions == 0 && g_ep[o->ep]->state == RDMAX_EP_CONNECTED)
+            if (o->completions == 0 && fd_ep_look(g_ep[o->ep]).state == RDMAX_EP_CONNECTED)
                 continue;  /* still waiting for credits from a peer that never sent any: legitimate */
             FZ_CHECK(o->completions == 1, "queued op %d completed %d times", i, o->completions);
             if (o->posted && !o->refused)
