@@ -554,8 +554,8 @@ static void test_ib_mcast(void)
     m = logged(RDMAX_LOG_ITEM_MCAST, NULL);
     CHECK(m && strstr(m, "rdma_cm"), "the sentence: %s", m ? m : "(nothing)");
     rdmax__ud_ep_cleanup(ep);
-    freeep(ep);
-    freectx(ctx);
+    fd_ep_destroy(ep);
+    fd_ctx_destroy(ctx);
     /* the direct attach asks no subnet manager: refused on InfiniBand, with what to use instead */
     d.mcast_join = RDMAX_MCAST_ATTACH;
     ctx = mkctx(&IB, &d);
@@ -566,8 +566,8 @@ static void test_ib_mcast(void)
     CHECK(m && strstr(m, "InfiniBand") && strstr(m, "RDMAX_MCAST_CM"), "the sentence: %s", m ? m : "(nothing)");
     CHECK_ST(rdmax_mcast_ep_create(ctx, NULL, "239.1.2.3", &tx), RDMAX_ERR_UNSUPPORTED);
     rdmax__ud_ep_cleanup(ep);
-    freeep(ep);
-    freectx(ctx);
+    fd_ep_destroy(ep);
+    fd_ctx_destroy(ctx);
 }
 
 /* RoCE: rdma_cm by default too; the direct attach when the desc asks, with an IPv4-mapped GID only */
@@ -589,7 +589,7 @@ static void test_roce_mcast_path(void)
             const char *m = logged(RDMAX_LOG_ITEM_MCAST, NULL);
             CHECK(m && strstr(m, "not IPv4-mapped"), "the sentence: %s", m ? m : "(nothing)");
         }
-        freectx(ctx);
+        fd_ctx_destroy(ctx);
     }
 }
 
