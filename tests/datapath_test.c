@@ -34,9 +34,12 @@ static int g_errlogs;  /* error messages the logger received */
 static char g_lastlog[512];
 static rdmax_log_item g_lastitem;
 
+static int g_clamp_logs;  /* info lines of item DEVICE_CAPS that say a size was clamped to the device */
 static void count_log(rdmax_log_level lvl, rdmax_log_item item, const char *msg, void *user)
 {
     (void)user;
+    if (item == RDMAX_LOG_ITEM_DEVICE_CAPS && strstr(msg, "clamped"))
+        g_clamp_logs++;
     if (lvl == RDMAX_LOG_ERROR) {
         g_errlogs++;
         g_lastitem = item;
@@ -973,14 +976,22 @@ static void qp_wr_case(const char *topo, const char *dev)
     cd.device = dev;
     cd.logger.func = count_log;
     cd.max_qp_wr = 100;
+    cd.cq_depth = 1u << 20;  /* over rxe's max_cqe: clamped, said in one line */
+    cd.log_level = RDMAX_LOG_INFO;
+    cd.log_level_set = true;
+    g_clamp_logs = 0;
     rdmax_ctx *c = NULL;
     rdmax_mem *src = NULL, *dst = NULL;
     rdmax_ep *a = NULL, *b = NULL;
     rdmax_comp *comps = (rdmax_comp *)calloc(N, sizeof *comps);
-    tl_begin("%s/max_qp_wr 100: send queue of 64, every completion reported once", topo);
+    tl_begin("%s/max_qp_wr 100: send queue of 64, every completion reported once; the clamped sizes (CQs, "
+             "send queues) said in one line each", topo);
     REQUIRE(comps != NULL, "calloc");
     REQUIRE(rdmax_ctx_create(&cd, &c) == RDMAX_OK, "context: %s", g_lastlog);
     CHECK(rdmax_ctx_query_attr(c)->max_qp_wr == 100, "applied max_qp_wr %u", rdmax_ctx_query_attr(c)->max_qp_wr);
+    CHECK(rdmax_ctx_query_desc(c).cq_depth == rdmax_ctx_query_attr(c)->max_cqe && g_clamp_logs == 1,
+          "cq_depth %u (max_cqe %u), %d clamp lines", rdmax_ctx_query_desc(c).cq_depth,
+          rdmax_ctx_query_attr(c)->max_cqe, g_clamp_logs);
     REQUIRE(rdmax_mem_alloc(c, (size_t)N * SZ, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "alloc src");
     REQUIRE(rdmax_mem_alloc(c, (size_t)N * SZ, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc dst");
     rdmax_ep_desc ed;
@@ -988,6 +999,8 @@ static void qp_wr_case(const char *topo, const char *dev)
     ed.sq_depth = 256;  /* more than the cap: rounded down to 64 (the default, 32, would fit under it) */
     REQUIRE(rdmax_ep_create_pair(c, &ed, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     CHECK(rdmax_ep_query_desc(a).sq_depth == 64, "applied sq_depth %u", rdmax_ep_query_desc(a).sq_depth);
+    CHECK(g_clamp_logs == 2, "%d clamp lines after two clamped endpoints (one for the CQs, one said once for "
+          "the send queues)", g_clamp_logs);
     {
         /* nothing polled in between: the queue takes exactly its depth */
         unsigned char one = 1;
