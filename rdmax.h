@@ -2921,9 +2921,10 @@ RDMAX_INLINE rdmax_status rdmax__slow(rdmax_ep *ep, rdmax_op op, const void *buf
     return rdmax__op_slow(ep);
 }
 
-/* Post wr (one of ctx->fast_wr, or a put's rdmax_ep.wr), which the caller filled (sge, remote fields): the
-   slot gets its op, and only an accepted post moves the queue and the counters, so a refusal has nothing
-   to undo but the CQ entry and a read's budget (rdmax__post_refused). sig (a constant): the post at
+/* Post wr (one of ctx->fast_wr, or a put's rdmax_ep.wr), which the caller filled (sge, remote fields), and
+   return the operation's result (RDMAX_OK; RDMAX_INPROGRESS for a read or an atomic): the
+   slot gets its op, and only an accepted post moves the queue, the counters and a read's budget, so a
+   refusal has nothing to undo but the CQ entry (rdmax__post_refused). sig (a constant): the post at
    sig_at, where the gate stopped (RDMAX__SIG_OPEN), one in signal_interval; it and every post while CQ
    entries run low are signaled out of line (rdmax__fast_post_signaled: it keeps the length and address
    for an error report; the others are covered by it). */
@@ -2961,15 +2962,14 @@ RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint
         ep->tx_credits--;
         ep->rx_unreturned = 0;
     }
+    if (op == RDMAX_OP_GET || op == RDMAX_OP_FADD || op == RDMAX_OP_CSWAP) {
+        ep->rd_avail--;  /* a read's budget, tested before (rdmax_get) */
+        return RDMAX_INPROGRESS;
+    }
     return RDMAX_OK;
 }
 
 /* The fast gate: connected, nothing pending, not chaining, a send slot free (one compare). */
-/* RDMAX__TAKE(budget): takes one of an endpoint's read budget (far below 2^31) before the post: one
-   decrement and one branch, the fast gate's last test. False when none was left: the budget is then -1,
-   which rdmax__op_slow (where that leads) puts back to 0 first; a post that does not happen gives it
-   back out of line too (rdmax__post_refused, rdmax__fast_post_signaled). */
-#define RDMAX__TAKE(budget) ((int32_t)--(budget) >= 0)
 #if RDMAX__HAS_UD
 #define RDMAX__FAST_RC(ep) ((ep)->ah == NULL) /* UD endpoints take the general path */
 #else
@@ -3120,7 +3120,7 @@ RDMAX_INLINE rdmax_status rdmax_put_iov(rdmax_ep *ep, const rdmax_iov *iov, size
     return rdmax__slow(ep, RDMAX_OP_PUT, iov, iovcnt, NULL, raddr, rkey, 0, 0, comp, 1);
 }
 
-/* The fast get, its read budget taken (sig: rdmax__ep_fast_post). */
+/* The fast get (sig: rdmax__ep_fast_post). */
 RDMAX_INLINE rdmax_status rdmax__get_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, void *buf, size_t len,
                                           const rdmax_mem *mem, uint64_t raddr, uint32_t rkey, int sig)
 {
@@ -3130,8 +3130,7 @@ RDMAX_INLINE rdmax_status rdmax__get_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t
     ctx->fsge.lkey = mem->lkey;
     wr->wr.rdma.remote_addr = raddr;
     wr->wr.rdma.rkey = rkey;
-    rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_GET, (uint32_t)len, raddr, sig);
-    return rdmax_likely(st == RDMAX_OK) ? RDMAX_INPROGRESS : st;
+    return rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_GET, (uint32_t)len, raddr, sig);
 }
 
 /* rdmax_get: RDMA read of len bytes from raddr/rkey into buf (inside mem). Counts against the
@@ -3155,10 +3154,9 @@ RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const r
        max_msg_sz (2^31 on rxe and the RoCE NICs), so a constant length of at most a page costs no test */
     if (rdmax_likely((len - 1 < 4096u || len - 1 < ctx->attr.max_msg_sz) && mem != NULL && comp == NULL &&
                      buf != NULL)) {
-        /* one TAKE at most: the gate is open, or it stopped at sig_at (RDMAX__SIG_OPEN), not both */
-        if (rdmax_likely(RDMAX__FAST_OPEN(ep, head) && RDMAX__TAKE(ep->rd_avail)))
+        if (rdmax_likely(RDMAX__FAST_OPEN(ep, head) && ep->rd_avail != 0))
             return rdmax__get_fast(ep, ctx, head, buf, len, mem, raddr, rkey, 0);
-        if (RDMAX__SIG_OPEN(ep, head) && RDMAX__TAKE(ep->rd_avail))
+        if (RDMAX__SIG_OPEN(ep, head) && ep->rd_avail != 0)
             return rdmax__get_fast(ep, ctx, head, buf, len, mem, raddr, rkey, 1);
     }
     return rdmax__slow(ep, RDMAX_OP_GET, buf, len, mem, raddr, rkey, 0, 0, comp, 0);
@@ -3170,7 +3168,7 @@ RDMAX_INLINE rdmax_status rdmax_get_iov(rdmax_ep *ep, const rdmax_iov *iov, size
     return rdmax__slow(ep, RDMAX_OP_GET, iov, iovcnt, NULL, raddr, rkey, 0, 0, comp, 1);
 }
 
-/* The fast atomic, its read budget taken (sig: rdmax__ep_fast_post). */
+/* The fast atomic (sig: rdmax__ep_fast_post). */
 RDMAX_INLINE rdmax_status rdmax__atomic_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head,
                                              enum ibv_wr_opcode opcode, rdmax_op op, uint64_t *result,
                                              const rdmax_mem *mem, uint64_t raddr, uint32_t rkey, uint64_t a,
@@ -3185,8 +3183,7 @@ RDMAX_INLINE rdmax_status rdmax__atomic_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint3
     wr->wr.atomic.compare_add = a;
     if (opcode == IBV_WR_ATOMIC_CMP_AND_SWP)
         wr->wr.atomic.swap = b;
-    rdmax_status st = rdmax__ep_fast_post(ep, ctx, head, wr, op, 8, raddr, sig);
-    return rdmax_likely(st == RDMAX_OK) ? RDMAX_INPROGRESS : st;
+    return rdmax__ep_fast_post(ep, ctx, head, wr, op, 8, raddr, sig);
 }
 
 RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax_op op, uint64_t *result,
@@ -3196,10 +3193,9 @@ RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opco
     rdmax_ctx *ctx = ep->ctx;
     uint32_t head = ep->sq_head;
     if (rdmax_likely(!(raddr & 7) && mem != NULL && result != NULL && comp == NULL)) {
-        /* one TAKE at most, as rdmax_get */
-        if (rdmax_likely(RDMAX__FAST_OPEN(ep, head) && RDMAX__TAKE(ep->rd_avail)))
+        if (rdmax_likely(RDMAX__FAST_OPEN(ep, head) && ep->rd_avail != 0))
             return rdmax__atomic_fast(ep, ctx, head, opcode, op, result, mem, raddr, rkey, a, b, 0);
-        if (RDMAX__SIG_OPEN(ep, head) && RDMAX__TAKE(ep->rd_avail))
+        if (RDMAX__SIG_OPEN(ep, head) && ep->rd_avail != 0)
             return rdmax__atomic_fast(ep, ctx, head, opcode, op, result, mem, raddr, rkey, a, b, 1);
     }
     return rdmax__slow(ep, op, result, 8, mem, raddr, rkey, a, b, comp, 0);

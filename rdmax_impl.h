@@ -6523,9 +6523,6 @@ rdmax_status rdmax__op_slow(rdmax_ep *ep)
 {
     /* a copy: what this posts may complete a comp whose callback posts again through the scratch */
     const rdmax__slow_args od = ep->ctx->slow_args, *o = &od;
-    /* A fast read or atomic found no read budget (RDMAX__TAKE left it at -1). */
-    if (rdmax_unlikely((int32_t)ep->rd_avail < 0))
-        ep->rd_avail = 0;
     /* The pending bit goes lazily: the first post after the queue drained comes here and opens the gate. */
     if (rdmax_unlikely((ep->blocked & RDMAX__BLK_PENDING) && ep->group.count == 0)) {
         ep->blocked &= (uint8_t)~RDMAX__BLK_PENDING;
@@ -6559,22 +6556,13 @@ rdmax_status rdmax__op_slow(rdmax_ep *ep)
     }
 }
 
-/* The read budget a fast read or atomic took before its post (RDMAX__TAKE), given back when the post
-   does not happen. */
-static void rdmax__fast_untake(rdmax_ep *ep, uint8_t op)
-{
-    if (op == RDMAX_OP_GET || op == RDMAX_OP_FADD || op == RDMAX_OP_CSWAP)
-        ep->rd_avail++;
-}
-
-/* The provider refused a fast-path post: nothing moved but the CQ entry and the read budget it took
-   (sig_at moves only when a signaled post is accepted). An atomic on a device without atomics was
+/* The provider refused a fast-path post: nothing moved but the CQ entry it took (sig_at moves only when
+   a signaled post is accepted). An atomic on a device without atomics was
    refused before the provider saw it (rdmax__post_send_noatomic). */
-rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc)
+__attribute__((noinline)) rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc)
 {
     rdmax__slot *s = &ep->slots[ep->sq_head & ep->sq_mask];
     ep->ctx->scq_spare++;
-    rdmax__fast_untake(ep, s->op);
     s->signaled = 0;
     ep->last_errno = rc;
     return rc == EOPNOTSUPP && (s->op == RDMAX_OP_FADD || s->op == RDMAX_OP_CSWAP) ? RDMAX_ERR_UNSUPPORTED
@@ -6612,8 +6600,7 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
     rdmax_ctx *ctx = ep->ctx;
     rdmax__slot *s = &ep->slots[ep->sq_head & ep->sq_mask];
     if (rdmax_unlikely(rdmax__scq_free(ctx) == UINT32_MAX)) {
-        ctx->scq_spare++;  /* not posted: its CQ entry and its read budget are taken back */
-        rdmax__fast_untake(ep, s->op);
+        ctx->scq_spare++;  /* not posted: its CQ entry is taken back */
         return rdmax__ep_check(ep);
     }
     s->signaled = 1;
@@ -6635,6 +6622,10 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
     if (s->op == RDMAX_OP_SEND) {  /* as rdmax__ep_fast_post */
         ep->tx_credits--;
         ep->rx_unreturned = 0;
+    }
+    if (s->op == RDMAX_OP_GET || s->op == RDMAX_OP_FADD || s->op == RDMAX_OP_CSWAP) {
+        ep->rd_avail--;
+        return RDMAX_INPROGRESS;
     }
     return RDMAX_OK;
 }
@@ -7453,8 +7444,7 @@ RDMAX_INLINE uint32_t rdmax__ep_retire_word(const rdmax_ep *ep)
 #endif
 /* sq_tail one on and rd_avail the op's read budget back (step: rdmax_ctx.retire_step) in one add: little-
    endian, rd_avail is the low half of the word it makes with sq_tail, and never carries into it (it is
-   below 2^31 outside a fast post's RDMAX__TAKE, whose -1 the same call's rdmax__op_slow puts back to 0);
-   sq_tail's carry leaves the word. */
+   at most max_rd_atomic); sq_tail's carry leaves the word. */
 RDMAX_STATIC_ASSERT(offsetof(rdmax_ep, sq_tail) == offsetof(rdmax_ep, rd_avail) + 4 &&
                     offsetof(rdmax_ep, rd_avail) % 8 == 0,
                     "rdmax: rdmax__ep_retire_step adds to rd_avail and sq_tail as one word");
