@@ -48,7 +48,7 @@
               >>windows      exposed memory: an endpoint's QP rights and its memory windows
               >>ep           endpoint life cycle: desc defaults, create, connect, flush, destroy
               >>ep_query     an endpoint's regions and queries
-              >>post         the operations' general path (rdmax__op_slow), the fast paths' out-of-line ends
+              >>post         the operations' slow and general paths, the fast paths' out-of-line ends
               >>batch        batching: the chain, the post list's room, rdmax_batch_begin/end
               >>sendcq       send completions: retirement, error completions, an endpoint's failure
               >>recv         the receive path and credits: receive completions, repost, grants
@@ -1555,20 +1555,6 @@ typedef struct rdmax__slot {
     uint64_t raddr;             /* for the error report */
 } rdmax__slot;
 
-/* An operation for the general path (rdmax__op_slow), in the context's scratch (rdmax_ctx.slow_args): the
-   inline fast paths then call it without a stack frame of their own. */
-typedef struct rdmax__slow_args {
-    uint8_t op;                 /* rdmax_op */
-    uint8_t iov;                /* buf is an rdmax_iov array of len entries */
-    const void *buf;
-    size_t len;
-    const rdmax_mem *mem;
-    uint64_t raddr;
-    uint32_t rkey;
-    uint64_t a, b;              /* fadd: add; cswap: compare, swap */
-    rdmax_comp *comp;
-} rdmax__slow_args;
-
 /* A slot of the endpoint table that wr_ids index. key: the high half of the endpoint's wr_ids, generation
    << 16 | index (RDMAX__EP_KEY) while ep is set; with RDMAX__EP_KEY_FREE added while the slot is free,
    which keeps the last generation (the next one follows it) and matches no completion (its status, the
@@ -1732,7 +1718,6 @@ struct rdmax_ctx {
     uint32_t chain_nsig;        /* entries in chain_sig: short puts signaled by rdmax__chain_close, whose
                                    flags are set back after the post */
     uint32_t chain_sig[RDMAX_BATCH_MAX];
-    rdmax__slow_args slow_args;            /* the operation an inline fast path hands to rdmax__op_slow */
     char *inl_stage;            /* [RDMAX_BATCH_MAX][attr.max_inline]: inline data of chained requests the
                                    general path stages (a chained short put's goes in its entry) */
     rdmax__chain_entry chain_entries[RDMAX_BATCH_MAX];
@@ -2860,7 +2845,7 @@ RDMAX_INLINE rdmax_status rdmax__rcache_lkey(rdmax_ctx *ctx, const void *buf, si
    context's CQ entries are asked where the post decides on its signal: a post with few left is
    signaled, out of line, and that path refuses one with none left. Everything else - errors, a full
    queue, pending requests, chained posts, comps, registration-cache buffers, scatter/gather, UD - takes
-   rdmax__op_slow, out of line. */
+   the operation's slow path (rdmax__send_slow, rdmax__put_slow, ...), out of line. */
 #define RDMAX__BLK_STATE 1u    /* not RDMAX_EP_CONNECTED */
 #define RDMAX__BLK_PENDING 2u  /* requests wait in the pending queue: a direct post would overtake them */
 #define RDMAX__BLK_BATCH 4u    /* chaining (rdmax_batch_begin): requests go to the context's staging */
@@ -2898,28 +2883,24 @@ RDMAX_INLINE uint32_t rdmax__sig_next(const rdmax_ep *ep, uint32_t h)
     return rdmax__sig_from(ep, h, ep->signal_interval);
 }
 
-RDMAX_API rdmax_status rdmax__op_slow(rdmax_ep *ep);
 RDMAX_API rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc);
 RDMAX_API rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uint32_t len, uint64_t raddr);
 RDMAX_API rdmax_status rdmax__put_chained(rdmax_ep *ep, const void *buf, uint64_t raddr, uint32_t rkey, size_t len);
-
-RDMAX_INLINE rdmax_status rdmax__slow(rdmax_ep *ep, rdmax_op op, const void *buf, size_t len, const rdmax_mem *mem,
-                                      uint64_t raddr, uint32_t rkey, uint64_t a, uint64_t b, rdmax_comp *comp,
-                                      int iov)
-{
-    rdmax__slow_args *o = &ep->ctx->slow_args;
-    o->op = (uint8_t)op;
-    o->iov = (uint8_t)iov;
-    o->buf = buf;
-    o->len = len;
-    o->mem = mem;
-    o->raddr = raddr;
-    o->rkey = rkey;
-    o->a = a;
-    o->b = b;
-    o->comp = comp;
-    return rdmax__op_slow(ep);
-}
+/* Each operation's slow path (>>post): the general path, out of line. */
+RDMAX_API rdmax_status rdmax__send_slow(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
+                                        rdmax_comp *comp);
+#if RDMAX__HAS_RC
+RDMAX_API rdmax_status rdmax__put_slow(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
+                                       uint64_t raddr, uint32_t rkey, rdmax_comp *comp);
+RDMAX_API rdmax_status rdmax__put_imm_slow(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
+                                           uint64_t raddr, uint32_t rkey, uint32_t imm, rdmax_comp *comp);
+RDMAX_API rdmax_status rdmax__get_slow(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
+                                       uint32_t rkey, rdmax_comp *comp);
+RDMAX_API rdmax_status rdmax__iov_slow(rdmax_ep *ep, rdmax_op op, const rdmax_iov *iov, size_t iovcnt,
+                                       uint64_t raddr, uint32_t rkey, rdmax_comp *comp);
+RDMAX_API rdmax_status rdmax__atomic_slow(rdmax_ep *ep, rdmax_op op, uint64_t *result, const rdmax_mem *mem,
+                                          uint64_t raddr, uint32_t rkey, uint64_t a, uint64_t b, rdmax_comp *comp);
+#endif
 
 /* Post wr (one of ctx->fast_wr, or a put's rdmax_ep.wr), which the caller filled (sge, remote fields), and
    return the operation's result (RDMAX_OK; RDMAX_INPROGRESS for a read or an atomic): the
@@ -3015,7 +2996,7 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
         if (RDMAX__SIG_OPEN(ep, head))
             return rdmax__send_fast(ep, ctx, head, buf, len, 1);
     }
-    return rdmax__slow(ep, RDMAX_OP_SEND, buf, len, mem, 0, 0, 0, 0, comp, 0);
+    return rdmax__send_slow(ep, buf, len, mem, comp);
 }
 
 #if RDMAX__HAS_RC
@@ -3095,7 +3076,7 @@ RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, c
         if (len - 1 < ep->max_inline && RDMAX__SIG_OPEN(ep, head))
             return rdmax__put_fast(ep, ctx, head, buf, len, raddr, rkey, 1);
     }
-    return rdmax__slow(ep, RDMAX_OP_PUT, buf, len, mem, raddr, rkey, 0, 0, comp, 0);
+    return rdmax__put_slow(ep, buf, len, mem, raddr, rkey, comp);
 }
 
 /* rdmax_put_imm: RDMA write with immediate data: the len bytes land at raddr/rkey of the peer, then the
@@ -3107,7 +3088,7 @@ RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, c
 RDMAX_INLINE rdmax_status rdmax_put_imm(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                         uint64_t raddr, uint32_t rkey, uint32_t imm, rdmax_comp *comp)
 {
-    return rdmax__slow(ep, RDMAX_OP_PUT_IMM, buf, len, mem, raddr, rkey, imm, 0, comp, 0);
+    return rdmax__put_imm_slow(ep, buf, len, mem, raddr, rkey, imm, comp);
 }
 
 /* rdmax_put_iov, rdmax_get_iov: gather/scatter variants of rdmax_put and rdmax_get: iov entries carry
@@ -3117,7 +3098,7 @@ RDMAX_INLINE rdmax_status rdmax_put_imm(rdmax_ep *ep, const void *buf, size_t le
 RDMAX_INLINE rdmax_status rdmax_put_iov(rdmax_ep *ep, const rdmax_iov *iov, size_t iovcnt, uint64_t raddr,
                                         uint32_t rkey, rdmax_comp *comp)
 {
-    return rdmax__slow(ep, RDMAX_OP_PUT, iov, iovcnt, NULL, raddr, rkey, 0, 0, comp, 1);
+    return rdmax__iov_slow(ep, RDMAX_OP_PUT, iov, iovcnt, raddr, rkey, comp);
 }
 
 /* The fast get (sig: rdmax__ep_fast_post). */
@@ -3159,13 +3140,13 @@ RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const r
         if (RDMAX__SIG_OPEN(ep, head) && ep->rd_avail != 0)
             return rdmax__get_fast(ep, ctx, head, buf, len, mem, raddr, rkey, 1);
     }
-    return rdmax__slow(ep, RDMAX_OP_GET, buf, len, mem, raddr, rkey, 0, 0, comp, 0);
+    return rdmax__get_slow(ep, buf, len, mem, raddr, rkey, comp);
 }
 
 RDMAX_INLINE rdmax_status rdmax_get_iov(rdmax_ep *ep, const rdmax_iov *iov, size_t iovcnt, uint64_t raddr,
                                         uint32_t rkey, rdmax_comp *comp)
 {
-    return rdmax__slow(ep, RDMAX_OP_GET, iov, iovcnt, NULL, raddr, rkey, 0, 0, comp, 1);
+    return rdmax__iov_slow(ep, RDMAX_OP_GET, iov, iovcnt, raddr, rkey, comp);
 }
 
 /* The fast atomic (sig: rdmax__ep_fast_post). */
@@ -3198,7 +3179,7 @@ RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opco
         if (RDMAX__SIG_OPEN(ep, head) && ep->rd_avail != 0)
             return rdmax__atomic_fast(ep, ctx, head, opcode, op, result, mem, raddr, rkey, a, b, 1);
     }
-    return rdmax__slow(ep, op, result, 8, mem, raddr, rkey, a, b, comp, 0);
+    return rdmax__atomic_slow(ep, op, result, mem, raddr, rkey, a, b, comp);
 }
 
 /* rdmax_fadd: fetch-and-add of add to the 8 bytes at raddr; the old value lands in *result (inside mem).

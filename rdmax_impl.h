@@ -6148,7 +6148,7 @@ rdmax_ctx *rdmax_ep_query_ctx(const rdmax_ep *ep)
     return ep->ctx;
 }
 
-/* ---- >>post: the operations' general path (rdmax__op_slow), the fast paths' out-of-line ends ----- */
+/* ---- >>post: the operations' slow and general paths, the fast paths' out-of-line ends ------------ */
 
 /* ep is blocked for `why` too (RDMAX__BLK_STATE, RDMAX__BLK_PENDING): a room it chains into closes, as
    rdmax_put sends its puts to the room on batch_ep alone (rdmax__put_chain). */
@@ -6519,42 +6519,61 @@ static rdmax_status rdmax__g_atomic(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdm
 
 #endif /* RDMAX__HAS_RC */
 
-rdmax_status rdmax__op_slow(rdmax_ep *ep)
+/* The start of every slow path: the pending bit goes lazily (the first post after the queue drained
+   comes here and opens the gate). */
+static void rdmax__ep_unpend(rdmax_ep *ep)
 {
-    /* a copy: what this posts may complete a comp whose callback posts again through the scratch */
-    const rdmax__slow_args od = ep->ctx->slow_args, *o = &od;
-    /* The pending bit goes lazily: the first post after the queue drained comes here and opens the gate. */
     if (rdmax_unlikely((ep->blocked & RDMAX__BLK_PENDING) && ep->group.count == 0)) {
         ep->blocked &= (uint8_t)~RDMAX__BLK_PENDING;
         rdmax__ep_regate(ep);
     }
-    switch (o->op) {
-    case RDMAX_OP_SEND:
-        return rdmax__g_send(ep, o->buf, o->len, o->mem, o->comp);
-#if RDMAX__HAS_RC
-    case RDMAX_OP_PUT:
-        if (o->iov)
-            return rdmax__ep_iov(ep, IBV_WR_RDMA_WRITE, RDMAX_OP_PUT, (const rdmax_iov *)o->buf, o->len, o->raddr,
-                                 o->rkey, o->comp);
-        return rdmax__g_put(ep, o->buf, o->len, o->mem, o->raddr, o->rkey, o->comp);
-    case RDMAX_OP_PUT_IMM:
-        return rdmax__g_put_imm(ep, o->buf, o->len, o->mem, o->raddr, o->rkey, (uint32_t)o->a, o->comp);
-    case RDMAX_OP_GET:
-        if (o->iov)
-            return rdmax__ep_iov(ep, IBV_WR_RDMA_READ, RDMAX_OP_GET, (const rdmax_iov *)o->buf, o->len, o->raddr,
-                                 o->rkey, o->comp);
-        return rdmax__g_get(ep, (void *)(uintptr_t)o->buf, o->len, o->mem, o->raddr, o->rkey, o->comp);
-    case RDMAX_OP_FADD:
-        return rdmax__g_atomic(ep, IBV_WR_ATOMIC_FETCH_AND_ADD, RDMAX_OP_FADD, (uint64_t *)(uintptr_t)o->buf, o->mem,
-                               o->raddr, o->rkey, o->a, 0, o->comp);
-    case RDMAX_OP_CSWAP:
-        return rdmax__g_atomic(ep, IBV_WR_ATOMIC_CMP_AND_SWP, RDMAX_OP_CSWAP, (uint64_t *)(uintptr_t)o->buf, o->mem,
-                               o->raddr, o->rkey, o->a, o->b, o->comp);
-#endif
-    default:
-        return RDMAX_ERR_INVALID_PARAM;
-    }
 }
+
+rdmax_status rdmax__send_slow(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem, rdmax_comp *comp)
+{
+    rdmax__ep_unpend(ep);
+    return rdmax__g_send(ep, buf, len, mem, comp);
+}
+
+#if RDMAX__HAS_RC
+rdmax_status rdmax__put_slow(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
+                             uint32_t rkey, rdmax_comp *comp)
+{
+    rdmax__ep_unpend(ep);
+    return rdmax__g_put(ep, buf, len, mem, raddr, rkey, comp);
+}
+
+rdmax_status rdmax__put_imm_slow(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
+                                 uint32_t rkey, uint32_t imm, rdmax_comp *comp)
+{
+    rdmax__ep_unpend(ep);
+    return rdmax__g_put_imm(ep, buf, len, mem, raddr, rkey, imm, comp);
+}
+
+rdmax_status rdmax__get_slow(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
+                             uint32_t rkey, rdmax_comp *comp)
+{
+    rdmax__ep_unpend(ep);
+    return rdmax__g_get(ep, buf, len, mem, raddr, rkey, comp);
+}
+
+/* rdmax_put_iov's and rdmax_get_iov's path (always out of line). */
+rdmax_status rdmax__iov_slow(rdmax_ep *ep, rdmax_op op, const rdmax_iov *iov, size_t iovcnt, uint64_t raddr,
+                             uint32_t rkey, rdmax_comp *comp)
+{
+    rdmax__ep_unpend(ep);
+    enum ibv_wr_opcode opcode = op == RDMAX_OP_GET ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
+    return rdmax__ep_iov(ep, opcode, op, iov, iovcnt, raddr, rkey, comp);
+}
+
+rdmax_status rdmax__atomic_slow(rdmax_ep *ep, rdmax_op op, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
+                                uint32_t rkey, uint64_t a, uint64_t b, rdmax_comp *comp)
+{
+    enum ibv_wr_opcode opcode = op == RDMAX_OP_FADD ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP;
+    rdmax__ep_unpend(ep);
+    return rdmax__g_atomic(ep, opcode, op, result, mem, raddr, rkey, a, b, comp);
+}
+#endif /* RDMAX__HAS_RC */
 
 /* The provider refused a fast-path post: nothing moved but the CQ entry it took (sig_at moves only when
    a signaled post is accepted). An atomic on a device without atomics was
@@ -6816,7 +6835,7 @@ static __attribute__((noinline)) rdmax_status rdmax__put_chained_slow(rdmax_ep *
         if (rdmax__chain_open(ctx, ep))
             return rdmax__put_chain(ep, ctx, buf, len, raddr, rkey);
     }
-    return rdmax__slow(ep, RDMAX_OP_PUT, buf, len, NULL, raddr, rkey, 0, 0, NULL, 0);
+    return rdmax__put_slow(ep, buf, len, NULL, raddr, rkey, NULL);
 }
 
 /* rdmax_put's chained put (rdmax__put_chain) found no room for a short put (never opened, used up, or
