@@ -2836,16 +2836,16 @@ RDMAX_INLINE rdmax_status rdmax__rcache_lkey(rdmax_ctx *ctx, const void *buf, si
     return st;
 }
 
-/* The fast paths. A direct post of the common case (inline put or send without a comp, get and atomics
-   into registered memory without a comp) fills only what changes in the endpoint's work request (sg_list,
-   num_sge and next are set at creation and kept), stores its op in its slot, posts and counts.
-   Whether it may is one compare of sq_head against fast_gate: fast_gate is sq_tail + the send-queue depth
-   while nothing blocks the endpoint, and sq_head (no room) while anything does (rdmax_ep.blocked: not
-   connected, requests pending, chaining), kept right wherever those change (rdmax__ep_regate). The
-   context's CQ entries are asked where the post decides on its signal: a post with few left is
-   signaled, out of line, and that path refuses one with none left. Everything else - errors, a full
-   queue, pending requests, chained posts, comps, registration-cache buffers, scatter/gather, UD - takes
-   the operation's slow path (rdmax__send_slow, rdmax__put_slow, ...), out of line. */
+/* The fast paths. Each operation's common case (an inline put or send without a comp, a get or an atomic
+   into registered memory without a comp) is one test, the fill of a request prebuilt at creation (the
+   put's is the endpoint's, rdmax_ep.wr; the others' the context's, rdmax_ctx.fast_wr: opcode, flags,
+   sg_list and next set and kept), and rdmax__fast_post: the slot, the post, the counters. The test asks
+   the fast gate (rdmax__fast_gate_open): fast_gate is sig_at while nothing blocks the endpoint, and
+   sq_head while anything does (rdmax_ep.blocked: not connected, requests pending, chaining), kept right
+   wherever those change (rdmax__ep_regate); so one compare of sq_head says there is a free slot, nothing
+   blocks, and this post need not be signaled. Everything else takes the operation's slow path, out of
+   line: the post at sig_at (the fast post, signaled), errors, a full queue, pending requests, chained
+   posts, comps, registration-cache buffers, scatter/gather, UD. */
 #define RDMAX__BLK_STATE 1u    /* not RDMAX_EP_CONNECTED */
 #define RDMAX__BLK_PENDING 2u  /* requests wait in the pending queue: a direct post would overtake them */
 #define RDMAX__BLK_BATCH 4u    /* chaining (rdmax_batch_begin): requests go to the context's staging */
@@ -2883,10 +2883,28 @@ RDMAX_INLINE uint32_t rdmax__sig_next(const rdmax_ep *ep, uint32_t h)
     return rdmax__sig_from(ep, h, ep->signal_interval);
 }
 
-RDMAX_API rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc);
+/* UD endpoints take the general path (their requests carry an address handle): a test only when both
+   transports are compiled. */
+RDMAX_INLINE int rdmax__ep_is_rc(const rdmax_ep *ep)
+{
+#if RDMAX__HAS_UD
+    return ep->ah == NULL;
+#else
+    (void)ep;
+    return 1;
+#endif
+}
+
+/* The fast gate is open: a free slot, nothing blocks, not the post at sig_at (one compare); and RC. */
+RDMAX_INLINE int rdmax__fast_gate_open(const rdmax_ep *ep)
+{
+    return ep->sq_head != ep->fast_gate && rdmax__ep_is_rc(ep);
+}
+
+/* The fast paths' out-of-line ends (>>post), and each operation's slow path: the post at sig_at as the
+   fast path would make it, signaled; else the general path. */
 RDMAX_API rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uint32_t len, uint64_t raddr);
-RDMAX_API rdmax_status rdmax__put_chained(rdmax_ep *ep, const void *buf, uint64_t raddr, uint32_t rkey, size_t len);
-/* Each operation's slow path (>>post): the general path, out of line. */
+RDMAX_API rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc);
 RDMAX_API rdmax_status rdmax__send_slow(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                         rdmax_comp *comp);
 #if RDMAX__HAS_RC
@@ -2900,78 +2918,52 @@ RDMAX_API rdmax_status rdmax__iov_slow(rdmax_ep *ep, rdmax_op op, const rdmax_io
                                        uint64_t raddr, uint32_t rkey, rdmax_comp *comp);
 RDMAX_API rdmax_status rdmax__atomic_slow(rdmax_ep *ep, rdmax_op op, uint64_t *result, const rdmax_mem *mem,
                                           uint64_t raddr, uint32_t rkey, uint64_t a, uint64_t b, rdmax_comp *comp);
+RDMAX_API rdmax_status rdmax__put_chained(rdmax_ep *ep, const void *buf, uint64_t raddr, uint32_t rkey, size_t len);
 #endif
 
-/* Post wr (one of ctx->fast_wr, or a put's rdmax_ep.wr), which the caller filled (sge, remote fields), and
-   return the operation's result (RDMAX_OK; RDMAX_INPROGRESS for a read or an atomic): the
-   slot gets its op, and only an accepted post moves the queue, the counters and a read's budget, so a
-   refusal has nothing to undo but the CQ entry (rdmax__post_refused). sig (a constant): the post at
-   sig_at, where the gate stopped (RDMAX__SIG_OPEN), one in signal_interval; it and every post while CQ
-   entries run low are signaled out of line (rdmax__fast_post_signaled: it keeps the length and address
-   for an error report; the others are covered by it). */
-RDMAX_INLINE rdmax_status rdmax__ep_fast_post(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, struct ibv_send_wr *wr,
-                                              rdmax_op op, uint32_t len, uint64_t raddr, int sig)
+/* Post wr, a fast path's prebuilt request that the caller filled, in the send slot at sq_head, and count
+   it. Returns the operation's result: RDMAX_OK, or RDMAX_INPROGRESS for a read or an atomic. Only an
+   accepted post moves sq_head, the counters and a read's budget, so a refusal has nothing to undo but the
+   CQ entry (rdmax__post_refused). sig (a constant): the post at sig_at, one in signal_interval (the slow
+   path's); it and every post while CQ entries run low are signaled out of line
+   (rdmax__fast_post_signaled: it keeps the length and remote address for an error report). */
+RDMAX_INLINE rdmax_status rdmax__fast_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_op op, uint32_t len,
+                                           uint64_t raddr, int sig)
 {
-    uint32_t slot = head & ep->sq_mask;
-    if (op == RDMAX_OP_PUT) {
-        /* wr is the endpoint's own (rdmax_ep.wr): the high half of its wr_id is prebuilt */
+    rdmax_ctx *ctx = ep->ctx;
+    uint32_t slot = ep->sq_head & ep->sq_mask;
+    if (op == RDMAX_OP_PUT)  /* rdmax_ep.wr: the high half of its wr_id is prebuilt */
         memcpy((char *)&wr->wr_id + RDMAX__WR_ID_LO, &slot, 4);
-    } else {
+    else
         wr->wr_id = ep->wr_id_base | slot;
-    }
     rdmax__slot_op(&ep->slots[slot], op);
     /* Signaled too while fewer than half the send-CQ entries are free (scq_low, at least 1: so also the
        post that takes the last one; that path refuses a post when none is left): with many endpoints
        each one's share of the entries is below signal_interval, and an endpoint that never reaches its
-       signal would hold its entries until the last one forces a completion (rdmax__ep_post). The CQ
-       entry is taken here (scq_spare), given back if the post does not happen (rdmax__post_refused). */
-    if (rdmax_unlikely(--ctx->scq_spare < 0 || sig))
+       signal would hold its entries until the last one forces a completion (rdmax__ep_post). */
+    ctx->scq_spare--;  /* this post's CQ entry, given back if it does not happen */
+    if (rdmax_unlikely(ctx->scq_spare < 0 || sig))
         return rdmax__fast_post_signaled(ep, wr, len, raddr);
     RDMAX__PROF_BEGIN(ctx, POST);
-    int rc = ep->post_send(ep->qp, wr, &ep->post_bad);  /* ibv_post_send */
+    int rc = ep->post_send(ep->qp, wr, &ep->post_bad);  /* ibv_post_send's target, read once at creation */
     RDMAX__PROF_END(ctx, POST);
     if (rdmax_unlikely(rc != 0))
         return rdmax__post_refused(ep, rc);
     ep->sq_head++;
     ctx = ep->ctx;  /* reloaded: one register less across the call */
     ctx->cnt.posted[op]++;
-    /* a post of its own: post_calls follows from posted[], and an atomic's bytes are 8 x posted
-       (rdmax_ctx_query_counters) */
+    /* post_calls follows from posted[], and an atomic's bytes are 8 x posted (rdmax_ctx_query_counters) */
     if (op != RDMAX_OP_FADD && op != RDMAX_OP_CSWAP)
         ctx->cnt.bytes[op] += len;
-    if (op == RDMAX_OP_SEND) {  /* rdmax__send_fast */
+    if (op == RDMAX_OP_SEND) {  /* a send credit spent; the ones we owed went in the immediate data */
         ep->tx_credits--;
         ep->rx_unreturned = 0;
     }
     if (op == RDMAX_OP_GET || op == RDMAX_OP_FADD || op == RDMAX_OP_CSWAP) {
-        ep->rd_avail--;  /* a read's budget, tested before (rdmax_get) */
+        ep->rd_avail--;
         return RDMAX_INPROGRESS;
     }
     return RDMAX_OK;
-}
-
-/* The fast gate: connected, nothing pending, not chaining, a send slot free (one compare). */
-#if RDMAX__HAS_UD
-#define RDMAX__FAST_RC(ep) ((ep)->ah == NULL) /* UD endpoints take the general path */
-#else
-#define RDMAX__FAST_RC(ep) 1
-#endif
-#define RDMAX__FAST_OPEN(ep, head) ((head) != (ep)->fast_gate && RDMAX__FAST_RC(ep))
-/* The gate's cold side: it stopped at the post that must be signaled, with room and nothing blocking. */
-#define RDMAX__SIG_OPEN(ep, head)                                                                  \
-    ((head) == (ep)->sig_at && !(ep)->blocked && (head) - (ep)->sq_tail <= (ep)->sq_mask &&         \
-     RDMAX__FAST_RC(ep))
-
-/* The fast send: credits we owe the peer ride along in the immediate data; an accepted post spends a
-   send credit and zeroes those owed (rdmax__ep_fast_post; sig: ibid.). */
-RDMAX_INLINE rdmax_status rdmax__send_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf,
-                                           size_t len, int sig)
-{
-    struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_SEND];
-    wr->imm_data = RDMAX__LE32(ep->rx_unreturned);
-    ctx->fsge.addr = (uintptr_t)buf;
-    ctx->fsge.length = (uint32_t)len;
-    return rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_SEND, (uint32_t)len, 0, sig);
 }
 
 /* rdmax_send: send len bytes to the peer's receive callback.
@@ -2985,16 +2977,17 @@ RDMAX_INLINE rdmax_status rdmax__send_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_
 RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                      rdmax_comp *comp)
 {
-    rdmax_ctx *ctx = ep->ctx;
-    uint32_t head = ep->sq_head;
-    /* RC: never more sends in flight than the peer has receive buffers (no RNR in steady state); the
-       last credit is kept for a grant. The length is checked against the peer's receive buffers (it
-       protects the peer). */
-    if (rdmax_likely(len - 1 < ep->send_inline && comp == NULL && buf != NULL && ep->tx_credits > 1)) {
-        if (rdmax_likely(RDMAX__FAST_OPEN(ep, head)))
-            return rdmax__send_fast(ep, ctx, head, buf, len, 0);
-        if (RDMAX__SIG_OPEN(ep, head))
-            return rdmax__send_fast(ep, ctx, head, buf, len, 1);
+    /* len - 1 < send_inline: one test for len 0, over max_inline and over the peer's receive buffers
+       (send_inline is their minimum, 0 on UD); RC: never more sends in flight than the peer has receive
+       buffers (no RNR in steady state), and the last credit is kept for a grant */
+    if (rdmax_likely(rdmax__fast_gate_open(ep) && len - 1 < ep->send_inline && comp == NULL && buf != NULL &&
+                     ep->tx_credits > 1)) {
+        rdmax_ctx *ctx = ep->ctx;
+        struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_SEND];
+        wr->imm_data = RDMAX__LE32(ep->rx_unreturned);  /* the credits we owe the peer ride along */
+        ctx->fsge.addr = (uintptr_t)buf;
+        ctx->fsge.length = (uint32_t)len;
+        return rdmax__fast_post(ep, wr, RDMAX_OP_SEND, (uint32_t)len, 0, 0);
     }
     return rdmax__send_slow(ep, buf, len, mem, comp);
 }
@@ -3042,18 +3035,6 @@ RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, const v
     return rdmax__put_chain_at(ctx, e, buf, len, raddr, rkey);
 }
 
-/* The fast put: the endpoint's own prebuilt request (rdmax_ep.wr; sig: rdmax__ep_fast_post). */
-RDMAX_INLINE rdmax_status rdmax__put_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, const void *buf,
-                                          size_t len, uint64_t raddr, uint32_t rkey, int sig)
-{
-    struct ibv_send_wr *wr = &ep->wr;
-    ctx->fsge.addr = (uintptr_t)buf;
-    ctx->fsge.length = (uint32_t)len;
-    wr->wr.rdma.remote_addr = raddr;
-    wr->wr.rdma.rkey = rkey;
-    return rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_PUT, (uint32_t)len, raddr, sig);
-}
-
 /* rdmax_put: RDMA write of len bytes to raddr/rkey of the peer.
    Parameters: buf, len, mem, comp as rdmax_send; raddr, rkey: the peer's region (rdmax_ep_query_remote).
    Result: with a comp RDMAX_INPROGRESS, inline or not; RDMAX_OK only for inline data without a comp;
@@ -3063,19 +3044,18 @@ RDMAX_INLINE rdmax_status rdmax__put_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t
 RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                     uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
 {
-    rdmax_ctx *ctx = ep->ctx;
-    uint32_t head = ep->sq_head;
-    if (rdmax_likely(RDMAX__FAST_OPEN(ep, head))) {
-        if (rdmax_likely(len - 1 < ep->max_inline && comp == NULL && buf != NULL))
-            return rdmax__put_fast(ep, ctx, head, buf, len, raddr, rkey, 0);
-    } else if (comp == NULL && buf != NULL) {
-        /* a post list: chained (rdmax__put_chain; its room opens only with max_inline >= 16, so a short
-           put needs no test against max_inline) */
-        if (ep == ctx->batch_ep)
-            return rdmax__put_chain(ep, ctx, buf, len, raddr, rkey);
-        if (len - 1 < ep->max_inline && RDMAX__SIG_OPEN(ep, head))
-            return rdmax__put_fast(ep, ctx, head, buf, len, raddr, rkey, 1);
+    /* len - 1 < max_inline: one test for len 0 and too long (len - 1 wraps for 0) */
+    if (rdmax_likely(rdmax__fast_gate_open(ep) && len - 1 < ep->max_inline && comp == NULL && buf != NULL)) {
+        struct ibv_send_wr *wr = &ep->wr;
+        ep->ctx->fsge.addr = (uintptr_t)buf;  /* wr's one SGE */
+        ep->ctx->fsge.length = (uint32_t)len;
+        wr->wr.rdma.remote_addr = raddr;
+        wr->wr.rdma.rkey = rkey;
+        return rdmax__fast_post(ep, wr, RDMAX_OP_PUT, (uint32_t)len, raddr, 0);
     }
+    /* a post list's short put (rdmax_batch_begin): inline, as out of line it costs each put a call */
+    if (ep == ep->ctx->batch_ep && comp == NULL && buf != NULL)
+        return rdmax__put_chain(ep, ep->ctx, buf, len, raddr, rkey);
     return rdmax__put_slow(ep, buf, len, mem, raddr, rkey, comp);
 }
 
@@ -3101,19 +3081,6 @@ RDMAX_INLINE rdmax_status rdmax_put_iov(rdmax_ep *ep, const rdmax_iov *iov, size
     return rdmax__iov_slow(ep, RDMAX_OP_PUT, iov, iovcnt, raddr, rkey, comp);
 }
 
-/* The fast get (sig: rdmax__ep_fast_post). */
-RDMAX_INLINE rdmax_status rdmax__get_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head, void *buf, size_t len,
-                                          const rdmax_mem *mem, uint64_t raddr, uint32_t rkey, int sig)
-{
-    struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_GET];
-    ctx->fsge.addr = (uintptr_t)buf;
-    ctx->fsge.length = (uint32_t)len;
-    ctx->fsge.lkey = mem->lkey;
-    wr->wr.rdma.remote_addr = raddr;
-    wr->wr.rdma.rkey = rkey;
-    return rdmax__ep_fast_post(ep, ctx, head, wr, RDMAX_OP_GET, (uint32_t)len, raddr, sig);
-}
-
 /* rdmax_get: RDMA read of len bytes from raddr/rkey into buf (inside mem). Counts against the
    negotiated max_rd_atomic budget. len 0 reads nothing: RDMAX_OK without a comp; with one, a
    zero-length write goes in its place (a zero-length read has crashed rxe), so comp still reports,
@@ -3129,16 +3096,18 @@ RDMAX_INLINE rdmax_status rdmax__get_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t
 RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
                                     uint32_t rkey, rdmax_comp *comp)
 {
-    rdmax_ctx *ctx = ep->ctx;
-    uint32_t head = ep->sq_head;
     /* one test for len 0 and len too long (len - 1 wraps for 0); a page is under every device's
        max_msg_sz (2^31 on rxe and the RoCE NICs), so a constant length of at most a page costs no test */
-    if (rdmax_likely((len - 1 < 4096u || len - 1 < ctx->attr.max_msg_sz) && mem != NULL && comp == NULL &&
-                     buf != NULL)) {
-        if (rdmax_likely(RDMAX__FAST_OPEN(ep, head) && ep->rd_avail != 0))
-            return rdmax__get_fast(ep, ctx, head, buf, len, mem, raddr, rkey, 0);
-        if (RDMAX__SIG_OPEN(ep, head) && ep->rd_avail != 0)
-            return rdmax__get_fast(ep, ctx, head, buf, len, mem, raddr, rkey, 1);
+    if (rdmax_likely((len - 1 < 4096u || len - 1 < ep->ctx->attr.max_msg_sz) && mem != NULL && comp == NULL &&
+                     buf != NULL && rdmax__fast_gate_open(ep) && ep->rd_avail != 0)) {
+        rdmax_ctx *ctx = ep->ctx;
+        struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_GET];
+        ctx->fsge.addr = (uintptr_t)buf;
+        ctx->fsge.length = (uint32_t)len;
+        ctx->fsge.lkey = mem->lkey;
+        wr->wr.rdma.remote_addr = raddr;
+        wr->wr.rdma.rkey = rkey;
+        return rdmax__fast_post(ep, wr, RDMAX_OP_GET, (uint32_t)len, raddr, 0);
     }
     return rdmax__get_slow(ep, buf, len, mem, raddr, rkey, comp);
 }
@@ -3149,39 +3118,6 @@ RDMAX_INLINE rdmax_status rdmax_get_iov(rdmax_ep *ep, const rdmax_iov *iov, size
     return rdmax__iov_slow(ep, RDMAX_OP_GET, iov, iovcnt, raddr, rkey, comp);
 }
 
-/* The fast atomic (sig: rdmax__ep_fast_post). */
-RDMAX_INLINE rdmax_status rdmax__atomic_fast(rdmax_ep *ep, rdmax_ctx *ctx, uint32_t head,
-                                             enum ibv_wr_opcode opcode, rdmax_op op, uint64_t *result,
-                                             const rdmax_mem *mem, uint64_t raddr, uint32_t rkey, uint64_t a,
-                                             uint64_t b, int sig)
-{
-    int k = opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ? RDMAX__FWR_FADD : RDMAX__FWR_CSWAP;
-    struct ibv_send_wr *wr = &ctx->fast_wr[k];
-    ctx->asge.addr = (uintptr_t)result;
-    ctx->asge.lkey = mem->lkey;
-    wr->wr.atomic.remote_addr = raddr;
-    wr->wr.atomic.rkey = rkey;
-    wr->wr.atomic.compare_add = a;
-    if (opcode == IBV_WR_ATOMIC_CMP_AND_SWP)
-        wr->wr.atomic.swap = b;
-    return rdmax__ep_fast_post(ep, ctx, head, wr, op, 8, raddr, sig);
-}
-
-RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax_op op, uint64_t *result,
-                                           const rdmax_mem *mem, uint64_t raddr, uint32_t rkey, uint64_t a,
-                                           uint64_t b, rdmax_comp *comp)
-{
-    rdmax_ctx *ctx = ep->ctx;
-    uint32_t head = ep->sq_head;
-    if (rdmax_likely(!(raddr & 7) && mem != NULL && result != NULL && comp == NULL)) {
-        if (rdmax_likely(RDMAX__FAST_OPEN(ep, head) && ep->rd_avail != 0))
-            return rdmax__atomic_fast(ep, ctx, head, opcode, op, result, mem, raddr, rkey, a, b, 0);
-        if (RDMAX__SIG_OPEN(ep, head) && ep->rd_avail != 0)
-            return rdmax__atomic_fast(ep, ctx, head, opcode, op, result, mem, raddr, rkey, a, b, 1);
-    }
-    return rdmax__atomic_slow(ep, op, result, mem, raddr, rkey, a, b, comp);
-}
-
 /* rdmax_fadd: fetch-and-add of add to the 8 bytes at raddr; the old value lands in *result (inside mem).
    Results: RDMAX_INPROGRESS (comp, if given, reports), RDMAX_ERR_NO_RESOURCE (also: read budget),
    RDMAX_ERR_INVALID_PARAM for a NULL result, RDMAX_ERR_UNALIGNED, RDMAX_ERR_NO_MEMH without mem,
@@ -3189,7 +3125,18 @@ RDMAX_INLINE rdmax_status rdmax__ep_atomic(rdmax_ep *ep, enum ibv_wr_opcode opco
 RDMAX_INLINE rdmax_status rdmax_fadd(rdmax_ep *ep, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
                                      uint32_t rkey, uint64_t add, rdmax_comp *comp)
 {
-    return rdmax__ep_atomic(ep, IBV_WR_ATOMIC_FETCH_AND_ADD, RDMAX_OP_FADD, result, mem, raddr, rkey, add, 0, comp);
+    if (rdmax_likely(rdmax__fast_gate_open(ep) && !(raddr & 7) && mem != NULL && result != NULL && comp == NULL &&
+                     ep->rd_avail != 0)) {
+        rdmax_ctx *ctx = ep->ctx;
+        struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_FADD];
+        ctx->asge.addr = (uintptr_t)result;  /* its length, 8, set at creation */
+        ctx->asge.lkey = mem->lkey;
+        wr->wr.atomic.remote_addr = raddr;
+        wr->wr.atomic.rkey = rkey;
+        wr->wr.atomic.compare_add = add;
+        return rdmax__fast_post(ep, wr, RDMAX_OP_FADD, 8, raddr, 0);
+    }
+    return rdmax__atomic_slow(ep, RDMAX_OP_FADD, result, mem, raddr, rkey, add, 0, comp);
 }
 
 /* rdmax_cswap: compare-and-swap: if the 8 bytes at raddr equal compare, write swap; the old value lands
@@ -3197,8 +3144,19 @@ RDMAX_INLINE rdmax_status rdmax_fadd(rdmax_ep *ep, uint64_t *result, const rdmax
 RDMAX_INLINE rdmax_status rdmax_cswap(rdmax_ep *ep, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
                                       uint32_t rkey, uint64_t compare, uint64_t swap, rdmax_comp *comp)
 {
-    return rdmax__ep_atomic(ep, IBV_WR_ATOMIC_CMP_AND_SWP, RDMAX_OP_CSWAP, result, mem, raddr, rkey, compare, swap,
-                            comp);
+    if (rdmax_likely(rdmax__fast_gate_open(ep) && !(raddr & 7) && mem != NULL && result != NULL && comp == NULL &&
+                     ep->rd_avail != 0)) {
+        rdmax_ctx *ctx = ep->ctx;
+        struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_CSWAP];
+        ctx->asge.addr = (uintptr_t)result;
+        ctx->asge.lkey = mem->lkey;
+        wr->wr.atomic.remote_addr = raddr;
+        wr->wr.atomic.rkey = rkey;
+        wr->wr.atomic.compare_add = compare;
+        wr->wr.atomic.swap = swap;
+        return rdmax__fast_post(ep, wr, RDMAX_OP_CSWAP, 8, raddr, 0);
+    }
+    return rdmax__atomic_slow(ep, RDMAX_OP_CSWAP, result, mem, raddr, rkey, compare, swap, comp);
 }
 #endif /* RDMAX__HAS_RC */
 

@@ -869,7 +869,7 @@ static rdmax_status rdmax__ctx_make_queues(rdmax_ctx *ctx)
         ctx->fast_wr[k].num_sge = 1;
     }
     ctx->asge.length = 8;
-    ctx->scq_low = depth > 1 ? depth / 2 : 1;  /* at least 1 (rdmax__ep_fast_post) */
+    ctx->scq_low = depth > 1 ? depth / 2 : 1;  /* at least 1 (rdmax__fast_post) */
     ctx->scq_spare = (int32_t)(depth - ctx->scq_low);
     ctx->scq_idle = ctx->scq_spare;
     rdmax__ctx_retire_step(ctx);
@@ -6529,17 +6529,43 @@ static void rdmax__ep_unpend(rdmax_ep *ep)
     }
 }
 
+/* The fast gate stopped at the post that must be signaled (sig_at), with a free slot and nothing
+   blocking: the slow path makes that post as the fast path would, signaled (rdmax__fast_post's sig). */
+static int rdmax__ep_at_sig(const rdmax_ep *ep)
+{
+    return ep->sq_head == ep->sig_at && !ep->blocked && ep->sq_head - ep->sq_tail <= ep->sq_mask &&
+           rdmax__ep_is_rc(ep);
+}
+
+/* rdmax_send's slow path: the post at sig_at (the fast send's fill, as rdmax_send), else the general path. */
 rdmax_status rdmax__send_slow(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem, rdmax_comp *comp)
 {
     rdmax__ep_unpend(ep);
+    if (len - 1 < ep->send_inline && comp == NULL && buf != NULL && ep->tx_credits > 1 && rdmax__ep_at_sig(ep)) {
+        rdmax_ctx *ctx = ep->ctx;
+        struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_SEND];
+        wr->imm_data = RDMAX__LE32(ep->rx_unreturned);
+        ctx->fsge.addr = (uintptr_t)buf;
+        ctx->fsge.length = (uint32_t)len;
+        return rdmax__fast_post(ep, wr, RDMAX_OP_SEND, (uint32_t)len, 0, 1);
+    }
     return rdmax__g_send(ep, buf, len, mem, comp);
 }
 
 #if RDMAX__HAS_RC
+/* rdmax_put's slow path: the post at sig_at (the fast put's fill, as rdmax_put), else the general path. */
 rdmax_status rdmax__put_slow(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
                              uint32_t rkey, rdmax_comp *comp)
 {
     rdmax__ep_unpend(ep);
+    if (len - 1 < ep->max_inline && comp == NULL && buf != NULL && rdmax__ep_at_sig(ep)) {
+        struct ibv_send_wr *wr = &ep->wr;
+        ep->ctx->fsge.addr = (uintptr_t)buf;
+        ep->ctx->fsge.length = (uint32_t)len;
+        wr->wr.rdma.remote_addr = raddr;
+        wr->wr.rdma.rkey = rkey;
+        return rdmax__fast_post(ep, wr, RDMAX_OP_PUT, (uint32_t)len, raddr, 1);
+    }
     return rdmax__g_put(ep, buf, len, mem, raddr, rkey, comp);
 }
 
@@ -6550,10 +6576,22 @@ rdmax_status rdmax__put_imm_slow(rdmax_ep *ep, const void *buf, size_t len, cons
     return rdmax__g_put_imm(ep, buf, len, mem, raddr, rkey, imm, comp);
 }
 
+/* rdmax_get's slow path: the post at sig_at (the fast get's fill, as rdmax_get), else the general path. */
 rdmax_status rdmax__get_slow(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
                              uint32_t rkey, rdmax_comp *comp)
 {
     rdmax__ep_unpend(ep);
+    if ((len - 1 < 4096u || len - 1 < ep->ctx->attr.max_msg_sz) && mem != NULL && comp == NULL && buf != NULL &&
+        ep->rd_avail != 0 && rdmax__ep_at_sig(ep)) {
+        rdmax_ctx *ctx = ep->ctx;
+        struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_GET];
+        ctx->fsge.addr = (uintptr_t)buf;
+        ctx->fsge.length = (uint32_t)len;
+        ctx->fsge.lkey = mem->lkey;
+        wr->wr.rdma.remote_addr = raddr;
+        wr->wr.rdma.rkey = rkey;
+        return rdmax__fast_post(ep, wr, RDMAX_OP_GET, (uint32_t)len, raddr, 1);
+    }
     return rdmax__g_get(ep, buf, len, mem, raddr, rkey, comp);
 }
 
@@ -6566,11 +6604,24 @@ rdmax_status rdmax__iov_slow(rdmax_ep *ep, rdmax_op op, const rdmax_iov *iov, si
     return rdmax__ep_iov(ep, opcode, op, iov, iovcnt, raddr, rkey, comp);
 }
 
+/* rdmax_fadd's and rdmax_cswap's slow path: the post at sig_at (the fast atomic's fill, as rdmax_fadd
+   and rdmax_cswap), else the general path. */
 rdmax_status rdmax__atomic_slow(rdmax_ep *ep, rdmax_op op, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
                                 uint32_t rkey, uint64_t a, uint64_t b, rdmax_comp *comp)
 {
     enum ibv_wr_opcode opcode = op == RDMAX_OP_FADD ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP;
     rdmax__ep_unpend(ep);
+    if (!(raddr & 7) && mem != NULL && result != NULL && comp == NULL && ep->rd_avail != 0 && rdmax__ep_at_sig(ep)) {
+        rdmax_ctx *ctx = ep->ctx;
+        struct ibv_send_wr *wr = &ctx->fast_wr[op == RDMAX_OP_FADD ? RDMAX__FWR_FADD : RDMAX__FWR_CSWAP];
+        ctx->asge.addr = (uintptr_t)result;
+        ctx->asge.lkey = mem->lkey;
+        wr->wr.atomic.remote_addr = raddr;
+        wr->wr.atomic.rkey = rkey;
+        wr->wr.atomic.compare_add = a;
+        wr->wr.atomic.swap = b;
+        return rdmax__fast_post(ep, wr, op, 8, raddr, 1);
+    }
     return rdmax__g_atomic(ep, opcode, op, result, mem, raddr, rkey, a, b, comp);
 }
 #endif /* RDMAX__HAS_RC */
@@ -6611,7 +6662,7 @@ static void rdmax__ep_post_fn(rdmax_ep *ep)
 }
 
 /* The one fast post in signal_interval that is signaled, and every one while the send-CQ entries run
-   low (rdmax__ep_fast_post with the rest of it): it keeps its length and remote address for an error
+   low (rdmax__fast_post with the rest of it): it keeps its length and remote address for an error
    report. The fast gate does not ask for CQ entries: with none left the post is refused here as the
    general path refuses it (rdmax__ep_check: RDMAX_ERR_NO_RESOURCE, counted, the SQ_FULL event). */
 rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uint32_t len, uint64_t raddr)
@@ -6638,7 +6689,7 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
     rdmax__ep_regate(ep);
     ctx->cnt.posted[s->op]++;
     ctx->cnt.bytes[s->op] += len;
-    if (s->op == RDMAX_OP_SEND) {  /* as rdmax__ep_fast_post */
+    if (s->op == RDMAX_OP_SEND) {  /* as rdmax__fast_post */
         ep->tx_credits--;
         ep->rx_unreturned = 0;
     }
@@ -6824,7 +6875,7 @@ static __attribute__((noinline)) rdmax_status rdmax__put_chained_slow(rdmax_ep *
     /* the room opens only with max_inline >= 16: rdmax_put then chains a short put without testing
        its length against max_inline */
     if (rdmax_likely(len - 8 <= 8 && ep->blocked == RDMAX__BLK_BATCH && ep->max_inline >= 16 &&
-                     RDMAX__FAST_RC(ep))) {
+                     rdmax__ep_is_rc(ep))) {
         rdmax__chain_close(ctx, ep);
         if (ctx->batch_n == RDMAX_BATCH_MAX) {
             /* a refusal completes the chain's comps with RDMAX_ERR_IO; this put is not posted */
@@ -6854,7 +6905,7 @@ __attribute__((noinline)) rdmax_status rdmax__put_chained(rdmax_ep *ep, const vo
     room = room < cq ? room : cq;
     /* used < sq_mask and free > 1 (so neither wraps), and room > 0: a room of at least one entry */
     if (rdmax_likely(ctx->chain_end == NULL && len - 8 <= 8 && ep->blocked == RDMAX__BLK_BATCH &&
-                     ep->max_inline >= 16 && RDMAX__FAST_RC(ep) &&
+                     ep->max_inline >= 16 && rdmax__ep_is_rc(ep) &&
                      used < ep->sq_mask && free > 1 && n < RDMAX_BATCH_MAX && n >= ctx->chain_dirty &&
                      ctx->chain_hi == (uint32_t)(ep->wr_id_base >> 32))) {
         rdmax__chain_entry *e = rdmax__room_take(ctx, n, room, free);
@@ -7036,7 +7087,7 @@ void rdmax__batch_begin(rdmax_ep *ep)
     ep->blocked |= RDMAX__BLK_BATCH;
     ep->fast_gate = ep->sq_head;
 #if RDMAX__HAS_RC
-    if (rdmax_likely(ep->blocked == RDMAX__BLK_BATCH && ep->max_inline >= 16 && RDMAX__FAST_RC(ep) &&
+    if (rdmax_likely(ep->blocked == RDMAX__BLK_BATCH && ep->max_inline >= 16 && rdmax__ep_is_rc(ep) &&
                      ctx->chain_end == NULL))
         (void)rdmax__chain_open(ctx, ep);
 #endif
