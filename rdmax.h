@@ -2993,27 +2993,28 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
 }
 
 #if RDMAX__HAS_RC
-/* A short put (8 to 16 bytes) into entry e of a chain: its data copied in two words (the buffer is
-   promised free at once), the length and the remote fields (the rest of the request is set for it:
-   rdmax__chain_entry). The caller writes the wr_id's low half (the send slot) and gives the slot its op. A
-   macro: as an inline function (GCC 12) it cost rdmax_put's fast path a register move. */
-#define RDMAX__BENT_PUT(e_, b_, l_, ra_, rk_)                                                          \
-    do {                                                                                               \
-        uint64_t w0_, w1_;                                                                             \
-        memcpy(&w0_, (b_), 8);                                                                         \
-        memcpy(&w1_, (const char *)(b_) + (l_) - 8, 8);                                                \
-        memcpy((e_)->inl, &w0_, 8);                                                                    \
-        memcpy((char *)(e_)->inl + (l_) - 8, &w1_, 8);                                                 \
-        (e_)->sge[0].length = (uint32_t)(l_);                                                          \
-        (e_)->wr.wr.rdma.remote_addr = (ra_);                                                          \
-        (e_)->wr.wr.rdma.rkey = (rk_);                                                                 \
-    } while (0)
+/* A short put (8 to 16 bytes) into chain entry e: its data copied as two words that may overlap (the
+   buffer is promised free at once), its length and remote fields (the rest of the request is set for
+   it: rdmax__chain_entry). The caller writes the wr_id's low half (the send slot) and gives the slot its
+   op. */
+RDMAX_INLINE void rdmax__chain_entry_put(rdmax__chain_entry *e, const void *buf, size_t len, uint64_t raddr,
+                                         uint32_t rkey)
+{
+    uint64_t w0, w1;
+    memcpy(&w0, buf, 8);
+    memcpy(&w1, (const char *)buf + len - 8, 8);
+    memcpy(e->inl, &w0, 8);
+    memcpy((char *)e->inl + len - 8, &w1, 8);
+    e->sge[0].length = (uint32_t)len;
+    e->wr.wr.rdma.remote_addr = raddr;
+    e->wr.wr.rdma.rkey = rkey;
+}
 
 /* A put of a post list (rdmax_batch_begin; rdmax_put saw ep is the context's batch_ep) with 8 to 16
    bytes of inline data and no comp, while the chain has room (rdmax_ctx.chain_next, chain_end: entries,
    send slots and CQ entries counted out when it opened, rdmax__chain_open, only with blocked ==
    RDMAX__BLK_BATCH, i.e. connected and nothing pending, and max_inline >= 16; what blocks ep otherwise
-   closes it: rdmax__ep_block): written into its entry (RDMAX__BENT_PUT). Its CQ entry and send slot
+   closes it: rdmax__ep_block): written into its entry (rdmax__chain_entry_put). Its CQ entry and send slot
    were reserved at the opening; its slot (sq_head, the slot's op, the wr_id), its count in posted[],
    batch_n and its signal wait for the chain's close (rdmax__chain_close, rdmax__room_settle), which
    comes before anything else touches ep. Anything else: rdmax__put_chained, out of line.
@@ -3021,7 +3022,7 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
 RDMAX_INLINE rdmax_status rdmax__put_chain_at(rdmax_ctx *ctx, rdmax__chain_entry *e, const void *buf, size_t len,
                                               uint64_t raddr, uint32_t rkey)
 {
-    RDMAX__BENT_PUT(e, buf, len, raddr, rkey);
+    rdmax__chain_entry_put(e, buf, len, raddr, rkey);
     ctx->chain_next = e + 1;
     ctx->cnt.bytes[RDMAX_OP_PUT] += len;
     return RDMAX_OK;

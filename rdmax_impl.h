@@ -6914,7 +6914,7 @@ __attribute__((noinline)) rdmax_status rdmax__put_chained(rdmax_ep *ep, const vo
     return rdmax__put_chained_slow(ep, buf, raddr, rkey, len);
 }
 
-/* The puts of a list go straight into the chain's room (rdmax__bent_put) while it has room and they are
+/* The puts of a list go straight into the chain's room (rdmax__chain_entry_put) while it has room and they are
    short: the bytes counted once per run (sq_head and the slots at the room's close, rdmax__room_settle).
    The rest, and a room to open, go through rdmax_put as it would take them. */
 rdmax_status rdmax_put_list(rdmax_ep *ep, const rdmax_put_req *reqs, size_t n, size_t *done)
@@ -6944,7 +6944,7 @@ rdmax_status rdmax_put_list(rdmax_ep *ep, const rdmax_put_req *reqs, size_t n, s
                 const void *buf = r->buf;
                 if (rdmax_unlikely(len - 8 > 8 || buf == NULL))
                     break;
-                RDMAX__BENT_PUT(e, buf, len, r->raddr, r->rkey);
+                rdmax__chain_entry_put(e, buf, len, r->raddr, r->rkey);
                 bytes += len;
             }
             ctx->chain_next = e;
