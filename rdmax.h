@@ -1760,15 +1760,14 @@ struct rdmax_ep {
     uint32_t rd_avail;          /* RDMA reads and atomics that may still be issued; with sq_tail one 8-byte
                                    word that the fast retire adds its step to (rdmax_ctx.retire_step) */
     uint32_t sq_tail;           /* oldest outstanding slot */
-    uint32_t fast_gate;           /* the fast gate: sig_at, or sq_head while blocked */
+    uint32_t sq_head;           /* next slot to fill */
+    uint32_t fast_gate;         /* the fast gate: sig_at, or sq_head while blocked */
     uint32_t sig_at;            /* sq_head of the next post that must be signaled: one in signal_interval,
                                    or the queue's end (sq_tail + sq_depth) if nearer (rdmax__sig_next);
                                    never behind sq_head (short puts chained in a room take their slots,
                                    and move sq_head, only when it closes: rdmax__chain_close) */
     uint32_t signal_interval;
     uint32_t max_inline;
-    uint32_t sq_head;           /* next slot to fill; not beside fast_gate, whose stores of the same value
-                                   (a chained put's) the compiler would otherwise vectorize */
     uint32_t peer_recv_size;    /* largest message the peer accepts */
     uint32_t send_inline;       /* RC: min(max_inline, peer_recv_size), the fast send's one length test
                                    (0 until connected, and on UD) */
