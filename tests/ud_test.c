@@ -97,15 +97,7 @@ static rdmax_ctx *open_ctx_mcast(const char *dev, uint8_t mcast_join)
 
 static rdmax_ctx *open_ctx(const char *dev)
 {
-    rdmax_ctx_desc d;
-    memset(&d, 0, sizeof d);
-    d.device = dev;
-    rdmax_ctx *c = NULL;
-    if (rdmax_ctx_create(&d, &c) != RDMAX_OK) {
-        printf("FAIL ud/setup: cannot open device %s\n", dev ? dev : "(default)");
-        exit(1);
-    }
-    return c;
+    return open_ctx_mcast(dev, 0);
 }
 
 static void progress_until(rdmax_ctx *a, rdmax_ctx *b, const int *count, int want)
