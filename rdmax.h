@@ -262,35 +262,55 @@
    A context's RC endpoints receive into shared receive queues, one per buffer size in use (ep desc
    recv_size, default the context's recv_size, 4096): buffers come from one pool per size, refilled in
    batches by rdmax_progress, so an endpoint costs no buffers of its own. Each endpoint gives its peer a
-   window of rq_depth (default 16, at least 4): the peer may have rq_depth sends and puts with immediate
-   data outstanding; the next one is refused with RDMAX_ERR_NO_RESOURCE (or waits, as an rdmax_req)
-   until credits come back, and rdmax_ep_query_resources's send_credits says how many may go now. The window
-   is backed by rq_depth + 1 buffers: the one more takes the sender's credit grants and goodbye (each a
-   zero-length send that consumes a buffer), so they never wait for the window. The pool holds the sum
-   of all endpoints' rq_depth + 1 and a reserve, and a consumed buffer is posted again before its credit
-   goes back, so a sender never meets receiver-not-ready (RNR) while every peer keeps to its window;
-   rdmax_ctx_query_recv_pool shows a pool's buffers, how many are posted, the credits it backs (target),
-   its reserve and its low-water mark. Credits return in the
+   window: the peer may have that many sends and puts with immediate data outstanding; the next one is
+   refused with RDMAX_ERR_NO_RESOURCE (or waits, as an rdmax_req) until credits come back.
+   rdmax_ep_query_resources says how many may go now (send_credits) and the window this endpoint gives
+   its peer (recv_window). A window W is backed by W + 1 buffers: the one more takes the sender's
+   credit grants and goodbye (each a zero-length send that consumes a buffer), so they never wait for
+   the window. The pool holds the sum of all endpoints' W + 1 and a reserve, and a consumed buffer is
+   posted again before its credit goes back, so a sender never meets receiver-not-ready (RNR) while
+   every peer keeps to its window; rdmax_ctx_query_recv_pool shows a pool's buffers, how many are
+   posted, the credits it backs (target), its reserve and its low-water mark. Credits return in the
    immediate data of the receiver's sends, or in a grant sent from the receive path as soon as half a
    window is owed, however busy the receiver is: a refused post waits a few round trips, not for the
    receiver to go idle.
+   Windows adapt (ep desc rq_depth 0, the default): a window starts at 2 and doubles, up to ep desc
+   max_window (default 64), each time a grant to a streaming peer falls due (it sent half its window,
+   its grants not counted, and nothing of the receiver's carried the credits back). The new credits go
+   out only once buffers back them: when the pool has none free, or its SRQ or the receive CQ no room,
+   the growth waits (counted in grant_waits, profile event GRANT_WAIT) and rdmax_progress's tick adds a
+   chunk of buffers and room, up to the device's bounds (detail 1 of the event: at the bound).
+   It shrinks back to 2 while the receiver's own posts (replies) carry the credits back and the peer
+   uses at most a quarter of it: the receiver keeps back the credits it owes instead of returning them,
+   and the pool's target with them; the buffers stay registered on the pool's free list for the next
+   window that grows (as when endpoints go: a shared queue cannot hand back what it holds posted).
+   A peer that goes idle keeps what it holds (at most max_window + 1 buffers); one that streams one way
+   keeps a grown window while it streams.
+   Nothing changes on the wire: a sender adds whatever credits come back, so older peers interoperate.
+   A non-zero rq_depth is a fixed window (at least 4, at most 65534), as before; with max_window above
+   it, the window adapts between the two. An endpoint on a pool of its own (below) has a fixed window
+   (default 16).
    A peer that sends past its window (not rdmax, or broken) is failed: when a grant to it falls due and
-   it has sent more than the buffers given to it (its window + 1 and every credit returned so far), its
-   endpoint goes to RDMAX_EP_ERROR with RDMAX_ERR_PEER_WINDOW (counted in window_breaks) and its QP
-   leaves RTS, so it takes no more buffers; an honest peer never is. A shared queue cannot stop a peer
-   from taking buffers before it is found: what such peers take first comes out of the pool's reserve
-   (rdmax_ctx_desc.recv_reserve, 256 KiB of buffers by default) before it comes out of honest peers'
-   credits. How soon it is found: a peer that gives no credits back is out of grants after its window's
-   worth (tests/srq_test breakers on rxe: four peers keeping 256 sends in flight past a window of 16
-   were failed after about 560 messages each, and an honest client beside them met one RNR in 200 round
-   trips); a peer that gives credits back and keeps many sends in flight may not be found at all. So for
-   peers you do not trust, accept them with recv_pool = RDMAX_RECV_POOL_OWN: a peer past its window then
-   meets RNR on its own receive queue and nowhere else (same test: 0 RNR for the honest client).
-   Memory: the pool costs (rq_depth + 1) x recv_size per endpoint (17 x 4 KiB = 68 KiB by default), rdmax's own state under 2 KiB per endpoint (the batch staging is the context's), the
-   provider's send queue grows with sq_depth and max_inline (about 37 KiB per endpoint on rxe with the
-   defaults). The receive CQ holds every credit of the context: its max_cqe (32767 on rxe) /
-   (rq_depth + 1) endpoints per context (1927 at the default window, 6553 at 4); more endpoints need
-   more contexts.
+   it has sent more than the buffers given to it (its window + 1 and every credit returned so far, the
+   credits of growth included), its endpoint goes to RDMAX_EP_ERROR with RDMAX_ERR_PEER_WINDOW (counted
+   in window_breaks) and its QP leaves RTS, so it takes no more buffers; an honest peer never is. A
+   shared queue cannot stop a peer from taking buffers before it is found: what such peers take first
+   comes out of the pool's reserve (rdmax_ctx_desc.recv_reserve, 256 KiB of buffers by default) before
+   it comes out of honest peers' credits. How soon it is found: a peer that gives no credits back is out
+   of grants after its window's worth (tests/srq_test breakers on rxe: four peers keeping 256 sends in
+   flight past a window of 16 were failed after about 560 messages each, and an honest client beside
+   them met one RNR in 200 round trips); a peer that gives credits back and keeps many sends in flight
+   may not be found at all. So for peers you do not trust, accept them with recv_pool =
+   RDMAX_RECV_POOL_OWN: a peer past its window then meets RNR on its own receive queue and nowhere else
+   (same test: 0 RNR for the honest client).
+   Memory: the pool costs (W + 1) x recv_size per endpoint: 12 KiB at rest with the defaults (3 x 4 KiB),
+   up to 260 KiB while its window is 64; rdmax's own state is 2 KiB per endpoint (the batch staging is
+   the context's), and the provider's send queue grows with sq_depth and max_inline (about 37 KiB per
+   endpoint on rxe with the defaults). The ceiling: the receive CQ holds every credit of the context,
+   so endpoints per context are at most its max_cqe (32767 on rxe) / 3 at rest (about 10,900, less
+   what grown windows hold; with fixed windows max_cqe / (rq_depth + 1): 1927 at 16); more need more
+   contexts (each has its own receive CQ). A second receive CQ per context would lift it to max_qp and
+   memory; rdmax does not make one yet.
    A receive pool of its own: ep desc recv_pool = RDMAX_RECV_POOL_OWN gives one endpoint rq_depth + 1
    buffers of recv_size of its own on its own receive queue (registered once, reposted in batches of at
    most half the window), with the same window and no RNR; it costs (rq_depth + 1) x recv_size of
@@ -1400,10 +1420,12 @@ typedef struct rdmax_ep_desc {
                                   36 KiB per endpoint at 32, 260 KiB at 256); rounded up to a power of two,
                                   then down to one that fits the device's (or rdmax_ctx_desc's) max_qp_wr,
                                   and to 32768 at most */
-    uint32_t rq_depth;         /* RC: 0: 16, the window of this peer (min 4, max 65534): the sends and
-                                  puts with immediate it may have in flight to us, backed by rq_depth + 1
+    uint32_t rq_depth;         /* RC: the window of this peer (min 4, max 65534): the sends and puts
+                                  with immediate it may have in flight to us, backed by rq_depth + 1
                                   buffers of the shared receive pool (the one more for its grants, see
-                                  RECEIVING). UD: unused (the context's ud_rq_depth) */
+                                  RECEIVING); fixed unless max_window is larger. 0: a window that adapts,
+                                  from 2 up to max_window (on a pool of its own: 16, fixed). UD: unused
+                                  (the context's ud_rq_depth) */
     uint32_t recv_size;        /* RC: 0: the context's recv_size: the largest message the peer may send (its
                                   rdmax_send refuses more), and the size of the shared buffers it lands in
                                   (one pool per size in use). UD: path MTU + GRH */
@@ -1441,6 +1463,9 @@ typedef struct rdmax_ep_desc {
                                   recv_size of the endpoint's own (default window 16, at least 4, at most
                                   max_qp_wr - 1), for a peer where latency wins over memory (see RECEIVING).
                                   UD: unused (reads back 0) */
+    uint16_t max_window;       /* RC, shared pool: the most the window grows to while the peer is busy
+                                  (RECEIVING). 0: 64 when rq_depth is 0, else rq_depth (a fixed window);
+                                  reads back as applied */
     rdmax_state_cb state_cb;   /* NULL: none. Called once when the endpoint fails or closes, with user,
                                   from rdmax_progress or rdmax_wait outside every other callback (at the
                                   next health pass, within a few ms): it may destroy the endpoint, post on
@@ -1456,6 +1481,8 @@ typedef struct rdmax_ep_resources {
     uint32_t sq_free;           /* send-queue slots free now */
     uint32_t outstanding;       /* operations posted and not yet completed (0 after a flush) */
     uint32_t reads_free;        /* RDMA reads and atomics that may still be issued */
+    uint32_t recv_window;       /* RC: the window this endpoint gives its peer now (it adapts: see
+                                   RECEIVING); UD: 0 */
     uint32_t send_credits;      /* RC: sends and puts with immediate that may go now: the peer's window
                                    (its rq_depth) less those outstanding or not yet granted back (the
                                    credit kept for grants not counted). UD: UINT32_MAX */
@@ -1475,8 +1502,8 @@ typedef struct rdmax_ep_resources {
 typedef struct rdmax_recv_pool_info {
     uint32_t recv_size;         /* bytes of each buffer: the pool's key */
     uint32_t endpoints;         /* endpoints receiving into it now */
-    uint32_t target;            /* the credits they give: the sum of their windows + 1 each (ep desc
-                                   rq_depth + 1); target + reserve buffers are kept posted */
+    uint32_t target;            /* the credits they give: the sum of their windows + 1 each (recv_window
+                                   + 1, as they adapt); target + reserve buffers are kept posted */
     uint32_t reserve;           /* buffers posted beyond the credits (rdmax_ctx_desc.recv_reserve) */
     uint32_t posted;            /* buffers in the shared receive queue now */
     uint32_t free;              /* buffers neither posted nor in a receive callback */
@@ -1539,6 +1566,8 @@ typedef struct rdmax_counters {
     uint64_t ud_wrong_source;   /* UD: datagrams naming an endpoint whose peer did not send them (source
                                    GID or QPN not the peer's), dropped (also in recv_drops) */
     uint64_t window_breaks;     /* RC: endpoints failed with RDMAX_ERR_PEER_WINDOW (also in ep_errors) */
+    uint64_t grant_waits;       /* RC: windows that would have grown but waited for the shared pool (its
+                                   buffers, or its bound: the receive CQ's max_cqe, max_srq_wr) */
     uint64_t auth_refused;      /* connections refused with RDMAX_ERR_OOB_AUTH: a client this listener
                                    refused, or a listener this client did (see ADMISSION) */
 } rdmax_counters;
@@ -1795,7 +1824,12 @@ struct rdmax_ep {
        RC: rq_depth is the buffers that back the peer, the window + 1 (the credits in our record) */
     char *rbufs;
     struct ibv_mr *rmr;
-    uint32_t rq_depth, recv_size, rq_unposted, *rq_free;
+    uint32_t rq_depth, recv_size, rq_unposted;
+    uint16_t rx_sq_seen;        /* RC, a window that grew: sq_head's low bits when the receive path last
+                                   looked (a post since then, not a grant: the peer gets replies) */
+    uint16_t rx_grants;         /* RC: grants received since the window last adapted (owed back like
+                                   messages, but no sign that the peer streams) */
+    uint32_t *rq_free;
     /* error report */
     int last_wc_status;
     int last_errno;
@@ -2572,7 +2606,8 @@ typedef struct rdmax_profile_var {
     X(SRQ_LIMIT_EVENTS, "srq_limit_events", COUNTER, "the shared receive queue fell below its low-water mark") \
     X(UD_WRONG_SOURCE, "ud.wrong_source", COUNTER,                                                         \
       "UD datagrams naming an endpoint whose peer did not send them (source GID or QPN), dropped")         \
-    X(WINDOW_BREAKS, "window_breaks", COUNTER, "RC endpoints failed because their peer sent past its credit window")
+    X(WINDOW_BREAKS, "window_breaks", COUNTER, "RC endpoints failed because their peer sent past its credit window") \
+    X(GRANT_WAITS, "grant_waits", COUNTER, "RC windows that would have grown but waited for the shared receive pool")
 
 enum rdmax_profile_var_id {
     RDMAX__PROF_VAR_BEFORE_FIXED = 3 * RDMAX_OP__COUNT - 1,
@@ -2598,7 +2633,10 @@ enum rdmax_profile_var_id {
                         no_resource counter); detail: RDMAX_PROFILE_NORES_*, the resource that ran out
      RCACHE_EVICT       an unused cached registration was evicted to honour a limit; detail: its bytes
      RCACHE_INVALIDATE  a cached registration was dropped because its memory changed (unmapped, or
-                        rdmax_rcache_invalidate); detail: its bytes */
+                        rdmax_rcache_invalidate); detail: its bytes
+     GRANT_WAIT         ep's window would have grown but waits for the shared receive pool (each time,
+                        like grant_waits); detail: 1 if the pool is at its bound (the receive CQ's
+                        max_cqe, max_srq_wr, or registering more failed), 0 if it grows at the next tick */
 #define RDMAX__PROF_EVENTS(X)                                                                              \
     X(EP_CONNECTED, "ep_connected")                                                                        \
     X(EP_ERROR, "ep_error")                                                                                \
@@ -2608,7 +2646,8 @@ enum rdmax_profile_var_id {
     X(EP_CLOSED, "ep_closed")                                                                              \
     X(PORT_DOWN, "port_down")                                                                              \
     X(PORT_ACTIVE, "port_active")                                                                          \
-    X(DEVICE, "device")
+    X(DEVICE, "device")                                                                                    \
+    X(GRANT_WAIT, "grant_wait")
 
 typedef enum rdmax_profile_event {
 #define RDMAX__X(id, name) RDMAX_PROFILE_EVENT_##id,

@@ -4596,6 +4596,14 @@ out:
    (the program did not progress for a while): counted (srq_limit_events) and logged at debug level. */
 
 #define RDMAX__RECV_BATCH 16
+#define RDMAX__WINDOW_START 2  /* an adapting window's first (and least) size, see >>recv */
+
+/* Owed credits that make a grant due for window w: half of it, and never below 2 (a grant received is
+   owed back as one credit, which must not be a grant's worth, see >>recv). */
+static uint32_t rdmax__grant_at(uint32_t w)
+{
+    return w / 2 > 2 ? w / 2 : 2;
+}
 
 static rdmax_status rdmax__post_recvs(rdmax_ep *ep, uint32_t n)
 {
@@ -4663,6 +4671,8 @@ struct rdmax__srq {
     uint32_t n_chunks, chunks_cap;
     uint32_t limit;             /* the limit armed now; 0: not armed */
     uint32_t users;             /* endpoints attached */
+    uint32_t room_failed;       /* the tick could not register more buffers for windows to grow into
+                                   (rdmax__srq_room); cleared when credits leave the target */
     /* the receive requests of rdmax__srq_fill, chained and pointing at their SGEs from the start (the
        last one posted is cut off the chain for its post, then joined again); the receive path stages
        the buffers it gives back in them (wr_id, address and key: nothing to compute again), a request
@@ -4694,6 +4704,7 @@ struct rdmax__rx {
     uint32_t staged;            /* pools with buffers staged for their repost (rdmax__srq_fill) besides
                                    last_bit's */
     uint32_t pools_to_free;            /* pools whose last endpoint went during a poll batch: freed at its end */
+    uint32_t room;              /* pools where a window waits to grow: the tick makes room (rdmax__srq_room) */
     uint32_t recv_disturbed;           /* set by whatever a receive callback may do that changes the last
                                    endpoint or a pool's staging (a poll batch, rdmax__map_kill,
                                    rdmax__srq_fill); cleared at the start of a poll batch and by
@@ -5100,6 +5111,27 @@ static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
     return RDMAX_OK;
 }
 
+/* The SRQ of pool s made to hold need buffers (need <= max_srq_wr), doubling. */
+static rdmax_status rdmax__srq_cap(rdmax_ctx *ctx, struct rdmax__srq *s, uint64_t need)
+{
+    if (need <= s->cap)
+        return RDMAX_OK;
+    struct ibv_srq_attr a;
+    memset(&a, 0, sizeof a);
+    a.max_wr = 2 * (uint64_t)s->cap > need ? 2 * s->cap : (uint32_t)need;
+    if (a.max_wr > ctx->attr.max_srq_wr)
+        a.max_wr = ctx->attr.max_srq_wr;
+    int rc = ibv_modify_srq(s->srq, &a, IBV_SRQ_MAX_WR);
+    if (rc == 0 && ibv_query_srq(s->srq, &a) == 0 && a.max_wr >= need) {
+        s->cap = a.max_wr;
+        return RDMAX_OK;
+    }
+    rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ, "device %s: growing the shared receive queue from %u to %u buffers "
+               "failed: %s (max_srq_wr %u)", ctx->attr.name, s->cap, a.max_wr,
+               rc ? strerror(rc) : "the device kept it smaller", ctx->attr.max_srq_wr);
+    return RDMAX_ERR_LIMIT;
+}
+
 /* Room for one more RC endpoint with window w in pool p: limits first (nothing changes when one is in
    the way), then buffers, SRQ size, receive CQ; target grows by w and the buffers are posted. */
 static rdmax_status rdmax__srq_reserve(rdmax_ctx *ctx, uint32_t p, uint32_t w)
@@ -5122,22 +5154,8 @@ static rdmax_status rdmax__srq_reserve(rdmax_ctx *ctx, uint32_t p, uint32_t w)
     while (s->posted + s->n_free < need)
         if ((st = rdmax__srq_chunk(ctx, s)) != RDMAX_OK)
             return st;
-    if (need > s->cap) {
-        struct ibv_srq_attr a;
-        memset(&a, 0, sizeof a);
-        a.max_wr = 2 * (uint64_t)s->cap > need ? 2 * s->cap : (uint32_t)need;
-        if (a.max_wr > ctx->attr.max_srq_wr)
-            a.max_wr = ctx->attr.max_srq_wr;
-        int rc = ibv_modify_srq(s->srq, &a, IBV_SRQ_MAX_WR);
-        if (rc == 0 && ibv_query_srq(s->srq, &a) == 0 && a.max_wr >= need) {
-            s->cap = a.max_wr;
-        } else {
-            rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ, "device %s: growing the shared receive queue from %u to %u buffers "
-                       "failed: %s (max_srq_wr %u)", ctx->attr.name, s->cap, a.max_wr,
-                       rc ? strerror(rc) : "the device kept it smaller", ctx->attr.max_srq_wr);
-            return RDMAX_ERR_LIMIT;
-        }
-    }
+    if ((st = rdmax__srq_cap(ctx, s, need)) != RDMAX_OK)
+        return st;
     s->target = (uint32_t)need;
     x->target += w;
     s->users++;
@@ -5151,6 +5169,7 @@ static void rdmax__srq_release(rdmax_ctx *ctx, uint32_t p, uint32_t w)
     struct rdmax__srq *s = ctx->rx->pool[p];
     s->target -= w;
     ctx->rx->target -= w;
+    s->room_failed = 0;
     if (--s->users == 0 && p > 0) {
         if (ctx->rwc != ctx->rwc_top)  /* in a poll batch (a callback), whose completions may name it */
             ctx->rx->pools_to_free |= 1u << p;
@@ -5183,11 +5202,43 @@ static void rdmax__srq_close(rdmax_ctx *ctx)
     ctx->rx = NULL;
 }
 
-/* From the tick (a system call, not on the poll path): arm each pool's low-water mark again once it is
-   back above it. */
+/* From the tick, for a window that waited to grow in pool p (rdmax__window_grow, which never makes a
+   system call): a chunk's worth of credits more than the target, as far as the device's bounds allow
+   (the receive CQ's max_cqe, max_srq_wr): free buffers (registered), an SRQ and a receive CQ that hold
+   them. What cannot be had is the pool's bound; a registration that fails stops further tries
+   (room_failed) until credits leave the pool. */
+static void rdmax__srq_room(rdmax_ctx *ctx, uint32_t p)
+{
+    struct rdmax__rx *x = ctx->rx;
+    struct rdmax__srq *s = x->pool[p];
+    if (!s)
+        return;
+    uint64_t more = s->per_chunk, cq_used = (uint64_t)ctx->rq_total + x->target;
+    if (s->target + more > ctx->attr.max_srq_wr)
+        more = s->target < ctx->attr.max_srq_wr ? ctx->attr.max_srq_wr - s->target : 0;
+    if (cq_used + more > ctx->attr.max_cqe)
+        more = cq_used < ctx->attr.max_cqe ? ctx->attr.max_cqe - cq_used : 0;
+    uint64_t need = s->target + more;
+    while (s->posted + s->n_free < need)
+        if (rdmax__srq_chunk(ctx, s) != RDMAX_OK) {
+            s->room_failed = 1;
+            return;
+        }
+    if (rdmax__srq_cap(ctx, s, need) != RDMAX_OK ||
+        rdmax__rcq_fit(ctx, (uint64_t)ctx->rq_total + x->target + more, "RC receive credits and room for windows to grow") != RDMAX_OK)
+        s->room_failed = 1;
+}
+
+/* From the tick (a system call, not on the poll path): room for windows that wait to grow; arm each
+   pool's low-water mark again once it is back above it. */
 static void rdmax__srq_tick(rdmax_ctx *ctx)
 {
     struct rdmax__rx *x = ctx->rx;
+    for (uint32_t m = x ? x->room : 0, p = 0; m; p++, m >>= 1)
+        if (m & 1)
+            rdmax__srq_room(ctx, p);
+    if (x)
+        x->room = 0;
     for (uint32_t p = 0; x && p < RDMAX__POOLS; p++) {
         struct rdmax__srq *s = x->pool[p];
         if (!s || s->limit || s->target < 8 || s->posted < s->target / 2)
@@ -5384,14 +5435,22 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
     if (d->transport == RDMAX_TRANSPORT_ID_RC) {
         /* RC: rq_depth is the window of this peer: the sends and puts with immediate it may have in
            flight to us, backed by rq_depth + 1 buffers (the one more for its grants, see >>srq). Four is
-           the least: a grant goes at half the window, and a grant also uses a buffer at the peer, so with
-           a threshold of one each grant would answer the other's forever. */
+           the least of a fixed window: a grant goes at half the window, and a grant also uses a buffer at
+           the peer, so with a threshold of one each grant would answer the other's forever. A window
+           that adapts (rq_depth 0 on the shared pool, see >>recv) starts at 2 with a threshold of 2. */
+        int adapt = !d->rq_depth && d->recv_pool != RDMAX_RECV_POOL_OWN && ctx->attr.max_srq_wr;
         if (!d->rq_depth)
-            d->rq_depth = 16;
-        if (d->rq_depth < 4)
+            d->rq_depth = adapt ? RDMAX__WINDOW_START : 16;
+        if (d->rq_depth < 4 && !adapt)
             d->rq_depth = 4;
         if (d->rq_depth > 65534)
             d->rq_depth = 65534;  /* + 1: the connection record's credits field */
+        if (!d->max_window)
+            d->max_window = adapt ? 64 : (uint16_t)d->rq_depth;
+        if (d->max_window < d->rq_depth || d->recv_pool == RDMAX_RECV_POOL_OWN || !ctx->attr.max_srq_wr)
+            d->max_window = (uint16_t)d->rq_depth;  /* grows on the shared pool only */
+        if (d->max_window > 65534)
+            d->max_window = 65534;
         if (!ctx->attr.max_srq_wr && d->recv_pool != RDMAX_RECV_POOL_OWN) {
             d->recv_pool = RDMAX_RECV_POOL_OWN;  /* no shared receive queues on this device */
             if (!ctx->said_no_srq)
@@ -5408,6 +5467,7 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
             d->recv_size = (uint32_t)ctx->attr.max_msg_sz;
     } else {  /* UD: the context's QP and pool (>>ud) */
         d->recv_pool = RDMAX_RECV_POOL_SHARED;
+        d->max_window = 0;
         if (!d->rq_depth)
             d->rq_depth = 128;
         if (d->rq_depth < 32)
@@ -5538,7 +5598,7 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     ep->imm_cb = d->imm_cb;
     ep->user = d->user;
     ep->recv_size = d->recv_size;
-    ep->grant_at = d->rq_depth / 2 ? d->rq_depth / 2 : 1;
+    ep->grant_at = rdmax__grant_at(d->rq_depth);
     ep->slots = (rdmax__slot *)rdmax__alloc(ctx, d->sq_depth * sizeof *ep->slots);
     if (!ep->slots)
         goto fail;
@@ -6126,6 +6186,7 @@ void rdmax_ep_query_resources(const rdmax_ep *ep, rdmax_ep_resources *out)
     out->reads_free = ep->rd_avail;
     /* the sends that may go now: not the credit kept back for grants (UD: UINT32_MAX, none counted) */
     out->send_credits = ep->tx_credits == UINT32_MAX ? UINT32_MAX : ep->tx_credits ? ep->tx_credits - 1 : 0;
+    out->recv_window = ep->qp->qp_type == IBV_QPT_RC && ep->rq_depth ? ep->rq_depth - 1 : 0;
     out->pending = rdmax__arb_group_count(&ep->group);
     out->qp_num = ep->qp->qp_num;
     out->peer_qp_num = ep->peer_qpn;
@@ -7639,7 +7700,22 @@ int rdmax__progress_one(rdmax_ctx *ctx)
    The credits field keeps its meaning on the wire (buffers the peer may consume, its last kept for
    grants), so versions agree without a new record version: an older peer sends at most C - 1 = W into
    our C buffers; an older receiver advertises its window W' as W' buffers, and we send W' - 1, as it
-   expects. */
+   expects.
+   Windows that adapt (ep desc rq_depth 0, or max_window above rq_depth; shared pool only) change C on
+   the receiving side alone: a sender adds whatever credits come back, so the wire is the same. Start:
+   W = 2, grant_at 2 (a grant received, owed 1, still answers nothing). Growth: when a grant falls due
+   from the receive path (the peer sent half its window, not counting its grants, and nothing of ours
+   took the credits back: it streams), W doubles up to max_window, if the pool can back it at once: free buffers, an SRQ and a
+   receive CQ with room (no system call here); the new credits are posted (target += them) before they
+   are added to what the grant carries, so C grows by what the peer is given and the equation above
+   holds. Otherwise the growth waits (grant_waits, event GRANT_WAIT) and the tick makes room for the
+   next one (rdmax__srq_room) up to the device's bounds. Shrink: a window above its start hears of every
+   message (grant_at 1, so rdmax__window_adapt sees each settle); when we posted something since the last
+   look (the peer gets replies, which carry credits) and it is owed at most a quarter of its window, the
+   owed credits are kept back instead of returned, down to the start: C and target fall by them, the
+   peer's credits never come back, and the equation holds again. A peer that goes idle keeps what it
+   holds (at most max_window + 1 buffers); one that streams one way keeps a grown window while it
+   does. Enforcement is unchanged: C (rq_depth) is always what the peer was given. */
 
 /* rdmax's own immediate data of an RC receive (host order): the credits it returns (the endpoint's
    waiting requests get their turn) and the peer's goodbye. Returns nonzero for a grant, which carries
@@ -7653,7 +7729,10 @@ static int rdmax__imm_take(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t imm)
     }
     if (rdmax_unlikely(imm & RDMAX__IMM_CLOSE))
         rdmax__ep_peer_closed(ep);
-    return (imm & RDMAX__IMM_GRANT) != 0;
+    if (!(imm & RDMAX__IMM_GRANT))
+        return 0;
+    ep->rx_grants++;  /* (rdmax__window_adapt) */
+    return 1;
 }
 
 /* The credits a poll batch owes, for rdmax__srq_settle to add once the batch's buffers are posted
@@ -7874,6 +7953,84 @@ static void rdmax__srq_post_staged(rdmax_ctx *ctx, struct rdmax__rx *x)
             rdmax__srq_fill_staged(ctx, x->pool[p], p);
 }
 
+/* A window that waits to grow: counted, an event, and the tick asked for room unless the pool is at
+   its bound. */
+static void rdmax__window_wait(rdmax_ctx *ctx, rdmax_ep *ep, struct rdmax__srq *s, uint32_t add)
+{
+    struct rdmax__rx *x = ctx->rx;
+    int bound = s->room_failed || (uint64_t)s->target + add > ctx->attr.max_srq_wr ||
+                (uint64_t)ctx->rq_total + x->target + add > ctx->attr.max_cqe;
+    if (!bound)
+        x->room |= 1u << ep->pool;
+    ctx->cnt.grant_waits++;
+    RDMAX__PROFILE_EVENT(ctx, RDMAX_PROFILE_EVENT_GRANT_WAIT, ep, (uint64_t)bound);
+}
+
+/* A grant is due to a window that adapts: it doubles (up to max_window) if the pool backs the new
+   credits now, which are posted before they join what the grant carries (see above). Not while a grant
+   waits in the queue: it carries what is owed when it goes, and one growth is enough for it. */
+static void rdmax__window_grow(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t w)
+{
+    struct rdmax__rx *x = ctx->rx;
+    struct rdmax__srq *s = x->pool[ep->pool];
+    if (w >= ep->desc.max_window || rdmax__arb_elem_is_queued(&ep->grant_req.rdmax__elem))
+        return;
+    uint32_t add = (2 * w < ep->desc.max_window ? 2 * w : ep->desc.max_window) - w;
+    if ((uint64_t)s->target + add > s->cap || (uint64_t)ctx->rq_total + x->target + add > ctx->rcq_size ||
+        (uint64_t)s->posted + s->n_free < (uint64_t)s->target + add) {
+        rdmax__window_wait(ctx, ep, s, add);
+        return;
+    }
+    s->target += add;
+    x->target += add;
+    if (rdmax__srq_fill(ctx, ep->pool) != RDMAX_OK) {  /* not backed: not given */
+        s->target -= add;
+        x->target -= add;
+        return;
+    }
+    ep->rq_depth += add;
+    ep->rx_unreturned += add;
+    ep->grant_at = 1;  /* above its start: sees every message (rdmax__window_adapt) */
+}
+
+/* What the peer is owed now is kept back, down to the window's start (see above). */
+static void rdmax__window_shrink(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t w)
+{
+    uint32_t k = w - ep->desc.rq_depth;
+    if (k > ep->rx_unreturned)
+        k = ep->rx_unreturned;
+    struct rdmax__srq *s = ctx->rx->pool[ep->pool];
+    ep->rx_unreturned -= k;
+    ep->rq_depth -= k;
+    s->target -= k;  /* the buffers beyond it go to the free list as they come back (rdmax__srq_fill) */
+    ctx->rx->target -= k;
+    s->room_failed = 0;
+    if (w - k == ep->desc.rq_depth)
+        ep->grant_at = rdmax__grant_at(ep->desc.rq_depth);
+}
+
+/* A window that adapts, where credits are owed (an honest count): grows when a grant is due (returns 1),
+   shrinks when the peer gets replies and uses little of it (see above). Not inlined: a fixed window's
+   grant pays a test, not this. */
+static __attribute__((noinline)) int rdmax__window_adapt(rdmax_ep *ep)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    uint32_t w = ep->rq_depth - 1;
+    int replied = (uint16_t)ep->sq_head != ep->rx_sq_seen;
+    ep->rx_sq_seen = (uint16_t)ep->sq_head;
+    if (ep->rx_unreturned >= rdmax__grant_at(w)) {
+        /* grants alone make no stream (two peers' grants would grow each other's windows) */
+        if (ep->rx_unreturned - (ep->rx_grants < ep->rx_unreturned ? ep->rx_grants : ep->rx_unreturned) >=
+            rdmax__grant_at(w))
+            rdmax__window_grow(ctx, ep, w);
+        ep->rx_grants = 0;
+        return 1;
+    }
+    if (replied && w > ep->desc.rq_depth && ep->rx_unreturned <= (w / 4 > 1 ? w / 4 : 1))
+        rdmax__window_shrink(ctx, ep, w);
+    return 0;
+}
+
 /* Credits owed back are due (half a window): grant them, unless the peer is owed more than the buffers
    that back it, rq_depth. An honest peer never is: what it has sent and not had back is at most its
    credits (see >>srq), and what we owe is part of that. So it sent past its window: it fails, its QP
@@ -7883,6 +8040,8 @@ static void rdmax__srq_post_staged(rdmax_ctx *ctx, struct rdmax__rx *x)
 static void rdmax__grant_or_fail(rdmax_ep *ep)
 {
     if (rdmax_likely(ep->rx_unreturned <= ep->rq_depth)) {
+        if (rdmax_unlikely(ep->desc.max_window > ep->desc.rq_depth) && !rdmax__window_adapt(ep))
+            return;  /* a window that grew hears of every message: no grant due yet */
         rdmax__grant(ep);
         return;
     }
@@ -8189,6 +8348,7 @@ static rdmax_status rdmax__grant_post(rdmax_ep *ep)
     if (st == RDMAX_OK) {
         ep->tx_credits--;
         ep->rx_unreturned = 0;
+        ep->rx_sq_seen = (uint16_t)ep->sq_head;  /* a grant is no reply (rdmax__window_adapt) */
     }
     return st;
 }
@@ -10885,6 +11045,7 @@ static void rdmax__prof_collect(rdmax_ctx *ctx, uint64_t *v)
     v[RDMAX_PROFILE_VAR_SRQ_LIMIT_EVENTS] = RDMAX__PROF_LOAD(c->srq_limit_events);
     v[RDMAX_PROFILE_VAR_UD_WRONG_SOURCE] = RDMAX__PROF_LOAD(c->ud_wrong_source);
     v[RDMAX_PROFILE_VAR_WINDOW_BREAKS] = RDMAX__PROF_LOAD(c->window_breaks);
+    v[RDMAX_PROFILE_VAR_GRANT_WAITS] = RDMAX__PROF_LOAD(c->grant_waits);
     v[RDMAX_PROFILE_VAR_EP_BYTES] = RDMAX__PROF_LOAD(ctx->ep_bytes);
     /* The pools' totals live in rx, which lasts as long as the context (a pool may be freed meanwhile). */
     struct rdmax__rx *rx = __atomic_load_n(&ctx->rx, __ATOMIC_ACQUIRE);

@@ -18,8 +18,9 @@
    request: the immediate names a request now outstanding on that endpoint and the slot holds that
    request's answer (else "wrong").
 
-   Flow control: a send or put with immediate data spends a credit of the peer's window (ep desc rq_depth,
-   16 by default). The client keeps more requests outstanding than that (window 32): what does not fit
+   Flow control: a send or put with immediate data spends a credit of the peer's window (ep desc rq_depth;
+   by default it starts at 2 and grows to 64 while the peer streams). The client keeps more requests
+   outstanding than fit at first (window 32): what does not fit
    goes through rdmax_req_post and waits in the endpoint's pending queue. The server answers from its
    receive callback with rdmax_put_imm and queues with rdmax_req_post what finds no credit.
 
@@ -48,8 +49,8 @@
 
    Status for scripts: --status FILE is rewritten (atomically) every 200 ms and on every endpoint change:
    server "live= accepted= gone= requests= answered= answer_failed= misrouted= bad= slow= rss_kb=",
-   client "connected= sent= ok= failed= dead=". The server prints "rpc server: live=N rss_kb=R t_ms=T"
-   whenever the count of live endpoints reaches --mark N or drops to 0, and "rpc server: client=C gone
+   client "connected= sent= ok= failed= dead=". The server prints "rpc server: live=N rss_kb=R pool_kb=P
+   t_ms=T" (P: the shared receive pool's buffers, which grow with the windows and stay) whenever the count of live endpoints reaches --mark N or drops to 0, and "rpc server: client=C gone
    eps=K first_ms=T last_ms=T state=... reason=..." when the last endpoint of client C went.
 */
 #define RDMAX_TRANSPORT_RC
@@ -223,7 +224,10 @@ static void server_status(void)
 static void server_mark(void)
 {
     if ((S.o->mark && S.live_n == S.o->mark) || S.live_n == 0) {
-        printf("rpc server: live=%" PRIu64 " rss_kb=%ld t_ms=%" PRId64 "\n", S.live_n, rss_kb(), now_ms());
+        rdmax_recv_pool_info p;
+        long pool_kb = rdmax_ctx_query_recv_pool(S.ctx, 0, &p) ? (long)((uint64_t)p.buffers * p.recv_size / 1024) : 0;
+        printf("rpc server: live=%" PRIu64 " rss_kb=%ld pool_kb=%ld t_ms=%" PRId64 "\n", S.live_n, rss_kb(), pool_kb,
+               now_ms());
         fflush(stdout);
     }
 }

@@ -1178,6 +1178,8 @@ static void early_message_test(const char *addr, int returned)
     }
     rdmax_ep_desc da, db;
     memset(&da, 0, sizeof da);
+    da.rq_depth = 16;  /* a fixed window that takes EARLY before the accept (an adapting one starts at 2 and
+                          grows only with grants, which a held endpoint does not send) */
     da.recv_cb = early_recv;
     da.imm_cb = early_imm;
     da.expose = xmem;

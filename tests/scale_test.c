@@ -14,6 +14,10 @@
                         pool per endpoint
      cqshare            8 endpoints x 6 unsignaled puts on a 64-entry send CQ: the posts past half the CQ
                         are signaled, so all complete without a flush
+     adapt P            P idle pairs and one busy pair, default windows: the busy peer's window grows
+                        from 2 to max_window 64 while it streams, shrinks back to 2 when it slows to
+                        ping-pong (the pool's target with it), and a peer past what it was given fails
+                        with RDMAX_ERR_PEER_WINDOW; no RNR
    Lines "ROW name value" are for bench/scale.sh.
    Windows and buffers are small here on purpose (rq_depth 4, recv_size 256 for pairs): the receive CQ
    holds every credit of the context, and rxe's max_cqe is 32767. Every endpoint here has keepalives off
@@ -1052,6 +1056,196 @@ out:
     return tl_failed_total ? 1 : 0;
 }
 
+/* ==== windows that adapt: one busy pair among idle ones ==== */
+static struct {
+    int mode;                   /* 0: a streams to b; 1: b answers each message; 2: b counts only */
+    rdmax_ep *a, *b;
+    uint32_t b_got, b_bad, a_got, a_bad;
+} g_ad;
+
+static void adapt_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)user;
+    if (ep == g_ad.b) {
+        if (g_ad.mode != 2 && !msg_check((const unsigned char *)data, len, 0xa, g_ad.b_got))
+            g_ad.b_bad++;
+        if (g_ad.mode == 1) {
+            unsigned char m[64];
+            msg_fill(m, 0xb, g_ad.b_got);
+            g_ad.b_bad += rdmax_send(ep, m, 64, NULL, NULL) != RDMAX_OK;
+        }
+        g_ad.b_got++;
+    } else if (ep == g_ad.a) {  /* b's answer to its latest message */
+        g_ad.a_bad += !msg_check((const unsigned char *)data, len, 0xb, g_ad.b_got - 1);
+        g_ad.a_got++;
+    }
+}
+
+static uint64_t g_ad_waits, g_ad_waits_bound;
+static void adapt_event(rdmax_profile *prof, rdmax_profile_event type, rdmax_ep *ep, uint64_t detail, void *user)
+{
+    (void)prof, (void)user;
+    if (type == RDMAX_PROFILE_EVENT_GRANT_WAIT && ep == g_ad.b) {
+        g_ad_waits++;
+        g_ad_waits_bound += detail;
+    }
+}
+
+static uint32_t window_of(rdmax_ep *ep)
+{
+    rdmax_ep_resources r;
+    rdmax_ep_query_resources(ep, &r);
+    return r.recv_window;
+}
+
+static int adapt_mode(int npairs)
+{
+    rdmax_ctx *ctx = NULL;
+    rdmax_mem *src = NULL;
+    rdmax_profile *prof = NULL;
+    int n = 2 * npairs;
+    rdmax_ep **eps = (rdmax_ep **)calloc((size_t)n, sizeof *eps);
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.logger.func = keep_log;
+    memset(&g_ad, 0, sizeof g_ad);
+    tl_begin("scale/adapt: a busy peer among %d idle endpoints: its window grows from 2 to 64 while it streams, "
+             "back to 2 once it slows to ping-pong; no RNR", n);
+    REQUIRE(eps && rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context: %s", g_lastlog);
+    char dev[64];
+    snprintf(dev, sizeof dev, "%s", rdmax_ctx_query_attr(ctx)->name);
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);  /* default windows; keepalives off: 2,000 idle endpoints would send 500 a second */
+    d.keepalive_ms = RDMAX_OFF;
+    d.recv_cb = adapt_recv;
+    for (int i = 0; i < n; i += 2)
+        REQUIRE(rdmax_ep_create_pair(ctx, &d, &eps[i], &eps[i + 1]) == RDMAX_OK, "idle pair %d: %s", i / 2, g_lastlog);
+    REQUIRE(rdmax_ep_create_pair(ctx, &d, &g_ad.a, &g_ad.b) == RDMAX_OK, "busy pair: %s", g_lastlog);
+    rdmax_ep_desc ad = rdmax_ep_query_desc(g_ad.a);
+    CHECK(ad.rq_depth == 2 && ad.max_window == 64, "applied rq_depth %u, max_window %u", ad.rq_depth, ad.max_window);
+    rdmax_recv_pool_info p0 = tl_pool(ctx, 0);
+    CHECK(p0.target == (uint32_t)(n + 2) * 3 && window_of(g_ad.b) == 2,
+          "before: pool target %u (want %d: 3 per endpoint), b's window %u", p0.target, (n + 2) * 3, window_of(g_ad.b));
+    uint64_t rnr0 = rnr_count(dev);
+    rdmax_counters c0, c1, c2;
+    rdmax_ctx_query_counters(ctx, &c0);
+    REQUIRE(rdmax_profile_create(ctx, &prof) == RDMAX_OK &&
+                rdmax_profile_reg_event(prof, RDMAX_PROFILE_EVENT_GRANT_WAIT, adapt_event, NULL) == RDMAX_OK,
+            "profile");
+    /* a streams: as many sends as its credits allow, then one progress; until b's window is full */
+    uint32_t seq = 0, rounds = 0, most = 0;
+    unsigned char m[64];
+    for (; rounds < 200000 && window_of(g_ad.b) < 64; rounds++) {
+        for (msg_fill(m, 0xa, seq); rdmax_send(g_ad.a, m, 64, NULL, NULL) == RDMAX_OK; msg_fill(m, 0xa, seq))
+            seq++;
+        rdmax_progress(ctx);
+    }
+    for (long i = 0; i < 2000000L && g_ad.b_got < seq; i++)
+        rdmax_progress(ctx);
+    rdmax_ep_resources ra;
+    rdmax_ep_query_resources(g_ad.a, &ra);
+    rdmax_ctx_query_counters(ctx, &c1);
+    rdmax_recv_pool_info p1 = tl_pool(ctx, 0);
+    most = window_of(g_ad.b);
+    printf("# streaming: b's window 2 -> %u after %u messages (%u progress rounds), a's send credits %u; grants %llu, "
+           "grant_waits %llu; pool target %u -> %u, %u buffers\n", most, seq, rounds, ra.send_credits,
+           (unsigned long long)(c1.posted[RDMAX_OP_GRANT] - c0.posted[RDMAX_OP_GRANT]),
+           (unsigned long long)(c1.grant_waits - c0.grant_waits), p0.target, p1.target, p1.buffers);
+    CHECK(most == 64, "b's window reached %u, not 64, in %u messages", most, seq);
+    /* the pool was made for 2 + 1 per endpoint and a reserve, in chunks of 64: 10 buffers free, so the
+       growth from 8 to 16 waits for the tick at least */
+    uint64_t pw = 0;
+    CHECK(c1.grant_waits - c0.grant_waits >= 1 && g_ad_waits == c1.grant_waits - c0.grant_waits &&
+              g_ad_waits_bound == 0 && rdmax_profile_read_u64(prof, RDMAX_PROFILE_VAR_GRANT_WAITS, &pw) == RDMAX_OK &&
+              pw == c1.grant_waits,
+          "grant_waits %llu (profile %llu), %llu events (%llu at the bound)",
+          (unsigned long long)(c1.grant_waits - c0.grant_waits), (unsigned long long)pw,
+          (unsigned long long)g_ad_waits, (unsigned long long)g_ad_waits_bound);
+    CHECK(p1.target == p0.target + 62, "pool target %u, want %u + 62 (b's growth)", p1.target, p0.target);
+    CHECK(window_of(g_ad.a) == 2, "a's window %u: b's grants made it grow", window_of(g_ad.a));
+    CHECK(g_ad.b_got == seq && g_ad.b_bad == 0, "b got %u of %u, %u bad", g_ad.b_got, seq, g_ad.b_bad);
+    CHECK(ra.send_credits >= 33, "a's send credits %u once b caught up: want the window less what b still owes "
+          "(under half of it)", ra.send_credits);
+    /* a slows to one message at a time, b answers each: the replies carry b's credits, the window shrinks */
+    g_ad.mode = 1;
+    uint32_t trips = 0;
+    for (; trips < 2000 && window_of(g_ad.b) > 2; trips++) {
+        msg_fill(m, 0xa, seq);
+        rdmax_status st = rdmax_send(g_ad.a, m, 64, NULL, NULL);
+        for (long i = 0; i < 2000000L && st == RDMAX_ERR_NO_RESOURCE; i++) {  /* (a grant of a's may be queued) */
+            rdmax_progress(ctx);
+            st = rdmax_send(g_ad.a, m, 64, NULL, NULL);
+        }
+        REQUIRE(st == RDMAX_OK, "ping-pong: send %u: %s", trips, rdmax_status_str(st));
+        seq++;
+        for (long i = 0; i < 2000000L && g_ad.a_got <= trips; i++)
+            rdmax_progress(ctx);
+        REQUIRE(g_ad.a_got == trips + 1, "ping-pong %u: no reply", trips);
+    }
+    rdmax_ctx_query_counters(ctx, &c2);
+    rdmax_recv_pool_info p2 = tl_pool(ctx, 0);
+    printf("# ping-pong: b's window %u -> %u after %u round trips; pool target %u, %u posted, %u free\n", most,
+           window_of(g_ad.b), trips, p2.target, p2.posted, p2.free);
+    CHECK(window_of(g_ad.b) == 2 && window_of(g_ad.a) == 2, "windows b %u, a %u after %u round trips: not back to 2",
+          window_of(g_ad.b), window_of(g_ad.a), trips);
+    CHECK(p2.target == p0.target, "pool target %u, want %u again", p2.target, p0.target);
+    CHECK(g_ad.b_bad == 0 && g_ad.a_bad == 0 && c2.ep_errors == 0, "bad: b %u, a %u; %llu endpoints failed",
+          g_ad.b_bad, g_ad.a_bad, (unsigned long long)c2.ep_errors);
+    printf("# RNR counters of %s: %llu before, %llu after\n", dev, (unsigned long long)rnr0,
+           (unsigned long long)rnr_count(dev));
+    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+    tl_end();
+
+    /* a (driven by raw verbs now) sends past what it was given: b fails, no one else */
+    enum { PAST = 8 };
+    tl_begin("scale/adapt: a peer that sends %d messages past a window that grew and shrank fails with "
+             "RDMAX_ERR_PEER_WINDOW; the idle endpoints do not", PAST);
+    REQUIRE(rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_LOCAL, &src) == RDMAX_OK, "mem_alloc");
+    msg_fill((unsigned char *)src->addr, 0xa, 0);
+    g_ad.mode = 2;
+    rdmax_ep_query_resources(g_ad.a, &ra);
+    struct ibv_sge sge = {(uintptr_t)src->addr, 64, src->lkey};
+    struct ibv_send_wr wr[PAST], *badwr = NULL;
+    memset(wr, 0, sizeof wr);
+    for (int i = 0; i < PAST; i++) {
+        wr[i].opcode = IBV_WR_SEND_WITH_IMM;  /* imm 0: no credits back, as a peer that ignores them */
+        wr[i].sg_list = &sge;
+        wr[i].num_sge = 1;
+        wr[i].next = i + 1 < PAST ? &wr[i + 1] : NULL;
+    }
+    wr[PAST - 1].send_flags = IBV_SEND_SIGNALED;  /* wr_id 0: a stale completion to rdmax */
+    uint32_t got0 = g_ad.b_got;
+    REQUIRE(ibv_post_send(ra.qp, wr, &badwr) == 0, "ibv_post_send");
+    for (long i = 0; i < 2000000L && rdmax_ep_query_state(g_ad.b) == RDMAX_EP_CONNECTED; i++)
+        rdmax_progress(ctx);
+    rdmax_counters c3;
+    rdmax_ctx_query_counters(ctx, &c3);
+    int idle_bad = 0;
+    for (int i = 0; i < n; i++)
+        idle_bad += rdmax_ep_query_state(eps[i]) != RDMAX_EP_CONNECTED;
+    printf("# b took %u of the %d before it failed (%s); window_breaks %llu\n", g_ad.b_got - got0, PAST,
+           rdmax_status_str(rdmax_ep_query_error(g_ad.b)), (unsigned long long)c3.window_breaks);
+    CHECK(rdmax_ep_query_state(g_ad.b) == RDMAX_EP_ERROR && rdmax_ep_query_error(g_ad.b) == RDMAX_ERR_PEER_WINDOW,
+          "b: state %d, %s", rdmax_ep_query_state(g_ad.b), rdmax_status_str(rdmax_ep_query_error(g_ad.b)));
+    CHECK(c3.window_breaks == 1 && idle_bad == 0, "window_breaks %llu, %d idle endpoints not connected",
+          (unsigned long long)c3.window_breaks, idle_bad);
+    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+    tl_end();
+out:
+    if (prof)
+        rdmax_profile_destroy(prof);
+    rdmax_ep_destroy(g_ad.a);
+    rdmax_ep_destroy(g_ad.b);
+    for (int i = 0; eps && i < n; i++)
+        rdmax_ep_destroy(eps[i]);
+    rdmax_mem_free(src);
+    rdmax_ctx_destroy(ctx);
+    free(eps);
+    if (tl_case_failed)
+        tl_end();
+    return tl_failed_total ? 1 : 0;
+}
+
 /* ==== put rate over many endpoints ==== */
 /* 8-byte puts, unsignaled and inline, posted round-robin over n endpoints of one context to their pairs
    (loopback on the device), with one rdmax_progress per round: puts completed per second in the steady
@@ -1217,7 +1411,9 @@ int main(int argc, char **argv)
         return memory_mode(atoi(argv[2]));
     if (argc >= 2 && !strcmp(argv[1], "cqshare"))
         return cqshare_mode();
+    if (argc >= 3 && !strcmp(argv[1], "adapt"))
+        return adapt_mode(atoi(argv[2]));
     fprintf(stderr, "usage: scale_test pairs N | listen CLIENTS EPS | credits CLIENTS POSTS | putrate N SECONDS | "
-            "memory PAIRS | cqshare\n");
+            "memory PAIRS | cqshare | adapt PAIRS\n");
     return 2;
 }
