@@ -18,6 +18,8 @@
                         from 2 to max_window 64 while it streams, shrinks back to 2 when it slows to
                         ping-pong (the pool's target with it), and a peer past what it was given fails
                         with RDMAX_ERR_PEER_WINDOW; no RNR
+     tenk P             P pairs (2P endpoints, 5,000 for ten thousand) made by rdmax_ep_create_pair with
+                        the default descriptors in one context, one checked message each way; no RNR
    Lines "ROW name value" are for bench/scale.sh.
    Windows and buffers are small here on purpose (rq_depth 4, recv_size 256 for pairs): the receive CQ
    holds every credit of the context, and rxe's max_cqe is 32767. Every endpoint here has keepalives off
@@ -1246,6 +1248,97 @@ out:
     return tl_failed_total ? 1 : 0;
 }
 
+/* ==== ten thousand endpoints with the default descriptors ==== */
+static uint32_t g_tk_good, g_tk_bad;
+
+static void tenk_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)user;
+    rdmax_ep_resources r;
+    rdmax_ep_query_resources(ep, &r);  /* the message names its sender's QP: it must be our peer's */
+    if (msg_check((const unsigned char *)data, len, r.peer_qp_num, 0))
+        g_tk_good++;
+    else
+        g_tk_bad++;
+}
+
+static int tenk_mode(int npairs)
+{
+    rdmax_ctx *ctx = NULL;
+    int n = 2 * npairs;
+    rdmax_ep **eps = (rdmax_ep **)calloc((size_t)n, sizeof *eps);
+    char *sent = (char *)calloc((size_t)n, 1);
+    tl_begin("scale/%d RC endpoints in one context with the default descriptors (%d pairs by "
+             "rdmax_ep_create_pair), one checked message each way, no RNR", n, npairs);
+    REQUIRE(eps && sent, "calloc");
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.logger.func = keep_log;
+    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context: %s", g_lastlog);
+    char dev[64];
+    snprintf(dev, sizeof dev, "%s", rdmax_ctx_query_attr(ctx)->name);
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);  /* defaults but the callback; keepalives off: 10,000 idle endpoints would send
+                                 2,500 a second, more than the test VM's rxe moves beside the test */
+    d.keepalive_ms = RDMAX_OFF;
+    d.recv_cb = tenk_recv;
+    long rss0 = proc_kb("/proc/self/status", "VmRSS:");
+    double t0 = now_s();
+    for (int i = 0; i < n; i += 2)
+        REQUIRE(rdmax_ep_create_pair(ctx, &d, &eps[i], &eps[i + 1]) == RDMAX_OK, "pair %d of %d: %s", i / 2, npairs,
+                g_lastlog);
+    double t1 = now_s();
+    long rss1 = proc_kb("/proc/self/status", "VmRSS:");
+    rdmax_recv_pool_info p = tl_pool(ctx, 0);
+    const rdmax_dev_attr *at = rdmax_ctx_query_attr(ctx);
+    printf("# %d endpoints in %.1f s (%.0f per second); RSS %ld KiB per endpoint; pool: %u credits + %u reserve, "
+           "%u buffers of %u B (%u KiB per endpoint); device max_cqe %u, max_qp %u\n", n, t1 - t0, n / (t1 - t0),
+           (rss1 - rss0) / n, p.target, p.reserve, p.buffers, p.recv_size,
+           (unsigned)((uint64_t)p.buffers * p.recv_size / 1024 / (uint64_t)n), at->max_cqe, at->max_qp);
+    printf("ROW rc_eps_default_rss_kib_%d %ld\n", n, (rss1 - rss0) / n);
+    CHECK(p.target == (uint32_t)n * 3, "pool target %u, want 3 per endpoint (window 2 + 1)", p.target);
+    uint64_t rnr0 = rnr_count(dev);
+    long spins = 0;
+    for (int left = n; left > 0 && spins < 200000; spins++) {
+        for (int i = 0; i < n; i++) {
+            if (sent[i])
+                continue;
+            rdmax_ep_resources r;
+            rdmax_ep_query_resources(eps[i], &r);
+            unsigned char m[64];
+            msg_fill(m, r.qp_num, 0);
+            if (rdmax_send(eps[i], m, 64, NULL, NULL) == RDMAX_OK) {
+                sent[i] = 1;
+                left--;
+            }
+            if ((i & 63) == 63)
+                rdmax_progress(ctx);
+        }
+        rdmax_progress(ctx);
+    }
+    for (long i = 0; i < 2000000L && g_tk_good + g_tk_bad < (uint32_t)n; i++)
+        rdmax_progress(ctx);
+    double t2 = now_s();
+    rdmax_counters c;
+    rdmax_ctx_query_counters(ctx, &c);
+    printf("# traffic: %u of %d messages checked (%u bad) in %.1f s; grants %llu, ep_errors %llu; RNR counters of "
+           "%s %llu before, %llu after\n", g_tk_good, n, g_tk_bad, t2 - t1, (unsigned long long)c.posted[RDMAX_OP_GRANT],
+           (unsigned long long)c.ep_errors, dev, (unsigned long long)rnr0, (unsigned long long)rnr_count(dev));
+    CHECK(g_tk_good == (uint32_t)n && g_tk_bad == 0, "%u of %d messages good, %u bad", g_tk_good, n, g_tk_bad);
+    CHECK(c.ep_errors == 0, "%llu endpoints failed", (unsigned long long)c.ep_errors);
+    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+    tl_end();
+out:
+    for (int i = 0; eps && i < n; i++)
+        rdmax_ep_destroy(eps[i]);
+    rdmax_ctx_destroy(ctx);
+    free(eps);
+    free(sent);
+    if (tl_case_failed)
+        tl_end();
+    return tl_failed_total ? 1 : 0;
+}
+
 /* ==== put rate over many endpoints ==== */
 /* 8-byte puts, unsignaled and inline, posted round-robin over n endpoints of one context to their pairs
    (loopback on the device), with one rdmax_progress per round: puts completed per second in the steady
@@ -1413,7 +1506,9 @@ int main(int argc, char **argv)
         return cqshare_mode();
     if (argc >= 3 && !strcmp(argv[1], "adapt"))
         return adapt_mode(atoi(argv[2]));
+    if (argc >= 3 && !strcmp(argv[1], "tenk"))
+        return tenk_mode(atoi(argv[2]));
     fprintf(stderr, "usage: scale_test pairs N | listen CLIENTS EPS | credits CLIENTS POSTS | putrate N SECONDS | "
-            "memory PAIRS | cqshare | adapt PAIRS\n");
+            "memory PAIRS | cqshare | adapt PAIRS | tenk PAIRS\n");
     return 2;
 }
