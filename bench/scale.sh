@@ -21,7 +21,7 @@ ROUNDS=${RDMAX_SCALE_RATE_ROUNDS:-3}
 if [ "${1:-}" = guest ]; then
 	ulimit -l unlimited 2>/dev/null
 	export RDMAX_LOG_LEVEL=${RDMAX_LOG_LEVEL:-error}
-	for args in "memory 100" "pairs 2000" "listen 50 20"; do
+	for args in "memory 100" "pairs 2000" "listen 50 20" "tenk 500" "tenk 5000"; do
 		echo "== scale_test $args"
 		timeout 600 $B/scale_test $args
 		echo "== status $?"
@@ -43,7 +43,7 @@ ${CC:-cc} -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -I. -o $B/scale_test t
 	-libverbs -lrdmacm -lnuma -lm -lpthread || { echo "bench/scale.sh: build failed"; exit 1; }
 ${CC:-cc} -O2 -g -std=c11 -pedantic -Wall -Wextra -Werror -o $B/floor bench/floor.c -libverbs -lm ||
 	{ echo "bench/scale.sh: build of the floor failed"; exit 1; }
-echo "[scale] running scale_test in the VM (memory, 4,000 endpoints, listener; put rate beside the floor, $ROUNDS rounds)"
+echo "[scale] running scale_test in the VM (memory, 4,000 endpoints, listener, 1,000 and 10,000 default endpoints; put rate beside the floor, $ROUNDS rounds)"
 tests/vm/run --topo dummy --timeout $((1500 + 120 * ROUNDS)) -- bench/scale.sh guest >"$RES/raw/scale.txt" 2>&1
 st=$?
 row() { awk -v k="$1" '$1 == "ROW" && $2 == k { print $3; exit }' "$RES/raw/scale.txt"; }
@@ -70,8 +70,10 @@ quot() {
 	echo "| rdmax's own bytes per RC endpoint (default descriptors) | $(row ep_own_bytes) |"
 	echo "| rdmax's allocations per RC endpoint (with its share of the endpoint table and QP map) | $(row ep_alloc_bytes) |"
 	echo "| provider's queue memory per RC endpoint (rxe, sq_depth 32, max_inline 256) | $(row ep_provider_bytes) |"
-	echo "| shared receive pool per RC endpoint (16 credits x 4 KiB) | $(row ep_pool_bytes) |"
+	echo "| shared receive pool per RC endpoint at rest (3 credits x 4 KiB: window 2, adapting) | $(row ep_pool_bytes) |"
 	echo "| process RSS per RC endpoint | $(row ep_rss_bytes) |"
+	echo "| process RSS per RC endpoint, 1,000 in one context, default descriptors (KiB) | $(row rc_eps_default_rss_kib_1000) |"
+	echo "| process RSS per RC endpoint, 10,000 in one context, default descriptors (KiB) | $(row rc_eps_default_rss_kib_10000) |"
 	echo "| endpoints created and connected per second (rdmax_ep_connect_record, one process) | $(row rc_connect_info_eps_per_s) |"
 	echo "| endpoints accepted per second through the listener (50 client processes x 20) | $(row listener_eps_per_s) |"
 	echo "| 8-byte put rate, 1 endpoint (ops/s) | $(med put8_rate_1ep) |"
