@@ -18,16 +18,18 @@
               THREADS AND SHARED REGISTRATIONS), ERROR HANDLING, LOGGING, FAILURES, WATCHDOG, KEEPALIVE,
               DISCONNECT, CONNECTION SETUP, ADMISSION, REGISTRATION CACHE (and ROUTES), DESIGN NOTES,
               LICENSE (end of file)
-     Code, one header (one include guard, one extern "C"), in this order:
+     Code, one header (one include guard, one extern "C"). First what a program uses, by object:
               ---- transport selection, ---- includes and portability, ---- status codes,
-              ---- constants (also log items), ---- arbiter: the pending queue, ---- arbiter: out-of-line API,
-              ---- arbiter: inline API, ---- types (rdmax_comp, rdmax_req, rdmax_mem, rdmax_rbuf, descs,
-              counters), ---- internal types the inline fast paths touch, ---- out-of-line API (context,
-              memory, endpoints, connecting, operations, UD multicast, pending queue),
-              ---- rcache: the registration cache, ---- rcache: out-of-line API,
-              ---- rcache: inline fast paths, ---- profile: variables, events, points,
-              ---- profile: out-of-line API, ---- profile: private (points, events, log dedupe),
-              ---- inline fast paths (send, put, get, atomics, progress)
+              ---- constants (also log items), ---- types (rdmax_comp, rdmax_req, rdmax_mem, rdmax_rbuf,
+              descs, counters), ---- API: names, context, memory, connecting, endpoints, multicast,
+              batching, pending queue, ---- rcache: the registration cache, ---- rcache: API,
+              ---- profile: variables, events, points, ---- profile: API, ---- API: operations and
+              progress (send, put, get, atomics, batch, progress: inline, declared with their documentation)
+              Then the INLINE INTERNALS (not API: what the inline calls compile from):
+              ---- arbiter: the pending queue, ---- arbiter: out-of-line API, ---- arbiter: inline API,
+              ---- internal types the inline fast paths touch (the context and endpoint structs),
+              ---- private prototypes, ---- rcache: internals, ---- rcache: inline definitions,
+              ---- profile: private, ---- inline fast paths: the definitions
      rdmax_impl.h, one implementation file (one include block, one extern "C"), then its sections
               in this order, each opened by a "---- >>tag: topic ----" banner (search for the tag):
               >>strings      status and operation names
@@ -817,408 +819,6 @@ typedef enum rdmax_op {
 #define RDMAX_MCAST_CM 1              /* rdmax_ctx_desc.mcast_join: rdma_join_multicast (the default) */
 #define RDMAX_MCAST_ATTACH 2          /* rdmax_ctx_desc.mcast_join: ibv_attach_mcast alone (RoCE v2 only) */
 
-/* ---- arbiter: the pending queue ----------------------------------------------------------------- */
-/* The pending queue of an interface. Each endpoint owns one *group* of pending elements (requests
-   that found no resources); the arbiter serves the scheduled groups round-robin, so one busy endpoint
-   cannot starve the others. Elements and groups are embedded in the caller's structs; the arbiter never
-   allocates, so every operation is O(1) except dispatch (O(elements served)) and purge (O(group size)).
-
-   Only groups are linked into the arbiter, never the elements behind a group's head, so the ring's size
-   is the number of endpoints with work, and a visit touches one group and its head element.
-
-     rdmax__arb
-     +------------+
-     | current    +---+   next group to serve; NULL: nothing scheduled (the one-branch check)
-     | resched    |   |   groups that returned RESCHED, back when the dispatch returns
-     | disp       |   |   what a callback did to its own group (0: nothing, that group is current)
-     | hist[8]    |   |   groups visited last (prefetch hints, below)
-     | hints_set  |   |   hints set since the rings last changed (near hints, below)
-     | pending    |   |   elements in all groups (profiling)
-     +------------+   |
-                      v
-          +--> +-----------+ rnext  +-----------+ rnext  +-----------+ rnext --+
-          |    | group A   |------->| group B   |------->| group C   |         |
-          | +--+ rprev     |<-------+ rprev     |<-------+ rprev     |<-----+  |
-          | |  | head tail |        | head tail |        | head tail |      |  |
-          | |  | count 3   |        | count 1   |        | count 2   |      |  |
-          | |  +--+-----+--+        +--+-----+--+        +--+-----+--+      |  |
-          | |     |     +-------+      |     |              |     +--+      |  |
-          | |     v             v      v<----+              v        v      |  |
-          | |   [a1] -> [a2] -> [a3]   [b1]                [c1] -> [c2]     |  |
-          | +---------------------------------------------------------------+  |  A.rprev = C
-          +--------------------------------------------------------------------+  C.rnext = A
-
-   Elements hold one pointer, next: FIFO within the group, the last one's next is END, NULL means "not
-   queued". Groups are circular and doubly linked, so schedule and desched of any group are O(1).
-
-   Group states (rdmax__arb_group_is_scheduled / _is_desched):
-     idle        not in the arbiter: never scheduled, or emptied (a group leaves when its last element goes)
-     scheduled   in the ring (or parked after RESCHED, back when the dispatch returns)
-     descheduled taken out by RDMAX__ARB_CB_DESCHED or rdmax__arb_group_desched() while it still has elements
-
-   THE SCHEDULING RULE: pushing never schedules. After pushing, call rdmax__arb_group_schedule() when the
-   endpoint may send (typically right after the push in pending_add, and again when the endpoint gets its
-   resources back). Scheduling an empty group does nothing, scheduling a scheduled group does nothing.
-   This keeps "has work" and "may run" separate: a descheduled endpoint stays out however much is pushed.
-
-   Dispatch runs round-robin: each visit serves up to per_group elements of a group, then moves to the
-   next. It goes on lap after lap until the arbiter is empty, a callback returns RDMAX__ARB_CB_STOP, or a whole
-   lap removed nothing (then nothing can change, so looping would spin). A group scheduled at any time,
-   also from a callback, joins the tail of the round: right behind the group being served, so every
-   group already scheduled has its turn first.
-
-   Destroying an endpoint from inside a callback (UCX PR 6401) is safe by design, without UCX's stack
-   dummy element: before calling back, the dispatcher unlinks the element from its group; the group is
-   arb->current while the callback runs, until the callback itself moves it. The first purge, desched
-   or push_head of that group in the callback records what it did in arb->disp (0 while nothing was);
-   rdmax__arb_group_purge()/_cleanup() records "gone" (no group), so after the callback returns the
-   dispatcher touches neither the group nor the element: it just continues with arb->current, which
-   every ring change keeps valid. The element being dispatched is
-   not part of such a purge: it belongs to the running callback (which still holds it), and the arbiter
-   forgets it whatever the callback returns. An element whose callback returned REMOVE is never touched
-   again either, so the callback may free it or push it again (re-pushing it from its own callback is
-   also fine with any other result: it counts as a new push and the old position is dropped).
-   Purge and cleanup of other groups unlink them at once; the dispatcher holds no pointer to them.
-
-   Prefetch hints: with thousands of endpoints a visit misses the cache twice (group, head element), and
-   walking a ring is a chain of dependent loads that "prefetch the next group" cannot get ahead of (it
-   measured no gain: 33 ns per element at 10,000 groups either way, against 4 ns at 10). So each visit
-   leaves, in the group visited RDMAX__ARB_AHEAD visits earlier, a pointer to this group and to its next
-   head element; the next round prefetches through them that many visits ahead, with many misses in
-   flight at once (5 ns per element). Eight visits ahead measured best from 1,000 to 1,000,000
-   groups (Zen 4: 16 was 1-4% slower at 1,000 groups, 8-11% at 10,000 and 6-15% at 1,000,000, 32
-   slower still, 4 twice as slow from 100,000 up). With RDMAX__ARB_HINT_MIN groups or fewer the rings
-   sit in the caches and the hints are left alone (a fifth of the instructions per element at 10
-   groups). These far hints are only prefetched, never dereferenced, so stale ones are harmless. The
-   dispatcher does write hints into the groups it visited last (arb->hist): that is why a group must
-   go through rdmax__arb_group_cleanup() (or _purge()) before its memory is freed or reused, even when
-   it is idle and empty.
-   Near hints, with up to RDMAX__ARB_NEAR_MAX groups (rings that stay in the second-level cache): the
-   dispatch loop is bound by its stores there, and writing a hint per visit costs a fifth of the time
-   per element at 1,000 groups. So the hint points RDMAX__ARB_AHEAD / 2 visits ahead, and once every
-   scheduled group has one set since the rings last changed (arb->hints_set, reset by every insert
-   into and removal from a ring), the hints are exact: each names a group that is scheduled, so the
-   dispatcher may read it (its line was prefetched that many visits ago), prefetch the group after it
-   (RDMAX__ARB_AHEAD visits ahead) and that group's current head element, and write no hints at all
-   until the rings change again. Reading a hint is the one thing far hints cannot afford (it would wait
-   for memory from 100,000 groups up: 44 ns per element instead of 25).
-
-   Threads: none. One arbiter and its groups belong to one thread at a time (the context's).
-*/
-
-typedef struct rdmax__arb rdmax__arb;
-typedef struct rdmax__arb_group rdmax__arb_group;
-typedef struct rdmax__arb_elem rdmax__arb_elem;
-
-/* What a dispatch callback tells the arbiter. Any other value is treated as RDMAX__ARB_CB_STOP. */
-typedef enum rdmax__arb_result {
-    RDMAX__ARB_CB_REMOVE = 0,   /* element done and removed; go on in this group, up to per_group */
-    RDMAX__ARB_CB_NEXT_GROUP,   /* element stays at the head; next group (this one again next lap) */
-    RDMAX__ARB_CB_DESCHED,      /* element stays; the endpoint is out of resources: group leaves the arbiter
-                               until rdmax__arb_group_schedule() */
-    RDMAX__ARB_CB_RESCHED,      /* element stays; group is served again, but not in this dispatch */
-    RDMAX__ARB_CB_STOP          /* interface out of resources: element and group stay at the head, dispatch
-                               returns; the next dispatch starts with this group */
-} rdmax__arb_result;
-
-/* Dispatch callback: try to run elem (of group). The element is unlinked while the callback runs. */
-typedef rdmax__arb_result (*rdmax__arb_cb)(rdmax__arb *arb, rdmax__arb_group *group, rdmax__arb_elem *elem,
-                                         void *arg);
-/* Purge callback: elem was cancelled (already unlinked); the callback owns it now (complete, free). */
-typedef void (*rdmax__arb_purge_cb)(rdmax__arb *arb, rdmax__arb_group *group, rdmax__arb_elem *elem,
-                                   void *arg);
-
-/* Embed in the pending request. Zero (or rdmax__arb_elem_init) means "not queued". */
-struct rdmax__arb_elem {
-    rdmax__arb_elem *next;       /* NULL: not queued; RDMAX__ARB_END: last in its group */
-};
-
-/* Embed in the endpoint. 64 bytes on LP64: give it a cache line of its own (e.g. first in a 64-byte
-   aligned endpoint); dispatch prefetches it ahead, not the rest of the endpoint. Zero (or
-   rdmax__arb_group_init) means idle and empty. Call rdmax__arb_group_cleanup() before freeing it. Fields
-   are private. */
-struct rdmax__arb_group {
-    rdmax__arb_elem *head;       /* first queued element, NULL if none */
-    rdmax__arb_elem *tail;       /* last queued element; stale when head is NULL */
-    rdmax__arb_group *rnext;     /* ring links while scheduled (or parked after RESCHED) */
-    rdmax__arb_group *rprev;
-    size_t count;               /* queued elements, plus the one in a callback right now */
-    rdmax__arb_group *ahead;     /* prefetch hints from the previous round: the group visited
-                                   RDMAX__ARB_AHEAD (near hints: half as many) visits after this one,
-                                   and its next element. Only prefetched, unless exact (see above), */
-    rdmax__arb_elem *ahead_head; /* so they may be stale */
-    uint32_t mark;              /* set by a callback that removed nothing (see dispatch) */
-    uint8_t state;              /* RDMAX__ARB_IDLE ... */
-};
-
-#define RDMAX__ARB_AHEAD 8      /* prefetch distance in visits; a power of two */
-#ifndef RDMAX__ARB_HINT_MIN      /* (tests/fuzz/arbiter_fuzz.c sets 0: its 12 groups then leave hints) */
-#define RDMAX__ARB_HINT_MIN 64  /* hints only with more groups than this in the rings */
-#endif
-#ifndef RDMAX__ARB_NEAR_MAX
-#define RDMAX__ARB_NEAR_MAX 4096 /* near hints up to this many groups in the rings, far ones beyond */
-#endif
-#define RDMAX__ARB_FAR 1        /* hint modes (see the manual above) */
-#define RDMAX__ARB_NEAR 2
-
-/* One per interface. Zero (or rdmax__arb_init) means empty. Fields are private. */
-struct rdmax__arb {
-    rdmax__arb_group *current;   /* next group to serve; NULL when nothing is scheduled */
-    rdmax__arb_group *resched;   /* ring of groups that returned RESCHED in the running dispatch */
-    size_t ngroups;             /* groups in the two rings */
-    uintptr_t disp;             /* what the running callback did to its own group: 0 nothing (the group
-                                   is arb->current), else that group with RDMAX__ARB_MOVED, _HEADS in
-                                   the low bits, or RDMAX__ARB_GONE (purged) */
-    rdmax__arb_elem *disp_after; /* with RDMAX__ARB_HEADS: the first element push_head'ed into that group
-                                   during the callback */
-    size_t pending;             /* elements queued in all groups of this arbiter */
-    uint32_t mark;              /* the last lap mark used (see dispatch) */
-    uint32_t hist_pos;          /* the hist entry used last (the next visit uses the one after) */
-    rdmax__arb_group *hist[RDMAX__ARB_AHEAD]; /* the last groups visited, to set their ahead hints;
-                                   purge clears a group from it, so every entry is alive or NULL */
-    size_t hints_set;           /* near hints set since the rings last changed; RDMAX__ARB_EXACT once
-                                   that is a whole round and more: every scheduled group's ahead is a
-                                   scheduled group, and the hints stay as they are (see dispatch) */
-    uint8_t in_dispatch;        /* a dispatch is running: a nested one returns 0 */
-};
-
-/* private */
-#define RDMAX__ARB_END ((rdmax__arb_elem *)(uintptr_t)1) /* odd: no element's address */
-#define RDMAX__ARB_EXACT SIZE_MAX /* arb->hints_set: the hints are exact (see dispatch) */
-enum {
-    RDMAX__ARB_IDLE = 0,        /* zero: a zeroed group is idle */
-    RDMAX__ARB_DESCHED = 1,
-    RDMAX__ARB_SCHED = 2,       /* bit 1 set: in the arbiter (ring or resched ring) */
-    RDMAX__ARB_RESCHED = 3
-};
-/* arb->disp's low bits: the callback descheduled its own group (honour that, not its result), or
-   push_head'ed into it (arb->disp_after is valid); GONE, with no group: it purged it. Any of them makes
-   disp nonzero, so the dispatcher stores nothing before a callback and tests one word after it. */
-#define RDMAX__ARB_MOVED ((uintptr_t)1)
-#define RDMAX__ARB_HEADS ((uintptr_t)2)
-#define RDMAX__ARB_DISP_FLAGS (RDMAX__ARB_MOVED | RDMAX__ARB_HEADS)
-#define RDMAX__ARB_GONE RDMAX__ARB_MOVED
-RDMAX_STATIC_ASSERT(__alignof__(rdmax__arb_group) > RDMAX__ARB_DISP_FLAGS,
-                    "rdmax: arb->disp's flags live in a group address's low bits");
-RDMAX_STATIC_ASSERT(__alignof__(rdmax__arb_elem) > 1, "rdmax: RDMAX__ARB_END must be no element's address");
-
-/* ---- arbiter: out-of-line API ------------------------------------------------------------------- */
-
-/* rdmax__arb_group_push_head: queue elem in front of every element of group, e.g. a flow-control grant
-   that must go first to avoid a deadlock. Does not schedule (see the rule above). If group's element is
-   in a callback right now and the callback keeps it, it goes back right behind the first element
-   push_head'ed during that callback, so the pushed element still goes first.
-   Parameters: elem must not be queued (rdmax__arb_elem_is_queued() false).
-   Threads: none (owner thread). O(1). */
-RDMAX_API void rdmax__arb_group_push_head(rdmax__arb *arb, rdmax__arb_group *group, rdmax__arb_elem *elem);
-
-/* rdmax__arb_group_desched: take a scheduled group out of the arbiter (endpoint out of resources); its
-   elements stay queued and it becomes "descheduled". No effect on an idle or descheduled group. Called
-   from a callback on its own group, it wins over the callback's result (except STOP, which still stops).
-   Threads: none. O(1). */
-RDMAX_API void rdmax__arb_group_desched(rdmax__arb *arb, rdmax__arb_group *group);
-
-/* rdmax__arb_group_purge: cancel every queued element of group, head to tail: each is unlinked, then cb
-   (if not NULL) gets it and owns it. The group leaves the arbiter and is idle and empty afterwards.
-   Safe at any time, also from a dispatch callback, on its own group or another one; the element being
-   dispatched is not cancelled (its callback owns it, see above). cb may push (a pushed element is not
-   cancelled) but must not free the group or touch elements it was not given; free the group after
-   purge returns.
-   Threads: none. O(elements). */
-RDMAX_API void rdmax__arb_group_purge(rdmax__arb *arb, rdmax__arb_group *group, rdmax__arb_purge_cb cb,
-                                     void *arg);
-
-/* rdmax__arb_group_cleanup: forget group before its memory is freed (endpoint destroy): purge without a
-   callback, so queued elements are dropped (the caller owns them; they are marked not queued, so they
-   must still be valid memory). Required before freeing or re-initialising any group that was ever
-   dispatched, idle or not: the dispatcher may still hold it as a prefetch-hint target. Afterwards the
-   memory may be freed or re-initialised, also from inside a dispatch callback on this very group.
-   Threads: none. O(elements). */
-RDMAX_API void rdmax__arb_group_cleanup(rdmax__arb *arb, rdmax__arb_group *group);
-
-/* private: rdmax__arb_dispatch() once the arbiter is not empty */
-RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax__arb *arb, unsigned per_group, rdmax__arb_cb cb,
-                                              void *arg);
-
-/* ---- arbiter: inline API ------------------------------------------------------------------------ */
-
-/* rdmax__arb_init / rdmax__arb_group_init / rdmax__arb_elem_init: same as zeroing. A group and its
-   elements are used with one arbiter from init to cleanup; init a group only when it is new or after
-   rdmax__arb_group_cleanup().
-   The queries below (rdmax__arb_is_empty, _pending, rdmax__arb_group_count, _is_empty, _is_scheduled,
-   _is_desched, rdmax__arb_elem_is_queued, rdmax__arb_group_first, rdmax__arb_elem_next) read only, O(1).
-   Parameters: non-NULL objects. Threads (all): none: the arbiter's owner thread. */
-RDMAX_INLINE void rdmax__arb_init(rdmax__arb *arb)
-{
-    arb->current = NULL;
-    arb->resched = NULL;
-    arb->ngroups = 0;
-    arb->disp = 0;
-    arb->disp_after = NULL;
-    arb->pending = 0;
-    arb->mark = 0;
-    arb->hist_pos = 0;
-    for (int i = 0; i < RDMAX__ARB_AHEAD; i++) {
-        arb->hist[i] = NULL;
-    }
-    arb->hints_set = 0;
-    arb->in_dispatch = 0;
-}
-
-RDMAX_INLINE void rdmax__arb_group_init(rdmax__arb_group *group)
-{
-    group->head = NULL;
-    group->tail = NULL;
-    group->rnext = NULL;
-    group->rprev = NULL;
-    group->count = 0;
-    group->ahead = NULL;
-    group->ahead_head = NULL;
-    group->mark = 0;
-    group->state = RDMAX__ARB_IDLE;
-}
-
-RDMAX_INLINE void rdmax__arb_elem_init(rdmax__arb_elem *elem)
-{
-    elem->next = NULL;
-}
-
-/* rdmax__arb_is_empty: true when no group is scheduled: the progress path's one branch. */
-RDMAX_INLINE bool rdmax__arb_is_empty(const rdmax__arb *arb)
-{
-    return arb->current == NULL;
-}
-
-/* rdmax__arb_pending: elements queued in all groups (scheduled or not) of this arbiter. O(1). */
-RDMAX_INLINE size_t rdmax__arb_pending(const rdmax__arb *arb)
-{
-    return arb->pending;
-}
-
-/* rdmax__arb_group_count: elements queued in group; inside a callback on group it includes the element
-   being dispatched. O(1). */
-RDMAX_INLINE size_t rdmax__arb_group_count(const rdmax__arb_group *group)
-{
-    return group->count;
-}
-
-RDMAX_INLINE bool rdmax__arb_group_is_empty(const rdmax__arb_group *group)
-{
-    return group->count == 0;
-}
-
-/* rdmax__arb_group_is_scheduled: in the arbiter, or parked after RESCHED and back when dispatch returns. */
-RDMAX_INLINE bool rdmax__arb_group_is_scheduled(const rdmax__arb_group *group)
-{
-    return (group->state & RDMAX__ARB_SCHED) != 0;
-}
-
-/* rdmax__arb_group_is_desched: taken out by DESCHED or rdmax__arb_group_desched() and not empty; stays so
-   until rdmax__arb_group_schedule() or a purge. */
-RDMAX_INLINE bool rdmax__arb_group_is_desched(const rdmax__arb_group *group)
-{
-    return group->state == RDMAX__ARB_DESCHED;
-}
-
-/* rdmax__arb_elem_is_queued: elem waits in a group (false while its callback runs). */
-RDMAX_INLINE bool rdmax__arb_elem_is_queued(const rdmax__arb_elem *elem)
-{
-    return elem->next != NULL;
-}
-
-/* rdmax__arb_group_first / rdmax__arb_elem_next: walk a group's queue head to tail (NULL at the end), for
-   flush checks, dumps and tests. Do not push or purge while walking. */
-RDMAX_INLINE rdmax__arb_elem *rdmax__arb_group_first(const rdmax__arb_group *group)
-{
-    return group->head;
-}
-
-RDMAX_INLINE rdmax__arb_elem *rdmax__arb_elem_next(const rdmax__arb_elem *elem)
-{
-    return elem->next == RDMAX__ARB_END ? NULL : elem->next;
-}
-
-/* rdmax__arb_group_push: queue elem at the tail of group (a pending request). Does not schedule: call
-   rdmax__arb_group_schedule() when the endpoint may send (see the rule above).
-   Parameters: elem must not be queued already (debug assert; it would corrupt both queues).
-   Threads: none. O(1), no allocation. */
-RDMAX_INLINE void rdmax__arb_group_push(rdmax__arb *arb, rdmax__arb_group *group, rdmax__arb_elem *elem)
-{
-    RDMAX_ASSERT(elem->next == NULL);
-    elem->next = RDMAX__ARB_END;
-    if (group->head != NULL) {
-        group->tail->next = elem;
-    } else {
-        group->head = elem;
-    }
-    group->tail = elem;
-    group->count++;
-    arb->pending++;
-}
-
-/* private: link g in front of *ring (one of arb's), i.e. at the tail of the round */
-RDMAX_INLINE void rdmax__arb_ring_insert(rdmax__arb *arb, rdmax__arb_group **ring, rdmax__arb_group *g)
-{
-    rdmax__arb_group *first = *ring;
-    arb->ngroups++;
-    arb->hints_set = 0; /* the ring order changed: hints are guesses again */
-    if (first == NULL) {
-        g->rnext = g;
-        g->rprev = g;
-        *ring = g;
-    } else {
-        g->rnext = first;
-        g->rprev = first->rprev;
-        first->rprev->rnext = g;
-        first->rprev = g;
-    }
-}
-
-/* private: unlink g from *ring (one of arb's); if g was the ring's first, its successor becomes first */
-RDMAX_INLINE void rdmax__arb_ring_remove(rdmax__arb *arb, rdmax__arb_group **ring, rdmax__arb_group *g)
-{
-    arb->ngroups--;
-    arb->hints_set = 0;
-    if (g->rnext == g) {
-        *ring = NULL;
-    } else {
-        g->rprev->rnext = g->rnext;
-        g->rnext->rprev = g->rprev;
-        if (*ring == g) {
-            *ring = g->rnext;
-        }
-    }
-}
-
-/* rdmax__arb_group_schedule: let group take part in dispatch, at the tail of the round (every scheduled
-   group goes first). No effect if it is empty or already scheduled. Safe from a dispatch callback.
-   Threads: none. O(1). */
-RDMAX_INLINE void rdmax__arb_group_schedule(rdmax__arb *arb, rdmax__arb_group *group)
-{
-    if ((group->state & RDMAX__ARB_SCHED) || group->count == 0) {
-        return;
-    }
-    rdmax__arb_ring_insert(arb, &arb->current, group);
-    group->state = RDMAX__ARB_SCHED;
-}
-
-/* rdmax__arb_dispatch: serve the scheduled groups round-robin, up to per_group elements per group per
-   turn, calling cb for each group's head element (see rdmax__arb_result), until the arbiter is empty,
-   cb returns RDMAX__ARB_CB_STOP, or a whole lap removed nothing.
-   Parameters: per_group 0 means 1 (strict round-robin, what RC and UD use). cb may push, push_head,
-   schedule, desched, purge and cleanup any group, including its own (see above), but not dispatch: a
-   nested dispatch returns 0 and does nothing.
-   Result: how many callbacks returned RDMAX__ARB_CB_REMOVE.
-   Threads: none. An empty arbiter costs one load and one branch. */
-RDMAX_INLINE size_t rdmax__arb_dispatch(rdmax__arb *arb, unsigned per_group, rdmax__arb_cb cb, void *arg)
-{
-    if (rdmax_likely(arb->current == NULL)) {
-        return 0;
-    }
-    return rdmax__arb_dispatch_nonempty(arb, per_group, cb, arg);
-}
-
-
 /* ---- types -------------------------------------------------------------------------------------- */
 typedef struct rdmax_ctx rdmax_ctx;
 typedef struct rdmax_ep rdmax_ep;
@@ -1235,6 +835,13 @@ struct rdmax_comp {
     void *user;
     rdmax_status status;
     volatile int done;
+};
+
+/* Not API: the pending queue's link that rdmax_req embeds (the arbiter: in the inline internals
+   at the end of this file). Zero means "not queued". */
+typedef struct rdmax__arb_elem rdmax__arb_elem;
+struct rdmax__arb_elem {
+    rdmax__arb_elem *next;       /* NULL: not queued; RDMAX__ARB_END: last in its group */
 };
 
 /* A request that waits in an endpoint's pending queue (the arbiter) until resources return. The caller
@@ -1573,6 +1180,1232 @@ typedef struct rdmax_counters {
                                    refused, or a listener this client did (see ADMISSION) */
 } rdmax_counters;
 
+/* ---- API: names, context, memory, connecting, endpoints, multicast, batching, pending queue ----- */
+/* rdmax_status_str, rdmax_op_str: the sentence of a status ("success", ...), the name of an operation
+   ("send", "put", ...).
+   Parameters: any value; one out of range gives "unknown ..." rather than failing.
+   Result: a static string, never NULL.
+   Threads: any thread. */
+RDMAX_API const char *rdmax_status_str(rdmax_status s);
+RDMAX_API const char *rdmax_op_str(rdmax_op op);
+
+/* rdmax_ctx_create: opens the device (or joins desc->parent's), picks the port and GID, probes the
+   limits, creates the CQs and the completion channel (see STEP BY STEP, ENVIRONMENT).
+   Parameters: desc (NULL: all defaults; zero fields mean the documented defaults); ctx_out receives the
+   context, NULL on failure.
+   Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (a bad desc field such as conn_setup, half an allocator, or
+   a bad RDMAX_GID_INDEX / RDMAX_NUMA_NODE); RDMAX_ERR_NO_DEVICE (no such device, no active port, no
+   GID: the text names device and port); RDMAX_ERR_NO_MEMORY; RDMAX_ERR_IO (names the verbs call and
+   errno). Every failure is logged once and kept: rdmax_ctx_query_last_error(NULL) after the call.
+   Threads: any thread; a child (desc->parent) on the parent's thread or while the parent is idle.
+   rdmax_ctx_destroy: destroys the context's listeners, endpoints (their operations complete with
+   RDMAX_ERR_CANCELED), receive queues, cache and CQs, then frees it; NULL is a no-op. Close profile
+   objects and free rdmax_mem regions of the context first. Threads: the context's thread. */
+RDMAX_API rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc, rdmax_ctx **ctx_out);
+RDMAX_API void rdmax_ctx_destroy(rdmax_ctx *ctx);
+/* rdmax_ctx_query_last_error, rdmax_ctx_query_last_error_item: the text and item of the last error logged on ctx
+   (also when the log level hid it).
+   Parameters: ctx, or NULL: the last error logged on the calling thread, by any context, so the reason a
+   rdmax_ctx_create failed survives it (the context is gone).
+   Result: the text ("" if none; valid until the next error) and its RDMAX_LOG_ITEM_* (NONE if none).
+   Threads: ctx's thread; with NULL, any thread (thread-local). */
+RDMAX_API const char *rdmax_ctx_query_last_error(const rdmax_ctx *ctx);
+RDMAX_API rdmax_log_item rdmax_ctx_query_last_error_item(const rdmax_ctx *ctx);
+/* rdmax_log_item_str: the sentence of a log item (the list RDMAX__LOG_ITEMS).
+   Parameters: item; out of range gives "unknown log item".  Result: a static string.
+   Threads: any thread. */
+RDMAX_API const char *rdmax_log_item_str(rdmax_log_item item);
+/* Context accessors.
+   rdmax_ctx_query_attr: the limits probed on the device and port (rdmax_dev_attr), valid while ctx lives.
+   rdmax_ctx_query_desc: the desc as applied (defaults, environment and device limits filled in).
+   rdmax_ctx_query_fd: the completion channel's fd: readable when a completion arrives after rdmax_ctx_arm.
+   A program that polls it in its own loop calls rdmax_wait(ctx, 0) while it is readable: a call handles
+   completions, or finds none, takes the notification and arms again (then RDMAX_ERR_TIMEOUT, and the
+   fd is quiet until the next completion).
+   rdmax_ctx_arm: asks for one notification on each CQ; RDMAX_OK, or RDMAX_ERR_IO.
+   rdmax_ctx_query_counters: copies the context's counters (rdmax_counters) into *out.
+   rdmax_ctx_query_rcache: the context's registration cache, for its stats, invalidate and drain; NULL until
+   the first raw buffer made it, or when rcache_disable is set.
+   Parameters: a live ctx (not NULL). Threads: the context's thread. */
+RDMAX_API const rdmax_dev_attr *rdmax_ctx_query_attr(const rdmax_ctx *ctx);
+RDMAX_API rdmax_ctx_desc rdmax_ctx_query_desc(const rdmax_ctx *ctx);
+RDMAX_API int rdmax_ctx_query_fd(const rdmax_ctx *ctx);
+RDMAX_API rdmax_status rdmax_ctx_arm(rdmax_ctx *ctx);
+/* rdmax_wait: blocks until a completion arrives, one of the context's listeners has work for
+   rdmax_accept (a client connecting or a handshake step), or timeout_ms passes, then progresses (also the
+   watchdog, keepalives, device events and state callbacks, in slices of 100 ms). So a server's loop is
+   rdmax_progress, rdmax_accept(l, desc, &ep, 0) until it returns RDMAX_ERR_TIMEOUT, rdmax_wait.
+   Parameters: ctx; timeout_ms (-1: forever; 0: do not block).
+   Result: RDMAX_OK (completions were handled, or a listener has work), RDMAX_ERR_TIMEOUT (neither within
+   timeout_ms), RDMAX_ERR_IO (the CQs could not be armed) or RDMAX_ERR_NO_MEMORY (more than 16
+   listeners, and their poll set could not be allocated).
+   Threads: the context's thread. */
+RDMAX_API rdmax_status rdmax_wait(rdmax_ctx *ctx, int timeout_ms);
+RDMAX_API void rdmax_ctx_query_counters(const rdmax_ctx *ctx, rdmax_counters *out);
+RDMAX_API struct rdmax_rcache *rdmax_ctx_query_rcache(const rdmax_ctx *ctx);
+/* rdmax_ctx_query_recv_pool: the shared receive pool of RC endpoints whose buffers are recv_size bytes,
+   now (rdmax_recv_pool_info): its buffers, how many are posted and free, the credits it backs,
+   the low-water mark. The profile variables recv_pool.bytes and recv_pool.posted are the totals over
+   all pools, readable from another thread.
+   Parameters: a live ctx; recv_size (0: the context's recv_size, whose pool lives as long as the
+   context once its first RC endpoint made it; an endpoint's is rdmax_ep_query_desc(ep).recv_size);
+   out receives the pool's state.
+   Result: true if ctx has a pool of that size now; false if not (no RC endpoint of that size was made
+   yet, its last one is gone, or the endpoints of that size have pools of their own): *out zeroed.
+   Threads: the context's thread. */
+RDMAX_API bool rdmax_ctx_query_recv_pool(const rdmax_ctx *ctx, uint32_t recv_size, rdmax_recv_pool_info *out);
+
+/* rdmax_mem_alloc, rdmax_mem_reg, rdmax_mem_free: registered memory (see STEP BY STEP: pass the
+   rdmax_mem as `mem` of an operation, or expose it to the peer with rdmax_ep_desc.expose).
+   rdmax_mem_alloc allocates len bytes on the context's NUMA node and registers them; rdmax_mem_reg
+   registers memory you own (you free it, after rdmax_mem_free); rdmax_mem_free deregisters (and frees
+   what rdmax_mem_alloc allocated); NULL is a no-op. Free a region before its context.
+   Parameters: access: RDMAX_ACCESS_* (remote rights are granted only when asked for, and only through
+   the endpoints the region is exposed on unless RDMAX_ACCESS_ANY_ENDPOINT: EXPOSED MEMORY); out receives it.
+   Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (NULL addr, len 0); RDMAX_ERR_NO_MEMORY; RDMAX_ERR_IO
+   (ibv_reg_mr failed: logged with errno, item MEM_REG or MEM_ALLOC).
+   Threads: the context's thread; a child context's region also works on its parent's and siblings'
+   endpoints (THREADS AND SHARED REGISTRATIONS). */
+RDMAX_API rdmax_status rdmax_mem_alloc(rdmax_ctx *ctx, size_t len, unsigned access, rdmax_mem **out);
+RDMAX_API rdmax_status rdmax_mem_reg(rdmax_ctx *ctx, void *addr, size_t len, unsigned access, rdmax_mem **out);
+RDMAX_API void rdmax_mem_free(rdmax_mem *mem);
+/* rdmax_numa_alloc, rdmax_numa_free: page-granular memory on the context's NUMA node (anonymous mmap
+   when the node is unknown), what rdmax uses for its own buffers.
+   Parameters: ctx; len (free: the same len as the alloc; p NULL is a no-op).
+   Result: the memory, or NULL. Not registered: pass it to rdmax_mem_reg if needed.
+   Threads: any thread while ctx lives. */
+RDMAX_API void *rdmax_numa_alloc(rdmax_ctx *ctx, size_t len);
+RDMAX_API void rdmax_numa_free(rdmax_ctx *ctx, void *p, size_t len);
+
+/* rdmax_conn_record_encode, rdmax_conn_record_decode: the wire format of the connection record (pure
+   functions, usable without a device; layout at rdmax_conn_record).
+   encode: writes info and returns its length (RDMAX_CONN_RECORD_HEAD .. RDMAX_CONN_RECORD_SIZE; regions past
+   RDMAX_MAX_REGIONS are not written).
+   decode: takes exactly one record (len equal to its length field) and validates every field.
+   Parameters: why (may be NULL), why_len: gets a sentence naming the bad field and the value seen.
+   Result (decode): RDMAX_OK, or the RDMAX_ERR_OOB_* status of the first field that is wrong.
+   Threads: any thread (no state). */
+RDMAX_API size_t rdmax_conn_record_encode(const rdmax_conn_record *info, uint8_t out[RDMAX_CONN_RECORD_SIZE]);
+RDMAX_API rdmax_status rdmax_conn_record_decode(const uint8_t *buf, size_t len, rdmax_conn_record *out,
+                                              char *why, size_t why_len);
+/* The compact record of rdma_cm setup (RDMAX_SETUP_CM), in the connect request's and reply's private data:
+     0 magic u32 | 4 version u16 | 6 length u16 (RDMAX_CM_RECORD_SIZE) | 8 transport u8 | 9 zero u8
+    10 credits u16 | 12 rkey u32 | 16 recv_size u32 | 20 region 0 address u64 | 28 region 0 length u64
+   The QP number, PSN, MTU and GID are rdma_cm's (the request, the route): decode takes them in `cm`
+   (and copies its LID, link layer, GID type and subnet prefix, which rdma_cm's route covers) and checks
+   the whole record as rdmax_conn_record_decode does, with the same statuses and sentences. len may
+   exceed the record (rdma_cm pads private data with zeros).
+   Parameters, Result, Threads: as rdmax_conn_record_encode / _decode (encode writes RDMAX_CM_RECORD_SIZE
+   bytes and writes region 0 only). */
+RDMAX_API void rdmax_cm_record_encode(const rdmax_conn_record *info, uint8_t out[RDMAX_CM_RECORD_SIZE]);
+RDMAX_API rdmax_status rdmax_cm_record_decode(const uint8_t *buf, size_t len, const rdmax_conn_record *cm,
+                                            rdmax_conn_record *out, char *why, size_t why_len);
+/* rdmax_oob_exchange: sends our record on a connected TCP socket and reads the peer's, with one deadline
+   for the whole exchange (what rdmax_connect and rdmax_accept do; for your own out-of-band channel).
+   Parameters: fd (blocking or not; left open); local; remote receives the decoded record; timeout_ms;
+   why/why_len (may be NULL) get the reason of a failure. No ADMISSION: a peer that requires a secret
+   gives RDMAX_ERR_OOB_AUTH.
+   Result: RDMAX_OK; RDMAX_ERR_TIMEOUT; RDMAX_ERR_OOB_* (the record, as rdmax_conn_record_decode);
+   RDMAX_ERR_IO (the socket failed). Threads: any thread (no context). */
+RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_record *local, rdmax_conn_record *remote,
+                                          int timeout_ms, char *why, size_t why_len);
+
+/* rdmax_listener_create, rdmax_accept, rdmax_connect, rdmax_listener_query_port: connecting (see CONNECTING).
+   rdmax_listener_create binds a TCP listener (host NULL: all IPv6 and IPv4 addresses; port 0: any, read it back
+   with rdmax_listener_query_port) and returns RDMAX_OK, RDMAX_ERR_INVALID_PARAM, RDMAX_ERR_NO_MEMORY or
+   RDMAX_ERR_IO (logged, item LISTEN);
+   rdmax_accept returns the first client whose handshake completes. Handshakes run side by side (up to
+   rdmax_ctx_desc.handshake_slots, 256; the TCP backlog is as long), non-blocking, each with its own
+   deadline (rdmax_ctx_desc.handshake_ms) apart from the accept wait: a silent, slow or malformed client
+   delays nobody. A flood cannot lock the listener: a client that sent nothing for handshake_first_ms
+   (1 s) goes, and with every slot taken a new client takes the slot of the handshake idle the longest
+   (once idle 0.5 s; a client that is sending is never pushed out). So a real client is served within
+   about handshake_first_ms plus the kernel's SYN retry (1 s) while hostile sockets come and go
+   (tests/oob_test on rxe: 2,000 in a burst, half silent, a quarter with a truncated record, a quarter
+   closing at once: 20 of 20 real clients connected, 0.38 s on average, 1.3 s at most; the fds went back
+   to their level). With RDMAX_SETUP_CM, rdma_cm's own listener holds at most 256 handshakes. The endpoint is made only after the client's record
+   checks out (and its proof of the secret, see ADMISSION), with the desc of the call that read that record, which may be an earlier call than the one
+   that returns it: recv_cb, imm_cb, user, state_cb, watchdog_ms and keepalive_ms are always the returning
+   call's, the rest (queue depths, sizes, timeouts, expose) the making call's, so pass the same to every
+   call. The server's ready byte comes from the returning call, and the client's rdmax_connect returns only
+   after it, so no message of the client meets another call's callbacks or user; bytes a client that is
+   not rdmax sends before that byte are dropped and counted (recv_drops). With RDMAX_SETUP_CM the client's
+   connect returns once rdma_cm has established the connection, which may be before the accept call that
+   returns its endpoint: until that call the endpoint holds what the client sends (in order; it grants no
+   credits, so an rdmax client stops at its window) and delivers it to the returning call's callbacks and
+   user from the next rdmax_progress; messages past the window (a client that is not rdmax) and what is
+   held when the handshake fails are dropped and counted (recv_drops). Results: RDMAX_OK; RDMAX_ERR_TIMEOUT: nobody finished within timeout_ms (0 polls; an empty
+   wait logs at debug level only, and handshakes in progress go on in the next call); a handshake failure
+   (RDMAX_ERR_OOB_*, including RDMAX_ERR_OOB_TIMEOUT for a client that stalled): that client is dropped,
+   the listener stays usable, call again. rdmax_connect resolves host (IPv4 or IPv6) and retries a peer
+   that refuses or cannot be reached with backoff (10 ms doubling to 1 s) until timeout_ms.
+   A negative timeout_ms is RDMAX_ERR_INVALID_PARAM for both; 0 polls (accept) or tries once (connect).
+   With rdmax_ctx_desc.conn_setup = RDMAX_SETUP_CM all of this holds through rdma_cm (CONNECTION SETUP):
+   a client whose connect request carries a bad record is rejected and accept returns its RDMAX_ERR_OOB_*;
+   one that never confirms (no RTU) ends with RDMAX_ERR_OOB_TIMEOUT after handshake_ms, one that gives up
+   or vanishes during its handshake with RDMAX_ERR_OOB_SYNC; connect retries while nobody listens.
+   rdmax_connect's other results: RDMAX_ERR_CONNECT (nobody answered before timeout_ms), RDMAX_ERR_OOB_*
+   (the peer's record), and what rdmax_ep_create returns. desc is read during the call (copied).
+   Threads: the context's thread. */
+RDMAX_API rdmax_status rdmax_listener_create(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out);
+RDMAX_API uint16_t rdmax_listener_query_port(const rdmax_listener *l);
+/* rdmax_listener_query_fd: a file descriptor that becomes readable when rdmax_accept has work (a new client
+   or a handshake step): wait on it (poll/epoll), then call rdmax_accept(l, desc, &ep, 0). With
+   RDMAX_SETUP_CM, the rdma_cm event channel's fd. Threads: the context's thread. */
+RDMAX_API int rdmax_listener_query_fd(const rdmax_listener *l);
+/* rdmax_listener_destroy: closes the listener and ends its handshakes (their half-made endpoints go).
+   rdmax_ctx_destroy closes the listeners still open on the context (do not close those afterwards).
+   Threads: the context's thread. */
+RDMAX_API void rdmax_listener_destroy(rdmax_listener *l);
+RDMAX_API rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep **out, int timeout_ms);
+RDMAX_API rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, const rdmax_ep_desc *desc,
+                                     rdmax_ep **out, int timeout_ms);
+/* rdmax_ep_create_pair: two endpoints of one context connected to each other (the --loopback mode;
+   each sees the other's exposed regions through rdmax_ep_query_remote).
+   Parameters: ctx; desc for both (copied); a, b receive them (NULL on failure).
+   Result: RDMAX_OK, or what rdmax_ep_create / rdmax_ep_connect_record return. Threads: ctx's thread. */
+RDMAX_API rdmax_status rdmax_ep_create_pair(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **a, rdmax_ep **b);
+/* rdmax_ep_create, rdmax_ep_query_record, rdmax_ep_connect_record: the lower level of connecting, for your
+   own out-of-band channel: create an endpoint (RDMAX_EP_INIT), read our record and carry it to the peer
+   (rdmax_conn_record_encode), then connect with the peer's record (RDMAX_EP_CONNECTED).
+   Parameters: desc (copied, NULL: defaults); remote: the peer's decoded record.
+   Result (create): RDMAX_OK; RDMAX_ERR_INVALID_PARAM / RDMAX_ERR_UNSUPPORTED (bad desc, transport not
+   selected: item EP_DESC); RDMAX_ERR_LIMIT (see LIMITS); RDMAX_ERR_NO_MEMORY; RDMAX_ERR_IO.
+   Result (connect_info): RDMAX_OK; RDMAX_ERR_OOB_TRANSPORT (the peer's transport differs);
+   RDMAX_ERR_IO (ibv_modify_qp, item QP_MODIFY; a memory window's bind, item MEM_WINDOW). Our exposed
+   regions are reachable by the peer from its return (EXPOSED MEMORY): carry our record's readiness to the
+   peer only after it. local_info cannot fail.
+   Threads: the context's thread. */
+RDMAX_API rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **out);
+RDMAX_API void rdmax_ep_query_record(const rdmax_ep *ep, rdmax_conn_record *info);
+RDMAX_API rdmax_status rdmax_ep_connect_record(rdmax_ep *ep, const rdmax_conn_record *remote);
+/* rdmax_ep_flush: waits, progressing the context, until every operation posted on ep has completed
+   (posts a signaled zero-length write if the last post was unsignaled).
+   Parameters: ep; timeout_ms (>= 0; 0: one pass).
+   Result: RDMAX_OK (all done, none failed); RDMAX_ERR_TIMEOUT (item FLUSH_TIMEOUT);
+   RDMAX_ERR_INVALID_PARAM (negative timeout_ms, or called from a comp callback: item
+   FLUSH_IN_CALLBACK); the endpoint's error (RDMAX_ERR_RETRY_EXCEEDED, RDMAX_ERR_CLOSED, ...) when it
+   failed or closed: never RDMAX_OK over a failed operation.
+   Threads: the context's thread, not inside a comp callback. */
+RDMAX_API rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms);
+/* rdmax_ep_destroy: destroys ep; its pending requests and operations still in flight complete with
+   RDMAX_ERR_CANCELED (now, before it returns); late completions are dropped. NULL is a no-op.
+   Threads: the context's thread; allowed in ep's own receive or pending callback, not in a comp callback
+   of ep (see COMPLETION OBJECTS).
+   rdmax_ep_query_error: the status that failed or closed ep (the first), RDMAX_OK if none. */
+RDMAX_API void rdmax_ep_destroy(rdmax_ep *ep);
+RDMAX_API rdmax_status rdmax_ep_query_error(const rdmax_ep *ep); /* first error, RDMAX_OK if none */
+/* rdmax_ep_disconnect: graceful close. Waits (up to timeout_ms) for what is in flight, tells the peer (RC:
+   a zero-length message the peer's rdmax_progress turns into RDMAX_EP_CLOSED and an EP_CLOSED event),
+   and leaves ep in RDMAX_EP_CLOSED: later posts return RDMAX_ERR_CLOSED. Destroy it afterwards.
+   Parameters: ep; timeout_ms (>= 0, else RDMAX_ERR_INVALID_PARAM).
+   Result: RDMAX_OK, or the error that stopped the drain (the endpoint is closed either way).
+   Threads: the context's thread. */
+RDMAX_API rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms);
+
+/* Endpoint accessors. Threads: the context's thread.
+   rdmax_ep_query_remote: region `index` the peer advertised (its desc's expose, then expose_list, in order),
+   NULL if it advertised fewer. Valid until the endpoint is destroyed. Example:
+       const rdmax_rbuf *r = rdmax_ep_query_remote(ep, 0);
+       if (r) rdmax_put(ep, buf, len, NULL, r->addr, r->rkey, &comp);
+   rdmax_ep_query_remote_count: how many it advertised.
+   rdmax_ep_query_desc: the desc as applied (sq_depth a power of two under the device limit, max_inline
+   probed, max_rd_atomic negotiated, ...); its pointers (expose, expose_list, user) are as given (the
+   list was read at creation: it need not point anywhere now). rdmax_ep_query_state: RDMAX_EP_INIT,
+   _CONNECTED, _ERROR, _CLOSED. rdmax_ep_query_resources: resources and identity now (rdmax_ep_resources; its qp is
+   the verbs QP, for tools and tests: moving it to another state fails the endpoint). rdmax_ep_query_ctx: the
+   endpoint's context.
+   Parameters: a live ep (not NULL). Result: as above; none fails. */
+RDMAX_API const rdmax_rbuf *rdmax_ep_query_remote(const rdmax_ep *ep, uint32_t index);
+RDMAX_API uint32_t rdmax_ep_query_remote_count(const rdmax_ep *ep);
+RDMAX_API rdmax_ep_desc rdmax_ep_query_desc(const rdmax_ep *ep);
+RDMAX_API rdmax_ep_state rdmax_ep_query_state(const rdmax_ep *ep);
+RDMAX_API void rdmax_ep_query_resources(const rdmax_ep *ep, rdmax_ep_resources *out);
+RDMAX_API rdmax_ctx *rdmax_ep_query_ctx(const rdmax_ep *ep);
+
+#if RDMAX__HAS_UD
+/* rdmax_mcast_join, rdmax_mcast_leave, rdmax_mcast_ep_create: UD multicast (see UD AND MULTICAST).
+   rdmax_mcast_join joins the IPv4 group `group` (e.g. "239.1.2.3") through rdma_cm, or directly with
+   mcast_join RDMAX_MCAST_ATTACH, and attaches ep's QP (a UD endpoint: the context's UD QP) to it; its
+   datagrams then reach ep's recv_cb. rdmax_mcast_leave detaches and leaves (rdmax_ep_destroy too).
+   rdmax_mcast_ep_create makes a send-only endpoint (desc copied) whose rdmax_send goes to every member;
+   through rdma_cm it joins as a full member too (its QP is not attached: it receives nothing).
+   A group has one receiving endpoint per context (the context's UD QP is attached once; its datagrams
+   go to the endpoint that joined): another endpoint of the same context cannot join it until that one
+   leaves; endpoints of other contexts or processes can. An endpoint joins at most 8 groups, a context's
+   endpoints at most 64 in all.
+   Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (not an IPv4 multicast address, or another endpoint of this
+   context joined the group); RDMAX_ERR_UNSUPPORTED (not a UD endpoint; the group's Q_Key is not the UD
+   QP's; RDMAX_MCAST_ATTACH on InfiniBand or without an IPv4-mapped GID); RDMAX_ERR_NO_DEVICE (no local
+   IPv4 address rdma_cm binds to the device); RDMAX_ERR_TIMEOUT (no join event within 10 s);
+   RDMAX_ERR_NO_MEMORY; RDMAX_ERR_NO_RESOURCE (ep joined 8 groups, or the context's endpoints 64);
+   RDMAX_ERR_IO (the join, its event, the IP join, the attach or the address handle failed). Failures of
+   the group, the endpoint and the calls are logged (item MCAST).
+   Threads: the context's thread. */
+RDMAX_API rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group);
+RDMAX_API rdmax_status rdmax_mcast_leave(rdmax_ep *ep, const char *group);
+RDMAX_API rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, const char *group,
+                                             rdmax_ep **out);
+#endif
+
+/* Batching (rdmax_batch_begin, rdmax_batch_end, below): between begin and end, operations are chained
+   and posted with one ibv_post_send (a full chain of RDMAX_BATCH_MAX is posted early). */
+/* rdmax_put_list: the n puts of reqs, in order, in one post list: what rdmax_batch_begin, rdmax_put(ep,
+   r->buf, r->len, NULL, r->raddr, r->rkey, NULL) for each r and rdmax_batch_end do, with the tests and
+   the bookkeeping a put of 8 to 16 bytes needs done once per list (RC; inside the caller's own batch
+   the puts join it, and its rdmax_batch_end posts them).
+   Parameters: reqs: n puts (each as rdmax_put without mem and comp: any length, beyond the inline
+   size through the registration cache); done: NULL, or where the number of puts taken goes.
+   Result: RDMAX_OK (all n taken, every buffer free again), RDMAX_INPROGRESS (all n taken, some not
+   inline: keep those buffers until rdmax_ep_flush returns), or the error of the first put refused
+   (as rdmax_put: the puts before it were taken, *done says how many, and the list stops there), or
+   the post's RDMAX_ERR_IO (as rdmax_batch_end: the device refused the chain); RDMAX_ERR_INVALID_PARAM
+   for reqs NULL with n not 0.
+   Threads: the context's thread. */
+#if RDMAX__HAS_RC
+RDMAX_API rdmax_status rdmax_put_list(rdmax_ep *ep, const rdmax_put_req *reqs, size_t n, size_t *done);
+#endif
+/* Pending queue. rdmax_ep_pending_add queues req (cb set) and returns RDMAX_OK, or returns RDMAX_BUSY
+   without queueing when the endpoint has room right now (post directly instead). rdmax_req_post posts the
+   operation in req now if it can, else queues it; per-endpoint order always holds, because a direct
+   post while requests wait is refused with RDMAX_ERR_NO_RESOURCE. rdmax_ep_pending_purge cancels every
+   waiting request. A pending callback may post, push more requests, or destroy its own endpoint.
+   Who is served next: see PENDING QUEUE (round-robin over endpoints, FIFO within one).
+   Parameters: req: owned by the caller until it completes; pending_add needs req->cb, req_post needs
+   req->comp and no cb.
+   Result (pending_add): RDMAX_OK (queued), RDMAX_BUSY (room now: post directly), RDMAX_ERR_INVALID_PARAM
+   (no cb), RDMAX_ERR_NOT_CONNECTED, RDMAX_ERR_ENDPOINT. Result (req_post): RDMAX_INPROGRESS (posted or
+   queued: comp reports), RDMAX_ERR_INVALID_PARAM (cb set, or no comp), RDMAX_ERR_NOT_CONNECTED,
+   RDMAX_ERR_ENDPOINT, or the operation's own error (nothing posted). purge: each request's comp (if
+   any) gets RDMAX_ERR_CANCELED.
+   Threads: the context's thread. */
+RDMAX_API rdmax_status rdmax_ep_pending_add(rdmax_ep *ep, rdmax_req *req);
+RDMAX_API rdmax_status rdmax_req_post(rdmax_ep *ep, rdmax_req *req);
+RDMAX_API void rdmax_ep_pending_purge(rdmax_ep *ep);
+
+/* ---- rcache: the registration cache ------------------------------------------------------------- */
+
+#define RDMAX_RCACHE_DEFAULT_MAX_REGIONS 65536u
+#define RDMAX_RCACHE_DEFAULT_MAX_BYTES SIZE_MAX /* unlimited: the device and RLIMIT_MEMLOCK decide */
+
+#ifndef RDMAX_RCACHE_EVENT_RING_SIZE
+#define RDMAX_RCACHE_EVENT_RING_SIZE 4096u
+#endif
+
+/* What rdmax_rcache_memhooks() reports. */
+#define RDMAX_RCACHE_HOOKS_INTERPOSED 1u /* mmap, munmap, mremap, madvise, shmat, shmdt, brk, sbrk */
+#define RDMAX_RCACHE_HOOKS_MALLOPT 2u    /* glibc told never to give memory back (RDMAX_MALLOPT) */
+#define RDMAX_RCACHE_HOOKS_UFFD 4u       /* the userfaultfd monitor runs (mode RDMAX_RCACHE_AUTO) */
+
+/* How a cache learns that the memory under a region changed (rdmax_rcache_desc.mode). */
+#define RDMAX_RCACHE_AUTO 0     /* default: a range is cached only while a memory monitor sees every change
+                                   to it (see REGISTRATION CACHE in the manual); a range no
+                                   monitor covers is registered for its get alone and deregistered at its
+                                   last put (stats.uncached), so a get is never served by a stale region */
+#define RDMAX_RCACHE_MANUAL 1   /* cache every range and apply no memory event: the program promises to call
+                                   rdmax_rcache_invalidate before the memory under a cached range changes */
+#define RDMAX_RCACHE_UNCACHED 2 /* cache nothing: every get registers, its last put deregisters */
+
+typedef struct rdmax_rcache_region rdmax_rcache_region;
+typedef struct rdmax_rcache rdmax_rcache;
+
+/* The operations the cache calls to register and deregister memory.
+   reg:   register [addr, addr+len) (page-aligned; r->start/end/access are already set) with
+          `access`; fill r->mr, r->lkey, r->rkey (and r->user if wanted). Return 0, or -errno as
+          ibv_reg_mr sets it; the get turns it into a status (-EFAULT, -EINVAL:
+          RDMAX_ERR_INVALID_PARAM; -ENOMEM: RDMAX_ERR_NO_MEMORY; anything else: RDMAX_ERR_IO) and
+          keeps the errno's text in the last error. Must cope with unmapped memory by failing, not
+          crashing.
+   dereg: deregister r. Called exactly once for every successful reg, never from a memory hook.
+   Neither may call back into the same cache. */
+typedef struct rdmax_rcache_ops {
+    int (*reg)(void *arg, void *addr, size_t len, unsigned access, rdmax_rcache_region *r);
+    void (*dereg)(void *arg, rdmax_rcache_region *r);
+    void *arg;
+    /* notify: optional (NULL: none). Called after a region was evicted (RDMAX_RCACHE_NOTIFY_EVICT)
+       or dropped because its memory changed (RDMAX_RCACHE_NOTIFY_INVALIDATE), with the region
+       still readable, on the thread of the call that did it (a get, drain or invalidate), never
+       from a memory hook. Must not call into the cache. */
+    void (*notify)(void *arg, int what, const rdmax_rcache_region *r);
+} rdmax_rcache_ops;
+/* Values of notify's `what`. */
+#define RDMAX_RCACHE_NOTIFY_EVICT 1       /* an unused region was evicted to honour a limit */
+#define RDMAX_RCACHE_NOTIFY_INVALIDATE 2  /* a region was dropped because its memory changed */
+
+/* Creation options. A zero field means the documented default; rdmax_rcache_query_desc()
+   returns the applied values. */
+typedef struct rdmax_rcache_desc {
+    rdmax_rcache_ops ops; /* required: reg and dereg */
+    size_t max_regions;   /* live registrations; default RDMAX_RCACHE_DEFAULT_MAX_REGIONS */
+    size_t max_bytes;     /* registered bytes; default RDMAX_RCACHE_DEFAULT_MAX_BYTES */
+    int thread_safe;      /* 0: caller serialises, no lock; 1: every call takes a mutex */
+    int mode;             /* RDMAX_RCACHE_AUTO (0), _MANUAL or _UNCACHED */
+    rdmax_allocator allocator; /* the cache's own memory (struct, page table, region slabs); alloc and
+                                  free both or neither; zero: RDMAX_MALLOC/RDMAX_FREE. A context's cache
+                                  gets rdmax_ctx_desc.allocator. */
+} rdmax_rcache_desc;
+
+/* Counters, a snapshot from rdmax_rcache_query_stats(). */
+typedef struct rdmax_rcache_stats {
+    uint64_t hits;           /* gets served by a cached region */
+    uint64_t misses;         /* gets that registered memory (or failed trying) */
+    uint64_t merges;         /* cached regions absorbed into a new, larger registration */
+    uint64_t evictions;      /* unused regions deregistered to honour a limit or retry a reg */
+    uint64_t invalidations;  /* regions dropped because their memory changed (explicit or hook) */
+    uint64_t regions;        /* live registrations now (cached + in-use zombies + uncached) */
+    uint64_t bytes;          /* bytes of those registrations */
+    uint64_t cached_regions; /* regions visible to lookups now */
+    uint64_t cached_bytes;   /* bytes of those */
+    uint64_t reg_calls;      /* successful reg ops */
+    uint64_t reg_failures;   /* failed reg ops */
+    uint64_t dereg_calls;    /* dereg ops */
+    uint64_t over_limit;     /* gets that left the cache over a limit (nothing was evictable) */
+    uint64_t events;         /* memory events (ranges from the hooks) applied to this cache */
+    uint64_t overflows;      /* times events were lost and every cached region was dropped */
+    uint64_t uncached;       /* gets that registered a range for themselves alone (no monitor covers it,
+                                or mode RDMAX_RCACHE_UNCACHED) */
+} rdmax_rcache_stats;
+
+/* A cached registration. Users read start, end, access, refcount, mr, lkey, rkey and may use
+   `user`; everything named rdmax__* is private. */
+struct rdmax_rcache_region {
+    uintptr_t start;   /* first byte, page-aligned */
+    uintptr_t end;     /* one past the last byte, page-aligned */
+    uint32_t refcount; /* references held by users */
+    unsigned access;   /* flags it was registered with (union of what merged requests asked) */
+    uint32_t lkey;     /* from the reg op */
+    uint32_t rkey;     /* from the reg op */
+    void *mr;          /* the reg op's handle (struct ibv_mr * for verbs) */
+    uint32_t rdmax__flags;
+    uint32_t rdmax__pad;
+    uint64_t rdmax__last_use; /* value of the cache clock at the last put to zero */
+    /* ---- second cache line: cold ---- */
+    void *user; /* free for the reg op */
+    uint64_t rdmax__lru_stamp;
+    rdmax_rcache_region *rdmax__lru_prev, *rdmax__lru_next;
+    rdmax_rcache_region *rdmax__all_prev, *rdmax__all_next;
+};
+
+/* ---- rcache: API -------------------------------------------------------------------------------- */
+
+/* rdmax_rcache_create
+   Parameters:   desc: options (ops.reg and ops.dereg required); out: receives the cache.
+   Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (NULL desc or out, no reg or dereg op, unknown
+                 mode, half an allocator); RDMAX_ERR_NO_MEMORY.
+   Threads: safe. Remarks: with RDMAX_MEMHOOKS and RDMAX_MALLOPT the malloc policy is in
+   force from program start (see OPTIONAL DEFINES); without them nothing process-wide is changed. */
+RDMAX_API rdmax_status rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **out);
+
+/* rdmax_rcache_destroy
+   Deregisters every live registration (cached, zombie, and still-referenced ones) and frees
+   the cache (a context's own cache: rdmax_ctx_destroy does this).
+   Parameters: rc, from rdmax_rcache_create.
+   Result: the number of regions that still had references (0 if the caller put everything
+   back); their pointers are dangling afterwards.
+   Threads: no other call on rc may run or follow. */
+RDMAX_API int rdmax_rcache_destroy(rdmax_rcache *rc);
+
+/* rdmax_rcache_invalidate
+   Drops every cached region overlapping [addr, addr+len): it is never returned again; unused
+   ones are deregistered now, in-use ones at their last put. Use it for memory changed where no
+   monitor sees it (see the manual's table of routes).
+   Parameters: rc (a context's: rdmax_ctx_query_rcache); addr, len: the range (len 0: nothing).
+   Result: a count: the number of regions dropped (>= 0), or RDMAX_ERR_INVALID_PARAM (rc NULL,
+   or a range that wraps).
+   Threads: the cache's (thread_safe: any thread; else the owner's; a context's: its thread). */
+RDMAX_API int rdmax_rcache_invalidate(rdmax_rcache *rc, const void *addr, size_t len);
+
+/* rdmax_rcache_drain
+   Applies the memory events recorded by the hooks since the last drain (every get does this
+   first when there are any). Parameters: rc.
+   Result: a count: the number of regions dropped (>= 0), or RDMAX_ERR_INVALID_PARAM (rc NULL).
+   Threads: as rdmax_rcache_invalidate. */
+RDMAX_API int rdmax_rcache_drain(rdmax_rcache *rc);
+
+/* rdmax_rcache_query_stats, rdmax_rcache_query_desc: the counters (a snapshot into *out) and the
+   applied options (defaults filled in).
+   Parameters: rc (not NULL). Result: none / the desc.
+   Threads: any time; query_stats takes the lock in thread-safe mode (the desc never changes). */
+RDMAX_API void rdmax_rcache_query_stats(rdmax_rcache *rc, rdmax_rcache_stats *out);
+RDMAX_API rdmax_rcache_desc rdmax_rcache_query_desc(const rdmax_rcache *rc);
+
+/* rdmax_rcache_memhooks: which automatic-invalidation mechanisms are active in this process.
+   Parameters: none. Result: RDMAX_RCACHE_HOOKS_* bits (UFFD: the monitor thread runs in this
+   process, not a parent's across fork; INTERPOSED, MALLOPT: the opt-in defines).
+   Threads: any thread. */
+RDMAX_API unsigned rdmax_rcache_memhooks(void);
+
+/* The process's memory monitor (mode RDMAX_RCACHE_AUTO): whether it can run and, if not, why. */
+typedef struct rdmax_rcache_monitor_info {
+    int usable;         /* 1: the userfaultfd monitor can run (it starts with the first AUTO cache) */
+    int running;        /* 1: its thread runs in this process */
+    int user_mode_only; /* opened with UFFD_USER_MODE_ONLY (vm.unprivileged_userfaultfd=0, no privilege) */
+    int error;          /* errno of the step that failed, 0 if none */
+    char why[200];      /* how it was opened, or what failed and why */
+    uint64_t unmap, remove, remap, other; /* events read since it started */
+    uint64_t lost;      /* watched mappings a miss found replaced without an event (shmat SHM_REMAP):
+                           their cached regions were invalidated, the new mapping watched */
+} rdmax_rcache_monitor_info;
+/* rdmax_rcache_query_monitor: whether the process's memory monitor can run, runs, and why not.
+   Parameters: out (not NULL) receives the report. Result: none (out->error, out->why).
+   Threads: safe. Opens the monitor's descriptors if no one has yet (not its thread). */
+RDMAX_API void rdmax_rcache_query_monitor(rdmax_rcache_monitor_info *out);
+
+/* The cache's inline calls (defined with the inline internals at the end of this file). */
+/* rdmax_rcache_get
+   Parameters:   rc; addr, len: the buffer (len 0 counts as 1 byte); access: flags the
+                 registration must include (opaque to the cache: IBV_ACCESS_* for verbs);
+                 out: receives the region, with one reference for the caller.
+   Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (rc or out NULL, a range that wraps, or the reg
+                 op's -EFAULT/-EINVAL: memory that is not mapped); RDMAX_ERR_NO_MEMORY (the
+                 cache's bookkeeping, or the reg op's -ENOMEM); RDMAX_ERR_IO (any other reg op
+                 failure). The text, with the errno, is the thread's last error.
+   Threads: see the manual. Remarks: never returns a region whose memory was invalidated.
+   The hit path: no pending memory events, no lock, one lookup, a refcount increment. */
+RDMAX_INLINE rdmax_status rdmax_rcache_get(rdmax_rcache *rc, const void *addr, size_t len, unsigned access,
+                                           rdmax_rcache_region **out);
+
+/* rdmax_rcache_release, rdmax_rcache_hold, rdmax_rcache_region_valid: references to a region from get.
+   put drops one reference taken by get or hold. At zero the region becomes evictable (or is
+   deregistered, if it was merged away, invalidated or uncached). A put on a region with no
+   references is ignored. hold takes one more reference on a region the caller already holds.
+   region_valid: 0 once the memory under the region was invalidated.
+   Parameters: rc, the region's cache; r, a region the caller holds. Result: none / 0 or 1.
+   Threads: as rdmax_rcache_get. No allocation on the common path. */
+RDMAX_INLINE void rdmax_rcache_release(rdmax_rcache *rc, rdmax_rcache_region *r);
+
+/* rdmax_rcache_hold: takes one more reference on a region the caller already holds. */
+RDMAX_INLINE void rdmax_rcache_hold(rdmax_rcache *rc, rdmax_rcache_region *r);
+
+/* rdmax_rcache_region_valid: 0 once the memory under the region was invalidated (the region
+   is still registered until its last put, but its pages are not the caller's pages any more). */
+RDMAX_INLINE int rdmax_rcache_region_valid(const rdmax_rcache_region *r);
+
+/* ---- profile: variables, events, points --------------------------------------------------------- */
+/* VARIABLES are the counters rdmax keeps anyway (rdmax_counters, the registration cache's stats, the
+   pending queue), each a uint64_t with an id, a name, a type and a sentence:
+
+       rdmax_profile *prof;
+       rdmax_profile_create(ctx, &prof);
+       const rdmax_profile_var *vars;  size_t n;
+       rdmax_profile_query_vars(prof, &vars, &n);          vars[i].id == i
+       uint64_t v;
+       rdmax_profile_read_u64(prof, RDMAX_PROFILE_VAR_COMPLETED(RDMAX_OP_PUT), &v);
+       rdmax_profile_start_reads(prof);                    one snapshot of every variable ...
+       rdmax_profile_read_u64(prof, ..., &a);  rdmax_profile_read_u64(prof, ..., &b);
+       rdmax_profile_end_reads(prof);                      ... read between start and end
+       rdmax_profile_destroy(prof);                          before rdmax_ctx_destroy
+
+   Reading costs the fast path nothing: the counters are plain increments that are there anyway, and the
+   reader only loads them. The reader may be another thread than the context's (the context stays
+   single-threaded); then every snapshot has completed <= posted for each operation type. Other pairs
+   of counters have no order between them: a snapshot sees each at some instant between start and end.
+
+   EVENTS call back when something happened on the context:
+       rdmax_profile_reg_event(prof, RDMAX_PROFILE_EVENT_EP_ERROR, on_error, user);   cb NULL: unregister
+   The callback runs on the context's thread, inside the rdmax call that saw the event (rdmax_progress
+   for an endpoint error, the put that was refused for RDMAX_PROFILE_EVENT_SQ_FULL, ...), once per event.
+   Like fi_profile(3): a callback must not block or take non-trivial time, and may only read variables
+   (rdmax_profile_read_u64, start/end_reads); it must not post, progress, register, open or close. When
+   nobody registered a type its events cost one load and one not-taken branch, on paths that are not
+   the fast path's (an error, a refusal, a cache eviction).
+
+   POINTS time sections of the library when every unit is compiled with -DRDMAX_PROFILE (without it they
+   are not compiled at all): total time, count and average of each, printed with the variables by
+   rdmax_profile_print(ctx, stdout). Times come from the TSC on x86, converted to ns at print with a rate
+   measured once against CLOCK_MONOTONIC: a BEGIN/END pair costs ~17 ns natively and 60-100 ns under the
+   test VM's qemu TCG, where the clock_gettime alternative costs ~1400 ns a pair (the guest has no
+   usable vDSO clock: hpet, a system call per read). -DRDMAX_PROFILE_CLOCK_MONOTONIC uses clock_gettime
+   anyway (33 ns a pair natively), and other CPUs always do.
+
+   Threads: rdmax_profile_create, _close and _reg_event on the context's thread (they change what
+   its calls read). A profile object's reads, start/end_reads and query may run on any one thread at a
+   time, concurrently with the context's thread. rdmax_profile_print on the context's thread.
+*/
+
+typedef struct rdmax_profile rdmax_profile;
+
+typedef enum rdmax_profile_type {
+    RDMAX_PROFILE_COUNTER = 0,  /* uint64_t that only grows (a post that ibv_post_send refuses is taken back) */
+    RDMAX_PROFILE_LEVEL = 1     /* uint64_t amount right now: goes up and down */
+} rdmax_profile_type;
+
+typedef struct rdmax_profile_var {
+    uint32_t id;                /* what rdmax_profile_read_u64 takes; equal to the index in the list */
+    rdmax_profile_type type;
+    const char *name;           /* "put.posted", "rcache.hits", ...; static storage */
+    const char *desc;           /* one sentence */
+} rdmax_profile_var;
+
+/* Variable ids: three per operation type (rdmax_op), then the list below. */
+#define RDMAX_PROFILE_VAR_POSTED(op) ((uint32_t)(op))
+#define RDMAX_PROFILE_VAR_COMPLETED(op) ((uint32_t)RDMAX_OP__COUNT + (uint32_t)(op))
+#define RDMAX_PROFILE_VAR_BYTES(op) (2u * (uint32_t)RDMAX_OP__COUNT + (uint32_t)(op))
+
+#define RDMAX__PROF_VARS(X)                                                                                \
+    X(POST_CALLS, "post_calls", COUNTER, "ibv_post_send calls (one system call each on rxe)")             \
+    X(RECV_POST_CALLS, "recv_post_calls", COUNTER, "ibv_post_recv calls (receive buffers go in batches)") \
+    X(POLLS, "polls", COUNTER, "ibv_poll_cq calls on the send CQ")                                         \
+    X(EMPTY_POLLS, "empty_polls", COUNTER, "send-CQ polls that found nothing")                            \
+    X(CQES, "cqes", COUNTER, "completions taken from both CQs")                                            \
+    X(RECV_MSGS, "recv_msgs", COUNTER, "messages received and handed to a receive callback")              \
+    X(RECV_BYTES, "recv_bytes", COUNTER, "bytes of those messages")                                        \
+    X(ERR_CQES, "err_cqes", COUNTER, "completions with an error status (flushes not counted)")            \
+    X(FLUSHED_CQES, "flushed_cqes", COUNTER, "send completions flushed after their endpoint failed")       \
+    X(RECV_FLUSHED, "recv_flushed", COUNTER, "receive buffers flushed after their endpoint failed")        \
+    X(STALE_WR_IDS, "stale_wr_ids", COUNTER, "completions of destroyed endpoints, dropped")                \
+    X(RECV_DROPS, "recv_drops", COUNTER, "received messages dropped (no receive callback, short UD, UD of no peer)") \
+    X(NO_RESOURCE, "no_resource", COUNTER, "posts refused with RDMAX_ERR_NO_RESOURCE")                     \
+    X(EP_ERRORS, "ep_errors", COUNTER, "endpoints moved to the error state")                               \
+    X(ENDPOINTS, "endpoints", LEVEL, "endpoints of the context now")                                       \
+    X(RCACHE_HITS, "rcache.hits", COUNTER, "registration cache: gets served by a cached region")           \
+    X(RCACHE_MISSES, "rcache.misses", COUNTER, "registration cache: gets that registered memory")          \
+    X(RCACHE_EVICTIONS, "rcache.evictions", COUNTER, "registration cache: unused regions evicted")         \
+    X(RCACHE_INVALIDATIONS, "rcache.invalidations", COUNTER,                                               \
+      "registration cache: regions dropped because their memory changed")                                  \
+    X(RCACHE_REGIONS, "rcache.regions", LEVEL, "registration cache: live registrations now")               \
+    X(RCACHE_BYTES, "rcache.bytes", LEVEL, "registration cache: bytes registered now")                     \
+    X(PENDING_LENGTH, "pending.length", LEVEL, "requests waiting in the pending queue now")                \
+    X(PENDING_DISPATCHES, "pending.dispatches", COUNTER, "pending requests the arbiter posted")            \
+    X(UD_SKIPPED, "ud.skipped", COUNTER,                                                                   \
+      "UD datagrams of a connected peer skipped in its numbering: lost, or late (ud.late)")                \
+    X(UD_LATE, "ud.late", COUNTER, "UD datagrams that came after a later one (already in ud.skipped)")     \
+    X(UD_DUPLICATES, "ud.duplicates", COUNTER, "UD datagrams that came twice")                             \
+    X(PORT_RETRANSMITS, "port.retransmits", COUNTER, "device port: RC retransmissions after an ack timeout")  \
+    X(PORT_RETRY_EXCEEDED, "port.retry_exceeded", COUNTER, "device port: RC requests that ran out of retries") \
+    X(PORT_RNR_NAKS_RECEIVED, "port.rnr_naks_received", COUNTER,                                           \
+      "device port: receiver-not-ready NAKs received (the peer had no receive buffer)")                    \
+    X(PORT_RNR_NAKS_SENT, "port.rnr_naks_sent", COUNTER, "device port: receiver-not-ready NAKs sent")      \
+    X(PORT_SEQ_NAKS_RECEIVED, "port.seq_naks_received", COUNTER,                                           \
+      "device port: PSN sequence-error NAKs received (the peer missed a packet)")                          \
+    X(PORT_OUT_OF_SEQ, "port.out_of_seq", COUNTER, "device port: requests received ahead of their PSN")    \
+    X(PORT_DUPLICATE_REQUESTS, "port.duplicate_requests", COUNTER,                                         \
+      "device port: duplicate requests received (a retransmission of what had arrived)")  \
+    X(RECV_IMMS, "recv_imms", COUNTER, "puts with immediate data received")                                \
+    X(EP_BYTES, "endpoint_bytes", LEVEL, "rdmax's own bytes of the live endpoints (malloc and mmap)")      \
+    X(RECV_POOL_BYTES, "recv_pool.bytes", LEVEL, "bytes of the shared receive pool (RC)")                  \
+    X(RECV_POOL_POSTED, "recv_pool.posted", LEVEL, "buffers of the shared receive pool posted now")        \
+    X(SRQ_LIMIT_EVENTS, "srq_limit_events", COUNTER, "the shared receive queue fell below its low-water mark") \
+    X(UD_WRONG_SOURCE, "ud.wrong_source", COUNTER,                                                         \
+      "UD datagrams naming an endpoint whose peer did not send them (source GID or QPN), dropped")         \
+    X(WINDOW_BREAKS, "window_breaks", COUNTER, "RC endpoints failed because their peer sent past its credit window") \
+    X(GRANT_WAITS, "grant_waits", COUNTER, "RC windows that would have grown but waited for the shared receive pool")
+
+enum rdmax_profile_var_id {
+    RDMAX__PROF_VAR_BEFORE_FIXED = 3 * RDMAX_OP__COUNT - 1,
+#define RDMAX__X(id, name, type, desc) RDMAX_PROFILE_VAR_##id,
+    RDMAX__PROF_VARS(RDMAX__X)
+#undef RDMAX__X
+    RDMAX_PROFILE_VAR__COUNT
+};
+
+/* Events. `detail` says more; `ep` is the endpoint concerned (NULL for the registration cache).
+     EP_CONNECTED       ep reached RDMAX_EP_CONNECTED; detail: the peer's QP number
+     EP_ERROR           ep moved to RDMAX_EP_ERROR (once per endpoint); detail: the ibv_wc_status of the
+                        completion that failed it, or for a failure without an error completion of its
+                        own: IBV_WC_WR_FLUSH_ERR (its QP went to the error state), IBV_WC_RETRY_EXC_ERR (the
+                        watchdog: nothing completed within its bound), IBV_WC_FATAL_ERR (an asynchronous
+                        QP or device error)
+     EP_CLOSED          ep moved to RDMAX_EP_CLOSED; detail: 1 if the peer disconnected, 0 if this side did
+     PORT_DOWN          the context's port went down (asynchronous event); ep NULL; detail: port number
+     PORT_ACTIVE        the context's port is active again; ep NULL; detail: port number
+     DEVICE             another asynchronous device event (device fatal, CQ error, GID change); ep NULL
+                        unless it names a QP; detail: the ibv_event_type
+     SQ_FULL            a post on ep was refused with RDMAX_ERR_NO_RESOURCE (each refusal, like the
+                        no_resource counter); detail: RDMAX_PROFILE_NORES_*, the resource that ran out
+     RCACHE_EVICT       an unused cached registration was evicted to honour a limit; detail: its bytes
+     RCACHE_INVALIDATE  a cached registration was dropped because its memory changed (unmapped, or
+                        rdmax_rcache_invalidate); detail: its bytes
+     GRANT_WAIT         ep's window would have grown but waits for the shared receive pool (each time,
+                        like grant_waits); detail: 1 if the pool is at its bound (the receive CQ's
+                        max_cqe, max_srq_wr, or registering more failed), 0 if it grows at the next tick */
+#define RDMAX__PROF_EVENTS(X)                                                                              \
+    X(EP_CONNECTED, "ep_connected")                                                                        \
+    X(EP_ERROR, "ep_error")                                                                                \
+    X(SQ_FULL, "sq_full")                                                                                  \
+    X(RCACHE_EVICT, "rcache_evict")                                                                        \
+    X(RCACHE_INVALIDATE, "rcache_invalidate")                                                              \
+    X(EP_CLOSED, "ep_closed")                                                                              \
+    X(PORT_DOWN, "port_down")                                                                              \
+    X(PORT_ACTIVE, "port_active")                                                                          \
+    X(DEVICE, "device")                                                                                    \
+    X(GRANT_WAIT, "grant_wait")
+
+typedef enum rdmax_profile_event {
+#define RDMAX__X(id, name) RDMAX_PROFILE_EVENT_##id,
+    RDMAX__PROF_EVENTS(RDMAX__X)
+#undef RDMAX__X
+    RDMAX_PROFILE_EVENT__COUNT
+} rdmax_profile_event;
+
+/* detail of RDMAX_PROFILE_EVENT_SQ_FULL */
+enum {
+    RDMAX_PROFILE_NORES_SQ = 1,       /* send-queue slots of the endpoint */
+    RDMAX_PROFILE_NORES_CQ = 2,       /* send-CQ entries of the context */
+    RDMAX_PROFILE_NORES_PENDING = 3,  /* requests wait in the endpoint's pending queue: a post would overtake */
+    RDMAX_PROFILE_NORES_CREDITS = 4,  /* RC send credits (the peer's receive buffers) */
+    RDMAX_PROFILE_NORES_READS = 5     /* RDMA read / atomic budget (max_rd_atomic) */
+};
+
+typedef void (*rdmax_profile_event_cb)(rdmax_profile *prof, rdmax_profile_event type, rdmax_ep *ep,
+                                       uint64_t detail, void *user);
+
+/* Profile points (with -DRDMAX_PROFILE):
+     POST        ibv_post_send (one system call on rxe)
+     POLL        ibv_poll_cq of the send and the receive CQ, empty polls included
+     PROGRESS    rdmax_progress, callbacks and dispatch included
+     DISPATCH    the pending queue's dispatch (only when something waits)
+     RCACHE_GET  rdmax_rcache_get for a buffer passed without an rdmax_mem */
+#define RDMAX__PROF_POINTS(X)                                                                              \
+    X(POST, "post")                                                                                        \
+    X(POLL, "poll")                                                                                        \
+    X(PROGRESS, "progress")                                                                                \
+    X(DISPATCH, "arb_dispatch")                                                                            \
+    X(RCACHE_GET, "rcache_get")
+
+enum {
+#define RDMAX__X(id, name) RDMAX__PROF_POINT_##id,
+    RDMAX__PROF_POINTS(RDMAX__X)
+#undef RDMAX__X
+    RDMAX__PROF_POINT__COUNT
+};
+
+/* ---- profile: API ------------------------------------------------------------------------------- */
+
+/* rdmax_profile_create, rdmax_profile_destroy: a profile object on ctx, for variables and events (see
+   the profile overview above); close frees it (NULL is a no-op; from an event callback it is refused,
+   logged with item PROFILE_MISUSE).
+   Parameters: ctx; out receives the object.
+   Result: RDMAX_OK; RDMAX_ERR_NO_MEMORY; RDMAX_ERR_INVALID_PARAM from inside an event callback.
+   Threads: the context's thread. Remarks: close every profile before rdmax_ctx_destroy. */
+RDMAX_API rdmax_status rdmax_profile_create(rdmax_ctx *ctx, rdmax_profile **out);
+RDMAX_API void rdmax_profile_destroy(rdmax_profile *prof);
+
+/* rdmax_profile_query_vars: every variable, vars[i].id == i; the array is static.
+   Parameters: prof; vars, count receive the array and its length. Result: RDMAX_OK.
+   Threads: any one reader thread at a time (see above). */
+RDMAX_API rdmax_status rdmax_profile_query_vars(rdmax_profile *prof, const rdmax_profile_var **vars,
+                                                size_t *count);
+
+/* rdmax_profile_read_u64: the variable's value now, or in the snapshot while one is open.
+   The port.* variables are the device's own port counters (sysfs ports/N/hw_counters, opened by
+   rdmax_profile_create; within a snapshot each is read at its first read, as sysfs costs microseconds,
+   so a snapshot nobody reads them from costs nothing more: never on the fast path). They
+   count for the whole port, every process's QPs, since the counter was reset. A device without the
+   counter (names differ: rxe's completer_retry_err is mlx5's local_ack_timeout_err, some have none) or
+   with unreadable sysfs reads as RDMAX_ERR_UNSUPPORTED with *out 0, not as a silent 0.
+   Result: RDMAX_OK, RDMAX_ERR_INVALID_PARAM (unknown id), RDMAX_ERR_UNSUPPORTED (not available). */
+RDMAX_API rdmax_status rdmax_profile_read_u64(rdmax_profile *prof, uint32_t id, uint64_t *out);
+
+/* rdmax_profile_start_reads / _end_reads: start takes a snapshot of every variable; reads until end
+   return it. Start again (without end) takes a new one.
+   Parameters: prof. Result: none. Threads: the profile's reader thread (see above). */
+RDMAX_API void rdmax_profile_start_reads(rdmax_profile *prof);
+RDMAX_API void rdmax_profile_end_reads(rdmax_profile *prof);
+
+/* rdmax_profile_reg_event: call cb(prof, type, ep, detail, user) for each event of `type` on the profile's
+   context; cb NULL unregisters. One callback per profile and type (a new one replaces it).
+   Result: RDMAX_OK, RDMAX_ERR_INVALID_PARAM (unknown type, or called from a callback).
+   Threads: the context's thread.
+   rdmax_profile_event_str: the name of an event type ("ep_error", ...), a static string. */
+RDMAX_API rdmax_status rdmax_profile_reg_event(rdmax_profile *prof, rdmax_profile_event type,
+                                               rdmax_profile_event_cb cb, void *user);
+RDMAX_API const char *rdmax_profile_event_str(rdmax_profile_event type);
+
+/* rdmax_profile_print: the profile points as a table (status on/off, name, total seconds, count, average
+   ns), then every variable as "name: value" ("name: unavailable" for a port counter the device lacks).
+   Needs no profile object. Parameters: ctx; f (e.g. stdout). Result: none.
+   Threads: the context's thread. */
+RDMAX_API void rdmax_profile_print(rdmax_ctx *ctx, FILE *f);
+
+/* ---- API: operations and progress (inline: defined at the end of this file) --------------------- */
+
+/* rdmax_send: send len bytes to the peer's receive callback.
+   Parameters: buf, len: the message; mem: its registration, or NULL (inline if len <= max_inline, else
+   the registration cache); comp: NULL, or the completion that reports the result.
+   Result: RDMAX_INPROGRESS whenever comp is given (inline or not); without comp RDMAX_OK (inline: buf is
+   free now) or RDMAX_INPROGRESS; RDMAX_ERR_NO_RESOURCE (also: no send credits), RDMAX_ERR_SIZE (len
+   exceeds the peer's receive buffer; UD: the path MTU), RDMAX_ERR_INVALID_PARAM (buf NULL
+   and len not 0; checked before posting), other errors: nothing posted, comp unused.
+   Threads: the context's thread. */
+RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
+                                     rdmax_comp *comp);
+
+#if RDMAX__HAS_RC
+/* rdmax_put: RDMA write of len bytes to raddr/rkey of the peer.
+   Parameters: buf, len, mem, comp as rdmax_send; raddr, rkey: the peer's region (rdmax_ep_query_remote).
+   Result: with a comp RDMAX_INPROGRESS, inline or not; RDMAX_OK only for inline data without a comp;
+   RDMAX_ERR_NO_RESOURCE; RDMAX_ERR_INVALID_PARAM (buf NULL and len not 0), RDMAX_ERR_SIZE (over the
+   device's message size), RDMAX_ERR_UNSUPPORTED (UD endpoint): nothing posted, comp unused.
+   Threads: the context's thread. */
+RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
+                                    uint64_t raddr, uint32_t rkey, rdmax_comp *comp);
+
+/* rdmax_put_imm: RDMA write with immediate data: the len bytes land at raddr/rkey of the peer, then the
+   peer's imm_cb (rdmax_ep_desc.imm_cb) gets imm and len, in order with the endpoint's other operations.
+   imm is yours: rdmax's credits ride elsewhere. The notice uses a receive buffer at the peer, so it takes
+   a send credit like rdmax_send (RDMAX_ERR_NO_RESOURCE when none is left); len may be 0 (a notice only).
+   Parameters: as rdmax_put, and imm: 32 bits for the peer's imm_cb.
+   Result: as rdmax_put. Threads: the context's thread. */
+RDMAX_INLINE rdmax_status rdmax_put_imm(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
+                                        uint64_t raddr, uint32_t rkey, uint32_t imm, rdmax_comp *comp);
+
+/* rdmax_put_iov, rdmax_get_iov: gather/scatter variants of rdmax_put and rdmax_get: iov entries carry
+   their own lkey; at most min(device max SGE, RDMAX_MAX_SGE). Results as rdmax_put / rdmax_get, and
+   RDMAX_ERR_INVALID_PARAM for a NULL iov, a bad iovcnt or an entry with a NULL addr and a length.
+   Threads: the context's thread. */
+RDMAX_INLINE rdmax_status rdmax_put_iov(rdmax_ep *ep, const rdmax_iov *iov, size_t iovcnt, uint64_t raddr,
+                                        uint32_t rkey, rdmax_comp *comp);
+
+/* rdmax_get: RDMA read of len bytes from raddr/rkey into buf (inside mem). Counts against the
+   negotiated max_rd_atomic budget. len 0 reads nothing: RDMAX_OK without a comp; with one, a
+   zero-length write goes in its place (a zero-length read has crashed rxe), so comp still reports,
+   in order with the endpoint's other operations. RDMAX_ERR_INVALID_PARAM for a NULL buf,
+   RDMAX_ERR_SIZE over the device's message size, RDMAX_ERR_UNSUPPORTED on UD: all before buf is
+   registered.
+   Parameters: buf, len: where the data lands; mem: its registration, or NULL (the registration cache);
+   raddr, rkey: the peer's region; comp: NULL, or the completion that reports the result.
+   Result: RDMAX_INPROGRESS (the data is in buf once comp completes, or once rdmax_ep_flush returns);
+   RDMAX_OK (len 0 without a comp); RDMAX_ERR_NO_RESOURCE (also: the read budget is spent); the errors
+   above: nothing posted, comp unused.
+   Threads: the context's thread. */
+RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
+                                    uint32_t rkey, rdmax_comp *comp);
+RDMAX_INLINE rdmax_status rdmax_get_iov(rdmax_ep *ep, const rdmax_iov *iov, size_t iovcnt, uint64_t raddr,
+                                        uint32_t rkey, rdmax_comp *comp);
+
+/* rdmax_fadd: fetch-and-add of add to the 8 bytes at raddr; the old value lands in *result (inside mem).
+   Results: RDMAX_INPROGRESS (comp, if given, reports), RDMAX_ERR_NO_RESOURCE (also: read budget),
+   RDMAX_ERR_INVALID_PARAM for a NULL result, RDMAX_ERR_UNALIGNED, RDMAX_ERR_NO_MEMH without mem,
+   RDMAX_ERR_UNSUPPORTED on UD; the same for rdmax_cswap. Threads: the context's thread. */
+RDMAX_INLINE rdmax_status rdmax_fadd(rdmax_ep *ep, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
+                                     uint32_t rkey, uint64_t add, rdmax_comp *comp);
+
+/* rdmax_cswap: compare-and-swap: if the 8 bytes at raddr equal compare, write swap; the old value lands
+   in *result. Parameters and results as rdmax_fadd. Threads: the context's thread. */
+RDMAX_INLINE rdmax_status rdmax_cswap(rdmax_ep *ep, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
+                                      uint32_t rkey, uint64_t compare, uint64_t swap, rdmax_comp *comp);
+#endif
+
+/* rdmax_batch_begin: chain the following operations on ep into one post. A context chains for one
+   endpoint at a time: beginning on another endpoint first posts what the previous one chained.
+   Parameters: ep. Result: none. Threads: the context's thread. */
+RDMAX_INLINE void rdmax_batch_begin(rdmax_ep *ep);
+
+/* rdmax_batch_end: post what was chained since rdmax_batch_begin.
+   Result: RDMAX_OK (nothing chained, or posted), or the post's error: then the chained operations
+   complete with RDMAX_ERR_IO through their comps. Threads: the context's thread. */
+RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep);
+
+/* rdmax_progress: poll receive completions (batches of 16), then send completions; run callbacks, repost
+   receive buffers, then serve endpoints with pending requests (one branch when there are none); once a
+   millisecond has passed also the watchdog, keepalives and device events (see FAILURES).
+   Parameters: ctx. Result: the number of completions handled (>= 0).
+   Threads: the context's thread. */
+RDMAX_INLINE int rdmax_progress(rdmax_ctx *ctx);
+
+/* ================================================================================================
+   INLINE INTERNALS: not API. What the inline calls above need in the caller's translation unit: the
+   pending queue's arbiter, the context and endpoint structs, the private prototypes, the internals of
+   the registration cache and the profile, and the inline calls' definitions (their documentation is
+   at their declarations above). Names with rdmax__ and the fields of these structs change without
+   notice; a program reads them through the API.
+   ================================================================================================ */
+
+/* ---- arbiter: the pending queue ----------------------------------------------------------------- */
+/* The pending queue of an interface. Each endpoint owns one *group* of pending elements (requests
+   that found no resources); the arbiter serves the scheduled groups round-robin, so one busy endpoint
+   cannot starve the others. Elements and groups are embedded in the caller's structs; the arbiter never
+   allocates, so every operation is O(1) except dispatch (O(elements served)) and purge (O(group size)).
+
+   Only groups are linked into the arbiter, never the elements behind a group's head, so the ring's size
+   is the number of endpoints with work, and a visit touches one group and its head element.
+
+     rdmax__arb
+     +------------+
+     | current    +---+   next group to serve; NULL: nothing scheduled (the one-branch check)
+     | resched    |   |   groups that returned RESCHED, back when the dispatch returns
+     | disp       |   |   what a callback did to its own group (0: nothing, that group is current)
+     | hist[8]    |   |   groups visited last (prefetch hints, below)
+     | hints_set  |   |   hints set since the rings last changed (near hints, below)
+     | pending    |   |   elements in all groups (profiling)
+     +------------+   |
+                      v
+          +--> +-----------+ rnext  +-----------+ rnext  +-----------+ rnext --+
+          |    | group A   |------->| group B   |------->| group C   |         |
+          | +--+ rprev     |<-------+ rprev     |<-------+ rprev     |<-----+  |
+          | |  | head tail |        | head tail |        | head tail |      |  |
+          | |  | count 3   |        | count 1   |        | count 2   |      |  |
+          | |  +--+-----+--+        +--+-----+--+        +--+-----+--+      |  |
+          | |     |     +-------+      |     |              |     +--+      |  |
+          | |     v             v      v<----+              v        v      |  |
+          | |   [a1] -> [a2] -> [a3]   [b1]                [c1] -> [c2]     |  |
+          | +---------------------------------------------------------------+  |  A.rprev = C
+          +--------------------------------------------------------------------+  C.rnext = A
+
+   Elements hold one pointer, next: FIFO within the group, the last one's next is END, NULL means "not
+   queued". Groups are circular and doubly linked, so schedule and desched of any group are O(1).
+
+   Group states (rdmax__arb_group_is_scheduled / _is_desched):
+     idle        not in the arbiter: never scheduled, or emptied (a group leaves when its last element goes)
+     scheduled   in the ring (or parked after RESCHED, back when the dispatch returns)
+     descheduled taken out by RDMAX__ARB_CB_DESCHED or rdmax__arb_group_desched() while it still has elements
+
+   THE SCHEDULING RULE: pushing never schedules. After pushing, call rdmax__arb_group_schedule() when the
+   endpoint may send (typically right after the push in pending_add, and again when the endpoint gets its
+   resources back). Scheduling an empty group does nothing, scheduling a scheduled group does nothing.
+   This keeps "has work" and "may run" separate: a descheduled endpoint stays out however much is pushed.
+
+   Dispatch runs round-robin: each visit serves up to per_group elements of a group, then moves to the
+   next. It goes on lap after lap until the arbiter is empty, a callback returns RDMAX__ARB_CB_STOP, or a whole
+   lap removed nothing (then nothing can change, so looping would spin). A group scheduled at any time,
+   also from a callback, joins the tail of the round: right behind the group being served, so every
+   group already scheduled has its turn first.
+
+   Destroying an endpoint from inside a callback (UCX PR 6401) is safe by design, without UCX's stack
+   dummy element: before calling back, the dispatcher unlinks the element from its group; the group is
+   arb->current while the callback runs, until the callback itself moves it. The first purge, desched
+   or push_head of that group in the callback records what it did in arb->disp (0 while nothing was);
+   rdmax__arb_group_purge()/_cleanup() records "gone" (no group), so after the callback returns the
+   dispatcher touches neither the group nor the element: it just continues with arb->current, which
+   every ring change keeps valid. The element being dispatched is
+   not part of such a purge: it belongs to the running callback (which still holds it), and the arbiter
+   forgets it whatever the callback returns. An element whose callback returned REMOVE is never touched
+   again either, so the callback may free it or push it again (re-pushing it from its own callback is
+   also fine with any other result: it counts as a new push and the old position is dropped).
+   Purge and cleanup of other groups unlink them at once; the dispatcher holds no pointer to them.
+
+   Prefetch hints: with thousands of endpoints a visit misses the cache twice (group, head element), and
+   walking a ring is a chain of dependent loads that "prefetch the next group" cannot get ahead of (it
+   measured no gain: 33 ns per element at 10,000 groups either way, against 4 ns at 10). So each visit
+   leaves, in the group visited RDMAX__ARB_AHEAD visits earlier, a pointer to this group and to its next
+   head element; the next round prefetches through them that many visits ahead, with many misses in
+   flight at once (5 ns per element). Eight visits ahead measured best from 1,000 to 1,000,000
+   groups (Zen 4: 16 was 1-4% slower at 1,000 groups, 8-11% at 10,000 and 6-15% at 1,000,000, 32
+   slower still, 4 twice as slow from 100,000 up). With RDMAX__ARB_HINT_MIN groups or fewer the rings
+   sit in the caches and the hints are left alone (a fifth of the instructions per element at 10
+   groups). These far hints are only prefetched, never dereferenced, so stale ones are harmless. The
+   dispatcher does write hints into the groups it visited last (arb->hist): that is why a group must
+   go through rdmax__arb_group_cleanup() (or _purge()) before its memory is freed or reused, even when
+   it is idle and empty.
+   Near hints, with up to RDMAX__ARB_NEAR_MAX groups (rings that stay in the second-level cache): the
+   dispatch loop is bound by its stores there, and writing a hint per visit costs a fifth of the time
+   per element at 1,000 groups. So the hint points RDMAX__ARB_AHEAD / 2 visits ahead, and once every
+   scheduled group has one set since the rings last changed (arb->hints_set, reset by every insert
+   into and removal from a ring), the hints are exact: each names a group that is scheduled, so the
+   dispatcher may read it (its line was prefetched that many visits ago), prefetch the group after it
+   (RDMAX__ARB_AHEAD visits ahead) and that group's current head element, and write no hints at all
+   until the rings change again. Reading a hint is the one thing far hints cannot afford (it would wait
+   for memory from 100,000 groups up: 44 ns per element instead of 25).
+
+   Threads: none. One arbiter and its groups belong to one thread at a time (the context's).
+*/
+
+typedef struct rdmax__arb rdmax__arb;
+typedef struct rdmax__arb_group rdmax__arb_group;
+
+/* What a dispatch callback tells the arbiter. Any other value is treated as RDMAX__ARB_CB_STOP. */
+typedef enum rdmax__arb_result {
+    RDMAX__ARB_CB_REMOVE = 0,   /* element done and removed; go on in this group, up to per_group */
+    RDMAX__ARB_CB_NEXT_GROUP,   /* element stays at the head; next group (this one again next lap) */
+    RDMAX__ARB_CB_DESCHED,      /* element stays; the endpoint is out of resources: group leaves the arbiter
+                               until rdmax__arb_group_schedule() */
+    RDMAX__ARB_CB_RESCHED,      /* element stays; group is served again, but not in this dispatch */
+    RDMAX__ARB_CB_STOP          /* interface out of resources: element and group stay at the head, dispatch
+                               returns; the next dispatch starts with this group */
+} rdmax__arb_result;
+
+/* Dispatch callback: try to run elem (of group). The element is unlinked while the callback runs. */
+typedef rdmax__arb_result (*rdmax__arb_cb)(rdmax__arb *arb, rdmax__arb_group *group, rdmax__arb_elem *elem,
+                                         void *arg);
+/* Purge callback: elem was cancelled (already unlinked); the callback owns it now (complete, free). */
+typedef void (*rdmax__arb_purge_cb)(rdmax__arb *arb, rdmax__arb_group *group, rdmax__arb_elem *elem,
+                                   void *arg);
+
+/* Embed in the endpoint. 64 bytes on LP64: give it a cache line of its own (e.g. first in a 64-byte
+   aligned endpoint); dispatch prefetches it ahead, not the rest of the endpoint. Zero (or
+   rdmax__arb_group_init) means idle and empty. Call rdmax__arb_group_cleanup() before freeing it. Fields
+   are private. */
+struct rdmax__arb_group {
+    rdmax__arb_elem *head;       /* first queued element, NULL if none */
+    rdmax__arb_elem *tail;       /* last queued element; stale when head is NULL */
+    rdmax__arb_group *rnext;     /* ring links while scheduled (or parked after RESCHED) */
+    rdmax__arb_group *rprev;
+    size_t count;               /* queued elements, plus the one in a callback right now */
+    rdmax__arb_group *ahead;     /* prefetch hints from the previous round: the group visited
+                                   RDMAX__ARB_AHEAD (near hints: half as many) visits after this one,
+                                   and its next element. Only prefetched, unless exact (see above), */
+    rdmax__arb_elem *ahead_head; /* so they may be stale */
+    uint32_t mark;              /* set by a callback that removed nothing (see dispatch) */
+    uint8_t state;              /* RDMAX__ARB_IDLE ... */
+};
+
+#define RDMAX__ARB_AHEAD 8      /* prefetch distance in visits; a power of two */
+#ifndef RDMAX__ARB_HINT_MIN      /* (tests/fuzz/arbiter_fuzz.c sets 0: its 12 groups then leave hints) */
+#define RDMAX__ARB_HINT_MIN 64  /* hints only with more groups than this in the rings */
+#endif
+#ifndef RDMAX__ARB_NEAR_MAX
+#define RDMAX__ARB_NEAR_MAX 4096 /* near hints up to this many groups in the rings, far ones beyond */
+#endif
+#define RDMAX__ARB_FAR 1        /* hint modes (see the manual above) */
+#define RDMAX__ARB_NEAR 2
+
+/* One per interface. Zero (or rdmax__arb_init) means empty. Fields are private. */
+struct rdmax__arb {
+    rdmax__arb_group *current;   /* next group to serve; NULL when nothing is scheduled */
+    rdmax__arb_group *resched;   /* ring of groups that returned RESCHED in the running dispatch */
+    size_t ngroups;             /* groups in the two rings */
+    uintptr_t disp;             /* what the running callback did to its own group: 0 nothing (the group
+                                   is arb->current), else that group with RDMAX__ARB_MOVED, _HEADS in
+                                   the low bits, or RDMAX__ARB_GONE (purged) */
+    rdmax__arb_elem *disp_after; /* with RDMAX__ARB_HEADS: the first element push_head'ed into that group
+                                   during the callback */
+    size_t pending;             /* elements queued in all groups of this arbiter */
+    uint32_t mark;              /* the last lap mark used (see dispatch) */
+    uint32_t hist_pos;          /* the hist entry used last (the next visit uses the one after) */
+    rdmax__arb_group *hist[RDMAX__ARB_AHEAD]; /* the last groups visited, to set their ahead hints;
+                                   purge clears a group from it, so every entry is alive or NULL */
+    size_t hints_set;           /* near hints set since the rings last changed; RDMAX__ARB_EXACT once
+                                   that is a whole round and more: every scheduled group's ahead is a
+                                   scheduled group, and the hints stay as they are (see dispatch) */
+    uint8_t in_dispatch;        /* a dispatch is running: a nested one returns 0 */
+};
+
+/* private */
+#define RDMAX__ARB_END ((rdmax__arb_elem *)(uintptr_t)1) /* odd: no element's address */
+#define RDMAX__ARB_EXACT SIZE_MAX /* arb->hints_set: the hints are exact (see dispatch) */
+enum {
+    RDMAX__ARB_IDLE = 0,        /* zero: a zeroed group is idle */
+    RDMAX__ARB_DESCHED = 1,
+    RDMAX__ARB_SCHED = 2,       /* bit 1 set: in the arbiter (ring or resched ring) */
+    RDMAX__ARB_RESCHED = 3
+};
+/* arb->disp's low bits: the callback descheduled its own group (honour that, not its result), or
+   push_head'ed into it (arb->disp_after is valid); GONE, with no group: it purged it. Any of them makes
+   disp nonzero, so the dispatcher stores nothing before a callback and tests one word after it. */
+#define RDMAX__ARB_MOVED ((uintptr_t)1)
+#define RDMAX__ARB_HEADS ((uintptr_t)2)
+#define RDMAX__ARB_DISP_FLAGS (RDMAX__ARB_MOVED | RDMAX__ARB_HEADS)
+#define RDMAX__ARB_GONE RDMAX__ARB_MOVED
+RDMAX_STATIC_ASSERT(__alignof__(rdmax__arb_group) > RDMAX__ARB_DISP_FLAGS,
+                    "rdmax: arb->disp's flags live in a group address's low bits");
+RDMAX_STATIC_ASSERT(__alignof__(rdmax__arb_elem) > 1, "rdmax: RDMAX__ARB_END must be no element's address");
+
+/* ---- arbiter: out-of-line API ------------------------------------------------------------------- */
+
+/* rdmax__arb_group_push_head: queue elem in front of every element of group, e.g. a flow-control grant
+   that must go first to avoid a deadlock. Does not schedule (see the rule above). If group's element is
+   in a callback right now and the callback keeps it, it goes back right behind the first element
+   push_head'ed during that callback, so the pushed element still goes first.
+   Parameters: elem must not be queued (rdmax__arb_elem_is_queued() false).
+   Threads: none (owner thread). O(1). */
+RDMAX_API void rdmax__arb_group_push_head(rdmax__arb *arb, rdmax__arb_group *group, rdmax__arb_elem *elem);
+
+/* rdmax__arb_group_desched: take a scheduled group out of the arbiter (endpoint out of resources); its
+   elements stay queued and it becomes "descheduled". No effect on an idle or descheduled group. Called
+   from a callback on its own group, it wins over the callback's result (except STOP, which still stops).
+   Threads: none. O(1). */
+RDMAX_API void rdmax__arb_group_desched(rdmax__arb *arb, rdmax__arb_group *group);
+
+/* rdmax__arb_group_purge: cancel every queued element of group, head to tail: each is unlinked, then cb
+   (if not NULL) gets it and owns it. The group leaves the arbiter and is idle and empty afterwards.
+   Safe at any time, also from a dispatch callback, on its own group or another one; the element being
+   dispatched is not cancelled (its callback owns it, see above). cb may push (a pushed element is not
+   cancelled) but must not free the group or touch elements it was not given; free the group after
+   purge returns.
+   Threads: none. O(elements). */
+RDMAX_API void rdmax__arb_group_purge(rdmax__arb *arb, rdmax__arb_group *group, rdmax__arb_purge_cb cb,
+                                     void *arg);
+
+/* rdmax__arb_group_cleanup: forget group before its memory is freed (endpoint destroy): purge without a
+   callback, so queued elements are dropped (the caller owns them; they are marked not queued, so they
+   must still be valid memory). Required before freeing or re-initialising any group that was ever
+   dispatched, idle or not: the dispatcher may still hold it as a prefetch-hint target. Afterwards the
+   memory may be freed or re-initialised, also from inside a dispatch callback on this very group.
+   Threads: none. O(elements). */
+RDMAX_API void rdmax__arb_group_cleanup(rdmax__arb *arb, rdmax__arb_group *group);
+
+/* private: rdmax__arb_dispatch() once the arbiter is not empty */
+RDMAX_API size_t rdmax__arb_dispatch_nonempty(rdmax__arb *arb, unsigned per_group, rdmax__arb_cb cb,
+                                              void *arg);
+
+/* ---- arbiter: inline API ------------------------------------------------------------------------ */
+
+/* rdmax__arb_init / rdmax__arb_group_init / rdmax__arb_elem_init: same as zeroing. A group and its
+   elements are used with one arbiter from init to cleanup; init a group only when it is new or after
+   rdmax__arb_group_cleanup().
+   The queries below (rdmax__arb_is_empty, _pending, rdmax__arb_group_count, _is_empty, _is_scheduled,
+   _is_desched, rdmax__arb_elem_is_queued, rdmax__arb_group_first, rdmax__arb_elem_next) read only, O(1).
+   Parameters: non-NULL objects. Threads (all): none: the arbiter's owner thread. */
+RDMAX_INLINE void rdmax__arb_init(rdmax__arb *arb)
+{
+    arb->current = NULL;
+    arb->resched = NULL;
+    arb->ngroups = 0;
+    arb->disp = 0;
+    arb->disp_after = NULL;
+    arb->pending = 0;
+    arb->mark = 0;
+    arb->hist_pos = 0;
+    for (int i = 0; i < RDMAX__ARB_AHEAD; i++) {
+        arb->hist[i] = NULL;
+    }
+    arb->hints_set = 0;
+    arb->in_dispatch = 0;
+}
+
+RDMAX_INLINE void rdmax__arb_group_init(rdmax__arb_group *group)
+{
+    group->head = NULL;
+    group->tail = NULL;
+    group->rnext = NULL;
+    group->rprev = NULL;
+    group->count = 0;
+    group->ahead = NULL;
+    group->ahead_head = NULL;
+    group->mark = 0;
+    group->state = RDMAX__ARB_IDLE;
+}
+
+RDMAX_INLINE void rdmax__arb_elem_init(rdmax__arb_elem *elem)
+{
+    elem->next = NULL;
+}
+
+/* rdmax__arb_is_empty: true when no group is scheduled: the progress path's one branch. */
+RDMAX_INLINE bool rdmax__arb_is_empty(const rdmax__arb *arb)
+{
+    return arb->current == NULL;
+}
+
+/* rdmax__arb_pending: elements queued in all groups (scheduled or not) of this arbiter. O(1). */
+RDMAX_INLINE size_t rdmax__arb_pending(const rdmax__arb *arb)
+{
+    return arb->pending;
+}
+
+/* rdmax__arb_group_count: elements queued in group; inside a callback on group it includes the element
+   being dispatched. O(1). */
+RDMAX_INLINE size_t rdmax__arb_group_count(const rdmax__arb_group *group)
+{
+    return group->count;
+}
+
+RDMAX_INLINE bool rdmax__arb_group_is_empty(const rdmax__arb_group *group)
+{
+    return group->count == 0;
+}
+
+/* rdmax__arb_group_is_scheduled: in the arbiter, or parked after RESCHED and back when dispatch returns. */
+RDMAX_INLINE bool rdmax__arb_group_is_scheduled(const rdmax__arb_group *group)
+{
+    return (group->state & RDMAX__ARB_SCHED) != 0;
+}
+
+/* rdmax__arb_group_is_desched: taken out by DESCHED or rdmax__arb_group_desched() and not empty; stays so
+   until rdmax__arb_group_schedule() or a purge. */
+RDMAX_INLINE bool rdmax__arb_group_is_desched(const rdmax__arb_group *group)
+{
+    return group->state == RDMAX__ARB_DESCHED;
+}
+
+/* rdmax__arb_elem_is_queued: elem waits in a group (false while its callback runs). */
+RDMAX_INLINE bool rdmax__arb_elem_is_queued(const rdmax__arb_elem *elem)
+{
+    return elem->next != NULL;
+}
+
+/* rdmax__arb_group_first / rdmax__arb_elem_next: walk a group's queue head to tail (NULL at the end), for
+   flush checks, dumps and tests. Do not push or purge while walking. */
+RDMAX_INLINE rdmax__arb_elem *rdmax__arb_group_first(const rdmax__arb_group *group)
+{
+    return group->head;
+}
+
+RDMAX_INLINE rdmax__arb_elem *rdmax__arb_elem_next(const rdmax__arb_elem *elem)
+{
+    return elem->next == RDMAX__ARB_END ? NULL : elem->next;
+}
+
+/* rdmax__arb_group_push: queue elem at the tail of group (a pending request). Does not schedule: call
+   rdmax__arb_group_schedule() when the endpoint may send (see the rule above).
+   Parameters: elem must not be queued already (debug assert; it would corrupt both queues).
+   Threads: none. O(1), no allocation. */
+RDMAX_INLINE void rdmax__arb_group_push(rdmax__arb *arb, rdmax__arb_group *group, rdmax__arb_elem *elem)
+{
+    RDMAX_ASSERT(elem->next == NULL);
+    elem->next = RDMAX__ARB_END;
+    if (group->head != NULL) {
+        group->tail->next = elem;
+    } else {
+        group->head = elem;
+    }
+    group->tail = elem;
+    group->count++;
+    arb->pending++;
+}
+
+/* private: link g in front of *ring (one of arb's), i.e. at the tail of the round */
+RDMAX_INLINE void rdmax__arb_ring_insert(rdmax__arb *arb, rdmax__arb_group **ring, rdmax__arb_group *g)
+{
+    rdmax__arb_group *first = *ring;
+    arb->ngroups++;
+    arb->hints_set = 0; /* the ring order changed: hints are guesses again */
+    if (first == NULL) {
+        g->rnext = g;
+        g->rprev = g;
+        *ring = g;
+    } else {
+        g->rnext = first;
+        g->rprev = first->rprev;
+        first->rprev->rnext = g;
+        first->rprev = g;
+    }
+}
+
+/* private: unlink g from *ring (one of arb's); if g was the ring's first, its successor becomes first */
+RDMAX_INLINE void rdmax__arb_ring_remove(rdmax__arb *arb, rdmax__arb_group **ring, rdmax__arb_group *g)
+{
+    arb->ngroups--;
+    arb->hints_set = 0;
+    if (g->rnext == g) {
+        *ring = NULL;
+    } else {
+        g->rprev->rnext = g->rnext;
+        g->rnext->rprev = g->rprev;
+        if (*ring == g) {
+            *ring = g->rnext;
+        }
+    }
+}
+
+/* rdmax__arb_group_schedule: let group take part in dispatch, at the tail of the round (every scheduled
+   group goes first). No effect if it is empty or already scheduled. Safe from a dispatch callback.
+   Threads: none. O(1). */
+RDMAX_INLINE void rdmax__arb_group_schedule(rdmax__arb *arb, rdmax__arb_group *group)
+{
+    if ((group->state & RDMAX__ARB_SCHED) || group->count == 0) {
+        return;
+    }
+    rdmax__arb_ring_insert(arb, &arb->current, group);
+    group->state = RDMAX__ARB_SCHED;
+}
+
+/* rdmax__arb_dispatch: serve the scheduled groups round-robin, up to per_group elements per group per
+   turn, calling cb for each group's head element (see rdmax__arb_result), until the arbiter is empty,
+   cb returns RDMAX__ARB_CB_STOP, or a whole lap removed nothing.
+   Parameters: per_group 0 means 1 (strict round-robin, what RC and UD use). cb may push, push_head,
+   schedule, desched, purge and cleanup any group, including its own (see above), but not dispatch: a
+   nested dispatch returns 0 and does nothing.
+   Result: how many callbacks returned RDMAX__ARB_CB_REMOVE.
+   Threads: none. An empty arbiter costs one load and one branch. */
+RDMAX_INLINE size_t rdmax__arb_dispatch(rdmax__arb *arb, unsigned per_group, rdmax__arb_cb cb, void *arg)
+{
+    if (rdmax_likely(arb->current == NULL)) {
+        return 0;
+    }
+    return rdmax__arb_dispatch_nonempty(arb, per_group, cb, arg);
+}
 
 /* ---- internal types the inline fast paths touch (do not use their fields directly) -------------- */
 typedef struct rdmax__slot {
@@ -1861,317 +2694,16 @@ struct rdmax_ep {
                                    the endpoint (>>cm); NULL: nothing held */
 };
 
-/* ---- out-of-line API ---------------------------------------------------------------------------- */
-/* rdmax_status_str, rdmax_op_str: the sentence of a status ("success", ...), the name of an operation
-   ("send", "put", ...).
-   Parameters: any value; one out of range gives "unknown ..." rather than failing.
-   Result: a static string, never NULL.
-   Threads: any thread. */
-RDMAX_API const char *rdmax_status_str(rdmax_status s);
-RDMAX_API const char *rdmax_op_str(rdmax_op op);
+/* ---- private prototypes (the out-of-line ends of the inline calls) ------------------------------ */
 
-/* rdmax_ctx_create: opens the device (or joins desc->parent's), picks the port and GID, probes the
-   limits, creates the CQs and the completion channel (see STEP BY STEP, ENVIRONMENT).
-   Parameters: desc (NULL: all defaults; zero fields mean the documented defaults); ctx_out receives the
-   context, NULL on failure.
-   Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (a bad desc field such as conn_setup, half an allocator, or
-   a bad RDMAX_GID_INDEX / RDMAX_NUMA_NODE); RDMAX_ERR_NO_DEVICE (no such device, no active port, no
-   GID: the text names device and port); RDMAX_ERR_NO_MEMORY; RDMAX_ERR_IO (names the verbs call and
-   errno). Every failure is logged once and kept: rdmax_ctx_query_last_error(NULL) after the call.
-   Threads: any thread; a child (desc->parent) on the parent's thread or while the parent is idle.
-   rdmax_ctx_destroy: destroys the context's listeners, endpoints (their operations complete with
-   RDMAX_ERR_CANCELED), receive queues, cache and CQs, then frees it; NULL is a no-op. Close profile
-   objects and free rdmax_mem regions of the context first. Threads: the context's thread. */
-RDMAX_API rdmax_status rdmax_ctx_create(const rdmax_ctx_desc *desc, rdmax_ctx **ctx_out);
-RDMAX_API void rdmax_ctx_destroy(rdmax_ctx *ctx);
-/* rdmax_ctx_query_last_error, rdmax_ctx_query_last_error_item: the text and item of the last error logged on ctx
-   (also when the log level hid it).
-   Parameters: ctx, or NULL: the last error logged on the calling thread, by any context, so the reason a
-   rdmax_ctx_create failed survives it (the context is gone).
-   Result: the text ("" if none; valid until the next error) and its RDMAX_LOG_ITEM_* (NONE if none).
-   Threads: ctx's thread; with NULL, any thread (thread-local). */
-RDMAX_API const char *rdmax_ctx_query_last_error(const rdmax_ctx *ctx);
-RDMAX_API rdmax_log_item rdmax_ctx_query_last_error_item(const rdmax_ctx *ctx);
-/* rdmax_log_item_str: the sentence of a log item (the list RDMAX__LOG_ITEMS).
-   Parameters: item; out of range gives "unknown log item".  Result: a static string.
-   Threads: any thread. */
-RDMAX_API const char *rdmax_log_item_str(rdmax_log_item item);
-/* Context accessors.
-   rdmax_ctx_query_attr: the limits probed on the device and port (rdmax_dev_attr), valid while ctx lives.
-   rdmax_ctx_query_desc: the desc as applied (defaults, environment and device limits filled in).
-   rdmax_ctx_query_fd: the completion channel's fd: readable when a completion arrives after rdmax_ctx_arm.
-   A program that polls it in its own loop calls rdmax_wait(ctx, 0) while it is readable: a call handles
-   completions, or finds none, takes the notification and arms again (then RDMAX_ERR_TIMEOUT, and the
-   fd is quiet until the next completion).
-   rdmax_ctx_arm: asks for one notification on each CQ; RDMAX_OK, or RDMAX_ERR_IO.
-   rdmax_ctx_query_counters: copies the context's counters (rdmax_counters) into *out.
-   rdmax_ctx_query_rcache: the context's registration cache, for its stats, invalidate and drain; NULL until
-   the first raw buffer made it, or when rcache_disable is set.
-   Parameters: a live ctx (not NULL). Threads: the context's thread. */
-RDMAX_API const rdmax_dev_attr *rdmax_ctx_query_attr(const rdmax_ctx *ctx);
-RDMAX_API rdmax_ctx_desc rdmax_ctx_query_desc(const rdmax_ctx *ctx);
-RDMAX_API int rdmax_ctx_query_fd(const rdmax_ctx *ctx);
-RDMAX_API rdmax_status rdmax_ctx_arm(rdmax_ctx *ctx);
-/* rdmax_wait: blocks until a completion arrives, one of the context's listeners has work for
-   rdmax_accept (a client connecting or a handshake step), or timeout_ms passes, then progresses (also the
-   watchdog, keepalives, device events and state callbacks, in slices of 100 ms). So a server's loop is
-   rdmax_progress, rdmax_accept(l, desc, &ep, 0) until it returns RDMAX_ERR_TIMEOUT, rdmax_wait.
-   Parameters: ctx; timeout_ms (-1: forever; 0: do not block).
-   Result: RDMAX_OK (completions were handled, or a listener has work), RDMAX_ERR_TIMEOUT (neither within
-   timeout_ms), RDMAX_ERR_IO (the CQs could not be armed) or RDMAX_ERR_NO_MEMORY (more than 16
-   listeners, and their poll set could not be allocated).
-   Threads: the context's thread. */
-RDMAX_API rdmax_status rdmax_wait(rdmax_ctx *ctx, int timeout_ms);
-RDMAX_API void rdmax_ctx_query_counters(const rdmax_ctx *ctx, rdmax_counters *out);
-RDMAX_API struct rdmax_rcache *rdmax_ctx_query_rcache(const rdmax_ctx *ctx);
-/* rdmax_ctx_query_recv_pool: the shared receive pool of RC endpoints whose buffers are recv_size bytes,
-   now (rdmax_recv_pool_info): its buffers, how many are posted and free, the credits it backs,
-   the low-water mark. The profile variables recv_pool.bytes and recv_pool.posted are the totals over
-   all pools, readable from another thread.
-   Parameters: a live ctx; recv_size (0: the context's recv_size, whose pool lives as long as the
-   context once its first RC endpoint made it; an endpoint's is rdmax_ep_query_desc(ep).recv_size);
-   out receives the pool's state.
-   Result: true if ctx has a pool of that size now; false if not (no RC endpoint of that size was made
-   yet, its last one is gone, or the endpoints of that size have pools of their own): *out zeroed.
-   Threads: the context's thread. */
-RDMAX_API bool rdmax_ctx_query_recv_pool(const rdmax_ctx *ctx, uint32_t recv_size, rdmax_recv_pool_info *out);
-
-/* rdmax_mem_alloc, rdmax_mem_reg, rdmax_mem_free: registered memory (see STEP BY STEP: pass the
-   rdmax_mem as `mem` of an operation, or expose it to the peer with rdmax_ep_desc.expose).
-   rdmax_mem_alloc allocates len bytes on the context's NUMA node and registers them; rdmax_mem_reg
-   registers memory you own (you free it, after rdmax_mem_free); rdmax_mem_free deregisters (and frees
-   what rdmax_mem_alloc allocated); NULL is a no-op. Free a region before its context.
-   Parameters: access: RDMAX_ACCESS_* (remote rights are granted only when asked for, and only through
-   the endpoints the region is exposed on unless RDMAX_ACCESS_ANY_ENDPOINT: EXPOSED MEMORY); out receives it.
-   Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (NULL addr, len 0); RDMAX_ERR_NO_MEMORY; RDMAX_ERR_IO
-   (ibv_reg_mr failed: logged with errno, item MEM_REG or MEM_ALLOC).
-   Threads: the context's thread; a child context's region also works on its parent's and siblings'
-   endpoints (THREADS AND SHARED REGISTRATIONS). */
-RDMAX_API rdmax_status rdmax_mem_alloc(rdmax_ctx *ctx, size_t len, unsigned access, rdmax_mem **out);
-RDMAX_API rdmax_status rdmax_mem_reg(rdmax_ctx *ctx, void *addr, size_t len, unsigned access, rdmax_mem **out);
-RDMAX_API void rdmax_mem_free(rdmax_mem *mem);
-/* rdmax_numa_alloc, rdmax_numa_free: page-granular memory on the context's NUMA node (anonymous mmap
-   when the node is unknown), what rdmax uses for its own buffers.
-   Parameters: ctx; len (free: the same len as the alloc; p NULL is a no-op).
-   Result: the memory, or NULL. Not registered: pass it to rdmax_mem_reg if needed.
-   Threads: any thread while ctx lives. */
-RDMAX_API void *rdmax_numa_alloc(rdmax_ctx *ctx, size_t len);
-RDMAX_API void rdmax_numa_free(rdmax_ctx *ctx, void *p, size_t len);
-
-/* rdmax_conn_record_encode, rdmax_conn_record_decode: the wire format of the connection record (pure
-   functions, usable without a device; layout at rdmax_conn_record).
-   encode: writes info and returns its length (RDMAX_CONN_RECORD_HEAD .. RDMAX_CONN_RECORD_SIZE; regions past
-   RDMAX_MAX_REGIONS are not written).
-   decode: takes exactly one record (len equal to its length field) and validates every field.
-   Parameters: why (may be NULL), why_len: gets a sentence naming the bad field and the value seen.
-   Result (decode): RDMAX_OK, or the RDMAX_ERR_OOB_* status of the first field that is wrong.
-   Threads: any thread (no state). */
-RDMAX_API size_t rdmax_conn_record_encode(const rdmax_conn_record *info, uint8_t out[RDMAX_CONN_RECORD_SIZE]);
-RDMAX_API rdmax_status rdmax_conn_record_decode(const uint8_t *buf, size_t len, rdmax_conn_record *out,
-                                              char *why, size_t why_len);
-/* The compact record of rdma_cm setup (RDMAX_SETUP_CM), in the connect request's and reply's private data:
-     0 magic u32 | 4 version u16 | 6 length u16 (RDMAX_CM_RECORD_SIZE) | 8 transport u8 | 9 zero u8
-    10 credits u16 | 12 rkey u32 | 16 recv_size u32 | 20 region 0 address u64 | 28 region 0 length u64
-   The QP number, PSN, MTU and GID are rdma_cm's (the request, the route): decode takes them in `cm`
-   (and copies its LID, link layer, GID type and subnet prefix, which rdma_cm's route covers) and checks
-   the whole record as rdmax_conn_record_decode does, with the same statuses and sentences. len may
-   exceed the record (rdma_cm pads private data with zeros).
-   Parameters, Result, Threads: as rdmax_conn_record_encode / _decode (encode writes RDMAX_CM_RECORD_SIZE
-   bytes and writes region 0 only). */
-RDMAX_API void rdmax_cm_record_encode(const rdmax_conn_record *info, uint8_t out[RDMAX_CM_RECORD_SIZE]);
-RDMAX_API rdmax_status rdmax_cm_record_decode(const uint8_t *buf, size_t len, const rdmax_conn_record *cm,
-                                            rdmax_conn_record *out, char *why, size_t why_len);
-/* rdmax_oob_exchange: sends our record on a connected TCP socket and reads the peer's, with one deadline
-   for the whole exchange (what rdmax_connect and rdmax_accept do; for your own out-of-band channel).
-   Parameters: fd (blocking or not; left open); local; remote receives the decoded record; timeout_ms;
-   why/why_len (may be NULL) get the reason of a failure. No ADMISSION: a peer that requires a secret
-   gives RDMAX_ERR_OOB_AUTH.
-   Result: RDMAX_OK; RDMAX_ERR_TIMEOUT; RDMAX_ERR_OOB_* (the record, as rdmax_conn_record_decode);
-   RDMAX_ERR_IO (the socket failed). Threads: any thread (no context). */
-RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_record *local, rdmax_conn_record *remote,
-                                          int timeout_ms, char *why, size_t why_len);
-
-/* rdmax_listener_create, rdmax_accept, rdmax_connect, rdmax_listener_query_port: connecting (see CONNECTING).
-   rdmax_listener_create binds a TCP listener (host NULL: all IPv6 and IPv4 addresses; port 0: any, read it back
-   with rdmax_listener_query_port) and returns RDMAX_OK, RDMAX_ERR_INVALID_PARAM, RDMAX_ERR_NO_MEMORY or
-   RDMAX_ERR_IO (logged, item LISTEN);
-   rdmax_accept returns the first client whose handshake completes. Handshakes run side by side (up to
-   rdmax_ctx_desc.handshake_slots, 256; the TCP backlog is as long), non-blocking, each with its own
-   deadline (rdmax_ctx_desc.handshake_ms) apart from the accept wait: a silent, slow or malformed client
-   delays nobody. A flood cannot lock the listener: a client that sent nothing for handshake_first_ms
-   (1 s) goes, and with every slot taken a new client takes the slot of the handshake idle the longest
-   (once idle 0.5 s; a client that is sending is never pushed out). So a real client is served within
-   about handshake_first_ms plus the kernel's SYN retry (1 s) while hostile sockets come and go
-   (tests/oob_test on rxe: 2,000 in a burst, half silent, a quarter with a truncated record, a quarter
-   closing at once: 20 of 20 real clients connected, 0.38 s on average, 1.3 s at most; the fds went back
-   to their level). With RDMAX_SETUP_CM, rdma_cm's own listener holds at most 256 handshakes. The endpoint is made only after the client's record
-   checks out (and its proof of the secret, see ADMISSION), with the desc of the call that read that record, which may be an earlier call than the one
-   that returns it: recv_cb, imm_cb, user, state_cb, watchdog_ms and keepalive_ms are always the returning
-   call's, the rest (queue depths, sizes, timeouts, expose) the making call's, so pass the same to every
-   call. The server's ready byte comes from the returning call, and the client's rdmax_connect returns only
-   after it, so no message of the client meets another call's callbacks or user; bytes a client that is
-   not rdmax sends before that byte are dropped and counted (recv_drops). With RDMAX_SETUP_CM the client's
-   connect returns once rdma_cm has established the connection, which may be before the accept call that
-   returns its endpoint: until that call the endpoint holds what the client sends (in order; it grants no
-   credits, so an rdmax client stops at its window) and delivers it to the returning call's callbacks and
-   user from the next rdmax_progress; messages past the window (a client that is not rdmax) and what is
-   held when the handshake fails are dropped and counted (recv_drops). Results: RDMAX_OK; RDMAX_ERR_TIMEOUT: nobody finished within timeout_ms (0 polls; an empty
-   wait logs at debug level only, and handshakes in progress go on in the next call); a handshake failure
-   (RDMAX_ERR_OOB_*, including RDMAX_ERR_OOB_TIMEOUT for a client that stalled): that client is dropped,
-   the listener stays usable, call again. rdmax_connect resolves host (IPv4 or IPv6) and retries a peer
-   that refuses or cannot be reached with backoff (10 ms doubling to 1 s) until timeout_ms.
-   A negative timeout_ms is RDMAX_ERR_INVALID_PARAM for both; 0 polls (accept) or tries once (connect).
-   With rdmax_ctx_desc.conn_setup = RDMAX_SETUP_CM all of this holds through rdma_cm (CONNECTION SETUP):
-   a client whose connect request carries a bad record is rejected and accept returns its RDMAX_ERR_OOB_*;
-   one that never confirms (no RTU) ends with RDMAX_ERR_OOB_TIMEOUT after handshake_ms, one that gives up
-   or vanishes during its handshake with RDMAX_ERR_OOB_SYNC; connect retries while nobody listens.
-   rdmax_connect's other results: RDMAX_ERR_CONNECT (nobody answered before timeout_ms), RDMAX_ERR_OOB_*
-   (the peer's record), and what rdmax_ep_create returns. desc is read during the call (copied).
-   Threads: the context's thread. */
-RDMAX_API rdmax_status rdmax_listener_create(rdmax_ctx *ctx, const char *host, uint16_t port, rdmax_listener **out);
-RDMAX_API uint16_t rdmax_listener_query_port(const rdmax_listener *l);
-/* rdmax_listener_query_fd: a file descriptor that becomes readable when rdmax_accept has work (a new client
-   or a handshake step): wait on it (poll/epoll), then call rdmax_accept(l, desc, &ep, 0). With
-   RDMAX_SETUP_CM, the rdma_cm event channel's fd. Threads: the context's thread. */
-RDMAX_API int rdmax_listener_query_fd(const rdmax_listener *l);
-/* rdmax_listener_destroy: closes the listener and ends its handshakes (their half-made endpoints go).
-   rdmax_ctx_destroy closes the listeners still open on the context (do not close those afterwards).
-   Threads: the context's thread. */
-RDMAX_API void rdmax_listener_destroy(rdmax_listener *l);
-RDMAX_API rdmax_status rdmax_accept(rdmax_listener *l, const rdmax_ep_desc *desc, rdmax_ep **out, int timeout_ms);
-RDMAX_API rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, const rdmax_ep_desc *desc,
-                                     rdmax_ep **out, int timeout_ms);
-/* rdmax_ep_create_pair: two endpoints of one context connected to each other (the --loopback mode;
-   each sees the other's exposed regions through rdmax_ep_query_remote).
-   Parameters: ctx; desc for both (copied); a, b receive them (NULL on failure).
-   Result: RDMAX_OK, or what rdmax_ep_create / rdmax_ep_connect_record return. Threads: ctx's thread. */
-RDMAX_API rdmax_status rdmax_ep_create_pair(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **a, rdmax_ep **b);
-/* rdmax_ep_create, rdmax_ep_query_record, rdmax_ep_connect_record: the lower level of connecting, for your
-   own out-of-band channel: create an endpoint (RDMAX_EP_INIT), read our record and carry it to the peer
-   (rdmax_conn_record_encode), then connect with the peer's record (RDMAX_EP_CONNECTED).
-   Parameters: desc (copied, NULL: defaults); remote: the peer's decoded record.
-   Result (create): RDMAX_OK; RDMAX_ERR_INVALID_PARAM / RDMAX_ERR_UNSUPPORTED (bad desc, transport not
-   selected: item EP_DESC); RDMAX_ERR_LIMIT (see LIMITS); RDMAX_ERR_NO_MEMORY; RDMAX_ERR_IO.
-   Result (connect_info): RDMAX_OK; RDMAX_ERR_OOB_TRANSPORT (the peer's transport differs);
-   RDMAX_ERR_IO (ibv_modify_qp, item QP_MODIFY; a memory window's bind, item MEM_WINDOW). Our exposed
-   regions are reachable by the peer from its return (EXPOSED MEMORY): carry our record's readiness to the
-   peer only after it. local_info cannot fail.
-   Threads: the context's thread. */
-RDMAX_API rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **out);
-RDMAX_API void rdmax_ep_query_record(const rdmax_ep *ep, rdmax_conn_record *info);
-RDMAX_API rdmax_status rdmax_ep_connect_record(rdmax_ep *ep, const rdmax_conn_record *remote);
-/* rdmax_ep_flush: waits, progressing the context, until every operation posted on ep has completed
-   (posts a signaled zero-length write if the last post was unsignaled).
-   Parameters: ep; timeout_ms (>= 0; 0: one pass).
-   Result: RDMAX_OK (all done, none failed); RDMAX_ERR_TIMEOUT (item FLUSH_TIMEOUT);
-   RDMAX_ERR_INVALID_PARAM (negative timeout_ms, or called from a comp callback: item
-   FLUSH_IN_CALLBACK); the endpoint's error (RDMAX_ERR_RETRY_EXCEEDED, RDMAX_ERR_CLOSED, ...) when it
-   failed or closed: never RDMAX_OK over a failed operation.
-   Threads: the context's thread, not inside a comp callback. */
-RDMAX_API rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms);
-/* rdmax_ep_destroy: destroys ep; its pending requests and operations still in flight complete with
-   RDMAX_ERR_CANCELED (now, before it returns); late completions are dropped. NULL is a no-op.
-   Threads: the context's thread; allowed in ep's own receive or pending callback, not in a comp callback
-   of ep (see COMPLETION OBJECTS).
-   rdmax_ep_query_error: the status that failed or closed ep (the first), RDMAX_OK if none. */
-RDMAX_API void rdmax_ep_destroy(rdmax_ep *ep);
-RDMAX_API rdmax_status rdmax_ep_query_error(const rdmax_ep *ep); /* first error, RDMAX_OK if none */
-/* rdmax_ep_disconnect: graceful close. Waits (up to timeout_ms) for what is in flight, tells the peer (RC:
-   a zero-length message the peer's rdmax_progress turns into RDMAX_EP_CLOSED and an EP_CLOSED event),
-   and leaves ep in RDMAX_EP_CLOSED: later posts return RDMAX_ERR_CLOSED. Destroy it afterwards.
-   Parameters: ep; timeout_ms (>= 0, else RDMAX_ERR_INVALID_PARAM).
-   Result: RDMAX_OK, or the error that stopped the drain (the endpoint is closed either way).
-   Threads: the context's thread. */
-RDMAX_API rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms);
 /* rdmax__tick: the low-rate slow path (device events, watchdog, keepalive). rdmax_progress calls
    rdmax__tick_due once a millisecond has passed since its last call (ctx->tick_at), which runs the tick
    at most once per step of the coarse clock (1-4 ms). */
 RDMAX_API void rdmax__tick(rdmax_ctx *ctx);
 RDMAX_API void rdmax__tick_due(rdmax_ctx *ctx);
-
-/* Endpoint accessors. Threads: the context's thread.
-   rdmax_ep_query_remote: region `index` the peer advertised (its desc's expose, then expose_list, in order),
-   NULL if it advertised fewer. Valid until the endpoint is destroyed. Example:
-       const rdmax_rbuf *r = rdmax_ep_query_remote(ep, 0);
-       if (r) rdmax_put(ep, buf, len, NULL, r->addr, r->rkey, &comp);
-   rdmax_ep_query_remote_count: how many it advertised.
-   rdmax_ep_query_desc: the desc as applied (sq_depth a power of two under the device limit, max_inline
-   probed, max_rd_atomic negotiated, ...); its pointers (expose, expose_list, user) are as given (the
-   list was read at creation: it need not point anywhere now). rdmax_ep_query_state: RDMAX_EP_INIT,
-   _CONNECTED, _ERROR, _CLOSED. rdmax_ep_query_resources: resources and identity now (rdmax_ep_resources; its qp is
-   the verbs QP, for tools and tests: moving it to another state fails the endpoint). rdmax_ep_query_ctx: the
-   endpoint's context.
-   Parameters: a live ep (not NULL). Result: as above; none fails. */
-RDMAX_API const rdmax_rbuf *rdmax_ep_query_remote(const rdmax_ep *ep, uint32_t index);
-RDMAX_API uint32_t rdmax_ep_query_remote_count(const rdmax_ep *ep);
-RDMAX_API rdmax_ep_desc rdmax_ep_query_desc(const rdmax_ep *ep);
-RDMAX_API rdmax_ep_state rdmax_ep_query_state(const rdmax_ep *ep);
-RDMAX_API void rdmax_ep_query_resources(const rdmax_ep *ep, rdmax_ep_resources *out);
-RDMAX_API rdmax_ctx *rdmax_ep_query_ctx(const rdmax_ep *ep);
-
-#if RDMAX__HAS_UD
-/* rdmax_mcast_join, rdmax_mcast_leave, rdmax_mcast_ep_create: UD multicast (see UD AND MULTICAST).
-   rdmax_mcast_join joins the IPv4 group `group` (e.g. "239.1.2.3") through rdma_cm, or directly with
-   mcast_join RDMAX_MCAST_ATTACH, and attaches ep's QP (a UD endpoint: the context's UD QP) to it; its
-   datagrams then reach ep's recv_cb. rdmax_mcast_leave detaches and leaves (rdmax_ep_destroy too).
-   rdmax_mcast_ep_create makes a send-only endpoint (desc copied) whose rdmax_send goes to every member;
-   through rdma_cm it joins as a full member too (its QP is not attached: it receives nothing).
-   A group has one receiving endpoint per context (the context's UD QP is attached once; its datagrams
-   go to the endpoint that joined): another endpoint of the same context cannot join it until that one
-   leaves; endpoints of other contexts or processes can. An endpoint joins at most 8 groups, a context's
-   endpoints at most 64 in all.
-   Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (not an IPv4 multicast address, or another endpoint of this
-   context joined the group); RDMAX_ERR_UNSUPPORTED (not a UD endpoint; the group's Q_Key is not the UD
-   QP's; RDMAX_MCAST_ATTACH on InfiniBand or without an IPv4-mapped GID); RDMAX_ERR_NO_DEVICE (no local
-   IPv4 address rdma_cm binds to the device); RDMAX_ERR_TIMEOUT (no join event within 10 s);
-   RDMAX_ERR_NO_MEMORY; RDMAX_ERR_NO_RESOURCE (ep joined 8 groups, or the context's endpoints 64);
-   RDMAX_ERR_IO (the join, its event, the IP join, the attach or the address handle failed). Failures of
-   the group, the endpoint and the calls are logged (item MCAST).
-   Threads: the context's thread. */
-RDMAX_API rdmax_status rdmax_mcast_join(rdmax_ep *ep, const char *group);
-RDMAX_API rdmax_status rdmax_mcast_leave(rdmax_ep *ep, const char *group);
-RDMAX_API rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, const char *group,
-                                             rdmax_ep **out);
-#endif
-
-/* Batching (rdmax_batch_begin, rdmax_batch_end, below): between begin and end, operations are chained
-   and posted with one ibv_post_send (a full chain of RDMAX_BATCH_MAX is posted early). */
 RDMAX_API rdmax_status rdmax__post_chain(rdmax_ep *ep, int last_is_callers);
 RDMAX_API void rdmax__batch_begin(rdmax_ep *ep);
 RDMAX_API rdmax_status rdmax__batch_end(rdmax_ep *ep);
-RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep);
-/* rdmax_put_list: the n puts of reqs, in order, in one post list: what rdmax_batch_begin, rdmax_put(ep,
-   r->buf, r->len, NULL, r->raddr, r->rkey, NULL) for each r and rdmax_batch_end do, with the tests and
-   the bookkeeping a put of 8 to 16 bytes needs done once per list (RC; inside the caller's own batch
-   the puts join it, and its rdmax_batch_end posts them).
-   Parameters: reqs: n puts (each as rdmax_put without mem and comp: any length, beyond the inline
-   size through the registration cache); done: NULL, or where the number of puts taken goes.
-   Result: RDMAX_OK (all n taken, every buffer free again), RDMAX_INPROGRESS (all n taken, some not
-   inline: keep those buffers until rdmax_ep_flush returns), or the error of the first put refused
-   (as rdmax_put: the puts before it were taken, *done says how many, and the list stops there), or
-   the post's RDMAX_ERR_IO (as rdmax_batch_end: the device refused the chain); RDMAX_ERR_INVALID_PARAM
-   for reqs NULL with n not 0.
-   Threads: the context's thread. */
-#if RDMAX__HAS_RC
-RDMAX_API rdmax_status rdmax_put_list(rdmax_ep *ep, const rdmax_put_req *reqs, size_t n, size_t *done);
-#endif
-/* Pending queue. rdmax_ep_pending_add queues req (cb set) and returns RDMAX_OK, or returns RDMAX_BUSY
-   without queueing when the endpoint has room right now (post directly instead). rdmax_req_post posts the
-   operation in req now if it can, else queues it; per-endpoint order always holds, because a direct
-   post while requests wait is refused with RDMAX_ERR_NO_RESOURCE. rdmax_ep_pending_purge cancels every
-   waiting request. A pending callback may post, push more requests, or destroy its own endpoint.
-   Who is served next: see PENDING QUEUE (round-robin over endpoints, FIFO within one).
-   Parameters: req: owned by the caller until it completes; pending_add needs req->cb, req_post needs
-   req->comp and no cb.
-   Result (pending_add): RDMAX_OK (queued), RDMAX_BUSY (room now: post directly), RDMAX_ERR_INVALID_PARAM
-   (no cb), RDMAX_ERR_NOT_CONNECTED, RDMAX_ERR_ENDPOINT. Result (req_post): RDMAX_INPROGRESS (posted or
-   queued: comp reports), RDMAX_ERR_INVALID_PARAM (cb set, or no comp), RDMAX_ERR_NOT_CONNECTED,
-   RDMAX_ERR_ENDPOINT, or the operation's own error (nothing posted). purge: each request's comp (if
-   any) gets RDMAX_ERR_CANCELED.
-   Threads: the context's thread. */
-RDMAX_API rdmax_status rdmax_ep_pending_add(rdmax_ep *ep, rdmax_req *req);
-RDMAX_API rdmax_status rdmax_req_post(rdmax_ep *ep, rdmax_req *req);
-RDMAX_API void rdmax_ep_pending_purge(rdmax_ep *ep);
 RDMAX_API size_t rdmax__dispatch(rdmax_ctx *ctx);
 RDMAX_API int rdmax__dispatch_then(rdmax_ctx *ctx, int n);     /* rdmax__dispatch, then returns n */
 RDMAX_API int rdmax__progress_more(rdmax_ctx *ctx, int n);     /* rdmax_progress after n receives */
@@ -2186,109 +2718,15 @@ RDMAX_API int rdmax__progress_one(rdmax_ctx *ctx);               /* rdmax__progr
 RDMAX_API int rdmax__poll_recv(rdmax_ctx *ctx);
 RDMAX_API int rdmax__recv_cqes(rdmax_ctx *ctx, int n);
 RDMAX_API int rdmax__poll_ud(rdmax_ctx *ctx);
+/* private: slow paths of the inline functions, and a consistency check for tests (returns 0
+   when every invariant holds, else a negative number naming the check that failed) */
+RDMAX_API rdmax_status rdmax__rcache_get_slow(rdmax_rcache *rc, const void *addr, size_t len, unsigned access,
+                                              rdmax_rcache_region **out);
+RDMAX_API void rdmax__rcache_release_slow(rdmax_rcache *rc, rdmax_rcache_region *r);
+RDMAX_API void rdmax__rcache_hold_slow(rdmax_rcache *rc, rdmax_rcache_region *r);
+RDMAX_API int rdmax__rcache_validate(rdmax_rcache *rc);
 
-/* ---- rcache: the registration cache ------------------------------------------------------------- */
-
-#define RDMAX_RCACHE_DEFAULT_MAX_REGIONS 65536u
-#define RDMAX_RCACHE_DEFAULT_MAX_BYTES SIZE_MAX /* unlimited: the device and RLIMIT_MEMLOCK decide */
-
-#ifndef RDMAX_RCACHE_EVENT_RING_SIZE
-#define RDMAX_RCACHE_EVENT_RING_SIZE 4096u
-#endif
-
-/* What rdmax_rcache_memhooks() reports. */
-#define RDMAX_RCACHE_HOOKS_INTERPOSED 1u /* mmap, munmap, mremap, madvise, shmat, shmdt, brk, sbrk */
-#define RDMAX_RCACHE_HOOKS_MALLOPT 2u    /* glibc told never to give memory back (RDMAX_MALLOPT) */
-#define RDMAX_RCACHE_HOOKS_UFFD 4u       /* the userfaultfd monitor runs (mode RDMAX_RCACHE_AUTO) */
-
-/* How a cache learns that the memory under a region changed (rdmax_rcache_desc.mode). */
-#define RDMAX_RCACHE_AUTO 0     /* default: a range is cached only while a memory monitor sees every change
-                                   to it (see REGISTRATION CACHE in the manual); a range no
-                                   monitor covers is registered for its get alone and deregistered at its
-                                   last put (stats.uncached), so a get is never served by a stale region */
-#define RDMAX_RCACHE_MANUAL 1   /* cache every range and apply no memory event: the program promises to call
-                                   rdmax_rcache_invalidate before the memory under a cached range changes */
-#define RDMAX_RCACHE_UNCACHED 2 /* cache nothing: every get registers, its last put deregisters */
-
-typedef struct rdmax_rcache_region rdmax_rcache_region;
-typedef struct rdmax_rcache rdmax_rcache;
-
-/* The operations the cache calls to register and deregister memory.
-   reg:   register [addr, addr+len) (page-aligned; r->start/end/access are already set) with
-          `access`; fill r->mr, r->lkey, r->rkey (and r->user if wanted). Return 0, or -errno as
-          ibv_reg_mr sets it; the get turns it into a status (-EFAULT, -EINVAL:
-          RDMAX_ERR_INVALID_PARAM; -ENOMEM: RDMAX_ERR_NO_MEMORY; anything else: RDMAX_ERR_IO) and
-          keeps the errno's text in the last error. Must cope with unmapped memory by failing, not
-          crashing.
-   dereg: deregister r. Called exactly once for every successful reg, never from a memory hook.
-   Neither may call back into the same cache. */
-typedef struct rdmax_rcache_ops {
-    int (*reg)(void *arg, void *addr, size_t len, unsigned access, rdmax_rcache_region *r);
-    void (*dereg)(void *arg, rdmax_rcache_region *r);
-    void *arg;
-    /* notify: optional (NULL: none). Called after a region was evicted (RDMAX_RCACHE_NOTIFY_EVICT)
-       or dropped because its memory changed (RDMAX_RCACHE_NOTIFY_INVALIDATE), with the region
-       still readable, on the thread of the call that did it (a get, drain or invalidate), never
-       from a memory hook. Must not call into the cache. */
-    void (*notify)(void *arg, int what, const rdmax_rcache_region *r);
-} rdmax_rcache_ops;
-/* Values of notify's `what`. */
-#define RDMAX_RCACHE_NOTIFY_EVICT 1       /* an unused region was evicted to honour a limit */
-#define RDMAX_RCACHE_NOTIFY_INVALIDATE 2  /* a region was dropped because its memory changed */
-
-/* Creation options. A zero field means the documented default; rdmax_rcache_query_desc()
-   returns the applied values. */
-typedef struct rdmax_rcache_desc {
-    rdmax_rcache_ops ops; /* required: reg and dereg */
-    size_t max_regions;   /* live registrations; default RDMAX_RCACHE_DEFAULT_MAX_REGIONS */
-    size_t max_bytes;     /* registered bytes; default RDMAX_RCACHE_DEFAULT_MAX_BYTES */
-    int thread_safe;      /* 0: caller serialises, no lock; 1: every call takes a mutex */
-    int mode;             /* RDMAX_RCACHE_AUTO (0), _MANUAL or _UNCACHED */
-    rdmax_allocator allocator; /* the cache's own memory (struct, page table, region slabs); alloc and
-                                  free both or neither; zero: RDMAX_MALLOC/RDMAX_FREE. A context's cache
-                                  gets rdmax_ctx_desc.allocator. */
-} rdmax_rcache_desc;
-
-/* Counters, a snapshot from rdmax_rcache_query_stats(). */
-typedef struct rdmax_rcache_stats {
-    uint64_t hits;           /* gets served by a cached region */
-    uint64_t misses;         /* gets that registered memory (or failed trying) */
-    uint64_t merges;         /* cached regions absorbed into a new, larger registration */
-    uint64_t evictions;      /* unused regions deregistered to honour a limit or retry a reg */
-    uint64_t invalidations;  /* regions dropped because their memory changed (explicit or hook) */
-    uint64_t regions;        /* live registrations now (cached + in-use zombies + uncached) */
-    uint64_t bytes;          /* bytes of those registrations */
-    uint64_t cached_regions; /* regions visible to lookups now */
-    uint64_t cached_bytes;   /* bytes of those */
-    uint64_t reg_calls;      /* successful reg ops */
-    uint64_t reg_failures;   /* failed reg ops */
-    uint64_t dereg_calls;    /* dereg ops */
-    uint64_t over_limit;     /* gets that left the cache over a limit (nothing was evictable) */
-    uint64_t events;         /* memory events (ranges from the hooks) applied to this cache */
-    uint64_t overflows;      /* times events were lost and every cached region was dropped */
-    uint64_t uncached;       /* gets that registered a range for themselves alone (no monitor covers it,
-                                or mode RDMAX_RCACHE_UNCACHED) */
-} rdmax_rcache_stats;
-
-/* A cached registration. Users read start, end, access, refcount, mr, lkey, rkey and may use
-   `user`; everything named rdmax__* is private. */
-struct rdmax_rcache_region {
-    uintptr_t start;   /* first byte, page-aligned */
-    uintptr_t end;     /* one past the last byte, page-aligned */
-    uint32_t refcount; /* references held by users */
-    unsigned access;   /* flags it was registered with (union of what merged requests asked) */
-    uint32_t lkey;     /* from the reg op */
-    uint32_t rkey;     /* from the reg op */
-    void *mr;          /* the reg op's handle (struct ibv_mr * for verbs) */
-    uint32_t rdmax__flags;
-    uint32_t rdmax__pad;
-    uint64_t rdmax__last_use; /* value of the cache clock at the last put to zero */
-    /* ---- second cache line: cold ---- */
-    void *user; /* free for the reg op */
-    uint64_t rdmax__lru_stamp;
-    rdmax_rcache_region *rdmax__lru_prev, *rdmax__lru_next;
-    rdmax_rcache_region *rdmax__all_prev, *rdmax__all_next;
-};
+/* ---- rcache: internals (region flags, the page table, the cache) -------------------------------- */
 
 /* region flags (private) */
 #define RDMAX__RCACHE_IN_LOOKUP 1u /* visible to lookups */
@@ -2336,80 +2774,7 @@ struct rdmax_rcache {
 /* The write cursor of the process-wide event ring (defined in rdmax_impl.h, >>rcache). */
 extern uint64_t rdmax__rcache_event_head;
 
-/* ---- rcache: out-of-line API -------------------------------------------------------------------- */
-
-/* rdmax_rcache_create
-   Parameters:   desc: options (ops.reg and ops.dereg required); out: receives the cache.
-   Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (NULL desc or out, no reg or dereg op, unknown
-                 mode, half an allocator); RDMAX_ERR_NO_MEMORY.
-   Threads: safe. Remarks: with RDMAX_MEMHOOKS and RDMAX_MALLOPT the malloc policy is in
-   force from program start (see OPTIONAL DEFINES); without them nothing process-wide is changed. */
-RDMAX_API rdmax_status rdmax_rcache_create(const rdmax_rcache_desc *desc, rdmax_rcache **out);
-
-/* rdmax_rcache_destroy
-   Deregisters every live registration (cached, zombie, and still-referenced ones) and frees
-   the cache (a context's own cache: rdmax_ctx_destroy does this).
-   Parameters: rc, from rdmax_rcache_create.
-   Result: the number of regions that still had references (0 if the caller put everything
-   back); their pointers are dangling afterwards.
-   Threads: no other call on rc may run or follow. */
-RDMAX_API int rdmax_rcache_destroy(rdmax_rcache *rc);
-
-/* rdmax_rcache_invalidate
-   Drops every cached region overlapping [addr, addr+len): it is never returned again; unused
-   ones are deregistered now, in-use ones at their last put. Use it for memory changed where no
-   monitor sees it (see the manual's table of routes).
-   Parameters: rc (a context's: rdmax_ctx_query_rcache); addr, len: the range (len 0: nothing).
-   Result: a count: the number of regions dropped (>= 0), or RDMAX_ERR_INVALID_PARAM (rc NULL,
-   or a range that wraps).
-   Threads: the cache's (thread_safe: any thread; else the owner's; a context's: its thread). */
-RDMAX_API int rdmax_rcache_invalidate(rdmax_rcache *rc, const void *addr, size_t len);
-
-/* rdmax_rcache_drain
-   Applies the memory events recorded by the hooks since the last drain (every get does this
-   first when there are any). Parameters: rc.
-   Result: a count: the number of regions dropped (>= 0), or RDMAX_ERR_INVALID_PARAM (rc NULL).
-   Threads: as rdmax_rcache_invalidate. */
-RDMAX_API int rdmax_rcache_drain(rdmax_rcache *rc);
-
-/* rdmax_rcache_query_stats, rdmax_rcache_query_desc: the counters (a snapshot into *out) and the
-   applied options (defaults filled in).
-   Parameters: rc (not NULL). Result: none / the desc.
-   Threads: any time; query_stats takes the lock in thread-safe mode (the desc never changes). */
-RDMAX_API void rdmax_rcache_query_stats(rdmax_rcache *rc, rdmax_rcache_stats *out);
-RDMAX_API rdmax_rcache_desc rdmax_rcache_query_desc(const rdmax_rcache *rc);
-
-/* rdmax_rcache_memhooks: which automatic-invalidation mechanisms are active in this process.
-   Parameters: none. Result: RDMAX_RCACHE_HOOKS_* bits (UFFD: the monitor thread runs in this
-   process, not a parent's across fork; INTERPOSED, MALLOPT: the opt-in defines).
-   Threads: any thread. */
-RDMAX_API unsigned rdmax_rcache_memhooks(void);
-
-/* The process's memory monitor (mode RDMAX_RCACHE_AUTO): whether it can run and, if not, why. */
-typedef struct rdmax_rcache_monitor_info {
-    int usable;         /* 1: the userfaultfd monitor can run (it starts with the first AUTO cache) */
-    int running;        /* 1: its thread runs in this process */
-    int user_mode_only; /* opened with UFFD_USER_MODE_ONLY (vm.unprivileged_userfaultfd=0, no privilege) */
-    int error;          /* errno of the step that failed, 0 if none */
-    char why[200];      /* how it was opened, or what failed and why */
-    uint64_t unmap, remove, remap, other; /* events read since it started */
-    uint64_t lost;      /* watched mappings a miss found replaced without an event (shmat SHM_REMAP):
-                           their cached regions were invalidated, the new mapping watched */
-} rdmax_rcache_monitor_info;
-/* rdmax_rcache_query_monitor: whether the process's memory monitor can run, runs, and why not.
-   Parameters: out (not NULL) receives the report. Result: none (out->error, out->why).
-   Threads: safe. Opens the monitor's descriptors if no one has yet (not its thread). */
-RDMAX_API void rdmax_rcache_query_monitor(rdmax_rcache_monitor_info *out);
-
-/* private: slow paths of the inline functions, and a consistency check for tests (returns 0
-   when every invariant holds, else a negative number naming the check that failed) */
-RDMAX_API rdmax_status rdmax__rcache_get_slow(rdmax_rcache *rc, const void *addr, size_t len, unsigned access,
-                                              rdmax_rcache_region **out);
-RDMAX_API void rdmax__rcache_release_slow(rdmax_rcache *rc, rdmax_rcache_region *r);
-RDMAX_API void rdmax__rcache_hold_slow(rdmax_rcache *rc, rdmax_rcache_region *r);
-RDMAX_API int rdmax__rcache_validate(rdmax_rcache *rc);
-
-/* ---- rcache: inline fast paths ------------------------------------------------------------------ */
+/* ---- rcache: inline definitions ----------------------------------------------------------------- */
 
 /* Lookup of one page number (< 2^36) in the radix table; NULL if no region holds it. */
 RDMAX_INLINE rdmax_rcache_region *rdmax__rcache_lookup(const rdmax_rcache *rc, uint64_t pn)
@@ -2431,16 +2796,6 @@ RDMAX_INLINE rdmax_rcache_region *rdmax__rcache_lookup(const rdmax_rcache *rc, u
     return (rdmax_rcache_region *)(e - 1u);
 }
 
-/* rdmax_rcache_get
-   Parameters:   rc; addr, len: the buffer (len 0 counts as 1 byte); access: flags the
-                 registration must include (opaque to the cache: IBV_ACCESS_* for verbs);
-                 out: receives the region, with one reference for the caller.
-   Result: RDMAX_OK; RDMAX_ERR_INVALID_PARAM (rc or out NULL, a range that wraps, or the reg
-                 op's -EFAULT/-EINVAL: memory that is not mapped); RDMAX_ERR_NO_MEMORY (the
-                 cache's bookkeeping, or the reg op's -ENOMEM); RDMAX_ERR_IO (any other reg op
-                 failure). The text, with the errno, is the thread's last error.
-   Threads: see the manual. Remarks: never returns a region whose memory was invalidated.
-   The hit path: no pending memory events, no lock, one lookup, a refcount increment. */
 RDMAX_INLINE rdmax_status rdmax_rcache_get(rdmax_rcache *rc, const void *addr, size_t len, unsigned access,
                                            rdmax_rcache_region **out)
 {
@@ -2460,13 +2815,6 @@ RDMAX_INLINE rdmax_status rdmax_rcache_get(rdmax_rcache *rc, const void *addr, s
     return rdmax__rcache_get_slow(rc, addr, len, access, out);
 }
 
-/* rdmax_rcache_release, rdmax_rcache_hold, rdmax_rcache_region_valid: references to a region from get.
-   put drops one reference taken by get or hold. At zero the region becomes evictable (or is
-   deregistered, if it was merged away, invalidated or uncached). A put on a region with no
-   references is ignored. hold takes one more reference on a region the caller already holds.
-   region_valid: 0 once the memory under the region was invalidated.
-   Parameters: rc, the region's cache; r, a region the caller holds. Result: none / 0 or 1.
-   Threads: as rdmax_rcache_get. No allocation on the common path. */
 RDMAX_INLINE void rdmax_rcache_release(rdmax_rcache *rc, rdmax_rcache_region *r)
 {
     if (rdmax_likely(!rc->rdmax__thread_safe)) {
@@ -2483,7 +2831,6 @@ RDMAX_INLINE void rdmax_rcache_release(rdmax_rcache *rc, rdmax_rcache_region *r)
     rdmax__rcache_release_slow(rc, r);
 }
 
-/* rdmax_rcache_hold: takes one more reference on a region the caller already holds. */
 RDMAX_INLINE void rdmax_rcache_hold(rdmax_rcache *rc, rdmax_rcache_region *r)
 {
     if (rdmax_likely(!rc->rdmax__thread_safe)) {
@@ -2493,249 +2840,10 @@ RDMAX_INLINE void rdmax_rcache_hold(rdmax_rcache *rc, rdmax_rcache_region *r)
     rdmax__rcache_hold_slow(rc, r);
 }
 
-/* rdmax_rcache_region_valid: 0 once the memory under the region was invalidated (the region
-   is still registered until its last put, but its pages are not the caller's pages any more). */
 RDMAX_INLINE int rdmax_rcache_region_valid(const rdmax_rcache_region *r)
 {
     return !(__atomic_load_n(&r->rdmax__flags, __ATOMIC_RELAXED) & RDMAX__RCACHE_INVALID);
 }
-
-/* ---- profile: variables, events, points --------------------------------------------------------- */
-/* VARIABLES are the counters rdmax keeps anyway (rdmax_counters, the registration cache's stats, the
-   pending queue), each a uint64_t with an id, a name, a type and a sentence:
-
-       rdmax_profile *prof;
-       rdmax_profile_create(ctx, &prof);
-       const rdmax_profile_var *vars;  size_t n;
-       rdmax_profile_query_vars(prof, &vars, &n);          vars[i].id == i
-       uint64_t v;
-       rdmax_profile_read_u64(prof, RDMAX_PROFILE_VAR_COMPLETED(RDMAX_OP_PUT), &v);
-       rdmax_profile_start_reads(prof);                    one snapshot of every variable ...
-       rdmax_profile_read_u64(prof, ..., &a);  rdmax_profile_read_u64(prof, ..., &b);
-       rdmax_profile_end_reads(prof);                      ... read between start and end
-       rdmax_profile_destroy(prof);                          before rdmax_ctx_destroy
-
-   Reading costs the fast path nothing: the counters are plain increments that are there anyway, and the
-   reader only loads them. The reader may be another thread than the context's (the context stays
-   single-threaded); then every snapshot has completed <= posted for each operation type. Other pairs
-   of counters have no order between them: a snapshot sees each at some instant between start and end.
-
-   EVENTS call back when something happened on the context:
-       rdmax_profile_reg_event(prof, RDMAX_PROFILE_EVENT_EP_ERROR, on_error, user);   cb NULL: unregister
-   The callback runs on the context's thread, inside the rdmax call that saw the event (rdmax_progress
-   for an endpoint error, the put that was refused for RDMAX_PROFILE_EVENT_SQ_FULL, ...), once per event.
-   Like fi_profile(3): a callback must not block or take non-trivial time, and may only read variables
-   (rdmax_profile_read_u64, start/end_reads); it must not post, progress, register, open or close. When
-   nobody registered a type its events cost one load and one not-taken branch, on paths that are not
-   the fast path's (an error, a refusal, a cache eviction).
-
-   POINTS time sections of the library when every unit is compiled with -DRDMAX_PROFILE (without it they
-   are not compiled at all): total time, count and average of each, printed with the variables by
-   rdmax_profile_print(ctx, stdout). Times come from the TSC on x86, converted to ns at print with a rate
-   measured once against CLOCK_MONOTONIC: a BEGIN/END pair costs ~17 ns natively and 60-100 ns under the
-   test VM's qemu TCG, where the clock_gettime alternative costs ~1400 ns a pair (the guest has no
-   usable vDSO clock: hpet, a system call per read). -DRDMAX_PROFILE_CLOCK_MONOTONIC uses clock_gettime
-   anyway (33 ns a pair natively), and other CPUs always do.
-
-   Threads: rdmax_profile_create, _close and _reg_event on the context's thread (they change what
-   its calls read). A profile object's reads, start/end_reads and query may run on any one thread at a
-   time, concurrently with the context's thread. rdmax_profile_print on the context's thread.
-*/
-
-typedef struct rdmax_profile rdmax_profile;
-
-typedef enum rdmax_profile_type {
-    RDMAX_PROFILE_COUNTER = 0,  /* uint64_t that only grows (a post that ibv_post_send refuses is taken back) */
-    RDMAX_PROFILE_LEVEL = 1     /* uint64_t amount right now: goes up and down */
-} rdmax_profile_type;
-
-typedef struct rdmax_profile_var {
-    uint32_t id;                /* what rdmax_profile_read_u64 takes; equal to the index in the list */
-    rdmax_profile_type type;
-    const char *name;           /* "put.posted", "rcache.hits", ...; static storage */
-    const char *desc;           /* one sentence */
-} rdmax_profile_var;
-
-/* Variable ids: three per operation type (rdmax_op), then the list below. */
-#define RDMAX_PROFILE_VAR_POSTED(op) ((uint32_t)(op))
-#define RDMAX_PROFILE_VAR_COMPLETED(op) ((uint32_t)RDMAX_OP__COUNT + (uint32_t)(op))
-#define RDMAX_PROFILE_VAR_BYTES(op) (2u * (uint32_t)RDMAX_OP__COUNT + (uint32_t)(op))
-
-#define RDMAX__PROF_VARS(X)                                                                                \
-    X(POST_CALLS, "post_calls", COUNTER, "ibv_post_send calls (one system call each on rxe)")             \
-    X(RECV_POST_CALLS, "recv_post_calls", COUNTER, "ibv_post_recv calls (receive buffers go in batches)") \
-    X(POLLS, "polls", COUNTER, "ibv_poll_cq calls on the send CQ")                                         \
-    X(EMPTY_POLLS, "empty_polls", COUNTER, "send-CQ polls that found nothing")                            \
-    X(CQES, "cqes", COUNTER, "completions taken from both CQs")                                            \
-    X(RECV_MSGS, "recv_msgs", COUNTER, "messages received and handed to a receive callback")              \
-    X(RECV_BYTES, "recv_bytes", COUNTER, "bytes of those messages")                                        \
-    X(ERR_CQES, "err_cqes", COUNTER, "completions with an error status (flushes not counted)")            \
-    X(FLUSHED_CQES, "flushed_cqes", COUNTER, "send completions flushed after their endpoint failed")       \
-    X(RECV_FLUSHED, "recv_flushed", COUNTER, "receive buffers flushed after their endpoint failed")        \
-    X(STALE_WR_IDS, "stale_wr_ids", COUNTER, "completions of destroyed endpoints, dropped")                \
-    X(RECV_DROPS, "recv_drops", COUNTER, "received messages dropped (no receive callback, short UD, UD of no peer)") \
-    X(NO_RESOURCE, "no_resource", COUNTER, "posts refused with RDMAX_ERR_NO_RESOURCE")                     \
-    X(EP_ERRORS, "ep_errors", COUNTER, "endpoints moved to the error state")                               \
-    X(ENDPOINTS, "endpoints", LEVEL, "endpoints of the context now")                                       \
-    X(RCACHE_HITS, "rcache.hits", COUNTER, "registration cache: gets served by a cached region")           \
-    X(RCACHE_MISSES, "rcache.misses", COUNTER, "registration cache: gets that registered memory")          \
-    X(RCACHE_EVICTIONS, "rcache.evictions", COUNTER, "registration cache: unused regions evicted")         \
-    X(RCACHE_INVALIDATIONS, "rcache.invalidations", COUNTER,                                               \
-      "registration cache: regions dropped because their memory changed")                                  \
-    X(RCACHE_REGIONS, "rcache.regions", LEVEL, "registration cache: live registrations now")               \
-    X(RCACHE_BYTES, "rcache.bytes", LEVEL, "registration cache: bytes registered now")                     \
-    X(PENDING_LENGTH, "pending.length", LEVEL, "requests waiting in the pending queue now")                \
-    X(PENDING_DISPATCHES, "pending.dispatches", COUNTER, "pending requests the arbiter posted")            \
-    X(UD_SKIPPED, "ud.skipped", COUNTER,                                                                   \
-      "UD datagrams of a connected peer skipped in its numbering: lost, or late (ud.late)")                \
-    X(UD_LATE, "ud.late", COUNTER, "UD datagrams that came after a later one (already in ud.skipped)")     \
-    X(UD_DUPLICATES, "ud.duplicates", COUNTER, "UD datagrams that came twice")                             \
-    X(PORT_RETRANSMITS, "port.retransmits", COUNTER, "device port: RC retransmissions after an ack timeout")  \
-    X(PORT_RETRY_EXCEEDED, "port.retry_exceeded", COUNTER, "device port: RC requests that ran out of retries") \
-    X(PORT_RNR_NAKS_RECEIVED, "port.rnr_naks_received", COUNTER,                                           \
-      "device port: receiver-not-ready NAKs received (the peer had no receive buffer)")                    \
-    X(PORT_RNR_NAKS_SENT, "port.rnr_naks_sent", COUNTER, "device port: receiver-not-ready NAKs sent")      \
-    X(PORT_SEQ_NAKS_RECEIVED, "port.seq_naks_received", COUNTER,                                           \
-      "device port: PSN sequence-error NAKs received (the peer missed a packet)")                          \
-    X(PORT_OUT_OF_SEQ, "port.out_of_seq", COUNTER, "device port: requests received ahead of their PSN")    \
-    X(PORT_DUPLICATE_REQUESTS, "port.duplicate_requests", COUNTER,                                         \
-      "device port: duplicate requests received (a retransmission of what had arrived)")  \
-    X(RECV_IMMS, "recv_imms", COUNTER, "puts with immediate data received")                                \
-    X(EP_BYTES, "endpoint_bytes", LEVEL, "rdmax's own bytes of the live endpoints (malloc and mmap)")      \
-    X(RECV_POOL_BYTES, "recv_pool.bytes", LEVEL, "bytes of the shared receive pool (RC)")                  \
-    X(RECV_POOL_POSTED, "recv_pool.posted", LEVEL, "buffers of the shared receive pool posted now")        \
-    X(SRQ_LIMIT_EVENTS, "srq_limit_events", COUNTER, "the shared receive queue fell below its low-water mark") \
-    X(UD_WRONG_SOURCE, "ud.wrong_source", COUNTER,                                                         \
-      "UD datagrams naming an endpoint whose peer did not send them (source GID or QPN), dropped")         \
-    X(WINDOW_BREAKS, "window_breaks", COUNTER, "RC endpoints failed because their peer sent past its credit window") \
-    X(GRANT_WAITS, "grant_waits", COUNTER, "RC windows that would have grown but waited for the shared receive pool")
-
-enum rdmax_profile_var_id {
-    RDMAX__PROF_VAR_BEFORE_FIXED = 3 * RDMAX_OP__COUNT - 1,
-#define RDMAX__X(id, name, type, desc) RDMAX_PROFILE_VAR_##id,
-    RDMAX__PROF_VARS(RDMAX__X)
-#undef RDMAX__X
-    RDMAX_PROFILE_VAR__COUNT
-};
-
-/* Events. `detail` says more; `ep` is the endpoint concerned (NULL for the registration cache).
-     EP_CONNECTED       ep reached RDMAX_EP_CONNECTED; detail: the peer's QP number
-     EP_ERROR           ep moved to RDMAX_EP_ERROR (once per endpoint); detail: the ibv_wc_status of the
-                        completion that failed it, or for a failure without an error completion of its
-                        own: IBV_WC_WR_FLUSH_ERR (its QP went to the error state), IBV_WC_RETRY_EXC_ERR (the
-                        watchdog: nothing completed within its bound), IBV_WC_FATAL_ERR (an asynchronous
-                        QP or device error)
-     EP_CLOSED          ep moved to RDMAX_EP_CLOSED; detail: 1 if the peer disconnected, 0 if this side did
-     PORT_DOWN          the context's port went down (asynchronous event); ep NULL; detail: port number
-     PORT_ACTIVE        the context's port is active again; ep NULL; detail: port number
-     DEVICE             another asynchronous device event (device fatal, CQ error, GID change); ep NULL
-                        unless it names a QP; detail: the ibv_event_type
-     SQ_FULL            a post on ep was refused with RDMAX_ERR_NO_RESOURCE (each refusal, like the
-                        no_resource counter); detail: RDMAX_PROFILE_NORES_*, the resource that ran out
-     RCACHE_EVICT       an unused cached registration was evicted to honour a limit; detail: its bytes
-     RCACHE_INVALIDATE  a cached registration was dropped because its memory changed (unmapped, or
-                        rdmax_rcache_invalidate); detail: its bytes
-     GRANT_WAIT         ep's window would have grown but waits for the shared receive pool (each time,
-                        like grant_waits); detail: 1 if the pool is at its bound (the receive CQ's
-                        max_cqe, max_srq_wr, or registering more failed), 0 if it grows at the next tick */
-#define RDMAX__PROF_EVENTS(X)                                                                              \
-    X(EP_CONNECTED, "ep_connected")                                                                        \
-    X(EP_ERROR, "ep_error")                                                                                \
-    X(SQ_FULL, "sq_full")                                                                                  \
-    X(RCACHE_EVICT, "rcache_evict")                                                                        \
-    X(RCACHE_INVALIDATE, "rcache_invalidate")                                                              \
-    X(EP_CLOSED, "ep_closed")                                                                              \
-    X(PORT_DOWN, "port_down")                                                                              \
-    X(PORT_ACTIVE, "port_active")                                                                          \
-    X(DEVICE, "device")                                                                                    \
-    X(GRANT_WAIT, "grant_wait")
-
-typedef enum rdmax_profile_event {
-#define RDMAX__X(id, name) RDMAX_PROFILE_EVENT_##id,
-    RDMAX__PROF_EVENTS(RDMAX__X)
-#undef RDMAX__X
-    RDMAX_PROFILE_EVENT__COUNT
-} rdmax_profile_event;
-
-/* detail of RDMAX_PROFILE_EVENT_SQ_FULL */
-enum {
-    RDMAX_PROFILE_NORES_SQ = 1,       /* send-queue slots of the endpoint */
-    RDMAX_PROFILE_NORES_CQ = 2,       /* send-CQ entries of the context */
-    RDMAX_PROFILE_NORES_PENDING = 3,  /* requests wait in the endpoint's pending queue: a post would overtake */
-    RDMAX_PROFILE_NORES_CREDITS = 4,  /* RC send credits (the peer's receive buffers) */
-    RDMAX_PROFILE_NORES_READS = 5     /* RDMA read / atomic budget (max_rd_atomic) */
-};
-
-typedef void (*rdmax_profile_event_cb)(rdmax_profile *prof, rdmax_profile_event type, rdmax_ep *ep,
-                                       uint64_t detail, void *user);
-
-/* Profile points (with -DRDMAX_PROFILE):
-     POST        ibv_post_send (one system call on rxe)
-     POLL        ibv_poll_cq of the send and the receive CQ, empty polls included
-     PROGRESS    rdmax_progress, callbacks and dispatch included
-     DISPATCH    the pending queue's dispatch (only when something waits)
-     RCACHE_GET  rdmax_rcache_get for a buffer passed without an rdmax_mem */
-#define RDMAX__PROF_POINTS(X)                                                                              \
-    X(POST, "post")                                                                                        \
-    X(POLL, "poll")                                                                                        \
-    X(PROGRESS, "progress")                                                                                \
-    X(DISPATCH, "arb_dispatch")                                                                            \
-    X(RCACHE_GET, "rcache_get")
-
-enum {
-#define RDMAX__X(id, name) RDMAX__PROF_POINT_##id,
-    RDMAX__PROF_POINTS(RDMAX__X)
-#undef RDMAX__X
-    RDMAX__PROF_POINT__COUNT
-};
-
-/* ---- profile: out-of-line API ------------------------------------------------------------------- */
-
-/* rdmax_profile_create, rdmax_profile_destroy: a profile object on ctx, for variables and events (see
-   the profile overview above); close frees it (NULL is a no-op; from an event callback it is refused,
-   logged with item PROFILE_MISUSE).
-   Parameters: ctx; out receives the object.
-   Result: RDMAX_OK; RDMAX_ERR_NO_MEMORY; RDMAX_ERR_INVALID_PARAM from inside an event callback.
-   Threads: the context's thread. Remarks: close every profile before rdmax_ctx_destroy. */
-RDMAX_API rdmax_status rdmax_profile_create(rdmax_ctx *ctx, rdmax_profile **out);
-RDMAX_API void rdmax_profile_destroy(rdmax_profile *prof);
-
-/* rdmax_profile_query_vars: every variable, vars[i].id == i; the array is static.
-   Parameters: prof; vars, count receive the array and its length. Result: RDMAX_OK.
-   Threads: any one reader thread at a time (see above). */
-RDMAX_API rdmax_status rdmax_profile_query_vars(rdmax_profile *prof, const rdmax_profile_var **vars,
-                                                size_t *count);
-
-/* rdmax_profile_read_u64: the variable's value now, or in the snapshot while one is open.
-   The port.* variables are the device's own port counters (sysfs ports/N/hw_counters, opened by
-   rdmax_profile_create; within a snapshot each is read at its first read, as sysfs costs microseconds,
-   so a snapshot nobody reads them from costs nothing more: never on the fast path). They
-   count for the whole port, every process's QPs, since the counter was reset. A device without the
-   counter (names differ: rxe's completer_retry_err is mlx5's local_ack_timeout_err, some have none) or
-   with unreadable sysfs reads as RDMAX_ERR_UNSUPPORTED with *out 0, not as a silent 0.
-   Result: RDMAX_OK, RDMAX_ERR_INVALID_PARAM (unknown id), RDMAX_ERR_UNSUPPORTED (not available). */
-RDMAX_API rdmax_status rdmax_profile_read_u64(rdmax_profile *prof, uint32_t id, uint64_t *out);
-
-/* rdmax_profile_start_reads / _end_reads: start takes a snapshot of every variable; reads until end
-   return it. Start again (without end) takes a new one.
-   Parameters: prof. Result: none. Threads: the profile's reader thread (see above). */
-RDMAX_API void rdmax_profile_start_reads(rdmax_profile *prof);
-RDMAX_API void rdmax_profile_end_reads(rdmax_profile *prof);
-
-/* rdmax_profile_reg_event: call cb(prof, type, ep, detail, user) for each event of `type` on the profile's
-   context; cb NULL unregisters. One callback per profile and type (a new one replaces it).
-   Result: RDMAX_OK, RDMAX_ERR_INVALID_PARAM (unknown type, or called from a callback).
-   Threads: the context's thread.
-   rdmax_profile_event_str: the name of an event type ("ep_error", ...), a static string. */
-RDMAX_API rdmax_status rdmax_profile_reg_event(rdmax_profile *prof, rdmax_profile_event type,
-                                               rdmax_profile_event_cb cb, void *user);
-RDMAX_API const char *rdmax_profile_event_str(rdmax_profile_event type);
-
-/* rdmax_profile_print: the profile points as a table (status on/off, name, total seconds, count, average
-   ns), then every variable as "name: value" ("name: unavailable" for a port counter the device lacks).
-   Needs no profile object. Parameters: ctx; f (e.g. stdout). Result: none.
-   Threads: the context's thread. */
-RDMAX_API void rdmax_profile_print(rdmax_ctx *ctx, FILE *f);
 
 /* ---- profile: private (points, events, log dedupe) ---------------------------------------------- */
 
@@ -2856,8 +2964,7 @@ RDMAX_INLINE void rdmax__prof_add(rdmax_ctx *ctx, unsigned point, uint64_t ticks
 #define RDMAX__PROF_END(ctx, point)
 #endif
 
-
-/* ---- inline fast paths -------------------------------------------------------------------------- */
+/* ---- inline fast paths: the definitions --------------------------------------------------------- */
 
 /* A buffer passed without an rdmax_mem: its registration comes from the context's cache (a hit is a
    page-table walk, no lock, no allocation) and is held until the operation completes. */
@@ -3005,14 +3112,6 @@ RDMAX_INLINE rdmax_status rdmax__fast_post(rdmax_ep *ep, struct ibv_send_wr *wr,
     return RDMAX_OK;
 }
 
-/* rdmax_send: send len bytes to the peer's receive callback.
-   Parameters: buf, len: the message; mem: its registration, or NULL (inline if len <= max_inline, else
-   the registration cache); comp: NULL, or the completion that reports the result.
-   Result: RDMAX_INPROGRESS whenever comp is given (inline or not); without comp RDMAX_OK (inline: buf is
-   free now) or RDMAX_INPROGRESS; RDMAX_ERR_NO_RESOURCE (also: no send credits), RDMAX_ERR_SIZE (len
-   exceeds the peer's receive buffer; UD: the path MTU), RDMAX_ERR_INVALID_PARAM (buf NULL
-   and len not 0; checked before posting), other errors: nothing posted, comp unused.
-   Threads: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                      rdmax_comp *comp)
 {
@@ -3076,12 +3175,6 @@ RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, const v
     return rdmax__put_chain_at(ctx, e, buf, len, raddr, rkey);
 }
 
-/* rdmax_put: RDMA write of len bytes to raddr/rkey of the peer.
-   Parameters: buf, len, mem, comp as rdmax_send; raddr, rkey: the peer's region (rdmax_ep_query_remote).
-   Result: with a comp RDMAX_INPROGRESS, inline or not; RDMAX_OK only for inline data without a comp;
-   RDMAX_ERR_NO_RESOURCE; RDMAX_ERR_INVALID_PARAM (buf NULL and len not 0), RDMAX_ERR_SIZE (over the
-   device's message size), RDMAX_ERR_UNSUPPORTED (UD endpoint): nothing posted, comp unused.
-   Threads: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                     uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
 {
@@ -3100,40 +3193,18 @@ RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, c
     return rdmax__put_slow(ep, buf, len, mem, raddr, rkey, comp);
 }
 
-/* rdmax_put_imm: RDMA write with immediate data: the len bytes land at raddr/rkey of the peer, then the
-   peer's imm_cb (rdmax_ep_desc.imm_cb) gets imm and len, in order with the endpoint's other operations.
-   imm is yours: rdmax's credits ride elsewhere. The notice uses a receive buffer at the peer, so it takes
-   a send credit like rdmax_send (RDMAX_ERR_NO_RESOURCE when none is left); len may be 0 (a notice only).
-   Parameters: as rdmax_put, and imm: 32 bits for the peer's imm_cb.
-   Result: as rdmax_put. Threads: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_put_imm(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                         uint64_t raddr, uint32_t rkey, uint32_t imm, rdmax_comp *comp)
 {
     return rdmax__put_imm_slow(ep, buf, len, mem, raddr, rkey, imm, comp);
 }
 
-/* rdmax_put_iov, rdmax_get_iov: gather/scatter variants of rdmax_put and rdmax_get: iov entries carry
-   their own lkey; at most min(device max SGE, RDMAX_MAX_SGE). Results as rdmax_put / rdmax_get, and
-   RDMAX_ERR_INVALID_PARAM for a NULL iov, a bad iovcnt or an entry with a NULL addr and a length.
-   Threads: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_put_iov(rdmax_ep *ep, const rdmax_iov *iov, size_t iovcnt, uint64_t raddr,
                                         uint32_t rkey, rdmax_comp *comp)
 {
     return rdmax__iov_slow(ep, RDMAX_OP_PUT, iov, iovcnt, raddr, rkey, comp);
 }
 
-/* rdmax_get: RDMA read of len bytes from raddr/rkey into buf (inside mem). Counts against the
-   negotiated max_rd_atomic budget. len 0 reads nothing: RDMAX_OK without a comp; with one, a
-   zero-length write goes in its place (a zero-length read has crashed rxe), so comp still reports,
-   in order with the endpoint's other operations. RDMAX_ERR_INVALID_PARAM for a NULL buf,
-   RDMAX_ERR_SIZE over the device's message size, RDMAX_ERR_UNSUPPORTED on UD: all before buf is
-   registered.
-   Parameters: buf, len: where the data lands; mem: its registration, or NULL (the registration cache);
-   raddr, rkey: the peer's region; comp: NULL, or the completion that reports the result.
-   Result: RDMAX_INPROGRESS (the data is in buf once comp completes, or once rdmax_ep_flush returns);
-   RDMAX_OK (len 0 without a comp); RDMAX_ERR_NO_RESOURCE (also: the read budget is spent); the errors
-   above: nothing posted, comp unused.
-   Threads: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
                                     uint32_t rkey, rdmax_comp *comp)
 {
@@ -3159,10 +3230,6 @@ RDMAX_INLINE rdmax_status rdmax_get_iov(rdmax_ep *ep, const rdmax_iov *iov, size
     return rdmax__iov_slow(ep, RDMAX_OP_GET, iov, iovcnt, raddr, rkey, comp);
 }
 
-/* rdmax_fadd: fetch-and-add of add to the 8 bytes at raddr; the old value lands in *result (inside mem).
-   Results: RDMAX_INPROGRESS (comp, if given, reports), RDMAX_ERR_NO_RESOURCE (also: read budget),
-   RDMAX_ERR_INVALID_PARAM for a NULL result, RDMAX_ERR_UNALIGNED, RDMAX_ERR_NO_MEMH without mem,
-   RDMAX_ERR_UNSUPPORTED on UD; the same for rdmax_cswap. Threads: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_fadd(rdmax_ep *ep, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
                                      uint32_t rkey, uint64_t add, rdmax_comp *comp)
 {
@@ -3180,8 +3247,6 @@ RDMAX_INLINE rdmax_status rdmax_fadd(rdmax_ep *ep, uint64_t *result, const rdmax
     return rdmax__atomic_slow(ep, RDMAX_OP_FADD, result, mem, raddr, rkey, add, 0, comp);
 }
 
-/* rdmax_cswap: compare-and-swap: if the 8 bytes at raddr equal compare, write swap; the old value lands
-   in *result. Parameters and results as rdmax_fadd. Threads: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_cswap(rdmax_ep *ep, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
                                       uint32_t rkey, uint64_t compare, uint64_t swap, rdmax_comp *comp)
 {
@@ -3201,17 +3266,11 @@ RDMAX_INLINE rdmax_status rdmax_cswap(rdmax_ep *ep, uint64_t *result, const rdma
 }
 #endif /* RDMAX__HAS_RC */
 
-/* rdmax_batch_begin: chain the following operations on ep into one post. A context chains for one
-   endpoint at a time: beginning on another endpoint first posts what the previous one chained.
-   Parameters: ep. Result: none. Threads: the context's thread. */
 RDMAX_INLINE void rdmax_batch_begin(rdmax_ep *ep)
 {
     rdmax__batch_begin(ep);  /* out of line: with the opening of the room for short puts */
 }
 
-/* rdmax_batch_end: post what was chained since rdmax_batch_begin.
-   Result: RDMAX_OK (nothing chained, or posted), or the post's error: then the chained operations
-   complete with RDMAX_ERR_IO through their comps. Threads: the context's thread. */
 RDMAX_INLINE rdmax_status rdmax_batch_end(rdmax_ep *ep)
 {
     if (!(ep->blocked & RDMAX__BLK_BATCH))
@@ -3300,11 +3359,6 @@ RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
     return 0;
 }
 
-/* rdmax_progress: poll receive completions (batches of 16), then send completions; run callbacks, repost
-   receive buffers, then serve endpoints with pending requests (one branch when there are none); once a
-   millisecond has passed also the watchdog, keepalives and device events (see FAILURES).
-   Parameters: ctx. Result: the number of completions handled (>= 0).
-   Threads: the context's thread. */
 RDMAX_INLINE int rdmax_progress(rdmax_ctx *ctx)
 {
     RDMAX__PROF_BEGIN(ctx, PROGRESS);
