@@ -2439,13 +2439,13 @@ typedef struct rdmax__ep_ref {
    of the wr_id (its send slot) is written when the room closes (rdmax__room_settle; the high half names
    the chaining endpoint: rdmax_ctx.chain_hi). The general path changes the other fields of the entries
    it takes (rdmax_ctx.chain_dirty). */
-#define RDMAX__BENT_USED (sizeof(struct ibv_send_wr) + RDMAX_MAX_SGE * sizeof(struct ibv_sge) + 16)
+#define RDMAX__CHAIN_ENTRY_USED (sizeof(struct ibv_send_wr) + RDMAX_MAX_SGE * sizeof(struct ibv_sge) + 16)
 typedef struct rdmax__chain_entry {
     struct ibv_send_wr wr;
     struct ibv_sge sge[RDMAX_MAX_SGE];
     uint64_t inl[2];            /* a chained short put's data (the buffer is promised free at once) */
     /* to 512 bytes (with RDMAX_MAX_SGE up to 23): a chained put finds its entry with one shift */
-    char pad[RDMAX__BENT_USED < 512 ? 512 - RDMAX__BENT_USED : 8];
+    char pad[RDMAX__CHAIN_ENTRY_USED < 512 ? 512 - RDMAX__CHAIN_ENTRY_USED : 8];
 } rdmax__chain_entry;
 
 #define RDMAX__WR_RECV (1ull << 31)
