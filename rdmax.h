@@ -39,7 +39,8 @@
               >>context      the context: device and GID, the shared device, queues, create and destroy, wait
               >>memory       memory registration, and the context's registration cache
               >>wire         the connection record: its format, and its exchange over a socket
-              >>ud           UD endpoints: the shared QP, address handles, datagram order, multicast
+              >>ud           UD endpoints: the shared QP, address handles, datagram order
+              >>mcast        UD multicast: joins through rdma_cm or the direct attach, leaving
               >>arbiter      the arbiter's out-of-line paths (the pending queue's scheduler)
               >>rcache_index registration cache: the radix page table, region slots, the LRU
               >>memhooks     registration cache: the event ring, the opt-in memory hooks, the malloc policy

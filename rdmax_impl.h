@@ -1626,7 +1626,7 @@ static void rdmax__peer_av(const rdmax_ctx *ctx, struct ibv_ah_attr *a, const ui
     a->grh.hop_limit = 64;
 }
 
-/* ---- >>ud: UD endpoints: the shared QP, address handles, datagram order, multicast --------------- */
+/* ---- >>ud: UD endpoints: the shared QP, address handles, datagram order -------------------------- */
 
 #if RDMAX__HAS_UD
 /* UD endpoints share the context's one UD QP: an endpoint is the peer's address (an AH from the cache,
@@ -2029,6 +2029,8 @@ static int rdmax__ud_poll_recv(rdmax_ctx *ctx)
         rdmax__ud_post_recvs(ctx);
     return n;
 }
+
+/* ---- >>mcast: UD multicast: joins through rdma_cm or the direct attach, leaving ------------------ */
 
 /* The IPv4 address of the device's netdev, from our IPv4-mapped GID. */
 static int rdmax__gid_ipv4(const rdmax_ctx *ctx, struct in_addr *out)
