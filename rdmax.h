@@ -300,12 +300,10 @@
    shared queue cannot stop a peer from taking buffers before it is found: what such peers take first
    comes out of the pool's reserve (rdmax_ctx_desc.recv_reserve, 256 KiB of buffers by default) before
    it comes out of honest peers' credits. How soon it is found: a peer that gives no credits back is out
-   of grants after its window's worth (tests/srq_test breakers on rxe: four peers keeping 256 sends in
-   flight past a window of 16 were failed after about 560 messages each, and an honest client beside
-   them met one RNR in 200 round trips); a peer that gives credits back and keeps many sends in flight
-   may not be found at all. So for peers you do not trust, accept them with recv_pool =
-   RDMAX_RECV_POOL_OWN: a peer past its window then meets RNR on its own receive queue and nowhere else
-   (same test: 0 RNR for the honest client).
+   of grants after its window's worth (measured: DESIGN NOTES); a peer that gives credits back and keeps
+   many sends in flight may not be found at all. So for peers you do not trust, accept them with
+   recv_pool = RDMAX_RECV_POOL_OWN: a peer past its window then meets RNR on its own receive queue (or
+   is failed for its window) and nowhere else.
    Memory: the pool costs (W + 1) x recv_size per endpoint: 12 KiB at rest with the defaults (3 x 4 KiB),
    up to 260 KiB while its window is 64; rdmax's own state is 2 KiB per endpoint (the batch staging is
    the context's), and the provider's send queue grows with sq_depth and max_inline (about 37 KiB per
@@ -318,9 +316,8 @@
    A receive pool of its own: ep desc recv_pool = RDMAX_RECV_POOL_OWN gives one endpoint rq_depth + 1
    buffers of recv_size of its own on its own receive queue (registered once, reposted in batches of at
    most half the window), with the same window and no RNR; it costs (rq_depth + 1) x recv_size of
-   rdmax's own memory per endpoint (in profile endpoint_bytes). On rxe it saves no latency (send 8 B ping-pong, medians 11.25 us
-   on the shared queue, 11.75 us on an own pool: bench/results/scale.md); it is there for devices where a
-   shared receive queue costs latency. The default stays the shared queue.
+   rdmax's own memory per endpoint (in profile endpoint_bytes). It is there for devices where a shared
+   receive queue costs latency (on rxe it saves none: DESIGN NOTES). The default stays the shared queue.
 
    EXPOSED MEMORY (RC)
    A region exposed on an endpoint (ep desc expose / expose_list, registered with RDMAX_ACCESS_REMOTE_*)
@@ -570,6 +567,11 @@
        10.4 us against 6.9 us without rdmax (24 vs 35-63 us on a host loaded with other VMs); the hooks
        cost a ring record per call but change the whole program (embed_test shows the malloc policy);
      - on-demand-paging MRs would need no monitor, but rxe has no ODP on 6.1 and many devices lack it.
+   Receiving, measured on rxe (tests/srq_test breakers): four peers keeping 256 sends in flight past a
+   window of 16 on the shared pool were failed after about 560 messages each, and an honest client beside
+   them met 0 or 1 RNR in 200 round trips; with the violators on pools of their own it met none. An own
+   pool saves no latency on rxe (send 8 B ping-pong, medians 11.25 us on the shared queue, 11.75 us on an
+   own pool: bench/results/scale.md).
 
    LICENSE: see the end of this file.
 */
