@@ -827,6 +827,21 @@ static rdmax_status rdmax__ctx_open_device(rdmax_ctx *ctx)
     return RDMAX_OK;
 }
 
+/* The fast paths' prebuilt requests (rdmax_ctx.fast_wr): opcode, flags and one SGE set once, so a post
+   fills only what changes. */
+static void rdmax__ctx_prebuild(rdmax_ctx *ctx)
+{
+    static const enum ibv_wr_opcode opc[RDMAX__FWR__COUNT] = {
+        IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP};
+    for (int k = 0; k < RDMAX__FWR__COUNT; k++) {
+        ctx->fast_wr[k].opcode = opc[k];
+        ctx->fast_wr[k].send_flags = k <= RDMAX__FWR_SEND ? IBV_SEND_INLINE : 0;
+        ctx->fast_wr[k].sg_list = k >= RDMAX__FWR_FADD ? &ctx->asge : &ctx->fsge;
+        ctx->fast_wr[k].num_sge = 1;
+    }
+    ctx->asge.length = 8;
+}
+
 /* Step 3: the completion channel and the two CQs (cq_depth, clamped to the device's), the provider's
    poll functions, the send CQ's accounting, the fast paths' prebuilt requests, the endpoint table. */
 static rdmax_status rdmax__ctx_make_queues(rdmax_ctx *ctx)
@@ -860,15 +875,7 @@ static rdmax_status rdmax__ctx_make_queues(rdmax_ctx *ctx)
     ctx->port_up = 1;
     ctx->tick_clock_ms = (uint32_t)(1e6 / rdmax__ns_per_tick() / 65536.0) + 1;  /* measured once (20 ms) */
     ctx->rwc = ctx->rwc_top;
-    static const enum ibv_wr_opcode opc[RDMAX__FWR__COUNT] = {
-        IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP};
-    for (int k = 0; k < RDMAX__FWR__COUNT; k++) {
-        ctx->fast_wr[k].opcode = opc[k];
-        ctx->fast_wr[k].send_flags = k <= RDMAX__FWR_SEND ? IBV_SEND_INLINE : 0;
-        ctx->fast_wr[k].sg_list = k >= RDMAX__FWR_FADD ? &ctx->asge : &ctx->fsge;
-        ctx->fast_wr[k].num_sge = 1;
-    }
-    ctx->asge.length = 8;
+    rdmax__ctx_prebuild(ctx);
     ctx->scq_low = depth > 1 ? depth / 2 : 1;  /* at least 1 (rdmax__fast_post) */
     ctx->scq_spare = (int32_t)(depth - ctx->scq_low);
     ctx->scq_idle = ctx->scq_spare;

@@ -107,15 +107,7 @@ static inline void fd_ctx_ready(rdmax_ctx *ctx, struct ibv_cq *scq, struct ibv_c
     ctx->modify_qp = fd_dev.modify_qp;
     ctx->create_ah = fd_dev.create_ah;
     ctx->rwc = ctx->rwc_top;
-    static const enum ibv_wr_opcode opc[RDMAX__FWR__COUNT] = {
-        IBV_WR_SEND_WITH_IMM, IBV_WR_RDMA_READ, IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_WR_ATOMIC_CMP_AND_SWP};
-    for (int k = 0; k < RDMAX__FWR__COUNT; k++) {
-        ctx->fast_wr[k].opcode = opc[k];
-        ctx->fast_wr[k].send_flags = k <= RDMAX__FWR_SEND ? IBV_SEND_INLINE : 0;
-        ctx->fast_wr[k].sg_list = k >= RDMAX__FWR_FADD ? &ctx->asge : &ctx->fsge;
-        ctx->fast_wr[k].num_sge = 1;
-    }
-    ctx->asge.length = 8;
+    rdmax__ctx_prebuild(ctx);
     ctx->scq_low = 8;
     ctx->scq_spare = (int32_t)scq_credits - 8;  /* the free entries minus scq_low */
     rdmax__ctx_retire_step(ctx);
