@@ -988,8 +988,9 @@ typedef struct rdmax_ctx_desc {
     uint32_t handshake_ms;     /* 0: 10000: how long a listener gives one client to finish its handshake */
     uint32_t handshake_first_ms; /* 0: 1000: how long a listener waits for a new client's first byte
                                   before it drops it (a silent socket holds a slot no longer) */
-    uint32_t handshake_slots;  /* 0: 256: handshakes a TCP listener runs side by side (its backlog too);
-                                  when all are taken, a new client takes the oldest one's slot */
+    uint32_t handshake_slots;  /* 0: 256: handshakes a listener runs side by side (its backlog too), on
+                                  both setup paths; when all are taken, a new client takes the oldest
+                                  one's slot */
     uint32_t ud_rq_depth;      /* 0: 512: receive buffers of the context's UD QP (all UD endpoints share it) */
     uint32_t recv_reserve;     /* 0: a chunk's worth (256 KiB: 64 buffers of 4 KiB); RDMAX_OFF: none.
                                   Buffers each shared receive pool keeps posted
@@ -1326,7 +1327,15 @@ RDMAX_API rdmax_status rdmax_oob_exchange(int fd, const rdmax_conn_record *local
    about handshake_first_ms plus the kernel's SYN retry (1 s) while hostile sockets come and go
    (tests/oob_test on rxe: 2,000 in a burst, half silent, a quarter with a truncated record, a quarter
    closing at once: 20 of 20 real clients connected, 0.38 s on average, 1.3 s at most; the fds went back
-   to their level). With RDMAX_SETUP_CM, rdma_cm's own listener holds at most 256 handshakes. The endpoint is made only after the client's record
+   to their level). The same holds with RDMAX_SETUP_CM: handshake_slots requests run side by side (the
+   kernel holds four times as many unread, up to its net.rdma_ucm.max_backlog), a request that never
+   confirms (no RTU) holds its slot until handshake_ms, and with every slot taken a new request that
+   checks out takes the slot of the one that waited longest for its RTU (once 0.5 s); until one has, it
+   is rejected with RDMAX_ERR_NO_RESOURCE and rdmax_connect tries again. There a real client waits
+   also for the requests queued before its own, each with a valid record costing the listener a QP
+   (tests/cm_test on rxe: 2,000 requests in a burst, half never confirming, a quarter garbage, a quarter
+   gone at once: 20 of 20 real clients served, 3.9 s on average; QPs, rdma_cm ids and fds went back to
+   their level). The endpoint is made only after the client's record
    checks out (and its proof of the secret, see ADMISSION), with the desc of the call that read that record, which may be an earlier call than the one
    that returns it: recv_cb, imm_cb, user, state_cb, watchdog_ms and keepalive_ms are always the returning
    call's, the rest (queue depths, sizes, timeouts, expose) the making call's, so pass the same to every

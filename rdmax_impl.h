@@ -61,7 +61,7 @@ static void rdmax__ep_fail_why(rdmax_ep *ep, rdmax_status err, int wc_status, in
 static void rdmax__dev_release(rdmax_ctx *ctx);
 static void rdmax__srq_close(rdmax_ctx *ctx);
 #define RDMAX__TICK_MS 100  /* period of the watchdog and keepalive pass */
-#define RDMAX__HS_MAX 256   /* handshakes an rdma_cm listener runs side by side; a TCP listener's default */
+#define RDMAX__HS_MAX 256   /* rdmax_ctx_desc.handshake_slots' default, for both setup paths */
 /* rdma_cm connection setup (>>cm) */
 static rdmax_status rdmax__cm_ctx_open(rdmax_ctx *ctx);
 static void rdmax__cm_ctx_cleanup(rdmax_ctx *ctx);
@@ -9233,7 +9233,7 @@ struct rdmax_listener {
     uint16_t port;
     uint32_t n_hs;
     uint32_t next_hs;           /* where the next rdmax_accept starts stepping (round-robin) */
-    uint32_t slots;             /* rdmax_ctx_desc.handshake_slots: hs[] holds that many */
+    uint32_t slots;             /* rdmax_ctx_desc.handshake_slots: hs[] (or cm_hs[]) holds that many */
     uint64_t evicted;           /* handshakes pushed out by a new client while all slots were taken */
     struct rdmax__hs *hs;
     /* RDMAX_SETUP_CM (>>cm): the listening id, its event channel and the handshakes; NULL otherwise */
@@ -9243,6 +9243,7 @@ struct rdmax_listener {
     struct rdmax__cm_seen *cm_seen; /* with a secret: the proofs of the last RDMAX__CM_SEEN clients (>>cm) */
     uint32_t cm_seen_at;
     int64_t cm_seen_floor;      /* a proof not newer than this (s) may repeat one no longer held: refused */
+    int64_t cm_drained;         /* when the channel was last found empty: every RTU that came before is read */
     rdmax_listener *next;       /* ctx->listeners */
 };
 
@@ -9926,6 +9927,7 @@ struct rdmax__cm_hs {
     struct rdma_cm_id *id;      /* NULL: slot free */
     rdmax_ep *ep;               /* made after the client's record checked out; QP in RTS, accept sent */
     uint32_t keepalive_ms;      /* ep's, held back until the client confirms */
+    int64_t start;              /* when we accepted its request (the oldest goes first when all are taken) */
     int64_t deadline;
     char peer[64];
 };
@@ -10302,8 +10304,9 @@ static rdmax_status rdmax__cm_listen(rdmax_ctx *ctx, const char *host, uint16_t 
     struct addrinfo *res = NULL;
     if (rdmax__passive_addr(ctx, host, port, &res) != RDMAX_OK)
         return RDMAX_ERR_INVALID_PARAM;
+    uint32_t slots = ctx->desc.handshake_slots;
     rdmax_listener *l = (rdmax_listener *)rdmax__alloc(ctx, sizeof *l);
-    struct rdmax__cm_hs *hs = (struct rdmax__cm_hs *)rdmax__alloc(ctx, RDMAX__HS_MAX * sizeof *hs);
+    struct rdmax__cm_hs *hs = (struct rdmax__cm_hs *)rdmax__alloc(ctx, slots * sizeof *hs);
     if (!l || !hs) {
         freeaddrinfo(res);
         rdmax__free(ctx, l);
@@ -10311,10 +10314,11 @@ static rdmax_status rdmax__cm_listen(rdmax_ctx *ctx, const char *host, uint16_t 
         return RDMAX_ERR_NO_MEMORY;
     }
     memset(l, 0, sizeof *l);
-    memset(hs, 0, RDMAX__HS_MAX * sizeof *hs);
+    memset(hs, 0, slots * sizeof *hs);
     l->ctx = ctx;
     l->fd = l->epfd = -1;
     l->cm_hs = hs;
+    l->slots = slots;
     rdmax_status st = RDMAX_ERR_IO;
     if (ctx->secret && !(l->cm_seen = (struct rdmax__cm_seen *)rdmax__alloc(ctx, RDMAX__CM_SEEN * sizeof *l->cm_seen))) {
         rdmax__cm_listener_close(l);
@@ -10342,7 +10346,11 @@ static rdmax_status rdmax__cm_listen(rdmax_ctx *ctx, const char *host, uint16_t 
         goto out;
     }
     step = "rdma_listen";
-    if (rdma_listen(l->cm_id, RDMAX__HS_MAX))
+    /* requests the kernel queues unread (the kernel caps it, net.rdma_ucm.max_backlog): one it cannot
+       queue is dropped, and the client's CM sends it again only after about 4 s; a flood's requests with
+       a valid record cost us a QP each, so a burst comes faster than we read (measured: a backlog of
+       slots, 4.7 s for a real client beside 2,000; of 4 x slots, 3.5 s) */
+    if (rdma_listen(l->cm_id, (int)(slots > 16383 ? 65535 : 4 * slots)))
         goto fail;
     freeaddrinfo(res);
     l->port = ntohs(rdma_get_src_port(l->cm_id));
@@ -10370,7 +10378,7 @@ static void rdmax__cm_hs_end(rdmax_listener *l, struct rdmax__cm_hs *h)
 
 static void rdmax__cm_listener_close(rdmax_listener *l)
 {
-    for (int i = 0; l->cm_hs && i < RDMAX__HS_MAX; i++)
+    for (uint32_t i = 0; l->cm_hs && i < l->slots; i++)
         if (l->cm_hs[i].id)
             rdmax__cm_hs_end(l, &l->cm_hs[i]);
     if (l->cm_id)
@@ -10380,6 +10388,40 @@ static void rdmax__cm_listener_close(rdmax_listener *l)
     rdmax__free(l->ctx, l->cm_hs);
     rdmax__free(l->ctx, l->cm_seen);
     rdmax__free(l->ctx, l);
+}
+
+/* A slot for a request that checked out (so garbage pushes nobody out): a free one, else, as the TCP
+   listener does (rdmax__hs_accept), the one of the handshake waiting longest for its client's RTU, once
+   it has waited RDMAX__HS_BUSY_MS (an rdmax client sends it right after our reply), so a flood of
+   requests that never confirm cannot keep a real client out. Waited until the channel was last found
+   empty, not until now: a flood queues events faster than we read them, and an RTU that came may wait
+   in the queue behind requests (pushing that one out would drop a client whose connect returned).
+   NULL: no slot waited that long; the request is rejected with RDMAX_ERR_NO_RESOURCE, which an rdmax
+   client tries again, and cheap rejects let the listener catch up with the queue. */
+static struct rdmax__cm_hs *rdmax__cm_hs_slot(rdmax_listener *l, const char *peer)
+{
+    rdmax_ctx *ctx = l->ctx;
+    uint32_t old = 0;
+    for (uint32_t i = 0; i < l->slots; i++) {
+        if (!l->cm_hs[i].id)
+            return &l->cm_hs[i];
+        if (l->cm_hs[i].start < l->cm_hs[old].start)
+            old = i;
+    }
+    struct rdmax__cm_hs *h = &l->cm_hs[old];
+    int64_t waited = l->cm_drained - h->start;
+    if (waited < RDMAX__HS_BUSY_MS) {
+        rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_HANDSHAKE, "device %s, client %s: all %u handshake slots "
+                   "taken, none waited %d ms for its RTU; rejected (it may try again)", ctx->attr.name, peer,
+                   l->slots, RDMAX__HS_BUSY_MS);
+        return NULL;
+    }
+    rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_HANDSHAKE_TIMEOUT, "device %s, client %s: handshake dropped, no "
+               "RTU for %lld ms: all %u slots taken and a new client came", ctx->attr.name, h->peer,
+               (long long)waited, l->slots);
+    rdmax__cm_hs_end(l, h);
+    l->evicted++;
+    return h;
 }
 
 /* A connect request: check the device and the client's record, then (only then) make the endpoint, bring
@@ -10398,19 +10440,9 @@ static rdmax_status rdmax__cm_request(rdmax_listener *l, struct rdma_cm_event *e
     char peer[64], why[200];
     rdmax__sockaddr_str(rdma_get_peer_addr(id), peer, sizeof peer);
     struct rdmax__cm_hs *h = NULL;
-    for (int i = 0; i < RDMAX__HS_MAX && !h; i++)
-        if (!l->cm_hs[i].id)
-            h = &l->cm_hs[i];
     rdmax_status st;
     rdmax_conn_record cm, them, me;
     rdmax_ep *ep = NULL;
-    if (!h) {
-        rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
-                   "device %s, client %s: %u handshakes already in progress; rejected",
-                   ctx->attr.name, peer, RDMAX__HS_MAX);
-        st = RDMAX_ERR_NO_RESOURCE;
-        goto reject;
-    }
     if (!rdmax__cm_same_device(ctx, id, why, sizeof why)) {
         rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
                    "device %s, client %s: %s", ctx->attr.name, peer, why);
@@ -10437,6 +10469,10 @@ static rdmax_status rdmax__cm_request(rdmax_listener *l, struct rdma_cm_event *e
     if ((st = rdmax_cm_record_decode(rec, n, &cm, &them, why, sizeof why)) != RDMAX_OK) {
         rdmax__log(ctx, RDMAX_LOG_WARN, RDMAX_LOG_ITEM_HANDSHAKE,
                    "device %s, client %s: %s", ctx->attr.name, peer, why);
+        goto reject;
+    }
+    if (!(h = rdmax__cm_hs_slot(l, peer))) {  /* the client tries again (rdmax__cm_step) */
+        st = RDMAX_ERR_NO_RESOURCE;
         goto reject;
     }
     /* The record checked out: now the endpoint is worth making, without the application's callbacks and
@@ -10483,7 +10519,8 @@ static rdmax_status rdmax__cm_request(rdmax_listener *l, struct rdma_cm_event *e
     /* No keepalive into a QP the client may not have made (a crafted request): not before its RTU. */
     h->keepalive_ms = ep->desc.keepalive_ms;
     ep->desc.keepalive_ms = RDMAX_OFF;
-    h->deadline = rdmax__now_ms() + ctx->desc.handshake_ms;
+    h->start = rdmax__now_ms();
+    h->deadline = h->start + ctx->desc.handshake_ms;
     snprintf(h->peer, sizeof h->peer, "%s", peer);
     l->n_hs++;
     return RDMAX_INPROGRESS;
@@ -10507,7 +10544,7 @@ static rdmax_status rdmax__cm_listener_event(rdmax_listener *l, struct rdma_cm_e
     int status = ev->status;
     rdma_ack_cm_event(ev);
     struct rdmax__cm_hs *h = NULL;
-    for (int i = 0; i < RDMAX__HS_MAX && !h; i++)
+    for (uint32_t i = 0; i < l->slots && !h; i++)
         if (l->cm_hs[i].id == id)
             h = &l->cm_hs[i];
     if (!h) {  /* the listening id's own: the device went away, the address changed */
@@ -10577,7 +10614,8 @@ static rdmax_status rdmax__cm_accept(rdmax_listener *l, const rdmax_ep_desc *des
                 return st;
         }
         int64_t now = rdmax__now_ms(), next = deadline;
-        for (int i = 0; i < RDMAX__HS_MAX; i++) {
+        l->cm_drained = now;
+        for (uint32_t i = 0; i < l->slots; i++) {
             struct rdmax__cm_hs *h = &l->cm_hs[i];
             if (!h->id)
                 continue;
@@ -10647,6 +10685,7 @@ static rdmax_status rdmax__cm_step(struct rdma_event_channel *ch, enum rdma_cm_e
         /* an rdmax listener that did not take our record (or had no room): its status, in its words */
         int16_t s = (int16_t)rdmax__get16(rej + 8);
         rdmax_status rs = s <= RDMAX_ERR_NO_RESOURCE && s >= RDMAX_ERR_OOB_AUTH ? (rdmax_status)s : RDMAX_ERR_CONNECT;
+        *retry = rs == RDMAX_ERR_NO_RESOURCE;  /* its handshake slots were all taken just now */
         RDMAX__WHY("%s: the peer rejected our connection record: %s", step, rdmax_status_str(rs));
         return rs;
     }

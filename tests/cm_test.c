@@ -7,6 +7,9 @@
        ends with the TCP mode's status and sentence, and the listener serves a real client afterwards;
      - ten stalled handshakes do not keep a real client out; accept with timeout 0 as a poll on the
        listener's fd;
+     - a flood cannot lock the listener: requests that never confirm in every handshake slot (8 set in
+       the desc, the default 256), and 2,000 in a burst beside 20 real clients: the real ones are served,
+       the QPs, rdma_cm ids and fds go back to their level;
      - connect: nobody listening, a listener that comes later, a server that never answers, an address
        nobody has: the status, and a timeout names the rdma_cm step;
      - a peer process killed with SIGKILL: the endpoint fails, RDMAX_ERR_PEER_GONE (DISCONNECTED, no goodbye), with
@@ -23,6 +26,8 @@
 #include "../rdmax.h"
 #include "testlib.h"
 
+#include <dirent.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -835,6 +840,332 @@ out:
         tl_end();
 }
 
+/* ---- a listener a flood cannot lock (issue 30): requests that never confirm, beside real clients ----
+   One process (cm_flood) sends n connect requests through librdmacm (with `mixed` up to 64 being set up
+   at once, else one after the other, so they reach the listener in order), each with its own made-up QP
+   number: HOLD (a valid record, then never rdma_establish: the handshake waits for an RTU that never
+   comes), and with `mixed` in turn also GARBAGE (private data that is not a record) and LEAVE (the id
+   destroyed right after its request), so half hold, a quarter are garbage, a quarter leave. It reports each answer to fd as {kind, index}: 'P' the server's reply, 'R' a reject
+   (a held handshake the listener pushed out, or garbage refused), 'E' anything else; it runs until
+   killed (the kernel then tears its ids down). */
+struct flood_ev {
+    char what;
+    int idx;
+};
+
+static void cm_flood(const char *host, uint16_t port, int n, int mixed, int fd)
+{
+    struct rdma_event_channel *ch = rdma_create_event_channel();
+    struct addrinfo *dst, *src = NULL;
+    char ps[8];
+    snprintf(ps, sizeof ps, "%u", port);
+    if (!ch || getaddrinfo(host, ps, NULL, &dst) || (g_src4 && getaddrinfo(g_src4, NULL, NULL, &src)))
+        _exit(2);
+    uint8_t good[RDMAX_CM_RECORD_SIZE], junk[RDMAX_CM_RECORD_SIZE];
+    good_cm_record(good);
+    memset(junk, 0x5a, sizeof junk);
+    int started = 0, setting_up = 0;
+    for (;;) {
+        while (started < n && setting_up < (mixed ? 64 : 1)) {
+            struct rdma_cm_id *id;
+            if (rdma_create_id(ch, &id, (void *)(intptr_t)started, RDMA_PS_TCP) ||
+                rdma_resolve_addr(id, src ? src->ai_addr : NULL, dst->ai_addr, 5000))
+                _exit(3);
+            started++;
+            setting_up++;
+        }
+        struct rdma_cm_event *ev;
+        if (rdma_get_cm_event(ch, &ev))
+            _exit(4);
+        struct rdma_cm_id *id = ev->id;
+        int idx = (int)(intptr_t)id->context, kind = mixed ? idx % 4 : 0;  /* 0, 1 hold; 2 garbage; 3 leave */
+        enum rdma_cm_event_type type = ev->event;
+        rdma_ack_cm_event(ev);
+        struct flood_ev out = {'E', idx};
+        if (type == RDMA_CM_EVENT_ADDR_RESOLVED) {
+            if (rdma_resolve_route(id, 5000))
+                _exit(5);
+            continue;
+        }
+        if (type == RDMA_CM_EVENT_ROUTE_RESOLVED) {
+            struct rdma_conn_param p;
+            memset(&p, 0, sizeof p);
+            p.private_data = kind == 2 ? junk : good;
+            p.private_data_len = sizeof good;
+            p.responder_resources = p.initiator_depth = 1;
+            p.retry_count = p.rnr_retry_count = 6;
+            p.qp_num = 0xc0000 + (uint32_t)idx;  /* each its own (see raw_client) */
+            setting_up--;
+            if (rdma_connect(id, &p))
+                _exit(6);
+            if (kind == 3)
+                rdma_destroy_id(id);
+            continue;
+        }
+        if (type == RDMA_CM_EVENT_CONNECT_RESPONSE)
+            out.what = 'P';
+        else if (type == RDMA_CM_EVENT_REJECTED)
+            out.what = 'R';
+        else if (type == RDMA_CM_EVENT_ADDR_ERROR || type == RDMA_CM_EVENT_ROUTE_ERROR)
+            setting_up--;
+        (void)!write(fd, &out, sizeof out);
+    }
+}
+
+/* Lines of `rdma resource show cm_id` that name this process: its rdma_cm ids, the listener's and the
+   handshakes'. -1 when the tool cannot tell. */
+static int count_cm_ids(void)
+{
+    char cmd[64], line[512], pid[24];
+    snprintf(cmd, sizeof cmd, "rdma resource show cm_id 2>/dev/null");
+    snprintf(pid, sizeof pid, " pid %d ", (int)getpid());
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return -1;
+    int n = 0, lines = 0;
+    while (fgets(line, sizeof line, f)) {
+        lines++;
+        n += strstr(line, pid) != NULL;
+    }
+    return pclose(f) == 0 && lines ? n : -1;
+}
+
+static int count_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
+/* A real client in a child process: connects and waits for the server's hello, trying again while
+   rdmax_connect fails or the endpoint fails before the hello (its handshake was pushed out: the server
+   never returned it), as a program would, until 60 s (a hang guard); writes the time in ms to fd, and
+   leaves. */
+static void hello_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep;
+    *(int *)user = len == 6 && !memcmp(data, "hello", 6);
+}
+
+static pid_t timed_client(const char *addr, uint16_t port, int fd)
+{
+    pid_t pid = fork();
+    if (pid != 0)
+        return pid;
+    int64_t t0 = now_ms();
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.device = g_dev1;
+    cd.conn_setup = RDMAX_SETUP_CM;
+    rdmax_ctx *c2 = NULL;
+    rdmax_ep *e2 = NULL;
+    if (rdmax_ctx_create(&cd, &c2) != RDMAX_OK)
+        _exit(3);
+    rdmax_ep_desc ed;
+    memset(&ed, 0, sizeof ed);
+    ed.recv_cb = hello_recv;
+    int hello = 0;
+    ed.user = &hello;
+    while (!hello) {
+        rdmax_ep_destroy(e2);
+        e2 = NULL;
+        if (now_ms() - t0 > 60000)
+            _exit(4);
+        if (rdmax_connect(c2, addr, port, &ed, &e2, 60000) != RDMAX_OK)
+            continue;
+        /* waiting, not spinning: twenty spinning clients would starve the machine's two CPUs */
+        for (int64_t end = now_ms() + 10000; !hello && rdmax_ep_query_state(e2) == RDMAX_EP_CONNECTED && now_ms() < end;) {
+            rdmax_wait(c2, 100);
+            rdmax_progress(c2);
+        }
+    }
+    int ms = (int)(now_ms() - t0);
+    (void)!write(fd, &ms, sizeof ms);
+    rdmax_ep_destroy(e2);
+    rdmax_ctx_destroy(c2);
+    _exit(0);
+}
+
+/* Every slot held: `slots` requests (0: the default, 256) that never confirm, handshake_ms of ten minutes,
+   so none of them ends by its deadline. After RDMAX__HS_BUSY_MS (500 ms) a real client takes the oldest
+   one's slot (that request is rejected) and is served; the others keep theirs. Before, the listener
+   rejected every new client with RDMAX_ERR_NO_RESOURCE until a held handshake's deadline. */
+static void flood_full_test(const char *addr, uint32_t slots)
+{
+    uint32_t n = slots ? slots : 256;
+    rdmax_ctx *ctx = NULL;
+    rdmax_listener *l = NULL;
+    rdmax_ep *ep = NULL;
+    pid_t flood = -1, cli = -1;
+    int ev_fd[2] = {-1, -1}, t_fd[2] = {-1, -1};
+    tl_begin("cm/flood: %u requests that never confirm hold all %u%s handshake slots: a real client takes the "
+             "oldest one's and is served", n, n, slots ? "" : " (default)");
+    REQUIRE(pipe(ev_fd) == 0 && pipe(t_fd) == 0, "pipe");
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.device = g_dev0;
+    cd.conn_setup = RDMAX_SETUP_CM;
+    cd.handshake_ms = 600000;
+    cd.handshake_slots = slots;
+    cd.log_level = RDMAX_LOG_ERROR;
+    cd.log_level_set = true;
+    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device");
+    REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
+    uint16_t port = rdmax_listener_query_port(l);
+    if ((flood = fork()) == 0)
+        cm_flood(addr, port, (int)n, 0, ev_fd[1]);
+    uint32_t replied = 0;
+    int first = -1, first_rejected = 0, rejected = 0;
+    for (int64_t end = now_ms() + 120000; replied < n && now_ms() < end;) {
+        rdmax_status st = rdmax_accept(l, NULL, &ep, 50);
+        REQUIRE(st == RDMAX_ERR_TIMEOUT, "accept returned %s while only held requests came", rdmax_status_str(st));
+        struct flood_ev e;
+        struct pollfd p = {ev_fd[0], POLLIN, 0};
+        while (poll(&p, 1, 0) == 1 && read(ev_fd[0], &e, sizeof e) == sizeof e) {
+            first = first < 0 && e.what == 'P' ? e.idx : first;
+            replied += e.what == 'P';
+        }
+    }
+    REQUIRE(replied == n, "%u of %u held requests got a reply", replied, n);
+    usleep(600 * 1000);  /* the oldest has waited past RDMAX__HS_BUSY_MS */
+    cli = timed_client(addr, port, t_fd[1]);
+    rdmax_status st = RDMAX_ERR_TIMEOUT;
+    for (int64_t end = now_ms() + 60000; st != RDMAX_OK && now_ms() < end;)
+        st = rdmax_accept(l, NULL, &ep, 100);
+    CHECK_ST(st, RDMAX_OK);
+    CHECK(st == RDMAX_OK && rdmax_send(ep, "hello", 6, NULL, NULL) >= RDMAX_OK, "hello to the real client");
+    CHECK(child_status(cli) == 0, "the real client failed");
+    cli = -1;
+    int ms = -1;
+    fcntl(t_fd[0], F_SETFL, O_NONBLOCK);  /* a client that failed wrote nothing */
+    CHECK(read(t_fd[0], &ms, sizeof ms) == sizeof ms, "no connect time");
+    for (int64_t end = now_ms() + 5000; now_ms() < end;) {  /* the rejects reach the flood */
+        struct flood_ev e;
+        struct pollfd p = {ev_fd[0], POLLIN, 0};
+        if (poll(&p, 1, 100) == 1 && read(ev_fd[0], &e, sizeof e) == sizeof e && e.what == 'R') {
+            rejected++;
+            first_rejected |= e.idx == first;
+        }
+        if (rejected)
+            break;
+    }
+    CHECK(rejected == 1 && first_rejected, "%d held requests rejected (want 1, the oldest: %s)", rejected,
+          first_rejected ? "it was" : "it was not");
+    CHECK(rdmax__test_ctx_eps(ctx) == n, "%u endpoints: %u held handshakes - 1 pushed out + the real client",
+          rdmax__test_ctx_eps(ctx), n);
+    printf("    the real client connected in %d ms\n", ms);
+out:
+    if (flood > 0)
+        kill(flood, SIGKILL), child_status(flood);
+    if (cli > 0)
+        child_status(cli);
+    rdmax_ep_destroy(ep);
+    rdmax_listener_destroy(l);
+    rdmax_ctx_destroy(ctx);
+    for (int i = 0; i < 2; i++) {
+        if (ev_fd[i] >= 0)
+            close(ev_fd[i]);
+        if (t_fd[i] >= 0)
+            close(t_fd[i]);
+    }
+    tl_end();
+}
+
+/* The flood as the TCP listener's test has it (tests/oob_test.c), on rdma_cm: 2,000 requests in a burst
+   (half never confirm, a quarter garbage, a quarter leave at once) beside 20 real clients, defaults: all
+   20 served (their connect times reported; 60 s is a hang guard); after the flood is gone the
+   listener's endpoints (QPs), rdma_cm ids and fds are back to their level. */
+static void flood_burst_test(const char *addr)
+{
+    enum { HOSTILE = 2000, HONEST = 20 };
+    rdmax_ctx *ctx = NULL;
+    rdmax_listener *l = NULL;
+    rdmax_ep *eps[HONEST] = {0};
+    pid_t flood = -1, honest[HONEST];
+    int ev_fd[2] = {-1, -1}, t_fd[2] = {-1, -1};
+    for (int i = 0; i < HONEST; i++)
+        honest[i] = -1;
+    tl_begin("cm/flood: %d requests in a burst beside %d real clients, defaults: all served, QPs, ids, fds back",
+             HOSTILE, HONEST);
+    REQUIRE(pipe(ev_fd) == 0 && pipe(t_fd) == 0, "pipe");
+    fcntl(ev_fd[1], F_SETFL, O_NONBLOCK);  /* never read here: the flood must not block on it */
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.device = g_dev0;
+    cd.conn_setup = RDMAX_SETUP_CM;
+    cd.log_level = RDMAX_LOG_ERROR;
+    cd.log_level_set = true;
+    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device");
+    REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
+    uint16_t port = rdmax_listener_query_port(l);
+    int fds0 = count_fds(), ids0 = count_cm_ids();
+    uint32_t eps0 = rdmax__test_ctx_eps(ctx);
+    if ((flood = fork()) == 0)
+        cm_flood(addr, port, HOSTILE, 1, ev_fd[1]);
+    for (int i = 0; i < HONEST; i++)
+        honest[i] = timed_client(addr, port, t_fd[1]);
+    int served = 0;
+    for (int64_t end = now_ms() + 120000; served < HONEST && now_ms() < end;) {
+        rdmax_ep *ep = NULL;
+        if (rdmax_accept(l, NULL, &ep, 100) == RDMAX_OK) {
+            eps[served++] = ep;
+            CHECK(rdmax_send(ep, "hello", 6, NULL, NULL) >= RDMAX_OK, "hello to a real client");
+        }
+    }
+    int ok = 0, max_ms = 0, sum_ms = 0, ms;
+    for (int i = 0; i < HONEST; i++) {
+        ok += child_status(honest[i]) == 0;
+        honest[i] = -1;
+    }
+    fcntl(t_fd[0], F_SETFL, O_NONBLOCK);  /* the clients are gone: what they wrote is there */
+    while (read(t_fd[0], &ms, sizeof ms) == sizeof ms) {
+        max_ms = ms > max_ms ? ms : max_ms;
+        sum_ms += ms;
+    }
+    CHECK(served == HONEST && ok == HONEST, "%d of %d real clients served, %d connected", served, HONEST, ok);
+    printf("    %d hostile requests: %d of %d real clients connected, in %d ms on average, %d ms at most\n", HOSTILE,
+           ok, HONEST, ok ? sum_ms / ok : 0, max_ms);
+    kill(flood, SIGKILL);
+    child_status(flood);
+    flood = -1;
+    for (int i = 0; i < HONEST; i++)
+        rdmax_ep_destroy(eps[i]), eps[i] = NULL;
+    /* the flood's ids are gone: the kernel rejects what it held, and each handshake ends at its event */
+    uint32_t neps = rdmax__test_ctx_eps(ctx);
+    int ids = count_cm_ids(), fds = count_fds();
+    for (int64_t end = now_ms() + 60000; (neps != eps0 || ids != ids0 || fds != fds0) && now_ms() < end;) {
+        rdmax_ep *ep = NULL;
+        while (rdmax_accept(l, NULL, &ep, 200) != RDMAX_ERR_TIMEOUT)  /* each call ends one handshake */
+            rdmax_ep_destroy(ep), ep = NULL;
+        neps = rdmax__test_ctx_eps(ctx), ids = count_cm_ids(), fds = count_fds();
+    }
+    CHECK(neps == eps0, "%u endpoints (QPs) after the flood, %u before", neps, eps0);
+    CHECK(ids == ids0 && ids >= 1, "%d rdma_cm ids after the flood, %d before", ids, ids0);
+    CHECK(fds == fds0, "%d fds after the flood, %d before", fds, fds0);
+out:
+    if (flood > 0)
+        kill(flood, SIGKILL), child_status(flood);
+    for (int i = 0; i < HONEST; i++) {
+        if (honest[i] > 0)
+            child_status(honest[i]);
+        rdmax_ep_destroy(eps[i]);
+    }
+    rdmax_listener_destroy(l);
+    rdmax_ctx_destroy(ctx);
+    for (int i = 0; i < 2; i++) {
+        if (ev_fd[i] >= 0)
+            close(ev_fd[i]);
+        if (t_fd[i] >= 0)
+            close(t_fd[i]);
+    }
+    tl_end();
+}
+
 /* A port nobody listens on: a listener's port, closed again. */
 static uint16_t free_port(rdmax_ctx *ctx)
 {
@@ -1346,6 +1677,9 @@ int main(int argc, char **argv)
     bad_client_tests(argv[1]);
     admit_tests(argv[1]);
     side_by_side_tests(argv[1]);
+    flood_full_test(argv[1], 8);
+    flood_full_test(argv[1], 0);
+    flood_burst_test(argv[1]);
     connect_tests(argv[1]);
     peer_killed_tests(argv[1]);
     close_order_test(argv[1]);
