@@ -263,8 +263,9 @@
 
    RECEIVING (RC): SHARED RECEIVE QUEUES AND CREDITS
    A context's RC endpoints receive into shared receive queues, one per buffer size in use (ep desc
-   recv_size, default the context's recv_size, 4096): buffers come from one pool per size, refilled in
-   batches by rdmax_progress, so an endpoint costs no buffers of its own. Each endpoint gives its peer a
+   recv_size, default the context's recv_size, 4096): buffers come from one pool per size, refilled by
+   rdmax_progress (in batches; a poll that finds one message posts its buffer back at once), so an
+   endpoint costs no buffers of its own. Each endpoint gives its peer a
    window: the peer may have that many sends and puts with immediate data outstanding; the next one is
    refused with RDMAX_ERR_NO_RESOURCE (or waits, as an rdmax_req) until credits come back.
    rdmax_ep_query_resources says how many may go now (send_credits) and the window this endpoint gives
@@ -2520,7 +2521,7 @@ struct rdmax_ctx {
     int (*rcq_poll)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
     int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask); /* ibv_modify_qp (tests: fake) */
     struct ibv_wc *rwc;         /* where rdmax_progress polls the receive CQ into: rwc_top, or while
-                                   rdmax__recv_cqes runs callbacks (which may progress) an array in its
+                                   the receive path runs callbacks (which may progress) an array in its
                                    frame, so the inline poll needs no array of its own */
     struct ibv_comp_channel *channel;
     int32_t scq_spare;          /* send-CQ entries not yet reserved by a post, minus scq_low
@@ -2719,6 +2720,7 @@ RDMAX_API rdmax_status rdmax__batch_end(rdmax_ep *ep);
 RDMAX_API size_t rdmax__dispatch(rdmax_ctx *ctx);
 RDMAX_API int rdmax__dispatch_then(rdmax_ctx *ctx, int n);     /* rdmax__dispatch, then returns n */
 RDMAX_API int rdmax__progress_more(rdmax_ctx *ctx, int n);     /* rdmax_progress after n receives */
+RDMAX_API int rdmax__progress_recv(rdmax_ctx *ctx, int n);     /* rdmax_progress after its poll found n */
 
 /* Progress and registration slow paths. */
 RDMAX_API rdmax_status rdmax__rcache_open(rdmax_ctx *ctx);
@@ -3320,24 +3322,38 @@ RDMAX_INLINE int rdmax__poll_send_fast(rdmax_ctx *ctx)
     return n ? rdmax__send_cqes(ctx, (uint64_t)n) : 0;
 }
 
-/* The receive CQ, polled inline into ctx->rwc (a receive callback may progress again: rdmax__recv_cqes
-   points rwc at an array of its own while it runs them): an empty poll costs no call of rdmax's own and
-   no stack array; completions are handled out of line (rdmax__recv_cqes). */
-RDMAX_INLINE int rdmax__poll_recv_fast(rdmax_ctx *ctx)
+/* UD's own receive queue, polled and handled whole: its completions (0 without UD). */
+RDMAX_INLINE int rdmax__poll_ud_fast(rdmax_ctx *ctx)
 {
-    int ud = 0;
 #if RDMAX__HAS_UD
     if (ctx->ud)
-        ud = rdmax__poll_ud(ctx);
+        return rdmax__poll_ud(ctx);
+#else
+    (void)ctx;
 #endif
+    return 0;
+}
+
+/* The receive CQ, polled inline into ctx->rwc (a receive callback may progress again: the receive path
+   points rwc at an array of its own while it runs them), so an empty poll needs no stack array: the
+   completions polled (0 when it was drained, counted). */
+RDMAX_INLINE int rdmax__rcq_poll(rdmax_ctx *ctx)
+{
     RDMAX__PROF_BEGIN(ctx, POLL);
     int n = ctx->rcq_poll(ctx->rcq, 16, ctx->rwc);  /* ibv_poll_cq */
     RDMAX__PROF_END(ctx, POLL);
-    if (rdmax_likely(n == 0)) {
+    if (rdmax_likely(n == 0))
         ctx->rcq_drains++;
-        return ud;
-    }
-    return ud + rdmax__recv_cqes(ctx, n);
+    return n;
+}
+
+/* The receive CQ, polled inline: an empty poll costs no call of rdmax's own; completions are handled
+   out of line (rdmax__recv_cqes). */
+RDMAX_INLINE int rdmax__poll_recv_fast(rdmax_ctx *ctx)
+{
+    int ud = rdmax__poll_ud_fast(ctx);
+    int n = rdmax__rcq_poll(ctx);
+    return rdmax_likely(n == 0) ? ud : ud + rdmax__recv_cqes(ctx, n);
 }
 
 /* What rdmax_progress does after the receive CQ: the tick when due, the send CQ, the pending queue. Returns the send completions handled. n is
@@ -3374,9 +3390,13 @@ RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
 RDMAX_INLINE int rdmax_progress(rdmax_ctx *ctx)
 {
     RDMAX__PROF_BEGIN(ctx, PROGRESS);
-    int n = rdmax__poll_recv_fast(ctx);
+    int ud = rdmax__poll_ud_fast(ctx);
+    int n = rdmax__rcq_poll(ctx);
     /* after receive completions (out of line already) the rest is out of line too */
-    n = rdmax_likely(n == 0) ? rdmax__progress_send(ctx) : rdmax__progress_more(ctx, n);
+    if (rdmax_likely(n == 0))
+        n = rdmax_likely(ud == 0) ? rdmax__progress_send(ctx) : rdmax__progress_more(ctx, ud);
+    else
+        n = ud + rdmax__progress_recv(ctx, n);
     RDMAX__PROF_END(ctx, PROGRESS);
     return n;
 }

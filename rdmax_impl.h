@@ -4687,6 +4687,7 @@ struct rdmax__srq {
        the buffers it gives back in them (wr_id, address and key: nothing to compute again), a request
        beside its SGE (one index for both) */
     struct rdmax__srq_rq rq[RDMAX__RECV_BATCH];
+    struct rdmax__srq_rq one;   /* the request of rdmax__recv_one's single buffer: no nested batch stages in it */
 };
 
 struct rdmax__rx {
@@ -5089,6 +5090,10 @@ static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
         s->rq[i].wr.num_sge = 1;
         s->rq[i].wr.next = i + 1 < RDMAX__RECV_BATCH ? &s->rq[i + 1].wr : NULL;
     }
+    s->one.sge.length = recv_size;
+    s->one.wr.sg_list = &s->one.sge;
+    s->one.wr.num_sge = 1;
+    s->one.wr.next = NULL;
     struct ibv_srq_init_attr a;
     memset(&a, 0, sizeof a);
     a.srq_context = ctx;  /* names the owner of an SRQ event among contexts sharing the device */
@@ -8238,103 +8243,102 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
     return n;
 }
 
-/* rdmax__recv_one's rare end: the callback did something that may have moved the staging or the last
-   endpoint (x->recv_disturbed: it progressed, destroyed or made an endpoint, ...). The buffer goes back as a
-   batch's would, its credit to its endpoint if that still lives. */
-static void rdmax__recv_one_stirred(rdmax_ctx *ctx, struct rdmax__rx *x, struct rdmax__srq *s, uint64_t wr_id,
-                                    char *buf, uint32_t lkey, uint32_t who)
+/* The n receive completions polled into ctx->rwc, as a batch. A callback that progresses polls again:
+   into this frame's array (rwc points there until the batch is done), not over the rest of the batch. */
+int rdmax__recv_cqes(rdmax_ctx *ctx, int n)
 {
-    struct rdmax__owed o;
-    o.n = 0;
-    rdmax__srq_give(x, s, wr_id, buf, lkey);
-    const rdmax__ep_ref *r = &ctx->eps[who & 0xffff];
-    if (r->ep && RDMAX__REF_GEN(r) == (uint16_t)(who >> 16))
-        rdmax__owe_credits(&o, who, 1);
-    rdmax__srq_settle(ctx, &o, 1);
+    struct ibv_wc *wc = ctx->rwc, nested[16];
+    ctx->rwc = nested;
+    n = rdmax__recv_batch(ctx, wc, n);
+    ctx->rwc = wc;
+    return n;
 }
 
-/* A poll that found one completion (a ping-pong's every receive): a message of the last endpoint on its
-   shared queue, with nothing staged, goes straight through: credits in its immediate data taken, the
-   callback, the buffer posted again on its own and its credit owed at once. Anything else (another
-   endpoint, a grant, an error, a pool being refilled) returns 0 before touching anything, for
-   rdmax__recv_batch. The outermost poll only (recv_cqes checks): a nested one goes the batch's way. */
-static int rdmax__recv_one(rdmax_ctx *ctx, const struct ibv_wc *wc)
+/* rdmax__progress_recv_one when the callback did something that may have moved the last endpoint or a
+   pool's staging (x->recv_disturbed: it progressed, destroyed or made an endpoint, ...): the buffer goes
+   back and its credit is owed the batch's way. wc is intact (a nested poll wrote elsewhere). */
+static __attribute__((noinline)) int rdmax__recv_one_stirred(rdmax_ctx *ctx, const struct ibv_wc *wc)
 {
     struct rdmax__rx *x = ctx->rx;
-    if (x == NULL || (wc->wr_id >> RDMAX__WR_POOL_SHIFT) != x->last_tag)
-        return 0;
-    struct rdmax__srq *s = x->last_s;
-    uint32_t ci = ((uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK) >> RDMAX__SRQ_SLOT_BITS;
-    uint32_t slot = (uint32_t)wc->wr_id & ((1u << RDMAX__SRQ_SLOT_BITS) - 1);
-    uint64_t key;  /* the QP's number and the immediate, as rdmax__srq_recv_fast reads them */
-    memcpy(&key, (const char *)wc + offsetof(struct ibv_wc, imm_data), sizeof key);
-    const uint64_t credit_bits = rdmax__srq_key(RDMAX__LE32(RDMAX__IMM_CREDITS), 0);
-    uint32_t credits = 0;
-    if (key != x->last_key) {  /* credits in the immediate, nothing else: taken below */
-        if ((key & ~credit_bits) != x->last_key || !(wc->wc_flags & IBV_WC_WITH_IMM))
-            return 0;
-        credits = RDMAX__LE32(wc->imm_data) & RDMAX__IMM_CREDITS;
-    }
-    if (wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV || ci >= s->n_chunks || slot >= s->per_chunk ||
-        s->posted != s->target)  /* (below target: the batch's repost tops the pool up) */
-        return 0;
-    /* outermost: every batch before settled (rq[0] is free) */
-    RDMAX_ASSERT(s->n_stage == 0 && x->staged == 0 && x->run == 0);
-    ctx->rcq_drains++;  /* fewer than a batch: the CQ was drained (as rdmax__recv_batch) */
-    ctx->cnt.cqes++;
-    rdmax_ep *ep = x->last_ep;
-    uint32_t who = x->last_who;
-    if (credits) {
-        ep->tx_credits += credits;
-        if (ep->group.count)
-            rdmax__arb_group_schedule(&ctx->arb, &ep->group);
-    }
-    char *buf = s->chunks[ci].base + (size_t)slot * s->recv_size;
-    uint32_t lkey = s->chunks[ci].lkey;
-    uint64_t wr_id = wc->wr_id;
-    ctx->cnt.recv_bytes += wc->byte_len;
-    x->recv_disturbed = 0;
-    ep->recv_cb(ep, buf, wc->byte_len, ep->user);  /* may destroy ep */
-    ctx->cnt.recv_msgs++;
-    if (rdmax_unlikely(x->recv_disturbed)) {
-        rdmax__recv_one_stirred(ctx, x, s, wr_id, buf, lkey, who);
-    } else {
-        /* rq[0] alone, cut off the chain for its post (as rdmax__srq_fill_staged does) */
-        struct ibv_recv_wr *bad = NULL;
-        s->rq[0].wr.wr_id = wr_id;
-        s->rq[0].sge.addr = (uintptr_t)buf;
-        s->rq[0].sge.lkey = lkey;
-        s->rq[0].wr.next = NULL;
-        ctx->cnt.recv_post_calls++;
-        int rc = ibv_post_srq_recv(s->srq, &s->rq[0].wr, &bad);
-        s->rq[0].wr.next = &s->rq[1].wr;
-        if (rdmax_unlikely(rc != 0)) {
-            s->posted--;
-            x->posted--;
-            rdmax__srq_post_failed(ctx, s, 1, bad, rc);
-        }
-        ep->rx_unreturned++;
-        if (ep->rx_unreturned >= ep->grant_at && ep->state == RDMAX_EP_CONNECTED)
-            rdmax__grant_or_fail(ep);
-    }
-    if (rdmax_unlikely(x->pools_to_free != 0))
-        rdmax__pool_reap(ctx);
+    struct rdmax__owed o;
+    o.n = 0;
+    rdmax__srq_restage(ctx, x, wc, &o, x->pool[(uint32_t)(wc->wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1)]);
+    rdmax__srq_settle(ctx, &o, 1);
     if (rdmax_unlikely(ctx->flush_check))
         rdmax__flush_check(ctx);
     return 1;
 }
 
-/* The n receive completions rdmax__poll_recv_fast polled into ctx->rwc. A callback that progresses
-   polls again: into this frame's array (rwc points there until the batch is done), not over the rest
-   of this batch. */
-int rdmax__recv_cqes(rdmax_ctx *ctx, int n)
+/* One message in an outermost poll, as a ping-pong's every receive: it needs none of the batch's
+   bookkeeping, so it goes straight through, then the rest of rdmax_progress. A message of the last
+   endpoint on its shared queue (credits in its immediate or none), the pool at its target: the credits
+   taken, the buffer put in the pool's own request for one (s->one, which no nested batch touches) before
+   the callback, posted after it, and its credit owed at once, the grant as the batch's. Anything else
+   goes the batch's way before anything is touched. */
+static int rdmax__progress_recv_one(rdmax_ctx *ctx)
 {
-    struct ibv_wc *wc = ctx->rwc, nested[16];
-    ctx->rwc = nested;
-    if (n != 1 || wc != ctx->rwc_top || !rdmax__recv_one(ctx, wc))
-        n = rdmax__recv_batch(ctx, wc, n);
+    struct ibv_wc *wc = ctx->rwc_top, nested[16];
+    struct rdmax__rx *x = ctx->rx;
+    if (x == NULL || (wc->wr_id >> RDMAX__WR_POOL_SHIFT) != x->last_tag)
+        return rdmax__progress_more(ctx, rdmax__recv_cqes(ctx, 1));
+    struct rdmax__srq *s = x->last_s;
+    uint32_t ci = ((uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK) >> RDMAX__SRQ_SLOT_BITS;
+    uint32_t slot = (uint32_t)wc->wr_id & ((1u << RDMAX__SRQ_SLOT_BITS) - 1);
+    uint64_t key;  /* the immediate and the QP's number, as rdmax__srq_recv_fast reads them */
+    memcpy(&key, (const char *)wc + offsetof(struct ibv_wc, imm_data), sizeof key);
+    uint64_t credits = key ^ x->last_key;  /* nonzero: the immediate's credit bits, if nothing else differs */
+    if ((credits != 0 && ((credits & ~rdmax__srq_key(RDMAX__LE32(RDMAX__IMM_CREDITS), 0)) != 0 ||
+                          !(wc->wc_flags & IBV_WC_WITH_IMM))) ||
+        wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV || ci >= s->n_chunks || slot >= s->per_chunk ||
+        s->posted != s->target)  /* (off target: the batch's repost settles the pool) */
+        return rdmax__progress_more(ctx, rdmax__recv_cqes(ctx, 1));
+    ctx->rcq_drains++;  /* fewer than a batch: the CQ was drained (as rdmax__recv_batch) */
+    ctx->cnt.cqes++;
+    rdmax_ep *ep = x->last_ep;
+    if (credits) {
+        ep->tx_credits += RDMAX__LE32(wc->imm_data);  /* (credit bits only: tested above) */
+        if (ep->group.count)
+            rdmax__arb_group_schedule(&ctx->arb, &ep->group);
+    }
+    char *buf = s->chunks[ci].base + (size_t)slot * s->recv_size;
+    s->one.wr.wr_id = wc->wr_id;
+    s->one.sge.addr = (uintptr_t)buf;
+    s->one.sge.lkey = s->chunks[ci].lkey;
+    ctx->cnt.recv_bytes += wc->byte_len;
+    x->recv_disturbed = 0;
+    ctx->rwc = nested;  /* a callback that progresses polls there */
+    ep->recv_cb(ep, buf, wc->byte_len, ep->user);  /* may destroy ep */
     ctx->rwc = wc;
-    return n;
+    ctx->cnt.recv_msgs++;
+    if (rdmax_unlikely(x->recv_disturbed))
+        return rdmax__progress_more(ctx, rdmax__recv_one_stirred(ctx, wc));
+    s = x->last_s;  /* (as before the callback, which would have disturbed) */
+    struct ibv_recv_wr *bad;
+    ctx->cnt.recv_post_calls++;
+    int rc = ibv_post_srq_recv(s->srq, &s->one.wr, &bad);
+    if (rdmax_unlikely(rc != 0)) {
+        s->posted--;
+        x->posted--;
+        rdmax__srq_post_failed(ctx, s, 1, bad, rc);
+    }
+    ep = x->last_ep;
+    ep->rx_unreturned++;  /* its buffer is posted again: the credit is owed */
+    if (ep->rx_unreturned >= ep->grant_at && ep->state == RDMAX_EP_CONNECTED)
+        rdmax__grant_or_fail(ep);
+    if (rdmax_unlikely(x->pools_to_free != 0))
+        rdmax__pool_reap(ctx);
+    if (rdmax_unlikely(ctx->flush_check))
+        rdmax__flush_check(ctx);
+    return 1 + rdmax__progress_send(ctx);
+}
+
+/* rdmax_progress after its poll found n receive completions: one in the outermost poll takes the short
+   path, anything else the batch's; then the send side. */
+int rdmax__progress_recv(rdmax_ctx *ctx, int n)
+{
+    if (n == 1 && ctx->rwc == ctx->rwc_top)
+        return rdmax__progress_recv_one(ctx);
+    return rdmax__progress_more(ctx, rdmax__recv_cqes(ctx, n));
 }
 
 /* A zero-length send whose immediate data returns credits; it may use the credit kept for it. */

@@ -744,6 +744,59 @@ out:
         tl_end();
 }
 
+/* ---- a callback on the short receive path that destroys its endpoint ----
+   A poll that finds one message of the last endpoint delivers it on a short path of its own (a
+   ping-pong's every receive). Here b's second message takes it (the first made b the last endpoint,
+   each context sees one QP), and its callback destroys b, the last endpoint of a pool of its own size:
+   the buffer goes back the batch's way, not into the pool's request after the callback, and the pool goes
+   at the end of that very call (never inside the callback, which runs amid the receive path). */
+static int g_short_msgs;
+static void on_msg_destroy_second(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)data, (void)len;
+    if (++g_short_msgs == 2) {
+        *(rdmax_ep **)user = NULL;
+        rdmax_ep_destroy(ep);
+    }
+}
+
+static void short_path_destroy_case(void)
+{
+    rdmax_ctx *ca = open_ctx(0, NULL), *cb = open_ctx(0, NULL);
+    rdmax_ep *a = NULL, *b = NULL;
+    tl_begin("srq/short receive path: a callback that destroys its endpoint, the last of its pool, on the "
+             "second message; the pool goes at the end of that call");
+    rdmax_ep_desc da, db;
+    memset(&da, 0, sizeof da);
+    da.recv_size = 96;
+    db = da;
+    db.recv_cb = on_msg_destroy_second;
+    db.user = &b;
+    g_short_msgs = 0;
+    REQUIRE(tl_pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    unsigned char m[96];
+    memset(m, 0x5a, sizeof m);
+    for (int k = 1; k <= 2; k++) {
+        CHECK_ST(rdmax_send(a, m, sizeof m, NULL, NULL), RDMAX_OK);
+        for (long i = 0; g_short_msgs < k && i < 50000000L; i++) {
+            rdmax_progress(ca);
+            rdmax_progress(cb);
+        }
+    }
+    rdmax_recv_pool_info pi;
+    bool kept = rdmax_ctx_query_recv_pool(cb, 96, &pi);
+    CHECK(g_short_msgs == 2 && b == NULL && !kept, "callbacks %d, b %s, the pool of 96 bytes %s after the call",
+          g_short_msgs, b ? "kept" : "destroyed", kept ? "kept" : "freed");
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_ctx_destroy(ca);
+    rdmax_ctx_destroy(cb);
+    if (tl_case_failed)
+        tl_end();
+}
+
 /* ---- recv_size of the context and of an endpoint ---- */
 static void recv_size_case(void)
 {
@@ -1620,6 +1673,7 @@ int main(int argc, char **argv)
     rdmax_ctx_destroy(ctx);
     pingpong_credits_case(0);
     pingpong_credits_case(1);
+    short_path_destroy_case();
     recv_size_case();
     stale_case(dev);
     limit_case();
