@@ -2688,6 +2688,8 @@ struct rdmax_ep {
     uint8_t flush_seen;
     uint8_t state_told;         /* the state last given to desc.state_cb (rdmax__state_tell) */
     uint8_t shared_qp;          /* UD: qp is the context's */
+    uint8_t rx_looks;           /* RC, a window that grew: its settles, of which rdmax__window_adapt looks
+                                   at every 8th (rdmax__grant_due) */
     uint16_t peer_lid;          /* InfiniBand: the peer's LID (a UD datagram without a GRH is checked by it) */
     uint32_t wd_tail;           /* watchdog: sq_tail when last seen moving, at wd_ms */
     int64_t wd_ms;

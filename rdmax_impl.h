@@ -7723,13 +7723,14 @@ int rdmax__progress_one(rdmax_ctx *ctx)
    receive CQ with room (no system call here); the new credits are posted (target += them) before they
    are added to what the grant carries, so C grows by what the peer is given and the equation above
    holds. Otherwise the growth waits (grant_waits, event GRANT_WAIT) and the tick makes room for the
-   next one (rdmax__srq_room) up to the device's bounds. Shrink: a window above its start hears of every
-   message (grant_at 1, so rdmax__window_adapt sees each settle); when we posted something since the last
-   look (the peer gets replies, which carry credits) and it is owed at most a quarter of its window, the
-   owed credits are kept back instead of returned, down to the start: C and target fall by them, the
-   peer's credits never come back, and the equation holds again. A peer that goes idle keeps what it
-   holds (at most max_window + 1 buffers); one that streams one way keeps a grown window while it
-   does. Enforcement is unchanged: C (rq_depth) is always what the peer was given. */
+   next one (rdmax__srq_room) up to the device's bounds. Shrink: a window above its start is looked at
+   by rdmax__window_adapt every 8th settle (grant_at 1, sampled by rdmax__grant_due); when we posted
+   something since the last look (the peer gets replies, which carry credits) and it is owed at most a
+   quarter of its window, the owed credits are kept back instead of returned, down to the start: C and
+   target fall by them, the peer's credits never come back, and the equation holds again. A peer that
+   goes idle keeps what it holds (at most max_window + 1 buffers); one that streams one way keeps a
+   grown window while it does. Enforcement is unchanged: C (rq_depth) is always what the peer was
+   given. */
 
 /* rdmax's own immediate data of an RC receive (host order): the credits it returns (the endpoint's
    waiting requests get their turn) and the peer's goodbye. Returns nonzero for a grant, which carries
@@ -8004,7 +8005,7 @@ static void rdmax__window_grow(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t w)
     }
     ep->rq_depth += add;
     ep->rx_unreturned += add;
-    ep->grant_at = 1;  /* above its start: sees every message (rdmax__window_adapt) */
+    ep->grant_at = 1;  /* above its start: its shrink is looked at too (rdmax__grant_due) */
 }
 
 /* What the peer is owed now is kept back, down to the window's start (see above). */
@@ -8055,7 +8056,7 @@ static void rdmax__grant_or_fail(rdmax_ep *ep)
 {
     if (rdmax_likely(ep->rx_unreturned <= ep->rq_depth)) {
         if (rdmax_unlikely(ep->desc.max_window > ep->desc.rq_depth) && !rdmax__window_adapt(ep))
-            return;  /* a window that grew hears of every message: no grant due yet */
+            return;  /* a window that grew hears of more than its grants (rdmax__grant_due): none due yet */
         rdmax__grant(ep);
         return;
     }
@@ -8063,6 +8064,18 @@ static void rdmax__grant_or_fail(rdmax_ep *ep)
     rdmax__ep_fail_why(ep, RDMAX_ERR_PEER_WINDOW, IBV_WC_GENERAL_ERR, 1,
                        "the peer sent past its credit window: %u of its messages are not returned yet, and "
                        "it was given %u receive buffers", ep->rx_unreturned, ep->rq_depth);
+}
+
+/* Whether a settle that left ep owing credits calls rdmax__grant_or_fail: a grant is due. A window that
+   grew (grant_at 1) has its shrink looked at (rdmax__window_adapt) at every 8th settle only, not a call
+   per message, and at every one where a grant of its size is due or the peer broke its window. */
+static inline int rdmax__grant_due(rdmax_ep *ep)
+{
+    if (ep->rx_unreturned < ep->grant_at || ep->state != RDMAX_EP_CONNECTED)
+        return 0;
+    if (ep->rq_depth - 1 <= ep->desc.rq_depth)  /* not grown (grant_at is half the window) */
+        return 1;
+    return (++ep->rx_looks & 7) == 0 || ep->rx_unreturned >= rdmax__grant_at(ep->rq_depth - 1);
 }
 
 /* End of a poll batch: post the buffers given back again (every pool with some staged: a nested batch
@@ -8084,8 +8097,7 @@ static void rdmax__srq_settle(rdmax_ctx *ctx, struct rdmax__owed *o, int outermo
     }
     for (uint32_t i = 0; i < o->n; i++) {
         rdmax__ep_ref *r = &ctx->eps[o->who[i] & 0xffff];
-        if (r->ep && RDMAX__REF_GEN(r) == (uint16_t)(o->who[i] >> 16) && r->ep->rx_unreturned >= r->ep->grant_at &&
-            r->ep->state == RDMAX_EP_CONNECTED)
+        if (r->ep && RDMAX__REF_GEN(r) == (uint16_t)(o->who[i] >> 16) && rdmax__grant_due(r->ep))
             rdmax__grant_or_fail(r->ep);
     }
     if (rdmax_unlikely(x->pools_to_free != 0) && outermost)
@@ -8102,7 +8114,7 @@ static void rdmax__srq_settle_last(rdmax_ctx *ctx, struct rdmax__rx *x)
     x->run = 0;
     rdmax__srq_fill_staged(ctx, x->last_s, ep->pool);
     ep->rx_unreturned += run;
-    if (ep->rx_unreturned >= ep->grant_at && ep->state == RDMAX_EP_CONNECTED)
+    if (rdmax__grant_due(ep))
         rdmax__grant_or_fail(ep);
 }
 
@@ -8323,7 +8335,7 @@ static int rdmax__progress_recv_one(rdmax_ctx *ctx)
     }
     ep = x->last_ep;
     ep->rx_unreturned++;  /* its buffer is posted again: the credit is owed */
-    if (ep->rx_unreturned >= ep->grant_at && ep->state == RDMAX_EP_CONNECTED)
+    if (rdmax__grant_due(ep))
         rdmax__grant_or_fail(ep);
     if (rdmax_unlikely(x->pools_to_free != 0))
         rdmax__pool_reap(ctx);
