@@ -286,8 +286,12 @@
    chunk of buffers and room, up to the device's bounds (detail 1 of the event: at the bound).
    It shrinks back to 2 while the receiver's own posts (replies) carry the credits back and the peer
    uses at most a quarter of it: the receiver keeps back the credits it owes instead of returning them,
-   and the pool's target with them; the buffers stay registered on the pool's free list for the next
-   window that grows (as when endpoints go: a shared queue cannot hand back what it holds posted).
+   and the pool's target with them (as when endpoints go). A pool more than a chunk above its target
+   gives memory back: the tick lets its newest chunks drain (their buffers are not posted again as they
+   come back from a receive, while the pool keeps its target posted without them) and deregisters and
+   frees a chunk once all its buffers are home (recv_pool.chunks_freed); a shared queue cannot hand back
+   what it holds posted, so this needs traffic through the queue. The receive CQ shrinks with the
+   credits too, where the provider allows it.
    A peer that goes idle keeps what it holds (at most max_window + 1 buffers); one that streams one way
    keeps a grown window while it streams.
    Nothing changes on the wire: a sender adds whatever credits come back, so older peers interoperate.
@@ -1119,9 +1123,9 @@ typedef struct rdmax_recv_pool_info {
                                    + 1, as they adapt); target + reserve buffers are kept posted */
     uint32_t reserve;           /* buffers posted beyond the credits (rdmax_ctx_desc.recv_reserve) */
     uint32_t posted;            /* buffers in the shared receive queue now */
-    uint32_t free;              /* buffers neither posted nor in a receive callback */
-    uint32_t buffers;           /* buffers allocated and registered (buffers x recv_size bytes); they stay
-                                   when endpoints go, until the pool goes */
+    uint32_t free;              /* buffers neither posted nor in a receive callback (draining ones too) */
+    uint32_t buffers;           /* buffers allocated and registered (buffers x recv_size bytes); a pool
+                                   more than a chunk above its target gives the newest chunks back */
     uint32_t chunks;            /* allocations they came in (each one NUMA-placed allocation and one MR) */
     uint32_t srq_cap;           /* buffers the shared receive queue can hold, as the device applied it */
     uint32_t low_water;         /* the queue's low-water mark armed now (a quarter of target, armed from
@@ -1183,6 +1187,8 @@ typedef struct rdmax_counters {
                                    buffers, or its bound: the receive CQ's max_cqe, max_srq_wr) */
     uint64_t auth_refused;      /* connections refused with RDMAX_ERR_OOB_AUTH: a client this listener
                                    refused, or a listener this client did (see ADMISSION) */
+    uint64_t recv_chunks_freed; /* RC: chunks of the shared receive pool given back once windows shrank
+                                   or endpoints went (see rdmax_ctx_query_recv_pool) */
 } rdmax_counters;
 
 /* ---- API: names, context, memory, connecting, endpoints, multicast, batching, pending queue ----- */
@@ -1802,7 +1808,10 @@ typedef struct rdmax_profile_var {
     X(UD_WRONG_SOURCE, "ud.wrong_source", COUNTER,                                                         \
       "UD datagrams naming an endpoint whose peer did not send them (source GID or QPN), dropped")         \
     X(WINDOW_BREAKS, "window_breaks", COUNTER, "RC endpoints failed because their peer sent past its credit window") \
-    X(GRANT_WAITS, "grant_waits", COUNTER, "RC windows that would have grown but waited for the shared receive pool")
+    X(GRANT_WAITS, "grant_waits", COUNTER, "RC windows that would have grown but waited for the shared receive pool") \
+    X(RECV_CHUNKS_FREED, "recv_pool.chunks_freed", COUNTER,                                                \
+      "chunks of the shared receive pool given back (deregistered and freed) once it shrank")              \
+    X(RECV_CQ_ENTRIES, "recv_cq.entries", LEVEL, "entries of the receive CQ (grows and shrinks with the RC credits)")
 
 enum rdmax_profile_var_id {
     RDMAX__PROF_VAR_BEFORE_FIXED = 3 * RDMAX_OP__COUNT - 1,

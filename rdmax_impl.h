@@ -4593,6 +4593,12 @@ out:
               address and key it had them by, for rdmax__srq_fill to count out of posted and post as
               they are (so the poll path counts nothing per buffer)
      target   the sum of the credits (ep->rq_depth: the window + 1) of the pool's endpoints
+     live     chunks [0, n_live) are reposted; above target by more than a chunk (windows shrank,
+              endpoints went), the tick lets the newest drain (rdmax__srq_giveback): their buffers are
+              kept home as they come back (rdmax__srq_withhold: never below target posted, so no
+              credit loses its buffer), at the free array's top end free[n_bufs - n_home, n_bufs),
+              and once all are home the chunks are deregistered and freed. rxe's SRQ consumes in post
+              order, so a draining chunk empties once traffic went through what is posted.
 
    A receive completion names its QP (wc->qp_num); a small open-addressing map gives the endpoint. A
    destroyed endpoint leaves a tombstone stamped with the receive CQ's drain epoch (how many polls found
@@ -4674,6 +4680,7 @@ struct rdmax__srq {
     uint32_t target, posted;    /* target: credits of its endpoints plus reserve, the buffers kept posted */
     uint32_t reserve;           /* rdmax_ctx_desc.recv_reserve: posted beyond the credits (see below) */
     uint32_t n_bufs, n_free;
+    uint32_t n_live, n_home;    /* chunks reposted; buffers of the draining ones home (see >>srq: live) */
     uint32_t n_stage;           /* rq[0, n_stage): given back in this poll batch, ready to post */
     uint32_t *free;             /* [n_bufs] */
     struct { char *base; struct ibv_mr *mr; uint32_t lkey; } *chunks;
@@ -4715,6 +4722,7 @@ struct rdmax__rx {
                                    last_bit's */
     uint32_t pools_to_free;            /* pools whose last endpoint went during a poll batch: freed at its end */
     uint32_t room;              /* pools where a window waits to grow: the tick makes room (rdmax__srq_room) */
+    uint32_t rcq_kept;          /* the provider would not shrink the receive CQ (rdmax__rcq_trim) */
     uint32_t recv_disturbed;           /* set by whatever a receive callback may do that changes the last
                                    endpoint or a pool's staging (a poll batch, rdmax__map_kill,
                                    rdmax__srq_fill); cleared at the start of a poll batch and by
@@ -4837,6 +4845,24 @@ static char *rdmax__srq_buf(const struct rdmax__srq *s, uint32_t b)
     return s->chunks[b >> RDMAX__SRQ_SLOT_BITS].base + (size_t)(b & ((1u << RDMAX__SRQ_SLOT_BITS) - 1)) * s->recv_size;
 }
 
+/* A buffer of pool s that is not posted again: to the free list, or home with its draining chunk. */
+static void rdmax__srq_unpost(struct rdmax__srq *s, uint32_t b)
+{
+    if (rdmax_unlikely((b >> RDMAX__SRQ_SLOT_BITS) >= s->n_live))
+        s->free[s->n_bufs - ++s->n_home] = b;
+    else
+        s->free[s->n_free++] = b;
+}
+
+/* The repost decision for buffer b that came back from a receive (posted still counts it): kept home
+   when its chunk drains and the pool backs its target without it (the free list makes up for it at the
+   fill: posted + n_free >= target stays true, so every credit keeps a posted buffer). Every path that
+   reposts a buffer without asking this reposts only those of chunks below n_live. */
+static int rdmax__srq_withhold(const struct rdmax__srq *s, uint32_t b)
+{
+    return (b >> RDMAX__SRQ_SLOT_BITS) >= s->n_live && s->posted + s->n_free > s->target;
+}
+
 /* ibv_post_srq_recv of rq[0, k) refused bad and what follows it up to rq[k - 1] (the chain is joined
    again already): those go to the free list. */
 static rdmax_status rdmax__srq_post_failed(rdmax_ctx *ctx, struct rdmax__srq *s, uint32_t k, struct ibv_recv_wr *bad,
@@ -4844,7 +4870,7 @@ static rdmax_status rdmax__srq_post_failed(rdmax_ctx *ctx, struct rdmax__srq *s,
 {
     uint32_t back = 0;
     for (struct ibv_recv_wr *w = bad; w; w = w->next) {
-        s->free[s->n_free++] = (uint32_t)(w->wr_id & RDMAX__WR_BUF_MASK);
+        rdmax__srq_unpost(s, (uint32_t)(w->wr_id & RDMAX__WR_BUF_MASK));
         back++;
         if (w == &s->rq[k - 1].wr)
             break;
@@ -4874,7 +4900,7 @@ static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
     uint32_t want = s->posted < s->target ? s->target - s->posted : 0;
     if (rdmax_unlikely(k > want)) {
         for (uint32_t i = want; i < k; i++)
-            s->free[s->n_free++] = (uint32_t)rq[i].wr.wr_id & RDMAX__WR_BUF_MASK;
+            rdmax__srq_unpost(s, (uint32_t)rq[i].wr.wr_id & RDMAX__WR_BUF_MASK);
         k = want;
     }
     for (;;) {
@@ -4930,10 +4956,37 @@ static rdmax_status rdmax__srq_fill_staged(rdmax_ctx *ctx, struct rdmax__srq *s,
     return RDMAX_OK;
 }
 
-/* One more chunk of buffers, registered. Registration is where the locked-memory limit bites. */
+/* Chunks [live, n_chunks) of pool s drain from now: their free buffers go home (the home ones go back to
+   the free list first, so any live may be set). From the tick, or before a chunk is added. */
+static void rdmax__srq_set_live(struct rdmax__srq *s, uint32_t live)
+{
+    if (s->n_home > 0)
+        memmove(&s->free[s->n_free], &s->free[s->n_bufs - s->n_home], s->n_home * sizeof *s->free);
+    s->n_free += s->n_home;
+    s->n_home = 0;
+    s->n_live = live;
+    for (uint32_t i = 0; live < s->n_chunks && i < s->n_free;) {
+        uint32_t b = s->free[i];
+        if ((b >> RDMAX__SRQ_SLOT_BITS) < live) {
+            i++;
+            continue;
+        }
+        s->free[i] = s->free[--s->n_free];
+        s->free[s->n_bufs - ++s->n_home] = b;
+    }
+}
+
+/* One more chunk of buffers, registered (or the draining ones taken back). Registration is where the
+   locked-memory limit bites. */
 static rdmax_status rdmax__srq_chunk(rdmax_ctx *ctx, struct rdmax__srq *s)
 {
     size_t bytes = (size_t)s->per_chunk * s->recv_size;
+    if (s->n_live < s->n_chunks) {  /* the draining chunks are taken back first */
+        uint32_t home = s->n_home;
+        rdmax__srq_set_live(s, s->n_chunks);
+        if (home > 0)
+            return RDMAX_OK;
+    }
     if (s->n_chunks >= (RDMAX__WR_BUF_MASK >> RDMAX__SRQ_SLOT_BITS) + 1)
         return RDMAX_ERR_LIMIT;  /* not reached: max_srq_wr bounds target first */
     if (s->n_chunks == s->chunks_cap) {
@@ -4986,6 +5039,7 @@ static rdmax_status rdmax__srq_chunk(rdmax_ctx *ctx, struct rdmax__srq *s)
     for (uint32_t i = s->per_chunk; i-- > 0;)  /* low indexes are posted first */
         s->free[s->n_free++] = s->n_chunks << RDMAX__SRQ_SLOT_BITS | i;
     s->n_chunks++;
+    s->n_live = s->n_chunks;
     s->n_bufs += s->per_chunk;
     ctx->rx->bytes += bytes;
     return RDMAX_OK;
@@ -5015,6 +5069,8 @@ static rdmax_status rdmax__rcq_fit(rdmax_ctx *ctx, uint64_t need, const char *wh
         return rc == ENOMEM ? RDMAX_ERR_NO_MEMORY : RDMAX_ERR_IO;
     }
     ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
+    if (ctx->rx)
+        ctx->rx->rcq_kept = 0;  /* (rdmax__rcq_trim may try again) */
     return RDMAX_OK;
 }
 
@@ -5243,18 +5299,67 @@ static void rdmax__srq_room(rdmax_ctx *ctx, uint32_t p)
         s->room_failed = 1;
 }
 
-/* From the tick (a system call, not on the poll path): room for windows that wait to grow; arm each
-   pool's low-water mark again once it is back above it. */
+/* From the tick: pool s keeps the chunks that hold its target and one chunk more (the room
+   rdmax__srq_room adds, so what it adds is not given back at once); the newer ones drain (see >>srq:
+   live), and once every buffer of them is home they are deregistered and freed. */
+static void rdmax__srq_giveback(rdmax_ctx *ctx, struct rdmax__srq *s)
+{
+    uint32_t keep = (s->target + s->per_chunk - 1) / s->per_chunk + 1;
+    if (keep > s->n_chunks)
+        keep = s->n_chunks;
+    if (keep != s->n_live)
+        rdmax__srq_set_live(s, keep);
+    uint32_t n = s->n_chunks - s->n_live;
+    if (n == 0 || s->n_home < n * s->per_chunk)
+        return;
+    size_t bytes = (size_t)s->per_chunk * s->recv_size;
+    for (uint32_t i = s->n_live; i < s->n_chunks; i++) {
+        ibv_dereg_mr(s->chunks[i].mr);
+        rdmax_numa_free(ctx, s->chunks[i].base, bytes);
+    }
+    s->n_chunks = s->n_live;
+    s->n_bufs = s->n_chunks * s->per_chunk;
+    s->n_home = 0;
+    ctx->rx->bytes -= n * bytes;
+    ctx->cnt.recv_chunks_freed += n;
+}
+
+/* From the tick: the receive CQ halved while it has room for four times what may complete (the credits,
+   or the buffers posted beyond them until they come back; rdmax__rcq_fit doubles it), never below the
+   size it was created with. ibv_resize_cq may shrink a CQ to no fewer entries than it holds (rxe does;
+   it holds at most what may complete, under half the new size); a provider that refuses or keeps the
+   size is not asked again until the CQ grew. */
+static void rdmax__rcq_trim(rdmax_ctx *ctx)
+{
+    struct rdmax__rx *x = ctx->rx;
+    uint64_t need = (uint64_t)ctx->rq_total + (x->posted > x->target ? x->posted : x->target), want = ctx->rcq_size;
+    while (want / 2 >= ctx->desc.cq_depth && want / 2 >= 2 * need)
+        want /= 2;
+    if (want == ctx->rcq_size || x->rcq_kept)
+        return;
+    if (ibv_resize_cq(ctx->rcq, (int)want) == 0 && (uint32_t)ctx->rcq->cqe < ctx->rcq_size)
+        ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
+    else
+        x->rcq_kept = 1;
+}
+
+/* From the tick (a system call, not on the poll path): room for windows that wait to grow; memory given
+   back by pools above their target, and the receive CQ's; arm each pool's low-water mark again once it
+   is back above it. */
 static void rdmax__srq_tick(rdmax_ctx *ctx)
 {
     struct rdmax__rx *x = ctx->rx;
     for (uint32_t m = x ? x->room : 0, p = 0; m; p++, m >>= 1)
         if (m & 1)
             rdmax__srq_room(ctx, p);
-    if (x)
+    if (x) {
         x->room = 0;
+        rdmax__rcq_trim(ctx);
+    }
     for (uint32_t p = 0; x && p < RDMAX__POOLS; p++) {
         struct rdmax__srq *s = x->pool[p];
+        if (s)
+            rdmax__srq_giveback(ctx, s);
         if (!s || s->limit || s->target < 8 || s->posted < s->target / 2)
             continue;
         struct ibv_srq_attr a;
@@ -5280,7 +5385,7 @@ bool rdmax_ctx_query_recv_pool(const rdmax_ctx *ctx, uint32_t recv_size, rdmax_r
         out->target = s->target - s->reserve;
         out->reserve = s->reserve;
         out->posted = s->posted - s->n_stage;
-        out->free = s->n_free + s->n_stage;
+        out->free = s->n_free + s->n_home + s->n_stage;
         out->buffers = s->n_bufs;
         out->chunks = s->n_chunks;
         out->srq_cap = s->cap;
@@ -5711,7 +5816,7 @@ fail:
     while (n_parked)
         ibv_destroy_qp(parked[--n_parked]);
     if (reserved)
-        rdmax__srq_release(ctx, ep->pool, ep->rq_depth);  /* its buffers stay in the pool */
+        rdmax__srq_release(ctx, ep->pool, ep->rq_depth);  /* its buffers stay in the pool (for a while) */
     if (ep->rmr)
         ibv_dereg_mr(ep->rmr);
     rdmax_numa_free(ctx, ep->rbufs, rbytes);
@@ -7708,9 +7813,10 @@ int rdmax__progress_one(rdmax_ctx *ctx)
    2) never triggers a grant in return, which is why 4 is the smallest window (with 2, grants would
    answer grants forever). A sender out of credits has C - 1 = W of them owed by a peer that drained its
    queue, and W >= W/2: it is granted without asking. Destroying an endpoint lowers target by C; its
-   buffers stay in the pool. The pool's reserve (rdmax_ctx_desc.recv_reserve) is in target from the
-   pool's creation: buffers beyond the credits, for what a peer that breaks its window takes before
-   rdmax__grant_or_fail finds it (owed more than C, which an honest peer never is).
+   buffers stay in the pool, but for what is more than a chunk above the target (>>srq: live). The
+   pool's reserve (rdmax_ctx_desc.recv_reserve) is in target from the pool's creation: buffers beyond
+   the credits, for what a peer that breaks its window takes before rdmax__grant_or_fail finds it (owed
+   more than C, which an honest peer never is).
    The credits field keeps its meaning on the wire (buffers the peer may consume, its last kept for
    grants), so versions agree without a new record version: an older peer sends at most C - 1 = W into
    our C buffers; an older receiver advertises its window W' as W' buffers, and we send W' - 1, as it
@@ -7808,14 +7914,15 @@ static void rdmax__srq_owe_other(rdmax_ctx *ctx, uint32_t qpn, struct rdmax__owe
 /* A polled buffer (wr_id) of pool s (a pool never goes during a poll batch, see >>srq) back to the pool:
    staged for the repost at the end of the batch (its pool marked for rdmax__srq_settle), or (never, as
    a poll batch stages at most its own completions: a nested one posts what the batch around it staged
-   first) to the free list when the staging is full. */
+   first) to the free list when the staging is full; kept home when its chunk drains
+   (rdmax__srq_withhold). */
 static void rdmax__srq_give(struct rdmax__rx *x, struct rdmax__srq *s, uint64_t wr_id, char *buf, uint32_t lkey)
 {
     uint32_t k = s->n_stage;
     x->staged |= 1u << ((uint32_t)(wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1));
-    if (rdmax_unlikely(k == RDMAX__RECV_BATCH)) {
-        s->free[s->n_free++] = (uint32_t)wr_id & RDMAX__WR_BUF_MASK;
-        s->posted--;
+    if (rdmax_unlikely(k == RDMAX__RECV_BATCH || rdmax__srq_withhold(s, (uint32_t)wr_id & RDMAX__WR_BUF_MASK))) {
+        rdmax__srq_unpost(s, (uint32_t)wr_id & RDMAX__WR_BUF_MASK);
+        s->posted--;  /* (the mark above makes rdmax__srq_settle fill the pool up to its target again) */
         x->posted--;
         return;
     }
@@ -7908,7 +8015,8 @@ static __attribute__((noinline)) void rdmax__srq_restage(rdmax_ctx *ctx, struct 
 /* The common completion of a shared receive queue, inline: a message (credits in its immediate data
    or none) of the last endpoint (a burst comes mostly from one QP: the endpoint of the last one,
    until rdmax__map_kill forgets it, saves the map lookup), whose wr_id the caller found to name a buffer
-   of the last endpoint's pool (x->last_tag); everything else in rdmax__srq_recv. The buffer is staged
+   of the last endpoint's pool (x->last_tag) in a chunk that does not drain (below n_live: reposted as it
+   is); everything else in rdmax__srq_recv. The buffer is staged
    (in the request at n_stage) before the callback, so that nothing is kept across it, and counted as
    staged after it: a nested poll batch posts only rq[0, n_stage), and anything that may change the
    staging or the last endpoint meanwhile sets x->recv_disturbed, which sends the completion to
@@ -7925,12 +8033,12 @@ static inline void rdmax__srq_recv_fast(rdmax_ctx *ctx, struct rdmax__rx *x, con
     memcpy(&key, (const char *)wc + offsetof(struct ibv_wc, imm_data), sizeof key);
     rdmax_ep *ep = x->last_ep;
     if (rdmax_unlikely(key != x->last_key || wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV ||
-                       ci >= s->n_chunks || slot >= s->per_chunk)) {
+                       ci >= s->n_live || slot >= s->per_chunk)) {
         /* A ping-pong's every message returns credits in its immediate data: taken here too (beside
            the test of the common case, which stays as it is), a grant or a goodbye goes the slow way. */
         const uint64_t credits = rdmax__srq_key(RDMAX__LE32(RDMAX__IMM_CREDITS), 0);
         if ((key & ~credits) != x->last_key || !(wc->wc_flags & IBV_WC_WITH_IMM) || wc->status != IBV_WC_SUCCESS ||
-            wc->opcode != IBV_WC_RECV || ci >= s->n_chunks || slot >= s->per_chunk) {
+            wc->opcode != IBV_WC_RECV || ci >= s->n_live || slot >= s->per_chunk) {
             rdmax__srq_recv(ctx, x, wc, o);
             return;
         }
@@ -8286,7 +8394,7 @@ static __attribute__((noinline)) int rdmax__recv_one_stirred(rdmax_ctx *ctx, con
    endpoint on its shared queue (credits in its immediate or none), the pool at its target: the credits
    taken, the buffer put in the pool's own request for one (s->one, which no nested batch touches) before
    the callback, posted after it, and its credit owed at once, the grant as the batch's. Anything else
-   goes the batch's way before anything is touched. */
+   (a draining chunk's buffer too: >>srq, live) goes the batch's way before anything is touched. */
 static int rdmax__progress_recv_one(rdmax_ctx *ctx)
 {
     struct ibv_wc *wc = ctx->rwc_top, nested[16];
@@ -8301,7 +8409,7 @@ static int rdmax__progress_recv_one(rdmax_ctx *ctx)
     uint64_t credits = key ^ x->last_key;  /* nonzero: the immediate's credit bits, if nothing else differs */
     if ((credits != 0 && ((credits & ~rdmax__srq_key(RDMAX__LE32(RDMAX__IMM_CREDITS), 0)) != 0 ||
                           !(wc->wc_flags & IBV_WC_WITH_IMM))) ||
-        wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV || ci >= s->n_chunks || slot >= s->per_chunk ||
+        wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV || ci >= s->n_live || slot >= s->per_chunk ||
         s->posted != s->target)  /* (off target: the batch's repost settles the pool) */
         return rdmax__progress_more(ctx, rdmax__recv_cqes(ctx, 1));
     ctx->rcq_drains++;  /* fewer than a batch: the CQ was drained (as rdmax__recv_batch) */
@@ -11110,6 +11218,8 @@ static void rdmax__prof_collect(rdmax_ctx *ctx, uint64_t *v)
     v[RDMAX_PROFILE_VAR_UD_WRONG_SOURCE] = RDMAX__PROF_LOAD(c->ud_wrong_source);
     v[RDMAX_PROFILE_VAR_WINDOW_BREAKS] = RDMAX__PROF_LOAD(c->window_breaks);
     v[RDMAX_PROFILE_VAR_GRANT_WAITS] = RDMAX__PROF_LOAD(c->grant_waits);
+    v[RDMAX_PROFILE_VAR_RECV_CHUNKS_FREED] = RDMAX__PROF_LOAD(c->recv_chunks_freed);
+    v[RDMAX_PROFILE_VAR_RECV_CQ_ENTRIES] = RDMAX__PROF_LOAD(ctx->rcq_size);
     v[RDMAX_PROFILE_VAR_EP_BYTES] = RDMAX__PROF_LOAD(ctx->ep_bytes);
     /* The pools' totals live in rx, which lasts as long as the context (a pool may be freed meanwhile). */
     struct rdmax__rx *rx = __atomic_load_n(&ctx->rx, __ATOMIC_ACQUIRE);

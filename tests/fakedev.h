@@ -303,6 +303,7 @@ static inline void fd_ctx_pool(rdmax_ctx *ctx, uint32_t p, struct ibv_srq *srq, 
             s->free[s->n_free++] = c << RDMAX__SRQ_SLOT_BITS | i;
     }
     s->n_chunks = n_chunks;
+    s->n_live = n_chunks;  /* none drains */
     s->n_bufs = n;
     x->bytes += (uint64_t)n * size;
     x->pool[p] = s;

@@ -144,6 +144,8 @@ else
     run scale_cqshare $B/scale_test cqshare
     # default windows: a busy peer among 2,000 idle endpoints grows to max_window and back (12 s in the VM)
     run scale_adapt $B/scale_test adapt 1000
+    # 400 extra pairs grow the shared pool among 50 idle ones and go: traffic gives it back (2 s in the VM)
+    run scale_giveback $B/scale_test giveback 50 400
     # 10,000 endpoints in one context with the default descriptors (5,000 pairs; 55 s in the VM, 500 MiB
     # of the guest's 1 GiB)
     run scale_tenk $B/scale_test tenk 5000

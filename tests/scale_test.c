@@ -1248,6 +1248,191 @@ out:
     return tl_failed_total ? 1 : 0;
 }
 
+/* ==== the shared pool gives memory back ==== */
+/* A profile variable by name; UINT64_MAX when this build has none (the case runs on older code too, as
+   its control). */
+static uint64_t prof_named(rdmax_ctx *ctx, const char *name)
+{
+    rdmax_profile *p = NULL;
+    const rdmax_profile_var *v = NULL;
+    size_t n = 0;
+    uint64_t r = UINT64_MAX;
+    if (rdmax_profile_create(ctx, &p) != RDMAX_OK)
+        return r;
+    rdmax_profile_query_vars(p, &v, &n);
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(v[i].name, name) && rdmax_profile_read_u64(p, v[i].id, &r) != RDMAX_OK)
+            r = UINT64_MAX;
+    rdmax_profile_destroy(p);
+    return r;
+}
+
+struct gb_rx {
+    uint32_t who, got, bad;
+};
+
+static void gb_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep;
+    struct gb_rx *r = (struct gb_rx *)user;
+    r->bad += !msg_check((const unsigned char *)data, len, r->who, r->got);
+    r->got++;
+}
+
+/* a streams to b (the pair's gb_rx) until n messages went or stop() says so; then until b has them all */
+static uint32_t gb_stream(rdmax_ctx *ctx, rdmax_ep *a, struct gb_rx *r, uint32_t *seq, uint32_t n,
+                          int (*stop)(rdmax_ctx *, void *), void *arg)
+{
+    unsigned char m[64];
+    uint32_t sent = 0;
+    for (long spins = 0; sent < n && spins < 20000000L && !(stop && stop(ctx, arg)); spins++) {
+        for (msg_fill(m, r->who, *seq); sent < n && rdmax_send(a, m, 64, NULL, NULL) == RDMAX_OK;
+             msg_fill(m, r->who, *seq))
+            (*seq)++, sent++;
+        rdmax_progress(ctx);
+    }
+    for (long i = 0; i < 2000000L && r->got < *seq; i++)
+        rdmax_progress(ctx);
+    return sent;
+}
+
+static int gb_grown(rdmax_ctx *ctx, void *b)
+{
+    (void)ctx;
+    return window_of((rdmax_ep *)b) >= 64;
+}
+
+static int gb_back(rdmax_ctx *ctx, void *limit)
+{
+    return tl_pool(ctx, 0).buffers <= *(uint32_t *)limit;
+}
+
+/* npairs idle pairs and a traffic pair (a fixed window of 8: its own growth stays out of the pool's count)
+   are the baseline; nextra more pairs come, BUSY of them stream until their windows reach 64, and all of
+   them go again. The pool is then far above its target: traffic on the traffic pair takes its buffers
+   through the queue, and the pool gives back all but a chunk above the baseline, the receive CQ shrinks;
+   no message lost or wrong, no RNR. The receive CQ starts small (cq_depth 256) so that the extra
+   endpoints make it grow. */
+static int giveback_mode(int npairs, int nextra)
+{
+    enum { BUSY = 4 };
+    rdmax_ctx *ctx = NULL;
+    int n = 2 * npairs, ne = 2 * nextra;
+    rdmax_ep **eps = (rdmax_ep **)calloc((size_t)n, sizeof *eps), **ex = (rdmax_ep **)calloc((size_t)ne, sizeof *ex);
+    struct gb_rx *rx = (struct gb_rx *)calloc((size_t)nextra + 1, sizeof *rx);
+    rdmax_ep *ta = NULL, *tb = NULL;
+    tl_begin("scale/giveback: %d extra pairs (%d streaming) grow the shared pool among %d idle pairs and go; "
+             "traffic goes on and the pool gives its memory back to within a chunk of the baseline, the receive "
+             "CQ shrinks; no RNR", nextra, BUSY, npairs);
+    REQUIRE(eps && ex && rx && nextra >= BUSY, "calloc");
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.logger.func = keep_log;
+    cd.cq_depth = 256;
+    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context: %s", g_lastlog);
+    char dev[64];
+    snprintf(dev, sizeof dev, "%s", rdmax_ctx_query_attr(ctx)->name);
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);  /* default windows; keepalives off (idle endpoints) */
+    d.keepalive_ms = RDMAX_OFF;
+    d.recv_cb = gb_recv;
+    for (int i = 0; i < n; i += 2)
+        REQUIRE(rdmax_ep_create_pair(ctx, &d, &eps[i], &eps[i + 1]) == RDMAX_OK, "idle pair %d: %s", i / 2, g_lastlog);
+    rdmax_ep_desc td = d;
+    td.rq_depth = 8;
+    td.user = &rx[nextra];
+    rx[nextra].who = 0x7a;
+    REQUIRE(rdmax_ep_create_pair(ctx, &td, &ta, &tb) == RDMAX_OK, "traffic pair: %s", g_lastlog);
+    for (int i = 0; i < 20000; i++)  /* (the tick's first passes: the low-water mark armed) */
+        rdmax_progress(ctx);
+    rdmax_recv_pool_info p0 = tl_pool(ctx, 0), p1, p2, p3;
+    uint32_t chunk = p0.chunks ? p0.buffers / p0.chunks : 0, limit = p0.buffers + chunk, seq_t = 0;
+    uint64_t cq0 = prof_named(ctx, "recv_cq.entries"), cq1, cq3, rnr0 = rnr_count(dev);
+    uint64_t freed0 = prof_named(ctx, "recv_pool.chunks_freed");
+    printf("# baseline: %d endpoints, pool target %u + reserve %u, %u buffers in %u chunks of %u; receive CQ %lld\n",
+           n + 2, p0.target, p0.reserve, p0.buffers, p0.chunks, chunk, (long long)cq0);
+    /* busy: the extra pairs come, BUSY of them stream until their windows are 64 */
+    for (int i = 0; i < ne; i += 2) {
+        rdmax_ep_desc xd = d;
+        xd.user = &rx[i / 2];
+        rx[i / 2].who = (uint32_t)i / 2;
+        REQUIRE(rdmax_ep_create_pair(ctx, &xd, &ex[i], &ex[i + 1]) == RDMAX_OK, "extra pair %d: %s", i / 2, g_lastlog);
+    }
+    uint32_t seq[BUSY] = {0};
+    for (int k = 0; k < BUSY; k++) {
+        gb_stream(ctx, ex[2 * k], &rx[k], &seq[k], 100000, gb_grown, ex[2 * k + 1]);
+        CHECK(window_of(ex[2 * k + 1]) == 64 && rx[k].got == seq[k] && rx[k].bad == 0,
+              "busy pair %d: window %u, got %u of %u, %u bad", k, window_of(ex[2 * k + 1]), rx[k].got, seq[k],
+              rx[k].bad);
+    }
+    p1 = tl_pool(ctx, 0);
+    cq1 = prof_named(ctx, "recv_cq.entries");
+    printf("# busy: %d endpoints, pool target %u, %u buffers in %u chunks, %u posted; receive CQ %lld\n", n + 2 + ne,
+           p1.target, p1.buffers, p1.chunks, p1.posted, (long long)cq1);
+    CHECK(p1.buffers >= p0.buffers + 8 * chunk, "the pool did not grow: %u buffers, %u at the baseline", p1.buffers,
+          p0.buffers);
+    for (int i = 0; i < ne; i++) {
+        rdmax_ep_destroy(ex[i]);
+        ex[i] = NULL;
+    }
+    p2 = tl_pool(ctx, 0);
+    printf("# the extra endpoints went: pool target %u, %u buffers, %u posted\n", p2.target, p2.buffers, p2.posted);
+    CHECK(p2.target == p0.target, "pool target %u, %u at the baseline", p2.target, p0.target);
+    /* traffic goes on: the traffic pair streams until the pool is back within a chunk of the baseline, at
+       most 4 times what it held (rxe's shared queue takes buffers in the order they were posted) */
+    uint32_t sent = gb_stream(ctx, ta, &rx[nextra], &seq_t, 4 * p1.buffers + 1000, gb_back, &limit);
+    for (int i = 0; i < 200000 && tl_pool(ctx, 0).buffers > limit; i++)  /* (a tick to free what drained) */
+        rdmax_progress(ctx);
+    p3 = tl_pool(ctx, 0);
+    cq3 = prof_named(ctx, "recv_cq.entries");
+    uint64_t freed = prof_named(ctx, "recv_pool.chunks_freed");
+    rdmax_counters c;
+    rdmax_ctx_query_counters(ctx, &c);
+    printf("# traffic: %u messages (%u checked, %u bad); pool %u -> %u buffers in %u chunks (baseline %u), %u posted "
+           "for target %u + reserve %u, chunks freed %lld; receive CQ %lld -> %lld; RNR counters %llu -> %llu\n",
+           sent, rx[nextra].got, rx[nextra].bad, p1.buffers, p3.buffers, p3.chunks, p0.buffers, p3.posted, p3.target,
+           p3.reserve, freed == UINT64_MAX ? -1LL : (long long)(freed - freed0), (long long)cq1, (long long)cq3,
+           (unsigned long long)rnr0, (unsigned long long)rnr_count(dev));
+    CHECK(p3.buffers <= limit, "the pool holds %u buffers, more than a chunk (%u) above the baseline %u", p3.buffers,
+          chunk, p0.buffers);
+    CHECK(p3.target == p0.target && p3.posted >= p3.target + p3.reserve,
+          "pool target %u (baseline %u), %u posted for target %u + reserve %u", p3.target, p0.target, p3.posted,
+          p3.target, p3.reserve);
+    CHECK(freed == UINT64_MAX || freed - freed0 == p1.chunks - p3.chunks, "chunks_freed %lld, the pool has %u fewer",
+          (long long)(freed - freed0), p1.chunks - p3.chunks);
+    CHECK(cq1 == UINT64_MAX || (cq1 > cq0 && cq3 < cq1), "receive CQ %lld at the baseline, %lld busy, %lld after",
+          (long long)cq0, (long long)cq1, (long long)cq3);
+    CHECK(rx[nextra].got == seq_t && rx[nextra].bad == 0 && c.ep_errors == 0,
+          "traffic: %u of %u, %u bad; %llu endpoints failed",
+          rx[nextra].got, seq_t, rx[nextra].bad, (unsigned long long)c.ep_errors);
+    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+    /* and the pool grows again when windows do */
+    rdmax_ep_desc xd = d;
+    xd.user = &rx[0];
+    rx[0].got = 0;
+    uint32_t seq_g = 0;
+    REQUIRE(rdmax_ep_create_pair(ctx, &xd, &ex[0], &ex[1]) == RDMAX_OK, "a pair again: %s", g_lastlog);
+    gb_stream(ctx, ex[0], &rx[0], &seq_g, 100000, gb_grown, ex[1]);
+    CHECK(window_of(ex[1]) == 64 && rx[0].got == seq_g && rx[0].bad == 0 && rnr_count(dev) == rnr0,
+          "a window grows again: %u, got %u of %u, %u bad; RNR moved by %llu", window_of(ex[1]), rx[0].got, seq_g,
+          rx[0].bad, (unsigned long long)(rnr_count(dev) - rnr0));
+    tl_end();
+out:
+    for (int i = 0; ex && i < ne; i++)
+        rdmax_ep_destroy(ex[i]);
+    rdmax_ep_destroy(ta);
+    rdmax_ep_destroy(tb);
+    for (int i = 0; eps && i < n; i++)
+        rdmax_ep_destroy(eps[i]);
+    rdmax_ctx_destroy(ctx);
+    free(eps);
+    free(ex);
+    free(rx);
+    if (tl_case_failed)
+        tl_end();
+    return tl_failed_total ? 1 : 0;
+}
+
 /* ==== ten thousand endpoints with the default descriptors ==== */
 static uint32_t g_tk_good, g_tk_bad;
 
@@ -1508,7 +1693,9 @@ int main(int argc, char **argv)
         return adapt_mode(atoi(argv[2]));
     if (argc >= 3 && !strcmp(argv[1], "tenk"))
         return tenk_mode(atoi(argv[2]));
+    if (argc >= 4 && !strcmp(argv[1], "giveback"))
+        return giveback_mode(atoi(argv[2]), atoi(argv[3]));
     fprintf(stderr, "usage: scale_test pairs N | listen CLIENTS EPS | credits CLIENTS POSTS | putrate N SECONDS | "
-            "memory PAIRS | cqshare | adapt PAIRS | tenk PAIRS\n");
+            "memory PAIRS | cqshare | adapt PAIRS | tenk PAIRS | giveback PAIRS EXTRA\n");
     return 2;
 }
