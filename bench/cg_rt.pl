@@ -20,8 +20,9 @@
 #           when it ran at least once per round trip in every run and its function did round-trip work (it
 #           holds an instruction of the first kind that ran at least once per round trip, or one that ran
 #           between once and twice per round trip in every run): a poll loop, its one pass that finds the
-#           answer; or when it ran between a half and two times more per added round trip in every pair
-#           (work batched over round trips, e.g. ucx_perftest's receive reposts after its start-up's).
+#           answer; or when it ran between a half and two times more per added round trip in every pair,
+#           alike (within half) in every pair (work batched over round trips, e.g. ucx_perftest's receive
+#           reposts after its start-up's; not a timer, which follows the waiting).
 #           Else not at all: a loop that runs for a set time at start-up (a clock calibration) also runs
 #           more often than the round trips, but in a function that does nothing per round trip, and
 #           whether its count (or a poll loop's) grew from one run to the next follows the host's load.
@@ -100,7 +101,7 @@ sub nowait_of {
     my ($r, $same, $lo, $hi) = rates($c, $key);
     return $r if $same;
     for my $k (@pairs) { return 0 if ($c->{$n1}{$k}{$key} // 0) < $n1 || ($c->{$n2}{$k}{$key} // 0) < $n2; }
-    return $works || ($lo >= 0.5 && $hi <= 2) ? 1 : 0;
+    return $works || ($lo >= 0.5 && $hi <= 2 && $hi <= 1.5 * $lo) ? 1 : 0;
 }
 my (%total, %nowait);
 for my $key (keys %keys) {
