@@ -31,7 +31,9 @@
 # RDMAX_BENCH_LAT_ITERS (2000), RDMAX_BENCH_BW_ITERS (2000 at 64 KiB), RDMAX_BENCH_RATE_ITERS (100000),
 # RDMAX_BENCH_UD_ITERS (40000), RDMAX_BENCH_SWEEP (1: run the size sweep), RDMAX_BENCH_CALLGRIND (1),
 # RDMAX_BENCH_RT (1: the whole-process callgrind runs), RDMAX_BENCH_RT_ITERS ("200 600": their two
-# iteration counts), RDMAX_BENCH_RT_REPS (2: runs per count).
+# iteration counts), RDMAX_BENCH_RT_REPS (2: runs per count), RDMAX_BENCH_RT_MATCH (an extended regular
+# expression: only the whole-process cases whose name matches, e.g. '^rt_(put|send)_'), RDMAX_BENCH_ONLY
+# (rt: only the whole-process callgrind runs, besides env.txt and clock.txt).
 set -u
 RAW=${1:?usage: bench/guest.sh RAW_DIR}
 cd "$(dirname "$0")/.." || exit 1
@@ -46,6 +48,10 @@ LAT_N=${RDMAX_BENCH_LAT_ITERS:-2000}
 BW_N=${RDMAX_BENCH_BW_ITERS:-2000}
 RATE_N=${RDMAX_BENCH_RATE_ITERS:-100000}
 UD_N=${RDMAX_BENCH_UD_ITERS:-40000}
+OTHERS=1  # the page server and scope runs
+if [ "${RDMAX_BENCH_ONLY:-}" = rt ]; then
+	ROUNDS=0 OTHERS=0 RDMAX_BENCH_CALLGRIND=0 RDMAX_BENCH_SWEEP=0 RDMAX_BENCH_RT=1
+fi
 B=build-bench
 PP=$B/rdmax_pingpong_rc
 BW=$B/rdmax_bw
@@ -194,22 +200,24 @@ for r in $(seq 1 "$ROUNDS"); do
 		done'
 done
 
-# ---- the page server example, for the record (not compared) ---------------------------------------
-say "pageserver: 4 KiB pages, 50% reads, 1 and 8 operations in flight"
-pair "$RAW/ps_o1.txt" 18516 $B/rdmax_pageserver -n 5000 -O 1
-pair "$RAW/ps_o8.txt" 18516 $B/rdmax_pageserver -n 20000 -O 8
-cat "$RAW/ps_o1.txt" "$RAW/ps_o8.txt" | grep -v '^# rxe' >"$RAW/pageserver.txt"
+if ((OTHERS)); then
+	# ---- the page server example, for the record (not compared) ---------------------------------------
+	say "pageserver: 4 KiB pages, 50% reads, 1 and 8 operations in flight"
+	pair "$RAW/ps_o1.txt" 18516 $B/rdmax_pageserver -n 5000 -O 1
+	pair "$RAW/ps_o8.txt" 18516 $B/rdmax_pageserver -n 20000 -O 8
+	cat "$RAW/ps_o1.txt" "$RAW/ps_o8.txt" | grep -v '^# rxe' >"$RAW/pageserver.txt"
 
-# ---- access scoping (issue 30): one process, both cases in turn each round (bench/scope.c) ----------
-say "scope: exposed memory through memory windows beside RDMAX_ACCESS_ANY_ENDPOINT (connect, 8 B put rate, get latency)"
-before=$(hw_snap)
-st=0
-timeout -k 5 120 $CLI $B/scope -d "$DEV" >"$RAW/scope.txt" 2>&1 || st=$?
-{
-	echo "# rxe: $(hw_delta "$before" "$(hw_snap)")"
-	echo "# status: $st"
-} >>"$RAW/scope.txt"
-((st == 0)) || say "  FAILED ($st): $B/scope (see $RAW/scope.txt)"
+	# ---- access scoping (issue 30): one process, both cases in turn each round (bench/scope.c) ----------
+	say "scope: exposed memory through memory windows beside RDMAX_ACCESS_ANY_ENDPOINT (connect, 8 B put rate, get latency)"
+	before=$(hw_snap)
+	st=0
+	timeout -k 5 120 $CLI $B/scope -d "$DEV" >"$RAW/scope.txt" 2>&1 || st=$?
+	{
+		echo "# rxe: $(hw_delta "$before" "$(hw_snap)")"
+		echo "# status: $st"
+	} >>"$RAW/scope.txt"
+	((st == 0)) || say "  FAILED ($st): $B/scope (see $RAW/scope.txt)"
+fi
 
 # ---- instructions per 8 B put (callgrind, user space only) -----------------------------------------
 if [ "${RDMAX_BENCH_CALLGRIND:-1}" = 1 ] && command -v valgrind >/dev/null; then
@@ -257,6 +265,7 @@ if [ "${RDMAX_BENCH_RT:-1}" = 1 ] && command -v valgrind >/dev/null; then
 	rt() {
 		local name=$1 port=$2 n k st f
 		shift 2
+		[[ $name =~ ${RDMAX_BENCH_RT_MATCH:-.} ]] || return 0
 		local try spid
 		for n in $RT_ITERS; do
 			for ((k = 1; k <= RT_REPS; k++)); do
