@@ -10,13 +10,16 @@
                                                     shared receive queue: compare the latency of both)
        rdmax_pingpong_rc --cm [-p PORT] [HOST]     (RC set up through rdma_cm instead of rdmax's TCP record;
                                                     HOST may be IPv4 or IPv6)
+       rdmax_pingpong_rc --no-check ...            (payloads neither filled nor checked: perftest's loop)
 
    send and put are ping-pongs: the client sends (writes) a message, the server answers with one of the same
    size, and half the round trip is reported, as ib_send_lat and ib_write_lat do. get, fadd and cswap are
    one-sided: the server only exposes memory and the full round trip is reported, as ib_read_lat and
    ib_atomic_lat do. Every iteration's payload is checked by whoever receives it; a mismatch stops the run
    with a non-zero exit. Payloads are filled before their turn and checked after the answer (alternating
-   halves of each buffer), so the round trip holds only what perftest's does. Multicast (-g, UD only): the
+   halves of each buffer), so the round trip holds only what perftest's does; --no-check leaves them out
+   (only the byte a put's poller waits for, and UD's number, change), so that the whole loop does what
+   perftest's does, for instruction counts beside it. Multicast (-g, UD only): the
    client sends each message to the group, every server joined to it checks it, and one server (the one
    the client connected to) answers by unicast.
    UD datagrams are numbered (the first 8 bytes, or below 8 bytes the pattern's tag byte): each end prints
@@ -66,6 +69,7 @@ struct opts {
     int profile;
     int cm;
     int own_pool;
+    int no_check;     /* --no-check: payloads neither filled nor checked per iteration */
 };
 
 struct row {
@@ -281,7 +285,13 @@ static int post_retry(struct side *s, int (*post)(struct side *, uint64_t), uint
 static void prefill(struct side *s, uint64_t tag)
 {
     unsigned char *b = s->sbuf + (tag & 1) * s->half;
-    fill(b, s->size, tag);
+    if (g_opt->no_check) {  /* the byte put_arrived waits for; UD's number below 8 bytes */
+        b[s->size - 1] = pattern(tag, s->size - 1);
+#ifdef RDMAX_TRANSPORT_UD
+        b[0] = pattern(tag, 0);
+#endif
+    } else
+        fill(b, s->size, tag);
     stamp(b, s->size, tag);
     s->ready = tag;
 }
@@ -305,7 +315,7 @@ static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
     uint64_t seq = datagram_seq((const unsigned char *)data, len, tag);
     if (rdmax_unlikely(seq != tag)) {
         if (!seq_slow(s, seq)) {  /* late or twice: checked, not answered, not counted as an answer */
-            if (len >= 8 && len == s->size && check((const unsigned char *)data + 8, len - 8, seq, 8))
+            if (len >= 8 && len == s->size && !g_opt->no_check && check((const unsigned char *)data + 8, len - 8, seq, 8))
                 s->bad = 1;
             return;
         }
@@ -331,7 +341,7 @@ static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
 #else
     size_t from = 0;
 #endif
-    if (len != s->size || check((const unsigned char *)data + from, len - from, tag, from)) {
+    if (len != s->size || (!g_opt->no_check && check((const unsigned char *)data + from, len - from, tag, from))) {
         if (len != s->size)
             fprintf(stderr, "message of %zu bytes, expected %zu\n", len, s->size);
         s->bad = 1;
@@ -365,7 +375,7 @@ static int put_arrived(struct side *s, uint64_t tag)
 
 static void put_check(struct side *s, uint64_t tag)
 {
-    if (check(s->buf + (tag & 1) * s->half, s->size, tag, 0))
+    if (!g_opt->no_check && check(s->buf + (tag & 1) * s->half, s->size, tag, 0))
         s->bad = 1;
 }
 #endif
@@ -502,7 +512,7 @@ static int one_sided(struct side *cli, uint64_t i)
         return -1;
     }
     if (g_opt->test == T_GET)
-        return check(cli->sbuf, cli->size, 0, 0);
+        return g_opt->no_check ? 0 : check(cli->sbuf, cli->size, 0, 0);
     if (*res != i) {  /* the server's counter starts at 0 and only we change it */
         fprintf(stderr, "%s returned %llu, expected %llu\n", test_names[g_opt->test], (unsigned long long)*res,
                 (unsigned long long)i);
@@ -617,6 +627,8 @@ static void usage(FILE *f, const char *prog)
             "      --cm             RC: set the connection up through rdma_cm (librdmacm), not rdmax's TCP record\n"
             "      --own-pool       RC: receive into buffers of the endpoint's own (ep desc recv_pool), not the\n"
             "                       context's shared receive queue                [shared]\n"
+            "      --no-check       payloads neither filled nor checked per iteration (perftest's loop: for\n"
+            "                       instruction counts beside it); a put's poller still waits for its last byte\n"
             "      --loopback       both ends in this process\n"
             "      --csv=FILE       also write the rows as CSV\n"
             "      --json=FILE      also write the rows as JSON\n"
@@ -657,7 +669,8 @@ static int parse(int argc, char **argv, struct opts *o)
         {"loopback", no_argument, 0, 'L'},     {"csv", required_argument, 0, 'C'},
         {"json", required_argument, 0, 'J'},   {"profile", no_argument, 0, 'P'},
         {"cm", no_argument, 0, 'M'},           {"own-pool", no_argument, 0, 'O'},
-        {"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+        {"no-check", no_argument, 0, 'K'},     {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->size = 8;
     o->iters = DEFAULT_ITERS;
@@ -695,6 +708,7 @@ static int parse(int argc, char **argv, struct opts *o)
         case 'P': o->profile = 1; break;
         case 'M': o->cm = 1; break;
         case 'O': o->own_pool = 1; break;
+        case 'K': o->no_check = 1; break;
         case 'h': usage(stdout, argv[0]); exit(0);
         default: usage(stderr, argv[0]); return -1;
         }
