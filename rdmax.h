@@ -313,11 +313,14 @@
    up to 260 KiB while its window is 64; rdmax's own state is 2 KiB per endpoint (the batch staging is
    the context's), and the provider's send queue grows with sq_depth and max_inline (about 37 KiB per
    endpoint on rxe with the defaults): 10,000 endpoints with the default descriptors took 50 KiB of RSS
-   each on rxe (tests/scale_test tenk). The ceiling: the receive CQ holds every credit of the context,
-   so endpoints per context are at most its max_cqe (32767 on rxe) / 3 at rest (about 10,900, less
-   what grown windows hold; with fixed windows max_cqe / (rq_depth + 1): 1927 at 16); more need more
-   contexts (each has its own receive CQ). A second receive CQ per context would lift it to max_qp and
-   memory; rdmax does not make one yet.
+   each on rxe (tests/scale_test tenk). A receive CQ holds every credit of the endpoints on it, so one
+   holds at most max_cqe (32767 on rxe) / 3 endpoints at rest (about 10,900, fewer as windows grow; with
+   fixed windows max_cqe / (rq_depth + 1): 1927 at 16). When the next endpoint would pass it, the context
+   opens another receive CQ on the same completion channel, with a shared receive queue of its own, and
+   the endpoint goes there (rdmax_recv_pool_info.groups counts them; a context has 32 pools, one per
+   receive size and receive CQ): endpoints per context are bounded by the device's max_qp and memory,
+   not by one CQ. rdmax_progress polls them all, a different one first each call. Endpoints with a
+   receive pool of their own stay on the first receive CQ.
    A receive pool of its own: ep desc recv_pool = RDMAX_RECV_POOL_OWN gives one endpoint rq_depth + 1
    buffers of recv_size of its own on its own receive queue (registered once, reposted in batches of at
    most half the window), with the same window and no RNR; it costs (rq_depth + 1) x recv_size of
@@ -1130,6 +1133,9 @@ typedef struct rdmax_recv_pool_info {
     uint32_t srq_cap;           /* buffers the shared receive queue can hold, as the device applied it */
     uint32_t low_water;         /* the queue's low-water mark armed now (a quarter of target, armed from
                                    rdmax_progress's tick once half of target is posted); 0: not armed */
+    uint32_t groups;            /* receive CQs the size's endpoints are spread over, one pool each (a
+                                   context opens another when one CQ would pass max_cqe); the counts above
+                                   are their sums */
 } rdmax_recv_pool_info;
 
 /* Limits probed on the opened device and port. */
@@ -2525,7 +2531,8 @@ struct rdmax_ctx {
     struct ibv_pd *pd;
     struct ibv_cq *scq, *rcq;
     /* the provider's poll_cq of scq and rcq, what ibv_poll_cq calls (cq->context->ops.poll_cq, set when
-       the device is opened): read once at creation, one load less per poll */
+       the device is opened): read once at creation, one load less per poll; rcq_poll polls every receive
+       CQ once a context has more than one (rdmax__rgroups_poll, >>srq) */
     int (*scq_poll)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
     int (*rcq_poll)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
     int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask); /* ibv_modify_qp (tests: fake) */

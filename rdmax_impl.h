@@ -1025,11 +1025,13 @@ int rdmax_ctx_query_fd(const rdmax_ctx *ctx)
     return ctx->channel->fd;
 }
 
+static rdmax_status rdmax__rgroups_arm(rdmax_ctx *ctx);
+
 rdmax_status rdmax_ctx_arm(rdmax_ctx *ctx)
 {
     if (ibv_req_notify_cq(ctx->scq, 0) || ibv_req_notify_cq(ctx->rcq, 0))
         return RDMAX_ERR_IO;
-    return RDMAX_OK;
+    return rdmax__rgroups_arm(ctx);  /* the other receive CQs (>>srq) */
 }
 
 rdmax_status rdmax_wait(rdmax_ctx *ctx, int timeout_ms)
@@ -4606,6 +4608,13 @@ out:
    recycled. The tombstone dies once the CQ was seen empty after the destroy (nothing of a destroyed QP
    can arrive later); until then a new QP that happens to get the same number is not used.
 
+   Receive groups: a receive CQ holds at most max_cqe entries, and every credit of the endpoints on it.
+   An endpoint that would pass that goes to the next group with room, or a new one (rdmax__srq_join): a
+   receive CQ of its own and a pool of its own per size (another pool slot, so the wr_id names it as
+   before); the QP number map stays the context's. Once there are two, ctx->rcq_poll polls them all
+   (rdmax__rgroups_poll) and the epoch is rg_epoch, which moves only once every group was seen drained
+   after the last tombstone or freed pool.
+
    Each SRQ's limit (low-water mark: a quarter of target) is armed from the tick; the device's
    IBV_EVENT_SRQ_LIMIT_REACHED then says that most buffers were consumed at once and not yet reposted
    (the program did not progress for a while): counted (srq_limit_events) and logged at debug level. */
@@ -4689,6 +4698,7 @@ struct rdmax__srq {
     uint32_t users;             /* endpoints attached */
     uint32_t room_failed;       /* the tick could not register more buffers for windows to grow into
                                    (rdmax__srq_room); cleared when credits leave the target */
+    uint32_t group;             /* its receive group: the receive CQ of the QPs it feeds (>>srq) */
     /* the receive requests of rdmax__srq_fill, chained and pointing at their SGEs from the start (the
        last one posted is cut off the chain for its post, then joined again); the receive path stages
        the buffers it gives back in them (wr_id, address and key: nothing to compute again), a request
@@ -4697,10 +4707,24 @@ struct rdmax__srq {
     struct rdmax__srq_rq one;   /* the request of rdmax__recv_one's single buffer: no nested batch stages in it */
 };
 
+/* A receive group: a receive CQ and the pools whose QPs complete on it (group 0: ctx->rcq, its size in
+   ctx->rcq_size, and the endpoints' own receive queues, rq_total). */
+struct rdmax__rgroup {
+    struct ibv_cq *cq;
+    int (*poll)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);  /* the provider's */
+    uint32_t size;              /* entries of cq (groups after the first) */
+    uint32_t target;            /* its pools' targets */
+};
+
 struct rdmax__rx {
-    struct rdmax__srq *pool[RDMAX__POOLS];  /* [0]: the context's recv_size */
-    const uint32_t *epoch;      /* the context's rcq_drains: receive-CQ polls that found it drained */
-    uint32_t target;            /* all pools' targets */
+    struct rdmax__srq *pool[RDMAX__POOLS];  /* [0]: the context's recv_size, group 0 */
+    const uint32_t *epoch;      /* the context's rcq_drains: receive-CQ polls that found it drained; with
+                                   more than one group rg_epoch */
+    struct rdmax__rgroup grp[RDMAX__POOLS];
+    uint32_t n_groups;          /* at least 1 */
+    uint32_t rg_next;           /* the group rdmax__rgroups_poll polls first (round robin) */
+    uint32_t rg_drained;        /* groups found drained since the epoch last moved or a tombstone was made */
+    uint32_t rg_epoch;          /* moves when every group was found drained since the last tombstone */
     uint32_t cooling;           /* slots of freed pools whose completions may still be queued */
     uint32_t cool_epoch[RDMAX__POOLS];
     uint64_t bytes, posted;     /* all pools' buffer bytes and buffers posted (for profile readers) */
@@ -4836,6 +4860,7 @@ static void rdmax__map_kill(rdmax_ctx *ctx, uint32_t qpn)
     for (uint32_t i = rdmax__map_hash(x, qpn); x->map[i].v; i = (i + 1) & (x->map_cap - 1))
         if (x->map[i].qpn == qpn && (x->map[i].v & RDMAX__MAP_LIVE)) {
             x->map[i].v = RDMAX__MAP_TOMB | (*x->epoch & 0x3fffffffu);
+            x->rg_drained = 0;  /* every group must be seen drained after this (rdmax__rgroups_poll) */
             return;
         }
 }
@@ -5045,12 +5070,21 @@ static rdmax_status rdmax__srq_chunk(rdmax_ctx *ctx, struct rdmax__srq *s)
     return RDMAX_OK;
 }
 
-/* The receive CQ must hold every receive that may complete before the next poll. */
-static rdmax_status rdmax__rcq_fit(rdmax_ctx *ctx, uint64_t need, const char *why)
+/* Receive CQ entries group g has promised: its pools' targets, and in group 0 the endpoints' own
+   receive queues. */
+static uint64_t rdmax__rg_used(const rdmax_ctx *ctx, uint32_t g)
 {
-    if (need <= ctx->rcq_size)
+    return (g ? 0 : (uint64_t)ctx->rq_total) + (ctx->rx ? ctx->rx->grp[g].target : 0);
+}
+
+/* Group g's receive CQ must hold every receive that may complete on it before the next poll. */
+static rdmax_status rdmax__rcq_fit(rdmax_ctx *ctx, uint32_t g, uint64_t need, const char *why)
+{
+    struct ibv_cq *cq = g ? ctx->rx->grp[g].cq : ctx->rcq;
+    uint32_t *size = g ? &ctx->rx->grp[g].size : &ctx->rcq_size;
+    if (need <= *size)
         return RDMAX_OK;
-    uint64_t want = ctx->rcq_size;
+    uint64_t want = *size;
     while (want < need)
         want *= 2;
     if (want > ctx->attr.max_cqe && need <= ctx->attr.max_cqe)
@@ -5062,13 +5096,13 @@ static rdmax_status rdmax__rcq_fit(rdmax_ctx *ctx, uint64_t need, const char *wh
                    (unsigned long long)need, why, ctx->attr.max_cqe);
         return RDMAX_ERR_LIMIT;
     }
-    int rc = ibv_resize_cq(ctx->rcq, (int)want);
+    int rc = ibv_resize_cq(cq, (int)want);
     if (rc) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_SETUP, "device %s: ibv_resize_cq(receive CQ, %llu entries) failed: %s (max_cqe %u)",
                    ctx->attr.name, (unsigned long long)want, strerror(rc), ctx->attr.max_cqe);
         return rc == ENOMEM ? RDMAX_ERR_NO_MEMORY : RDMAX_ERR_IO;
     }
-    ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
+    *size = (uint32_t)cq->cqe;
     if (ctx->rx)
         ctx->rx->rcq_kept = 0;  /* (rdmax__rcq_trim may try again) */
     return RDMAX_OK;
@@ -5079,10 +5113,11 @@ static void rdmax__pool_free(rdmax_ctx *ctx, uint32_t p)
     struct rdmax__srq *s = ctx->rx->pool[p];
     ctx->rx->bytes -= (uint64_t)s->n_bufs * s->recv_size;
     ctx->rx->posted -= s->posted;
-    ctx->rx->target -= s->target;  /* its reserve (no endpoint is left) */
+    ctx->rx->grp[s->group].target -= s->target;  /* its reserve (no endpoint is left) */
     ctx->rx->cooling |= 1u << p;
     ctx->rx->staged &= ~(1u << p);
-    ctx->rx->cool_epoch[p] = ctx->rcq_drains;
+    ctx->rx->cool_epoch[p] = *ctx->rx->epoch;
+    ctx->rx->rg_drained = 0;  /* (as a tombstone's) */
     if (s->srq)
         ibv_destroy_srq(s->srq);
     for (uint32_t i = 0; i < s->n_chunks; i++) {
@@ -5095,14 +5130,44 @@ static void rdmax__pool_free(rdmax_ctx *ctx, uint32_t p)
     ctx->rx->pool[p] = NULL;
 }
 
-/* The pool of buffers of recv_size bytes: found, or made (pool 0 is the context's recv_size). */
-static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t *out)
+static uint32_t rdmax__pool_per_chunk(uint32_t recv_size)
+{
+    uint32_t n = 1;
+    while (n < 1u << RDMAX__SRQ_SLOT_BITS && (size_t)2 * n * recv_size <= RDMAX__SRQ_CHUNK_BYTES)
+        n *= 2;
+    return n;
+}
+
+/* The reserve a pool of recv_size keeps posted (rdmax_ctx_desc.recv_reserve). */
+static uint32_t rdmax__pool_reserve(const rdmax_ctx *ctx, uint32_t recv_size)
+{
+    uint32_t r = ctx->desc.recv_reserve == 0 ? rdmax__pool_per_chunk(recv_size)
+                 : ctx->desc.recv_reserve == RDMAX_OFF ? 0 : ctx->desc.recv_reserve;
+    return r > ctx->attr.max_srq_wr / 2 ? ctx->attr.max_srq_wr / 2 : r;  /* leaves room for credits */
+}
+
+/* The slot of group g's pool of recv_size, or RDMAX__POOLS. */
+static uint32_t rdmax__pool_find(const rdmax_ctx *ctx, uint32_t recv_size, uint32_t g)
+{
+    const struct rdmax__rx *x = ctx->rx;
+    if (g == 0 && recv_size == ctx->desc.recv_size)
+        return x && x->pool[0] ? 0 : RDMAX__POOLS;
+    for (uint32_t i = 1; x && i < RDMAX__POOLS; i++)
+        if (x->pool[i] && x->pool[i]->recv_size == recv_size && x->pool[i]->group == g)
+            return i;
+    return RDMAX__POOLS;
+}
+
+/* The pool of buffers of recv_size bytes in receive group g: found, or made (pool 0 is the context's
+   recv_size in group 0). */
+static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t g, uint32_t *out)
 {
     struct rdmax__rx *x = ctx->rx;
     if (!x) {
         if (!(x = (struct rdmax__rx *)rdmax__alloc(ctx, sizeof *x)))
             return RDMAX_ERR_NO_MEMORY;
         x->map_cap = 64;
+        x->n_groups = 1;
         x->epoch = &ctx->rcq_drains;
         x->last_qpn = UINT32_MAX;
         x->last_key = rdmax__srq_key(0, UINT32_MAX);
@@ -5113,18 +5178,15 @@ static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
         }
         ctx->rx = x;
     }
-    uint32_t p = recv_size == ctx->desc.recv_size ? 0 : RDMAX__POOLS, hole = RDMAX__POOLS;
-    for (uint32_t i = 1; p == RDMAX__POOLS && i < RDMAX__POOLS; i++) {
-        if (x->pool[i] && x->pool[i]->recv_size == recv_size)
-            p = i;
-        else if (!x->pool[i] && hole == RDMAX__POOLS &&
-                 (!(x->cooling & (1u << i)) || x->cool_epoch[i] != ctx->rcq_drains))
+    uint32_t p = g == 0 && recv_size == ctx->desc.recv_size ? 0 : rdmax__pool_find(ctx, recv_size, g);
+    uint32_t hole = RDMAX__POOLS;
+    for (uint32_t i = 1; p == RDMAX__POOLS && hole == RDMAX__POOLS && i < RDMAX__POOLS; i++)
+        if (!x->pool[i] && (!(x->cooling & (1u << i)) || x->cool_epoch[i] != *x->epoch))
             hole = i;  /* free, and no completion of a pool freed there can still be queued */
-    }
     if (p == RDMAX__POOLS && hole == RDMAX__POOLS) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LIMIT, "device %s: RC endpoints of this context already use %u receive sizes, the "
-                   "most it keeps shared receive queues for (endpoint recv_size %u)", ctx->attr.name,
-                   RDMAX__POOLS - 1, recv_size);
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LIMIT, "device %s: RC endpoints of this context already use %u receive sizes "
+                   "(a pool per size and receive CQ), the most it keeps shared receive queues for (endpoint recv_size "
+                   "%u)", ctx->attr.name, RDMAX__POOLS - 1, recv_size);
         return RDMAX_ERR_LIMIT;
     }
     if (p == RDMAX__POOLS)
@@ -5137,9 +5199,8 @@ static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
     if (!s)
         return RDMAX_ERR_NO_MEMORY;
     s->recv_size = recv_size;
-    for (s->per_chunk = 1; s->per_chunk < 1u << RDMAX__SRQ_SLOT_BITS &&
-                           (size_t)2 * s->per_chunk * recv_size <= RDMAX__SRQ_CHUNK_BYTES;)
-        s->per_chunk *= 2;
+    s->group = g;
+    s->per_chunk = rdmax__pool_per_chunk(recv_size);
     for (uint32_t i = 0; i < RDMAX__RECV_BATCH; i++) {
         s->rq[i].sge.length = recv_size;
         s->rq[i].wr.sg_list = &s->rq[i].sge;
@@ -5169,12 +5230,10 @@ static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
     }
     s->cap = a.attr.max_wr;
     /* the reserve is kept posted as long as the pool lives: rdmax__srq_reserve posts it with the first
-       endpoint's credits; a device's limit leaves room for credits */
-    s->reserve = ctx->desc.recv_reserve == 0 ? s->per_chunk : ctx->desc.recv_reserve == RDMAX_OFF ? 0 : ctx->desc.recv_reserve;
-    if (s->reserve > ctx->attr.max_srq_wr / 2)
-        s->reserve = ctx->attr.max_srq_wr / 2;
+       endpoint's credits */
+    s->reserve = rdmax__pool_reserve(ctx, recv_size);
     s->target = s->reserve;
-    x->target += s->reserve;
+    x->grp[g].target += s->reserve;
     x->cooling &= ~(1u << p);
     x->pool[p] = s;
     *out = p;
@@ -5218,8 +5277,8 @@ static rdmax_status rdmax__srq_reserve(rdmax_ctx *ctx, uint32_t p, uint32_t w)
         return RDMAX_ERR_LIMIT;
     }
     char why[96];
-    snprintf(why, sizeof why, "%llu RC receive credits", (unsigned long long)x->target + w);
-    if ((st = rdmax__rcq_fit(ctx, (uint64_t)ctx->rq_total + x->target + w, why)) != RDMAX_OK)
+    snprintf(why, sizeof why, "%llu RC receive credits", (unsigned long long)x->grp[s->group].target + w);
+    if ((st = rdmax__rcq_fit(ctx, s->group, rdmax__rg_used(ctx, s->group) + w, why)) != RDMAX_OK)
         return st;
     while (s->posted + s->n_free < need)
         if ((st = rdmax__srq_chunk(ctx, s)) != RDMAX_OK)
@@ -5227,9 +5286,92 @@ static rdmax_status rdmax__srq_reserve(rdmax_ctx *ctx, uint32_t p, uint32_t w)
     if ((st = rdmax__srq_cap(ctx, s, need)) != RDMAX_OK)
         return st;
     s->target = (uint32_t)need;
-    x->target += w;
+    x->grp[s->group].target += w;
     s->users++;
     return rdmax__srq_fill(ctx, p);
+}
+
+/* ctx->rcq_poll once a context has more than one receive group: polls the groups' CQs into wc, a
+   different one first each call (none waits behind a busy one), so every poll path (inline or not) takes
+   completions of every group and handles them alike (a completion names its QP and pool). A group that
+   gave fewer than asked was drained; once all were since the last tombstone, the epoch moves (>>srq). */
+static int rdmax__rgroups_poll(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc)
+{
+    struct rdmax__rx *x = ((rdmax_ctx *)cq->cq_context)->rx;
+    uint32_t ng = x->n_groups, g = x->rg_next;
+    int got = 0;
+    x->rg_next = g + 1 < ng ? g + 1 : 0;
+    for (uint32_t i = 0; i < ng && got < num_entries; i++, g = g + 1 < ng ? g + 1 : 0) {
+        int m = x->grp[g].poll(x->grp[g].cq, num_entries - got, wc + got);
+        if (m < 0)
+            return got ? got : m;
+        if (m < num_entries - got)
+            x->rg_drained |= 1u << g;
+        got += m;
+    }
+    if (x->rg_drained == (ng < 32 ? (1u << ng) - 1 : UINT32_MAX)) {
+        x->rg_epoch++;
+        x->rg_drained = 0;
+    }
+    return got;
+}
+
+/* One more receive group: a receive CQ on the context's channel. The first one beyond group 0 makes every
+   receive poll go through rdmax__rgroups_poll and the drain epoch count all groups' drains. */
+static rdmax_status rdmax__rgroup_open(rdmax_ctx *ctx)
+{
+    struct rdmax__rx *x = ctx->rx;
+    uint32_t depth = ctx->desc.cq_depth < ctx->attr.max_cqe ? ctx->desc.cq_depth : ctx->attr.max_cqe;
+    struct ibv_cq *cq = x->n_groups < RDMAX__POOLS ? ibv_create_cq(ctx->verbs, (int)depth, ctx, ctx->channel, 0) : NULL;
+    if (!cq) {
+        int e = errno;
+        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LIMIT, "device %s: a receive CQ more for RC endpoints (%u so far, the "
+                   "device's max_cqe %u each) failed: %s", ctx->attr.name, x->n_groups, ctx->attr.max_cqe,
+                   x->n_groups < RDMAX__POOLS ? strerror(e) : "no pool slot left for it");
+        return x->n_groups < RDMAX__POOLS && e != ENOMEM ? RDMAX_ERR_IO : RDMAX_ERR_LIMIT;
+    }
+    if (x->n_groups == 1) {
+        x->grp[0].cq = ctx->rcq;
+        x->grp[0].poll = ctx->rcq_poll;
+        x->rg_epoch = ctx->rcq_drains;  /* tombstones and cooling slots of now stay live */
+        x->rg_drained = 0;
+        x->epoch = &x->rg_epoch;
+        ctx->rcq_poll = rdmax__rgroups_poll;
+    }
+    struct rdmax__rgroup *r = &x->grp[x->n_groups++];
+    r->cq = cq;
+    r->poll = cq->context->ops.poll_cq;
+    r->size = (uint32_t)cq->cqe;
+    rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_EP_SETUP, "device %s: receive CQ %u opened for RC endpoints (the others hold "
+               "max_cqe %u credits)", ctx->attr.name, x->n_groups - 1, ctx->attr.max_cqe);
+    return RDMAX_OK;
+}
+
+static rdmax_status rdmax__rgroups_arm(rdmax_ctx *ctx)
+{
+    for (uint32_t g = 1; ctx->rx && g < ctx->rx->n_groups; g++)
+        if (ibv_req_notify_cq(ctx->rx->grp[g].cq, 0))
+            return RDMAX_ERR_IO;
+    return RDMAX_OK;
+}
+
+/* Room for one more RC endpoint with window w among the pools of recv_size: in the first receive group
+   whose CQ can hold w more (and a new pool's reserve) within max_cqe, else in a new group. */
+static rdmax_status rdmax__srq_join(rdmax_ctx *ctx, uint32_t recv_size, uint32_t w, uint32_t *out)
+{
+    rdmax_status st;
+    uint64_t fresh = (uint64_t)w + rdmax__pool_reserve(ctx, recv_size);
+    uint32_t g = 0;
+    if (fresh <= ctx->attr.max_cqe)  /* else no group can hold it: group 0 says why */
+        for (; ctx->rx && g < ctx->rx->n_groups; g++)
+            if (rdmax__rg_used(ctx, g) + (rdmax__pool_find(ctx, recv_size, g) < RDMAX__POOLS ? w : fresh) <=
+                ctx->attr.max_cqe)
+                break;
+    if (ctx->rx && g == ctx->rx->n_groups && (st = rdmax__rgroup_open(ctx)) != RDMAX_OK)
+        return st;
+    if ((st = rdmax__pool_get(ctx, recv_size, g, out)) != RDMAX_OK)
+        return st;
+    return rdmax__srq_reserve(ctx, *out, w);
 }
 
 /* An endpoint leaves pool p: its credits leave the target, its buffers stay; a pool of another size than
@@ -5238,7 +5380,7 @@ static void rdmax__srq_release(rdmax_ctx *ctx, uint32_t p, uint32_t w)
 {
     struct rdmax__srq *s = ctx->rx->pool[p];
     s->target -= w;
-    ctx->rx->target -= w;
+    ctx->rx->grp[s->group].target -= w;
     s->room_failed = 0;
     if (--s->users == 0 && p > 0) {
         if (ctx->rwc != ctx->rwc_top)  /* in a poll batch (a callback), whose completions may name it */
@@ -5267,6 +5409,10 @@ static void rdmax__srq_close(rdmax_ctx *ctx)
     for (uint32_t p = 0; p < RDMAX__POOLS; p++)
         if (x->pool[p])
             rdmax__pool_free(ctx, p);
+    for (uint32_t g = 1; g < x->n_groups; g++)  /* their QPs are gone */
+        ibv_destroy_cq(x->grp[g].cq);
+    if (x->n_groups > 1)
+        ctx->rcq_poll = x->grp[0].poll;
     rdmax__free(ctx, x->map);
     rdmax__free(ctx, x);
     ctx->rx = NULL;
@@ -5283,7 +5429,7 @@ static void rdmax__srq_room(rdmax_ctx *ctx, uint32_t p)
     struct rdmax__srq *s = x->pool[p];
     if (!s)
         return;
-    uint64_t more = s->per_chunk, cq_used = (uint64_t)ctx->rq_total + x->target;
+    uint64_t more = s->per_chunk, cq_used = rdmax__rg_used(ctx, s->group);
     if (s->target + more > ctx->attr.max_srq_wr)
         more = s->target < ctx->attr.max_srq_wr ? ctx->attr.max_srq_wr - s->target : 0;
     if (cq_used + more > ctx->attr.max_cqe)
@@ -5295,7 +5441,7 @@ static void rdmax__srq_room(rdmax_ctx *ctx, uint32_t p)
             return;
         }
     if (rdmax__srq_cap(ctx, s, need) != RDMAX_OK ||
-        rdmax__rcq_fit(ctx, (uint64_t)ctx->rq_total + x->target + more, "RC receive credits and room for windows to grow") != RDMAX_OK)
+        rdmax__rcq_fit(ctx, s->group, cq_used + more, "RC receive credits and room for windows to grow") != RDMAX_OK)
         s->room_failed = 1;
 }
 
@@ -5332,7 +5478,9 @@ static void rdmax__srq_giveback(rdmax_ctx *ctx, struct rdmax__srq *s)
 static void rdmax__rcq_trim(rdmax_ctx *ctx)
 {
     struct rdmax__rx *x = ctx->rx;
-    uint64_t need = (uint64_t)ctx->rq_total + (x->posted > x->target ? x->posted : x->target), want = ctx->rcq_size;
+    /* the first group's CQ (the others are not trimmed); x->posted counts every group's: never too few */
+    uint64_t need = (uint64_t)ctx->rq_total + (x->posted > x->grp[0].target ? x->posted : x->grp[0].target);
+    uint64_t want = ctx->rcq_size;
     while (want / 2 >= ctx->desc.cq_depth && want / 2 >= 2 * need)
         want /= 2;
     if (want == ctx->rcq_size || x->rcq_kept)
@@ -5376,23 +5524,23 @@ bool rdmax_ctx_query_recv_pool(const rdmax_ctx *ctx, uint32_t recv_size, rdmax_r
     memset(out, 0, sizeof *out);
     if (recv_size == 0)
         recv_size = ctx->desc.recv_size;
-    for (uint32_t p = 0; x && p < RDMAX__POOLS; p++) {  /* as rdmax__pool_get: one pool per size */
+    for (uint32_t p = 0; x && p < RDMAX__POOLS; p++) {  /* one pool per size and receive group: summed */
         const struct rdmax__srq *s = x->pool[p];
         if (!s || s->recv_size != recv_size)
             continue;
         out->recv_size = s->recv_size;
-        out->endpoints = s->users;
-        out->target = s->target - s->reserve;
-        out->reserve = s->reserve;
-        out->posted = s->posted - s->n_stage;
-        out->free = s->n_free + s->n_home + s->n_stage;
-        out->buffers = s->n_bufs;
-        out->chunks = s->n_chunks;
-        out->srq_cap = s->cap;
-        out->low_water = s->limit;
-        return true;
+        out->endpoints += s->users;
+        out->target += s->target - s->reserve;
+        out->reserve += s->reserve;
+        out->posted += s->posted - s->n_stage;
+        out->free += s->n_free + s->n_home + s->n_stage;
+        out->buffers += s->n_bufs;
+        out->chunks += s->n_chunks;
+        out->srq_cap += s->cap;
+        out->low_water += s->limit;
+        out->groups++;
     }
-    return false;
+    return out->recv_size != 0;
 }
 
 /* ---- >>windows: exposed memory: an endpoint's QP rights and its memory windows ------------------- */
@@ -5731,8 +5879,7 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     }
 #endif
     if (shared) {
-        if ((st = rdmax__pool_get(ctx, d->recv_size, &ep->pool)) != RDMAX_OK ||
-            (st = rdmax__srq_reserve(ctx, ep->pool, ep->rq_depth)) != RDMAX_OK)
+        if ((st = rdmax__srq_join(ctx, d->recv_size, ep->rq_depth, &ep->pool)) != RDMAX_OK)
             goto fail;
         reserved = 1;
     } else {
@@ -5748,14 +5895,14 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
             goto fail;
         }
         /* Every posted receive may complete before we poll: the receive CQ must hold them all. */
-        if ((st = rdmax__rcq_fit(ctx, (uint64_t)ctx->rq_total + ep->rq_depth + (ctx->rx ? ctx->rx->target : 0),
+        if ((st = rdmax__rcq_fit(ctx, 0, rdmax__rg_used(ctx, 0) + ep->rq_depth,
                                  "receive buffers of its own and RC receive credits")) != RDMAX_OK)
             goto fail;
     }
     struct ibv_qp_init_attr qa;
     memset(&qa, 0, sizeof qa);
     qa.send_cq = ctx->scq;
-    qa.recv_cq = ctx->rcq;
+    qa.recv_cq = shared && ctx->rx->pool[ep->pool]->group ? ctx->rx->grp[ctx->rx->pool[ep->pool]->group].cq : ctx->rcq;
     qa.srq = shared ? ctx->rx->pool[ep->pool]->srq : NULL;
     qa.qp_type = type;
     qa.cap.max_send_wr = d->sq_depth;
@@ -8082,7 +8229,7 @@ static void rdmax__window_wait(rdmax_ctx *ctx, rdmax_ep *ep, struct rdmax__srq *
 {
     struct rdmax__rx *x = ctx->rx;
     int bound = s->room_failed || (uint64_t)s->target + add > ctx->attr.max_srq_wr ||
-                (uint64_t)ctx->rq_total + x->target + add > ctx->attr.max_cqe;
+                rdmax__rg_used(ctx, s->group) + add > ctx->attr.max_cqe;
     if (!bound)
         x->room |= 1u << ep->pool;
     ctx->cnt.grant_waits++;
@@ -8099,16 +8246,17 @@ static void rdmax__window_grow(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t w)
     if (w >= ep->desc.max_window || rdmax__arb_elem_is_queued(&ep->grant_req.rdmax__elem))
         return;
     uint32_t add = (2 * w < ep->desc.max_window ? 2 * w : ep->desc.max_window) - w;
-    if ((uint64_t)s->target + add > s->cap || (uint64_t)ctx->rq_total + x->target + add > ctx->rcq_size ||
+    uint32_t *cq_size = s->group ? &x->grp[s->group].size : &ctx->rcq_size;
+    if ((uint64_t)s->target + add > s->cap || rdmax__rg_used(ctx, s->group) + add > *cq_size ||
         (uint64_t)s->posted + s->n_free < (uint64_t)s->target + add) {
         rdmax__window_wait(ctx, ep, s, add);
         return;
     }
     s->target += add;
-    x->target += add;
+    x->grp[s->group].target += add;
     if (rdmax__srq_fill(ctx, ep->pool) != RDMAX_OK) {  /* not backed: not given */
         s->target -= add;
-        x->target -= add;
+        x->grp[s->group].target -= add;
         return;
     }
     ep->rq_depth += add;
@@ -8126,7 +8274,7 @@ static void rdmax__window_shrink(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t w)
     ep->rx_unreturned -= k;
     ep->rq_depth -= k;
     s->target -= k;  /* the buffers beyond it go to the free list as they come back (rdmax__srq_fill) */
-    ctx->rx->target -= k;
+    ctx->rx->grp[s->group].target -= k;
     s->room_failed = 0;
     if (w - k == ep->desc.rq_depth)
         ep->grant_at = rdmax__grant_at(ep->desc.rq_depth);
@@ -11606,6 +11754,23 @@ static inline uint32_t rdmax__test_dev_events(const rdmax_ctx *ctx)
 static inline uint32_t rdmax__test_ep_pool(const rdmax_ep *ep)
 {
     return ep->pool;
+}
+/* Act as a device whose CQs hold at most max_cqe entries from now on (ctx's receive CQs then fill, and
+   more open, after a few endpoints); returns the value before. */
+static inline uint32_t rdmax__test_ctx_max_cqe(rdmax_ctx *ctx, uint32_t max_cqe)
+{
+    uint32_t was = ctx->attr.max_cqe;
+    ctx->attr.max_cqe = max_cqe;
+    return was;
+}
+/* Receive CQs ctx has (receive groups), and the one ep's QP completes on. */
+static inline uint32_t rdmax__test_ctx_rgroups(const rdmax_ctx *ctx)
+{
+    return ctx->rx ? ctx->rx->n_groups : 1;
+}
+static inline uint32_t rdmax__test_ep_rgroup(const rdmax_ep *ep)
+{
+    return ep->ctx->rx && !ep->rbufs && !ep->shared_qp ? ep->ctx->rx->pool[ep->pool]->group : 0;
 }
 /* 1 if pool slot `slot` of ctx is empty and cooling: a pool freed there may still have completions
    queued, so no new pool takes the slot before the receive CQ was seen drained. */

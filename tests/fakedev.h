@@ -278,6 +278,8 @@ static inline void fd_ctx_pool(rdmax_ctx *ctx, uint32_t p, struct ibv_srq *srq, 
     if (!x) {
         x = ctx->rx = (struct rdmax__rx *)calloc(1, sizeof *x);
         x->map_cap = 64;
+        x->n_groups = 1;
+        x->epoch = &ctx->rcq_drains;
         x->map = (__typeof__(x->map))calloc(x->map_cap, sizeof *x->map);
     }
     struct rdmax__srq *s = (struct rdmax__srq *)calloc(1, sizeof *s);

@@ -146,6 +146,8 @@ else
     run scale_adapt $B/scale_test adapt 1000
     # 400 extra pairs grow the shared pool among 50 idle ones and go: traffic gives it back (2 s in the VM)
     run scale_giveback $B/scale_test giveback 50 400
+    # receive CQs capped at 128 entries (a test hook): 200 endpoints over 5 CQs, a busy pair's window grows in a 6th
+    run scale_rgroups $B/scale_test rgroups 100
     # 10,000 endpoints in one context with the default descriptors (5,000 pairs; 55 s in the VM, 500 MiB
     # of the guest's 1 GiB)
     run scale_tenk $B/scale_test tenk 5000

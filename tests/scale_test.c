@@ -20,6 +20,9 @@
                         with RDMAX_ERR_PEER_WINDOW; no RNR
      tenk P             P pairs (2P endpoints, 5,000 for ten thousand) made by rdmax_ep_create_pair with
                         the default descriptors in one context, one checked message each way; no RNR
+     rgroups P          the receive CQ capped at 128 entries (a test hook): P pairs (a multiple of 20) with
+                        default windows fill one receive CQ after another (40 endpoints each), one checked
+                        message each way; then a busy pair in a CQ of its own whose window grows to 64; no RNR
    Lines "ROW name value" are for bench/scale.sh.
    Windows and buffers are small here on purpose (rq_depth 4, recv_size 256 for pairs): the receive CQ
    holds every credit of the context, and rxe's max_cqe is 32767. Every endpoint here has keepalives off
@@ -27,6 +30,7 @@
    retries): a loaded host can stall the test VM for longer than the default 0.47 s. */
 #define RDMAX_TRANSPORT_RC
 #define RDMAX_IMPLEMENTATION
+#define RDMAX_TESTING  /* rgroups: rdmax__test_ctx_max_cqe */
 #include "../rdmax.h"
 #include "testlib.h"
 
@@ -1524,6 +1528,101 @@ out:
     return tl_failed_total ? 1 : 0;
 }
 
+/* ==== receive CQs beyond the first ==== */
+static int rgroups_mode(int npairs)
+{
+    enum { CAP = 128, RESERVE = 8, PER_GROUP = (CAP - RESERVE) / 3 };  /* window 2 + 1 entries each */
+    rdmax_ctx *ctx = NULL;
+    int n = 2 * npairs;
+    rdmax_ep **eps = (rdmax_ep **)calloc((size_t)n, sizeof *eps);
+    char *sent = (char *)calloc((size_t)n, 1);
+    memset(&g_ad, 0, sizeof g_ad);
+    g_tk_good = g_tk_bad = 0;
+    tl_begin("scale/rgroups: %d RC endpoints with default windows on receive CQs capped at %d entries: %d per CQ, "
+             "one checked message each way; a busy pair in a later CQ grows its window to 64; no RNR", n, CAP, PER_GROUP);
+    REQUIRE(eps && sent && n % PER_GROUP == 0, "calloc, or P not a multiple of %d", PER_GROUP / 2);
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.logger.func = keep_log;
+    cd.recv_reserve = RESERVE;
+    cd.cq_depth = 64;  /* receive CQs start below the cap and grow to it (a send CQ of 64 is enough here) */
+    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context: %s", g_lastlog);
+    char dev[64];
+    snprintf(dev, sizeof dev, "%s", rdmax_ctx_query_attr(ctx)->name);
+    uint32_t max_cqe = rdmax__test_ctx_max_cqe(ctx, CAP);
+    rdmax_ep_desc d;
+    memset(&d, 0, sizeof d);
+    d.keepalive_ms = RDMAX_OFF;
+    d.recv_cb = tenk_recv;
+    for (int i = 0; i < n; i += 2) {
+        rdmax_status st = rdmax_ep_create_pair(ctx, &d, &eps[i], &eps[i + 1]);
+        REQUIRE(st == RDMAX_OK, "pair %d of %d: %s (%s)", i / 2, npairs, rdmax_status_str(st), g_lastlog);
+    }
+    d.recv_cb = adapt_recv;
+    REQUIRE(rdmax_ep_create_pair(ctx, &d, &g_ad.a, &g_ad.b) == RDMAX_OK, "busy pair: %s", g_lastlog);
+    uint32_t want_groups = (uint32_t)n / PER_GROUP + 1;  /* the idle ones fill theirs; the busy pair's is new */
+    rdmax_recv_pool_info p0 = tl_pool(ctx, 0);
+    printf("# %d endpoints over %u receive CQs (device max_cqe %u, capped at %d); the busy pair's in CQ %u; pool target "
+           "%u in %u pools\n", n + 2, rdmax__test_ctx_rgroups(ctx), max_cqe, CAP, rdmax__test_ep_rgroup(g_ad.b),
+           p0.target, p0.groups);
+    CHECK(rdmax__test_ctx_rgroups(ctx) == want_groups && p0.groups == want_groups, "%u receive CQs, %u pools: want %u",
+          rdmax__test_ctx_rgroups(ctx), p0.groups, want_groups);
+    CHECK(rdmax__test_ep_rgroup(eps[0]) == 0 && rdmax__test_ep_rgroup(eps[n - 1]) == (uint32_t)(n - 1) / PER_GROUP &&
+              rdmax__test_ep_rgroup(g_ad.b) == want_groups - 1 && want_groups > 1,
+          "CQs: first %u, last %u, busy %u", rdmax__test_ep_rgroup(eps[0]), rdmax__test_ep_rgroup(eps[n - 1]),
+          rdmax__test_ep_rgroup(g_ad.b));
+    CHECK(p0.target == (uint32_t)(n + 2) * 3 && p0.reserve == RESERVE * want_groups, "pool target %u, reserve %u",
+          p0.target, p0.reserve);
+    uint64_t rnr0 = rnr_count(dev);
+    for (int spins = 0, left = n; left > 0 && spins < 200000; spins++) {
+        for (int i = 0; i < n; i++) {
+            rdmax_ep_resources r;
+            rdmax_ep_query_resources(eps[i], &r);
+            unsigned char m[64];
+            msg_fill(m, r.qp_num, 0);
+            if (!sent[i] && rdmax_send(eps[i], m, 64, NULL, NULL) == RDMAX_OK) {
+                sent[i] = 1;
+                left--;
+            }
+        }
+        rdmax_progress(ctx);
+    }
+    for (long i = 0; i < 2000000L && g_tk_good + g_tk_bad < (uint32_t)n; i++)
+        rdmax_progress(ctx);
+    CHECK(g_tk_good == (uint32_t)n && g_tk_bad == 0, "%u of %d messages good, %u bad", g_tk_good, n, g_tk_bad);
+    /* the busy pair streams until b's window is full (as adapt) */
+    uint32_t seq = 0, rounds = 0;
+    unsigned char m[64];
+    for (; rounds < 200000 && window_of(g_ad.b) < 64; rounds++) {
+        for (msg_fill(m, 0xa, seq); rdmax_send(g_ad.a, m, 64, NULL, NULL) == RDMAX_OK; msg_fill(m, 0xa, seq))
+            seq++;
+        rdmax_progress(ctx);
+    }
+    for (long i = 0; i < 2000000L && g_ad.b_got < seq; i++)
+        rdmax_progress(ctx);
+    rdmax_counters c;
+    rdmax_ctx_query_counters(ctx, &c);
+    printf("# busy pair: b's window %u after %u messages (%u rounds); %u idle messages checked; ep_errors %llu; RNR "
+           "counters of %s %llu before, %llu after\n", window_of(g_ad.b), seq, rounds, g_tk_good,
+           (unsigned long long)c.ep_errors, dev, (unsigned long long)rnr0, (unsigned long long)rnr_count(dev));
+    CHECK(window_of(g_ad.b) == 64 && g_ad.b_got == seq && g_ad.b_bad == 0, "b's window %u; b got %u of %u, %u bad",
+          window_of(g_ad.b), g_ad.b_got, seq, g_ad.b_bad);
+    CHECK(c.ep_errors == 0, "%llu endpoints failed", (unsigned long long)c.ep_errors);
+    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+    tl_end();
+out:
+    rdmax_ep_destroy(g_ad.a);
+    rdmax_ep_destroy(g_ad.b);
+    for (int i = 0; eps && i < n; i++)
+        rdmax_ep_destroy(eps[i]);
+    rdmax_ctx_destroy(ctx);
+    free(eps);
+    free(sent);
+    if (tl_case_failed)
+        tl_end();
+    return tl_failed_total ? 1 : 0;
+}
+
 /* ==== put rate over many endpoints ==== */
 /* 8-byte puts, unsignaled and inline, posted round-robin over n endpoints of one context to their pairs
    (loopback on the device), with one rdmax_progress per round: puts completed per second in the steady
@@ -1695,7 +1794,9 @@ int main(int argc, char **argv)
         return tenk_mode(atoi(argv[2]));
     if (argc >= 4 && !strcmp(argv[1], "giveback"))
         return giveback_mode(atoi(argv[2]), atoi(argv[3]));
+    if (argc >= 3 && !strcmp(argv[1], "rgroups"))
+        return rgroups_mode(atoi(argv[2]));
     fprintf(stderr, "usage: scale_test pairs N | listen CLIENTS EPS | credits CLIENTS POSTS | putrate N SECONDS | "
-            "memory PAIRS | cqshare | adapt PAIRS | tenk PAIRS | giveback PAIRS EXTRA\n");
+            "memory PAIRS | cqshare | adapt PAIRS | tenk PAIRS | giveback PAIRS EXTRA | rgroups PAIRS\n");
     return 2;
 }
