@@ -3144,6 +3144,18 @@ RDMAX_INLINE rdmax_status rdmax__fast_post(rdmax_ep *ep, struct ibv_send_wr *wr,
     return RDMAX_OK;
 }
 
+/* Each fast operation's fill of its prebuilt request, then the post (rdmax__fast_post): one for the fast
+   path (sig 0) and its slow path's post at sig_at (sig 1). */
+RDMAX_INLINE rdmax_status rdmax__send_fill(rdmax_ep *ep, const void *buf, size_t len, int sig)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_SEND];
+    wr->imm_data = RDMAX__LE32(ep->rx_unreturned);  /* the credits we owe the peer ride along */
+    ctx->fsge.addr = (uintptr_t)buf;
+    ctx->fsge.length = (uint32_t)len;
+    return rdmax__fast_post(ep, wr, RDMAX_OP_SEND, (uint32_t)len, 0, sig);
+}
+
 RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                      rdmax_comp *comp)
 {
@@ -3151,14 +3163,8 @@ RDMAX_INLINE rdmax_status rdmax_send(rdmax_ep *ep, const void *buf, size_t len, 
        (send_inline is their minimum, 0 on UD); RC: never more sends in flight than the peer has receive
        buffers (no RNR in steady state), and the last credit is kept for a grant */
     if (rdmax_likely(rdmax__fast_gate_open(ep) && len - 1 < ep->send_inline && comp == NULL && buf != NULL &&
-                     ep->tx_credits > 1)) {
-        rdmax_ctx *ctx = ep->ctx;
-        struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_SEND];
-        wr->imm_data = RDMAX__LE32(ep->rx_unreturned);  /* the credits we owe the peer ride along */
-        ctx->fsge.addr = (uintptr_t)buf;
-        ctx->fsge.length = (uint32_t)len;
-        return rdmax__fast_post(ep, wr, RDMAX_OP_SEND, (uint32_t)len, 0, 0);
-    }
+                     ep->tx_credits > 1))
+        return rdmax__send_fill(ep, buf, len, 0);
     return rdmax__send_slow(ep, buf, len, mem, comp);
 }
 
@@ -3207,18 +3213,23 @@ RDMAX_INLINE rdmax_status rdmax__put_chain(rdmax_ep *ep, rdmax_ctx *ctx, const v
     return rdmax__put_chain_at(ctx, e, buf, len, raddr, rkey);
 }
 
+RDMAX_INLINE rdmax_status rdmax__put_fill(rdmax_ep *ep, const void *buf, size_t len, uint64_t raddr, uint32_t rkey,
+                                          int sig)
+{
+    struct ibv_send_wr *wr = &ep->wr;
+    ep->ctx->fsge.addr = (uintptr_t)buf;  /* wr's one SGE */
+    ep->ctx->fsge.length = (uint32_t)len;
+    wr->wr.rdma.remote_addr = raddr;
+    wr->wr.rdma.rkey = rkey;
+    return rdmax__fast_post(ep, wr, RDMAX_OP_PUT, (uint32_t)len, raddr, sig);
+}
+
 RDMAX_INLINE rdmax_status rdmax_put(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                     uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
 {
     /* len - 1 < max_inline: one test for len 0 and too long (len - 1 wraps for 0) */
-    if (rdmax_likely(rdmax__fast_gate_open(ep) && len - 1 < ep->max_inline && comp == NULL && buf != NULL)) {
-        struct ibv_send_wr *wr = &ep->wr;
-        ep->ctx->fsge.addr = (uintptr_t)buf;  /* wr's one SGE */
-        ep->ctx->fsge.length = (uint32_t)len;
-        wr->wr.rdma.remote_addr = raddr;
-        wr->wr.rdma.rkey = rkey;
-        return rdmax__fast_post(ep, wr, RDMAX_OP_PUT, (uint32_t)len, raddr, 0);
-    }
+    if (rdmax_likely(rdmax__fast_gate_open(ep) && len - 1 < ep->max_inline && comp == NULL && buf != NULL))
+        return rdmax__put_fill(ep, buf, len, raddr, rkey, 0);
     /* a post list's short put stays inline: out of line, a call and rdmax__put_slow's saves cost ~33 more */
     if (ep == ep->ctx->batch_ep && comp == NULL && buf != NULL)
         return rdmax__put_chain(ep, ep->ctx, buf, len, raddr, rkey);
@@ -3237,22 +3248,27 @@ RDMAX_INLINE rdmax_status rdmax_put_iov(rdmax_ep *ep, const rdmax_iov *iov, size
     return rdmax__iov_slow(ep, RDMAX_OP_PUT, iov, iovcnt, raddr, rkey, comp);
 }
 
+RDMAX_INLINE rdmax_status rdmax__get_fill(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
+                                          uint32_t rkey, int sig)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_GET];
+    ctx->fsge.addr = (uintptr_t)buf;
+    ctx->fsge.length = (uint32_t)len;
+    ctx->fsge.lkey = mem->lkey;
+    wr->wr.rdma.remote_addr = raddr;
+    wr->wr.rdma.rkey = rkey;
+    return rdmax__fast_post(ep, wr, RDMAX_OP_GET, (uint32_t)len, raddr, sig);
+}
+
 RDMAX_INLINE rdmax_status rdmax_get(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
                                     uint32_t rkey, rdmax_comp *comp)
 {
     /* one test for len 0 and len too long (len - 1 wraps for 0); a page is under every device's
        max_msg_sz (2^31 on rxe and the RoCE NICs), so a constant length of at most a page costs no test */
     if (rdmax_likely((len - 1 < 4096u || len - 1 < ep->ctx->attr.max_msg_sz) && mem != NULL && comp == NULL &&
-                     buf != NULL && rdmax__fast_gate_open(ep) && ep->rd_avail != 0)) {
-        rdmax_ctx *ctx = ep->ctx;
-        struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_GET];
-        ctx->fsge.addr = (uintptr_t)buf;
-        ctx->fsge.length = (uint32_t)len;
-        ctx->fsge.lkey = mem->lkey;
-        wr->wr.rdma.remote_addr = raddr;
-        wr->wr.rdma.rkey = rkey;
-        return rdmax__fast_post(ep, wr, RDMAX_OP_GET, (uint32_t)len, raddr, 0);
-    }
+                     buf != NULL && rdmax__fast_gate_open(ep) && ep->rd_avail != 0))
+        return rdmax__get_fill(ep, buf, len, mem, raddr, rkey, 0);
     return rdmax__get_slow(ep, buf, len, mem, raddr, rkey, comp);
 }
 
@@ -3262,20 +3278,30 @@ RDMAX_INLINE rdmax_status rdmax_get_iov(rdmax_ep *ep, const rdmax_iov *iov, size
     return rdmax__iov_slow(ep, RDMAX_OP_GET, iov, iovcnt, raddr, rkey, comp);
 }
 
+/* op: RDMAX_OP_FADD (a: the addend; b unused) or RDMAX_OP_CSWAP (a: compare, b: swap). */
+RDMAX_INLINE rdmax_status rdmax__atomic_fill(rdmax_ep *ep, rdmax_op op, uint64_t *result, const rdmax_mem *mem,
+                                             uint64_t raddr, uint32_t rkey, uint64_t a, uint64_t b, int sig)
+{
+    rdmax_ctx *ctx = ep->ctx;
+    /* two constant indexes: a computed one (fast_wr[op == ... ? ...]) hides from the compiler that wr is
+       not in ep, and costs fadd and cswap two reloads of ep's fields */
+    struct ibv_send_wr *wr = op == RDMAX_OP_FADD ? &ctx->fast_wr[RDMAX__FWR_FADD] : &ctx->fast_wr[RDMAX__FWR_CSWAP];
+    ctx->asge.addr = (uintptr_t)result;  /* its length, 8, set at creation */
+    ctx->asge.lkey = mem->lkey;
+    wr->wr.atomic.remote_addr = raddr;
+    wr->wr.atomic.rkey = rkey;
+    wr->wr.atomic.compare_add = a;
+    if (op == RDMAX_OP_CSWAP)
+        wr->wr.atomic.swap = b;
+    return rdmax__fast_post(ep, wr, op, 8, raddr, sig);
+}
+
 RDMAX_INLINE rdmax_status rdmax_fadd(rdmax_ep *ep, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
                                      uint32_t rkey, uint64_t add, rdmax_comp *comp)
 {
     if (rdmax_likely(rdmax__fast_gate_open(ep) && !(raddr & 7) && mem != NULL && result != NULL && comp == NULL &&
-                     ep->rd_avail != 0)) {
-        rdmax_ctx *ctx = ep->ctx;
-        struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_FADD];
-        ctx->asge.addr = (uintptr_t)result;  /* its length, 8, set at creation */
-        ctx->asge.lkey = mem->lkey;
-        wr->wr.atomic.remote_addr = raddr;
-        wr->wr.atomic.rkey = rkey;
-        wr->wr.atomic.compare_add = add;
-        return rdmax__fast_post(ep, wr, RDMAX_OP_FADD, 8, raddr, 0);
-    }
+                     ep->rd_avail != 0))
+        return rdmax__atomic_fill(ep, RDMAX_OP_FADD, result, mem, raddr, rkey, add, 0, 0);
     return rdmax__atomic_slow(ep, RDMAX_OP_FADD, result, mem, raddr, rkey, add, 0, comp);
 }
 
@@ -3283,17 +3309,8 @@ RDMAX_INLINE rdmax_status rdmax_cswap(rdmax_ep *ep, uint64_t *result, const rdma
                                       uint32_t rkey, uint64_t compare, uint64_t swap, rdmax_comp *comp)
 {
     if (rdmax_likely(rdmax__fast_gate_open(ep) && !(raddr & 7) && mem != NULL && result != NULL && comp == NULL &&
-                     ep->rd_avail != 0)) {
-        rdmax_ctx *ctx = ep->ctx;
-        struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_CSWAP];
-        ctx->asge.addr = (uintptr_t)result;
-        ctx->asge.lkey = mem->lkey;
-        wr->wr.atomic.remote_addr = raddr;
-        wr->wr.atomic.rkey = rkey;
-        wr->wr.atomic.compare_add = compare;
-        wr->wr.atomic.swap = swap;
-        return rdmax__fast_post(ep, wr, RDMAX_OP_CSWAP, 8, raddr, 0);
-    }
+                     ep->rd_avail != 0))
+        return rdmax__atomic_fill(ep, RDMAX_OP_CSWAP, result, mem, raddr, rkey, compare, swap, 0);
     return rdmax__atomic_slow(ep, RDMAX_OP_CSWAP, result, mem, raddr, rkey, compare, swap, comp);
 }
 #endif /* RDMAX__HAS_RC */

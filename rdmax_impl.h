@@ -6864,35 +6864,23 @@ static int rdmax__ep_at_sig(const rdmax_ep *ep)
            rdmax__ep_is_rc(ep);
 }
 
-/* rdmax_send's slow path: the post at sig_at (the fast send's fill, as rdmax_send), else the general path. */
+/* rdmax_send's slow path: the post at sig_at (rdmax__send_fill, as rdmax_send's), else the general path. */
 rdmax_status rdmax__send_slow(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem, rdmax_comp *comp)
 {
     rdmax__ep_unpend(ep);
-    if (len - 1 < ep->send_inline && comp == NULL && buf != NULL && ep->tx_credits > 1 && rdmax__ep_at_sig(ep)) {
-        rdmax_ctx *ctx = ep->ctx;
-        struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_SEND];
-        wr->imm_data = RDMAX__LE32(ep->rx_unreturned);
-        ctx->fsge.addr = (uintptr_t)buf;
-        ctx->fsge.length = (uint32_t)len;
-        return rdmax__fast_post(ep, wr, RDMAX_OP_SEND, (uint32_t)len, 0, 1);
-    }
+    if (len - 1 < ep->send_inline && comp == NULL && buf != NULL && ep->tx_credits > 1 && rdmax__ep_at_sig(ep))
+        return rdmax__send_fill(ep, buf, len, 1);
     return rdmax__g_send(ep, buf, len, mem, comp);
 }
 
 #if RDMAX__HAS_RC
-/* rdmax_put's slow path: the post at sig_at (the fast put's fill, as rdmax_put), else the general path. */
+/* rdmax_put's slow path: the post at sig_at (rdmax__put_fill, as rdmax_put's), else the general path. */
 rdmax_status rdmax__put_slow(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
                              uint32_t rkey, rdmax_comp *comp)
 {
     rdmax__ep_unpend(ep);
-    if (len - 1 < ep->max_inline && comp == NULL && buf != NULL && rdmax__ep_at_sig(ep)) {
-        struct ibv_send_wr *wr = &ep->wr;
-        ep->ctx->fsge.addr = (uintptr_t)buf;
-        ep->ctx->fsge.length = (uint32_t)len;
-        wr->wr.rdma.remote_addr = raddr;
-        wr->wr.rdma.rkey = rkey;
-        return rdmax__fast_post(ep, wr, RDMAX_OP_PUT, (uint32_t)len, raddr, 1);
-    }
+    if (len - 1 < ep->max_inline && comp == NULL && buf != NULL && rdmax__ep_at_sig(ep))
+        return rdmax__put_fill(ep, buf, len, raddr, rkey, 1);
     return rdmax__g_put(ep, buf, len, mem, raddr, rkey, comp);
 }
 
@@ -6903,22 +6891,14 @@ rdmax_status rdmax__put_imm_slow(rdmax_ep *ep, const void *buf, size_t len, cons
     return rdmax__g_put_imm(ep, buf, len, mem, raddr, rkey, imm, comp);
 }
 
-/* rdmax_get's slow path: the post at sig_at (the fast get's fill, as rdmax_get), else the general path. */
+/* rdmax_get's slow path: the post at sig_at (rdmax__get_fill, as rdmax_get's), else the general path. */
 rdmax_status rdmax__get_slow(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
                              uint32_t rkey, rdmax_comp *comp)
 {
     rdmax__ep_unpend(ep);
     if ((len - 1 < 4096u || len - 1 < ep->ctx->attr.max_msg_sz) && mem != NULL && comp == NULL && buf != NULL &&
-        ep->rd_avail != 0 && rdmax__ep_at_sig(ep)) {
-        rdmax_ctx *ctx = ep->ctx;
-        struct ibv_send_wr *wr = &ctx->fast_wr[RDMAX__FWR_GET];
-        ctx->fsge.addr = (uintptr_t)buf;
-        ctx->fsge.length = (uint32_t)len;
-        ctx->fsge.lkey = mem->lkey;
-        wr->wr.rdma.remote_addr = raddr;
-        wr->wr.rdma.rkey = rkey;
-        return rdmax__fast_post(ep, wr, RDMAX_OP_GET, (uint32_t)len, raddr, 1);
-    }
+        ep->rd_avail != 0 && rdmax__ep_at_sig(ep))
+        return rdmax__get_fill(ep, buf, len, mem, raddr, rkey, 1);
     return rdmax__g_get(ep, buf, len, mem, raddr, rkey, comp);
 }
 
@@ -6931,24 +6911,15 @@ rdmax_status rdmax__iov_slow(rdmax_ep *ep, rdmax_op op, const rdmax_iov *iov, si
     return rdmax__ep_iov(ep, opcode, op, iov, iovcnt, raddr, rkey, comp);
 }
 
-/* rdmax_fadd's and rdmax_cswap's slow path: the post at sig_at (the fast atomic's fill, as rdmax_fadd
-   and rdmax_cswap), else the general path. */
+/* rdmax_fadd's and rdmax_cswap's slow path: the post at sig_at (rdmax__atomic_fill, as theirs), else
+   the general path. */
 rdmax_status rdmax__atomic_slow(rdmax_ep *ep, rdmax_op op, uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
                                 uint32_t rkey, uint64_t a, uint64_t b, rdmax_comp *comp)
 {
     enum ibv_wr_opcode opcode = op == RDMAX_OP_FADD ? IBV_WR_ATOMIC_FETCH_AND_ADD : IBV_WR_ATOMIC_CMP_AND_SWP;
     rdmax__ep_unpend(ep);
-    if (!(raddr & 7) && mem != NULL && result != NULL && comp == NULL && ep->rd_avail != 0 && rdmax__ep_at_sig(ep)) {
-        rdmax_ctx *ctx = ep->ctx;
-        struct ibv_send_wr *wr = &ctx->fast_wr[op == RDMAX_OP_FADD ? RDMAX__FWR_FADD : RDMAX__FWR_CSWAP];
-        ctx->asge.addr = (uintptr_t)result;
-        ctx->asge.lkey = mem->lkey;
-        wr->wr.atomic.remote_addr = raddr;
-        wr->wr.atomic.rkey = rkey;
-        wr->wr.atomic.compare_add = a;
-        wr->wr.atomic.swap = b;
-        return rdmax__fast_post(ep, wr, op, 8, raddr, 1);
-    }
+    if (!(raddr & 7) && mem != NULL && result != NULL && comp == NULL && ep->rd_avail != 0 && rdmax__ep_at_sig(ep))
+        return rdmax__atomic_fill(ep, op, result, mem, raddr, rkey, a, b, 1);
     return rdmax__g_atomic(ep, opcode, op, result, mem, raddr, rkey, a, b, comp);
 }
 #endif /* RDMAX__HAS_RC */
