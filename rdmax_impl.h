@@ -80,6 +80,7 @@ static void rdmax__ud_ctx_cleanup(rdmax_ctx *ctx);
 static void rdmax__ud_ep_cleanup(rdmax_ep *ep);
 static rdmax_status rdmax__ud_connect(rdmax_ep *ep, const rdmax_conn_record *r);
 static rdmax_status rdmax__ud_ep_create(rdmax_ctx *ctx, rdmax_ep_desc *d, rdmax_ep **out);
+static rdmax_status rdmax__ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, uint8_t t, rdmax_ep **out);
 static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, enum ibv_qp_type type,
                                     rdmax_ep **out);
 static int rdmax__ud_poll_recv(rdmax_ctx *ctx);
@@ -2392,13 +2393,7 @@ rdmax_status rdmax_mcast_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, co
             return RDMAX_ERR_IO;
         }
     }
-    rdmax_ep_desc d;
-    if (desc)
-        d = *desc;
-    else
-        memset(&d, 0, sizeof d);
-    d.transport = RDMAX_TRANSPORT_ID_UD;
-    if ((st = rdmax_ep_create(ctx, &d, out)) != RDMAX_OK ||
+    if ((st = rdmax__ep_create(ctx, desc, RDMAX_TRANSPORT_ID_UD, out)) != RDMAX_OK ||
         (!(*out)->mcast && !((*out)->mcast = (struct rdmax__mcast *)rdmax__alloc(ctx, sizeof *(*out)->mcast)))) {
         rdmax__mcast_cm_close(&g, 1);
         if (*out)
@@ -5993,10 +5988,10 @@ static uint8_t rdmax__ep_transport(const rdmax_ep_desc *d)
     return RDMAX__HAS_RC ? RDMAX_TRANSPORT_ID_RC : RDMAX_TRANSPORT_ID_UD;
 }
 
-rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **out)
+/* rdmax_ep_create with transport t, whatever desc says (rdmax_mcast_ep_create's: UD); desc may be NULL. */
+static rdmax_status rdmax__ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, uint8_t t, rdmax_ep **out)
 {
     *out = NULL;
-    uint8_t t = rdmax__ep_transport(desc);
     if ((t == RDMAX_TRANSPORT_ID_RC && !RDMAX__HAS_RC) || (t == RDMAX_TRANSPORT_ID_UD && !RDMAX__HAS_UD) ||
         (t != RDMAX_TRANSPORT_ID_RC && t != RDMAX_TRANSPORT_ID_UD)) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_DESC,
@@ -6090,6 +6085,11 @@ rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep
         *out = NULL;
     }
     return st;
+}
+
+rdmax_status rdmax_ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, rdmax_ep **out)
+{
+    return rdmax__ep_create(ctx, desc, rdmax__ep_transport(desc), out);
 }
 
 void rdmax_ep_query_record(const rdmax_ep *ep, rdmax_conn_record *info)

@@ -671,6 +671,20 @@ static void multicast(const char *topo, const char *sdev, const char *rdev, uint
     cs = open_ctx_mcast(sdev, mcast_join);
     CHECK(rdmax_ctx_query_desc(cs).mcast_join == (mcast_join ? mcast_join : RDMAX_MCAST_CM),
           "the applied mcast_join is %u", rdmax_ctx_query_desc(cs).mcast_join);
+    {
+        /* a desc is applied, its transport UD whatever it says (RC is not compiled here) */
+        rdmax_ep_desc d;
+        memset(&d, 0, sizeof d);
+        d.transport = RDMAX_TRANSPORT_ID_RC;
+        d.sq_depth = 64;
+        REQUIRE(rdmax_mcast_ep_create(cs, &d, GROUP, &tx) == RDMAX_OK, "multicast endpoint with a desc: %s",
+                rdmax_ctx_query_last_error(cs));
+        d = rdmax_ep_query_desc(tx);
+        CHECK(d.transport == RDMAX_TRANSPORT_ID_UD && d.sq_depth == 64, "applied transport %u, sq_depth %u",
+              d.transport, d.sq_depth);
+        rdmax_ep_destroy(tx);
+        tx = NULL;
+    }
     REQUIRE(rdmax_mcast_ep_create(cs, NULL, GROUP, &tx) == RDMAX_OK, "multicast endpoint: %s", rdmax_ctx_query_last_error(cs));
     REQUIRE(rdmax_mem_alloc(cs, 4096, RDMAX_ACCESS_LOCAL, &m) == RDMAX_OK, "alloc");
     unsigned char *p = (unsigned char *)m->addr;
