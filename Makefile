@@ -75,7 +75,7 @@ $(B)/readme_example.c: README.md | $(B)
 	grep -q 'int main' $@
 $(B)/readme_example: $(B)/readme_example.c $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
-$(B)/floor: bench/floor.c | $(B)
+$(B)/floor: bench/floor.c bench/clock.h | $(B)
 	$(CC) $(CFLAGS) -std=c11 -pedantic $(WARN) -o $@ $< -libverbs -lm
 $(B)/instr: bench/instr.c $(HDRS) | $(B)
 	$(CC) $(CFLAGS) $(REQ_CFLAGS) -o $@ $< $(LIBS)
@@ -145,9 +145,9 @@ $(BB)/rdmax_bw_prof: examples/rdmax_bw.c $(HDRS) | $(BB)
 	$(CC) -O2 -g $(REQ_CFLAGS) -DRDMAX_PROFILE -o $@ $< $(LIBS)
 $(BB)/instr: bench/instr.c $(HDRS) | $(BB)
 	$(CC) -O2 -g $(REQ_CFLAGS) -o $@ $< $(LIBS)
-$(BB)/scope: bench/scope.c $(HDRS) | $(BB)
+$(BB)/scope: bench/scope.c bench/clock.h $(HDRS) | $(BB)
 	$(CC) -O2 -g $(REQ_CFLAGS) -o $@ $< $(LIBS)
-$(BB)/floor: bench/floor.c | $(BB)
+$(BB)/floor: bench/floor.c bench/clock.h | $(BB)
 	$(CC) -O2 -g -std=c11 -pedantic $(WARN) -o $@ $< -libverbs -lm
 $(BB)/clockcheck: bench/clockcheck.c | $(BB)
 	$(CC) -O2 -g -std=c11 -pedantic $(WARN) -o $@ $<

@@ -48,9 +48,8 @@
 #include <math.h>
 #include <time.h>
 #include <unistd.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
-#endif
+
+#include "clock.h"
 
 #define UD_QKEY 0x11111111u
 #define GRH 40
@@ -82,29 +81,6 @@ static void die(const char *what)
     fprintf(stderr, "floor: %s%s%s\n", what, errno ? ": " : "", errno ? strerror(errno) : "");
     exit(1);
 }
-
-/* ---- time --------------------------------------------------------------------------------------- */
-static double mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-#if defined(__x86_64__) || defined(__i386__)
-static double ticks_per_us;
-static void clock_init(void)
-{
-    double m0 = mono_us();
-    unsigned long long t0 = __rdtsc();
-    while (mono_us() - m0 < 20000)
-        ;
-    ticks_per_us = (double)(__rdtsc() - t0) / (mono_us() - m0);
-}
-static double now_us(void) { return (double)__rdtsc() / ticks_per_us; }
-#else
-static void clock_init(void) {}
-static double now_us(void) { return mono_us(); }
-#endif
 
 /* ---- verbs setup -------------------------------------------------------------------------------- */
 static struct ibv_context *vctx;

@@ -41,9 +41,8 @@
 #include <sys/utsname.h>
 #include <time.h>
 #include <unistd.h>
-#if defined(__x86_64__) || defined(__i386__)
-#include <x86intrin.h>
-#endif
+
+#include "clock.h"
 
 #define MAX_ROUNDS 64
 #define MAX_REGIONS 4
@@ -72,30 +71,6 @@ static void check(int ok, const char *what)
         failed = 1;
     }
 }
-
-/* ---- time: the cycle counter calibrated against CLOCK_MONOTONIC, as bench/floor.c (a clock_gettime
-   costs about 1 us in the TCG guest, a get round trip about 35 us) -------------------------------- */
-static double mono_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e6 + ts.tv_nsec / 1e3;
-}
-#if defined(__x86_64__) || defined(__i386__)
-static double ticks_per_us;
-static void clock_init(void)
-{
-    double m0 = mono_us();
-    unsigned long long t0 = __rdtsc();
-    while (mono_us() - m0 < 20000)
-        ;
-    ticks_per_us = (double)(__rdtsc() - t0) / (mono_us() - m0);
-}
-static double now_us(void) { return (double)__rdtsc() / ticks_per_us; }
-#else
-static void clock_init(void) {}
-static double now_us(void) { return mono_us(); }
-#endif
 
 static int cmp_double(const void *a, const void *b)
 {
