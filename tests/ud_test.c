@@ -645,6 +645,25 @@ static void receiver(const char *dev, uint8_t mcast_join, int leave_after_phase1
     _exit(0);
 }
 
+/* The multicast messages numbered from .. to - 1, sent on tx from m one at a time (each flushed, a pause
+   every 32: the receivers keep up): 256 bytes, the number in the first 4, (number + i) at byte i. */
+static void send_numbered(rdmax_ctx *c, rdmax_ep *tx, rdmax_mem *m, uint32_t from, uint32_t to)
+{
+    unsigned char *p = (unsigned char *)m->addr;
+    for (uint32_t seq = from; seq < to; seq++) {
+        memcpy(p, &seq, 4);
+        for (size_t i = 4; i < 256; i++)
+            p[i] = (unsigned char)(seq + i);
+        rdmax_status st;
+        while ((st = rdmax_send(tx, p, 256, m, NULL)) == RDMAX_ERR_NO_RESOURCE)
+            rdmax_progress(c);
+        CHECK(st == RDMAX_OK || st == RDMAX_INPROGRESS, "send %u: %s", seq, rdmax_status_str(st));
+        CHECK_ST(rdmax_ep_flush(tx, 5000), RDMAX_OK);
+        if (seq % 32 == 31)
+            usleep(2000);
+    }
+}
+
 /* Two receiving processes on rdev and a sender on sdev, all joining the way mcast_join says (0: rdma_cm,
    the default; RDMAX_MCAST_ATTACH: the direct attach). */
 static void multicast(const char *topo, const char *sdev, const char *rdev, uint8_t mcast_join)
@@ -687,20 +706,8 @@ static void multicast(const char *topo, const char *sdev, const char *rdev, uint
     }
     REQUIRE(rdmax_mcast_ep_create(cs, NULL, GROUP, &tx) == RDMAX_OK, "multicast endpoint: %s", rdmax_ctx_query_last_error(cs));
     REQUIRE(rdmax_mem_alloc(cs, 4096, RDMAX_ACCESS_LOCAL, &m) == RDMAX_OK, "alloc");
-    unsigned char *p = (unsigned char *)m->addr;
     for (int phase = 1; phase <= 2; phase++) {
-        for (uint32_t seq = (phase - 1) * NMSG; seq < (uint32_t)phase * NMSG; seq++) {
-            memcpy(p, &seq, 4);
-            for (size_t i = 4; i < 256; i++)
-                p[i] = (unsigned char)(seq + i);
-            rdmax_status st;
-            while ((st = rdmax_send(tx, p, 256, m, NULL)) == RDMAX_ERR_NO_RESOURCE)
-                rdmax_progress(cs);
-            CHECK(st == RDMAX_OK || st == RDMAX_INPROGRESS, "send %u: %s", seq, rdmax_status_str(st));
-            CHECK_ST(rdmax_ep_flush(tx, 5000), RDMAX_OK);  /* one at a time: receivers keep up */
-            if (seq % 32 == 31)
-                usleep(2000);
-        }
+        send_numbered(cs, tx, m, (phase - 1) * NMSG, phase * NMSG);
         for (int k = 0; k < 2; k++)
             CHECK(write(go[k][1], "g", 1) == 1, "receiver %d gone", k);
         if (phase == 1)
@@ -1044,19 +1051,7 @@ static void twohost(void)
     REQUIRE(th_sync(fd, 'J', c, nc) == 0, "the other host did not join");
     for (int phase = 1; phase <= 2; phase++) {
         if (host == 1) {
-            unsigned char *p = (unsigned char *)m->addr;
-            for (uint32_t seq = (phase - 1) * NMSG; seq < (uint32_t)phase * NMSG; seq++) {
-                memcpy(p, &seq, 4);
-                for (size_t i = 4; i < 256; i++)
-                    p[i] = (unsigned char)(seq + i);
-                rdmax_status st;
-                while ((st = rdmax_send(tx, p, 256, m, NULL)) == RDMAX_ERR_NO_RESOURCE)
-                    rdmax_progress(c[0]);
-                CHECK(st == RDMAX_OK || st == RDMAX_INPROGRESS, "send %u: %s", seq, rdmax_status_str(st));
-                CHECK_ST(rdmax_ep_flush(tx, 5000), RDMAX_OK);  /* one at a time: receivers keep up */
-                if (seq % 32 == 31)
-                    usleep(2000);
-            }
+            send_numbered(c[0], tx, m, (phase - 1) * NMSG, phase * NMSG);
             th_until(c, nc, &r[0].count, phase * NMSG);
         }
         REQUIRE(th_sync(fd, (char)('0' + phase), c, nc) == 0, "the other host is gone (phase %d)", phase);
