@@ -33,20 +33,6 @@ static rdmax_mem *g_mem;
 static uint64_t *g_remote;        /* b side's exposed words: [NEP][WINDOW] */
 static int g_max_reads_seen, g_budget_exceeded;
 
-static uint64_t counter(const char *dev, const char *name)
-{
-    char p[256];
-    snprintf(p, sizeof p, "/sys/class/infiniband/%s/ports/1/hw_counters/%s", dev, name);
-    FILE *f = fopen(p, "r");
-    unsigned long long v = 0;
-    if (f) {
-        if (fscanf(f, "%llu", &v) != 1)
-            v = 0;
-        fclose(f);
-    }
-    return v;
-}
-
 static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
 {
     (void)ep;
@@ -165,7 +151,7 @@ static void mixed(const char *dev)
         for (int k = 0; k < WINDOW; k++)
             E[i].free_slots[E[i].nfree++] = k;
     }
-    uint64_t rnr0 = counter(dev, "rcvd_rnr_err") + counter(dev, "send_rnr_err");
+    uint64_t rnr0 = tl_hw_counter(dev, "rcvd_rnr_err") + tl_hw_counter(dev, "send_rnr_err");
     uint64_t total = 0;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -188,7 +174,7 @@ static void mixed(const char *dev)
         while (E[i].recv_seq < E[i].next_send_seq && time(NULL) - land0 < 120)
             rdmax_progress(ctx);
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    uint64_t rnr1 = counter(dev, "rcvd_rnr_err") + counter(dev, "send_rnr_err");
+    uint64_t rnr1 = tl_hw_counter(dev, "rcvd_rnr_err") + tl_hw_counter(dev, "send_rnr_err");
     long once = 0, twice = 0, never = 0;
     for (size_t k = 0; k < (size_t)NEP * NOPS; k++) {
         once += completed[k] == 1;

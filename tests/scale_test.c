@@ -108,25 +108,6 @@ static long long uverbs_bytes(void)
     return sum;
 }
 
-static uint64_t rnr_count(const char *dev)
-{
-    static const char *const names[] = {"rcvd_rnr_err", "send_rnr_err", "retry_rnr_exceeded_err"};
-    uint64_t sum = 0;
-    for (int i = 0; i < 3; i++) {
-        char path[256];
-        snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/1/hw_counters/%s", dev, names[i]);
-        FILE *f = fopen(path, "r");
-        unsigned long long v = 0;
-        if (f) {
-            if (fscanf(f, "%llu", &v) != 1)
-                v = 0;
-            fclose(f);
-        }
-        sum += v;
-    }
-    return sum;
-}
-
 /* A 64-byte message: who (32 bits), seq (32 bits), then bytes derived from both. */
 static void msg_fill(unsigned char *m, uint32_t who, uint32_t seq)
 {
@@ -245,7 +226,7 @@ static int pairs_mode(int npairs)
     snprintf(name, sizeof name, "scale/%d endpoints: %d checked sends each way, a put and a put with "
              "immediate per pair, no RNR", n, PAIR_MSGS);
     tl_begin("%s", name);
-    uint64_t rnr0 = rnr_count(dev);
+    uint64_t rnr0 = tl_rnr_count(dev);
     uint32_t *sent = (uint32_t *)calloc((size_t)n, sizeof *sent);
     int *put_done = (int *)calloc((size_t)n, sizeof *put_done);
     REQUIRE(sent && put_done, "calloc");
@@ -301,8 +282,8 @@ static int pairs_mode(int npairs)
     CHECK(bad == 0 && words_bad == 0, "%u bad messages or notices, %u words not overwritten", bad, words_bad);
     CHECK(c.ep_errors == 0, "%llu endpoints failed", (unsigned long long)c.ep_errors);
     printf("# RNR counters of %s (rcvd_rnr_err + send_rnr_err + retry_rnr_exceeded_err): %llu before, %llu after\n",
-           dev, (unsigned long long)rnr0, (unsigned long long)rnr_count(dev));
-    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+           dev, (unsigned long long)rnr0, (unsigned long long)tl_rnr_count(dev));
+    CHECK(tl_rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(tl_rnr_count(dev) - rnr0));
     tl_end();
 
     tl_begin("scale/%d endpoints destroyed cleanly", n);
@@ -591,7 +572,7 @@ static int listen_mode(int nc, int e)
     ctx = server_ctx();
     char dev[64];
     snprintf(dev, sizeof dev, "%s", rdmax_ctx_query_attr(ctx)->name);
-    uint64_t rnr0 = rnr_count(dev);
+    uint64_t rnr0 = tl_rnr_count(dev);
     REQUIRE(rdmax_listener_create(ctx, "127.0.0.1", port, &l) == RDMAX_OK, "listen: %s", g_lastlog);
     rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
@@ -685,8 +666,8 @@ static int listen_mode(int nc, int e)
     CHECK(got == (uint32_t)total * K && bad == 0, "%u of %d messages, %u bad", got, total * K, bad);
     CHECK(failed == 0, "%d clients failed", failed);
     printf("# RNR counters of %s (rcvd_rnr_err + send_rnr_err + retry_rnr_exceeded_err): %llu before, %llu after\n",
-           dev, (unsigned long long)rnr0, (unsigned long long)rnr_count(dev));
-    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+           dev, (unsigned long long)rnr0, (unsigned long long)tl_rnr_count(dev));
+    CHECK(tl_rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(tl_rnr_count(dev) - rnr0));
     tl_end();
 out:
     rdmax_listener_destroy(l);
@@ -881,7 +862,7 @@ static int credits_mode(int nc, int m)
     ctx = server_ctx();
     char dev[64];
     snprintf(dev, sizeof dev, "%s", rdmax_ctx_query_attr(ctx)->name);
-    uint64_t rnr0 = rnr_count(dev);
+    uint64_t rnr0 = tl_rnr_count(dev);
     REQUIRE(rdmax_mem_alloc(ctx, 8 * MAX_CLIENTS, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &region) == RDMAX_OK, "region");
     REQUIRE(rdmax_listener_create(ctx, "127.0.0.1", port, &l) == RDMAX_OK, "listen: %s", g_lastlog);
     rdmax_ep_desc d;
@@ -1003,8 +984,8 @@ static int credits_mode(int nc, int m)
     CHECK(refused > 0, "no post was refused: the test did not exercise credits");
     CHECK(worst < 10.0, "a refused post waited %.2f s (hang guard: 10 s)", worst);
     printf("# RNR counters of %s (rcvd_rnr_err + send_rnr_err + retry_rnr_exceeded_err): %llu before, %llu after\n",
-           dev, (unsigned long long)rnr0, (unsigned long long)rnr_count(dev));
-    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+           dev, (unsigned long long)rnr0, (unsigned long long)tl_rnr_count(dev));
+    CHECK(tl_rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(tl_rnr_count(dev) - rnr0));
     tl_end();
 out:
     rdmax_listener_destroy(l);
@@ -1132,7 +1113,7 @@ static int adapt_mode(int npairs)
     rdmax_recv_pool_info p0 = tl_pool(ctx, 0);
     CHECK(p0.target == (uint32_t)(n + 2) * 3 && window_of(g_ad.b) == 2,
           "before: pool target %u (want %d: 3 per endpoint), b's window %u", p0.target, (n + 2) * 3, window_of(g_ad.b));
-    uint64_t rnr0 = rnr_count(dev);
+    uint64_t rnr0 = tl_rnr_count(dev);
     rdmax_counters c0, c1, c2;
     rdmax_ctx_query_counters(ctx, &c0);
     REQUIRE(rdmax_profile_create(ctx, &prof) == RDMAX_OK &&
@@ -1198,8 +1179,8 @@ static int adapt_mode(int npairs)
     CHECK(g_ad.b_bad == 0 && g_ad.a_bad == 0 && c2.ep_errors == 0, "bad: b %u, a %u; %llu endpoints failed",
           g_ad.b_bad, g_ad.a_bad, (unsigned long long)c2.ep_errors);
     printf("# RNR counters of %s: %llu before, %llu after\n", dev, (unsigned long long)rnr0,
-           (unsigned long long)rnr_count(dev));
-    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+           (unsigned long long)tl_rnr_count(dev));
+    CHECK(tl_rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(tl_rnr_count(dev) - rnr0));
     tl_end();
 
     /* a (driven by raw verbs now) sends past what it was given: b fails, no one else */
@@ -1235,7 +1216,7 @@ static int adapt_mode(int npairs)
           "b: state %d, %s", rdmax_ep_query_state(g_ad.b), rdmax_status_str(rdmax_ep_query_error(g_ad.b)));
     CHECK(c3.window_breaks == 1 && idle_bad == 0, "window_breaks %llu, %d idle endpoints not connected",
           (unsigned long long)c3.window_breaks, idle_bad);
-    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+    CHECK(tl_rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(tl_rnr_count(dev) - rnr0));
     tl_end();
 out:
     if (prof)
@@ -1486,7 +1467,7 @@ static int tenk_mode(int npairs)
            (unsigned)((uint64_t)p.buffers * p.recv_size / 1024 / (uint64_t)n), at->max_cqe, at->max_qp);
     printf("ROW rc_eps_default_rss_kib_%d %ld\n", n, (rss1 - rss0) / n);
     CHECK(p.target == (uint32_t)n * 3, "pool target %u, want 3 per endpoint (window 2 + 1)", p.target);
-    uint64_t rnr0 = rnr_count(dev);
+    uint64_t rnr0 = tl_rnr_count(dev);
     long spins = 0;
     for (int left = n; left > 0 && spins < 200000; spins++) {
         for (int i = 0; i < n; i++) {
@@ -1512,10 +1493,10 @@ static int tenk_mode(int npairs)
     rdmax_ctx_query_counters(ctx, &c);
     printf("# traffic: %u of %d messages checked (%u bad) in %.1f s; grants %llu, ep_errors %llu; RNR counters of "
            "%s %llu before, %llu after\n", g_tk_good, n, g_tk_bad, t2 - t1, (unsigned long long)c.posted[RDMAX_OP_GRANT],
-           (unsigned long long)c.ep_errors, dev, (unsigned long long)rnr0, (unsigned long long)rnr_count(dev));
+           (unsigned long long)c.ep_errors, dev, (unsigned long long)rnr0, (unsigned long long)tl_rnr_count(dev));
     CHECK(g_tk_good == (uint32_t)n && g_tk_bad == 0, "%u of %d messages good, %u bad", g_tk_good, n, g_tk_bad);
     CHECK(c.ep_errors == 0, "%llu endpoints failed", (unsigned long long)c.ep_errors);
-    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+    CHECK(tl_rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(tl_rnr_count(dev) - rnr0));
     tl_end();
 out:
     for (int i = 0; eps && i < n; i++)

@@ -89,26 +89,6 @@ static rdmax_ctx *open_ctx(uint32_t recv_size, rdmax_ctx *parent)
     return open_ctx_ex(NULL, recv_size, parent, 0);
 }
 
-/* RNR as the device counts it: any of these moving means a sender met an empty receive queue. */
-static uint64_t rnr_count(const char *dev)
-{
-    static const char *const names[] = {"rcvd_rnr_err", "send_rnr_err", "retry_rnr_exceeded_err"};
-    uint64_t sum = 0;
-    for (int i = 0; i < 3; i++) {
-        char path[256];
-        snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/1/hw_counters/%s", dev, names[i]);
-        FILE *f = fopen(path, "r");
-        unsigned long long v = 0;
-        if (f) {
-            if (fscanf(f, "%llu", &v) != 1)
-                v = 0;
-            fclose(f);
-        }
-        sum += v;
-    }
-    return sum;
-}
-
 /* ---- puts with immediate data, sends both ways, windows of 2 ---- */
 struct side {
     uint32_t next_seq;      /* expected in the next message */
@@ -351,7 +331,7 @@ static void window_case(const char *dev, uint32_t rq_depth)
     uint64_t *words = (uint64_t *)dst->addr;
     const uint32_t n = rdmax_ep_query_desc(a).rq_depth;
     REQUIRE(n == (rq_depth ? rq_depth : 16), "window %u", n);
-    uint64_t rnr0 = rnr_count(dev);
+    uint64_t rnr0 = tl_rnr_count(dev);
     uint32_t seq = 0, imms = 0;
     for (int r = 0; r < ROUNDS; r++) {
         rdmax_ep_resources ia;
@@ -435,7 +415,7 @@ static void window_case(const char *dev, uint32_t rq_depth)
     CHECK(sb.msgs == seq && sb.imms == imms && sb.bad == 0 && sb.imm_bad == 0 && sb.data_bad == 0,
           "b got %u of %u messages (%u bad), %u of %u notices (%u bad, %u before their data)", sb.msgs, seq, sb.bad,
           sb.imms, imms, sb.imm_bad, sb.data_bad);
-    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+    CHECK(tl_rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(tl_rnr_count(dev) - rnr0));
     printf("# window %u: %u posts outstanding at once in each of %d rounds, the next refused; %u messages, %u "
            "notices\n", n, n, ROUNDS, seq, imms);
     tl_end();
@@ -638,7 +618,7 @@ static void tiny_window_case(rdmax_ctx *ctx, const char *dev, uint8_t pool_a, ui
         CHECK(pool_b != RDMAX_RECV_POOL_OWN || (ib.recv_pool && ib.recv_pool != ia.recv_pool && ib.recv_pool_bytes == 5 * 64),
               "b's pool %p (%zu bytes), a's %p: not buffers of its own", ib.recv_pool, ib.recv_pool_bytes, ia.recv_pool);
     }
-    uint64_t rnr0 = rnr_count(dev);
+    uint64_t rnr0 = tl_rnr_count(dev);
     rdmax_counters cnt0;  /* the context's counters: the cases before ran on it too */
     rdmax_ctx_query_counters(ctx, &cnt0);
     uint32_t sent_a = 0, sent_b = 0, imm_a = 0;
@@ -684,7 +664,7 @@ static void tiny_window_case(rdmax_ctx *ctx, const char *dev, uint8_t pool_a, ui
           "%u/%u bad messages, %u bad notices, %u notices before their data", sa.bad, sb.bad, sb.imm_bad,
           sb.data_bad);
     CHECK(refused > 0, "a window of 4 never refused a send: credits were not enforced");
-    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+    CHECK(tl_rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(tl_rnr_count(dev) - rnr0));
     rdmax_counters cnt;
     rdmax_ctx_query_counters(ctx, &cnt);
     /* grants answering grants would make thousands per message */
@@ -971,7 +951,7 @@ static void stale_case(const char *dev)
     REQUIRE(tl_pair(ca, cb, &d, &db, &a2, &b2) == RDMAX_OK, "second pair: %s", g_lastlog);
     p = tl_pool(cb, 0);
     CHECK(p.buffers == bufs && p.posted >= 8, "buffers %u -> %u, posted %u", bufs, p.buffers, p.posted);
-    uint64_t rnr0 = rnr_count(dev);
+    uint64_t rnr0 = tl_rnr_count(dev);
     for (uint32_t i = 0; i < 100;) {
         memcpy(m, &i, 4);
         for (size_t k = 4; k < 64; k++)
@@ -983,7 +963,7 @@ static void stale_case(const char *dev)
     }
     REQUIRE(spin_until(ca, cb, &sb2.msgs, 100) == 0, "%u of 100 arrived", sb2.msgs);
     CHECK(sb2.bad == 0, "%u bad messages", sb2.bad);
-    CHECK(rnr_count(dev) == rnr0, "RNR counters moved");
+    CHECK(tl_rnr_count(dev) == rnr0, "RNR counters moved");
     /* the same with a pool of another size, which goes with its endpoint: the queued receives find no
        pool and are dropped, and its slot is not reused before the CQ was drained */
     {
@@ -1409,7 +1389,7 @@ static void rnr_control_case(const char *dev)
     REQUIRE(tl_pair(ctx, ctx, &d, &d, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     REQUIRE(tl_pool(ctx, 0).posted == 10, "%u buffers posted, expected the two windows + 1 each",
             tl_pool(ctx, 0).posted);
-    uint64_t rnr0 = rnr_count(dev);
+    uint64_t rnr0 = tl_rnr_count(dev);
     struct ibv_send_wr wr[RAW], *bad = NULL;
     memset(wr, 0, sizeof wr);
     for (int i = 0; i < RAW; i++) {
@@ -1422,12 +1402,12 @@ static void rnr_control_case(const char *dev)
     rdmax_ep_query_resources(a, &ia);  /* its qp is there for fault injection like this */
     REQUIRE(ibv_post_send(ia.qp, wr, &bad) == 0, "ibv_post_send");
     /* nothing polls or reposts meanwhile; the wait is only a hang guard */
-    for (int i = 0; i < 500 && rnr_count(dev) == rnr0; i++)
+    for (int i = 0; i < 500 && tl_rnr_count(dev) == rnr0; i++)
         usleep(10000);
-    CHECK(rnr_count(dev) > rnr0, "the RNR counters of %s did not move (%llu): the no-RNR checks cannot see RNR", dev,
-          (unsigned long long)rnr0);
+    CHECK(tl_rnr_count(dev) > rnr0, "the RNR counters of %s did not move (%llu): the no-RNR checks cannot see RNR",
+          dev, (unsigned long long)rnr0);
     printf("# control: RNR counters %llu before, %llu after\n", (unsigned long long)rnr0,
-           (unsigned long long)rnr_count(dev));
+           (unsigned long long)tl_rnr_count(dev));
     tl_end();
 out:
     rdmax_ep_destroy(a);
@@ -1544,7 +1524,7 @@ static void violators_case(const char *d0, const char *d1, enum breaker_mode mod
     uint32_t want_reserve = mode == BREAK_SHARED ? 1024 : mode == BREAK_CONTROL ? 0 : 64;
     CHECK(p0.reserve == want_reserve && p0.posted == p0.target + p0.reserve, "reserve %u (want %u), %u posted for %u credits",
           p0.reserve, want_reserve, p0.posted, p0.target);
-    uint64_t rnr_srv0 = rnr_count(d0), rnr_h0 = rnr_count(d1);
+    uint64_t rnr_srv0 = tl_rnr_count(d0), rnr_h0 = tl_rnr_count(d1);
     struct ibv_qp *vqp[V];
     for (uint32_t i = 0; i < V; i++) {
         rdmax_ep_resources vi;
@@ -1555,11 +1535,12 @@ static void violators_case(const char *d0, const char *d1, enum breaker_mode mod
     }
     if (mode == BREAK_CONTROL) {
         /* nothing polls the server: the violators meet an empty queue (the wait is only a hang guard) */
-        for (int i = 0; i < 1000 && rnr_count(d0) == rnr_srv0; i++)
+        for (int i = 0; i < 1000 && tl_rnr_count(d0) == rnr_srv0; i++)
             usleep(10000);
-        CHECK(rnr_count(d0) > rnr_srv0, "the RNR counters of %s did not move (%llu)", d0, (unsigned long long)rnr_srv0);
+        CHECK(tl_rnr_count(d0) > rnr_srv0, "the RNR counters of %s did not move (%llu)", d0,
+              (unsigned long long)rnr_srv0);
         printf("# control: RNR counters of %s %llu before, %llu after\n", d0, (unsigned long long)rnr_srv0,
-               (unsigned long long)rnr_count(d0));
+               (unsigned long long)tl_rnr_count(d0));
         tl_end();
         goto out;
     }
@@ -1585,7 +1566,7 @@ static void violators_case(const char *d0, const char *d1, enum breaker_mode mod
                 sent++;
         }
     }
-    uint64_t rnr_srv1 = rnr_count(d0), rnr_h1 = rnr_count(d1);
+    uint64_t rnr_srv1 = tl_rnr_count(d0), rnr_h1 = tl_rnr_count(d1);
     rdmax_counters c;
     rdmax_ctx_query_counters(srv, &c);
     printf("# server: %llu messages received, %llu grants posted, window_breaks %llu; %u violator sends reposted\n",

@@ -8,6 +8,7 @@
      tl_where                              extra context for failure messages (a seed and step to replay)
      tl_pair(...)                          the two-endpoint fixture (when rdmax.h is included first)
      tl_count_alloc, tl_count_free         a context allocator that counts the endpoints made (tl_ep_allocs)
+     tl_hw_counter, tl_rnr_count           a device port's counters (hw_counters in sysfs, rxe's names)
    Return tl_failed_total ? 1 : 0 from main. */
 #ifndef RDMAX_TESTLIB_H
 #define RDMAX_TESTLIB_H
@@ -148,6 +149,28 @@ static inline rdmax_recv_pool_info tl_pool(const rdmax_ctx *ctx, uint32_t recv_s
     rdmax_recv_pool_info pi;
     rdmax_ctx_query_recv_pool(ctx, recv_size, &pi);
     return pi;
+}
+
+/* tl_hw_counter: the counter `name` of device dev's port 1 (/sys/class/infiniband/DEV/ports/1/hw_counters),
+   0 if it has none. tl_rnr_count: RNR as the device counts it: any of these moving means a sender met an
+   empty receive queue. */
+static inline uint64_t tl_hw_counter(const char *dev, const char *name)
+{
+    char path[256];
+    snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/1/hw_counters/%s", dev, name);
+    FILE *f = fopen(path, "r");
+    unsigned long long v = 0;
+    if (f) {
+        if (fscanf(f, "%llu", &v) != 1)
+            v = 0;
+        fclose(f);
+    }
+    return v;
+}
+static inline uint64_t tl_rnr_count(const char *dev)
+{
+    return tl_hw_counter(dev, "rcvd_rnr_err") + tl_hw_counter(dev, "send_rnr_err") +
+           tl_hw_counter(dev, "retry_rnr_exceeded_err");
 }
 #endif
 #endif
