@@ -6487,6 +6487,14 @@ static void rdmax__ep_block(rdmax_ep *ep, uint8_t why)
     rdmax__ep_regate(ep);
 }
 
+/* A post refused for want of a resource, `why` (RDMAX_PROFILE_NORES_*): counted, with the SQ_FULL event. */
+static rdmax_status rdmax__ep_no_resource(rdmax_ep *ep, unsigned why)
+{
+    ep->ctx->cnt.no_resource++;
+    RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, why);
+    return RDMAX_ERR_NO_RESOURCE;
+}
+
 /* Reserve one send slot and post (or chain) the request the caller filled in (rdmax__ep_wr). */
 static rdmax_status rdmax__ep_check(rdmax_ep *ep)
 {
@@ -6495,13 +6503,10 @@ static rdmax_status rdmax__ep_check(rdmax_ep *ep)
                : ep->state == RDMAX_EP_CLOSED ? RDMAX_ERR_CLOSED : RDMAX_ERR_NOT_CONNECTED;
     /* Out of send-queue or CQ entries, or requests are waiting: a direct post would overtake them. */
     if (rdmax_unlikely(rdmax__ep_sq_avail(ep) == 0 || rdmax__scq_free(ep->ctx) == 0 ||
-                       (ep->group.count != 0 && ep->ctx->disp_ep != ep))) {
-        ep->ctx->cnt.no_resource++;
-        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep,
-                             rdmax__ep_sq_avail(ep) == 0 ? RDMAX_PROFILE_NORES_SQ
-                             : rdmax__scq_free(ep->ctx) == 0 ? RDMAX_PROFILE_NORES_CQ : RDMAX_PROFILE_NORES_PENDING);
-        return RDMAX_ERR_NO_RESOURCE;
-    }
+                       (ep->group.count != 0 && ep->ctx->disp_ep != ep)))
+        return rdmax__ep_no_resource(ep, rdmax__ep_sq_avail(ep) == 0 ? RDMAX_PROFILE_NORES_SQ
+                                         : rdmax__scq_free(ep->ctx) == 0 ? RDMAX_PROFILE_NORES_CQ
+                                                                         : RDMAX_PROFILE_NORES_PENDING);
     return RDMAX_OK;
 }
 
@@ -6649,11 +6654,8 @@ static rdmax_status rdmax__g_send(rdmax_ep *ep, const void *buf, size_t len, con
         return buf == NULL && len != 0 ? RDMAX_ERR_INVALID_PARAM : RDMAX_ERR_SIZE;
     /* RC: never more sends in flight than the peer has receive buffers (no RNR in steady state); the
        last credit is kept for a grant. Credits we owe the peer ride along in the immediate data. */
-    if (rdmax_unlikely(ep->tx_credits <= 1)) {
-        ep->ctx->cnt.no_resource++;
-        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_CREDITS);
-        return RDMAX_ERR_NO_RESOURCE;
-    }
+    if (rdmax_unlikely(ep->tx_credits <= 1))
+        return rdmax__ep_no_resource(ep, RDMAX_PROFILE_NORES_CREDITS);
     struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_SEND_WITH_IMM);
     wr->imm_data = RDMAX__LE32(ep->rx_unreturned);
 #if RDMAX__HAS_UD
@@ -6690,11 +6692,8 @@ static rdmax_status rdmax__ep_check_rc(rdmax_ep *ep, int read)
     rdmax_status st = rdmax__ep_check(ep);
     if (rdmax_unlikely(st != RDMAX_OK))
         return st;
-    if (read && rdmax_unlikely(ep->rd_avail == 0)) {
-        ep->ctx->cnt.no_resource++;
-        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_READS);
-        return RDMAX_ERR_NO_RESOURCE;
-    }
+    if (read && rdmax_unlikely(ep->rd_avail == 0))
+        return rdmax__ep_no_resource(ep, RDMAX_PROFILE_NORES_READS);
     return RDMAX_OK;
 }
 
@@ -6708,11 +6707,8 @@ static rdmax_status rdmax__g_put_imm(rdmax_ep *ep, const void *buf, size_t len, 
     rdmax_status st = rdmax__ep_check_rc(ep, 0);
     if (rdmax_unlikely(st != RDMAX_OK))
         return st;
-    if (rdmax_unlikely(ep->tx_credits <= 1)) {
-        ep->ctx->cnt.no_resource++;
-        RDMAX__PROFILE_EVENT(ep->ctx, RDMAX_PROFILE_EVENT_SQ_FULL, ep, RDMAX_PROFILE_NORES_CREDITS);
-        return RDMAX_ERR_NO_RESOURCE;
-    }
+    if (rdmax_unlikely(ep->tx_credits <= 1))
+        return rdmax__ep_no_resource(ep, RDMAX_PROFILE_NORES_CREDITS);
     struct ibv_send_wr *wr = rdmax__ep_wr(ep, IBV_WR_RDMA_WRITE_WITH_IMM);
     wr->imm_data = htonl(imm);
     wr->wr.rdma.remote_addr = raddr;
