@@ -9678,14 +9678,11 @@ void rdmax_listener_destroy(rdmax_listener *l)
     rdmax__free(l->ctx, l);
 }
 
-/* Create an endpoint, trade records over fd, connect, confirm. Used by accept and connect. */
-static rdmax_status rdmax__ep_handshake(rdmax_ctx *ctx, int fd, const char *peer, const rdmax_ep_desc *desc,
-                                        rdmax_ep **out, int timeout_ms)
+/* Trade ep's record over fd, connect, confirm; ep is destroyed on failure. Used by connect. */
+static rdmax_status rdmax__ep_handshake(rdmax_ctx *ctx, int fd, const char *peer, rdmax_ep *ep, rdmax_ep **out,
+                                        int timeout_ms)
 {
-    rdmax_ep *ep;
-    rdmax_status st = rdmax_ep_create(ctx, desc, &ep);
-    if (st != RDMAX_OK)
-        return st;
+    rdmax_status st;
     snprintf(ep->peer, sizeof ep->peer, "%s", peer);
     rdmax_conn_record me, them;
     char why[200];
@@ -9991,6 +9988,14 @@ rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, cons
     if (rdmax__active_addr(ctx, host, port, &res) != RDMAX_OK)
         return RDMAX_ERR_CONNECT;
     int64_t deadline = rdmax__now_ms() + timeout_ms;
+    /* The endpoint first, so our record follows the connection at once: a listener drops a client that
+       sends nothing for handshake_first_ms, and making a QP took longer on a loaded host. */
+    rdmax_ep *ep;
+    rdmax_status st = rdmax_ep_create(ctx, desc, &ep);
+    if (st != RDMAX_OK) {
+        freeaddrinfo(res);
+        return st;
+    }
     int fd = -1, err = 0;
     char peer[64] = "?";
     /* A peer that refuses or cannot be reached yet (server not listening, route not up) is tried again
@@ -10039,12 +10044,13 @@ rdmax_status rdmax_connect(rdmax_ctx *ctx, const char *host, uint16_t port, cons
     if (fd < 0) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_CONNECT,
                    "connect: %s port %u (%s): %s", host, port, peer, strerror(err));
+        rdmax_ep_destroy(ep);
         return err == ETIMEDOUT ? RDMAX_ERR_TIMEOUT : RDMAX_ERR_CONNECT;
     }
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     int left = (int)(deadline - rdmax__now_ms());
-    rdmax_status st = rdmax__ep_handshake(ctx, fd, peer, desc, out, left > 0 ? left : 1);
+    st = rdmax__ep_handshake(ctx, fd, peer, ep, out, left > 0 ? left : 1);
     close(fd);
     return st;
 }

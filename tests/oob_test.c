@@ -542,6 +542,22 @@ static void device_tests(void)
         close(lfd);
     }
     tl_end();
+    tl_begin("connect/the endpoint is made before the connection");
+    {
+        /* so that our record follows the connection at once (a listener drops a client that sends nothing
+           for handshake_first_ms): an endpoint that cannot be made opens no connection */
+        uint16_t p2;
+        int lfd = tcp_listener(AF_INET, &p2);
+        rdmax_ep_desc bad;
+        memset(&bad, 0, sizeof bad);
+        bad.recv_pool = 7;
+        st = rdmax_connect(ctx, "127.0.0.1", p2, &bad, &dummy, 500);
+        CHECK_ST(st, RDMAX_ERR_INVALID_PARAM);
+        struct pollfd p = {lfd, POLLIN, 0};
+        CHECK(poll(&p, 1, 200) == 0, "a connection was opened for an endpoint that could not be made");
+        close(lfd);
+    }
+    tl_end();
 out:
     rdmax_listener_destroy(l);
     rdmax_ctx_destroy(ctx);
