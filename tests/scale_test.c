@@ -1332,7 +1332,7 @@ static int giveback_mode(int npairs, int nextra)
         rdmax_progress(ctx);
     rdmax_recv_pool_info p0 = tl_pool(ctx, 0), p1, p2, p3;
     uint32_t chunk = p0.chunks ? p0.buffers / p0.chunks : 0, limit = p0.buffers + chunk, seq_t = 0;
-    uint64_t cq0 = prof_named(ctx, "recv_cq.entries"), cq1, cq3, rnr0 = rnr_count(dev);
+    uint64_t cq0 = prof_named(ctx, "recv_cq.entries"), cq1, cq3, rnr0 = tl_rnr_count(dev);
     uint64_t freed0 = prof_named(ctx, "recv_pool.chunks_freed");
     printf("# baseline: %d endpoints, pool target %u + reserve %u, %u buffers in %u chunks of %u; receive CQ %lld\n",
            n + 2, p0.target, p0.reserve, p0.buffers, p0.chunks, chunk, (long long)cq0);
@@ -1377,7 +1377,7 @@ static int giveback_mode(int npairs, int nextra)
            "for target %u + reserve %u, chunks freed %lld; receive CQ %lld -> %lld; RNR counters %llu -> %llu\n",
            sent, rx[nextra].got, rx[nextra].bad, p1.buffers, p3.buffers, p3.chunks, p0.buffers, p3.posted, p3.target,
            p3.reserve, freed == UINT64_MAX ? -1LL : (long long)(freed - freed0), (long long)cq1, (long long)cq3,
-           (unsigned long long)rnr0, (unsigned long long)rnr_count(dev));
+           (unsigned long long)rnr0, (unsigned long long)tl_rnr_count(dev));
     CHECK(p3.buffers <= limit, "the pool holds %u buffers, more than a chunk (%u) above the baseline %u", p3.buffers,
           chunk, p0.buffers);
     CHECK(p3.target == p0.target && p3.posted >= p3.target + p3.reserve,
@@ -1390,7 +1390,7 @@ static int giveback_mode(int npairs, int nextra)
     CHECK(rx[nextra].got == seq_t && rx[nextra].bad == 0 && c.ep_errors == 0,
           "traffic: %u of %u, %u bad; %llu endpoints failed",
           rx[nextra].got, seq_t, rx[nextra].bad, (unsigned long long)c.ep_errors);
-    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+    CHECK(tl_rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(tl_rnr_count(dev) - rnr0));
     /* and the pool grows again when windows do */
     rdmax_ep_desc xd = d;
     xd.user = &rx[0];
@@ -1398,9 +1398,9 @@ static int giveback_mode(int npairs, int nextra)
     uint32_t seq_g = 0;
     REQUIRE(rdmax_ep_create_pair(ctx, &xd, &ex[0], &ex[1]) == RDMAX_OK, "a pair again: %s", g_lastlog);
     gb_stream(ctx, ex[0], &rx[0], &seq_g, 100000, gb_grown, ex[1]);
-    CHECK(window_of(ex[1]) == 64 && rx[0].got == seq_g && rx[0].bad == 0 && rnr_count(dev) == rnr0,
+    CHECK(window_of(ex[1]) == 64 && rx[0].got == seq_g && rx[0].bad == 0 && tl_rnr_count(dev) == rnr0,
           "a window grows again: %u, got %u of %u, %u bad; RNR moved by %llu", window_of(ex[1]), rx[0].got, seq_g,
-          rx[0].bad, (unsigned long long)(rnr_count(dev) - rnr0));
+          rx[0].bad, (unsigned long long)(tl_rnr_count(dev) - rnr0));
     tl_end();
 out:
     for (int i = 0; ex && i < ne; i++)
@@ -1554,7 +1554,7 @@ static int rgroups_mode(int npairs)
           rdmax__test_ep_rgroup(g_ad.b));
     CHECK(p0.target == (uint32_t)(n + 2) * 3 && p0.reserve == RESERVE * want_groups, "pool target %u, reserve %u",
           p0.target, p0.reserve);
-    uint64_t rnr0 = rnr_count(dev);
+    uint64_t rnr0 = tl_rnr_count(dev);
     for (int spins = 0, left = n; left > 0 && spins < 200000; spins++) {
         for (int i = 0; i < n; i++) {
             rdmax_ep_resources r;
@@ -1585,11 +1585,11 @@ static int rgroups_mode(int npairs)
     rdmax_ctx_query_counters(ctx, &c);
     printf("# busy pair: b's window %u after %u messages (%u rounds); %u idle messages checked; ep_errors %llu; RNR "
            "counters of %s %llu before, %llu after\n", window_of(g_ad.b), seq, rounds, g_tk_good,
-           (unsigned long long)c.ep_errors, dev, (unsigned long long)rnr0, (unsigned long long)rnr_count(dev));
+           (unsigned long long)c.ep_errors, dev, (unsigned long long)rnr0, (unsigned long long)tl_rnr_count(dev));
     CHECK(window_of(g_ad.b) == 64 && g_ad.b_got == seq && g_ad.b_bad == 0, "b's window %u; b got %u of %u, %u bad",
           window_of(g_ad.b), g_ad.b_got, seq, g_ad.b_bad);
     CHECK(c.ep_errors == 0, "%llu endpoints failed", (unsigned long long)c.ep_errors);
-    CHECK(rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr_count(dev) - rnr0));
+    CHECK(tl_rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(tl_rnr_count(dev) - rnr0));
     tl_end();
 out:
     rdmax_ep_destroy(g_ad.a);
