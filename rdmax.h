@@ -47,7 +47,8 @@
               >>monitor      registration cache: the userfaultfd monitor
               >>invalidation registration cache: invalidation, and draining the event ring
               >>rcache       registration cache: a region's life cycle, get and put, create and destroy
-              >>srq          receive pools (shared receive queues), the QP-number map; their credits: >>recv
+              >>srq          receive pools (shared receive queues): buffers, chunks, the QP-number map
+              >>pools        a pool's life: sizing, receive CQs (groups), join and release, give-back, the tick
               >>windows      exposed memory: an endpoint's QP rights and its memory windows
               >>ep           endpoint life cycle: desc defaults, create, connect, flush, destroy
               >>ep_query     an endpoint's regions and queries
@@ -2533,7 +2534,7 @@ struct rdmax_ctx {
     struct ibv_cq *scq, *rcq;
     /* the provider's poll_cq of scq and rcq, what ibv_poll_cq calls (cq->context->ops.poll_cq, set when
        the device is opened): read once at creation, one load less per poll; rcq_poll polls every receive
-       CQ once a context has more than one (rdmax__rgroups_poll, >>srq) */
+       CQ once a context has more than one (rdmax__rgroups_poll, >>pools) */
     int (*scq_poll)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
     int (*rcq_poll)(struct ibv_cq *cq, int num_entries, struct ibv_wc *wc);
     int (*modify_qp)(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask); /* ibv_modify_qp (tests: fake) */

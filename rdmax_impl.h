@@ -4571,7 +4571,7 @@ out:
     return st;
 }
 
-/* ---- >>srq: receive pools (shared receive queues), the QP-number map; their credits: >>recv ------ */
+/* ---- >>srq: receive pools (shared receive queues): buffers, chunks, the QP-number map; life: >>pools - */
 /* RC endpoints receive from shared receive queues: one per buffer size in use (endpoints with the same
    recv_size share one SRQ and its pool; the context's recv_size is the default, and its pool stays for
    the context's life; a pool of another size goes with its last endpoint - at the end of the poll batch
@@ -5064,6 +5064,8 @@ static rdmax_status rdmax__srq_chunk(rdmax_ctx *ctx, struct rdmax__srq *s)
     ctx->rx->bytes += bytes;
     return RDMAX_OK;
 }
+
+/* ---- >>pools: a pool's life: sizing, receive CQs (groups), join and release, give-back, the tick ----- */
 
 /* Receive CQ entries group g has promised: its pools' targets, and in group 0 the endpoints' own
    receive queues. */
