@@ -4743,8 +4743,9 @@ struct rdmax__rx {
     uint32_t room;              /* pools where a window waits to grow: the tick makes room (rdmax__srq_room) */
     uint32_t rcq_kept;          /* the provider would not shrink the receive CQ (rdmax__rcq_trim) */
     uint32_t recv_disturbed;           /* set by whatever a receive callback may do that changes the last
-                                   endpoint or a pool's staging (a poll batch, rdmax__map_kill,
-                                   rdmax__srq_fill); cleared at the start of a poll batch and by
+                                   endpoint or a pool's staging, or leaves a pool to free (a poll batch,
+                                   rdmax__map_kill, rdmax__srq_fill, rdmax__srq_release); cleared at the
+                                   start of a poll batch and by
                                    rdmax__srq_restage (see rdmax__srq_recv_fast) */
 };
 
@@ -5380,9 +5381,10 @@ static void rdmax__srq_release(rdmax_ctx *ctx, uint32_t p, uint32_t w)
     ctx->rx->grp[s->group].target -= w;
     s->room_failed = 0;
     if (--s->users == 0 && p > 0) {
-        if (ctx->rwc != ctx->rwc_top)  /* in a poll batch (a callback), whose completions may name it */
+        if (ctx->rwc != ctx->rwc_top) {  /* in a poll batch (a callback), whose completions may name it */
             ctx->rx->pools_to_free |= 1u << p;
-        else
+            ctx->rx->recv_disturbed = 1;  /* so that a single message's path settles the batch's way, which reaps */
+        } else
             rdmax__pool_free(ctx, p);
     }
 }
@@ -8492,8 +8494,9 @@ int rdmax__recv_cqes(rdmax_ctx *ctx, int n)
 }
 
 /* rdmax__progress_recv_one when the callback did something that may have moved the last endpoint or a
-   pool's staging (x->recv_disturbed: it progressed, destroyed or made an endpoint, ...): the buffer goes
-   back and its credit is owed the batch's way. wc is intact (a nested poll wrote elsewhere). */
+   pool's staging, or left a pool to free (x->recv_disturbed: it progressed, destroyed or made an
+   endpoint, ...): the buffer goes back and its credit is owed the batch's way, and the pool goes. wc is
+   intact (a nested poll wrote elsewhere). */
 static __attribute__((noinline)) int rdmax__recv_one_stirred(rdmax_ctx *ctx, const struct ibv_wc *wc)
 {
     struct rdmax__rx *x = ctx->rx;
@@ -8562,8 +8565,6 @@ static int rdmax__progress_recv_one(rdmax_ctx *ctx)
     ep->rx_unreturned++;  /* its buffer is posted again: the credit is owed */
     if (rdmax__grant_due(ep))
         rdmax__grant_or_fail(ep);
-    if (rdmax_unlikely(x->pools_to_free != 0))
-        rdmax__pool_reap(ctx);
     if (rdmax_unlikely(ctx->flush_check))
         rdmax__flush_check(ctx);
     return 1 + rdmax__progress_send(ctx);

@@ -777,6 +777,62 @@ out:
         tl_end();
 }
 
+/* ---- a callback on the short receive path that destroys another pool's last endpoint ----
+   As above, but b's callback destroys c, an endpoint of b's context alone in a pool of its own size (not
+   the last endpoint, whose loss disturbs the path by itself): that pool too goes at the end of the very
+   call that delivered b's message. */
+static rdmax_ep *g_victim;
+static void on_msg_destroy_other(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep, (void)data, (void)len, (void)user;
+    if (++g_short_msgs == 2) {
+        rdmax_ep_destroy(g_victim);
+        g_victim = NULL;
+    }
+}
+
+static void short_path_destroy_other_case(void)
+{
+    rdmax_ctx *ca = open_ctx(0, NULL), *cb = open_ctx(0, NULL);
+    rdmax_ep *a = NULL, *b = NULL;
+    tl_begin("srq/short receive path: a callback that destroys another endpoint, the last of its pool, on the "
+             "second message; the pool goes at the end of that call");
+    rdmax_ep_desc da, db, dc;
+    memset(&da, 0, sizeof da);
+    db = da;
+    db.recv_cb = on_msg_destroy_other;
+    dc = da;
+    dc.recv_size = 96;
+    g_short_msgs = 0;
+    g_victim = NULL;
+    REQUIRE(tl_pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    REQUIRE(rdmax_ep_create(cb, &dc, &g_victim) == RDMAX_OK, "endpoint of 96 bytes: %s", g_lastlog);
+    rdmax_recv_pool_info pi;
+    REQUIRE(rdmax_ctx_query_recv_pool(cb, 96, &pi), "no pool of 96 bytes beside the endpoint of that size");
+    unsigned char m[8];
+    memset(m, 0x5a, sizeof m);
+    for (int k = 1; k <= 2; k++) {
+        CHECK_ST(rdmax_send(a, m, sizeof m, NULL, NULL), RDMAX_OK);
+        for (long i = 0; g_short_msgs < k && i < 50000000L; i++) {
+            rdmax_progress(ca);
+            rdmax_progress(cb);
+        }
+    }
+    bool kept = rdmax_ctx_query_recv_pool(cb, 96, &pi);
+    CHECK(g_short_msgs == 2 && g_victim == NULL && !kept, "callbacks %d, c %s, the pool of 96 bytes %s after the call",
+          g_short_msgs, g_victim ? "kept" : "destroyed", kept ? "kept" : "freed");
+    tl_end();
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_ep_destroy(g_victim);
+    g_victim = NULL;
+    rdmax_ctx_destroy(ca);
+    rdmax_ctx_destroy(cb);
+    if (tl_case_failed)
+        tl_end();
+}
+
 /* ---- recv_size of the context and of an endpoint ---- */
 static void recv_size_case(void)
 {
@@ -1655,6 +1711,7 @@ int main(int argc, char **argv)
     pingpong_credits_case(0);
     pingpong_credits_case(1);
     short_path_destroy_case();
+    short_path_destroy_other_case();
     recv_size_case();
     stale_case(dev);
     limit_case();
