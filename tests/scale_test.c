@@ -1085,6 +1085,35 @@ static uint32_t window_of(rdmax_ep *ep)
     return r.recv_window;
 }
 
+/* a streams to b: as many sends as its credits allow, then one progress; until b's window is full (64).
+   The rounds taken; *seq counts the messages sent. */
+static uint32_t adapt_stream(rdmax_ctx *ctx, uint32_t *seq)
+{
+    uint32_t rounds = 0;
+    unsigned char m[64];
+    for (; rounds < 200000 && window_of(g_ad.b) < 64; rounds++) {
+        for (msg_fill(m, 0xa, *seq); rdmax_send(g_ad.a, m, 64, NULL, NULL) == RDMAX_OK;
+             msg_fill(m, 0xa, *seq))
+            (*seq)++;
+        rdmax_progress(ctx);
+    }
+    for (long i = 0; i < 2000000L && g_ad.b_got < *seq; i++)
+        rdmax_progress(ctx);
+    return rounds;
+}
+
+/* the end of a case function (its `out:`): the endpoints eps[0..n), then the context and eps itself */
+static int mode_end(rdmax_ctx *ctx, rdmax_ep **eps, int n)
+{
+    for (int i = 0; eps && i < n; i++)
+        rdmax_ep_destroy(eps[i]);
+    rdmax_ctx_destroy(ctx);
+    free(eps);
+    if (tl_case_failed)
+        tl_end();
+    return tl_failed_total ? 1 : 0;
+}
+
 static int adapt_mode(int npairs)
 {
     rdmax_ctx *ctx = NULL;
@@ -1119,16 +1148,8 @@ static int adapt_mode(int npairs)
     REQUIRE(rdmax_profile_create(ctx, &prof) == RDMAX_OK &&
                 rdmax_profile_reg_event(prof, RDMAX_PROFILE_EVENT_GRANT_WAIT, adapt_event, NULL) == RDMAX_OK,
             "profile");
-    /* a streams: as many sends as its credits allow, then one progress; until b's window is full */
-    uint32_t seq = 0, rounds = 0, most = 0;
+    uint32_t seq = 0, most = 0, rounds = adapt_stream(ctx, &seq);
     unsigned char m[64];
-    for (; rounds < 200000 && window_of(g_ad.b) < 64; rounds++) {
-        for (msg_fill(m, 0xa, seq); rdmax_send(g_ad.a, m, 64, NULL, NULL) == RDMAX_OK; msg_fill(m, 0xa, seq))
-            seq++;
-        rdmax_progress(ctx);
-    }
-    for (long i = 0; i < 2000000L && g_ad.b_got < seq; i++)
-        rdmax_progress(ctx);
     rdmax_ep_resources ra;
     rdmax_ep_query_resources(g_ad.a, &ra);
     rdmax_ctx_query_counters(ctx, &c1);
@@ -1223,14 +1244,8 @@ out:
         rdmax_profile_destroy(prof);
     rdmax_ep_destroy(g_ad.a);
     rdmax_ep_destroy(g_ad.b);
-    for (int i = 0; eps && i < n; i++)
-        rdmax_ep_destroy(eps[i]);
-    rdmax_mem_free(src);
-    rdmax_ctx_destroy(ctx);
-    free(eps);
-    if (tl_case_failed)
-        tl_end();
-    return tl_failed_total ? 1 : 0;
+    rdmax_mem_free(src);  /* only a's QP used it */
+    return mode_end(ctx, eps, n);
 }
 
 /* ==== the shared pool gives memory back ==== */
@@ -1432,6 +1447,32 @@ static void tenk_recv(rdmax_ep *ep, void *data, size_t len, void *user)
         g_tk_bad++;
 }
 
+/* each of eps[0..n) sends its peer one message that names its own QP (sent[i] set once it went); then
+   progress until all n arrived (g_tk_good + g_tk_bad) */
+static void tenk_exchange(rdmax_ctx *ctx, rdmax_ep **eps, char *sent, int n)
+{
+    long spins = 0;
+    for (int left = n; left > 0 && spins < 200000; spins++) {
+        for (int i = 0; i < n; i++) {
+            if (sent[i])
+                continue;
+            rdmax_ep_resources r;
+            rdmax_ep_query_resources(eps[i], &r);
+            unsigned char m[64];
+            msg_fill(m, r.qp_num, 0);
+            if (rdmax_send(eps[i], m, 64, NULL, NULL) == RDMAX_OK) {
+                sent[i] = 1;
+                left--;
+            }
+            if ((i & 63) == 63)
+                rdmax_progress(ctx);
+        }
+        rdmax_progress(ctx);
+    }
+    for (long i = 0; i < 2000000L && g_tk_good + g_tk_bad < (uint32_t)n; i++)
+        rdmax_progress(ctx);
+}
+
 static int tenk_mode(int npairs)
 {
     rdmax_ctx *ctx = NULL;
@@ -1468,26 +1509,7 @@ static int tenk_mode(int npairs)
     printf("ROW rc_eps_default_rss_kib_%d %ld\n", n, (rss1 - rss0) / n);
     CHECK(p.target == (uint32_t)n * 3, "pool target %u, want 3 per endpoint (window 2 + 1)", p.target);
     uint64_t rnr0 = tl_rnr_count(dev);
-    long spins = 0;
-    for (int left = n; left > 0 && spins < 200000; spins++) {
-        for (int i = 0; i < n; i++) {
-            if (sent[i])
-                continue;
-            rdmax_ep_resources r;
-            rdmax_ep_query_resources(eps[i], &r);
-            unsigned char m[64];
-            msg_fill(m, r.qp_num, 0);
-            if (rdmax_send(eps[i], m, 64, NULL, NULL) == RDMAX_OK) {
-                sent[i] = 1;
-                left--;
-            }
-            if ((i & 63) == 63)
-                rdmax_progress(ctx);
-        }
-        rdmax_progress(ctx);
-    }
-    for (long i = 0; i < 2000000L && g_tk_good + g_tk_bad < (uint32_t)n; i++)
-        rdmax_progress(ctx);
+    tenk_exchange(ctx, eps, sent, n);
     double t2 = now_s();
     rdmax_counters c;
     rdmax_ctx_query_counters(ctx, &c);
@@ -1499,14 +1521,8 @@ static int tenk_mode(int npairs)
     CHECK(tl_rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(tl_rnr_count(dev) - rnr0));
     tl_end();
 out:
-    for (int i = 0; eps && i < n; i++)
-        rdmax_ep_destroy(eps[i]);
-    rdmax_ctx_destroy(ctx);
-    free(eps);
     free(sent);
-    if (tl_case_failed)
-        tl_end();
-    return tl_failed_total ? 1 : 0;
+    return mode_end(ctx, eps, n);
 }
 
 /* ==== receive CQs beyond the first ==== */
@@ -1555,32 +1571,9 @@ static int rgroups_mode(int npairs)
     CHECK(p0.target == (uint32_t)(n + 2) * 3 && p0.reserve == RESERVE * want_groups, "pool target %u, reserve %u",
           p0.target, p0.reserve);
     uint64_t rnr0 = tl_rnr_count(dev);
-    for (int spins = 0, left = n; left > 0 && spins < 200000; spins++) {
-        for (int i = 0; i < n; i++) {
-            rdmax_ep_resources r;
-            rdmax_ep_query_resources(eps[i], &r);
-            unsigned char m[64];
-            msg_fill(m, r.qp_num, 0);
-            if (!sent[i] && rdmax_send(eps[i], m, 64, NULL, NULL) == RDMAX_OK) {
-                sent[i] = 1;
-                left--;
-            }
-        }
-        rdmax_progress(ctx);
-    }
-    for (long i = 0; i < 2000000L && g_tk_good + g_tk_bad < (uint32_t)n; i++)
-        rdmax_progress(ctx);
+    tenk_exchange(ctx, eps, sent, n);
     CHECK(g_tk_good == (uint32_t)n && g_tk_bad == 0, "%u of %d messages good, %u bad", g_tk_good, n, g_tk_bad);
-    /* the busy pair streams until b's window is full (as adapt) */
-    uint32_t seq = 0, rounds = 0;
-    unsigned char m[64];
-    for (; rounds < 200000 && window_of(g_ad.b) < 64; rounds++) {
-        for (msg_fill(m, 0xa, seq); rdmax_send(g_ad.a, m, 64, NULL, NULL) == RDMAX_OK; msg_fill(m, 0xa, seq))
-            seq++;
-        rdmax_progress(ctx);
-    }
-    for (long i = 0; i < 2000000L && g_ad.b_got < seq; i++)
-        rdmax_progress(ctx);
+    uint32_t seq = 0, rounds = adapt_stream(ctx, &seq);  /* the busy pair, until b's window is full */
     rdmax_counters c;
     rdmax_ctx_query_counters(ctx, &c);
     printf("# busy pair: b's window %u after %u messages (%u rounds); %u idle messages checked; ep_errors %llu; RNR "
@@ -1594,14 +1587,8 @@ static int rgroups_mode(int npairs)
 out:
     rdmax_ep_destroy(g_ad.a);
     rdmax_ep_destroy(g_ad.b);
-    for (int i = 0; eps && i < n; i++)
-        rdmax_ep_destroy(eps[i]);
-    rdmax_ctx_destroy(ctx);
-    free(eps);
     free(sent);
-    if (tl_case_failed)
-        tl_end();
-    return tl_failed_total ? 1 : 0;
+    return mode_end(ctx, eps, n);
 }
 
 /* ==== put rate over many endpoints ==== */
