@@ -155,6 +155,19 @@ static int spin_until(rdmax_ctx *a, rdmax_ctx *b, const volatile uint32_t *v, ui
     return 0;
 }
 
+/* A case's `out:`: two endpoints, a region, two contexts, in that order (any may be NULL); then the case
+   ends if a REQUIRE jumped here before its tl_end. */
+static void case_end(rdmax_ep *a, rdmax_ep *b, rdmax_mem *m, rdmax_ctx *ca, rdmax_ctx *cb)
+{
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(m);
+    rdmax_ctx_destroy(ca);
+    rdmax_ctx_destroy(cb);
+    if (tl_case_failed)
+        tl_end();
+}
+
 static void imm_case(rdmax_ctx *ctx)
 {
     rdmax_ep *a = NULL, *b = NULL;
@@ -163,7 +176,8 @@ static void imm_case(rdmax_ctx *ctx)
     memset(&sa, 0, sizeof sa);
     memset(&sb, 0, sizeof sb);
     tl_begin("srq/put_imm: data in place, the user's 32 bits reach imm_cb, zero length works");
-    REQUIRE(rdmax_mem_alloc(ctx, 64 * 8, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc");
+    REQUIRE(rdmax_mem_alloc(ctx, 64 * 8, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) ==
+                RDMAX_OK, "alloc");
     sb.watch = (const uint64_t *)dst->addr;
     rdmax_ep_desc da, db;
     memset(&da, 0, sizeof da);
@@ -193,11 +207,7 @@ static void imm_case(rdmax_ctx *ctx)
           (unsigned long long)cnt.recv_imms, (unsigned long long)cnt.posted[RDMAX_OP_PUT_IMM]);
     tl_end();
 out:
-    rdmax_ep_destroy(a);
-    rdmax_ep_destroy(b);
-    rdmax_mem_free(dst);
-    if (tl_case_failed)
-        tl_end();
+    case_end(a, b, dst, NULL, NULL);
 }
 
 /* The 64-byte message number `seq` of on_msg's pattern. */
@@ -290,12 +300,7 @@ static void pingpong_credits_case(int nested)
     CHECK(sa.bad == 0 && sb.bad == 0, "%u/%u bad messages", sa.bad, sb.bad);
     tl_end();
 out:
-    rdmax_ep_destroy(a);
-    rdmax_ep_destroy(b);
-    rdmax_ctx_destroy(ca);
-    rdmax_ctx_destroy(cb);
-    if (tl_case_failed)
-        tl_end();
+    case_end(a, b, NULL, ca, cb);
 }
 
 /* ---- a window of N allows N outstanding ----
@@ -420,13 +425,7 @@ static void window_case(const char *dev, uint32_t rq_depth)
            "notices\n", n, n, ROUNDS, seq, imms);
     tl_end();
 out:
-    rdmax_ep_destroy(a);
-    rdmax_ep_destroy(b);
-    rdmax_mem_free(dst);
-    rdmax_ctx_destroy(ca);
-    rdmax_ctx_destroy(cb);
-    if (tl_case_failed)
-        tl_end();
+    case_end(a, b, dst, ca, cb);
 }
 
 /* ---- replying to a request (the manual's REPLYING TO A REQUEST) ----
@@ -583,7 +582,8 @@ static void tiny_window_case(rdmax_ctx *ctx, const char *dev, uint8_t pool_a, ui
              pool_a || pool_b ? "own_pool" : "srq", pool_a || pool_b ? " (a: " : "",
              pool_a || pool_b ? where[pool_a] : "", pool_a || pool_b ? (pool_b ? ", b: own)" : ", b: srq)") : "", N,
              N);
-    REQUIRE(rdmax_mem_alloc(ctx, 64 * 8, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc");
+    REQUIRE(rdmax_mem_alloc(ctx, 64 * 8, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) ==
+                RDMAX_OK, "alloc");
     uint64_t *words = (uint64_t *)dst->addr;
     rdmax_ep_desc da, db;
     memset(&da, 0, sizeof da);
@@ -673,11 +673,7 @@ static void tiny_window_case(rdmax_ctx *ctx, const char *dev, uint8_t pool_a, ui
     printf("# windows of 4: %ld refused posts, %llu grants\n", refused, (unsigned long long)grants);
     tl_end();
 out:
-    rdmax_ep_destroy(a);
-    rdmax_ep_destroy(b);
-    rdmax_mem_free(dst);
-    if (tl_case_failed)
-        tl_end();
+    case_end(a, b, dst, NULL, NULL);
 }
 
 /* ---- ep desc recv_pool: an unknown value refused with a message, the own pool in rdmax's bytes ---- */
@@ -718,10 +714,7 @@ static void own_pool_desc_case(rdmax_ctx *ctx)
           (unsigned long long)bytes0);
     tl_end();
 out:
-    rdmax_ep_destroy(a);
-    rdmax_ep_destroy(b);
-    if (tl_case_failed)
-        tl_end();
+    case_end(a, b, NULL, NULL, NULL);
 }
 
 /* ---- a callback on the short receive path that destroys its endpoint ----
@@ -769,12 +762,7 @@ static void short_path_destroy_case(void)
           g_short_msgs, b ? "kept" : "destroyed", kept ? "kept" : "freed");
     tl_end();
 out:
-    rdmax_ep_destroy(a);
-    rdmax_ep_destroy(b);
-    rdmax_ctx_destroy(ca);
-    rdmax_ctx_destroy(cb);
-    if (tl_case_failed)
-        tl_end();
+    case_end(a, b, NULL, ca, cb);
 }
 
 /* ---- a callback on the short receive path that destroys another pool's last endpoint ----
@@ -1113,12 +1101,7 @@ static void limit_case(void)
     CHECK(sb.bad == 0, "%u bad messages", sb.bad);
     tl_end();
 out:
-    rdmax_ep_destroy(a);
-    rdmax_ep_destroy(b);
-    rdmax_ctx_destroy(ca);
-    rdmax_ctx_destroy(cb);
-    if (tl_case_failed)
-        tl_end();
+    case_end(a, b, NULL, ca, cb);
 }
 
 /* ---- limits ---- */
@@ -1466,11 +1449,7 @@ static void rnr_control_case(const char *dev)
            (unsigned long long)tl_rnr_count(dev));
     tl_end();
 out:
-    rdmax_ep_destroy(a);
-    rdmax_ep_destroy(b);
-    rdmax_ctx_destroy(ctx);
-    if (tl_case_failed)
-        tl_end();
+    case_end(a, b, NULL, ctx, NULL);
 }
 
 /* ---- peers that send past their window ---- */
