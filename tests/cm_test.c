@@ -991,6 +991,37 @@ static pid_t timed_client(const char *addr, uint16_t port, int fd)
     _exit(0);
 }
 
+/* The flood cases' server: rdma_cm on RDMAX_TEST_DEV0, errors only logged (the flood's are expected);
+   handshake_ms and handshake_slots as given (0: the defaults). NULL when there is no device. */
+static rdmax_ctx *flood_ctx(uint32_t handshake_ms, uint32_t slots)
+{
+    rdmax_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.device = g_dev0;
+    cd.conn_setup = RDMAX_SETUP_CM;
+    cd.handshake_ms = handshake_ms;
+    cd.handshake_slots = slots;
+    cd.log_level = RDMAX_LOG_ERROR;
+    cd.log_level_set = true;
+    rdmax_ctx *ctx = NULL;
+    return rdmax_ctx_create(&cd, &ctx) == RDMAX_OK ? ctx : NULL;
+}
+
+/* The end of a case with a listener and two pipes (after its endpoints and children): the listener, the
+   context, the pipes' open ends. */
+static void listener_case_end(rdmax_listener *l, rdmax_ctx *ctx, int p[2], int q[2])
+{
+    rdmax_listener_destroy(l);
+    rdmax_ctx_destroy(ctx);
+    for (int i = 0; i < 2; i++) {
+        if (p[i] >= 0)
+            close(p[i]);
+        if (q[i] >= 0)
+            close(q[i]);
+    }
+    tl_end();
+}
+
 /* Every slot held: `slots` requests (0: the default, 256) that never confirm, handshake_ms of ten minutes,
    so none of them ends by its deadline. After RDMAX__HS_BUSY_MS (500 ms) a real client takes the oldest
    one's slot (that request is rejected) and is served; the others keep theirs. Before, the listener
@@ -1006,15 +1037,7 @@ static void flood_full_test(const char *addr, uint32_t slots)
     tl_begin("cm/flood: %u requests that never confirm hold all %u%s handshake slots: a real client takes the "
              "oldest one's and is served", n, n, slots ? "" : " (default)");
     REQUIRE(pipe(ev_fd) == 0 && pipe(t_fd) == 0, "pipe");
-    rdmax_ctx_desc cd;
-    memset(&cd, 0, sizeof cd);
-    cd.device = g_dev0;
-    cd.conn_setup = RDMAX_SETUP_CM;
-    cd.handshake_ms = 600000;
-    cd.handshake_slots = slots;
-    cd.log_level = RDMAX_LOG_ERROR;
-    cd.log_level_set = true;
-    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device");
+    REQUIRE((ctx = flood_ctx(600000, slots)) != NULL, "no device");
     REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
     uint16_t port = rdmax_listener_query_port(l);
     if ((flood = fork()) == 0)
@@ -1065,15 +1088,7 @@ out:
     if (cli > 0)
         child_status(cli);
     rdmax_ep_destroy(ep);
-    rdmax_listener_destroy(l);
-    rdmax_ctx_destroy(ctx);
-    for (int i = 0; i < 2; i++) {
-        if (ev_fd[i] >= 0)
-            close(ev_fd[i]);
-        if (t_fd[i] >= 0)
-            close(t_fd[i]);
-    }
-    tl_end();
+    listener_case_end(l, ctx, ev_fd, t_fd);
 }
 
 /* The flood as the TCP listener's test has it (tests/oob_test.c), on rdma_cm: 2,000 requests in a burst
@@ -1094,13 +1109,7 @@ static void flood_burst_test(const char *addr)
              HOSTILE, HONEST);
     REQUIRE(pipe(ev_fd) == 0 && pipe(t_fd) == 0, "pipe");
     fcntl(ev_fd[1], F_SETFL, O_NONBLOCK);  /* never read here: the flood must not block on it */
-    rdmax_ctx_desc cd;
-    memset(&cd, 0, sizeof cd);
-    cd.device = g_dev0;
-    cd.conn_setup = RDMAX_SETUP_CM;
-    cd.log_level = RDMAX_LOG_ERROR;
-    cd.log_level_set = true;
-    REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device");
+    REQUIRE((ctx = flood_ctx(0, 0)) != NULL, "no device");
     REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
     uint16_t port = rdmax_listener_query_port(l);
     int fds0 = count_fds(), ids0 = count_cm_ids();
@@ -1155,15 +1164,7 @@ out:
             child_status(honest[i]);
         rdmax_ep_destroy(eps[i]);
     }
-    rdmax_listener_destroy(l);
-    rdmax_ctx_destroy(ctx);
-    for (int i = 0; i < 2; i++) {
-        if (ev_fd[i] >= 0)
-            close(ev_fd[i]);
-        if (t_fd[i] >= 0)
-            close(t_fd[i]);
-    }
-    tl_end();
+    listener_case_end(l, ctx, ev_fd, t_fd);
 }
 
 /* A port nobody listens on: a listener's port, closed again. */
@@ -1572,15 +1573,7 @@ out:
     }
     rdmax_ep_destroy(ep);
     rdmax_mem_free(xmem);
-    rdmax_listener_destroy(l);
-    rdmax_ctx_destroy(ctx);
-    for (int i = 0; i < 2; i++) {
-        if (up[i] >= 0)
-            close(up[i]);
-        if (down[i] >= 0)
-            close(down[i]);
-    }
-    tl_end();
+    listener_case_end(l, ctx, up, down);
 }
 
 static int cmp_i64(const void *a, const void *b)
