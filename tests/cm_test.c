@@ -26,7 +26,6 @@
 #include "../rdmax.h"
 #include "testlib.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -622,17 +621,9 @@ static pid_t admit_client(const char *host, uint16_t port, const char *secret)
     pid_t pid = fork();
     if (pid == 0) {
         rdmax_ctx *c = admit_ctx(g_dev1, secret, 0);
-        rdmax_ep *e;
         if (!c)
             _exit(2);
-        rdmax_status st = rdmax_connect(c, host, port, NULL, &e, 20000);
-        if (st != RDMAX_OK)
-            _exit(-st);
-        char msg[16] = "hello";
-        if (rdmax_send(e, msg, sizeof msg, NULL, NULL) != RDMAX_OK || rdmax_ep_flush(e, 5000) != RDMAX_OK)
-            _exit(4);
-        rdmax_ctx_destroy(c);
-        _exit(0);
+        tl_hello_client(c, host, port);
     }
     return pid;
 }
@@ -930,18 +921,6 @@ static int count_cm_ids(void)
     return pclose(f) == 0 && lines ? n : -1;
 }
 
-static int count_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return -1;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
-
 /* A real client in a child process: connects and waits for the server's hello, trying again while
    rdmax_connect fails or the endpoint fails before the hello (its handshake was pushed out: the server
    never returned it), as a program would, until 60 s (a hang guard); writes the time in ms to fd, and
@@ -1112,7 +1091,7 @@ static void flood_burst_test(const char *addr)
     REQUIRE((ctx = flood_ctx(0, 0)) != NULL, "no device");
     REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
     uint16_t port = rdmax_listener_query_port(l);
-    int fds0 = count_fds(), ids0 = count_cm_ids();
+    int fds0 = tl_count_fds(), ids0 = count_cm_ids();
     uint32_t eps0 = rdmax__test_ctx_eps(ctx);
     if ((flood = fork()) == 0)
         cm_flood(addr, port, HOSTILE, 1, ev_fd[1]);
@@ -1146,12 +1125,12 @@ static void flood_burst_test(const char *addr)
         rdmax_ep_destroy(eps[i]), eps[i] = NULL;
     /* the flood's ids are gone: the kernel rejects what it held, and each handshake ends at its event */
     uint32_t neps = rdmax__test_ctx_eps(ctx);
-    int ids = count_cm_ids(), fds = count_fds();
+    int ids = count_cm_ids(), fds = tl_count_fds();
     for (int64_t end = now_ms() + 60000; (neps != eps0 || ids != ids0 || fds != fds0) && now_ms() < end;) {
         rdmax_ep *ep = NULL;
         while (rdmax_accept(l, NULL, &ep, 200) != RDMAX_ERR_TIMEOUT)  /* each call ends one handshake */
             rdmax_ep_destroy(ep), ep = NULL;
-        neps = rdmax__test_ctx_eps(ctx), ids = count_cm_ids(), fds = count_fds();
+        neps = rdmax__test_ctx_eps(ctx), ids = count_cm_ids(), fds = tl_count_fds();
     }
     CHECK(neps == eps0, "%u endpoints (QPs) after the flood, %u before", neps, eps0);
     CHECK(ids == ids0 && ids >= 1, "%d rdma_cm ids after the flood, %d before", ids, ids0);

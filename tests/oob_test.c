@@ -11,7 +11,6 @@
 #include <signal.h>
 #include <sys/wait.h>
 #include <poll.h>
-#include <dirent.h>
 #include <time.h>
 #include <sys/resource.h>
 
@@ -962,18 +961,6 @@ static int64_t tl_now_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
-static int count_fds(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/fd");
-    if (!d)
-        return -1;
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n;
-}
-
 static int open_slow(uint16_t port, const char *bytes, size_t n)
 {
     int fd = tcp_connect(AF_INET, port);
@@ -1061,7 +1048,7 @@ static void flood_burst_test(void)
     REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "no device");
     REQUIRE(rdmax_listener_create(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
     uint16_t port = rdmax_listener_query_port(l);
-    int fds0 = count_fds();
+    int fds0 = tl_count_fds();
     REQUIRE(pipe(times) == 0, "pipe");
     flood = fork();
     if (flood == 0) {
@@ -1141,8 +1128,8 @@ static void flood_burst_test(void)
     for (int i = 0; i < HONEST; i++)
         rdmax_ep_destroy(eps[i]), eps[i] = NULL;
     /* the hostile sockets are gone: their handshakes end at the next steps */
-    int fds = count_fds();
-    for (int64_t end = tl_now_ms() + 60000; fds > fds0 && tl_now_ms() < end; fds = count_fds()) {
+    int fds = tl_count_fds();
+    for (int64_t end = tl_now_ms() + 60000; fds > fds0 && tl_now_ms() < end; fds = tl_count_fds()) {
         rdmax_ep *ep = NULL;
         rdmax_accept(l, NULL, &ep, 100);
         rdmax_ep_destroy(ep);
@@ -1186,17 +1173,9 @@ static pid_t admit_client(uint16_t port, const char *secret, int env)
             cd.secret_len = strlen(secret);
         }
         rdmax_ctx *c;
-        rdmax_ep *e;
         if (rdmax_ctx_create(&cd, &c) != RDMAX_OK)
             _exit(2);
-        rdmax_status st = rdmax_connect(c, "127.0.0.1", port, NULL, &e, 20000);
-        if (st != RDMAX_OK)
-            _exit(-st);
-        char msg[16] = "hello";
-        if (rdmax_send(e, msg, sizeof msg, NULL, NULL) != RDMAX_OK || rdmax_ep_flush(e, 5000) != RDMAX_OK)
-            _exit(4);
-        rdmax_ctx_destroy(c);
-        _exit(0);
+        tl_hello_client(c, "127.0.0.1", port);
     }
     return pid;
 }

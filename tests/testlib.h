@@ -9,14 +9,18 @@
      tl_pair(...)                          the two-endpoint fixture (when rdmax.h is included first)
      tl_count_alloc, tl_count_free         a context allocator that counts the endpoints made (tl_ep_allocs)
      tl_hw_counter, tl_rnr_count           a device port's counters (hw_counters in sysfs, rxe's names)
+     tl_count_fds                          this process's open file descriptors
+     tl_hello_client                       a client process's connect, hello and exit (listener tests)
    Return tl_failed_total ? 1 : 0 from main. */
 #ifndef RDMAX_TESTLIB_H
 #define RDMAX_TESTLIB_H
+#include <dirent.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <stdarg.h>
 #include <string.h>
+#include <unistd.h>
 
 static int tl_failed_total, tl_case_failed;
 static char tl_case[160];
@@ -83,7 +87,37 @@ static inline void tl_abandon(void)
 #define CHECK_ST(st, want) CHECK((st) == (want), "status %d (%s), expected %d (%s)", (int)(st), \
                                  rdmax_status_str((rdmax_status)(st)), (int)(want), rdmax_status_str(want))
 
+/* tl_count_fds: the entries of /proc/self/fd (this process's fds, and the directory's own while it is
+   read); -1 when it cannot be read. */
+static inline int tl_count_fds(void)
+{
+    int n = 0;
+    DIR *d = opendir("/proc/self/fd");
+    if (!d)
+        return -1;
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n;
+}
+
 #ifdef RDMAX_H_INCLUDED
+/* tl_hello_client: the rest of a client process's life once its context c is made: connect to host:port
+   (20 s), send a 16-byte "hello", flush it, and _exit: 0 when served, the negated status when the connect
+   failed (RDMAX_ERR_OOB_AUTH: 52), 4 when the send or the flush did. */
+static inline void tl_hello_client(rdmax_ctx *c, const char *host, uint16_t port)
+{
+    rdmax_ep *e;
+    rdmax_status st = rdmax_connect(c, host, port, NULL, &e, 20000);
+    if (st != RDMAX_OK)
+        _exit(-st);
+    char msg[16] = "hello";
+    if (rdmax_send(e, msg, sizeof msg, NULL, NULL) != RDMAX_OK || rdmax_ep_flush(e, 5000) != RDMAX_OK)
+        _exit(4);
+    rdmax_ctx_destroy(c);
+    _exit(0);
+}
+
 /* tl_pair: two endpoints connected to each other, on one context or two (ca, cb: loopback or across
    devices). One context and one desc: rdmax_ep_create_pair. Two contexts or two descs (which
    rdmax_ep_create_pair does not take): each created, then their records traded through the public
