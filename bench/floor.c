@@ -421,6 +421,19 @@ static void reap_send(void)
     }
 }
 
+/* The spin loops' hang guard: every 4096th spin reads the clock, and says 1 once 10 s have passed since
+   its first read. The deadline is set at that first check, not on entry: get and the atomics wait inside
+   the timed interval, and a clock_gettime there is a system call where the clock source is not the TSC. */
+static inline int spun_out(unsigned spin, double *deadline)
+{
+    if ((spin & 4095) != 0)
+        return 0;
+    double t = mono_us();
+    if (*deadline == 0)
+        *deadline = t + 10e6;
+    return t > *deadline;
+}
+
 /* Wait for one message; returns when it is seen (the caller timestamps). */
 static void wait_recv(void)
 {
@@ -435,14 +448,9 @@ static void wait_recv(void)
             return;
         }
         reap_send();
-        if ((spin & 4095) == 0) {
-            double t = mono_us();
-            if (deadline == 0)
-                deadline = t + 10e6;
-            else if (t > deadline) {
-                errno = 0;
-                die("nothing received within 10 s");
-            }
+        if (spun_out(spin, &deadline)) {
+            errno = 0;
+            die("nothing received within 10 s");
         }
     }
 }
@@ -460,19 +468,12 @@ static int wait_byte(volatile unsigned char *p, unsigned char v)
     double deadline = 0;
     for (unsigned spin = 1; *p != v; spin++) {
         reap_send();
-        if ((spin & 4095) == 0) {
-            double t = mono_us();
-            if (deadline == 0)
-                deadline = t + 10e6;
-            else if (t > deadline)
-                return -1;
-        }
+        if (spun_out(spin, &deadline))
+            return -1;
     }
     return 0;
 }
 
-/* The deadline is set at the first check, not on entry: get and the atomics wait here inside the timed
-   interval, and a clock_gettime there is a system call where the clock source is not the TSC. */
 static void wait_send_cq(void)
 {
     struct ibv_wc wc;
@@ -484,14 +485,9 @@ static void wait_send_cq(void)
             if (--sig_out == 0)
                 return;
         }
-        if ((spin & 4095) == 0) {
-            double t = mono_us();
-            if (deadline == 0)
-                deadline = t + 10e6;
-            else if (t > deadline) {
-                errno = 0;
-                die("no completion within 10 s");
-            }
+        if (spun_out(spin, &deadline)) {
+            errno = 0;
+            die("no completion within 10 s");
         }
     }
 }
