@@ -662,6 +662,18 @@ out:
     return n;
 }
 
+/* The secret's client connects to l: served, and exactly one endpoint made for it (destroyed again). */
+static void admit_served(rdmax_listener *l, const char *addr, uint16_t port)
+{
+    rdmax_ep *ep = NULL;
+    int allocs = tl_ep_allocs;
+    pid_t pid = admit_client(addr, port, g_secret);
+    CHECK_ST(rdmax_accept(l, NULL, &ep, 30000), RDMAX_OK);
+    CHECK(tl_ep_allocs == allocs + 1, "%d endpoints made for one client", tl_ep_allocs - allocs);
+    CHECK(child_status(pid) == 0, "client failed");
+    rdmax_ep_destroy(ep);
+}
+
 /* Strangers get nothing, not even an endpoint: a client without the secret, with a wrong one, a real
    client's request replayed from another QP; each refused with RDMAX_ERR_OOB_AUTH (the client reads it in
    the reject) and no endpoint made; the listener then serves a client with the secret. Controls: that
@@ -678,15 +690,7 @@ static void admit_tests(const char *addr)
     REQUIRE((ctx = admit_ctx(g_dev0, g_secret, 1)) != NULL, "no device");
     REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen: %s", rdmax_ctx_query_last_error(ctx));
     uint16_t port = rdmax_listener_query_port(l);
-    {
-        int allocs = tl_ep_allocs;
-        pid_t pid = admit_client(addr, port, g_secret);
-        CHECK_ST(rdmax_accept(l, NULL, &ep, 30000), RDMAX_OK);
-        CHECK(tl_ep_allocs == allocs + 1, "%d endpoints made for one client", tl_ep_allocs - allocs);
-        CHECK(child_status(pid) == 0, "client failed");
-        rdmax_ep_destroy(ep);
-        ep = NULL;
-    }
+    admit_served(l, addr, port);
     tl_end();
     static const struct {
         const char *name, *secret;
@@ -722,15 +726,7 @@ static void admit_tests(const char *addr)
     }
     tl_end();
     tl_begin("cm/admit: after the refusals the listener serves the secret's client");
-    {
-        int allocs = tl_ep_allocs;
-        pid_t pid = admit_client(addr, port, g_secret);
-        CHECK_ST(rdmax_accept(l, NULL, &ep, 30000), RDMAX_OK);
-        CHECK(tl_ep_allocs == allocs + 1, "%d endpoints made", tl_ep_allocs - allocs);
-        CHECK(child_status(pid) == 0, "client failed");
-        rdmax_ep_destroy(ep);
-        ep = NULL;
-    }
+    admit_served(l, addr, port);
     tl_end();
     tl_begin("cm/admit: a listener without a secret refuses a client with one; both say RDMAX_ERR_OOB_AUTH");
     {
