@@ -623,7 +623,7 @@ static pid_t admit_client(const char *host, uint16_t port, const char *secret)
         rdmax_ctx *c = admit_ctx(g_dev1, secret, 0);
         if (!c)
             _exit(2);
-        tl_hello_client(c, host, port);
+        tl_hello_client(c, host, port, 20000);
     }
     return pid;
 }

@@ -580,16 +580,9 @@ static pid_t real_client(const char *host, uint16_t port, int timeout_ms)
         rdmax_ctx_desc cd;
         memset(&cd, 0, sizeof cd);
         rdmax_ctx *c2;
-        rdmax_ep *e2;
         if (rdmax_ctx_create(&cd, &c2) != RDMAX_OK)
             _exit(2);
-        if (rdmax_connect(c2, host, port, NULL, &e2, timeout_ms) != RDMAX_OK)
-            _exit(3);
-        char msg[16] = "hello";
-        if (rdmax_send(e2, msg, sizeof msg, NULL, NULL) != RDMAX_OK || rdmax_ep_flush(e2, 5000) != RDMAX_OK)
-            _exit(4);
-        rdmax_ctx_destroy(c2);
-        _exit(0);
+        tl_hello_client(c2, host, port, timeout_ms);
     }
     return pid;
 }
@@ -1175,7 +1168,7 @@ static pid_t admit_client(uint16_t port, const char *secret, int env)
         rdmax_ctx *c;
         if (rdmax_ctx_create(&cd, &c) != RDMAX_OK)
             _exit(2);
-        tl_hello_client(c, "127.0.0.1", port);
+        tl_hello_client(c, "127.0.0.1", port, 20000);
     }
     return pid;
 }

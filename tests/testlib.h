@@ -103,12 +103,12 @@ static inline int tl_count_fds(void)
 
 #ifdef RDMAX_H_INCLUDED
 /* tl_hello_client: the rest of a client process's life once its context c is made: connect to host:port
-   (20 s), send a 16-byte "hello", flush it, and _exit: 0 when served, the negated status when the connect
-   failed (RDMAX_ERR_OOB_AUTH: 52), 4 when the send or the flush did. */
-static inline void tl_hello_client(rdmax_ctx *c, const char *host, uint16_t port)
+   (within timeout_ms), send a 16-byte "hello", flush it, and _exit: 0 when served, the negated status
+   when the connect failed (RDMAX_ERR_OOB_AUTH: 52), 4 when the send or the flush did. */
+static inline void tl_hello_client(rdmax_ctx *c, const char *host, uint16_t port, int timeout_ms)
 {
     rdmax_ep *e;
-    rdmax_status st = rdmax_connect(c, host, port, NULL, &e, 20000);
+    rdmax_status st = rdmax_connect(c, host, port, NULL, &e, timeout_ms);
     if (st != RDMAX_OK)
         _exit(-st);
     char msg[16] = "hello";
