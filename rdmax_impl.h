@@ -8524,20 +8524,20 @@ static int rdmax__progress_recv_one(rdmax_ctx *ctx)
     uint32_t slot = (uint32_t)wc->wr_id & ((1u << RDMAX__SRQ_SLOT_BITS) - 1);
     uint64_t key;  /* the immediate and the QP's number, as rdmax__srq_recv_fast reads them */
     memcpy(&key, (const char *)wc + offsetof(struct ibv_wc, imm_data), sizeof key);
-    uint64_t credits = key ^ x->last_key;  /* nonzero: the immediate's credit bits, if nothing else differs */
-    if ((credits != 0 && ((credits & ~rdmax__srq_key(RDMAX__LE32(RDMAX__IMM_CREDITS), 0)) != 0 ||
-                          !(wc->wc_flags & IBV_WC_WITH_IMM))) ||
-        wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV || ci >= s->n_live || slot >= s->per_chunk ||
+    if (wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV || ci >= s->n_live || slot >= s->per_chunk ||
         s->posted != s->target)  /* (off target: the batch's repost settles the pool) */
         return rdmax__progress_more(ctx, rdmax__recv_cqes(ctx, 1));
-    ctx->rcq_drains++;  /* fewer than a batch: the CQ was drained (as rdmax__recv_batch) */
-    ctx->cnt.cqes++;
     rdmax_ep *ep = x->last_ep;
-    if (credits) {
+    if (key != x->last_key) {  /* the last test: credits in the immediate, and nothing else may differ */
+        if (((key ^ x->last_key) & ~rdmax__srq_key(RDMAX__LE32(RDMAX__IMM_CREDITS), 0)) != 0 ||
+            !(wc->wc_flags & IBV_WC_WITH_IMM))
+            return rdmax__progress_more(ctx, rdmax__recv_cqes(ctx, 1));
         ep->tx_credits += RDMAX__LE32(wc->imm_data);  /* (credit bits only: tested above) */
         if (ep->group.count)
             rdmax__arb_group_schedule(&ctx->arb, &ep->group);
     }
+    ctx->rcq_drains++;  /* fewer than a batch: the CQ was drained (as rdmax__recv_batch) */
+    ctx->cnt.cqes++;
     char *buf = s->chunks[ci].base + (size_t)slot * s->recv_size;
     s->one.wr.wr_id = wc->wr_id;
     s->one.sge.addr = (uintptr_t)buf;
