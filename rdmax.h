@@ -3084,7 +3084,7 @@ RDMAX_INLINE int rdmax__fast_gate_open(const rdmax_ep *ep)
 /* The fast paths' out-of-line ends (>>post), and each operation's slow path: the post at sig_at as the
    fast path would make it, signaled; else the general path. */
 RDMAX_API rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uint32_t len, uint64_t raddr);
-RDMAX_API rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc);
+RDMAX_API rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc, uint32_t len);
 RDMAX_API rdmax_status rdmax__send_slow(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
                                         rdmax_comp *comp);
 #if RDMAX__HAS_RC
@@ -3103,10 +3103,11 @@ RDMAX_API rdmax_status rdmax__put_chained(rdmax_ep *ep, const void *buf, uint64_
 
 /* Post wr, a fast path's prebuilt request that the caller filled, in the send slot at sq_head, and count
    it. Returns the operation's result: RDMAX_OK, or RDMAX_INPROGRESS for a read or an atomic. Only an
-   accepted post moves sq_head, the counters and a read's budget, so a refusal has nothing to undo but the
-   CQ entry (rdmax__post_refused). sig (a constant): the post at sig_at, one in signal_interval (the slow
-   path's); it and every post while CQ entries run low are signaled out of line
-   (rdmax__fast_post_signaled: it keeps the length and remote address for an error report). */
+   accepted post moves sq_head and a read's budget; the counters count it before the post, so nothing
+   needs ctx after the call, and a refusal takes them back with the CQ entry (rdmax__post_refused). sig
+   (a constant): the post at sig_at, one in signal_interval (the slow path's); it and every post while
+   CQ entries run low are signaled out of line (rdmax__fast_post_signaled: it keeps the length and
+   remote address for an error report). */
 RDMAX_INLINE rdmax_status rdmax__fast_post(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax_op op, uint32_t len,
                                            uint64_t raddr, int sig)
 {
@@ -3124,17 +3125,16 @@ RDMAX_INLINE rdmax_status rdmax__fast_post(rdmax_ep *ep, struct ibv_send_wr *wr,
     ctx->scq_spare--;  /* this post's CQ entry, given back if it does not happen */
     if (rdmax_unlikely(ctx->scq_spare < 0 || sig))
         return rdmax__fast_post_signaled(ep, wr, len, raddr);
-    RDMAX__PROF_BEGIN(ctx, POST);
-    int rc = ep->post_send(ep->qp, wr, &ep->post_bad);  /* ibv_post_send's target, read once at creation */
-    RDMAX__PROF_END(ctx, POST);
-    if (rdmax_unlikely(rc != 0))
-        return rdmax__post_refused(ep, rc);
-    ep->sq_head++;
-    ctx = ep->ctx;  /* reloaded: one register less across the call */
     ctx->cnt.posted[op]++;
     /* post_calls follows from posted[], and an atomic's bytes are 8 x posted (rdmax_ctx_query_counters) */
     if (op != RDMAX_OP_FADD && op != RDMAX_OP_CSWAP)
         ctx->cnt.bytes[op] += len;
+    RDMAX__PROF_BEGIN(ctx, POST);
+    int rc = ep->post_send(ep->qp, wr, &ep->post_bad);  /* ibv_post_send's target, read once at creation */
+    RDMAX__PROF_END(ctx, POST);
+    if (rdmax_unlikely(rc != 0))
+        return rdmax__post_refused(ep, rc, len);
+    ep->sq_head++;
     if (op == RDMAX_OP_SEND) {  /* a send credit spent; the ones we owed went in the immediate data */
         ep->tx_credits--;
         ep->rx_unreturned = 0;

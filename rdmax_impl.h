@@ -6924,13 +6924,16 @@ rdmax_status rdmax__atomic_slow(rdmax_ep *ep, rdmax_op op, uint64_t *result, con
 }
 #endif /* RDMAX__HAS_RC */
 
-/* The provider refused a fast-path post: nothing moved but the CQ entry it took (sig_at moves only when
-   a signaled post is accepted). An atomic on a device without atomics was
-   refused before the provider saw it (rdmax__post_send_noatomic). */
-__attribute__((noinline)) rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc)
+/* The provider refused a fast-path post of len bytes: nothing moved but the CQ entry it took and its
+   counts, both taken back here (sig_at moves only when a signaled post is accepted). An atomic on a
+   device without atomics was refused before the provider saw it (rdmax__post_send_noatomic). */
+__attribute__((noinline)) rdmax_status rdmax__post_refused(rdmax_ep *ep, int rc, uint32_t len)
 {
     rdmax__slot *s = &ep->slots[ep->sq_head & ep->sq_mask];
     ep->ctx->scq_spare++;
+    ep->ctx->cnt.posted[s->op]--;
+    if (s->op != RDMAX_OP_FADD && s->op != RDMAX_OP_CSWAP)
+        ep->ctx->cnt.bytes[s->op] -= len;
     s->signaled = 0;
     ep->last_errno = rc;
     return rc == EOPNOTSUPP && (s->op == RDMAX_OP_FADD || s->op == RDMAX_OP_CSWAP) ? RDMAX_ERR_UNSUPPORTED
@@ -6974,6 +6977,9 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
     s->signaled = 1;
     s->len = len;
     s->raddr = raddr;
+    ctx->cnt.posted[s->op]++;  /* as rdmax__fast_post: before the post */
+    if (s->op != RDMAX_OP_FADD && s->op != RDMAX_OP_CSWAP)
+        ctx->cnt.bytes[s->op] += len;
     unsigned flags = wr->send_flags;
     wr->send_flags = flags | IBV_SEND_SIGNALED;
     RDMAX__PROF_BEGIN(ctx, POST);
@@ -6981,12 +6987,10 @@ rdmax_status rdmax__fast_post_signaled(rdmax_ep *ep, struct ibv_send_wr *wr, uin
     RDMAX__PROF_END(ctx, POST);
     wr->send_flags = flags;
     if (rdmax_unlikely(rc != 0))
-        return rdmax__post_refused(ep, rc);
+        return rdmax__post_refused(ep, rc, len);
     ep->sig_at = rdmax__sig_next(ep, ep->sq_head);
     ep->sq_head++;
     rdmax__ep_regate(ep);
-    ctx->cnt.posted[s->op]++;
-    ctx->cnt.bytes[s->op] += len;
     if (s->op == RDMAX_OP_SEND) {  /* as rdmax__fast_post */
         ep->tx_credits--;
         ep->rx_unreturned = 0;

@@ -447,6 +447,8 @@ static void atomics_refused(pair *p, const char *gate)
     fd_ep_view v = fd_ep_look(p->a);
     uint32_t head = v.head, rd = v.rd_avail;
     int32_t spare = fd_ctx_scq_spare(p->ca);
+    rdmax_counters c0, c1;
+    rdmax_ctx_query_counters(p->ca, &c0);
     g_posts = 0;
     CHECK(fd_ep_refuses_atomics(p->a), "%s: the endpoint posts through the provider's post_send", gate);
     CHECK_ST(rdmax_fadd(p->a, &res, &m, 0x1000, 0x99, 1, NULL), RDMAX_ERR_UNSUPPORTED);
@@ -462,6 +464,16 @@ static void atomics_refused(pair *p, const char *gate)
     uint64_t buf;
     CHECK_ST(rdmax_get(p->a, &buf, 8, &m, 0x1000, 0x99, NULL), RDMAX_INPROGRESS);
     CHECK(g_posts == 1, "%s: the get posted %d requests", gate, g_posts);
+    /* the fast post counts before it posts: a refused one takes its counts back */
+    rdmax_ctx_query_counters(p->ca, &c1);
+    CHECK(c1.posted[RDMAX_OP_FADD] == c0.posted[RDMAX_OP_FADD] &&
+          c1.posted[RDMAX_OP_CSWAP] == c0.posted[RDMAX_OP_CSWAP] &&
+          c1.posted[RDMAX_OP_GET] == c0.posted[RDMAX_OP_GET] + 1 && c1.bytes[RDMAX_OP_GET] == c0.bytes[RDMAX_OP_GET] + 8,
+          "%s: counted fadd %llu cswap %llu get %llu (%llu bytes) after 4 refused atomics and one get", gate,
+          (unsigned long long)(c1.posted[RDMAX_OP_FADD] - c0.posted[RDMAX_OP_FADD]),
+          (unsigned long long)(c1.posted[RDMAX_OP_CSWAP] - c0.posted[RDMAX_OP_CSWAP]),
+          (unsigned long long)(c1.posted[RDMAX_OP_GET] - c0.posted[RDMAX_OP_GET]),
+          (unsigned long long)(c1.bytes[RDMAX_OP_GET] - c0.bytes[RDMAX_OP_GET]));
 }
 
 static void test_no_atomics(void)
