@@ -7768,8 +7768,8 @@ static __attribute__((noinline)) int rdmax__send_cqes_slow(rdmax_ctx *ctx, int i
    pending requests to schedule - retires here, calling nothing, so its callers need no stack frame; a
    comp without a callback completes here too (one with a callback was posted with RDMAX__WR_CB in its
    wr_id, which the slot compare sends to the slow path). Returns nonzero (RDMAX__CQE_SLOW) when wc is
-   anything else: nothing changed, rdmax__send_cqes_slow handles it. No user code runs here, so the
-   nesting flag (RDMAX__SCQ_NEST) stays clear: the slow path sets it before it can.
+   anything else: nothing changed, rdmax__send_cqes_first or rdmax__send_cqes_slow handles it. No user
+   code runs here, so the nesting flag (RDMAX__SCQ_NEST) stays clear: the slow path sets it before it can.
    Nor is a flushed completion handled here, so no flush check is owed: flush_check is set
    (rdmax__ep_flush_seen) only where one follows - at the end of the slow path, of rdmax__recv_cqes, of
    the tick - or, when that one is skipped for the nesting flag or in_flush_check, at the end of the
@@ -7880,10 +7880,55 @@ static __attribute__((noinline)) int rdmax__send_cqes_loop(rdmax_ctx *ctx, int i
     return n;
 }
 
+/* A batch whose first completion rdmax__send_cqe_fast did not take. The usual one ends a run of
+   unsignaled fast posts: a success that names a later slot than the oldest, the requests before it done
+   too. That one, on an endpoint the fast retire would take (connected, not blocked, no region held),
+   retires the whole run here in one pass, calling nothing; the rest of the batch goes on in
+   rdmax__send_cqes_loop, anything else to rdmax__send_cqes_slow. */
+static __attribute__((noinline)) int rdmax__send_cqes_first(rdmax_ctx *ctx, uint64_t n, int dispatch)
+{
+    const struct ibv_wc *wc = &ctx->wc[0];
+    uint64_t key = rdmax__wc_key(wc);
+    rdmax__ep_ref *ref = &ctx->eps[(uint32_t)key & ctx->eps_mask];
+    if (rdmax_unlikely(key != ref->key))  /* failed, free, or another generation */
+        return rdmax__send_cqes_slow(ctx, 0, (int)n, dispatch);
+    rdmax_ep *ep = ref->ep;
+    uint32_t tail = ep->sq_tail, mask = ep->sq_mask, id = (uint32_t)wc->wr_id;
+    uint32_t last = tail + ((id - tail) & mask);
+    /* id a slot (RDMAX__WR_CB set: above every slot), outstanding */
+    if (rdmax_unlikely(id > mask || last - tail >= ep->sq_head - tail ||
+                       rdmax__ep_retire_word(ep) != RDMAX__EP_RETIRE_OK))
+        return rdmax__send_cqes_slow(ctx, 0, (int)n, dispatch);
+    uint64_t step = 0;  /* rdmax__ep_retire_step's, summed over the run */
+    for (uint32_t t = tail;; t++) {
+        size_t op = ep->slots[t & mask].op;
+        ctx->cnt.completed[op]++;
+        RDMAX__OPAQUE(op);
+        step += ctx->retire_step[op];
+        if (t == last)
+            break;
+    }
+    rdmax__ep_retire_step(ep, step);
+    ctx->scq_spare += (int32_t)(last + 1 - tail);
+    rdmax__slot *s = &ep->slots[id];  /* only the signaled one can hold a comp, without a callback */
+    rdmax_comp *c = s->comp;
+    if (c) {
+        s->comp = NULL;
+        ctx->comps_out--;
+        c->done = 1;
+    }
+    if (rdmax_unlikely(n > 1))
+        return rdmax__send_cqes_loop(ctx, 1, (int)n, dispatch);
+    if (dispatch && rdmax_unlikely(!rdmax__arb_is_empty(&ctx->arb)))
+        return rdmax__dispatch_then(ctx, 1);
+    return 1;
+}
+
 /* The n send completions in ctx->wc (rdmax__poll_send_fast polled them): the first here (a progress
    call that retires one completion goes no further), the rest in rdmax__send_cqes_loop, anything but
-   the common completion, and a comp's callback, in rdmax__send_cqes_slow. dispatch: serve the pending
-   queue after them. n (1 to 16) comes 64 bits wide: the count takes it as it is. */
+   the common completion in rdmax__send_cqes_first (the end of a run of unsignaled posts) or
+   rdmax__send_cqes_slow (a comp's callback among the rest). dispatch: serve the pending queue after
+   them. n (1 to 16) comes 64 bits wide: the count takes it as it is. */
 RDMAX_INLINE int rdmax__send_cqes_run(rdmax_ctx *ctx, uint64_t n, int dispatch)
 {
     ctx->cnt.cqes += n;
@@ -7891,7 +7936,7 @@ RDMAX_INLINE int rdmax__send_cqes_run(rdmax_ctx *ctx, uint64_t n, int dispatch)
        dmb ish on arm64) */
     __atomic_thread_fence(__ATOMIC_RELEASE);
     if (rdmax_unlikely(rdmax__send_cqe_fast(ctx, &ctx->wc[0]) != RDMAX__CQE_DONE))
-        return rdmax__send_cqes_slow(ctx, 0, (int)n, dispatch);
+        return rdmax__send_cqes_first(ctx, n, dispatch);
     if (rdmax_unlikely(n > 1))
         return rdmax__send_cqes_loop(ctx, 1, (int)n, dispatch);
     if (dispatch && rdmax_unlikely(!rdmax__arb_is_empty(&ctx->arb)))

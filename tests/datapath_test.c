@@ -585,6 +585,44 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     }
     tl_end();
 
+    /* A signaled completion after unsignaled fast posts retires them all (rdmax__send_cqes_first): each op's
+       count, the read budget (summed over the run) and the send queue come back whole. */
+    tl_begin("%s/unsignaled puts, gets and fadds retire at the next signaled completion", topo);
+    {
+        rdmax_counters c0, c1;
+        rdmax_ep_resources r0, r1;
+        rdmax_ctx_query_counters(ca, &c0);
+        rdmax_ep_query_resources(a, &r0);
+        uint64_t *res = (uint64_t *)(void *)(s + 4096);
+        uint64_t *ctr = (uint64_t *)(void *)(d + 8192);
+        *ctr = 100;
+        uint32_t v = 7;
+        CHECK_ST(rdmax_put(a, &v, 4, NULL, raddr, rk, NULL), RDMAX_OK);
+        CHECK_ST(rdmax_get(a, s, 8, src, raddr + 64, rk, NULL), RDMAX_INPROGRESS);
+        CHECK_ST(rdmax_fadd(a, &res[0], src, raddr + 8192, rk, 1, NULL), RDMAX_INPROGRESS);
+        CHECK_ST(rdmax_put(a, &v, 4, NULL, raddr + 4, rk, NULL), RDMAX_OK);
+        CHECK_ST(rdmax_fadd(a, &res[1], src, raddr + 8192, rk, 2, NULL), RDMAX_INPROGRESS);
+        CHECK_ST(rdmax_get(a, s + 8, 8, src, raddr + 72, rk, NULL), RDMAX_INPROGRESS);
+        rdmax_comp c;
+        memset(&c, 0, sizeof c);
+        CHECK_ST(rdmax_get(a, s + 16, 8, src, raddr + 80, rk, &c), RDMAX_INPROGRESS);  /* signaled */
+        CHECK(wait_comp(ca, cb, &c) == 0 && c.status == RDMAX_OK, "get: %s", rdmax_status_str(c.status));
+        rdmax_ctx_query_counters(ca, &c1);
+        rdmax_ep_query_resources(a, &r1);
+        static const unsigned n_op[] = {[RDMAX_OP_PUT] = 2, [RDMAX_OP_GET] = 3, [RDMAX_OP_FADD] = 2};
+        for (unsigned op = RDMAX_OP_PUT; op <= RDMAX_OP_FADD; op++)
+            CHECK(c1.posted[op] - c0.posted[op] == n_op[op] && c1.completed[op] - c0.completed[op] == n_op[op],
+                  "%s: posted %llu, completed %llu, expected %u", rdmax_op_str((rdmax_op)op),
+                  (unsigned long long)(c1.posted[op] - c0.posted[op]),
+                  (unsigned long long)(c1.completed[op] - c0.completed[op]), n_op[op]);
+        CHECK(r1.outstanding == 0 && r1.sq_free == r0.sq_free && r1.reads_free == r0.reads_free,
+              "outstanding %u, sq_free %u (was %u), reads_free %u (was %u)", r1.outstanding, r1.sq_free,
+              r0.sq_free, r1.reads_free, r0.reads_free);
+        CHECK(res[0] == 100 && res[1] == 101 && *ctr == 103, "fadds fetched %llu, %llu, counter %llu",
+              (unsigned long long)res[0], (unsigned long long)res[1], (unsigned long long)*ctr);
+    }
+    tl_end();
+
     tl_begin("%s/completion channel wakes a blocked waiter", topo);
     {
         rdmax_comp c;
