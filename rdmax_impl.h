@@ -6647,8 +6647,8 @@ static rdmax_status rdmax__ep_contig(rdmax_ep *ep, struct ibv_send_wr *wr, rdmax
 }
 
 /* rdmax_send's general path. */
-static rdmax_status rdmax__g_send(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
-                                  rdmax_comp *comp)
+static __attribute__((noinline)) rdmax_status rdmax__g_send(rdmax_ep *ep, const void *buf, size_t len,
+                                                             const rdmax_mem *mem, rdmax_comp *comp)
 {
     rdmax_status st = rdmax__ep_check(ep);
     if (rdmax_unlikely(st != RDMAX_OK))
@@ -6724,8 +6724,9 @@ static rdmax_status rdmax__g_put_imm(rdmax_ep *ep, const void *buf, size_t len, 
 }
 
 /* rdmax_put's general path. */
-static rdmax_status rdmax__g_put(rdmax_ep *ep, const void *buf, size_t len, const rdmax_mem *mem,
-                                 uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
+static __attribute__((noinline)) rdmax_status rdmax__g_put(rdmax_ep *ep, const void *buf, size_t len,
+                                                            const rdmax_mem *mem, uint64_t raddr, uint32_t rkey,
+                                                            rdmax_comp *comp)
 {
     /* max_msg_sz <= UINT32_MAX (the context clamps it): the length fits the 32-bit SGE */
     if (rdmax_unlikely(len > ep->ctx->attr.max_msg_sz || (buf == NULL && len != 0)))
@@ -6769,8 +6770,8 @@ static rdmax_status rdmax__ep_iov(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax
 }
 
 /* rdmax_get's general path. */
-static rdmax_status rdmax__g_get(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem, uint64_t raddr,
-                                 uint32_t rkey, rdmax_comp *comp)
+static __attribute__((noinline)) rdmax_status rdmax__g_get(rdmax_ep *ep, void *buf, size_t len, const rdmax_mem *mem,
+                                                            uint64_t raddr, uint32_t rkey, rdmax_comp *comp)
 {
     /* one test for len 0, len too long and a NULL buffer (len - 1 wraps for 0) */
     if (rdmax_unlikely(len - 1 >= ep->ctx->attr.max_msg_sz || buf == NULL)) {
@@ -6818,9 +6819,9 @@ static rdmax_status rdmax__g_get(rdmax_ep *ep, void *buf, size_t len, const rdma
     return st;
 }
 
-static rdmax_status rdmax__g_atomic(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax_op op, uint64_t *result,
-                                    const rdmax_mem *mem, uint64_t raddr, uint32_t rkey, uint64_t a, uint64_t b,
-                                    rdmax_comp *comp)
+static __attribute__((noinline)) rdmax_status rdmax__g_atomic(rdmax_ep *ep, enum ibv_wr_opcode opcode, rdmax_op op,
+                                                               uint64_t *result, const rdmax_mem *mem, uint64_t raddr,
+                                                               uint32_t rkey, uint64_t a, uint64_t b, rdmax_comp *comp)
 {
     if (rdmax_unlikely(ep->ctx->attr.atomic_cap == IBV_ATOMIC_NONE))
         return RDMAX_ERR_UNSUPPORTED;  /* the device has none (the context's capability line said so) */
@@ -6857,7 +6858,9 @@ static void rdmax__ep_unpend(rdmax_ep *ep)
 }
 
 /* The fast gate stopped at the post that must be signaled (sig_at), with a free slot and nothing
-   blocking: the slow path makes that post as the fast path would, signaled (rdmax__fast_post's sig). */
+   blocking: the slow path makes that post as the fast path would, signaled (rdmax__fast_post's sig).
+   The general paths (rdmax__g_send, _put, _get, _atomic) are noinline: inlined, their stack frame was
+   set up on every slow path, this post's too. */
 static int rdmax__ep_at_sig(const rdmax_ep *ep)
 {
     return ep->sq_head == ep->sig_at && !ep->blocked && ep->sq_head - ep->sq_tail <= ep->sq_mask &&
