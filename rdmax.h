@@ -473,7 +473,10 @@
                              peer that disconnects is seen as RDMAX_EP_CLOSED, one that exits, is killed or
                              destroys its endpoint without a disconnect as RDMAX_EP_ERROR with
                              RDMAX_ERR_PEER_GONE (RDMA_CM_EVENT_DISCONNECTED with no goodbye before it, read
-                             by rdmax_progress's slow tick), with no traffic needed. rdmax creates its own
+                             by rdmax_progress's slow tick), with no traffic needed. That verdict waits until
+                             the receive CQs were drained after the event, so whatever the peer sent before
+                             it, its goodbye too, is delivered first; after our own goodbye the peer's
+                             DISCONNECTED completes the close (RDMAX_EP_CLOSED). rdmax creates its own
                              QP on the context's PD (the cm id has none), so everything else about an
                              endpoint is the same in both modes. ADMISSION
    With a shared secret (rdmax_ctx_desc.secret, or RDMAX_SECRET) a listener serves only clients that
@@ -2574,6 +2577,7 @@ struct rdmax_ctx {
     uint8_t state_news;         /* an endpoint with a state_cb failed or closed (rdmax__state_tell) */
     uint8_t held_news;          /* an accept call took an endpoint with held messages (rdmax__cm_hold_tell) */
     uint8_t in_flush_check;
+    uint8_t cm_gone;            /* endpoints wait for the verdict on a DISCONNECTED (rdmax__cm_verdicts) */
     uint64_t retire_step[RDMAX_OP__COUNT]; /* by op, what the fast retire adds to an endpoint's rd_avail
                                    and sq_tail as one word: sq_tail 1, rd_avail 1 for the reads and
                                    atomics, whose retirement gives back read budget (rdmax__ctx_retire_step) */
@@ -2715,6 +2719,10 @@ struct rdmax_ep {
     uint32_t n_wins;            /* (here: in ka_head's padding; scale_test holds an endpoint to 2 KiB) */
     int64_t ka_ms;
     struct rdma_cm_id *cm_id;   /* RDMAX_SETUP_CM: the connection's rdma_cm id (it has no QP: ours is ep->qp) */
+    uint32_t cm_gone_epoch;     /* RDMAX_SETUP_CM: the receive CQs' drain epoch at the peer's DISCONNECTED,
+                                   whose verdict waits for them (cm_gone set; rdmax__cm_verdicts) */
+    uint8_t cm_gone;
+    uint8_t bye;                /* RC: rdmax_ep_disconnect posted our goodbye and has not returned */
     struct rdmax__win *wins;    /* RC: the memory windows of the regions it exposes (n_wins; EXPOSED MEMORY) */
 #if RDMAX__HAS_UD
     struct ibv_ah *ah;          /* UD: the peer's address handle (from the context's cache) */

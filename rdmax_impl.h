@@ -8744,6 +8744,7 @@ rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms)
             if (st == RDMAX_OK) {
                 ep->tx_credits--;
                 ep->rx_unreturned = 0;
+                ep->bye = 1;  /* (rdma_cm: the peer's DISCONNECTED may come before the completion, see >>cm) */
                 st = rdmax_ep_flush(ep, timeout_ms);
             }
         }
@@ -8752,6 +8753,7 @@ rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms)
         rdmax__ep_closed(ep, 0);
     if (ep->cm_id)  /* rdma_cm: the peer sees DISCONNECTED, also when the goodbye could not go */
         rdma_disconnect(ep->cm_id);
+    ep->bye = 0;  /* the close is told from now on (rdmax__state_tell) */
     return st;
 }
 
@@ -8970,6 +8972,10 @@ static void rdmax__state_tell(rdmax_ctx *ctx)
         if (!ep || !ep->desc.state_cb || ep->state == ep->state_told ||
             (ep->state != RDMAX_EP_ERROR && ep->state != RDMAX_EP_CLOSED))
             continue;
+        if (ep->bye) {  /* closed inside its rdmax_ep_disconnect (>>cm): told once that returns, as always */
+            ctx->state_news = 1;
+            continue;
+        }
         ep->state_told = ep->state;
         ep->desc.state_cb(ep, (rdmax_ep_state)ep->state, (rdmax_status)ep->err, ep->desc.user);
     }
@@ -10264,6 +10270,45 @@ static void rdmax__cm_ep_cleanup(rdmax_ep *ep)
     ep->cm_id = NULL;
 }
 
+/* The receive CQs' drain epoch (>>srq): it moves when a poll finds every receive CQ drained. */
+static uint32_t rdmax__recv_epoch(const rdmax_ctx *ctx)
+{
+    return ctx->rx ? *ctx->rx->epoch : ctx->rcq_drains;
+}
+
+/* The verdicts on DISCONNECTED events that wait (rdmax__cm_events): the DREQ travels apart from the
+   data, after the acks of what the peer sent, its goodbye too, which is then in our receive CQs, possibly
+   behind more than one drain takes, or polled already into the batch of a receive callback we run in. So
+   the verdict waits until the epoch moved twice since the event (with several receive groups it moves
+   once each was seen drained, and some may have been before the event) and no receive batch runs: what
+   the peer sent before it was delivered, its goodbye closed the endpoint, and one still connected had
+   none. After our own goodbye the DISCONNECTED is the peer's answer to it, which may come before the
+   goodbye's completion is seen (or its ack, lost as the peer's QP leaves RTS): our close, told to
+   state_cb once rdmax_ep_disconnect returns, as when the completion comes first. */
+static void rdmax__cm_verdicts(rdmax_ctx *ctx)
+{
+    int in_batch = RDMAX__SCQ_NESTED(ctx) || ctx->rwc != ctx->rwc_top;  /* (in a callback) */
+    uint32_t epoch = rdmax__recv_epoch(ctx);
+    int waiting = 0;
+    for (uint32_t i = 0; i < ctx->eps_cap; i++) {
+        rdmax_ep *ep = ctx->eps[i].ep;
+        if (!ep || !ep->cm_gone)
+            continue;
+        if (!ep->bye && ep->state == RDMAX_EP_CONNECTED && (in_batch || epoch - ep->cm_gone_epoch < 2)) {
+            waiting = 1;
+            continue;
+        }
+        ep->cm_gone = 0;
+        if (ep->bye)
+            rdmax__ep_closed(ep, 0);
+        else
+            rdmax__ep_fail_why(ep, RDMAX_ERR_PEER_GONE, IBV_WC_GENERAL_ERR, 1,
+                               "rdma_cm: the peer disconnected without its goodbye (its process was killed or "
+                               "exited, or it destroyed its endpoint without rdmax_ep_disconnect)");
+    }
+    ctx->cm_gone = (uint8_t)waiting;
+}
+
 /* Events of connected endpoints, without blocking (from rdmax__tick). */
 static void rdmax__cm_events(rdmax_ctx *ctx)
 {
@@ -10278,19 +10323,16 @@ static void rdmax__cm_events(rdmax_ctx *ctx)
         switch (type) {
         case RDMA_CM_EVENT_DISCONNECTED: {
             rdma_disconnect(id);  /* answers the peer's DREQ (fails harmlessly if we sent ours) */
-            /* The DREQ travels apart from the data, after the acks of what the peer sent: that is in our
-               CQs already. Deliver it before the endpoint reads as closed; a callback may destroy the
-               endpoint meanwhile, so look it up again after. */
-            uint64_t base = ep->wr_id_base;
-            uint32_t idx = (uint32_t)(base >> 32) & 0xffff;
-            for (int i = 0; i < 64 && rdmax__poll_recv(ctx) + rdmax__poll_send(ctx) > 0; i++)
+            /* Closed by the peer's goodbye, or failed without one: decided by rdmax__cm_verdicts, after
+               what came before the event was delivered. Most often these polls get there at once (a
+               callback may destroy the endpoint meanwhile: not touched after them). */
+            uint32_t e0 = rdmax__recv_epoch(ctx);
+            ep->cm_gone = 1;
+            ep->cm_gone_epoch = e0;
+            ctx->cm_gone = 1;
+            for (int i = 0; i < 64 && (rdmax__poll_recv(ctx) + rdmax__poll_send(ctx) > 0 ||
+                                       rdmax__recv_epoch(ctx) - e0 < 2); i++)
                 ;
-            /* A goodbye (rdmax_ep_disconnect) closed it by now; without one the peer went away (killed,
-               exited, or destroyed its endpoint): a failure, not a close. */
-            if (ctx->eps[idx].ep == ep && RDMAX__REF_GEN(&ctx->eps[idx]) == (uint16_t)(base >> 48))
-                rdmax__ep_fail_why(ep, RDMAX_ERR_PEER_GONE, IBV_WC_GENERAL_ERR, 1,
-                                   "rdma_cm: the peer disconnected without its goodbye (its process was killed or "
-                                   "exited, or it destroyed its endpoint without rdmax_ep_disconnect)");
             break;
         }
         case RDMA_CM_EVENT_DEVICE_REMOVAL:
@@ -10300,6 +10342,8 @@ static void rdmax__cm_events(rdmax_ctx *ctx)
             break;
         }
     }
+    if (ctx->cm_gone)
+        rdmax__cm_verdicts(ctx);
 }
 
 /* The cm id must be on this context's device and port: our QP is used with its attributes. */

@@ -14,6 +14,8 @@
        nobody has: the status, and a timeout names the rdma_cm step;
      - a peer process killed with SIGKILL: the endpoint fails, RDMAX_ERR_PEER_GONE (DISCONNECTED, no goodbye), with
        keepalive off and no traffic; the control, the TCP mode, stays connected;
+     - the peer's goodbye behind more messages than a drain takes, its DISCONNECTED handled first: closed,
+       not failed; our own goodbye overtaken by the peer's DISCONNECTED: closed, rdmax_ep_disconnect OK;
      - messages a client sends before the accept call that returns its endpoint reach that call's
        callbacks and user, in order (the answering call had another desc); with no returning call they
        are dropped and counted;
@@ -1390,6 +1392,172 @@ out:
     tl_end();
 }
 
+/* Waits (up to 10 s) until ctx's rdma_cm channel holds an event: read it, the next tick handles it. */
+static int cm_event_waits(rdmax_ctx *ctx)
+{
+    struct pollfd p = {.fd = ctx->cm_ch->fd, .events = POLLIN};
+    return poll(&p, 1, 10000) == 1;
+}
+
+/* The peer's goodbye and its DISCONNECTED both wait, the goodbye behind more messages than the event's
+   own drain takes (64 polls of 16): the event is handled first (a tick before any progress), then the
+   receive CQ. Before, the endpoint failed with RDMAX_ERR_PEER_GONE at the tick, with the goodbye still
+   queued; now the verdict waits for the drain and the goodbye closes it: RDMAX_EP_CLOSED,
+   RDMAX_ERR_CLOSED, every message delivered before. */
+static void close_goodbye_behind_test(const char *addr)
+{
+    enum { MSGS = 1100 };  /* past the 1,024 completions the event's drain took */
+    rdmax_ctx *ctx = NULL;
+    rdmax_listener *l = NULL;
+    rdmax_ep *ep = NULL;
+    int got = 0, at_close = -1, fds[2] = {-1, -1};
+    pid_t pid = -1;
+    char c;
+    tl_begin("cm/goodbye behind %d messages, DISCONNECTED handled first: RDMAX_EP_CLOSED (RDMAX_ERR_CLOSED), "
+             "all delivered before", MSGS);
+    REQUIRE(pipe(fds) == 0, "pipe");
+    REQUIRE((ctx = ctx_make(g_dev0, 1, 0, 0)) != NULL, "no device");
+    REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
+    uint16_t port = rdmax_listener_query_port(l);
+    pid = fork();
+    if (pid == 0) {
+        rdmax_ctx *c2 = ctx_make(g_dev1, 1, 0, 0);
+        rdmax_ep_desc ed2;
+        memset(&ed2, 0, sizeof ed2);
+        ed2.keepalive_ms = RDMAX_OFF;
+        rdmax_ep *e2;
+        rdmax_mem *m;
+        if (!c2 || rdmax_connect(c2, addr, port, &ed2, &e2, 30000) != RDMAX_OK ||
+            rdmax_mem_alloc(c2, 64, RDMAX_ACCESS_LOCAL, &m) != RDMAX_OK)
+            _exit(3);
+        for (int i = 0; i < MSGS; i++)
+            if (send_retry(e2, m->addr, 64, m) != RDMAX_OK)
+                _exit(4);
+        /* the goodbye acknowledged by the server's device, then rdma_cm's DREQ */
+        if (rdmax_ep_disconnect(e2, 30000) != RDMAX_OK || write(fds[1], "d", 1) != 1)
+            _exit(5);
+        pause();
+        _exit(0);
+    }
+    rdmax_ep_desc ed;
+    memset(&ed, 0, sizeof ed);
+    ed.keepalive_ms = RDMAX_OFF;
+    ed.recv_cb = count_recv;
+    ed.user = &got;
+    ed.rq_depth = 1200;  /* the client's sends fit its window: nothing here progresses until it is done */
+    CHECK_ST(rdmax_accept(l, &ed, &ep, 60000), RDMAX_OK);
+    REQUIRE(ep && read(fds[0], &c, 1) == 1, "the client did not disconnect");
+    REQUIRE(cm_event_waits(ctx), "no rdma_cm event after the client's disconnect");
+    rdmax__tick(ctx);  /* the DISCONNECTED before the receive CQ */
+    struct pollfd p = {.fd = ctx->cm_ch->fd, .events = POLLIN};
+    REQUIRE(poll(&p, 1, 0) == 0 && got < MSGS, "the tick left an rdma_cm event, or the goodbye was not behind "
+            "(%d of %d messages delivered)", got, MSGS);
+    for (int64_t end = now_ms() + 30000; now_ms() < end;) {
+        if (rdmax_ep_query_state(ep) != RDMAX_EP_CONNECTED) {
+            at_close = got;
+            break;
+        }
+        rdmax_progress(ctx);
+    }
+    CHECK(rdmax_ep_query_state(ep) == RDMAX_EP_CLOSED && rdmax_ep_query_error(ep) == RDMAX_ERR_CLOSED,
+          "state %d, error %s (the peer said goodbye)", (int)rdmax_ep_query_state(ep),
+          rdmax_status_str(rdmax_ep_query_error(ep)));
+    CHECK(at_close == MSGS, "%d of %d messages delivered when the endpoint closed", at_close, MSGS);
+out:
+    if (pid > 0)
+        kill(pid, SIGKILL), child_status(pid);
+    rdmax_ep_destroy(ep);
+    rdmax_listener_destroy(l);
+    rdmax_ctx_destroy(ctx);
+    if (fds[0] >= 0)
+        close(fds[0]), close(fds[1]);
+    tl_end();
+}
+
+struct told {
+    int n, in_call;
+    rdmax_ep_state state;
+    rdmax_status reason;
+};
+static void told_state(rdmax_ep *ep, rdmax_ep_state state, rdmax_status reason, void *user)
+{
+    struct told *t = (struct told *)user;
+    (void)ep;
+    t->n++;
+    t->state = state;
+    t->reason = reason;
+}
+
+/* Our goodbye is posted, and the peer's DISCONNECTED comes before its completion (in the two-host rpc
+   run the peer destroys its endpoint as the goodbye lands, and the event came first on 26 of 96
+   endpoints): forced by a peer whose QP left RTS (it acks nothing) and whose DREQ already waits. Before,
+   the endpoint failed with RDMAX_ERR_PEER_GONE inside our rdmax_ep_disconnect, and state_cb heard of it
+   there; now that is the answer to our close: the call returns RDMAX_OK, RDMAX_EP_CLOSED with RDMAX_OK,
+   told to state_cb after the call returns, as when the completion comes first. */
+static void disconnect_answered_test(const char *addr)
+{
+    rdmax_ctx *ctx = NULL;
+    rdmax_listener *l = NULL;
+    rdmax_ep *ep = NULL;
+    int up[2] = {-1, -1}, down[2] = {-1, -1};
+    pid_t pid = -1;
+    char c;
+    tl_begin("cm/rdmax_ep_disconnect whose goodbye the peer's DISCONNECTED overtakes: RDMAX_EP_CLOSED, RDMAX_OK");
+    REQUIRE(pipe(up) == 0 && pipe(down) == 0, "pipe");
+    REQUIRE((ctx = ctx_make(g_dev0, 1, 0, 0)) != NULL, "no device");
+    REQUIRE(rdmax_listener_create(ctx, NULL, 0, &l) == RDMAX_OK, "listen");
+    uint16_t port = rdmax_listener_query_port(l);
+    pid = fork();
+    if (pid == 0) {
+        rdmax_ctx *c2 = ctx_make(g_dev1, 1, 0, 0);
+        rdmax_ep_desc ed2;
+        memset(&ed2, 0, sizeof ed2);
+        ed2.keepalive_ms = RDMAX_OFF;
+        rdmax_ep *e2;
+        if (!c2 || rdmax_connect(c2, addr, port, &ed2, &e2, 30000) != RDMAX_OK || write(up[1], "c", 1) != 1 ||
+            read(down[0], &c, 1) != 1)
+            _exit(3);
+        rdmax__qp_to_error(e2);  /* acks nothing more */
+        if (rdma_disconnect(e2->cm_id) != 0 || write(up[1], "d", 1) != 1)
+            _exit(4);
+        pause();
+        _exit(0);
+    }
+    struct told t = {0, 0, RDMAX_EP_CONNECTED, RDMAX_OK};
+    rdmax_ep_desc ed;
+    memset(&ed, 0, sizeof ed);
+    ed.keepalive_ms = RDMAX_OFF;
+    ed.state_cb = told_state;
+    ed.user = &t;
+    CHECK_ST(rdmax_accept(l, &ed, &ep, 60000), RDMAX_OK);
+    REQUIRE(ep && read(up[0], &c, 1) == 1 && write(down[1], "g", 1) == 1, "the client did not connect");
+    REQUIRE(read(up[0], &c, 1) == 1 && c == 'd', "the client did not disconnect");
+    REQUIRE(cm_event_waits(ctx), "no rdma_cm event after the client's disconnect");
+    rdmax_status st = rdmax_ep_disconnect(ep, 10000);
+    t.in_call = t.n;
+    CHECK(st == RDMAX_OK && rdmax_ep_query_state(ep) == RDMAX_EP_CLOSED && rdmax_ep_query_error(ep) == RDMAX_OK,
+          "rdmax_ep_disconnect: %s, state %d, error %s (our own close)", rdmax_status_str(st),
+          (int)rdmax_ep_query_state(ep), rdmax_status_str(rdmax_ep_query_error(ep)));
+    for (int64_t end = now_ms() + 2000; t.n == 0 && now_ms() < end;)
+        rdmax_wait(ctx, 10);
+    CHECK(t.in_call == 0 && t.n == 1 && t.state == RDMAX_EP_CLOSED && t.reason == RDMAX_OK,
+          "state_cb: %d calls inside rdmax_ep_disconnect, %d in all, the last with state %d reason %s", t.in_call,
+          t.n, (int)t.state, rdmax_status_str(t.reason));
+out:
+    if (pid > 0)
+        kill(pid, SIGKILL), child_status(pid);
+    rdmax_ep_destroy(ep);
+    rdmax_listener_destroy(l);
+    rdmax_ctx_destroy(ctx);
+    for (int i = 0; i < 2; i++) {
+        if (up[i] >= 0)
+            close(up[i]);
+        if (down[i] >= 0)
+            close(down[i]);
+    }
+    tl_end();
+}
+
 /* A client's messages reach only the callbacks and user of the accept call that returns its endpoint
    (issue 27, item 1, rdma_cm). The bad case forced: the client's connect request is read by a call with
    desc A (the one event handed to the listener's event step, as rdmax_accept does with it), which
@@ -1651,6 +1819,8 @@ int main(int argc, char **argv)
     connect_tests(argv[1]);
     peer_killed_tests(argv[1]);
     close_order_test(argv[1]);
+    close_goodbye_behind_test(argv[1]);
+    disconnect_answered_test(argv[1]);
     early_message_test(argv[1], 1);
     early_message_test(argv[1], 0);
     connect_time(argv[1]);
