@@ -312,9 +312,10 @@
    is failed for its window) and nowhere else.
    Memory: the pool costs (W + 1) x recv_size per endpoint: 12 KiB at rest with the defaults (3 x 4 KiB),
    up to 260 KiB while its window is 64; rdmax's own state is 2 KiB per endpoint (the batch staging is
-   the context's), and the provider's send queue grows with sq_depth and max_inline (about 37 KiB per
-   endpoint on rxe with the defaults): 10,000 endpoints with the default descriptors took 50 KiB of RSS
-   each on rxe (tests/scale_test tenk). A receive CQ holds every credit of the endpoints on it, so one
+   the context's), and the provider's send queue grows with sq_depth and max_inline (about 20 KiB per
+   endpoint on rxe with the defaults: rxe gives n requests the power of two above n slots, 32 of 512 B
+   for the default 31; sq_depth 32 would take 64, 36 KiB): 10,000 endpoints with the default
+   descriptors took 34 KiB of RSS each on rxe (tests/scale_test tenk). A receive CQ holds every credit of the endpoints on it, so one
    holds at most max_cqe (32767 on rxe) / 3 endpoints at rest (about 10,900, fewer as windows grow; with
    fixed windows max_cqe / (rq_depth + 1): 1927 at 16). When the next endpoint would pass it, the context
    opens another receive CQ on the same completion channel, with a shared receive queue of its own, and
@@ -986,8 +987,8 @@ typedef struct rdmax_ctx_desc {
     uint32_t max_eps;          /* 0: 65535 endpoints per context (the most a wr_id can name); the table
                                   grows as endpoints are made */
     uint32_t max_qp_wr;        /* 0: the device's max_qp_wr; else a lower cap on every endpoint's send and
-                                  receive queue (rdmax_dev_attr.max_qp_wr reports the cap applied). A send
-                                  queue is a power of two: sq_depth is rounded down to fit under it */
+                                  receive queue (rdmax_dev_attr.max_qp_wr reports the cap applied): a
+                                  larger sq_depth is clamped to it */
     rdmax_log_level log_level; /* used when log_level_set; else $RDMAX_LOG_LEVEL, else warn */
     bool log_level_set;
     rdmax_allocator allocator; /* zero: RDMAX_MALLOC/RDMAX_FREE, else malloc/free; alloc and free both or
@@ -1040,10 +1041,11 @@ typedef struct rdmax_ctx_desc {
 
 typedef struct rdmax_ep_desc {
     uint8_t transport;         /* 0: RC when selected, else UD; or RDMAX_TRANSPORT_ID_RC / _UD */
-    uint32_t sq_depth;         /* 0: 32 send-queue slots (the provider's queue memory grows with it: on rxe
-                                  36 KiB per endpoint at 32, 260 KiB at 256); rounded up to a power of two,
-                                  then down to one that fits the device's (or rdmax_ctx_desc's) max_qp_wr,
-                                  and to 32768 at most */
+    uint32_t sq_depth;         /* 0: 31: the requests that may be outstanding (the provider's queue memory
+                                  grows with it: rxe gives n requests the power of two above n slots, 20 KiB
+                                  per endpoint at 31, 36 KiB at 32 to 63); at most the device's (or
+                                  rdmax_ctx_desc's) max_qp_wr and 32768. A batch of RDMAX_BATCH_MAX requests
+                                  on one endpoint needs 32 */
     uint32_t rq_depth;         /* RC: the window of this peer (min 4, max 65534): the sends and puts
                                   with immediate it may have in flight to us, backed by rq_depth + 1
                                   buffers of the shared receive pool (the one more for its grants, see
@@ -1439,7 +1441,7 @@ RDMAX_API rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms);
        const rdmax_rbuf *r = rdmax_ep_query_remote(ep, 0);
        if (r) rdmax_put(ep, buf, len, NULL, r->addr, r->rkey, &comp);
    rdmax_ep_query_remote_count: how many it advertised.
-   rdmax_ep_query_desc: the desc as applied (sq_depth a power of two under the device limit, max_inline
+   rdmax_ep_query_desc: the desc as applied (sq_depth under the device limit, max_inline
    probed, max_rd_atomic negotiated, ...); its pointers (expose, expose_list, user) are as given (the
    list was read at creation: it need not point anywhere now). rdmax_ep_query_state: RDMAX_EP_INIT,
    _CONNECTED, _ERROR, _CLOSED. rdmax_ep_query_resources: resources and identity now (rdmax_ep_resources; its qp is
@@ -2654,7 +2656,7 @@ struct rdmax_ep {
     uint16_t sq_regions;        /* outstanding slots holding a cached registration (sq_depth <= 32768):
                                    with state and blocked one word that the fast retire tests once
                                    (rdmax__ep_retire_word) */
-    uint32_t sq_mask;           /* sq_depth - 1 (power of two) */
+    uint32_t sq_mask;           /* the slots less one: sq_depth rounded up to a power of two, less one */
     uint32_t rd_avail;          /* RDMA reads and atomics that may still be issued; with sq_tail one 8-byte
                                    word that the fast retire adds its step to (rdmax_ctx.retire_step) */
     uint32_t sq_tail;           /* oldest outstanding slot */
@@ -2672,6 +2674,8 @@ struct rdmax_ep {
     uint32_t tx_credits;        /* RC: receive buffers the peer has for us: sends may take all but the
                                    last, kept for grants and the goodbye (so the fast test is > 1) */
     uint32_t rx_unreturned;     /* receive buffers reposted but not yet granted back to the peer */
+    uint32_t sq_last;           /* sq_depth - 1: the requests the queue holds, less one (sq_depth need not
+                                   be a power of two: sq_mask + 1 slots, up to sq_last + 1 outstanding) */
     rdmax_req grant_req;        /* a grant that could not be posted waits at the head of the queue */
     rdmax__slot *slots;
     struct ibv_send_wr wr;      /* the fast put's request, prebuilt at creation and never changed but
@@ -3041,7 +3045,7 @@ RDMAX_INLINE rdmax_status rdmax__rcache_lkey(rdmax_ctx *ctx, const void *buf, si
 /* Send-queue slots free. */
 RDMAX_INLINE uint32_t rdmax__ep_sq_avail(const rdmax_ep *ep)
 {
-    return ep->sq_mask + 1 - (ep->sq_head - ep->sq_tail);
+    return ep->sq_last + 1 - (ep->sq_head - ep->sq_tail);
 }
 
 /* Send-CQ entries not yet reserved by a post. */
@@ -3063,7 +3067,7 @@ RDMAX_INLINE void rdmax__ep_regate(rdmax_ep *ep)
    on from h, or the queue's end if nearer. */
 RDMAX_INLINE uint32_t rdmax__sig_from(const rdmax_ep *ep, uint32_t h, uint32_t d)
 {
-    uint32_t full = ep->sq_tail + ep->sq_mask + 1;
+    uint32_t full = ep->sq_tail + ep->sq_last + 1;
     return full - h < d ? full : h + d;
 }
 RDMAX_INLINE uint32_t rdmax__sig_next(const rdmax_ep *ep, uint32_t h)

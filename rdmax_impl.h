@@ -5681,21 +5681,22 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
         *d = *in;
     else
         memset(d, 0, sizeof *d);
-    /* 32 slots keep an endpoint small: rdmax's slot array is 1 KiB and rxe's send queue 36 KiB (256 slots
-       cost 8 KiB and 260 KiB); a flow that needs more in flight asks for it. */
+    /* 31 requests keep an endpoint small: rxe gives a queue of n requests the power of two above n
+       slots, so 31 cost it 32 slots (20 KiB) and 32 would cost 64 (36 KiB); rdmax's slot array is 1 KiB.
+       A flow that needs more in flight asks for it. */
     if (!d->sq_depth)
-        d->sq_depth = 32;
+        d->sq_depth = 31;
     uint32_t asked = d->sq_depth;
-    d->sq_depth = rdmax__pow2(d->sq_depth);
-    /* Slots are indexed with sq_mask = sq_depth - 1, so the depth must stay a power of two: clamp to
-       the largest one under max_qp_wr, which need not be one itself, and to 32768 (rdmax_ep.sq_regions
-       counts slots in 16 bits). */
-    while (d->sq_depth > 1 && (d->sq_depth > ctx->attr.max_qp_wr || d->sq_depth > 32768))
-        d->sq_depth >>= 1;
+    /* At most max_qp_wr and 32768 (rdmax_ep.sq_regions counts slots in 16 bits); the slots are the power
+       of two at or above it (indexed with sq_mask). */
+    if (d->sq_depth > ctx->attr.max_qp_wr && ctx->attr.max_qp_wr > 0)
+        d->sq_depth = ctx->attr.max_qp_wr;
+    if (d->sq_depth > 32768)
+        d->sq_depth = 32768;
     if (d->sq_depth < asked && !ctx->said_sq_clamp) {
         rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_DEVICE_CAPS,
-                   "device %s: a send queue of %u slots clamped to %u (max_qp_wr %u; a power of two, at most "
-                   "32768); said once", ctx->attr.name, asked, d->sq_depth, ctx->attr.max_qp_wr);
+                   "device %s: a send queue of %u requests clamped to %u (max_qp_wr %u, at most 32768); said "
+                   "once", ctx->attr.name, asked, d->sq_depth, ctx->attr.max_qp_wr);
         ctx->said_sq_clamp = 1;
     }
     if (d->transport == RDMAX_TRANSPORT_ID_RC) {
@@ -5784,7 +5785,7 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
    and a receive pool of its own if it has one. */
 static size_t rdmax__ep_own_bytes(const rdmax_ep *ep)
 {
-    size_t b = sizeof *ep + (size_t)ep->desc.sq_depth * sizeof *ep->slots;
+    size_t b = sizeof *ep + (size_t)(ep->sq_mask + 1) * sizeof *ep->slots;
     if (ep->rbufs)
         b += (size_t)ep->rq_depth * (sizeof *ep->rq_free + ep->recv_size);
     return b;
@@ -5850,7 +5851,8 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     ep->rq_depth = d->rq_depth + (type == IBV_QPT_RC);
     size_t rbytes = shared ? 0 : (size_t)ep->rq_depth * d->recv_size;
     st = RDMAX_ERR_NO_MEMORY;
-    ep->sq_mask = d->sq_depth - 1;
+    ep->sq_mask = rdmax__pow2(d->sq_depth) - 1;
+    ep->sq_last = d->sq_depth - 1;
     ep->sig_at = d->signal_interval - 1;  /* sq_head is 0 */
     ep->blocked = RDMAX__BLK_STATE;  /* until connected; fast_gate == sq_head == 0 */
     ep->wr.num_sge = 1;              /* the fast put's request (see rdmax_ep.wr); wr_id below */
@@ -5865,7 +5867,7 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     ep->user = d->user;
     ep->recv_size = d->recv_size;
     ep->grant_at = rdmax__grant_at(d->rq_depth);
-    ep->slots = (rdmax__slot *)rdmax__alloc(ctx, d->sq_depth * sizeof *ep->slots);
+    ep->slots = (rdmax__slot *)rdmax__alloc(ctx, (ep->sq_mask + 1) * sizeof *ep->slots);
     if (!ep->slots)
         goto fail;
 #if RDMAX__HAS_UD
@@ -6863,7 +6865,7 @@ static void rdmax__ep_unpend(rdmax_ep *ep)
    set up on every slow path, this post's too. */
 static int rdmax__ep_at_sig(const rdmax_ep *ep)
 {
-    return ep->sq_head == ep->sig_at && !ep->blocked && ep->sq_head - ep->sq_tail <= ep->sq_mask &&
+    return ep->sq_head == ep->sig_at && !ep->blocked && ep->sq_head - ep->sq_tail <= ep->sq_last &&
            rdmax__ep_is_rc(ep);
 }
 
@@ -7103,7 +7105,7 @@ RDMAX_INLINE void rdmax__chain_close_open(rdmax_ctx *ctx, rdmax_ep *ep)
         do
             rdmax__chain_signal(ctx, ep, base + i);
         while ((i += ep->signal_interval) < m);
-        uint32_t full = ep->sq_tail + ep->sq_mask + 1;
+        uint32_t full = ep->sq_tail + ep->sq_last + 1;
         ep->sig_at = full - head0 < i ? full : head0 + i;  /* as rdmax__sig_next */
     }  /* else sig_at stays: never beyond the queue's end (sq_tail + sq_depth), which only grows */
     for (uint32_t j = m; j < k; j++) {
@@ -7152,7 +7154,7 @@ static uint32_t rdmax__chain_open(rdmax_ctx *ctx, rdmax_ep *ep)
 {
     uint32_t n = ctx->batch_n, used = ep->sq_head - ep->sq_tail;
     uint32_t room = RDMAX_BATCH_MAX - n;
-    uint32_t sq = used < ep->sq_mask ? ep->sq_mask - used : 0;
+    uint32_t sq = used < ep->sq_last ? ep->sq_last - used : 0;
     uint32_t free = rdmax__scq_free(ctx), cq = free > 1 ? free - 1 : 0;
     room = room < sq ? room : sq;
     room = room < cq ? room : cq;
@@ -7205,13 +7207,13 @@ __attribute__((noinline)) rdmax_status rdmax__put_chained(rdmax_ep *ep, const vo
     rdmax_ctx *ctx = ep->ctx;
     uint32_t n = ctx->batch_n, head = ep->sq_head, used = head - ep->sq_tail;
     uint32_t free = rdmax__scq_free(ctx);
-    uint32_t room = RDMAX_BATCH_MAX - n, sq = ep->sq_mask - used, cq = free - 1;
+    uint32_t room = RDMAX_BATCH_MAX - n, sq = ep->sq_last - used, cq = free - 1;
     room = room < sq ? room : sq;
     room = room < cq ? room : cq;
-    /* used < sq_mask and free > 1 (so neither wraps), and room > 0: a room of at least one entry */
+    /* used < sq_last and free > 1 (so neither wraps), and room > 0: a room of at least one entry */
     if (rdmax_likely(ctx->chain_end == NULL && len - 8 <= 8 && ep->blocked == RDMAX__BLK_BATCH &&
                      ep->max_inline >= 16 && rdmax__ep_is_rc(ep) &&
-                     used < ep->sq_mask && free > 1 && n < RDMAX_BATCH_MAX && n >= ctx->chain_dirty &&
+                     used < ep->sq_last && free > 1 && n < RDMAX_BATCH_MAX && n >= ctx->chain_dirty &&
                      ctx->chain_hi == (uint32_t)(ep->wr_id_base >> 32))) {
         rdmax__chain_entry *e = rdmax__room_take(ctx, n, room, free);
         return rdmax__put_chain_at(ctx, e, buf, len, raddr, rkey);

@@ -153,6 +153,7 @@ static void ops_suite(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
     memset(&db, 0, sizeof db);
     da.recv_size = db.recv_size = BIG;
     da.rq_depth = db.rq_depth = 32;
+    da.sq_depth = RDMAX_BATCH_MAX;  /* "batch of 32 puts is one post" (the default holds 31) */
     db.recv_cb = on_recv;
     db.user = &rxb;
     da.expose = src;
@@ -1022,7 +1023,7 @@ static void qp_wr_case(const char *topo, const char *dev)
     rdmax_mem *src = NULL, *dst = NULL;
     rdmax_ep *a = NULL, *b = NULL;
     rdmax_comp *comps = (rdmax_comp *)calloc(N, sizeof *comps);
-    tl_begin("%s/max_qp_wr 100: send queue of 64, every completion reported once; the clamped sizes (CQs, "
+    tl_begin("%s/max_qp_wr 100: send queue of 100, every completion reported once; the clamped sizes (CQs, "
              "send queues) said in one line each", topo);
     REQUIRE(comps != NULL, "calloc");
     REQUIRE(rdmax_ctx_create(&cd, &c) == RDMAX_OK, "context: %s", g_lastlog);
@@ -1034,9 +1035,9 @@ static void qp_wr_case(const char *topo, const char *dev)
     REQUIRE(rdmax_mem_alloc(c, (size_t)N * SZ, RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &dst) == RDMAX_OK, "alloc dst");
     rdmax_ep_desc ed;
     memset(&ed, 0, sizeof ed);
-    ed.sq_depth = 256;  /* more than the cap: rounded down to 64 (the default, 32, would fit under it) */
+    ed.sq_depth = 256;  /* more than the cap: clamped to 100 (the default, 31, would fit under it) */
     REQUIRE(rdmax_ep_create_pair(c, &ed, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
-    CHECK(rdmax_ep_query_desc(a).sq_depth == 64, "applied sq_depth %u", rdmax_ep_query_desc(a).sq_depth);
+    CHECK(rdmax_ep_query_desc(a).sq_depth == 100, "applied sq_depth %u", rdmax_ep_query_desc(a).sq_depth);
     CHECK(g_clamp_logs == 2, "%d clamp lines after two clamped endpoints (one for the CQs, one said once for "
           "the send queues)", g_clamp_logs);
     {
@@ -1045,7 +1046,7 @@ static void qp_wr_case(const char *topo, const char *dev)
         int k = 0;
         while (k < 1000 && rdmax_put(a, &one, 1, NULL, (uintptr_t)dst->addr, dst->rkey, NULL) == RDMAX_OK)
             k++;
-        CHECK(k == 64, "%d puts fit the send queue, expected 64 (a power of two under 100)", k);
+        CHECK(k == 100, "%d puts fit the send queue, expected 100 (max_qp_wr)", k);
         CHECK_ST(rdmax_ep_flush(a, T_MS), RDMAX_OK);
         unsigned char *s = (unsigned char *)src->addr;
         for (int i = 0; i < N; i++) {
@@ -1308,6 +1309,58 @@ out:
     free(rxb.buf);
 }
 
+/* The default send queue holds 31 requests (rxe doubles its ring for the 32nd, see sq_depth in rdmax.h),
+   fewer than its 32 slots: a batch and the direct path both stop at 31, the 32nd refused with
+   RDMAX_ERR_NO_RESOURCE and nothing posted past the provider's queue (which would fail the endpoint);
+   the endpoint then carries on. */
+static void default_depth_case(const char *topo, rdmax_ctx *ca, rdmax_ctx *cb)
+{
+    rdmax_mem *dst = NULL;
+    rdmax_ep *a = NULL, *b = NULL;
+    tl_begin("%s/default send queue of 31: a batch of 32 puts and 32 direct ones each post 31 and refuse the "
+             "32nd; the puts land, the endpoint carries on", topo);
+    REQUIRE(rdmax_mem_alloc(cb, 64 * 8, RDMAX_ACCESS_REMOTE_WRITE, &dst) == RDMAX_OK, "alloc dst");
+    rdmax_ep_desc db;
+    memset(&db, 0, sizeof db);
+    db.expose = dst;
+    REQUIRE(tl_pair(ca, cb, NULL, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    rdmax_ep_resources r;
+    rdmax_ep_query_resources(a, &r);
+    CHECK(rdmax_ep_query_desc(a).sq_depth == 31 && r.sq_free == 31, "applied sq_depth %u, sq_free %u",
+          rdmax_ep_query_desc(a).sq_depth, r.sq_free);
+    uint32_t rk = rdmax_ep_query_remote(a, 0)->rkey;
+    uint64_t *d = (uint64_t *)dst->addr;
+    for (int round = 0; round < 4; round++) {  /* batched, direct, batched, direct */
+        memset(d, 0, 64 * 8);
+        if (!(round & 1))
+            rdmax_batch_begin(a);
+        int ok = 0;
+        rdmax_status st = RDMAX_OK;
+        for (uint64_t i = 0; i < 32; i++) {  /* nothing progressed in between */
+            uint64_t v = (uint64_t)(round + 1) << 32 | i;
+            st = rdmax_put(a, &v, 8, NULL, (uintptr_t)&d[i], rk, NULL);
+            if (st != RDMAX_OK)
+                break;
+            ok++;
+        }
+        CHECK(ok == 31 && st == RDMAX_ERR_NO_RESOURCE, "round %d: %d puts posted, then %s", round, ok,
+              rdmax_status_str(st));
+        if (!(round & 1))
+            CHECK_ST(rdmax_batch_end(a), RDMAX_OK);
+        CHECK_ST(rdmax_ep_flush(a, T_MS), RDMAX_OK);
+        int wrong = 0;
+        for (uint64_t i = 0; i < 32; i++)
+            wrong += d[i] != (i < 31 ? ((uint64_t)(round + 1) << 32 | i) : 0);
+        CHECK(wrong == 0 && rdmax_ep_query_state(a) == RDMAX_EP_CONNECTED, "round %d: %d words wrong, state %d",
+              round, wrong, (int)rdmax_ep_query_state(a));
+    }
+out:
+    tl_end();
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_mem_free(dst);
+}
+
 int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1327,6 +1380,7 @@ int main(int argc, char **argv)
     chain_cq_case(topo, d0);
     regions_case(topo, ca, cb);
     no_inline_case(topo, ca, cb);
+    default_depth_case(topo, ca, cb);
     error_case(topo, "bad rkey", ca, cb, 0, RDMAX_ERR_REMOTE_ACCESS);
     error_case(topo, "put past the end of the region", ca, cb, 1, RDMAX_ERR_REMOTE_ACCESS);
     error_case(topo, "get from an unregistered address", ca, cb, 2, RDMAX_ERR_REMOTE_ACCESS);

@@ -154,6 +154,7 @@ static inline rdmax_ep *fd_ep_create(rdmax_ctx *ctx, struct ibv_qp *qp, uint32_t
     ep->ctx = ctx;
     ep->qp = qp;
     ep->sq_mask = sq_depth - 1;
+    ep->sq_last = sq_depth - 1;
     ep->signal_interval = signal_interval;
     ep->sig_at = signal_interval - 1;
     ep->blocked = RDMAX__BLK_STATE;

@@ -176,6 +176,7 @@ static int rig_open(rig *r, const rdmax_ctx_desc *sender, size_t dst_len)
        is long enough for keepalives and the default 0.47 s retry time to call the idle peer dead. */
     da.keepalive_ms = db.keepalive_ms = RDMAX_OFF;
     da.timeout = db.timeout = 18;
+    da.sq_depth = RDMAX_BATCH_MAX;  /* batch_fail's batch on one endpoint (the default holds 31) */
     if (tl_pair(r->cs, r->cr, &da, &db, &r->a, &r->b) != RDMAX_OK)
         return -1;
     /* the receiver advertised dst in its record: the sender writes where that says */
@@ -528,7 +529,7 @@ out:
    returns RDMAX_ERR_IO and its caller undoes the current request once more. The fault is injected by
    moving the sender's QP to RESET (rxe refuses posts on it with EINVAL). A reference the test holds
    on the same region shows whether the region lost a reference it should not have, or kept one.
-   rxe queues the requests in its ring before the doorbell fails, so with the default sq_depth (32, a
+   rxe queues the requests in its ring before the doorbell fails, so with sq_depth 32 (rig_open; a
    ring of 63) the second chain finds the ring full at its last request: `bad` points there and the
    31 before it look posted, though a QP in RESET never runs nor completes them. */
 static void case_batch_fail(void)

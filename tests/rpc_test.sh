@@ -16,7 +16,7 @@
 # pool grows with the windows while requests stream, after R1 is taken, and keeps its buffers when
 # endpoints go (see RECEIVING in rdmax.h: at most 128 x 65 x 4 KiB), so what must hold is that nothing
 # else piles up per endpoint lifetime: R0 <= R1 + margin and R2 <= R1 + margin, margin 2 MiB (a leak of
-# the provider's queues alone, ~37 KiB per endpoint, would be 4.6 MiB per round).
+# the provider's queues alone, ~21 KiB per endpoint, would be 2.6 MiB per round).
 # Setups: TCP record (the default) and rdma_cm (--cm); guest.sh runs both on dummy, TCP on twohost.
 # Topologies: dummy (everything on one host; the two roles run side by side) and twohost (the server on
 # h0, the clients on h1; they coordinate through marker files in the shared build directory, and a

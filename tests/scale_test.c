@@ -1508,6 +1508,8 @@ static int tenk_mode(int npairs)
            (unsigned)((uint64_t)p.buffers * p.recv_size / 1024 / (uint64_t)n), at->max_cqe, at->max_qp);
     printf("ROW rc_eps_default_rss_kib_%d %ld\n", n, (rss1 - rss0) / n);
     CHECK(p.target == (uint32_t)n * 3, "pool target %u, want 3 per endpoint (window 2 + 1)", p.target);
+    /* issue 31's goal: the provider's send queue (20 KiB on rxe at sq_depth 31), 12 KiB of pool, rdmax's 2 */
+    CHECK((rss1 - rss0) / n <= 48, "RSS %ld KiB per endpoint, more than 48", (rss1 - rss0) / n);
     uint64_t rnr0 = tl_rnr_count(dev);
     tenk_exchange(ctx, eps, sent, n);
     double t2 = now_s();

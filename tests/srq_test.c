@@ -321,6 +321,8 @@ static void window_case(const char *dev, uint32_t rq_depth)
     rdmax_ep_desc da;
     memset(&da, 0, sizeof da);
     da.rq_depth = rq_depth;
+    da.sq_depth = 64;  /* the window is the limit: a round's posts may find the last round's still outstanding
+                          (their signaled completion not yet taken when the credits came back) */
     da.recv_cb = on_msg;
     da.imm_cb = on_imm;
     da.user = &sa;
