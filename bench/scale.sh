@@ -69,7 +69,7 @@ quot() {
 	echo "|---|---|"
 	echo "| rdmax's own bytes per RC endpoint (default descriptors) | $(row ep_own_bytes) |"
 	echo "| rdmax's allocations per RC endpoint (with its share of the endpoint table and QP map) | $(row ep_alloc_bytes) |"
-	echo "| provider's queue memory per RC endpoint (rxe, sq_depth 32, max_inline 256) | $(row ep_provider_bytes) |"
+	echo "| provider's queue memory per RC endpoint (rxe, sq_depth 31, max_inline 256) | $(row ep_provider_bytes) |"
 	echo "| shared receive pool per RC endpoint at rest (3 credits x 4 KiB: window 2, adapting) | $(row ep_pool_bytes) |"
 	echo "| process RSS per RC endpoint | $(row ep_rss_bytes) |"
 	echo "| process RSS per RC endpoint, 1,000 in one context, default descriptors (KiB) | $(row rc_eps_default_rss_kib_1000) |"
