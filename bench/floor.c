@@ -741,8 +741,8 @@ static int run_bw_receiver(void)
 /* The loop of tests/scale_test.c's putrate case (rdmax_put round-robin over n endpoints, one rdmax_progress
    per round) with nothing but verbs: -e pairs of RC QPs in this process, connected to each other on the
    device (loopback); the first QP of each pair writes -s (8) bytes inline to its own 8 bytes of one
-   region, one post per request (no post list). Per QP at most -O (32, rdmax's sq_depth) requests in
-   flight, one in -Q (16: 64 at most half the queue, as rdmax) signaled; all QPs share one send CQ of -C
+   region, one post per request (no post list). Per QP at most -O (31, rdmax's sq_depth) requests in
+   flight, one in -Q (15: 64 at most half the queue, as rdmax) signaled; all QPs share one send CQ of -C
    (4096, rdmax's cq_depth) entries, every post takes one until the completion that covers it, a post
    needs more than one free, and every post is signaled while at most half are free (rdmax's rule).
    A QP without room is skipped for the round. After each round the send CQ is polled for 16 every 4th
@@ -946,7 +946,7 @@ static void usage(void)
             "             completions per phase instead of -T             [putrate: 0, timed]\n"
             "  -w N       warm-up iterations (lat)                        [100]\n"
             "  -l N       bw: requests chained into one post              [32]\n"
-            "  -O N       bw: send-queue depth; putrate: per QP           [128; putrate: 32]\n"
+            "  -O N       bw: send-queue depth; putrate: per QP           [128; putrate: 31]\n"
             "  -Q N       bw, putrate: one signaled request every N       [64, at most -O/2]\n"
             "  -e N       putrate: QPs the middle phase spreads over      [1000]\n"
             "  -T SECS    putrate: seconds per phase (after a tenth more) [3]\n"
@@ -970,7 +970,7 @@ int main(int argc, char **argv)
     o.iters = o.mode == M_BW ? 5000 : o.mode == M_RATE ? 0 : 1000;
     o.warmup = 100;
     o.post_list = 32;
-    o.outstanding = o.mode == M_RATE ? 32 : 128;
+    o.outstanding = o.mode == M_RATE ? 31 : 128;
     o.cq_mod = SIG_EVERY;
     o.qps = 1000;
     o.seconds = 3;
