@@ -19,7 +19,7 @@
    - nothing leaks across rounds: from the second round on, after each round, the survivor's open file
      descriptors (/proc/self/fd), the devices' QPs, CQs, MRs and PDs as the kernel counts them (`rdma
      resource show`, after the peer was reaped) and its RSS equal those after the first round (RSS: within
-     RSS_SLACK_KB, since malloc keeps some pages).
+     RSS_SLACK_KB, since malloc keeps some pages), the receive pool's chunks apart: it may keep one more.
    Usage: kill_test [-n ROUNDS=10] [-s SEED]   (needs $RDMAX_TEST_DEV0 and $RDMAX_TEST_ADDR0; the peer
    runs on $RDMAX_TEST_DEV1 if set) */
 #define RDMAX_TRANSPORT_RC
@@ -245,11 +245,20 @@ static rdmax_status surv_post(struct surv *s, struct sop *o)
 /* resources as the kernel counts them on every device: pd, cq, qp, mr */
 struct res {
     long fds, rss_kb, pd, cq, qp, mr;
+    long chunks, chunk_kb;  /* the receive pool's, in mr and rss_kb too (see res_read) */
 };
 
-static void res_read(struct res *r)
+/* The survivor's resources. A receive pool keeps up to a chunk above its target (given back only once
+   more than that, see RECEIVING), so a window grown in one round may leave one more chunk, one MR,
+   for good: what is compared is mr and RSS without the pool's chunks, which are reported apart. */
+static void res_read(rdmax_ctx *c, struct res *r)
 {
     memset(r, 0, sizeof *r);
+    rdmax_recv_pool_info pi;
+    if (rdmax_ctx_query_recv_pool(c, 0, &pi) && pi.chunks > 0) {
+        r->chunks = pi.chunks;
+        r->chunk_kb = (long)((uint64_t)pi.buffers * pi.recv_size / 1024);
+    }
     DIR *d = opendir("/proc/self/fd");
     struct dirent *e;
     while (d && (e = readdir(d)) != NULL)
@@ -274,6 +283,8 @@ static void res_read(struct res *r)
     }
     if (f)
         pclose(f);
+    r->mr -= r->chunks;
+    r->rss_kb -= r->chunk_kb;
 }
 
 static const char *const g_phase_names = "CSFDE";
@@ -536,7 +547,7 @@ int main(int argc, char **argv)
     long rss_max = 0;
     for (int r = 1; r <= rounds; r++) {
         round_run(r, c, l, lmem, smem, self, addr, port, &t);
-        res_read(&now);
+        res_read(c, &now);
         if (r == 1) {
             base = now;
             continue;
@@ -548,6 +559,8 @@ int main(int argc, char **argv)
         CHECK(now.qp == base.qp && now.cq == base.cq && now.mr == base.mr && now.pd == base.pd,
               "kernel resources qp %ld cq %ld mr %ld pd %ld, after round 1 qp %ld cq %ld mr %ld pd %ld", now.qp,
               now.cq, now.mr, now.pd, base.qp, base.cq, base.mr, base.pd);
+        CHECK(now.chunks <= base.chunks + 1, "the receive pool holds %ld chunks, %ld after round 1 (it keeps at most "
+              "one above its target)", now.chunks, base.chunks);
 #if !defined(__SANITIZE_ADDRESS__)  /* ASan's quarantine keeps freed memory resident on purpose */
         CHECK(now.rss_kb <= base.rss_kb + RSS_SLACK_KB, "RSS %ld KiB, %ld KiB after round 1", now.rss_kb, base.rss_kb);
 #endif
@@ -558,9 +571,10 @@ int main(int argc, char **argv)
     }
     printf("# kill_test: %d rounds: killed in connect %d, stream %d, flush %d, destroy %d, after destroy %d; "
            "%d endpoints accepted; %u operations (%u ok, %u failed, each exactly once); fds %ld, qp %ld cq %ld "
-           "mr %ld pd %ld, RSS %ld KiB after round 1, at most %ld KiB later\n", t.rounds, t.by_phase[0],
+           "mr %ld pd %ld (and the receive pool's %ld chunks), RSS %ld KiB after round 1 (without the pool's), "
+           "at most %ld KiB later\n", t.rounds, t.by_phase[0],
            t.by_phase[1], t.by_phase[2], t.by_phase[3], t.by_phase[4], t.accepted, t.ops, t.ok, t.errors, base.fds,
-           base.qp, base.cq, base.mr, base.pd, base.rss_kb, rss_max);
+           base.qp, base.cq, base.mr, base.pd, base.chunks, base.rss_kb, rss_max);
     rdmax_mem_free(lmem);
     rdmax_mem_free(smem);
     rdmax_listener_destroy(l);
