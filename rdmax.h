@@ -1093,9 +1093,11 @@ typedef struct rdmax_ep_desc {
                                   (RECEIVING). 0: 64 when rq_depth is 0, else rq_depth (a fixed window);
                                   reads back as applied */
     rdmax_state_cb state_cb;   /* NULL: none. Called once when the endpoint fails or closes, with user,
-                                  from rdmax_progress or rdmax_wait outside every other callback (at the
-                                  next health pass, within a few ms): it may destroy the endpoint, post on
-                                  others, connect or accept (see FAILURES) */
+                                  from rdmax_progress or rdmax_wait outside every other callback and
+                                  never inside rdmax_ep_flush or rdmax_ep_disconnect of that endpoint (at
+                                  the next health pass, within a few ms, or the first after that call
+                                  returns): it may destroy the endpoint, post on others, connect or accept
+                                  (see FAILURES) */
 } rdmax_ep_desc;
 #define RDMAX_RECV_POOL_SHARED 0
 #define RDMAX_RECV_POOL_OWN 1
@@ -2727,6 +2729,8 @@ struct rdmax_ep {
                                    whose verdict waits for them (cm_gone set; rdmax__cm_verdicts) */
     uint8_t cm_gone;
     uint8_t bye;                /* RC: rdmax_ep_disconnect posted our goodbye and has not returned */
+    uint8_t in_call;            /* depth of its own rdmax_ep_flush and rdmax_ep_disconnect, which progress
+                                   inside: state_cb waits until they return (rdmax__state_tell) */
     struct rdmax__win *wins;    /* RC: the memory windows of the regions it exposes (n_wins; EXPOSED MEMORY) */
 #if RDMAX__HAS_UD
     struct ibv_ah *ah;          /* UD: the peer's address handle (from the context's cache) */

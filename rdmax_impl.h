@@ -6250,7 +6250,18 @@ static rdmax_rbuf rdmax__ep_remote0(const rdmax_ep *ep)
     return ep->n_remote ? ep->remote[0] : z;
 }
 
+static rdmax_status rdmax__ep_flush(rdmax_ep *ep, int timeout_ms);
+
+/* (rdmax_ep.in_call: a state_cb that destroys ep is not called while this still uses it) */
 rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
+{
+    ep->in_call++;
+    rdmax_status st = rdmax__ep_flush(ep, timeout_ms);
+    ep->in_call--;
+    return st;
+}
+
+static rdmax_status rdmax__ep_flush(rdmax_ep *ep, int timeout_ms)
 {
     rdmax_ctx *ctx = ep->ctx;
     if (timeout_ms < 0) {  /* as accept and connect: a wait has a bound */
@@ -8728,6 +8739,7 @@ rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms)
         return rdmax_ep_flush(ep, timeout_ms);  /* RDMAX_ERR_INVALID_PARAM, logged */
     if (ep->state != RDMAX_EP_CONNECTED)
         return ep->state == RDMAX_EP_CLOSED ? RDMAX_OK : rdmax_ep_query_error(ep);
+    ep->in_call++;  /* ep is told after this returns (rdmax__state_tell) */
     rdmax_status st = rdmax_ep_flush(ep, timeout_ms);
     if (st == RDMAX_OK && ep->state == RDMAX_EP_CONNECTED && ep->qp->qp_type == IBV_QPT_RC) {
         /* The goodbye: a signaled zero-length send that returns our credits, flagged CLOSE. It may use
@@ -8755,7 +8767,8 @@ rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms)
         rdmax__ep_closed(ep, 0);
     if (ep->cm_id)  /* rdma_cm: the peer sees DISCONNECTED, also when the goodbye could not go */
         rdma_disconnect(ep->cm_id);
-    ep->bye = 0;  /* the close is told from now on (rdmax__state_tell) */
+    ep->bye = 0;
+    ep->in_call--;
     return st;
 }
 
@@ -8974,7 +8987,7 @@ static void rdmax__state_tell(rdmax_ctx *ctx)
         if (!ep || !ep->desc.state_cb || ep->state == ep->state_told ||
             (ep->state != RDMAX_EP_ERROR && ep->state != RDMAX_EP_CLOSED))
             continue;
-        if (ep->bye) {  /* closed inside its rdmax_ep_disconnect (>>cm): told once that returns, as always */
+        if (ep->in_call) {  /* inside its own flush or disconnect, which use ep after this: told once they return */
             ctx->state_news = 1;
             continue;
         }

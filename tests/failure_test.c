@@ -617,6 +617,97 @@ out:
     tl_end();
 }
 
+/* A state callback that destroys its endpoint (the common shutdown) is not called inside rdmax_ep_flush or
+   rdmax_ep_disconnect of that endpoint, which use it after each progress: the endpoint fails inside the call
+   (an asynchronous QP error, queued as the device reports it, read at the call's first tick, forced) and is
+   told once, at the first pass after the call returns. Before, it was told inside (only a disconnect's
+   goodbye flush was exempt), and a destroy there freed the endpoint under the call. Cases: a flush over
+   unsignaled puts; a disconnect failing in its first flush; one failing in its goodbye's flush. */
+struct tell_seen {
+    int calls, inside;
+    rdmax_ep_state state;
+    rdmax_status reason;
+};
+static int g_in_call;
+static void tell_cb(rdmax_ep *ep, rdmax_ep_state state, rdmax_status reason, void *user)
+{
+    struct tell_seen *s = (struct tell_seen *)user;
+    s->calls++;
+    s->state = state;
+    s->reason = reason;
+    if (g_in_call)
+        s->inside++;  /* (destroying ep here is the use after free) */
+    else
+        rdmax_ep_destroy(ep);
+}
+
+/* The next rdmax_progress on c runs its tick (rdmax__tick_due: due, and the coarse clock differs). */
+static void force_tick(rdmax_ctx *c)
+{
+    rdmax__test_tick_hold(c, 0);
+    c->tick_coarse_ms = INT64_MIN;
+}
+
+static void case_state_cb_in_call(rdmax_ctx *c, rdmax_mem *mem)
+{
+    tl_begin("state/state_cb is not called inside rdmax_ep_flush or rdmax_ep_disconnect of its endpoint");
+    const char *name[3] = {"flush", "disconnect", "disconnect's goodbye"};
+    rdmax_ep *a = NULL, *b = NULL;
+    for (int k = 0; k < 3; k++) {
+        struct tell_seen s;
+        memset(&s, 0, sizeof s);
+        rdmax_ep_desc d, db;
+        memset(&d, 0, sizeof d);
+        d.expose = mem;
+        d.keepalive_ms = RDMAX_OFF;
+        db = d;
+        d.state_cb = tell_cb;
+        d.user = &s;
+        REQUIRE(tl_pair(c, c, &d, &db, &a, &b) == RDMAX_OK, "pair");
+        rdmax_conn_record ib;
+        rdmax_ep_query_record(b, &ib);
+        for (int i = 0; k < 2 && i < 4; i++)  /* (none: the disconnect's first flush returns at once) */
+            CHECK_ST(rdmax_put(a, mem->addr, 64, mem, ib.regions[0].addr + 4096, ib.regions[0].rkey, NULL), RDMAX_OK);
+        struct rdmax__dev *dv = c->dev;
+        pthread_mutex_lock(&dv->lock);
+        REQUIRE(dv->n_ev < RDMAX__DEV_EVQ, "device event queue full");
+        dv->ev[dv->n_ev].to = c;
+        dv->ev[dv->n_ev].type = IBV_EVENT_QP_FATAL;
+        dv->ev[dv->n_ev].obj = NULL;
+        dv->ev[dv->n_ev++].arg = ep_qp(a)->qp_num;
+        pthread_mutex_unlock(&dv->lock);
+        force_tick(c);
+        g_in_call = 1;
+        rdmax_status st = k == 0 ? rdmax_ep_flush(a, 10000) : rdmax_ep_disconnect(a, 10000);
+        g_in_call = 0;
+        CHECK(s.inside == 0, "%s: state_cb called %d times inside the call (%d in all)", name[k], s.inside, s.calls);
+        if (s.calls == 0) {
+            CHECK(st == RDMAX_ERR_DEVICE && rdmax_ep_query_state(a) == RDMAX_EP_ERROR,
+                  "%s: %s, state %d (the QP error was not read inside the call)", name[k], rdmax_status_str(st),
+                  (int)rdmax_ep_query_state(a));
+            force_tick(c);
+            rdmax_progress(c);
+            CHECK(s.calls == 1 && s.state == RDMAX_EP_ERROR && s.reason == RDMAX_ERR_DEVICE,
+                  "%s: the next progress after the call called state_cb %d times, state %d reason %s", name[k],
+                  s.calls, (int)s.state, rdmax_status_str(s.reason));
+            force_tick(c);
+            rdmax_progress(c);
+            CHECK(s.calls == 1, "%s: state_cb called %d times", name[k], s.calls);
+        }
+        printf("    %s: state_cb called %d times inside the call, %d after it\n", name[k], s.inside,
+               s.calls - s.inside);
+        if (s.calls > s.inside)
+            a = NULL;  /* its callback destroyed it */
+        rdmax_ep_destroy(a);
+        rdmax_ep_destroy(b);
+        a = b = NULL;
+    }
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    tl_end();
+}
+
 /* One wait for everything: rdmax_wait returns when a listener has a client, with no completion to wake
    it (before: it slept the whole timeout, so a server loop of progress, accept, wait stalled). The
    client is a child process; control: with no client, rdmax_wait times out. */
@@ -1742,6 +1833,7 @@ int main(int argc, char **argv)
         case_health_clock(c, mem);
         case_disconnect(c, mem);
         case_state_cb(c, mem);
+        case_state_cb_in_call(c, mem);
         case_closed_access(c, mem);
         case_scoped_access(c);
         case_expose_cost(c);
