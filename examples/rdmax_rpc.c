@@ -530,9 +530,9 @@ static void client_recv(rdmax_ep *ep, void *data, size_t len, void *user)
 static void client_state(rdmax_ep *ep, rdmax_ep_state state, rdmax_status reason, void *user)
 {
     struct cep *e = user;
-    (void)ep, (void)state, (void)reason;
-    if (e->dead)
-        return;
+    (void)ep;
+    if (e->dead || (state == RDMAX_EP_CLOSED && reason == RDMAX_OK))
+        return;  /* (RDMAX_OK: our own rdmax_ep_disconnect, told once it returned) */
     e->dead = 1;
     e->dead_ms = now_ms();
     C.dead_eps++;
