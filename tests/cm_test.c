@@ -1399,6 +1399,18 @@ static int cm_event_waits(rdmax_ctx *ctx)
     return poll(&p, 1, 10000) == 1;
 }
 
+/* The close cases' peer (a child process): its own context on the second device, connected to port
+   with keepalives off. NULL if it could not. */
+static rdmax_ep *close_peer_connect(const char *addr, uint16_t port)
+{
+    rdmax_ctx *c2 = ctx_make(g_dev1, 1, 0, 0);
+    rdmax_ep_desc ed;
+    memset(&ed, 0, sizeof ed);
+    ed.keepalive_ms = RDMAX_OFF;
+    rdmax_ep *e2 = NULL;
+    return c2 && rdmax_connect(c2, addr, port, &ed, &e2, 30000) == RDMAX_OK ? e2 : NULL;
+}
+
 /* The peer's goodbye and its DISCONNECTED both wait, the goodbye behind more messages than the event's
    own drain takes (64 polls of 16): the event is handled first (a tick before any progress), then the
    receive CQ. Before, the endpoint failed with RDMAX_ERR_PEER_GONE at the tick, with the goodbye still
@@ -1421,14 +1433,9 @@ static void close_goodbye_behind_test(const char *addr)
     uint16_t port = rdmax_listener_query_port(l);
     pid = fork();
     if (pid == 0) {
-        rdmax_ctx *c2 = ctx_make(g_dev1, 1, 0, 0);
-        rdmax_ep_desc ed2;
-        memset(&ed2, 0, sizeof ed2);
-        ed2.keepalive_ms = RDMAX_OFF;
-        rdmax_ep *e2;
+        rdmax_ep *e2 = close_peer_connect(addr, port);
         rdmax_mem *m;
-        if (!c2 || rdmax_connect(c2, addr, port, &ed2, &e2, 30000) != RDMAX_OK ||
-            rdmax_mem_alloc(c2, 64, RDMAX_ACCESS_LOCAL, &m) != RDMAX_OK)
+        if (!e2 || rdmax_mem_alloc(e2->ctx, 64, RDMAX_ACCESS_LOCAL, &m) != RDMAX_OK)
             _exit(3);
         for (int i = 0; i < MSGS; i++)
             if (send_retry(e2, m->addr, 64, m) != RDMAX_OK)
@@ -1509,13 +1516,8 @@ static void disconnect_answered_test(const char *addr)
     uint16_t port = rdmax_listener_query_port(l);
     pid = fork();
     if (pid == 0) {
-        rdmax_ctx *c2 = ctx_make(g_dev1, 1, 0, 0);
-        rdmax_ep_desc ed2;
-        memset(&ed2, 0, sizeof ed2);
-        ed2.keepalive_ms = RDMAX_OFF;
-        rdmax_ep *e2;
-        if (!c2 || rdmax_connect(c2, addr, port, &ed2, &e2, 30000) != RDMAX_OK || write(up[1], "c", 1) != 1 ||
-            read(down[0], &c, 1) != 1)
+        rdmax_ep *e2 = close_peer_connect(addr, port);
+        if (!e2 || write(up[1], "c", 1) != 1 || read(down[0], &c, 1) != 1)
             _exit(3);
         rdmax__qp_to_error(e2);  /* acks nothing more */
         if (rdma_disconnect(e2->cm_id) != 0 || write(up[1], "d", 1) != 1)
