@@ -1422,7 +1422,7 @@ static void close_goodbye_behind_test(const char *addr)
     rdmax_ctx *ctx = NULL;
     rdmax_listener *l = NULL;
     rdmax_ep *ep = NULL;
-    int got = 0, at_close = -1, fds[2] = {-1, -1};
+    int got = 0, at_close = -1, fds[2] = {-1, -1}, none[2] = {-1, -1};
     pid_t pid = -1;
     char c;
     tl_begin("cm/goodbye behind %d messages, DISCONNECTED handled first: RDMAX_EP_CLOSED (RDMAX_ERR_CLOSED), "
@@ -1474,11 +1474,7 @@ out:
     if (pid > 0)
         kill(pid, SIGKILL), child_status(pid);
     rdmax_ep_destroy(ep);
-    rdmax_listener_destroy(l);
-    rdmax_ctx_destroy(ctx);
-    if (fds[0] >= 0)
-        close(fds[0]), close(fds[1]);
-    tl_end();
+    listener_case_end(l, ctx, fds, none);
 }
 
 struct told {
@@ -1549,15 +1545,7 @@ out:
     if (pid > 0)
         kill(pid, SIGKILL), child_status(pid);
     rdmax_ep_destroy(ep);
-    rdmax_listener_destroy(l);
-    rdmax_ctx_destroy(ctx);
-    for (int i = 0; i < 2; i++) {
-        if (up[i] >= 0)
-            close(up[i]);
-        if (down[i] >= 0)
-            close(down[i]);
-    }
-    tl_end();
+    listener_case_end(l, ctx, up, down);
 }
 
 /* A client's messages reach only the callbacks and user of the accept call that returns its endpoint
