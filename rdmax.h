@@ -315,9 +315,10 @@
    the context's), and the provider's send queue grows with sq_depth and max_inline (about 20 KiB per
    endpoint on rxe with the defaults: rxe gives n requests the power of two above n slots, 32 of 512 B
    for the default 31; sq_depth 32 would take 64, 36 KiB): 10,000 endpoints with the default
-   descriptors took 34 KiB of RSS each on rxe (tests/scale_test tenk). A receive CQ holds every credit of the endpoints on it, so one
-   holds at most max_cqe (32767 on rxe) / 3 endpoints at rest (about 10,900, fewer as windows grow; with
-   fixed windows max_cqe / (rq_depth + 1): 1927 at 16). When the next endpoint would pass it, the context
+   descriptors took 34 KiB of RSS each on rxe (tests/scale_test tenk). A receive CQ holds every credit
+   of the endpoints on it, so one holds at most max_cqe (32767 on rxe) / 3 endpoints at rest (about
+   10,900, fewer as windows grow; with fixed windows max_cqe / (rq_depth + 1): 1927 at 16). When the
+   next endpoint would pass it, the context
    opens another receive CQ on the same completion channel, with a shared receive queue of its own, and
    the endpoint goes there (rdmax_recv_pool_info.groups counts them; a context has 32 pools, one per
    receive size and receive CQ): endpoints per context are bounded by the device's max_qp and memory,
