@@ -1337,6 +1337,19 @@ static void count_recv(rdmax_ep *ep, void *data, size_t len, void *user)
     ++*(int *)user;
 }
 
+/* The close cases' server side: accept one endpoint, keepalives off, that counts its messages in *got,
+   with a window of rq_depth so that the client's sends fit it (nothing here progresses until it is done). */
+static rdmax_status accept_counting(rdmax_listener *l, int *got, uint32_t rq_depth, rdmax_ep **ep)
+{
+    rdmax_ep_desc ed;
+    memset(&ed, 0, sizeof ed);
+    ed.keepalive_ms = RDMAX_OFF;
+    ed.recv_cb = count_recv;
+    ed.user = got;
+    ed.rq_depth = rq_depth;
+    return rdmax_accept(l, &ed, ep, 60000);
+}
+
 /* rdma_cm's DISCONNECTED travels apart from the data: messages the peer sent and saw acknowledged before
    it destroyed its endpoint are delivered before the endpoint reads as closed. */
 static void close_order_test(const char *addr)
@@ -1367,13 +1380,7 @@ static void close_order_test(const char *addr)
         rdmax_ep_destroy(e2);  /* no goodbye message: only rdma_cm's DREQ tells the server */
         _exit(0);
     }
-    rdmax_ep_desc ed;
-    memset(&ed, 0, sizeof ed);
-    ed.keepalive_ms = RDMAX_OFF;
-    ed.recv_cb = count_recv;
-    ed.user = &got;
-    ed.rq_depth = 2 * MSGS;  /* the client's sends fit its window: nothing here progresses until it is done */
-    CHECK_ST(rdmax_accept(l, &ed, &ep, 60000), RDMAX_OK);
+    CHECK_ST(accept_counting(l, &got, 2 * MSGS, &ep), RDMAX_OK);
     CHECK(child_status(pid) == 0, "client failed");
     for (int64_t end = now_ms() + 30000; ep && now_ms() < end;) {
         rdmax_progress(ctx);
@@ -1446,13 +1453,7 @@ static void close_goodbye_behind_test(const char *addr)
         pause();
         _exit(0);
     }
-    rdmax_ep_desc ed;
-    memset(&ed, 0, sizeof ed);
-    ed.keepalive_ms = RDMAX_OFF;
-    ed.recv_cb = count_recv;
-    ed.user = &got;
-    ed.rq_depth = 1200;  /* the client's sends fit its window: nothing here progresses until it is done */
-    CHECK_ST(rdmax_accept(l, &ed, &ep, 60000), RDMAX_OK);
+    CHECK_ST(accept_counting(l, &got, 1200, &ep), RDMAX_OK);
     REQUIRE(ep && read(fds[0], &c, 1) == 1, "the client did not disconnect");
     REQUIRE(cm_event_waits(ctx), "no rdma_cm event after the client's disconnect");
     rdmax__tick(ctx);  /* the DISCONNECTED before the receive CQ */
