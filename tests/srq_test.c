@@ -726,6 +726,22 @@ out:
    the buffer goes back the batch's way, not into the pool's request after the callback, and the pool goes
    at the end of that very call (never inside the callback, which runs amid the receive path). */
 static int g_short_msgs;
+
+/* The short-path cases' traffic: a sends two messages of len, each received (g_short_msgs) before the
+   next goes, so that each poll finds one; both contexts progress. */
+static rdmax_status short_path_two(rdmax_ep *a, rdmax_ctx *ca, rdmax_ctx *cb, const void *m, size_t len)
+{
+    for (int k = 1; k <= 2; k++) {
+        rdmax_status st = rdmax_send(a, m, len, NULL, NULL);
+        if (st != RDMAX_OK)
+            return st;
+        for (long i = 0; g_short_msgs < k && i < 50000000L; i++) {
+            rdmax_progress(ca);
+            rdmax_progress(cb);
+        }
+    }
+    return RDMAX_OK;
+}
 static void on_msg_destroy_second(rdmax_ep *ep, void *data, size_t len, void *user)
 {
     (void)data, (void)len;
@@ -751,13 +767,7 @@ static void short_path_destroy_case(void)
     REQUIRE(tl_pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     unsigned char m[96];
     memset(m, 0x5a, sizeof m);
-    for (int k = 1; k <= 2; k++) {
-        CHECK_ST(rdmax_send(a, m, sizeof m, NULL, NULL), RDMAX_OK);
-        for (long i = 0; g_short_msgs < k && i < 50000000L; i++) {
-            rdmax_progress(ca);
-            rdmax_progress(cb);
-        }
-    }
+    CHECK_ST(short_path_two(a, ca, cb, m, sizeof m), RDMAX_OK);
     rdmax_recv_pool_info pi;
     bool kept = rdmax_ctx_query_recv_pool(cb, 96, &pi);
     CHECK(g_short_msgs == 2 && b == NULL && !kept, "callbacks %d, b %s, the pool of 96 bytes %s after the call",
@@ -801,13 +811,7 @@ static void short_path_destroy_other_case(void)
     REQUIRE(rdmax_ctx_query_recv_pool(cb, 96, &pi), "no pool of 96 bytes beside the endpoint of that size");
     unsigned char m[8];
     memset(m, 0x5a, sizeof m);
-    for (int k = 1; k <= 2; k++) {
-        CHECK_ST(rdmax_send(a, m, sizeof m, NULL, NULL), RDMAX_OK);
-        for (long i = 0; g_short_msgs < k && i < 50000000L; i++) {
-            rdmax_progress(ca);
-            rdmax_progress(cb);
-        }
-    }
+    CHECK_ST(short_path_two(a, ca, cb, m, sizeof m), RDMAX_OK);
     bool kept = rdmax_ctx_query_recv_pool(cb, 96, &pi);
     CHECK(g_short_msgs == 2 && g_victim == NULL && !kept, "callbacks %d, c %s, the pool of 96 bytes %s after the call",
           g_short_msgs, g_victim ? "kept" : "destroyed", kept ? "kept" : "freed");
