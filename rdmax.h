@@ -1420,13 +1420,16 @@ RDMAX_API rdmax_status rdmax_ep_connect_record(rdmax_ep *ep, const rdmax_conn_re
    Result: RDMAX_OK (all done, none failed); RDMAX_ERR_TIMEOUT (item FLUSH_TIMEOUT);
    RDMAX_ERR_INVALID_PARAM (negative timeout_ms, or called from a comp callback: item
    FLUSH_IN_CALLBACK); the endpoint's error (RDMAX_ERR_RETRY_EXCEEDED, RDMAX_ERR_CLOSED, ...) when it
-   failed or closed: never RDMAX_OK over a failed operation.
+   failed or closed: never RDMAX_OK over a failed operation; RDMAX_ERR_CANCELED: a callback inside
+   destroyed ep (see rdmax_ep_destroy), which is gone.
    Threads: the context's thread, not inside a comp callback. */
 RDMAX_API rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms);
 /* rdmax_ep_destroy: destroys ep; its pending requests and operations still in flight complete with
    RDMAX_ERR_CANCELED (now, before it returns); late completions are dropped. NULL is a no-op.
    Threads: the context's thread; allowed in ep's own receive or pending callback, not in a comp callback
-   of ep (see COMPLETION OBJECTS).
+   of ep (see COMPLETION OBJECTS). Inside rdmax_ep_flush or rdmax_ep_disconnect of ep, any endpoint's
+   receive, pending or state callback may destroy ep: that call then returns RDMAX_ERR_CANCELED and ep is
+   freed as it returns.
    rdmax_ep_query_error: the status that failed or closed ep (the first), RDMAX_OK if none. */
 RDMAX_API void rdmax_ep_destroy(rdmax_ep *ep);
 RDMAX_API rdmax_status rdmax_ep_query_error(const rdmax_ep *ep); /* first error, RDMAX_OK if none */
@@ -1434,7 +1437,8 @@ RDMAX_API rdmax_status rdmax_ep_query_error(const rdmax_ep *ep); /* first error,
    a zero-length message the peer's rdmax_progress turns into RDMAX_EP_CLOSED and an EP_CLOSED event),
    and leaves ep in RDMAX_EP_CLOSED: later posts return RDMAX_ERR_CLOSED. Destroy it afterwards.
    Parameters: ep; timeout_ms (>= 0, else RDMAX_ERR_INVALID_PARAM).
-   Result: RDMAX_OK, or the error that stopped the drain (the endpoint is closed either way).
+   Result: RDMAX_OK, or the error that stopped the drain (the endpoint is closed either way);
+   RDMAX_ERR_CANCELED: a callback inside destroyed ep (see rdmax_ep_destroy), which is gone.
    Threads: the context's thread. */
 RDMAX_API rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms);
 
@@ -2732,6 +2736,7 @@ struct rdmax_ep {
     uint8_t bye;                /* RC: rdmax_ep_disconnect posted our goodbye and has not returned */
     uint8_t in_call;            /* depth of its own rdmax_ep_flush and rdmax_ep_disconnect, which progress
                                    inside: state_cb waits until they return (rdmax__state_tell) */
+    uint8_t destroyed;          /* a callback destroyed it inside such a call: freed as the call returns */
     struct rdmax__win *wins;    /* RC: the memory windows of the regions it exposes (n_wins; EXPOSED MEMORY) */
 #if RDMAX__HAS_UD
     struct ibv_ah *ah;          /* UD: the peer's address handle (from the context's cache) */

@@ -6252,12 +6252,23 @@ static rdmax_rbuf rdmax__ep_remote0(const rdmax_ep *ep)
 
 static rdmax_status rdmax__ep_flush(rdmax_ep *ep, int timeout_ms);
 
-/* (rdmax_ep.in_call: a state_cb that destroys ep is not called while this still uses it) */
+static void rdmax__ep_free(rdmax_ep *ep);
+
+/* The end of rdmax_ep_flush or rdmax_ep_disconnect: a callback inside may have destroyed ep (only its
+   memory is left, see rdmax_ep_destroy), which goes with the outermost call. */
+static void rdmax__ep_call_end(rdmax_ep *ep)
+{
+    if (--ep->in_call == 0 && ep->destroyed)
+        rdmax__ep_free(ep);
+}
+
+/* (rdmax_ep.in_call: a state_cb that destroys ep is not called while this still uses it, and a destroy
+   from another callback leaves it the memory it reads) */
 rdmax_status rdmax_ep_flush(rdmax_ep *ep, int timeout_ms)
 {
     ep->in_call++;
     rdmax_status st = rdmax__ep_flush(ep, timeout_ms);
-    ep->in_call--;
+    rdmax__ep_call_end(ep);
     return st;
 }
 
@@ -6391,6 +6402,21 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     rdmax__cm_ep_cleanup(ep);
     if (ep->rmr)
         ibv_dereg_mr(ep->rmr);
+    if (ep->in_call) {
+        /* A receive or pending callback inside ep's own flush or disconnect, which read ep (its queue
+           now empty, its state an error) as the callback returns: freed when that call returns. */
+        ep->state = RDMAX_EP_ERROR;
+        ep->err = RDMAX_ERR_CANCELED;
+        ep->destroyed = 1;
+        return;
+    }
+    rdmax__ep_free(ep);
+}
+
+/* rdmax_ep_destroy's last step: the endpoint's memory. */
+static void rdmax__ep_free(rdmax_ep *ep)
+{
+    rdmax_ctx *ctx = ep->ctx;
     rdmax_numa_free(ctx, ep->rbufs, (size_t)ep->rq_depth * ep->recv_size);
     rdmax__free(ctx, ep->slots);
     rdmax__free(ctx, ep->rq_free);
@@ -8768,7 +8794,7 @@ rdmax_status rdmax_ep_disconnect(rdmax_ep *ep, int timeout_ms)
     if (ep->cm_id)  /* rdma_cm: the peer sees DISCONNECTED, also when the goodbye could not go */
         rdma_disconnect(ep->cm_id);
     ep->bye = 0;
-    ep->in_call--;
+    rdmax__ep_call_end(ep);
     return st;
 }
 

@@ -648,6 +648,24 @@ static void force_tick(rdmax_ctx *c)
     c->tick_coarse_ms = INT64_MIN;
 }
 
+/* An asynchronous QP-fatal event for ep, as the device reports one, read at c's next progress (its tick
+   forced). Nonzero: the event queue is full. */
+static int queue_qp_fatal(rdmax_ctx *c, rdmax_ep *ep)
+{
+    struct rdmax__dev *dv = c->dev;
+    pthread_mutex_lock(&dv->lock);
+    int full = dv->n_ev >= RDMAX__DEV_EVQ;
+    if (!full) {
+        dv->ev[dv->n_ev].to = c;
+        dv->ev[dv->n_ev].type = IBV_EVENT_QP_FATAL;
+        dv->ev[dv->n_ev].obj = NULL;
+        dv->ev[dv->n_ev++].arg = ep_qp(ep)->qp_num;
+    }
+    pthread_mutex_unlock(&dv->lock);
+    force_tick(c);
+    return full;
+}
+
 static void case_state_cb_in_call(rdmax_ctx *c, rdmax_mem *mem)
 {
     tl_begin("state/state_cb is not called inside rdmax_ep_flush or rdmax_ep_disconnect of its endpoint");
@@ -668,15 +686,7 @@ static void case_state_cb_in_call(rdmax_ctx *c, rdmax_mem *mem)
         rdmax_ep_query_record(b, &ib);
         for (int i = 0; k < 2 && i < 4; i++)  /* (none: the disconnect's first flush returns at once) */
             CHECK_ST(rdmax_put(a, mem->addr, 64, mem, ib.regions[0].addr + 4096, ib.regions[0].rkey, NULL), RDMAX_OK);
-        struct rdmax__dev *dv = c->dev;
-        pthread_mutex_lock(&dv->lock);
-        REQUIRE(dv->n_ev < RDMAX__DEV_EVQ, "device event queue full");
-        dv->ev[dv->n_ev].to = c;
-        dv->ev[dv->n_ev].type = IBV_EVENT_QP_FATAL;
-        dv->ev[dv->n_ev].obj = NULL;
-        dv->ev[dv->n_ev++].arg = ep_qp(a)->qp_num;
-        pthread_mutex_unlock(&dv->lock);
-        force_tick(c);
+        REQUIRE(queue_qp_fatal(c, a) == 0, "device event queue full");
         g_in_call = 1;
         rdmax_status st = k == 0 ? rdmax_ep_flush(a, 10000) : rdmax_ep_disconnect(a, 10000);
         g_in_call = 0;
@@ -705,6 +715,95 @@ static void case_state_cb_in_call(rdmax_ctx *c, rdmax_mem *mem)
 out:
     rdmax_ep_destroy(a);
     rdmax_ep_destroy(b);
+    tl_end();
+}
+
+/* A callback that destroys an endpoint inside that endpoint's rdmax_ep_flush or rdmax_ep_disconnect (its
+   own receive callback, which the manual has always allowed, another endpoint's receive callback, or
+   another endpoint's state callback): the call returns RDMAX_ERR_CANCELED and frees the endpoint as it
+   returns. Before, the destroy freed it under the call, which read it after the progress that ran the
+   callback (ASan: heap-use-after-free in rdmax__ep_flush). The message that destroys it is in the
+   receive CQ before the call (its sender's completion came back: rxe completes a receive before it
+   acknowledges it), and the failure is a queued QP-fatal event with the tick forced: the call's first
+   progress finds either. */
+struct doom {
+    rdmax_ep **victim;  /* the test's own pointer, cleared with the destroy */
+    int calls, inside;
+};
+static void doom_recv(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep, (void)data, (void)len;
+    struct doom *g = (struct doom *)user;
+    g->calls++;
+    g->inside += g_in_call;
+    rdmax_ep_destroy(*g->victim);
+    *g->victim = NULL;
+}
+static void doom_state(rdmax_ep *ep, rdmax_ep_state state, rdmax_status reason, void *user)
+{
+    (void)state, (void)reason;
+    doom_recv(ep, NULL, 0, user);
+}
+
+static void case_destroy_in_call(rdmax_ctx *c)
+{
+    tl_begin("state/a callback inside rdmax_ep_flush or rdmax_ep_disconnect destroys that endpoint: "
+             "RDMAX_ERR_CANCELED, freed as the call returns");
+    rdmax_ctx *c2 = open_ctx(getenv("RDMAX_TEST_DEV0"));
+    const char *name[6] = {"flush, its own receive callback", "disconnect, its own receive callback",
+                           "flush, another's receive callback", "disconnect, another's receive callback",
+                           "flush, another's state callback", "disconnect, another's state callback"};
+    rdmax_ep *a = NULL, *b = NULL, *x = NULL, *y = NULL;
+    for (int k = 0; k < 6; k++) {
+        struct doom g;
+        memset(&g, 0, sizeof g);
+        rdmax_ep_desc d;
+        memset(&d, 0, sizeof d);
+        d.keepalive_ms = RDMAX_OFF;
+        d.recv_cb = doom_recv;
+        d.user = &g;
+        REQUIRE(tl_pair(c, c2, &d, NULL, &a, &b) == RDMAX_OK, "pair");
+        rdmax_ep *from = b;  /* the trigger's sender, to the endpoint whose callback destroys a */
+        if (k >= 2) {
+            rdmax_ep_desc dx = d;
+            if (k >= 4) {  /* x fails: its state callback destroys a */
+                dx.recv_cb = NULL;
+                dx.state_cb = doom_state;
+            }
+            REQUIRE(tl_pair(c, c2, &dx, NULL, &x, &y) == RDMAX_OK, "second pair");
+            from = y;
+        }
+        g.victim = &a;
+        char msg[8] = "doom";
+        CHECK_ST(rdmax_send(a, msg, sizeof msg, NULL, NULL), RDMAX_OK);  /* so that the call progresses */
+        if (k >= 4) {
+            REQUIRE(queue_qp_fatal(c, x) == 0, "device event queue full");  /* read at the call's first progress */
+        } else {
+            rdmax_comp sent;
+            memset(&sent, 0, sizeof sent);
+            CHECK_ST(rdmax_send(from, msg, sizeof msg, NULL, &sent), RDMAX_INPROGRESS);
+            for (int i = 0; i < 1000000 && !sent.done; i++)  /* (a hang guard) */
+                rdmax_progress(c2);
+            REQUIRE(sent.done && sent.status == RDMAX_OK, "%s: the trigger's send did not complete", name[k]);
+        }
+        g_in_call = 1;
+        rdmax_status st = k % 2 == 0 ? rdmax_ep_flush(a, 10000) : rdmax_ep_disconnect(a, 10000);
+        g_in_call = 0;
+        REQUIRE(g.inside == 1 && a == NULL, "%s: the callback ran %d times inside the call (%d in all)", name[k],
+                g.inside, g.calls);
+        CHECK(st == RDMAX_ERR_CANCELED, "%s: the call returned %s", name[k], rdmax_status_str(st));
+        printf("    %s: %s\n", name[k], rdmax_status_str(st));
+        rdmax_ep_destroy(b);
+        rdmax_ep_destroy(x);
+        rdmax_ep_destroy(y);
+        b = x = y = NULL;
+    }
+out:
+    rdmax_ep_destroy(a);
+    rdmax_ep_destroy(b);
+    rdmax_ep_destroy(x);
+    rdmax_ep_destroy(y);
+    rdmax_ctx_destroy(c2);
     tl_end();
 }
 
@@ -1834,6 +1933,7 @@ int main(int argc, char **argv)
         case_disconnect(c, mem);
         case_state_cb(c, mem);
         case_state_cb_in_call(c, mem);
+        case_destroy_in_call(c);
         case_closed_access(c, mem);
         case_scoped_access(c);
         case_expose_cost(c);
