@@ -4571,37 +4571,59 @@ out:
     return st;
 }
 
-/* ---- >>srq: receive pools (shared receive queues): buffers, chunks, the QP-number map; life: >>pools - */
-/* RC endpoints receive from shared receive queues: one per buffer size in use (endpoints with the same
-   recv_size share one SRQ and its pool; the context's recv_size is the default, and its pool stays for
-   the context's life; a pool of another size goes with its last endpoint - at the end of the poll batch
-   when a callback destroyed it, so a pool never goes while a batch may name it - and its slot is not
-   reused until the receive CQ was drained: a completion still queued for it then finds no pool and is
-   dropped).
+/* ---- >>srq: receive pools: buffers, chunks, each endpoint's receive queue, the QP-number map; life: >>pools */
+/* RC endpoints receive from receive pools, one per buffer size in use (endpoints with the same recv_size
+   share one pool; the context's recv_size is the default, and its pool stays for the context's life; a
+   pool of another size goes with its last endpoint - at the end of the poll batch when a callback
+   destroyed it, so a pool never goes while a batch may name it - and its slot is not reused until the
+   receive CQ was drained: a completion still queued for it then finds no pool and is dropped). A pool
+   has no shared receive queue: each endpoint has a receive queue of its own (its QP made with srq NULL,
+   max_recv_wr = max_window + 1) that holds exactly its credits C (ep->rq_depth, the window + 1) of the
+   pool's buffers. So a peer can consume only what was posted for it: past its window it meets RNR on
+   its own QP, or is failed for it (rdmax__grant_or_fail), and never takes a buffer, a credit or a
+   receive CQ entry another endpoint was given (issue 30). Memory stays sized by what is granted (>>recv).
 
      pool     chunks of per_chunk buffers of recv_size bytes (about 256 KiB, at most 256 buffers, at
               least one); each chunk is one NUMA-placed allocation and one MR. A buffer is named by its
               pool and index (chunk << 8 | slot: a fixed field for the slot, so decoding one needs no
               shift by a pool's count), the low bits of its wr_id, whose endpoint field is 0xffff (never
               a real endpoint index): receive bit | pool << 25 | index, bit 30 clear.
-     posted   buffers in the SRQ, and those a poll batch took out of it and rdmax__srq_fill has not
-              counted out yet (in a callback, or staged); free[0, n_free): the others
-     staged   rq[0, n_stage): buffers the receive path gave back in this poll batch, with the wr_id,
-              address and key it had them by, for rdmax__srq_fill to count out of posted and post as
-              they are (so the poll path counts nothing per buffer)
-     target   the sum of the credits (ep->rq_depth: the window + 1) of the pool's endpoints
+     ring     ep->rx_ring[rx_head, rx_tail) (a power of two above max_window + 1, indexes running free):
+              the buffers posted on the endpoint's QP, oldest first. An RC receive queue completes in
+              post order (flushed ones too), so a completion of the QP is the ring's head: the receive
+              path pops it (rx_head++) and the buffer is in hand until its repost.
+     posted   the buffers on the endpoints' rings and those in hand (a poll batch took them, the post
+              of their run has not counted them out yet); free[0, n_free): the others
+     staged   rq[0, n_stage), rq_who[]: buffers the receive path gave back in this poll batch, with the
+              wr_id, address and key it had them by and the endpoint (table index | generation) whose
+              QP they came from. rdmax__srq_fill posts them in runs of one endpoint (a burst comes from
+              one QP: one ibv_post_recv), each run made to fit its endpoint: topped up from the free
+              list to C (a draining chunk's buffer went home, the window grew), or cut to C (the window
+              shrank: the rest go to the free list); a run whose endpoint is gone or failed (its QP in
+              error would flush them back at once) goes to the free list.
+     target   the sum of the credits C of the pool's endpoints; posted + n_free >= target always, and
+              between poll batches every connected endpoint holds its C posted
      live     chunks [0, n_live) are reposted; above target by more than a chunk (windows shrank,
               endpoints went), the tick lets the newest drain (rdmax__srq_giveback): their buffers are
-              kept home as they come back (rdmax__srq_withhold: never below target posted, so no
-              credit loses its buffer), at the free array's top end free[n_bufs - n_home, n_bufs),
-              and once all are home the chunks are deregistered and freed. rxe's SRQ consumes in post
-              order, so a draining chunk empties once traffic went through what is posted.
+              kept home as they come back (rdmax__srq_withhold: never below target, the run's top-up
+              posts a free one in its place), at the free array's top end free[n_bufs - n_home,
+              n_bufs), and once all are home the chunks are deregistered and freed. A receive queue
+              consumes in post order, so a draining chunk empties once traffic went through what is
+              posted.
+
+   A new endpoint's C buffers are counted in target at creation (registered if need be) and posted once
+   its QP is in INIT (rdmax__ep_rq_fill: a QP in RESET takes no receives). Window growth
+   (rdmax__window_grow) posts the new buffers on the QP before it grants them; a shrink lowers C and the
+   next run gives the rest back. Destroy: the QP first, then its ring's buffers go back to the free list
+   (a destroyed QP's posted receives never complete on most devices, and the device writes none of them
+   after the destroy), and target falls by C.
 
    A receive completion names its QP (wc->qp_num); a small open-addressing map gives the endpoint. A
    destroyed endpoint leaves a tombstone stamped with the receive CQ's drain epoch (how many polls found
-   the CQ empty): its completions still queued are counted (stale_wr_ids) and dropped, their buffers
-   recycled. The tombstone dies once the CQ was seen empty after the destroy (nothing of a destroyed QP
-   can arrive later); until then a new QP that happens to get the same number is not used.
+   the CQ empty): its completions still queued are counted (stale_wr_ids) and dropped without touching
+   their buffers, which went back with the ring at the destroy (recycling them again would post one
+   buffer twice). The tombstone dies once the CQ was seen empty after the destroy (nothing of a
+   destroyed QP can arrive later); until then a new QP that happens to get the same number is not used.
 
    Receive groups: a receive CQ holds at most max_cqe entries, and every credit of the endpoints on it.
    An endpoint that would pass that goes to the next group with room, or a new one (rdmax__srq_join): a
@@ -4610,9 +4632,15 @@ out:
    (rdmax__rgroups_poll) and the epoch is rg_epoch, which moves only once every group was seen drained
    after the last tombstone or freed pool.
 
-   Each SRQ's limit (low-water mark: a quarter of target) is armed from the tick; the device's
-   IBV_EVENT_SRQ_LIMIT_REACHED then says that most buffers were consumed at once and not yet reposted
-   (the program did not progress for a while): counted (srq_limit_events) and logged at debug level. */
+   What no longer applies with the queues per endpoint: rdmax_ctx_desc.recv_reserve (buffers posted
+   beyond the credits for what a window breaker takes from a shared queue before it is found) is
+   accepted and ignored, a pool's reserve is 0; rdmax_recv_pool_info.srq_cap and low_water are 0, and
+   the counter srq_limit_events stays 0 (there is no low-water mark to arm); max_srq_wr bounds nothing
+   (a pool's target is bounded by memory and the receive CQs, a window by max_qp_wr - 1), and a device
+   without SRQs (max_srq 0) gets pools and adapting windows like any other. RDMAX_RECV_POOL_OWN stays as
+   it is: rq_depth + 1 buffers of the endpoint's own memory, one registration, on its own receive queue,
+   counted in rq_total on group 0. Cost on rxe: a receive queue per QP, +4.8 KiB per endpoint at depth
+   <= 31, +12.4 KiB at 65 (max_window 64, the default). */
 
 #define RDMAX__RECV_BATCH 16
 #define RDMAX__WINDOW_START 2  /* an adapting window's first (and least) size, see >>recv */
