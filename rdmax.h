@@ -47,7 +47,7 @@
               >>monitor      registration cache: the userfaultfd monitor
               >>invalidation registration cache: invalidation, and draining the event ring
               >>rcache       registration cache: a region's life cycle, get and put, create and destroy
-              >>srq          receive pools (shared receive queues): buffers, chunks, the QP-number map
+              >>srq          receive pools: buffers, chunks, each endpoint's receive queue, the QP-number map
               >>pools        a pool's life: sizing, receive CQs (groups), join and release, give-back, the tick
               >>windows      exposed memory: an endpoint's QP rights and its memory windows
               >>ep           endpoint life cycle: desc defaults, create, connect, flush, destroy
@@ -189,7 +189,7 @@
    the two ports' active MTUs; SL and P_Key index come from the ctx desc (RDMAX_SL, RDMAX_PKEY_INDEX).
    rdmax_ctx_create logs one info line (item DEVICE_CAPS) with what the device lacks and what rdmax does:
    no atomics (atomic_cap NONE): rdmax_fadd / rdmax_cswap return RDMAX_ERR_UNSUPPORTED, nothing posted;
-   no shared receive queues: RC endpoints receive into pools of their own (recv_pool OWN, said once);
+   no shared receive queues: nothing changes (rdmax uses none: RECEIVING);
    no inline data: nothing is sent inline (ep desc max_inline = RDMAX_OFF does the same on any device); one
    SGE: the _iov calls take one entry; a cq_depth or sq_depth above the device's max_cqe or max_qp_wr is
    clamped, with one info line (item DEVICE_CAPS). With atomic_cap HCA
@@ -262,27 +262,28 @@
    join (the group lost, the address gone) is not watched. Both ways run on rxe (tests/ud_test, also
    across two hosts); InfiniBand's choice and refusals on the fake device (tests/fabric_test).
 
-   RECEIVING (RC): SHARED RECEIVE QUEUES AND CREDITS
-   A context's RC endpoints receive into shared receive queues, one per buffer size in use (ep desc
-   recv_size, default the context's recv_size, 4096): buffers come from one pool per size, refilled by
-   rdmax_progress (in batches; a poll that finds one message posts its buffer back at once), so an
-   endpoint costs no buffers of its own. Each endpoint gives its peer a
+   RECEIVING (RC): SHARED RECEIVE POOLS AND CREDITS
+   A context's RC endpoints receive buffers of shared pools, one per buffer size in use (ep desc
+   recv_size, default the context's recv_size, 4096), each endpoint on a receive queue of its own that
+   holds exactly the buffers backing its peer's credits; rdmax_progress posts them back (in batches; a
+   poll that finds one message posts its buffer back at once), so an endpoint costs no buffers beyond
+   what it grants. Each endpoint gives its peer a
    window: the peer may have that many sends and puts with immediate data outstanding; the next one is
    refused with RDMAX_ERR_NO_RESOURCE (or waits, as an rdmax_req) until credits come back.
    rdmax_ep_query_resources says how many may go now (send_credits) and the window this endpoint gives
    its peer (recv_window). A window W is backed by W + 1 buffers: the one more takes the sender's
    credit grants and goodbye (each a zero-length send that consumes a buffer), so they never wait for
-   the window. The pool holds the sum of all endpoints' W + 1 and a reserve, and a consumed buffer is
-   posted again before its credit goes back, so a sender never meets receiver-not-ready (RNR) while
-   every peer keeps to its window; rdmax_ctx_query_recv_pool shows a pool's buffers, how many are
-   posted, the credits it backs (target), its reserve and its low-water mark. Credits return in the
+   the window. The pool holds the sum of all endpoints' W + 1, and a consumed buffer is posted again on
+   its endpoint's queue before its credit goes back, so a sender that keeps to its window never meets
+   receiver-not-ready (RNR), whatever other peers do; rdmax_ctx_query_recv_pool shows a pool's buffers,
+   how many are posted and the credits it backs (target). Credits return in the
    immediate data of the receiver's sends, or in a grant sent from the receive path as soon as half a
    window is owed, however busy the receiver is: a refused post waits a few round trips, not for the
    receiver to go idle.
    Windows adapt (ep desc rq_depth 0, the default): a window starts at 2 and doubles, up to ep desc
    max_window (default 64), each time a grant to a streaming peer falls due (it sent half its window,
    its grants not counted, and nothing of the receiver's carried the credits back). The new credits go
-   out only once buffers back them: when the pool has none free, or its SRQ or the receive CQ no room,
+   out only once buffers back them: when the pool has none free, or the receive CQ no room,
    the growth waits (counted in grant_waits, profile event GRANT_WAIT) and rdmax_progress's tick adds a
    chunk of buffers and room, up to the device's bounds (detail 1 of the event: at the bound).
    It shrinks back to 2 while the receiver's own posts (replies) carry the credits back and the peer
@@ -290,8 +291,8 @@
    and the pool's target with them (as when endpoints go). A pool more than a chunk above its target
    gives memory back: the tick lets its newest chunks drain (their buffers are not posted again as they
    come back from a receive, while the pool keeps its target posted without them) and deregisters and
-   frees a chunk once all its buffers are home (recv_pool.chunks_freed); a shared queue cannot hand back
-   what it holds posted, so this needs traffic through the queue. The receive CQ shrinks with the
+   frees a chunk once all its buffers are home (recv_pool.chunks_freed); a receive queue cannot hand back
+   what it holds posted, so this needs traffic through the queues. The receive CQ shrinks with the
    credits too, where the provider allows it.
    A peer that goes idle keeps what it holds (at most max_window + 1 buffers); one that streams one way
    keeps a grown window while it streams.
@@ -299,36 +300,32 @@
    A non-zero rq_depth is a fixed window (at least 4, at most 65534), as before; with max_window above
    it, the window adapts between the two. An endpoint on a pool of its own (below) has a fixed window
    (default 16).
-   A peer that sends past its window (not rdmax, or broken) is failed: when a grant to it falls due and
-   it has sent more than the buffers given to it (its window + 1 and every credit returned so far, the
-   credits of growth included), its endpoint goes to RDMAX_EP_ERROR with RDMAX_ERR_PEER_WINDOW (counted
-   in window_breaks) and its QP leaves RTS, so it takes no more buffers; an honest peer never is. A
-   shared queue cannot stop a peer from taking buffers before it is found: what such peers take first
-   comes out of the pool's reserve (rdmax_ctx_desc.recv_reserve, 256 KiB of buffers by default) before
-   it comes out of honest peers' credits. How soon it is found: a peer that gives no credits back is out
-   of grants after its window's worth (measured: DESIGN NOTES); a peer that gives credits back and keeps
-   many sends in flight may not be found at all. So for peers you do not trust, accept them with
-   recv_pool = RDMAX_RECV_POOL_OWN: a peer past its window then meets RNR on its own receive queue (or
-   is failed for its window) and nowhere else.
+   A peer that sends past its window (not rdmax, or broken) finds its own receive queue empty: its sends
+   meet RNR on its QP (and fail there once its rnr_retry runs out), and nothing of another endpoint's
+   buffers, credits or receive CQ room is within its reach. And it is failed: when a grant to it falls
+   due and it has sent more than the buffers given to it (its window + 1 and every credit returned so
+   far, the credits of growth included), its endpoint goes to RDMAX_EP_ERROR with RDMAX_ERR_PEER_WINDOW
+   (counted in window_breaks) and its QP leaves RTS; an honest peer never is. (tests/srq_test breakers:
+   four such peers beside an honest client that counts no RNR.)
    Memory: the pool costs (W + 1) x recv_size per endpoint: 12 KiB at rest with the defaults (3 x 4 KiB),
    up to 260 KiB while its window is 64; rdmax's own state is 2 KiB per endpoint (the batch staging is
-   the context's), and the provider's send queue grows with sq_depth and max_inline (about 20 KiB per
-   endpoint on rxe with the defaults: rxe gives n requests the power of two above n slots, 32 of 512 B
-   for the default 31; sq_depth 32 would take 64, 36 KiB): 10,000 endpoints with the default
-   descriptors took 34 KiB of RSS each on rxe (tests/scale_test tenk). A receive CQ holds every credit
+   the context's), and the provider's queues grow with sq_depth, max_inline and max_window (on rxe with
+   the defaults about 20 KiB of send queue, rxe giving n requests the power of two above n slots, 32 of
+   512 B for the default 31, sq_depth 32 would take 64, 36 KiB; and about 12 KiB of receive queue for
+   max_window + 1 = 65 requests, 5 KiB at max_window 16 or less): 10,000 endpoints with the default
+   descriptors took 46 KiB of RSS each on rxe (tests/scale_test tenk). A receive CQ holds every credit
    of the endpoints on it, so one holds at most max_cqe (32767 on rxe) / 3 endpoints at rest (about
    10,900, fewer as windows grow; with fixed windows max_cqe / (rq_depth + 1): 1927 at 16). When the
    next endpoint would pass it, the context
-   opens another receive CQ on the same completion channel, with a shared receive queue of its own, and
+   opens another receive CQ on the same completion channel, with a pool of its own, and
    the endpoint goes there (rdmax_recv_pool_info.groups counts them; a context has 32 pools, one per
    receive size and receive CQ): endpoints per context are bounded by the device's max_qp and memory,
    not by one CQ. rdmax_progress polls them all, a different one first each call. Endpoints with a
    receive pool of their own stay on the first receive CQ.
    A receive pool of its own: ep desc recv_pool = RDMAX_RECV_POOL_OWN gives one endpoint rq_depth + 1
-   buffers of recv_size of its own on its own receive queue (registered once, reposted in batches of at
-   most half the window), with the same window and no RNR; it costs (rq_depth + 1) x recv_size of
-   rdmax's own memory per endpoint (in profile endpoint_bytes). It is there for devices where a shared
-   receive queue costs latency (on rxe it saves none: DESIGN NOTES). The default stays the shared queue.
+   buffers of recv_size of its own memory (registered once, reposted in batches of at most half the
+   window), with a fixed window and no RNR; it costs (rq_depth + 1) x recv_size of rdmax's own memory
+   per endpoint (in profile endpoint_bytes). The default stays the shared pool.
 
    EXPOSED MEMORY (RC)
    A region exposed on an endpoint (ep desc expose / expose_list, registered with RDMAX_ACCESS_REMOTE_*)
@@ -373,7 +370,7 @@
 
    LIMITS
    An endpoint past a limit fails with RDMAX_ERR_LIMIT and a log line that names the limit and its value
-   (rdmax_ctx_desc.max_eps, the device's max_qp, max_cqe or max_srq_wr, RLIMIT_MEMLOCK for the pool, 32
+   (rdmax_ctx_desc.max_eps, the device's max_qp or max_cqe, RLIMIT_MEMLOCK for the pool, 32
    receive sizes in use at once); nothing of it remains (buffers already registered stay in the pool for
    the next endpoint).
 
@@ -582,10 +579,13 @@
        cost a ring record per call but change the whole program (embed_test shows the malloc policy);
      - on-demand-paging MRs would need no monitor, but rxe has no ODP on 6.1 and many devices lack it.
    Receiving, measured on rxe (tests/srq_test breakers): four peers keeping 256 sends in flight past a
-   window of 16 on the shared pool were failed after about 560 messages each, and an honest client beside
-   them met 0 or 1 RNR in 200 round trips; with the violators on pools of their own it met none. An own
-   pool saves no latency on rxe (send 8 B ping-pong, medians 11.25 us on the shared queue, 11.75 us on an
-   own pool: bench/results/scale.md).
+   window of 16 beside an honest client (default rnr_retry) doing 200 checked round trips: on one shared
+   receive queue (before receive queues per endpoint) the honest client's device counted 3 to 8 RNR in
+   three runs, and in one its endpoint failed (RNR retries exceeded); with each endpoint's own queue it
+   counts none, and the violators meet RNR on their own QPs (or fail for their window). The queues cost rxe 12 KiB per endpoint at max_window 64: tests/scale_test
+   tenk, 10,000 endpoints with the default descriptors, 46 KiB of RSS each (34 KiB on one shared queue).
+   An own pool saves no latency on rxe (send 8 B ping-pong, medians 11.25 us on the shared queue, 11.75 us
+   on an own pool: bench/results/scale.md).
 
    LICENSE: see the end of this file.
 */
@@ -793,8 +793,8 @@ typedef enum rdmax_log_level {
     X(HANDSHAKE_TIMEOUT, "a client's handshake did not finish within handshake_ms")                        \
     X(CM_SETUP, "rdma_cm setup failed (event channel, QP attributes)")                                     \
     X(PROFILE_MISUSE, "a profile call from an event callback, or an unknown event type")                  \
-    X(LIMIT, "a device or process limit was reached (max_eps, max_qp, max_cqe, max_srq_wr, RLIMIT_MEMLOCK)") \
-    X(SRQ, "a shared receive queue or its pool: creation, refill, low-water event, dropped receive")       \
+    X(LIMIT, "a device or process limit was reached (max_eps, max_qp, max_cqe, RLIMIT_MEMLOCK)")            \
+    X(SRQ, "a receive pool: a refill of an endpoint's receive queue that failed")                          \
     X(MEM_WINDOW, "memory windows: none on the device (exposed regions open to every endpoint), or one failed") \
     X(DEVICE_CAPS, "what rdmax uses that the device lacks, and what rdmax does instead (once per context)")
 
@@ -1006,11 +1006,9 @@ typedef struct rdmax_ctx_desc {
                                   both setup paths; when all are taken, a new client takes the oldest
                                   one's slot */
     uint32_t ud_rq_depth;      /* 0: 512: receive buffers of the context's UD QP (all UD endpoints share it) */
-    uint32_t recv_reserve;     /* 0: a chunk's worth (256 KiB: 64 buffers of 4 KiB); RDMAX_OFF: none.
-                                  Buffers each shared receive pool keeps posted
-                                  beyond its endpoints' credits: what peers that send past their window
-                                  take before they are found comes out of it, not out of honest peers'
-                                  credits (see RECEIVING) */
+    uint32_t recv_reserve;     /* ignored (kept for source compatibility): each RC endpoint receives on a
+                                  queue of its own that holds its credits alone (see RECEIVING), so
+                                  no buffers are kept beyond them */
     uint8_t rcache_mode;       /* 0: RDMAX_RCACHE_AUTO (cache what a memory monitor covers, register the
                                   rest per operation); RDMAX_RCACHE_MANUAL; RDMAX_RCACHE_UNCACHED */
     uint8_t conn_setup;        /* 0: RDMAX_SETUP_TCP; RDMAX_SETUP_CM: listen/accept/connect through rdma_cm
@@ -1126,22 +1124,23 @@ typedef struct rdmax_ep_resources {
 } rdmax_ep_resources;
 
 /* What one shared receive pool of a context looks like now (rdmax_ctx_query_recv_pool): for tests,
-   diagnostics and memory accounting. RC endpoints with the same recv_size receive into one pool and its
-   shared receive queue (see RECEIVING); buffers = posted + free + those in a receive callback now. */
+   diagnostics and memory accounting. RC endpoints with the same recv_size receive buffers of one pool,
+   each on its own receive queue (see RECEIVING); buffers = posted + free + those in a receive callback
+   now. */
 typedef struct rdmax_recv_pool_info {
     uint32_t recv_size;         /* bytes of each buffer: the pool's key */
     uint32_t endpoints;         /* endpoints receiving into it now */
     uint32_t target;            /* the credits they give: the sum of their windows + 1 each (recv_window
-                                   + 1, as they adapt); target + reserve buffers are kept posted */
-    uint32_t reserve;           /* buffers posted beyond the credits (rdmax_ctx_desc.recv_reserve) */
-    uint32_t posted;            /* buffers in the shared receive queue now */
+                                   + 1, as they adapt); that many are kept posted, each endpoint's on its
+                                   queue (more for a while after a window shrank) */
+    uint32_t reserve;           /* 0 (buffers beyond the credits: none are kept, see recv_reserve) */
+    uint32_t posted;            /* buffers on the endpoints' receive queues now */
     uint32_t free;              /* buffers neither posted nor in a receive callback (draining ones too) */
     uint32_t buffers;           /* buffers allocated and registered (buffers x recv_size bytes); a pool
                                    more than a chunk above its target gives the newest chunks back */
     uint32_t chunks;            /* allocations they came in (each one NUMA-placed allocation and one MR) */
-    uint32_t srq_cap;           /* buffers the shared receive queue can hold, as the device applied it */
-    uint32_t low_water;         /* the queue's low-water mark armed now (a quarter of target, armed from
-                                   rdmax_progress's tick once half of target is posted); 0: not armed */
+    uint32_t srq_cap;           /* 0: there is no shared receive queue (kept for source compatibility) */
+    uint32_t low_water;         /* 0: no low-water mark (kept for source compatibility) */
     uint32_t groups;            /* receive CQs the size's endpoints are spread over, one pool each (a
                                    context opens another when one CQ would pass max_cqe); the counts above
                                    are their sums */
@@ -1194,7 +1193,7 @@ typedef struct rdmax_counters {
     uint64_t ud_late;           /* UD: datagrams that came after a later one (counted in ud_skipped) */
     uint64_t ud_duplicates;     /* UD: datagrams that came twice */
     uint64_t recv_imms;         /* puts with immediate data received (handed to imm_cb or dropped) */
-    uint64_t srq_limit_events;  /* the shared receive queue fell below its low-water mark (diagnostic) */
+    uint64_t srq_limit_events;  /* 0: rdmax makes no shared receive queue (kept for source compatibility) */
     uint64_t ud_wrong_source;   /* UD: datagrams naming an endpoint whose peer did not send them (source
                                    GID or QPN not the peer's), dropped (also in recv_drops) */
     uint64_t window_breaks;     /* RC: endpoints failed with RDMAX_ERR_PEER_WINDOW (also in ep_errors) */
@@ -1270,9 +1269,9 @@ RDMAX_API rdmax_status rdmax_wait(rdmax_ctx *ctx, int timeout_ms);
 RDMAX_API void rdmax_ctx_query_counters(const rdmax_ctx *ctx, rdmax_counters *out);
 RDMAX_API struct rdmax_rcache *rdmax_ctx_query_rcache(const rdmax_ctx *ctx);
 /* rdmax_ctx_query_recv_pool: the shared receive pool of RC endpoints whose buffers are recv_size bytes,
-   now (rdmax_recv_pool_info): its buffers, how many are posted and free, the credits it backs,
-   the low-water mark. The profile variables recv_pool.bytes and recv_pool.posted are the totals over
-   all pools, readable from another thread.
+   now (rdmax_recv_pool_info): its buffers, how many are posted and free, the credits it backs. The
+   profile variables recv_pool.bytes and recv_pool.posted are the totals over all pools, readable from
+   another thread.
    Parameters: a live ctx; recv_size (0: the context's recv_size, whose pool lives as long as the
    context once its first RC endpoint made it; an endpoint's is rdmax_ep_query_desc(ep).recv_size);
    out receives the pool's state.
@@ -1824,7 +1823,7 @@ typedef struct rdmax_profile_var {
     X(EP_BYTES, "endpoint_bytes", LEVEL, "rdmax's own bytes of the live endpoints (malloc and mmap)")      \
     X(RECV_POOL_BYTES, "recv_pool.bytes", LEVEL, "bytes of the shared receive pool (RC)")                  \
     X(RECV_POOL_POSTED, "recv_pool.posted", LEVEL, "buffers of the shared receive pool posted now")        \
-    X(SRQ_LIMIT_EVENTS, "srq_limit_events", COUNTER, "the shared receive queue fell below its low-water mark") \
+    X(SRQ_LIMIT_EVENTS, "srq_limit_events", COUNTER, "0: no shared receive queue (source compatibility)")     \
     X(UD_WRONG_SOURCE, "ud.wrong_source", COUNTER,                                                         \
       "UD datagrams naming an endpoint whose peer did not send them (source GID or QPN), dropped")         \
     X(WINDOW_BREAKS, "window_breaks", COUNTER, "RC endpoints failed because their peer sent past its credit window") \
@@ -2645,7 +2644,6 @@ struct rdmax_ctx {
     struct rdmax__ud *ud;
 #endif
     struct ibv_ah *(*create_ah)(struct ibv_pd *pd, struct ibv_ah_attr *attr); /* ibv_create_ah (tests: fake) */
-    uint8_t said_no_srq;        /* the log said once that RC endpoints get pools of their own (no SRQ) */
     uint8_t said_sq_clamp;      /* the log said once that a send queue was clamped to the device */
     struct in_addr mcast_addr;  /* rdmax_ctx_desc.mcast_addr parsed; 0: derived at each join */
 };
@@ -2699,7 +2697,10 @@ struct rdmax_ep {
     void *user;
     rdmax_imm_cb imm_cb;
     uint32_t grant_at;          /* RC: grant when this many credits are owed (half the window) */
-    uint32_t pool;              /* RC: the shared receive queue its peer's messages land in */
+    uint32_t pool;              /* RC: the receive pool its peer's messages land in */
+    /* RC on a pool: the buffers posted on its own receive queue, oldest first, a list through the pool's
+       link[] (rx_n of them from rx_first; >>srq: ring) */
+    uint32_t rx_first, rx_last, rx_n;
     /* a receive pool of its own: none (rbufs NULL) on the shared receive queue or the context's UD QP.
        RC: rq_depth is the buffers that back the peer, the window + 1 (the credits in our record) */
     char *rbufs;

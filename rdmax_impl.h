@@ -474,7 +474,7 @@ static void rdmax__caps_report(rdmax_ctx *ctx)
                a->atomic_cap == IBV_ATOMIC_NONE ? "none (rdmax_fadd and rdmax_cswap return RDMAX_ERR_UNSUPPORTED)"
                : a->atomic_cap == IBV_ATOMIC_HCA ? "HCA (atomic among RDMA atomics only, not with CPU accesses)"
                                                  : "GLOB",
-               a->max_srq_wr ? "yes" : "none (RC endpoints receive into pools of their own)", inl, a->max_sge,
+               a->max_srq_wr ? "yes (unused: RC endpoints have receive queues of their own)" : "none", inl, a->max_sge,
                a->max_sge == 1 ? " (rdmax_*_iov take one entry)" : "s");
 }
 
@@ -4588,11 +4588,16 @@ out:
               pool and index (chunk << 8 | slot: a fixed field for the slot, so decoding one needs no
               shift by a pool's count), the low bits of its wr_id, whose endpoint field is 0xffff (never
               a real endpoint index): receive bit | pool << 25 | index, bit 30 clear.
-     ring     ep->rx_ring[rx_head, rx_tail) (a power of two above max_window + 1, indexes running free):
-              the buffers posted on the endpoint's QP, oldest first. An RC receive queue completes in
-              post order (flushed ones too), so a completion of the QP is the ring's head: the receive
-              path pops it (rx_head++) and the buffer is in hand until its repost.
-     posted   the buffers on the endpoints' rings and those in hand (a poll batch took them, the post
+     ring     the buffers posted on the endpoint's QP, oldest first: a list through the pool's link[]
+              (ep->rx_first, rx_last, rx_n: 4 bytes per buffer, nothing per endpoint that grows with its
+              window). An RC receive queue completes in post order, so a completion of the QP is the
+              list's first (rx_first = link[b]; a nested poll batch may handle later ones before the
+              batch around it handles the first: then b is unlinked further on, rdmax__rq_unlink), and
+              the buffer is in hand until its repost. A completion polled and not handled yet keeps its
+              buffer on the list, so a destroy in a callback gives it back, and the batch drops it. A
+              failed or flushed completion's buffer goes to the free list at once (its QP is in error:
+              a repost would come back flushed).
+     posted   the buffers on the endpoints' lists and those in hand (a poll batch took them, the post
               of their run has not counted them out yet); free[0, n_free): the others
      staged   rq[0, n_stage), rq_who[]: buffers the receive path gave back in this poll batch, with the
               wr_id, address and key it had them by and the endpoint (table index | generation) whose
@@ -4705,19 +4710,17 @@ struct rdmax__srq_rq {
 };
 
 struct rdmax__srq {
-    struct ibv_srq *srq;
     uint32_t recv_size;
     uint32_t per_chunk;         /* buffers per chunk, a power of two, at most 1 << RDMAX__SRQ_SLOT_BITS */
-    uint32_t cap;               /* buffers the SRQ can hold (max_wr as the device applied it) */
-    uint32_t target, posted;    /* target: credits of its endpoints plus reserve, the buffers kept posted */
-    uint32_t reserve;           /* rdmax_ctx_desc.recv_reserve: posted beyond the credits (see below) */
+    uint32_t target, posted;    /* target: credits of its endpoints; posted: on their queues or in hand */
     uint32_t n_bufs, n_free;
     uint32_t n_live, n_home;    /* chunks reposted; buffers of the draining ones home (see >>srq: live) */
     uint32_t n_stage;           /* rq[0, n_stage): given back in this poll batch, ready to post */
     uint32_t *free;             /* [n_bufs] */
+    uint32_t *link;             /* [chunks_cap * per_chunk] (rdmax__srq_li): a posted buffer's successor on
+                                   its endpoint's queue (>>srq: ring) */
     struct { char *base; struct ibv_mr *mr; uint32_t lkey; } *chunks;
     uint32_t n_chunks, chunks_cap;
-    uint32_t limit;             /* the limit armed now; 0: not armed */
     uint32_t users;             /* endpoints attached */
     uint32_t room_failed;       /* the tick could not register more buffers for windows to grow into
                                    (rdmax__srq_room); cleared when credits leave the target */
@@ -4727,6 +4730,7 @@ struct rdmax__srq {
        the buffers it gives back in them (wr_id, address and key: nothing to compute again), a request
        beside its SGE (one index for both) */
     struct rdmax__srq_rq rq[RDMAX__RECV_BATCH];
+    uint32_t rq_who[RDMAX__RECV_BATCH]; /* the endpoint (index | generation << 16) whose queue rq[i] came from */
     struct rdmax__srq_rq one;   /* the request of rdmax__recv_one's single buffer: no nested batch stages in it */
 };
 
@@ -4760,7 +4764,7 @@ struct rdmax__rx {
     uint64_t last_key;          /* rdmax__srq_key(0, last_qpn): a completion's immediate and QP number
                                    at once, for the inline receive path */
     uint64_t last_tag;          /* wr_id >> RDMAX__WR_POOL_SHIFT of the buffers of last_ep's pool (a QP
-                                   receives from its own pool's SRQ only); UINT64_MAX: none */
+                                   receives its own pool's buffers only); UINT64_MAX: none */
     struct rdmax__srq *last_s;  /* last_ep's pool, whose buffers the inline path stages without marking
                                    it in staged: last_bit (1 << its index; 0: none) marks it instead */
     uint32_t last_bit;
@@ -4889,6 +4893,12 @@ static void rdmax__map_kill(rdmax_ctx *ctx, uint32_t qpn)
         }
 }
 
+/* Buffer b's entry in link[]: chunk * per_chunk + slot (dense, unlike b). */
+static uint32_t rdmax__srq_li(const struct rdmax__srq *s, uint32_t b)
+{
+    return (b >> RDMAX__SRQ_SLOT_BITS) * s->per_chunk + (b & ((1u << RDMAX__SRQ_SLOT_BITS) - 1));
+}
+
 static char *rdmax__srq_buf(const struct rdmax__srq *s, uint32_t b)
 {
     return s->chunks[b >> RDMAX__SRQ_SLOT_BITS].base + (size_t)(b & ((1u << RDMAX__SRQ_SLOT_BITS) - 1)) * s->recv_size;
@@ -4904,105 +4914,183 @@ static void rdmax__srq_unpost(struct rdmax__srq *s, uint32_t b)
 }
 
 /* The repost decision for buffer b that came back from a receive (posted still counts it): kept home
-   when its chunk drains and the pool backs its target without it (the free list makes up for it at the
-   fill: posted + n_free >= target stays true, so every credit keeps a posted buffer). Every path that
-   reposts a buffer without asking this reposts only those of chunks below n_live. */
+   when its chunk drains, a free buffer takes its place on the same queue, and the pool backs its target
+   without it (posted + n_free >= target stays true, so every credit keeps a posted buffer). Every path
+   that reposts a buffer without asking this reposts only those of chunks below n_live. */
 static int rdmax__srq_withhold(const struct rdmax__srq *s, uint32_t b)
 {
-    return (b >> RDMAX__SRQ_SLOT_BITS) >= s->n_live && s->posted + s->n_free > s->target;
+    return (b >> RDMAX__SRQ_SLOT_BITS) >= s->n_live && s->n_free > 0 && s->posted + s->n_free > s->target;
 }
 
-/* ibv_post_srq_recv of rq[0, k) refused bad and what follows it up to rq[k - 1] (the chain is joined
-   again already): those go to the free list. */
-static rdmax_status rdmax__srq_post_failed(rdmax_ctx *ctx, struct rdmax__srq *s, uint32_t k, struct ibv_recv_wr *bad,
-                                          int rc)
+/* The endpoint of a staged buffer (who: table index | generation << 16) if its queue takes it back:
+   alive and neither failed nor closed (a QP in error would flush it back at once). */
+static rdmax_ep *rdmax__rq_ep(rdmax_ctx *ctx, uint32_t who)
 {
-    uint32_t back = 0;
-    for (struct ibv_recv_wr *w = bad; w; w = w->next) {
-        rdmax__srq_unpost(s, (uint32_t)(w->wr_id & RDMAX__WR_BUF_MASK));
-        back++;
-        if (w == &s->rq[k - 1].wr)
-            break;
+    rdmax__ep_ref *r = &ctx->eps[who & 0xffff];
+    rdmax_ep *ep = r->ep;
+    if (ep == NULL || RDMAX__REF_GEN(r) != (uint16_t)(who >> 16) || ep->state > RDMAX_EP_CONNECTED)
+        return NULL;
+    return ep;
+}
+
+/* ibv_post_recv of r[0, k) on ep's queue refused bad and what follows it: those go to the free list, the
+   ones before it on ep's list (posted counts them all already). */
+static __attribute__((noinline)) rdmax_status rdmax__rq_post_failed(rdmax_ctx *ctx, struct rdmax__srq *s, rdmax_ep *ep,
+                                                                   struct rdmax__srq_rq *r, uint32_t k,
+                                                                   struct ibv_recv_wr *bad, int rc)
+{
+    uint32_t ok = k;
+    for (uint32_t i = 0; i < k; i++)
+        if (&r[i].wr == bad)
+            ok = i;
+    for (uint32_t i = 0; i < k; i++) {
+        uint32_t b = (uint32_t)r[i].wr.wr_id & RDMAX__WR_BUF_MASK;
+        if (i >= ok) {
+            rdmax__srq_unpost(s, b);
+            continue;
+        }
+        if (ep->rx_n++ == 0)
+            ep->rx_first = b;
+        else
+            s->link[rdmax__srq_li(s, ep->rx_last)] = b;
+        ep->rx_last = b;
     }
-    s->posted += k - back;
-    ctx->rx->posted += k - back;
+    s->posted -= k - ok;
+    ctx->rx->posted -= k - ok;
+    ep->last_errno = rc;
     rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ,
-               "device %s: ibv_post_srq_recv of %u buffers failed: %s (%u of %u posted, SRQ holds %u)", ctx->attr.name,
-               back, strerror(rc), s->posted, s->target, s->cap);
+               "device %s: ibv_post_recv of %u pool buffers to QP %u failed: %s (%u of its %u credits posted)",
+               ctx->attr.name, k - ok, ep->qp->qp_num, strerror(rc), ep->rx_n, ep->rq_depth);
     return RDMAX_ERR_IO;
 }
 
-/* Post the staged buffers of pool p (rq[0, n_stage), see rdmax__srq_recv), then free ones, until its
-   target are posted; staged ones beyond the target (it fell: an endpoint went) go to the free list.
-   Called from the poll path (no allocation). */
+/* r[0, k) (chained from r[0]; r[k - 1]'s next is kept) posted on ep's own receive queue and put at the
+   end of its list (>>srq: ring); posted counts them already. */
+static rdmax_status rdmax__rq_post(rdmax_ctx *ctx, struct rdmax__srq *s, rdmax_ep *ep, struct rdmax__srq_rq *r,
+                                   uint32_t k)
+{
+    struct ibv_recv_wr *bad = NULL, *after = r[k - 1].wr.next;
+    r[k - 1].wr.next = NULL;
+    ctx->cnt.recv_post_calls++;
+    int rc = ibv_post_recv(ep->qp, &r[0].wr, &bad);
+    r[k - 1].wr.next = after;
+    if (rdmax_unlikely(rc != 0))
+        return rdmax__rq_post_failed(ctx, s, ep, r, k, bad, rc);
+    /* (in locals: the stores to link[] could alias the endpoint's fields) */
+    uint32_t *link = s->link, pc = s->per_chunk, last = ep->rx_last, i = 0;
+    if (ep->rx_n == 0)
+        ep->rx_first = last = (uint32_t)r[i++].wr.wr_id & RDMAX__WR_BUF_MASK;
+    for (; i < k; i++) {
+        uint32_t b = (uint32_t)r[i].wr.wr_id & RDMAX__WR_BUF_MASK;
+        link[(last >> RDMAX__SRQ_SLOT_BITS) * pc + (last & ((1u << RDMAX__SRQ_SLOT_BITS) - 1))] = b;
+        last = b;
+    }
+    ep->rx_last = last;
+    ep->rx_n += k;
+    return RDMAX_OK;
+}
+
+/* ep's own receive queue filled from the free list up to its credits C (rq_depth): a new endpoint once
+   its QP is in INIT, a window that grew, a run of buffers that came back short (>>srq). Not a system
+   call but the post; RDMAX_ERR_NO_RESOURCE when the free list ran out (posted + n_free >= target makes
+   that a transient of buffers in hand). */
+static rdmax_status rdmax__ep_rq_fill(rdmax_ctx *ctx, rdmax_ep *ep)
+{
+    struct rdmax__srq *s = ctx->rx->pool[ep->pool];
+    struct rdmax__srq_rq r[RDMAX__RECV_BATCH];
+    uint64_t id = RDMAX__WR_SRQ | RDMAX__WR_RECV | (uint64_t)ep->pool << RDMAX__WR_POOL_SHIFT;
+    while (ep->rx_n < ep->rq_depth && s->n_free > 0) {
+        uint32_t k = 0, want = ep->rq_depth - ep->rx_n;
+        for (; k < want && k < RDMAX__RECV_BATCH && s->n_free > 0; k++) {
+            uint32_t b = s->free[--s->n_free];
+            r[k].sge.addr = (uintptr_t)rdmax__srq_buf(s, b);
+            r[k].sge.length = s->recv_size;
+            r[k].sge.lkey = s->chunks[b >> RDMAX__SRQ_SLOT_BITS].lkey;
+            r[k].wr.wr_id = id | b;
+            r[k].wr.sg_list = &r[k].sge;
+            r[k].wr.num_sge = 1;
+            r[k].wr.next = NULL;
+            if (k > 0)
+                r[k - 1].wr.next = &r[k].wr;
+        }
+        s->posted += k;
+        ctx->rx->posted += k;
+        rdmax_status st = rdmax__rq_post(ctx, s, ep, r, k);
+        if (st != RDMAX_OK)
+            return st;
+    }
+    return ep->rx_n < ep->rq_depth ? RDMAX_ERR_NO_RESOURCE : RDMAX_OK;
+}
+
+/* Buffer b, whose completion came, off ep's list: the first, in order; or further on when a nested poll
+   batch (a callback that progressed) handles later completions of the QP before the batch around it
+   handles the earlier ones (at most max_window + 1 to walk). 0: not on the list (never). */
+static int rdmax__rq_unlink(struct rdmax__srq *s, rdmax_ep *ep, uint32_t b)
+{
+    if (ep->rx_n == 0)
+        return 0;
+    if (b == ep->rx_first) {
+        ep->rx_first = s->link[rdmax__srq_li(s, b)];
+        ep->rx_n--;
+        return 1;
+    }
+    for (uint32_t i = 1, a = ep->rx_first; i < ep->rx_n; i++) {
+        uint32_t next = s->link[rdmax__srq_li(s, a)];
+        if (next == b) {
+            s->link[rdmax__srq_li(s, a)] = s->link[rdmax__srq_li(s, b)];
+            if (b == ep->rx_last)
+                ep->rx_last = a;
+            ep->rx_n--;
+            return 1;
+        }
+        a = next;
+    }
+    return 0;
+}
+
+/* ep's posted buffers back to the free list once its QP is destroyed (its receives never complete, the
+   completions of it still queued are dropped untouched: >>srq). */
+static void rdmax__ep_rq_return(rdmax_ctx *ctx, rdmax_ep *ep)
+{
+    struct rdmax__srq *s = ctx->rx->pool[ep->pool];
+    uint32_t b = ep->rx_first;
+    for (uint32_t i = 0; i < ep->rx_n; i++, b = s->link[rdmax__srq_li(s, b)])
+        rdmax__srq_unpost(s, b);
+    s->posted -= ep->rx_n;
+    ctx->rx->posted -= ep->rx_n;
+    ep->rx_n = 0;
+}
+
+/* Post the staged buffers of pool p (rq[0, n_stage), see rdmax__srq_recv) in runs of one endpoint, each
+   on that endpoint's queue, made to fit its credits: the ones beyond them (its window shrank) and those of
+   an endpoint that is gone or failed go to the free list, a run short of them is topped up from it
+   (>>srq: staged). Called from the poll path (no allocation). */
 static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
 {
     struct rdmax__srq *s = ctx->rx->pool[p];
-    struct rdmax__srq_rq *rq = s->rq;
-    struct ibv_recv_wr *bad = NULL;
-    uint64_t id = RDMAX__WR_SRQ | RDMAX__WR_RECV | (uint64_t)p << RDMAX__WR_POOL_SHIFT;
     uint32_t k = s->n_stage;
+    rdmax_status st = RDMAX_OK;
     s->n_stage = 0;
     ctx->rx->recv_disturbed = 1;  /* the staging changed (see rdmax__srq_recv_fast) */
-    s->posted -= k;  /* the staged ones left the SRQ (see >>srq: posted) */
-    ctx->rx->posted -= k;
-    uint32_t want = s->posted < s->target ? s->target - s->posted : 0;
-    if (rdmax_unlikely(k > want)) {
-        for (uint32_t i = want; i < k; i++)
-            rdmax__srq_unpost(s, (uint32_t)rq[i].wr.wr_id & RDMAX__WR_BUF_MASK);
-        k = want;
-    }
-    for (;;) {
-        uint32_t m = want < RDMAX__RECV_BATCH ? want : RDMAX__RECV_BATCH;
-        if (rdmax_unlikely(k < m && s->n_free > 0)) {
-            uint32_t nf = s->n_free;
-            for (; k < m && nf > 0; k++) {
-                uint32_t b = s->free[--nf];
-                rq[k].sge.addr = (uintptr_t)rdmax__srq_buf(s, b);
-                rq[k].sge.lkey = s->chunks[b >> RDMAX__SRQ_SLOT_BITS].lkey;
-                rq[k].wr.wr_id = id | b;
-            }
-            s->n_free = nf;
+    for (uint32_t i = 0, j; i < k; i = j) {
+        uint32_t who = s->rq_who[i];
+        for (j = i + 1; j < k && s->rq_who[j] == who; j++)
+            ;
+        rdmax_ep *ep = rdmax__rq_ep(ctx, who);
+        uint32_t want = ep && ep->rq_depth > ep->rx_n ? ep->rq_depth - ep->rx_n : 0;
+        uint32_t m = j - i < want ? j - i : want;
+        if (rdmax_unlikely(m < j - i)) {
+            for (uint32_t t = i + m; t < j; t++)
+                rdmax__srq_unpost(s, (uint32_t)s->rq[t].wr.wr_id & RDMAX__WR_BUF_MASK);
+            s->posted -= j - i - m;
+            ctx->rx->posted -= j - i - m;
         }
-        if (k == 0)
-            return RDMAX_OK;
-        rq[k - 1].wr.next = NULL;
-        ctx->cnt.recv_post_calls++;
-        int rc = ibv_post_srq_recv(s->srq, &rq[0].wr, &bad);
-        if (k < RDMAX__RECV_BATCH)
-            rq[k - 1].wr.next = &rq[k].wr;
-        if (rdmax_unlikely(rc != 0))
-            return rdmax__srq_post_failed(ctx, s, k, bad, rc);
-        s->posted += k;
-        ctx->rx->posted += k;
-        want -= k;
-        k = 0;
+        if (m > 0 && rdmax__rq_post(ctx, s, ep, &s->rq[i], m) != RDMAX_OK)
+            st = RDMAX_ERR_IO;
+        if (rdmax_unlikely(ep && ep->rx_n < ep->rq_depth) && rdmax__ep_rq_fill(ctx, ep) == RDMAX_ERR_IO)
+            st = RDMAX_ERR_IO;
     }
-}
-
-/* rdmax__srq_fill from rdmax__srq_settle: in the common case the pool had its whole target posted before
-   the batch (posted counts the staged ones still), so exactly the staged ones go back, in one post, and
-   posted stays as it is. */
-static rdmax_status rdmax__srq_fill_staged(rdmax_ctx *ctx, struct rdmax__srq *s, uint32_t p)
-{
-    uint32_t k = s->n_stage;
-    if (rdmax_unlikely(s->posted != s->target))
-        return rdmax__srq_fill(ctx, p);
-    if (k == 0)  /* (last_bit's pool is settled in every batch) */
-        return RDMAX_OK;
-    struct ibv_recv_wr *bad = NULL;
-    s->n_stage = 0;
-    s->rq[k - 1].wr.next = NULL;
-    ctx->cnt.recv_post_calls++;
-    int rc = ibv_post_srq_recv(s->srq, &s->rq[0].wr, &bad);
-    if (k < RDMAX__RECV_BATCH)
-        s->rq[k - 1].wr.next = &s->rq[k].wr;
-    if (rdmax_unlikely(rc != 0)) {
-        s->posted -= k;
-        ctx->rx->posted -= k;
-        return rdmax__srq_post_failed(ctx, s, k, bad, rc);
-    }
-    return RDMAX_OK;
+    return st;
 }
 
 /* Chunks [live, n_chunks) of pool s drain from now: their free buffers go home (the home ones go back to
@@ -5037,24 +5125,29 @@ static rdmax_status rdmax__srq_chunk(rdmax_ctx *ctx, struct rdmax__srq *s)
             return RDMAX_OK;
     }
     if (s->n_chunks >= (RDMAX__WR_BUF_MASK >> RDMAX__SRQ_SLOT_BITS) + 1)
-        return RDMAX_ERR_LIMIT;  /* not reached: max_srq_wr bounds target first */
+        return RDMAX_ERR_LIMIT;  /* 2^17 chunks: the receive CQs' max_cqe bound target first */
     if (s->n_chunks == s->chunks_cap) {
         uint32_t cap = s->chunks_cap ? 2 * s->chunks_cap : 16;
         __typeof__(s->chunks) c = (__typeof__(s->chunks))rdmax__alloc(ctx, cap * sizeof *c);
         uint32_t *f = (uint32_t *)rdmax__alloc(ctx, (size_t)cap * s->per_chunk * sizeof *f);
-        if (!c || !f) {
+        uint32_t *l = (uint32_t *)rdmax__alloc(ctx, (size_t)cap * s->per_chunk * sizeof *l);
+        if (!c || !f || !l) {
             rdmax__free(ctx, c);
             rdmax__free(ctx, f);
+            rdmax__free(ctx, l);
             return RDMAX_ERR_NO_MEMORY;
         }
         if (s->n_chunks) {
             memcpy(c, s->chunks, s->n_chunks * sizeof *c);
             memcpy(f, s->free, s->n_free * sizeof *f);
+            memcpy(l, s->link, (size_t)s->n_chunks * s->per_chunk * sizeof *l);
         }
         rdmax__free(ctx, s->chunks);
         rdmax__free(ctx, s->free);
+        rdmax__free(ctx, s->link);
         s->chunks = c;
         s->free = f;
+        s->link = l;
         s->chunks_cap = cap;
     }
     char *p = (char *)rdmax_numa_alloc(ctx, bytes);
@@ -5139,19 +5232,18 @@ static void rdmax__pool_free(rdmax_ctx *ctx, uint32_t p)
     struct rdmax__srq *s = ctx->rx->pool[p];
     ctx->rx->bytes -= (uint64_t)s->n_bufs * s->recv_size;
     ctx->rx->posted -= s->posted;
-    ctx->rx->grp[s->group].target -= s->target;  /* its reserve (no endpoint is left) */
+    ctx->rx->grp[s->group].target -= s->target;  /* (0: no endpoint is left) */
     ctx->rx->cooling |= 1u << p;
     ctx->rx->staged &= ~(1u << p);
     ctx->rx->cool_epoch[p] = *ctx->rx->epoch;
     ctx->rx->rg_drained = 0;  /* (as a tombstone's) */
-    if (s->srq)
-        ibv_destroy_srq(s->srq);
     for (uint32_t i = 0; i < s->n_chunks; i++) {
         ibv_dereg_mr(s->chunks[i].mr);
         rdmax_numa_free(ctx, s->chunks[i].base, (size_t)s->per_chunk * s->recv_size);
     }
     rdmax__free(ctx, s->chunks);
     rdmax__free(ctx, s->free);
+    rdmax__free(ctx, s->link);
     rdmax__free(ctx, s);
     ctx->rx->pool[p] = NULL;
 }
@@ -5162,14 +5254,6 @@ static uint32_t rdmax__pool_per_chunk(uint32_t recv_size)
     while (n < 1u << RDMAX__SRQ_SLOT_BITS && (size_t)2 * n * recv_size <= RDMAX__SRQ_CHUNK_BYTES)
         n *= 2;
     return n;
-}
-
-/* The reserve a pool of recv_size keeps posted (rdmax_ctx_desc.recv_reserve). */
-static uint32_t rdmax__pool_reserve(const rdmax_ctx *ctx, uint32_t recv_size)
-{
-    uint32_t r = ctx->desc.recv_reserve == 0 ? rdmax__pool_per_chunk(recv_size)
-                 : ctx->desc.recv_reserve == RDMAX_OFF ? 0 : ctx->desc.recv_reserve;
-    return r > ctx->attr.max_srq_wr / 2 ? ctx->attr.max_srq_wr / 2 : r;  /* leaves room for credits */
 }
 
 /* The slot of group g's pool of recv_size, or RDMAX__POOLS. */
@@ -5211,7 +5295,7 @@ static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
             hole = i;  /* free, and no completion of a pool freed there can still be queued */
     if (p == RDMAX__POOLS && hole == RDMAX__POOLS) {
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LIMIT, "device %s: RC endpoints of this context already use %u receive sizes "
-                   "(a pool per size and receive CQ), the most it keeps shared receive queues for (endpoint recv_size "
+                   "(a pool per size and receive CQ), the most it keeps receive pools for (endpoint recv_size "
                    "%u)", ctx->attr.name, RDMAX__POOLS - 1, recv_size);
         return RDMAX_ERR_LIMIT;
     }
@@ -5237,84 +5321,33 @@ static rdmax_status rdmax__pool_get(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
     s->one.wr.sg_list = &s->one.sge;
     s->one.wr.num_sge = 1;
     s->one.wr.next = NULL;
-    struct ibv_srq_init_attr a;
-    memset(&a, 0, sizeof a);
-    a.srq_context = ctx;  /* names the owner of an SRQ event among contexts sharing the device */
-    a.attr.max_wr = ctx->attr.max_srq_wr < 256 ? ctx->attr.max_srq_wr : 256;
-    a.attr.max_sge = 1;
-    if (!ctx->attr.max_srq_wr) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ, "device %s has no shared receive queues (max_srq 0): RC endpoints need one",
-                   ctx->attr.name);
-        rdmax__free(ctx, s);
-        return RDMAX_ERR_UNSUPPORTED;
-    }
-    if (!(s->srq = ibv_create_srq(ctx->pd, &a))) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ, "device %s: ibv_create_srq(%u) failed: %s", ctx->attr.name, a.attr.max_wr,
-                   strerror(errno));
-        rdmax__free(ctx, s);
-        return RDMAX_ERR_IO;
-    }
-    s->cap = a.attr.max_wr;
-    /* the reserve is kept posted as long as the pool lives: rdmax__srq_reserve posts it with the first
-       endpoint's credits */
-    s->reserve = rdmax__pool_reserve(ctx, recv_size);
-    s->target = s->reserve;
-    x->grp[g].target += s->reserve;
     x->cooling &= ~(1u << p);
     x->pool[p] = s;
     *out = p;
     return RDMAX_OK;
 }
 
-/* The SRQ of pool s made to hold need buffers (need <= max_srq_wr), doubling. */
-static rdmax_status rdmax__srq_cap(rdmax_ctx *ctx, struct rdmax__srq *s, uint64_t need)
-{
-    if (need <= s->cap)
-        return RDMAX_OK;
-    struct ibv_srq_attr a;
-    memset(&a, 0, sizeof a);
-    a.max_wr = 2 * (uint64_t)s->cap > need ? 2 * s->cap : (uint32_t)need;
-    if (a.max_wr > ctx->attr.max_srq_wr)
-        a.max_wr = ctx->attr.max_srq_wr;
-    int rc = ibv_modify_srq(s->srq, &a, IBV_SRQ_MAX_WR);
-    if (rc == 0 && ibv_query_srq(s->srq, &a) == 0 && a.max_wr >= need) {
-        s->cap = a.max_wr;
-        return RDMAX_OK;
-    }
-    rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ, "device %s: growing the shared receive queue from %u to %u buffers "
-               "failed: %s (max_srq_wr %u)", ctx->attr.name, s->cap, a.max_wr,
-               rc ? strerror(rc) : "the device kept it smaller", ctx->attr.max_srq_wr);
-    return RDMAX_ERR_LIMIT;
-}
-
-/* Room for one more RC endpoint with window w in pool p: limits first (nothing changes when one is in
-   the way), then buffers, SRQ size, receive CQ; target grows by w and the buffers are posted. */
+/* Room for one more RC endpoint with credits w in pool p: the receive CQ, then buffers; target grows by
+   w, and the buffers wait in the free list until the endpoint's QP is in INIT (rdmax__ep_rq_fill). */
 static rdmax_status rdmax__srq_reserve(rdmax_ctx *ctx, uint32_t p, uint32_t w)
 {
     struct rdmax__rx *x = ctx->rx;
     struct rdmax__srq *s = x->pool[p];
     rdmax_status st;
     uint64_t need = (uint64_t)s->target + w;
-    if (need > ctx->attr.max_srq_wr) {
-        rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_LIMIT, "device %s: the shared receive queue would need %llu buffers (%u endpoints' "
-                   "credits and the reserve so far plus %u), more than the device's max_srq_wr %u: lower "
-                   "rdmax_ep_desc.rq_depth or spread the endpoints over more contexts", ctx->attr.name,
-                   (unsigned long long)need, s->target, w, ctx->attr.max_srq_wr);
-        return RDMAX_ERR_LIMIT;
-    }
     char why[96];
     snprintf(why, sizeof why, "%llu RC receive credits", (unsigned long long)x->grp[s->group].target + w);
     if ((st = rdmax__rcq_fit(ctx, s->group, rdmax__rg_used(ctx, s->group) + w, why)) != RDMAX_OK)
         return st;
-    while (s->posted + s->n_free < need)
+    /* free ones for all w (posted once its QP is in INIT), beyond what the others are short of: posted +
+       n_free >= target is not enough when a window that shrank keeps more than its credits posted */
+    while (s->n_free < w + (s->target > s->posted ? s->target - s->posted : 0))
         if ((st = rdmax__srq_chunk(ctx, s)) != RDMAX_OK)
             return st;
-    if ((st = rdmax__srq_cap(ctx, s, need)) != RDMAX_OK)
-        return st;
     s->target = (uint32_t)need;
     x->grp[s->group].target += w;
     s->users++;
-    return rdmax__srq_fill(ctx, p);
+    return RDMAX_OK;
 }
 
 /* ctx->rcq_poll once a context has more than one receive group: polls the groups' CQs into wc, a
@@ -5381,17 +5414,15 @@ static rdmax_status rdmax__rgroups_arm(rdmax_ctx *ctx)
     return RDMAX_OK;
 }
 
-/* Room for one more RC endpoint with window w among the pools of recv_size: in the first receive group
-   whose CQ can hold w more (and a new pool's reserve) within max_cqe, else in a new group. */
+/* Room for one more RC endpoint with credits w among the pools of recv_size: in the first receive group
+   whose CQ can hold w more within max_cqe, else in a new group. */
 static rdmax_status rdmax__srq_join(rdmax_ctx *ctx, uint32_t recv_size, uint32_t w, uint32_t *out)
 {
     rdmax_status st;
-    uint64_t fresh = (uint64_t)w + rdmax__pool_reserve(ctx, recv_size);
     uint32_t g = 0;
-    if (fresh <= ctx->attr.max_cqe)  /* else no group can hold it: group 0 says why */
+    if (w <= ctx->attr.max_cqe)  /* else no group can hold it: group 0 says why */
         for (; ctx->rx && g < ctx->rx->n_groups; g++)
-            if (rdmax__rg_used(ctx, g) + (rdmax__pool_find(ctx, recv_size, g) < RDMAX__POOLS ? w : fresh) <=
-                ctx->attr.max_cqe)
+            if (rdmax__rg_used(ctx, g) + w <= ctx->attr.max_cqe)
                 break;
     if (ctx->rx && g == ctx->rx->n_groups && (st = rdmax__rgroup_open(ctx)) != RDMAX_OK)
         return st;
@@ -5400,8 +5431,8 @@ static rdmax_status rdmax__srq_join(rdmax_ctx *ctx, uint32_t recv_size, uint32_t
     return rdmax__srq_reserve(ctx, *out, w);
 }
 
-/* An endpoint leaves pool p: its credits leave the target, its buffers stay; a pool of another size than
-   the context's goes with its last endpoint (its QPs are gone, so the SRQ may be destroyed). */
+/* An endpoint leaves pool p: its credits leave the target, its buffers stay (rdmax__ep_rq_return gave
+   them back); a pool of another size than the context's goes with its last endpoint. */
 static void rdmax__srq_release(rdmax_ctx *ctx, uint32_t p, uint32_t w)
 {
     struct rdmax__srq *s = ctx->rx->pool[p];
@@ -5446,10 +5477,10 @@ static void rdmax__srq_close(rdmax_ctx *ctx)
 }
 
 /* From the tick, for a window that waited to grow in pool p (rdmax__window_grow, which never makes a
-   system call): a chunk's worth of credits more than the target, as far as the device's bounds allow
-   (the receive CQ's max_cqe, max_srq_wr): free buffers (registered), an SRQ and a receive CQ that hold
-   them. What cannot be had is the pool's bound; a registration that fails stops further tries
-   (room_failed) until credits leave the pool. */
+   system call): a chunk's worth of credits more than the target, as far as the device's bound allows
+   (the receive CQ's max_cqe): free buffers (registered) and a receive CQ that holds them. What cannot be
+   had is the pool's bound; a registration that fails stops further tries (room_failed) until credits
+   leave the pool. */
 static void rdmax__srq_room(rdmax_ctx *ctx, uint32_t p)
 {
     struct rdmax__rx *x = ctx->rx;
@@ -5457,18 +5488,15 @@ static void rdmax__srq_room(rdmax_ctx *ctx, uint32_t p)
     if (!s)
         return;
     uint64_t more = s->per_chunk, cq_used = rdmax__rg_used(ctx, s->group);
-    if (s->target + more > ctx->attr.max_srq_wr)
-        more = s->target < ctx->attr.max_srq_wr ? ctx->attr.max_srq_wr - s->target : 0;
     if (cq_used + more > ctx->attr.max_cqe)
         more = cq_used < ctx->attr.max_cqe ? ctx->attr.max_cqe - cq_used : 0;
-    uint64_t need = s->target + more;
-    while (s->posted + s->n_free < need)
+    uint64_t need = more + (s->target > s->posted ? s->target - s->posted : 0);  /* free (as rdmax__srq_reserve) */
+    while (s->n_free < need)
         if (rdmax__srq_chunk(ctx, s) != RDMAX_OK) {
             s->room_failed = 1;
             return;
         }
-    if (rdmax__srq_cap(ctx, s, need) != RDMAX_OK ||
-        rdmax__rcq_fit(ctx, s->group, cq_used + more, "RC receive credits and room for windows to grow") != RDMAX_OK)
+    if (rdmax__rcq_fit(ctx, s->group, cq_used + more, "RC receive credits and room for windows to grow") != RDMAX_OK)
         s->room_failed = 1;
 }
 
@@ -5519,8 +5547,7 @@ static void rdmax__rcq_trim(rdmax_ctx *ctx)
 }
 
 /* From the tick (a system call, not on the poll path): room for windows that wait to grow; memory given
-   back by pools above their target, and the receive CQ's; arm each pool's low-water mark again once it
-   is back above it. */
+   back by pools above their target, and the receive CQ's. */
 static void rdmax__srq_tick(rdmax_ctx *ctx)
 {
     struct rdmax__rx *x = ctx->rx;
@@ -5531,18 +5558,9 @@ static void rdmax__srq_tick(rdmax_ctx *ctx)
         x->room = 0;
         rdmax__rcq_trim(ctx);
     }
-    for (uint32_t p = 0; x && p < RDMAX__POOLS; p++) {
-        struct rdmax__srq *s = x->pool[p];
-        if (s)
-            rdmax__srq_giveback(ctx, s);
-        if (!s || s->limit || s->target < 8 || s->posted < s->target / 2)
-            continue;
-        struct ibv_srq_attr a;
-        memset(&a, 0, sizeof a);
-        a.srq_limit = s->target / 4;
-        if (ibv_modify_srq(s->srq, &a, IBV_SRQ_LIMIT) == 0)
-            s->limit = a.srq_limit;
-    }
+    for (uint32_t p = 0; x && p < RDMAX__POOLS; p++)
+        if (x->pool[p])
+            rdmax__srq_giveback(ctx, x->pool[p]);
 }
 
 bool rdmax_ctx_query_recv_pool(const rdmax_ctx *ctx, uint32_t recv_size, rdmax_recv_pool_info *out)
@@ -5557,14 +5575,11 @@ bool rdmax_ctx_query_recv_pool(const rdmax_ctx *ctx, uint32_t recv_size, rdmax_r
             continue;
         out->recv_size = s->recv_size;
         out->endpoints += s->users;
-        out->target += s->target - s->reserve;
-        out->reserve += s->reserve;
+        out->target += s->target;  /* (no reserve, no SRQ, no low-water mark: >>srq) */
         out->posted += s->posted - s->n_stage;
         out->free += s->n_free + s->n_home + s->n_stage;
         out->buffers += s->n_bufs;
         out->chunks += s->n_chunks;
-        out->srq_cap += s->cap;
-        out->low_water += s->limit;
         out->groups++;
     }
     return out->recv_size != 0;
@@ -5733,7 +5748,7 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
            the least of a fixed window: a grant goes at half the window, and a grant also uses a buffer at
            the peer, so with a threshold of one each grant would answer the other's forever. A window
            that adapts (rq_depth 0 on the shared pool, see >>recv) starts at 2 with a threshold of 2. */
-        int adapt = !d->rq_depth && d->recv_pool != RDMAX_RECV_POOL_OWN && ctx->attr.max_srq_wr;
+        int adapt = !d->rq_depth && d->recv_pool != RDMAX_RECV_POOL_OWN;
         if (!d->rq_depth)
             d->rq_depth = adapt ? RDMAX__WINDOW_START : 16;
         if (d->rq_depth < 4 && !adapt)
@@ -5742,20 +5757,14 @@ static void rdmax__ep_desc_defaults(rdmax_ctx *ctx, const rdmax_ep_desc *in, rdm
             d->rq_depth = 65534;  /* + 1: the connection record's credits field */
         if (!d->max_window)
             d->max_window = adapt ? 64 : (uint16_t)d->rq_depth;
-        if (d->max_window < d->rq_depth || d->recv_pool == RDMAX_RECV_POOL_OWN || !ctx->attr.max_srq_wr)
+        if (d->max_window < d->rq_depth || d->recv_pool == RDMAX_RECV_POOL_OWN)
             d->max_window = (uint16_t)d->rq_depth;  /* grows on the shared pool only */
         if (d->max_window > 65534)
             d->max_window = 65534;
-        if (!ctx->attr.max_srq_wr && d->recv_pool != RDMAX_RECV_POOL_OWN) {
-            d->recv_pool = RDMAX_RECV_POOL_OWN;  /* no shared receive queues on this device */
-            if (!ctx->said_no_srq)
-                rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_SRQ, "device %s has no shared receive queues (max_srq "
-                           "0): RC endpoints receive into pools of their own (recv_pool RDMAX_RECV_POOL_OWN)",
-                           ctx->attr.name);
-            ctx->said_no_srq = 1;
-        }
-        if (d->recv_pool == RDMAX_RECV_POOL_OWN && d->rq_depth >= ctx->attr.max_qp_wr)
-            d->rq_depth = ctx->attr.max_qp_wr - 1;  /* + 1 buffers on its own receive queue */
+        if (d->rq_depth >= ctx->attr.max_qp_wr)
+            d->rq_depth = ctx->attr.max_qp_wr - 1;  /* + 1 buffers on its own receive queue (>>srq) */
+        if (d->max_window >= ctx->attr.max_qp_wr)
+            d->max_window = (uint16_t)(ctx->attr.max_qp_wr - 1);
         if (!d->recv_size)
             d->recv_size = ctx->desc.recv_size;
         if (d->recv_size > ctx->attr.max_msg_sz)
@@ -5869,8 +5878,8 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     ep->ctx = ctx;
     rdmax__ep_desc_defaults(ctx, desc, &ep->desc);
     rdmax_ep_desc *d = &ep->desc;
-    /* RC endpoints receive from the context's shared queue (>>srq), unless they asked for buffers of
-       their own; UD ones from the context's UD QP. */
+    /* RC endpoints receive buffers of the context's pool on a queue of their own (>>srq), unless they
+       asked for buffers of their own; UD ones from the context's UD QP. */
     int shared = type == IBV_QPT_RC && d->recv_pool != RDMAX_RECV_POOL_OWN;
     int reserved = 0;
     struct ibv_qp *parked[4];
@@ -5932,12 +5941,11 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
     memset(&qa, 0, sizeof qa);
     qa.send_cq = ctx->scq;
     qa.recv_cq = shared && ctx->rx->pool[ep->pool]->group ? ctx->rx->grp[ctx->rx->pool[ep->pool]->group].cq : ctx->rcq;
-    qa.srq = shared ? ctx->rx->pool[ep->pool]->srq : NULL;
     qa.qp_type = type;
     qa.cap.max_send_wr = d->sq_depth;
-    qa.cap.max_recv_wr = shared ? 0 : ep->rq_depth;
+    qa.cap.max_recv_wr = shared ? (uint32_t)d->max_window + 1 : ep->rq_depth;  /* a window grows up to max_window */
     qa.cap.max_send_sge = ctx->attr.max_sge < RDMAX_MAX_SGE ? ctx->attr.max_sge : RDMAX_MAX_SGE;
-    qa.cap.max_recv_sge = shared ? 0 : 1;
+    qa.cap.max_recv_sge = 1;
     qa.cap.max_inline_data = d->max_inline;
     qa.sq_sig_all = 0;
     qa.qp_context = ep;  /* async QP events name their endpoint */
@@ -5952,7 +5960,8 @@ static rdmax_status rdmax__ep_alloc(rdmax_ctx *ctx, const rdmax_ep_desc *desc, e
         int e = errno;
         rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_EP_SETUP, "device %s: ibv_create_qp(%s, sq %u, rq %u%s, inline %u) failed: %s (this "
                    "context has %u endpoints; the device's max_qp is %u)", ctx->attr.name,
-                   type == IBV_QPT_RC ? "RC" : "UD", d->sq_depth, shared ? 0 : ep->rq_depth, shared ? " + SRQ" : "",
+                   type == IBV_QPT_RC ? "RC" : "UD", d->sq_depth, shared ? d->max_window + 1u : ep->rq_depth,
+                   shared ? " of the pool's buffers" : "",
                    d->max_inline, ep->qp ? "only reused QP numbers" : strerror(e), ctx->n_eps, ctx->attr.max_qp);
         if (ep->qp)
             ibv_destroy_qp(ep->qp);
@@ -6111,8 +6120,10 @@ static rdmax_status rdmax__ep_create(rdmax_ctx *ctx, const rdmax_ep_desc *desc, 
             st = rdmax__modify(ep, &a, IBV_QP_STATE | IBV_QP_SQ_PSN, "RTS");
         }
     }
-    if (st == RDMAX_OK && ep->rq_unposted)  /* a pool of its own (shared buffers were posted for it already) */
+    if (st == RDMAX_OK && ep->rq_unposted)  /* a pool of its own */
         st = rdmax__post_recvs(ep, ep->rq_unposted);
+    else if (st == RDMAX_OK && t == RDMAX_TRANSPORT_ID_RC)  /* its credits' buffers: its QP takes receives now */
+        st = rdmax__ep_rq_fill(ctx, ep);
     ep->rx_unreturned = 0;  /* the first buffers are the peer's initial credits, in our record */
     if (st != RDMAX_OK) {
         rdmax_ep_destroy(ep);
@@ -6425,8 +6436,11 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     rdmax__free(ctx, ep->wins);
     if (ep->qp && !ep->shared_qp)
         ibv_destroy_qp(ep->qp);
-    if (shared)  /* after the QP: its credits leave the pool's target, and the pool may go with it */
+    if (shared) {  /* after the QP: its posted buffers back to the pool (>>srq), its credits leave the target,
+                      and the pool may go with it */
+        rdmax__ep_rq_return(ctx, ep);
         rdmax__srq_release(ctx, ep->pool, ep->rq_depth);
+    }
     rdmax__cm_ep_cleanup(ep);
     if (ep->rmr)
         ibv_dereg_mr(ep->rmr);
@@ -8038,9 +8052,9 @@ int rdmax__progress_one(rdmax_ctx *ctx)
    in the immediate data of our next send, or in a grant. A consumed buffer is reposted (at the end of
    the poll batch that saw it) before its credit can go back, so for every endpoint
        peer's credits + its messages in flight + consumed and not yet reposted + owed = C,
-   and summed over a pool's endpoints, what their peers can still send is at most target, which is at
-   most posted + consumed-and-not-yet-reposted: the SRQ never runs dry, no sender meets RNR, and a
-   receive CQ of the targets' sum (plus UD's own receives) cannot overflow. Grants go from the receive
+   and each endpoint's queue holds its C (>>srq): its receive queue never runs dry, no sender meets
+   RNR, and a receive CQ of the targets' sum (plus UD's own receives) cannot overflow. A peer past its
+   window finds its own queue empty, never another's. Grants go from the receive
    path as soon as owed >= W/2 (ep->grant_at); a sender keeps its last credit for a grant (or its
    goodbye), so W of the C are the application's: a window of W allows W outstanding, and two peers out
    of credits can always hand each other credits back (a grant carries at least grant_at credits, so two
@@ -8050,10 +8064,7 @@ int rdmax__progress_one(rdmax_ctx *ctx)
    2) never triggers a grant in return, which is why 4 is the smallest window (with 2, grants would
    answer grants forever). A sender out of credits has C - 1 = W of them owed by a peer that drained its
    queue, and W >= W/2: it is granted without asking. Destroying an endpoint lowers target by C; its
-   buffers stay in the pool, but for what is more than a chunk above the target (>>srq: live). The
-   pool's reserve (rdmax_ctx_desc.recv_reserve) is in target from the pool's creation: buffers beyond
-   the credits, for what a peer that breaks its window takes before rdmax__grant_or_fail finds it (owed
-   more than C, which an honest peer never is).
+   buffers stay in the pool, but for what is more than a chunk above the target (>>srq: live).
    The credits field keeps its meaning on the wire (buffers the peer may consume, its last kept for
    grants), so versions agree without a new record version: an older peer sends at most C - 1 = W into
    our C buffers; an older receiver advertises its window W' as W' buffers, and we send W' - 1, as it
@@ -8062,8 +8073,8 @@ int rdmax__progress_one(rdmax_ctx *ctx)
    the receiving side alone: a sender adds whatever credits come back, so the wire is the same. Start:
    W = 2, grant_at 2 (a grant received, owed 1, still answers nothing). Growth: when a grant falls due
    from the receive path (the peer sent half its window, not counting its grants, and nothing of ours
-   took the credits back: it streams), W doubles up to max_window, if the pool can back it at once: free buffers, an SRQ and a
-   receive CQ with room (no system call here); the new credits are posted (target += them) before they
+   took the credits back: it streams), W doubles up to max_window, if the pool can back it at once: free buffers and a
+   receive CQ with room (no system call here); the new credits are posted on its queue (target += them) before they
    are added to what the grant carries, so C grows by what the peer is given and the equation above
    holds. Otherwise the growth waits (grant_waits, event GRANT_WAIT) and the tick makes room for the
    next one (rdmax__srq_room) up to the device's bounds. Shrink: a window above its start is looked at
@@ -8148,24 +8159,33 @@ static void rdmax__srq_owe_other(rdmax_ctx *ctx, uint32_t qpn, struct rdmax__owe
     }
 }
 
-/* A polled buffer (wr_id) of pool s (a pool never goes during a poll batch, see >>srq) back to the pool:
-   staged for the repost at the end of the batch (its pool marked for rdmax__srq_settle), or (never, as
-   a poll batch stages at most its own completions: a nested one posts what the batch around it staged
-   first) to the free list when the staging is full; kept home when its chunk drains
-   (rdmax__srq_withhold). */
-static void rdmax__srq_give(struct rdmax__rx *x, struct rdmax__srq *s, uint64_t wr_id, char *buf, uint32_t lkey)
+/* A polled buffer (wr_id) of pool s (a pool never goes during a poll batch, see >>srq) that came from
+   the queue of endpoint who back to it: staged for the repost at the end of the batch (its pool marked
+   for rdmax__srq_settle), or (never, as a poll batch stages at most its own completions: a nested one
+   posts what the batch around it staged first) to the free list when the staging is full; kept home
+   when its chunk drains (rdmax__srq_withhold), a free one staged in its place. */
+static void rdmax__srq_give(struct rdmax__rx *x, struct rdmax__srq *s, uint32_t who, uint64_t wr_id, char *buf,
+                            uint32_t lkey)
 {
-    uint32_t k = s->n_stage;
+    uint32_t k = s->n_stage, b = (uint32_t)wr_id & RDMAX__WR_BUF_MASK;
     x->staged |= 1u << ((uint32_t)(wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1));
-    if (rdmax_unlikely(k == RDMAX__RECV_BATCH || rdmax__srq_withhold(s, (uint32_t)wr_id & RDMAX__WR_BUF_MASK))) {
-        rdmax__srq_unpost(s, (uint32_t)wr_id & RDMAX__WR_BUF_MASK);
-        s->posted--;  /* (the mark above makes rdmax__srq_settle fill the pool up to its target again) */
+    if (rdmax_unlikely(k == RDMAX__RECV_BATCH)) {
+        rdmax__srq_unpost(s, b);
+        s->posted--;
         x->posted--;
         return;
+    }
+    if (rdmax_unlikely(rdmax__srq_withhold(s, b))) {
+        rdmax__srq_unpost(s, b);
+        b = s->free[--s->n_free];
+        wr_id = (wr_id & ~(uint64_t)RDMAX__WR_BUF_MASK) | b;
+        buf = rdmax__srq_buf(s, b);
+        lkey = s->chunks[b >> RDMAX__SRQ_SLOT_BITS].lkey;
     }
     s->rq[k].wr.wr_id = wr_id;
     s->rq[k].sge.addr = (uintptr_t)buf;
     s->rq[k].sge.lkey = lkey;
+    s->rq_who[k] = who;
     s->n_stage = k + 1;
 }
 
@@ -8179,33 +8199,34 @@ static inline void rdmax__srq_credit(rdmax_ctx *ctx, struct rdmax__rx *x, uint32
         rdmax__srq_owe_other(ctx, qpn, o);
 }
 
-/* One completion of a shared receive queue (>>srq), any but rdmax__srq_recv_fast's: another endpoint's
-   (or a destroyed one's: counted and dropped), a failed or flushed one (owes no credit), put_imm's, one
-   with a grant or a goodbye in its immediate data; a wr_id that names no buffer (its pool went:
-   counted, dropped). The buffer is staged for its repost (rdmax__srq_fill, from rdmax__srq_settle at the
-   end of the batch); a successful completion of a live endpoint is a credit it is owed once the buffer
-   is posted again (x->run, or o). */
+/* One receive completion of an endpoint on a pool (>>srq), any but rdmax__srq_recv_fast's: another
+   endpoint's; a destroyed one's (counted and dropped, its buffer untouched: it went back with the
+   endpoint's queue); a failed or flushed one (owes no credit; its buffer to the free list, as its QP is
+   in error); put_imm's, one with a grant or a goodbye in its immediate data. The buffer is first taken
+   off its endpoint's list, then staged for its repost on the same queue (rdmax__srq_fill, from
+   rdmax__srq_settle at the end of the batch); a successful completion of a live endpoint is a credit it
+   is owed once the buffer is posted again (x->run, or o). */
 static __attribute__((noinline)) void rdmax__srq_recv(rdmax_ctx *ctx, struct rdmax__rx *x, const struct ibv_wc *wc,
                                                       struct rdmax__owed *o)
 {
+    rdmax_ep *ep = x->last_ep;
+    if (wc->qp_num != x->last_qpn && (ep = rdmax__srq_ep_of_qpn(ctx, wc->qp_num, o)) == NULL) {
+        ctx->cnt.stale_wr_ids++;  /* its endpoint was destroyed: dropped (>>srq) */
+        return;
+    }
     uint32_t p = (uint32_t)(wc->wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1);
-    uint32_t ci = ((uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK) >> RDMAX__SRQ_SLOT_BITS;
-    uint32_t slot = (uint32_t)wc->wr_id & ((1u << RDMAX__SRQ_SLOT_BITS) - 1);
+    uint32_t b = (uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK, ci = b >> RDMAX__SRQ_SLOT_BITS;
+    uint32_t slot = b & ((1u << RDMAX__SRQ_SLOT_BITS) - 1), who = x->last_who;
     struct rdmax__srq *s = x->pool[p];
-    if (s == NULL || ci >= s->n_chunks || slot >= s->per_chunk) {
-        ctx->cnt.stale_wr_ids++;
+    if (p != ep->pool || (wc->wr_id >> 30) != RDMAX__WR_SRQ_TAG || ci >= s->n_chunks || slot >= s->per_chunk ||
+        !rdmax__rq_unlink(s, ep, b)) {
+        ctx->cnt.stale_wr_ids++;  /* not on its queue: never (a QP completes what was posted on it) */
         return;
     }
     /* the buffer's address and key, for the callback and for its repost (chunks may move while a
        callback runs, their base and key do not) */
     char *buf = s->chunks[ci].base + (size_t)slot * s->recv_size;
     uint32_t lkey = s->chunks[ci].lkey;
-    rdmax_ep *ep = x->last_ep;
-    if (wc->qp_num != x->last_qpn && (ep = rdmax__srq_ep_of_qpn(ctx, wc->qp_num, o)) == NULL) {
-        ctx->cnt.stale_wr_ids++;  /* its endpoint was destroyed: dropped, the buffer recycled */
-        rdmax__srq_give(x, s, wc->wr_id, buf, lkey);
-        return;
-    }
     if (wc->status != IBV_WC_SUCCESS) {
         if (wc->status == IBV_WC_WR_FLUSH_ERR) {
             ctx->cnt.recv_flushed++;
@@ -8214,7 +8235,9 @@ static __attribute__((noinline)) void rdmax__srq_recv(rdmax_ctx *ctx, struct rdm
             ctx->cnt.err_cqes++;
             rdmax__ep_fail(ep, wc, NULL);
         }
-        rdmax__srq_give(x, s, wc->wr_id, buf, lkey);
+        rdmax__srq_unpost(s, b);
+        s->posted--;
+        x->posted--;
         return;
     }
     if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
@@ -8233,28 +8256,30 @@ static __attribute__((noinline)) void rdmax__srq_recv(rdmax_ctx *ctx, struct rdm
             ep->recv_cb(ep, buf, wc->byte_len, ep->user);
         }
     }
-    rdmax__srq_give(x, s, wc->wr_id, buf, lkey);
+    rdmax__srq_give(x, s, who, wc->wr_id, buf, lkey);
     rdmax__srq_credit(ctx, x, wc->qp_num, o);
 }
 
 /* rdmax__srq_recv_fast's completion after a callback that recv_disturbed (see rdmax__rx.recv_disturbed): staged again
-   (the staging may have been posted meanwhile, the request it was staged in reused), its credit to the
-   last endpoint's run or looked up (the callback may have destroyed it, or progressed and met another). */
+   (the staging may have been posted meanwhile, the request it was staged in reused) for the queue of who
+   (if the callback destroyed it, the buffer goes to the free list at the post), its credit to the last
+   endpoint's run or looked up (the callback may have destroyed it, or progressed and met another). */
 static __attribute__((noinline)) void rdmax__srq_restage(rdmax_ctx *ctx, struct rdmax__rx *x, const struct ibv_wc *wc,
-                                                         struct rdmax__owed *o, struct rdmax__srq *s)
+                                                         struct rdmax__owed *o, struct rdmax__srq *s, uint32_t who)
 {
     uint32_t b = (uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK;
     x->recv_disturbed = 0;
-    rdmax__srq_give(x, s, wc->wr_id, rdmax__srq_buf(s, b), s->chunks[b >> RDMAX__SRQ_SLOT_BITS].lkey);
+    rdmax__srq_give(x, s, who, wc->wr_id, rdmax__srq_buf(s, b), s->chunks[b >> RDMAX__SRQ_SLOT_BITS].lkey);
     rdmax__srq_credit(ctx, x, wc->qp_num, o);
 }
 
-/* The common completion of a shared receive queue, inline: a message (credits in its immediate data
+/* The common completion of an endpoint on a pool, inline: a message (credits in its immediate data
    or none) of the last endpoint (a burst comes mostly from one QP: the endpoint of the last one,
    until rdmax__map_kill forgets it, saves the map lookup), whose wr_id the caller found to name a buffer
    of the last endpoint's pool (x->last_tag) in a chunk that does not drain (below n_live: reposted as it
-   is); everything else in rdmax__srq_recv. The buffer is staged
-   (in the request at n_stage) before the callback, so that nothing is kept across it, and counted as
+   is), the first on its queue's list; everything else in rdmax__srq_recv. The buffer is taken off the
+   list and staged (in the request at n_stage, with its endpoint) before the callback, so that nothing is
+   kept across it, and counted as
    staged after it: a nested poll batch posts only rq[0, n_stage), and anything that may change the
    staging or the last endpoint meanwhile sets x->recv_disturbed, which sends the completion to
    rdmax__srq_restage. The pool needs no mark: every batch posts last_bit's pool (rdmax__srq_settle, _last),
@@ -8270,12 +8295,15 @@ static inline void rdmax__srq_recv_fast(rdmax_ctx *ctx, struct rdmax__rx *x, con
     memcpy(&key, (const char *)wc + offsetof(struct ibv_wc, imm_data), sizeof key);
     rdmax_ep *ep = x->last_ep;
     if (rdmax_unlikely(key != x->last_key || wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV ||
-                       ci >= s->n_live || slot >= s->per_chunk)) {
+                       ci >= s->n_live || slot >= s->per_chunk ||
+                       ((uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK) != ep->rx_first)) {
         /* A ping-pong's every message returns credits in its immediate data: taken here too (beside
-           the test of the common case, which stays as it is), a grant or a goodbye goes the slow way. */
+           the test of the common case, which stays as it is), a grant or a goodbye goes the slow way
+           (and a buffer that is not its queue's first: >>srq, ring). */
         const uint64_t credits = rdmax__srq_key(RDMAX__LE32(RDMAX__IMM_CREDITS), 0);
         if ((key & ~credits) != x->last_key || !(wc->wc_flags & IBV_WC_WITH_IMM) || wc->status != IBV_WC_SUCCESS ||
-            wc->opcode != IBV_WC_RECV || ci >= s->n_live || slot >= s->per_chunk) {
+            wc->opcode != IBV_WC_RECV || ci >= s->n_live || slot >= s->per_chunk ||
+            ((uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK) != ep->rx_first) {
             rdmax__srq_recv(ctx, x, wc, o);
             return;
         }
@@ -8286,17 +8314,21 @@ static inline void rdmax__srq_recv_fast(rdmax_ctx *ctx, struct rdmax__rx *x, con
     const __typeof__(*s->chunks) *c = &s->chunks[ci];
     char *buf = c->base + (size_t)slot * s->recv_size;
     struct rdmax__srq_rq *r = &s->rq[s->n_stage];
+    uint32_t who = x->last_who;
     RDMAX_ASSERT(s->n_stage < RDMAX__RECV_BATCH);
+    ep->rx_first = s->link[ci * s->per_chunk + slot];  /* off its queue's list (>>srq: ring) */
+    ep->rx_n--;
     r->wr.wr_id = wc->wr_id;
     r->sge.addr = (uintptr_t)buf;
     r->sge.lkey = c->lkey;
+    s->rq_who[s->n_stage] = who;
     /* (the two counters apart: side by side gcc makes them one vector add of five instructions; the
        message is counted once its callback returned, one add to memory) */
     ctx->cnt.recv_bytes += wc->byte_len;
     ep->recv_cb(ep, buf, wc->byte_len, ep->user);  /* may destroy ep */
     ctx->cnt.recv_msgs++;
     if (rdmax_unlikely(x->recv_disturbed)) {
-        rdmax__srq_restage(ctx, x, wc, o, s);
+        rdmax__srq_restage(ctx, x, wc, o, s, who);
         return;
     }
     s->n_stage++;
@@ -8309,8 +8341,8 @@ static void rdmax__srq_post_staged(rdmax_ctx *ctx, struct rdmax__rx *x)
     uint32_t m = x->staged | x->last_bit;
     x->staged = 0;  /* (rdmax__srq_fill does not clear a pool's bit: it runs for one with none staged too) */
     for (uint32_t p = 0; m; p++, m >>= 1)
-        if (m & 1)
-            rdmax__srq_fill_staged(ctx, x->pool[p], p);
+        if ((m & 1) && x->pool[p]->n_stage)
+            rdmax__srq_fill(ctx, p);
 }
 
 /* A window that waits to grow: counted, an event, and the tick asked for room unless the pool is at
@@ -8318,8 +8350,7 @@ static void rdmax__srq_post_staged(rdmax_ctx *ctx, struct rdmax__rx *x)
 static void rdmax__window_wait(rdmax_ctx *ctx, rdmax_ep *ep, struct rdmax__srq *s, uint32_t add)
 {
     struct rdmax__rx *x = ctx->rx;
-    int bound = s->room_failed || (uint64_t)s->target + add > ctx->attr.max_srq_wr ||
-                rdmax__rg_used(ctx, s->group) + add > ctx->attr.max_cqe;
+    int bound = s->room_failed || rdmax__rg_used(ctx, s->group) + add > ctx->attr.max_cqe;
     if (!bound)
         x->room |= 1u << ep->pool;
     ctx->cnt.grant_waits++;
@@ -8337,19 +8368,25 @@ static void rdmax__window_grow(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t w)
         return;
     uint32_t add = (2 * w < ep->desc.max_window ? 2 * w : ep->desc.max_window) - w;
     uint32_t *cq_size = s->group ? &x->grp[s->group].size : &ctx->rcq_size;
-    if ((uint64_t)s->target + add > s->cap || rdmax__rg_used(ctx, s->group) + add > *cq_size ||
+    if (rdmax__rg_used(ctx, s->group) + add > *cq_size || s->n_free < add ||
         (uint64_t)s->posted + s->n_free < (uint64_t)s->target + add) {
         rdmax__window_wait(ctx, ep, s, add);
         return;
     }
+    uint32_t n0 = ep->rx_n;
     s->target += add;
     x->grp[s->group].target += add;
-    if (rdmax__srq_fill(ctx, ep->pool) != RDMAX_OK) {  /* not backed: not given */
-        s->target -= add;
-        x->grp[s->group].target -= add;
-        return;
-    }
     ep->rq_depth += add;
+    rdmax__ep_rq_fill(ctx, ep);  /* on its own queue before they are granted */
+    uint32_t got = ep->rx_n > n0 ? ep->rx_n - n0 : 0;
+    if (rdmax_unlikely(got < add)) {  /* not backed: not given */
+        s->target -= add - got;
+        x->grp[s->group].target -= add - got;
+        ep->rq_depth -= add - got;
+        add = got;
+        if (add == 0)
+            return;
+    }
     ep->rx_unreturned += add;
     ep->grant_at = 1;  /* above its start: its shrink is looked at too (rdmax__grant_due) */
 }
@@ -8458,7 +8495,8 @@ static void rdmax__srq_settle_last(rdmax_ctx *ctx, struct rdmax__rx *x)
     rdmax_ep *ep = x->last_ep;
     uint32_t run = x->run;
     x->run = 0;
-    rdmax__srq_fill_staged(ctx, x->last_s, ep->pool);
+    if (x->last_s->n_stage)
+        rdmax__srq_fill(ctx, ep->pool);
     ep->rx_unreturned += run;
     if (rdmax__grant_due(ep))
         rdmax__grant_or_fail(ep);
@@ -8492,7 +8530,7 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
     uint32_t own[16];
     int n_own = 0;
     owed.n = 0;
-    /* Without shared receive queues no completion names a pool: one that seems to goes the endpoints' way
+    /* Without a pool no completion names one: one that seems to goes the endpoints' way
        (endpoint 0xffff: counted, dropped). rx never goes before the context; a callback may make it, but
        no completion of this batch then names a pool of it. */
     struct rdmax__rx *x = ctx->rx;
@@ -8616,22 +8654,24 @@ int rdmax__recv_cqes(rdmax_ctx *ctx, int n)
    pool's staging, or left a pool to free (x->recv_disturbed: it progressed, destroyed or made an
    endpoint, ...): the buffer goes back and its credit is owed the batch's way, and the pool goes. wc is
    intact (a nested poll wrote elsewhere). */
-static __attribute__((noinline)) int rdmax__recv_one_stirred(rdmax_ctx *ctx, const struct ibv_wc *wc)
+static __attribute__((noinline)) int rdmax__recv_one_stirred(rdmax_ctx *ctx, const struct ibv_wc *wc, uint32_t who)
 {
     struct rdmax__rx *x = ctx->rx;
     struct rdmax__owed o;
     o.n = 0;
-    rdmax__srq_restage(ctx, x, wc, &o, x->pool[(uint32_t)(wc->wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1)]);
+    rdmax__srq_restage(ctx, x, wc, &o, x->pool[(uint32_t)(wc->wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1)],
+                       who);
     rdmax__srq_settle(ctx, &o, 1);
     return 1;  /* (no flush check, as rdmax__progress_recv_one) */
 }
 
 /* One message in an outermost poll, as a ping-pong's every receive: it needs none of the batch's
    bookkeeping, so it goes straight through, then the rest of rdmax_progress. A message of the last
-   endpoint on its shared queue (credits in its immediate or none), the pool at its target: the credits
-   taken, the buffer put in the pool's own request for one (s->one, which no nested batch touches) before
-   the callback, posted after it, and its credit owed at once, the grant as the batch's. Anything else
-   (a draining chunk's buffer too: >>srq, live) goes the batch's way before anything is touched. */
+   endpoint on a pool (credits in its immediate or none), its queue holding all its credits but this
+   one: the credits taken, the buffer taken off the queue's list and put in the pool's own request for one
+   (s->one, which no nested batch touches) before the callback, posted again on the endpoint's queue after
+   it, and its credit owed at once, the grant as the batch's. Anything else (a draining chunk's buffer
+   too: >>srq, live) goes the batch's way before anything is touched. */
 static int rdmax__progress_recv_one(rdmax_ctx *ctx)
 {
     struct ibv_wc *wc = ctx->rwc_top, nested[16];
@@ -8643,10 +8683,11 @@ static int rdmax__progress_recv_one(rdmax_ctx *ctx)
     uint32_t slot = (uint32_t)wc->wr_id & ((1u << RDMAX__SRQ_SLOT_BITS) - 1);
     uint64_t key;  /* the immediate and the QP's number, as rdmax__srq_recv_fast reads them */
     memcpy(&key, (const char *)wc + offsetof(struct ibv_wc, imm_data), sizeof key);
-    if (wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV || ci >= s->n_live || slot >= s->per_chunk ||
-        s->posted != s->target)  /* (off target: the batch's repost settles the pool) */
-        return rdmax__progress_more(ctx, rdmax__recv_cqes(ctx, 1));
     rdmax_ep *ep = x->last_ep;
+    if (wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV || ci >= s->n_live || slot >= s->per_chunk ||
+        ep->rx_n != ep->rq_depth ||  /* (short of its credits, or above them: the batch's repost fits them) */
+        ((uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK) != ep->rx_first)
+        return rdmax__progress_more(ctx, rdmax__recv_cqes(ctx, 1));
     if (key != x->last_key) {  /* the last test: credits in the immediate, and nothing else may differ */
         if (((key ^ x->last_key) & ~rdmax__srq_key(RDMAX__LE32(RDMAX__IMM_CREDITS), 0)) != 0 ||
             !(wc->wc_flags & IBV_WC_WITH_IMM))
@@ -8658,6 +8699,9 @@ static int rdmax__progress_recv_one(rdmax_ctx *ctx)
     ctx->rcq_drains++;  /* fewer than a batch: the CQ was drained (as rdmax__recv_batch) */
     ctx->cnt.cqes++;
     char *buf = s->chunks[ci].base + (size_t)slot * s->recv_size;
+    uint32_t who = x->last_who;
+    ep->rx_first = s->link[ci * s->per_chunk + slot];  /* off its queue's list (>>srq: ring) */
+    ep->rx_n--;
     s->one.wr.wr_id = wc->wr_id;
     s->one.sge.addr = (uintptr_t)buf;
     s->one.sge.lkey = s->chunks[ci].lkey;
@@ -8668,17 +8712,22 @@ static int rdmax__progress_recv_one(rdmax_ctx *ctx)
     ctx->rwc = wc;
     ctx->cnt.recv_msgs++;
     if (rdmax_unlikely(x->recv_disturbed))
-        return rdmax__progress_more(ctx, rdmax__recv_one_stirred(ctx, wc));
+        return rdmax__progress_more(ctx, rdmax__recv_one_stirred(ctx, wc, who));
     s = x->last_s;  /* (as before the callback, which would have disturbed) */
+    ep = x->last_ep;
     struct ibv_recv_wr *bad;
     ctx->cnt.recv_post_calls++;
-    int rc = ibv_post_srq_recv(s->srq, &s->one.wr, &bad);
+    int rc = ibv_post_recv(ep->qp, &s->one.wr, &bad);  /* on its own queue, at the end of its list */
     if (rdmax_unlikely(rc != 0)) {
-        s->posted--;
-        x->posted--;
-        rdmax__srq_post_failed(ctx, s, 1, bad, rc);
+        rdmax__rq_post_failed(ctx, s, ep, &s->one, 1, bad, rc);
+    } else {
+        uint32_t b = (uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK;
+        if (ep->rx_n++ == 0)
+            ep->rx_first = b;
+        else
+            s->link[rdmax__srq_li(s, ep->rx_last)] = b;
+        ep->rx_last = b;
     }
-    ep = x->last_ep;
     ep->rx_unreturned++;  /* its buffer is posted again: the credit is owed */
     if (rdmax__grant_due(ep))
         rdmax__grant_or_fail(ep);
@@ -8870,17 +8919,8 @@ static void rdmax__dev_event(rdmax_ctx *ctx, enum ibv_event_type type, rdmax_ep 
                 rdmax__ep_fail_why(ctx->eps[i].ep, RDMAX_ERR_DEVICE, IBV_WC_FATAL_ERR, 1, "device fatal error");
         break;
     case IBV_EVENT_SRQ_LIMIT_REACHED:
-        /* the pool fell below a quarter of its target: progress lagged (see >>srq); re-armed by the tick */
-        ctx->cnt.srq_limit_events++;
-        for (uint32_t p = 0; ctx->rx && p < RDMAX__POOLS; p++) {
-            struct rdmax__srq *s = ctx->rx->pool[p];
-            if (s && (void *)s->srq == srq) {
-                rdmax__log(ctx, RDMAX_LOG_DEBUG, RDMAX_LOG_ITEM_SRQ, "device %s: shared receive queue of %u-byte buffers below its "
-                           "limit %u (%u of %u posted)", ctx->attr.name, s->recv_size, s->limit, s->posted,
-                           s->target);
-                s->limit = 0;
-            }
-        }
+        ctx->cnt.srq_limit_events++;  /* (rdmax makes no SRQ since each endpoint has its own queue: >>srq) */
+        (void)srq;
         break;
     case IBV_EVENT_CQ_ERR:
     case IBV_EVENT_SRQ_ERR:
@@ -9077,9 +9117,10 @@ void rdmax__tick(rdmax_ctx *ctx)
            debugger, or suspended) says nothing about its operations: their clock starts anew. Any shorter
            gap counts, so the bounds hold for a caller that drives progress at least once per bound. */
         int paused = gap > (int64_t)ep->desc.watchdog_ms;
-        /* On the shared receive queue a QP moved to the error state flushes no receive of its own: an
-           endpoint whose outstanding requests expect no completion (they ran unsignaled) would never learn
-           of it. Asked of the QP only while such requests stand still, once a tick. */
+        /* A QP moved to the error state may flush nothing that says so (no receive posted, or a device
+           that drops them): an endpoint whose outstanding requests expect no completion (they ran
+           unsignaled) would never learn of it. Asked of the QP only while such requests stand still, once
+           a tick. */
         if (!paused && ep->sq_head != ep->sq_tail && ep->sq_tail == ep->wd_tail &&
             !rdmax__ep_expects_completion(ep)) {
             struct ibv_qp_attr qa;

@@ -427,7 +427,7 @@ static void test_caps_line(void)
     m = logged(RDMAX_LOG_ITEM_DEVICE_CAPS, &n);
     CHECK(n == 1, "%d capability lines", n);
     CHECK(m && strstr(m, "atomics none (rdmax_fadd and rdmax_cswap return RDMAX_ERR_UNSUPPORTED)") &&
-          strstr(m, "shared receive queues none (RC endpoints receive into pools of their own)") &&
+          strstr(m, "shared receive queues none,") &&
           strstr(m, "inline none") && strstr(m, "1 SGE (rdmax_*_iov take one entry)"), "the bare device's line: %s",
           m ? m : "(none)");
     CHECK(rdmax_ctx_query_attr(ctx)->atomic_cap == IBV_ATOMIC_NONE && rdmax_ctx_query_attr(ctx)->max_srq == 0 && rdmax_ctx_query_attr(ctx)->max_srq_wr == 0,
@@ -506,16 +506,19 @@ static void test_no_srq(void)
     fqp q1, q2;
     g_n_log = 0;
     rdmax_ep *a = mkep(ctx, &q1, RDMAX_TRANSPORT_ID_RC, 0x11, 0), *b = mkep(ctx, &q2, RDMAX_TRANSPORT_ID_RC, 0x12, 0);
-    CHECK(rdmax_ep_query_desc(a).recv_pool == RDMAX_RECV_POOL_OWN && rdmax_ep_query_desc(b).recv_pool == RDMAX_RECV_POOL_OWN,
-          "recv_pool %u / %u: no SRQ, a pool of its own expected", rdmax_ep_query_desc(a).recv_pool, rdmax_ep_query_desc(b).recv_pool);
+    /* the shared pool needs no SRQ (each endpoint receives on its own queue): the default, adapting windows */
+    CHECK(rdmax_ep_query_desc(a).recv_pool == RDMAX_RECV_POOL_SHARED && rdmax_ep_query_desc(b).recv_pool == RDMAX_RECV_POOL_SHARED &&
+              rdmax_ep_query_desc(a).max_window == 64,
+          "recv_pool %u / %u, max_window %u: the shared pool and adapting windows expected without an SRQ",
+          rdmax_ep_query_desc(a).recv_pool, rdmax_ep_query_desc(b).recv_pool, rdmax_ep_query_desc(a).max_window);
     int n;
     const char *m = logged(RDMAX_LOG_ITEM_SRQ, &n);
-    CHECK(n == 1 && strstr(m, "pools of their own"), "said %d times: %s", n, m ? m : "(nothing)");
+    CHECK(n == 0, "said %d times: %s", n, m ? m : "(nothing)");
     CHECK(rdmax_ep_query_desc(a).max_inline == 0, "max_inline %u on a device without inline data", rdmax_ep_query_desc(a).max_inline);
     fd_ep_destroy(a);
     fd_ep_destroy(b);
     fd_ctx_destroy(ctx);
-    /* the control: with shared receive queues the default stays */
+    /* the control: the same with shared receive queues */
     ctx = mkctx(&ROCE2, NULL);
     a = mkep(ctx, &q1, RDMAX_TRANSPORT_ID_RC, 0x11, 0);
     CHECK(rdmax_ep_query_desc(a).recv_pool == RDMAX_RECV_POOL_SHARED, "recv_pool %u with an SRQ", rdmax_ep_query_desc(a).recv_pool);
@@ -670,7 +673,7 @@ int main(void)
            test_caps_line);
     tl_run("fabric/no atomics: rdmax_fadd and rdmax_cswap return RDMAX_ERR_UNSUPPORTED, nothing posted; gets post",
            test_no_atomics);
-    tl_run("fabric/no SRQ: RC endpoints get pools of their own, said once", test_no_srq);
+    tl_run("fabric/no SRQ: RC endpoints keep the shared pool (it needs none), nothing said", test_no_srq);
     tl_run("fabric/iWARP: refused with a sentence naming what is missing", test_iwarp);
     tl_run("fabric/InfiniBand multicast: joined through rdma_cm (the fake has none: RDMAX_ERR_NO_DEVICE and a "
            "sentence, nothing attached); the direct attach refused", test_ib_mcast);

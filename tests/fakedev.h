@@ -127,7 +127,7 @@ static inline void fd_ctx_destroy(rdmax_ctx *ctx)
         for (uint32_t c = 0; s && c < s->n_chunks; c++)
             free(s->chunks[c].base);
         if (s)
-            free(s->chunks), free(s->free), free(s);
+            free(s->chunks), free(s->free), free(s->link), free(s);
     }
     if (ctx->rx)
         free(ctx->rx->map);
@@ -270,10 +270,10 @@ static inline void fd_ep_connected(rdmax_ep *ep, uint32_t peer_qpn, uint32_t tx_
 }
 
 /* Shared receive pool p of ctx (RDMAX_RECV_POOL_SHARED) as rdmax__pool_get and rdmax__srq_chunk leave
-   it: the SRQ srq (the test's, on fd_vctx) and n_chunks chunks of per_chunk buffers of size bytes,
-   chunk c registered as mrs[c], handed out low indexes first. */
-static inline void fd_ctx_pool(rdmax_ctx *ctx, uint32_t p, struct ibv_srq *srq, uint32_t size, uint32_t per_chunk,
-                               uint32_t n_chunks, struct ibv_mr *mrs)
+   it: n_chunks chunks of per_chunk buffers of size bytes, chunk c registered as mrs[c], handed out low
+   indexes first. */
+static inline void fd_ctx_pool(rdmax_ctx *ctx, uint32_t p, uint32_t size, uint32_t per_chunk, uint32_t n_chunks,
+                               struct ibv_mr *mrs)
 {
     struct rdmax__rx *x = ctx->rx;
     if (!x) {
@@ -285,7 +285,6 @@ static inline void fd_ctx_pool(rdmax_ctx *ctx, uint32_t p, struct ibv_srq *srq, 
     }
     struct rdmax__srq *s = (struct rdmax__srq *)calloc(1, sizeof *s);
     uint32_t n = per_chunk * n_chunks;
-    s->srq = srq;
     s->recv_size = size;
     s->per_chunk = per_chunk;
     for (int i = 0; i < RDMAX__RECV_BATCH; i++) {  /* the prebuilt chain */
@@ -294,10 +293,10 @@ static inline void fd_ctx_pool(rdmax_ctx *ctx, uint32_t p, struct ibv_srq *srq, 
         s->rq[i].wr.num_sge = 1;
         s->rq[i].wr.next = i + 1 < RDMAX__RECV_BATCH ? &s->rq[i + 1].wr : NULL;
     }
-    s->cap = n;
     s->chunks = (__typeof__(s->chunks))calloc(n_chunks, sizeof *s->chunks);
     s->chunks_cap = n_chunks;
     s->free = (uint32_t *)calloc(n, sizeof *s->free);
+    s->link = (uint32_t *)calloc(n, sizeof *s->link);
     for (uint32_t c = 0; c < n_chunks; c++) {
         s->chunks[c].base = (char *)calloc(per_chunk, size);
         s->chunks[c].mr = &mrs[c];
@@ -313,8 +312,8 @@ static inline void fd_ctx_pool(rdmax_ctx *ctx, uint32_t p, struct ibv_srq *srq, 
 }
 
 /* ep joins pool p with a window of `window` credits as rdmax_ep_create does: the pool's target grows by
-   the window and one buffer for grants, buffers are posted (rdmax__srq_reserve), and ep enters the QP
-   number map. */
+   the window and one buffer for grants (rdmax__srq_reserve), ep enters the QP number map, and the
+   buffers are posted on its queue (rdmax__ep_rq_fill). */
 static inline rdmax_status fd_ep_shared_pool(rdmax_ep *ep, uint32_t p, uint32_t window)
 {
     rdmax_ctx *ctx = ep->ctx;
@@ -324,6 +323,8 @@ static inline rdmax_status fd_ep_shared_pool(rdmax_ep *ep, uint32_t p, uint32_t 
     rdmax_status st = rdmax__srq_reserve(ctx, ep->pool, ep->rq_depth);
     if (st == RDMAX_OK)
         st = rdmax__map_put(ctx, ep->qp->qp_num, (uint32_t)(ep->wr_id_base >> 32 & 0xffff));
+    if (st == RDMAX_OK)
+        st = rdmax__ep_rq_fill(ctx, ep);
     return st;
 }
 

@@ -1237,7 +1237,10 @@ static int adapt_mode(int npairs)
           "b: state %d, %s", rdmax_ep_query_state(g_ad.b), rdmax_status_str(rdmax_ep_query_error(g_ad.b)));
     CHECK(c3.window_breaks == 1 && idle_bad == 0, "window_breaks %llu, %d idle endpoints not connected",
           (unsigned long long)c3.window_breaks, idle_bad);
-    CHECK(tl_rnr_count(dev) == rnr0, "RNR counters moved by %llu", (unsigned long long)(tl_rnr_count(dev) - rnr0));
+    /* (RNR may move now: what a sends past b's buffers meets RNR on b's own receive queue, which holds b's
+       credits alone; srq_test breakers checks that an honest peer's device counts none) */
+    printf("# RNR counters of %s: %llu before the breaker, %llu after\n", dev, (unsigned long long)rnr0,
+           (unsigned long long)tl_rnr_count(dev));
     tl_end();
 out:
     if (prof)
@@ -1530,7 +1533,7 @@ out:
 /* ==== receive CQs beyond the first ==== */
 static int rgroups_mode(int npairs)
 {
-    enum { CAP = 128, RESERVE = 8, PER_GROUP = (CAP - RESERVE) / 3 };  /* window 2 + 1 entries each */
+    enum { CAP = 120, PER_GROUP = CAP / 3 };  /* window 2 + 1 entries each (a pool keeps no reserve) */
     rdmax_ctx *ctx = NULL;
     int n = 2 * npairs;
     rdmax_ep **eps = (rdmax_ep **)calloc((size_t)n, sizeof *eps);
@@ -1543,7 +1546,6 @@ static int rgroups_mode(int npairs)
     rdmax_ctx_desc cd;
     memset(&cd, 0, sizeof cd);
     cd.logger.func = keep_log;
-    cd.recv_reserve = RESERVE;
     cd.cq_depth = 64;  /* receive CQs start below the cap and grow to it (a send CQ of 64 is enough here) */
     REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context: %s", g_lastlog);
     char dev[64];
@@ -1570,8 +1572,7 @@ static int rgroups_mode(int npairs)
               rdmax__test_ep_rgroup(g_ad.b) == want_groups - 1 && want_groups > 1,
           "CQs: first %u, last %u, busy %u", rdmax__test_ep_rgroup(eps[0]), rdmax__test_ep_rgroup(eps[n - 1]),
           rdmax__test_ep_rgroup(g_ad.b));
-    CHECK(p0.target == (uint32_t)(n + 2) * 3 && p0.reserve == RESERVE * want_groups, "pool target %u, reserve %u",
-          p0.target, p0.reserve);
+    CHECK(p0.target == (uint32_t)(n + 2) * 3 && p0.reserve == 0, "pool target %u, reserve %u", p0.target, p0.reserve);
     uint64_t rnr0 = tl_rnr_count(dev);
     tenk_exchange(ctx, eps, sent, n);
     CHECK(g_tk_good == (uint32_t)n && g_tk_bad == 0, "%u of %d messages good, %u bad", g_tk_good, n, g_tk_bad);

@@ -959,7 +959,7 @@ static void stale_case(const char *dev)
     struct side sb, sb2;
     memset(&sb, 0, sizeof sb);
     memset(&sb2, 0, sizeof sb2);
-    tl_begin("srq/receives of a destroyed endpoint are counted, dropped, and their buffers posted again");
+    tl_begin("srq/receives of a destroyed endpoint are counted and dropped; its buffers go back to the pool once");
     rdmax_ep_desc d, db;
     memset(&d, 0, sizeof d);
     d.rq_depth = 8;
@@ -994,7 +994,8 @@ static void stale_case(const char *dev)
           "stale %llu (want 8), messages %llu", (unsigned long long)(c1.stale_wr_ids - c0.stale_wr_ids),
           (unsigned long long)(c1.recv_msgs - c0.recv_msgs));
     p = tl_pool(cb, 0);
-    CHECK(p.posted + p.free == p.buffers, "posted %u + free %u != %u buffers", p.posted, p.free, p.buffers);
+    CHECK(p.posted == 0 && p.free == p.buffers, "posted %u, free %u of %u buffers (want all free, each once)", p.posted,
+          p.free, p.buffers);
     /* a new endpoint reuses the pool: no new chunk, its window posted again */
     uint32_t bufs = p.buffers;
     db.user = &sb2;
@@ -1058,52 +1059,43 @@ out:
         tl_end();
 }
 
-/* ---- the SRQ's low-water event ---- */
+/* ---- no shared receive queue: no reserve, no low-water mark ---- */
 static void limit_case(void)
 {
-    /* cb without a reserve: the mark is a quarter of what is posted, and the bursts below are sized to
-       a pool of the window alone */
-    rdmax_ctx *ca = open_ctx(0, NULL), *cb = open_ctx_ex(NULL, 0, NULL, RDMAX_OFF);
+    /* cb asks for a reserve: it is ignored (each endpoint's queue holds its credits alone, >>srq) */
+    rdmax_ctx *ca = open_ctx(0, NULL), *cb = open_ctx_ex(NULL, 0, NULL, 64);
     rdmax_ep *a = NULL, *b = NULL;
     struct side sb;
     memset(&sb, 0, sizeof sb);
-    tl_begin("srq/low-water mark: a burst the receiver has not polled raises IBV_EVENT_SRQ_LIMIT_REACHED; "
-             "a smaller one does not");
+    tl_begin("srq/no shared receive queue: recv_reserve ignored, a window's buffers posted on its endpoint's "
+             "queue alone; a burst of a whole window raises no SRQ event");
     rdmax_ep_desc d, db;
     memset(&d, 0, sizeof d);
     d.rq_depth = 64;
-    d.sq_depth = 64;  /* the bursts go out without progress */
+    d.sq_depth = 64;  /* the burst goes out without progress */
     db = d;
     db.recv_cb = on_msg;
     db.user = &sb;
     REQUIRE(tl_pair(ca, cb, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     whitebox(cb, NULL, WB_TICK, 0);
-    REQUIRE(tl_pool(cb, 0).low_water == 16, "limit armed at %u, not a quarter of 64", tl_pool(cb, 0).low_water);
+    rdmax_recv_pool_info p = tl_pool(cb, 0);
+    CHECK(p.reserve == 0 && p.target == 65 && p.posted == 65 && p.srq_cap == 0 && p.low_water == 0,
+          "reserve %u, target %u, posted %u, srq_cap %u, low_water %u", p.reserve, p.target, p.posted, p.srq_cap,
+          p.low_water);
     unsigned char m[64];
-    uint32_t seq = 0;
-    for (int round = 0; round < 2; round++) {
-        int burst = round == 0 ? 40 : 50;  /* 64 - 40 = 24 posted stays above 16; 64 - 50 = 14 goes below */
-        for (int i = 0; i < burst; i++, seq++) {
-            memcpy(m, &seq, 4);
-            for (size_t k = 4; k < 64; k++)
-                m[k] = (unsigned char)(seq + k);
-            CHECK_ST(rdmax_send(a, m, 64, NULL, NULL), RDMAX_OK);
-        }
-        REQUIRE(rdmax_ep_flush(a, 10000) == RDMAX_OK, "flush");
-        usleep(100000);  /* the event is read without blocking: let the device deliver it */
-        whitebox(cb, NULL, WB_TICK, 0);
-        rdmax_counters cnt;
-        rdmax_ctx_query_counters(cb, &cnt);
-        CHECK(cnt.srq_limit_events == (uint64_t)round, "after a burst of %d: %llu events", burst,
-              (unsigned long long)cnt.srq_limit_events);
-        REQUIRE(spin_until(ca, cb, &sb.msgs, seq) == 0, "%u of %u arrived", sb.msgs, seq);
-        for (int i = 0; i < 2000; i++) {  /* grants back to a, the pool refilled, the mark armed again */
-            rdmax_progress(ca);
-            rdmax_progress(cb);
-        }
-        whitebox(cb, NULL, WB_TICK, 0);
-        CHECK(tl_pool(cb, 0).low_water == 16, "limit not armed again: %u", tl_pool(cb, 0).low_water);
+    for (uint32_t seq = 0; seq < 64; seq++) {
+        memcpy(m, &seq, 4);
+        for (size_t k = 4; k < 64; k++)
+            m[k] = (unsigned char)(seq + k);
+        CHECK_ST(rdmax_send(a, m, 64, NULL, NULL), RDMAX_OK);
     }
+    REQUIRE(rdmax_ep_flush(a, 10000) == RDMAX_OK, "flush");
+    usleep(100000);
+    whitebox(cb, NULL, WB_TICK, 0);
+    rdmax_counters cnt;
+    rdmax_ctx_query_counters(cb, &cnt);
+    CHECK(cnt.srq_limit_events == 0, "%llu SRQ events", (unsigned long long)cnt.srq_limit_events);
+    REQUIRE(spin_until(ca, cb, &sb.msgs, 64) == 0, "%u of 64 arrived", sb.msgs);
     CHECK(sb.bad == 0, "%u bad messages", sb.bad);
     tl_end();
 out:
@@ -1364,48 +1356,43 @@ out:
     tl_end();
 }
 
-/* Events of contexts sharing a device: whichever context reads one that belongs to another queues it. */
+/* Events of contexts sharing a device: whichever context reads one that belongs to another queues it.
+   The event: the parent's send CQ overflows (IBV_EVENT_CQ_ERR, whose owner rdmax knows by cq_context):
+   signaled zero-length writes posted behind rdmax's back on the parent's endpoint, which nobody polls. */
 static void shared_events_case(void)
 {
-    rdmax_ctx *pa = open_ctx_ex(NULL, 0, NULL, RDMAX_OFF), *ch = open_ctx(0, pa), *cl = open_ctx(0, NULL);  /* pa: as limit_case's cb */
+    rdmax_ctx *pa = open_ctx(0, NULL), *ch = open_ctx(0, pa), *cl = open_ctx(0, NULL);
     rdmax_ep *a = NULL, *b = NULL;
-    struct side sb;
-    memset(&sb, 0, sizeof sb);
     tl_begin("srq/shared device: an event read by the other context reaches its owner");
-    rdmax_ep_desc d, db;
+    rdmax_ep_desc d;
     memset(&d, 0, sizeof d);
-    d.rq_depth = 64;
     d.sq_depth = 64;
-    db = d;
-    db.recv_cb = on_msg;
-    db.user = &sb;
-    REQUIRE(tl_pair(cl, pa, &d, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
-    whitebox(pa, NULL, WB_TICK, 0);
-    REQUIRE(tl_pool(pa, 0).low_water == 16, "limit %u", tl_pool(pa, 0).low_water);
-    unsigned char m[64];
-    for (uint32_t i = 0; i < 60; i++) {
-        memcpy(m, &i, 4);
-        for (size_t k = 4; k < 64; k++)
-            m[k] = (unsigned char)(i + k);
-        CHECK_ST(rdmax_send(a, m, 64, NULL, NULL), RDMAX_OK);
+    d.keepalive_ms = RDMAX_OFF;
+    REQUIRE(tl_pair(cl, pa, &d, &d, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    rdmax_ep_resources rb;
+    rdmax_ep_query_resources(b, &rb);  /* its qp is there for fault injection like this */
+    int cqe = rb.qp->send_cq->cqe, posted = 0;
+    struct ibv_send_wr wr, *bad = NULL;
+    memset(&wr, 0, sizeof wr);
+    wr.opcode = IBV_WR_RDMA_WRITE;  /* zero-length: touches no memory */
+    wr.send_flags = IBV_SEND_SIGNALED;
+    for (int i = 0; i < 100000 && posted <= cqe; i++) {  /* (the bound is a hang guard only) */
+        if (ibv_post_send(rb.qp, &wr, &bad) == 0)
+            posted++;
+        else
+            usleep(1000);  /* the send queue is full until the device completes some */
     }
-    REQUIRE(rdmax_ep_flush(a, 10000) == RDMAX_OK, "flush");
+    REQUIRE(posted > cqe, "%d writes posted, the send CQ holds %d", posted, cqe);
+    g_lastlog[0] = 0;
     /* the child reads the shared fd: the parent's event must be queued for the parent, not taken */
     for (int i = 0; i < 100 && whitebox(pa, NULL, WB_DEV_EVENTS, 0) == 0; i++) {
         usleep(10000);
         whitebox(ch, NULL, WB_TICK, 0);
     }
-    rdmax_counters cc, cp;
-    rdmax_ctx_query_counters(ch, &cc);
     uint32_t queued = whitebox(pa, NULL, WB_DEV_EVENTS, 0);
-    CHECK(queued >= 1 && cc.srq_limit_events == 0, "queued %u, child counted %llu", queued,
-          (unsigned long long)cc.srq_limit_events);
-    whitebox(pa, NULL, WB_TICK, 0);
-    rdmax_ctx_query_counters(pa, &cp);
-    queued = whitebox(pa, NULL, WB_DEV_EVENTS, 0);
-    CHECK(cp.srq_limit_events == 1 && queued == 0, "parent counted %llu, %u still queued",
-          (unsigned long long)cp.srq_limit_events, queued);
-    REQUIRE(spin_until(cl, pa, &sb.msgs, 60) == 0, "%u of 60 arrived", sb.msgs);
+    CHECK(queued >= 1 && !strstr(g_lastlog, "CQ error"), "queued %u, logged \"%s\"", queued, g_lastlog);
+    whitebox(pa, NULL, WB_TICK, 0);  /* (completions that overflow after this may queue more: not counted) */
+    CHECK(strstr(g_lastlog, "CQ error"), "the parent logged \"%s\"", g_lastlog);
     tl_end();
 out:
     rdmax_ep_destroy(a);
@@ -1498,24 +1485,21 @@ static int viol_post(struct ibv_qp *qp, const rdmax_mem *src, uint32_t v)
 
 /* Four peers keep 256 sends in flight each, past their window of 16, into a server on device d0 that
    also serves an honest client's checked echo round trips from device d1 (so d1's RNR counters are the
-   honest traffic's alone). Modes:
-     BREAK_SHARED   the violators' server endpoints on the shared pool (reserve 1024): each violator is
-                    failed with RDMAX_ERR_PEER_WINDOW (it gives no credits back, so the server is out of
-                    grants for it after its window's worth and then owes it more than its buffers); the
-                    honest client, with RNR retries unbounded (until the violators are cut a full pool is
-                    possible: they may take more than the reserve first), finishes every round trip; the
-                    RNR counts of both devices are reported
-     BREAK_OWN      the violators' server endpoints with receive pools of their own: the violators meet RNR
-                    on their own queues (or are failed for their window) and the honest client's device
-                    counts no RNR
-     BREAK_CONTROL  shared pool without a reserve, nobody polls the server: the RNR counters move (the
-                    checks above can see RNR) */
+   honest traffic's alone); the honest client keeps the default rnr_retry (6: bounded), as a user would.
+   Modes:
+     BREAK_SHARED   the violators' server endpoints on the shared pool (the default): each violator meets
+                    RNR on its own receive queue or is failed with RDMAX_ERR_PEER_WINDOW, the honest client
+                    finishes every round trip and its device counts no RNR (on a shared receive queue the
+                    violators drained the buffers behind the honest client's credits: issue 30)
+     BREAK_OWN      the same with the violators' server endpoints on receive pools of their own
+     BREAK_CONTROL  the shared pool, nobody polls the server: the RNR counters move (the checks above can
+                    see RNR) */
 enum breaker_mode { BREAK_SHARED, BREAK_OWN, BREAK_CONTROL };
 
 static void violators_case(const char *d0, const char *d1, enum breaker_mode mode)
 {
     enum { V = 4, INFLIGHT = 256, TRIPS = 200 };
-    rdmax_ctx *srv = open_ctx_ex(d0, 0, NULL, mode == BREAK_SHARED ? 1024 : mode == BREAK_CONTROL ? RDMAX_OFF : 0),
+    rdmax_ctx *srv = open_ctx_ex(d0, 0, NULL, 0),
               *hc = open_ctx_ex(d1, 0, NULL, 0), *vc = open_ctx_ex(d0, 0, NULL, 0);
     rdmax_ep *h = NULL, *hs = NULL, *v[V] = {0}, *vs[V] = {0};
     rdmax_mem *src = NULL;
@@ -1527,7 +1511,8 @@ static void violators_case(const char *d0, const char *d1, enum breaker_mode mod
                  "reserve that nobody polls move the RNR counters", V, INFLIGHT);
     else if (mode == BREAK_SHARED)
         tl_begin("srq/window breakers on the shared pool: %d peers keep %d sends in flight past a window of 16: "
-                 "each fails with RDMAX_ERR_PEER_WINDOW, an honest client's %d checked round trips all come back",
+                 "they meet RNR alone (or fail for their window); an honest client's %d checked round trips "
+                 "with the default rnr_retry, no RNR on its device",
                  V, INFLIGHT, TRIPS);
     else
         tl_begin("own_pool/window breakers on pools of their own: %d peers keep %d sends in flight past a window "
@@ -1543,7 +1528,7 @@ static void violators_case(const char *d0, const char *d1, enum breaker_mode mod
     memset(&dvs, 0, sizeof dvs);
     dh.recv_cb = on_msg;
     dh.user = &hside;
-    dh.rnr_retry = 7;  /* unbounded: see BREAK_SHARED */
+    /* dh.rnr_retry: the default, bounded (an RNR that lasts fails the honest client) */
     ds.recv_cb = on_echo;
     dv.sq_depth = INFLIGHT;
     dv.rnr_retry = 7;  /* a violator on its own pool keeps retrying: it never fails, the test stops it */
@@ -1562,9 +1547,8 @@ static void violators_case(const char *d0, const char *d1, enum breaker_mode mod
     }
     rdmax_recv_pool_info p0 = tl_pool(srv, 0);
     printf("# server pool: %u credits, reserve %u, %u posted\n", p0.target, p0.reserve, p0.posted);
-    uint32_t want_reserve = mode == BREAK_SHARED ? 1024 : mode == BREAK_CONTROL ? 0 : 64;
-    CHECK(p0.reserve == want_reserve && p0.posted == p0.target + p0.reserve, "reserve %u (want %u), %u posted for %u credits",
-          p0.reserve, want_reserve, p0.posted, p0.target);
+    CHECK(p0.posted == p0.target + p0.reserve, "reserve %u, %u posted for %u credits", p0.reserve, p0.posted,
+          p0.target);
     uint64_t rnr_srv0 = tl_rnr_count(d0), rnr_h0 = tl_rnr_count(d1);
     struct ibv_qp *vqp[V];
     for (uint32_t i = 0; i < V; i++) {
@@ -1589,8 +1573,9 @@ static void violators_case(const char *d0, const char *d1, enum breaker_mode mod
     unsigned char msg[64];
     struct ibv_cq *vcq = vqp[0]->send_cq;
     time_t t0 = time(NULL);  /* a hang guard only */
-    /* BREAK_OWN: nothing fails the violators; they flood until the honest client is done */
-    while ((hside.msgs < TRIPS || (mode == BREAK_SHARED && g_viol.fails < V)) && time(NULL) - t0 < 120) {
+    /* nothing need fail the violators (RNR on their own queues stops them): they flood until the honest
+       client is done */
+    while (hside.msgs < TRIPS && rdmax_ep_query_state(h) == RDMAX_EP_CONNECTED && time(NULL) - t0 < 120) {
         /* each violator keeps INFLIGHT in flight while its server endpoint is up */
         struct ibv_wc wc[32];
         int n = ibv_poll_cq(vcq, 32, wc);
@@ -1620,32 +1605,17 @@ static void violators_case(const char *d0, const char *d1, enum breaker_mode mod
           hside.bad);
     CHECK(rdmax_ep_query_state(h) == RDMAX_EP_CONNECTED && rdmax_ep_query_state(hs) == RDMAX_EP_CONNECTED,
           "honest endpoints in state %d / %d", rdmax_ep_query_state(h), rdmax_ep_query_state(hs));
-    if (mode == BREAK_SHARED) {
-        CHECK(g_viol.fails == V, "%u of %d violators failed", g_viol.fails, V);
-        for (int i = 0; i < V; i++)
-            CHECK(g_viol.reason[i] == RDMAX_ERR_PEER_WINDOW, "violator %d failed with %s", i,
-                  rdmax_status_str(g_viol.reason[i]));
-        CHECK(c.window_breaks == V, "window_breaks %llu", (unsigned long long)c.window_breaks);
-        uint64_t pv = 0;
-        rdmax_profile *prof = NULL;
-        CHECK(rdmax_profile_create(srv, &prof) == RDMAX_OK &&
-                  rdmax_profile_read_u64(prof, RDMAX_PROFILE_VAR_WINDOW_BREAKS, &pv) == RDMAX_OK && pv == V,
-              "profile window_breaks %llu", (unsigned long long)pv);
-        if (prof)
-            rdmax_profile_destroy(prof);
-    } else {
-        CHECK(rnr_h1 == rnr_h0, "the honest client's device %s counted %llu RNR", d1,
-              (unsigned long long)(rnr_h1 - rnr_h0));
-        /* Contained either way, and which way depends on timing: a violator meets RNR on its own queue, or,
-           once a grant to it falls due while it is owed more than its buffers, fails for its window. */
-        CHECK(rnr_srv1 > rnr_srv0 || g_viol.fails > 0, "the violators met neither RNR on their own queues nor a "
-              "failure");
-        CHECK(c.window_breaks == g_viol.fails, "%u violators failed, window_breaks %llu", g_viol.fails,
-              (unsigned long long)c.window_breaks);
-        for (int i = 0; i < V; i++)
-            CHECK(g_viol.reason[i] == RDMAX_OK || g_viol.reason[i] == RDMAX_ERR_PEER_WINDOW, "violator %d failed "
-                  "with %s", i, rdmax_status_str(g_viol.reason[i]));
-    }
+    CHECK(rnr_h1 == rnr_h0, "the honest client's device %s counted %llu RNR", d1,
+          (unsigned long long)(rnr_h1 - rnr_h0));
+    /* Contained either way, and which way depends on timing: a violator meets RNR on its own queue, or,
+       once a grant to it falls due while it is owed more than its buffers, fails for its window. */
+    CHECK(rnr_srv1 > rnr_srv0 || g_viol.fails > 0, "the violators met neither RNR on their own queues nor a "
+          "failure");
+    CHECK(c.window_breaks == g_viol.fails, "%u violators failed, window_breaks %llu", g_viol.fails,
+          (unsigned long long)c.window_breaks);
+    for (int i = 0; i < V; i++)
+        CHECK(g_viol.reason[i] == RDMAX_OK || g_viol.reason[i] == RDMAX_ERR_PEER_WINDOW, "violator %d failed "
+              "with %s", i, rdmax_status_str(g_viol.reason[i]));
     tl_end();
 out:
     for (int i = 0; i < V; i++) {

@@ -1,19 +1,22 @@
-/* Fuzz target: the shared receive queue (SRQ) path of RC, which every RC endpoint receives through:
+/* Fuzz target: the receive pool path of RC, which every RC endpoint receives through (the pool's
+   buffers posted on each endpoint's own receive queue, >>srq):
    rdmax__poll_recv -> rdmax__srq_recv (one completion: pool and buffer from the wr_id, endpoint from the
    QP number, then credits, CLOSE, GRANT and the delivery of a message or of put_imm's immediate data) ->
    rdmax__srq_settle (repost the buffers, then owe the credits, grant at half a window), on a fake device.
 
-   The fake is a verbs context whose poll_cq, post_send and post_srq_recv are the fuzzer's (they are inline
+   The fake is a verbs context whose poll_cq, post_send and post_recv are the fuzzer's (they are inline
    calls through the context's ops table, so rdmax's code runs unchanged). The pools (pool 0 of the
    context's recv_size, pool 1 of another) are made by hand with their buffers; each endpoint then joins
-   its pool through the real rdmax__srq_reserve and rdmax__map_put. The fake keeps to the device's contract
-   (an SRQ hands out its posted buffers in order, a completion only for what was posted, byte_len within
+   its pool through the real rdmax__srq_reserve, rdmax__map_put and rdmax__ep_rq_fill. The fake keeps to
+   the device's contract (a receive queue hands out its posted buffers in order, a QP in error flushes
+   them, a completion only for what was posted, byte_len within
    the buffer, a peer never sends more than the credits it was given) while the input decides what a peer
    and the device may choose:
    - a peer's message: length, with or without immediate data, the immediate being any value, credits,
      a grant, a goodbye (GRANT | CLOSE); put with immediate data (RECV_RDMA_WITH_IMM: any immediate, any
      length, the buffer consumed but not written); an error or flushed receive completion;
-   - a completion of a QP that is not (or no longer) ours, on a buffer of the SRQ;
+   - a completion of a QP that is not (or no longer) ours, naming any buffer of a pool (rdmax must leave
+     that buffer alone);
    - completions of our sends, success or an error (the QP then flushes its send queue), how many the
      device returns per poll;
    - the application's sends (inline and zero-copy, with and without a completion object);
@@ -26,9 +29,10 @@
    - send credits are exactly the peer's grants minus our sends; the credits rdmax owes are exactly the
      buffers its peer consumed, and every send returns all of them (grants signaled; one from a nested
      poll batch those reposted so far);
-   - buffers are never posted twice, always with the pool's address, length and key; after a poll that
-     drained the CQ a pool has all of its target posted again, and the
-     credits the peers of a pool hold never exceed the buffers posted in it (else a peer would meet RNR);
+   - buffers are never posted twice, always with the pool's address, length and key, on the queue of the
+     endpoint whose pool it is; after a poll that drained the CQ every connected endpoint has its credits
+     posted on its queue again, and the credits a peer holds never exceed the buffers posted on its
+     endpoint's queue (else it would meet RNR);
    - every completion object completes exactly once; an endpoint that failed or closed never comes back. */
 #define RDMAX_TRANSPORT_RC
 #define RDMAX_IMPLEMENTATION
@@ -43,14 +47,16 @@ enum { NEP = 3, MAXEP = 4, SQD = 16, NPOOL = 2, PER_CHUNK = 16, NCHUNK = 4, MAXO
 static const uint32_t g_size[NPOOL] = {256, 64};
 
 /* ---- fake device ------------------------------------------------------------------------------------ */
-typedef struct fsrq {
-    struct ibv_srq srq;
+typedef struct fsrq {        /* a pool */
     struct ibv_mr mr[NCHUNK];
-    uint64_t q[NBUF];        /* posted wr_ids, in order */
-    unsigned head, n;
     unsigned char posted[NBUF];
     unsigned pending;        /* consumed: completions in the CQ not yet polled */
 } fsrq;
+
+typedef struct frq {         /* an endpoint's receive queue */
+    uint64_t q[NBUF];        /* posted wr_ids, in order */
+    unsigned head, n;
+} frq;
 
 /* ---- the model -------------------------------------------------------------------------------------- */
 typedef struct mexp {        /* what the endpoint's callbacks must get next */
@@ -75,6 +81,7 @@ typedef struct mep {
 #include "rxfuzz.h"
 
 static fsrq g_s[NPOOL];
+static frq g_r[NEP];
 static int g_nested;  /* a receive callback progressed in this step */
 
 static int pool_of_wr(uint64_t wr_id) { return (int)(((uint32_t)wr_id & RDMAX__WR_SLOT_MASK) >> RDMAX__WR_POOL_SHIFT); }
@@ -88,9 +95,6 @@ static uint32_t buf_of_wr(uint64_t wr_id)
     return c < NCHUNK && slot < PER_CHUNK ? c * PER_CHUNK + slot : NBUF;
 }
 
-/* A QP in error: an SRQ's receives stay posted; its peer sends no more. */
-static void rx_flush(int e) { g_m[e].gone = 1; }
-
 static int ep_of_qpn(uint32_t qpn)
 {
     for (int e = 0; e < NEP; e++)
@@ -103,8 +107,10 @@ static int ep_of_qpn(uint32_t qpn)
    grant or put_imm alike) is a credit it owes the peer once the buffer is reposted */
 static void rx_polled(const struct ibv_wc *wc)
 {
-    g_s[pool_of_wr(wc->wr_id)].pending--;
     int e = ep_of_qpn(wc->qp_num);
+    if (e < 0)
+        return;  /* not ours (stale_recv): it took no buffer */
+    g_s[pool_of_wr(wc->wr_id)].pending--;
     if (e >= 0 && wc->status == IBV_WC_SUCCESS) {
         g_m[e].owed++;
         if (wc->opcode == IBV_WC_RECV && (wc->wc_flags & IBV_WC_WITH_IMM))
@@ -152,25 +158,46 @@ static int fake_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_
     return 0;
 }
 
-static int fake_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+/* The next buffer posted on e's queue, taken by the device (a message, or a flush). */
+static uint64_t rq_take(int e)
+{
+    frq *r = &g_r[e];
+    uint64_t id = r->q[r->head];
+    r->head = (r->head + 1) % NBUF;
+    r->n--;
+    g_s[g_m[e].pool].posted[buf_of_wr(id)] = 0;
+    g_s[g_m[e].pool].pending++;
+    return id;
+}
+
+/* A QP in error flushes its receives; its peer sends no more. */
+static void rx_flush(int e)
+{
+    g_m[e].gone = 1;
+    while (g_r[e].n > 0)
+        cq_push(&g_rcq, rq_take(e), IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, g_q[e].qp.qp_num);
+}
+
+static int fake_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
     (void)bad;
-    int p = srq == &g_s[0].srq ? 0 : srq == &g_s[1].srq ? 1 : -1;
-    FZ_CHECK(p >= 0, "post to an SRQ that is not the fake's");
+    int e = q_of(qp), p = g_m[e].pool;
     fsrq *f = &g_s[p];
     for (struct ibv_recv_wr *w = wr; w; w = w->next) {
         uint32_t b = buf_of_wr(w->wr_id);
         FZ_CHECK((w->wr_id & RDMAX__WR_SRQ) == RDMAX__WR_SRQ && (w->wr_id & RDMAX__WR_RECV) && pool_of_wr(w->wr_id) == p,
-                 "pool %d: receive wr_id 0x%llx does not name its SRQ and pool", p, (unsigned long long)w->wr_id);
+                 "endpoint %d: receive wr_id 0x%llx does not name its pool %d", e, (unsigned long long)w->wr_id, p);
         FZ_CHECK(b < NBUF, "pool %d: buffer %u of %u", p, b, NBUF);
         FZ_CHECK(!f->posted[b], "pool %d: buffer %u posted twice", p, b);
         FZ_CHECK(w->num_sge == 1 &&
                  w->sg_list[0].addr == (uintptr_t)fd_pool_buf(g_ctx, (uint32_t)p, (uint32_t)w->wr_id & RDMAX__WR_BUF_MASK) &&
                  w->sg_list[0].length == g_size[p] && w->sg_list[0].lkey == f->mr[b / PER_CHUNK].lkey,
                  "pool %d: buffer %u posted with the wrong address, length or key", p, b);
-        FZ_CHECK(f->n < NBUF, "pool %d: more posted than buffers", p);
+        FZ_CHECK(g_r[e].n < NBUF, "endpoint %d: more posted than buffers", e);
         f->posted[b] = 1;
-        f->q[(f->head + f->n++) % NBUF] = w->wr_id;
+        g_r[e].q[(g_r[e].head + g_r[e].n++) % NBUF] = w->wr_id;
+        if (g_q[e].err)  /* a QP in error completes what is posted to it at once, flushed */
+            cq_push(&g_rcq, rq_take(e), IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, qp->qp_num);
     }
     return 0;
 }
@@ -246,17 +273,17 @@ static void on_imm(rdmax_ep *ep, uint32_t imm, size_t len, void *user)
 static void setup(fz_in *in)
 {
     memset(g_s, 0, sizeof g_s);
-    rx_setup_ctx(NULL, fake_post_srq_recv, fake_post_send);
+    memset(g_r, 0, sizeof g_r);
+    rx_setup_ctx(fake_post_recv, NULL, fake_post_send);
     g_port_state = IBV_PORT_ACTIVE;
     fd_ctx_desc(g_ctx)->recv_size = g_size[0];
     fd_ctx_attr(g_ctx)->max_srq_wr = NBUF;
     fd_ctx_attr(g_ctx)->max_cqe = CQMAX;  /* big enough: joining a pool resizes nothing */
     fd_ctx_ready(g_ctx, &g_scq.cq, &g_rcq.cq, SCQ_CREDITS);
     for (int p = 0; p < NPOOL; p++) {
-        g_s[p].srq.context = &fd_vctx.context;
         for (uint32_t c = 0; c < NCHUNK; c++)
             g_s[p].mr[c].lkey = 0x6000 + 16 * (uint32_t)p + c;
-        fd_ctx_pool(g_ctx, (uint32_t)p, &g_s[p].srq, g_size[p], PER_CHUNK, NCHUNK, g_s[p].mr);
+        fd_ctx_pool(g_ctx, (uint32_t)p, g_size[p], PER_CHUNK, NCHUNK, g_s[p].mr);
     }
 
     for (int e = 0; e < NEP; e++) {
@@ -274,8 +301,8 @@ static void setup(fz_in *in)
         m->imms = imm_cb != NULL;
         g_ep[e] = ep;
         /* as rdmax_ep_create: join the pool (its target grows by the window and one buffer for grants,
-           buffers are posted) and the QP number map; as connect: the peer's window from its record,
-           ours in our record */
+           buffers are posted on its queue) and the QP number map; as connect: the peer's window from its
+           record, ours in our record */
         FZ_CHECK(fd_ep_shared_pool(ep, (uint32_t)m->pool, window) == RDMAX_OK, "joining the pool failed");
         m->tx = 1 + fz_below(in, 32);
         m->peer = window + 1;
@@ -284,28 +311,15 @@ static void setup(fz_in *in)
 }
 
 /* ---- steps ------------------------------------------------------------------------------------------- */
-/* The next posted buffer of pool p, taken by the device for an arriving message. */
-static uint64_t srq_take(int p)
-{
-    fsrq *f = &g_s[p];
-    uint64_t id = f->q[f->head];
-    f->head = (f->head + 1) % NBUF;
-    f->n--;
-    f->posted[buf_of_wr(id)] = 0;
-    f->pending++;
-    return id;
-}
-
-/* A message from ep e's peer: it lands in the next buffer of e's pool. */
+/* A message from ep e's peer: it lands in the next buffer posted on e's queue. */
 static void peer_message(fz_in *in, int e)
 {
     mep *m = &g_m[e];
-    fsrq *f = &g_s[m->pool];
     if (m->gone || g_q[e].err || m->peer == 0)
         return;  /* a peer without credits does not send; a failed QP receives nothing */
-    FZ_CHECK(f->n > 0, "endpoint %d: its peer holds %u credits and pool %d has no buffer posted (RNR)", e, m->peer,
-             m->pool);
-    uint64_t id = srq_take(m->pool);
+    FZ_CHECK(g_r[e].n > 0, "endpoint %d: its peer holds %u credits and its queue has no buffer posted (RNR)", e,
+             m->peer);
+    uint64_t id = rq_take(e);
     m->peer--;
     uint32_t b = (uint32_t)id & RDMAX__WR_BUF_MASK;
     char *buf = fd_pool_buf(g_ctx, (uint32_t)m->pool, b);
@@ -355,17 +369,15 @@ static void peer_message(fz_in *in, int e)
     }
 }
 
-/* A receive of a QP that is not ours (an endpoint destroyed since, its QP number unknown). */
+/* A receive of a QP that is not ours (an endpoint destroyed since, its QP number unknown), naming any
+   buffer of a pool: the destroyed endpoint's buffers went back with its queue, so rdmax must drop it and
+   leave the buffer alone (posted or free, someone else's now). */
 static void stale_recv(fz_in *in)
 {
     int p = (int)fz_below(in, NPOOL);
-    uint32_t held = 0;
-    for (int e = 0; e < NEP; e++)
-        held += g_m[e].pool == p && !g_m[e].gone && !g_q[e].err ? g_m[e].peer + g_m[e].owed : 0;
-    if (g_s[p].n <= held)
-        return;  /* its peer's credits were counted out of the pool's target when it went: a buffer no
-                    live peer holds or is owed */
-    uint64_t id = srq_take(p);
+    uint32_t b = fz_below(in, NBUF);
+    uint64_t id = RDMAX__WR_SRQ | RDMAX__WR_RECV | (uint64_t)p << RDMAX__WR_POOL_SHIFT |
+                  (b / PER_CHUNK) << RDMAX__SRQ_SLOT_BITS | (b % PER_CHUNK);
     cq_push(&g_rcq, id, fz_below(in, 2) ? IBV_WC_SUCCESS : IBV_WC_WR_FLUSH_ERR, IBV_WC_RECV, 0x999);
     g_rcq.wc[(g_rcq.head + g_rcq.n - 1) % CQMAX].byte_len = fz_below(in, 2) ? 0 : g_size[p];
 }
@@ -383,7 +395,7 @@ static void send_step(fz_in *in, int e)
 
 static void check_step(int settled)
 {
-    uint32_t peers[NPOOL] = {0, 0}, target[NPOOL] = {0, 0};
+    uint32_t target[NPOOL] = {0, 0}, queued[NPOOL] = {0, 0};
     check_send_queues();
     for (int e = 0; e < NEP; e++) {
         fd_ep_view v = fd_ep_look(g_ep[e]);
@@ -393,25 +405,25 @@ static void check_step(int settled)
         FZ_CHECK(v.owed == m->owed, "endpoint %d owes %u credits, its peer consumed %u unreturned", e, v.owed,
                  m->owed);
         target[m->pool] += fd_ep_rq_depth(g_ep[e]);
+        queued[m->pool] += g_r[e].n;
         if (!m->gone && !g_q[e].err)
-            peers[m->pool] += m->peer;
+            FZ_CHECK(m->peer <= g_r[e].n, "endpoint %d: its peer holds %u credits, %u buffers are posted on its "
+                     "queue (the peer would meet RNR)", e, m->peer, g_r[e].n);
+        if (settled && v.state == RDMAX_EP_CONNECTED && !g_q[e].err)
+            FZ_CHECK(g_r[e].n == fd_ep_rq_depth(g_ep[e]), "endpoint %d: %u posted on its queue after the poll, "
+                     "its credits %u (a consumed buffer not reposted)", e, g_r[e].n, fd_ep_rq_depth(g_ep[e]));
     }
     uint64_t posted = 0;
     for (int p = 0; p < NPOOL; p++) {
         fd_pool_view s = fd_pool_look(g_ctx, (uint32_t)p);
         fsrq *f = &g_s[p];
         /* rdmax counts a buffer posted until it polls its completion */
-        FZ_CHECK(s.posted == f->n + f->pending, "pool %d: rdmax counts %u posted, the SRQ holds %u and the CQ %u", p,
-                 s.posted, f->n, f->pending);
+        FZ_CHECK(s.posted == queued[p] + f->pending, "pool %d: rdmax counts %u posted, the queues hold %u and the "
+                 "CQ %u", p, s.posted, queued[p], f->pending);
         FZ_CHECK(s.posted + s.n_free == s.n_bufs && s.n_stage == 0, "pool %d: %u posted + %u free != %u buffers "
                  "(%u staged after a poll)", p, s.posted, s.n_free, s.n_bufs, s.n_stage);
         FZ_CHECK(s.target == target[p], "pool %d: target %u, the windows of its endpoints add up to %u", p, s.target,
                  target[p]);
-        if (settled)
-            FZ_CHECK(s.posted == s.target, "pool %d: %u posted after the poll, target %u (a consumed buffer not "
-                     "reposted)", p, s.posted, s.target);
-        FZ_CHECK(peers[p] <= f->n, "pool %d: its peers hold %u credits, %u buffers are posted (a peer would meet RNR)",
-                 p, peers[p], f->n);
         posted += s.posted;
     }
     FZ_CHECK(fd_ctx_rx_posted(g_ctx) == posted, "context: %llu posted, the pools %llu",
