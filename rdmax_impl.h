@@ -6445,7 +6445,7 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     if (ep->rmr)
         ibv_dereg_mr(ep->rmr);
     if (ep->in_call) {
-        /* A receive or pending callback inside ep's own flush or disconnect, which read ep (its queue
+        /* A callback inside ep's own flush or disconnect, which read ep (its queue
            now empty, its state an error) as the callback returns: freed when that call returns. */
         ep->state = RDMAX_EP_ERROR;
         ep->err = RDMAX_ERR_CANCELED;
