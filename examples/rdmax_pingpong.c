@@ -263,8 +263,10 @@ static int seq_slow(struct side *s, uint64_t seq)
 #endif
 
 /* The clock is read only after a refusal: a post that goes through (the usual case) costs no clock
-   read on the critical path (under emulation one costs about a microsecond). */
-static int post_retry(struct side *s, int (*post)(struct side *, uint64_t), uint64_t tag)
+   read on the critical path (under emulation one costs about a microsecond). The round trip's helpers
+   (post_retry, do_put, put_arrived, wait_reply) are RDMAX_INLINE: the client's iteration is one loop
+   with no call frames of the example's own, as perftest's is. */
+RDMAX_INLINE int post_retry(struct side *s, int (*post)(struct side *, uint64_t), uint64_t tag)
 {
     int st = post(s, tag);
     if (rdmax_likely(st != RDMAX_ERR_NO_RESOURCE))
@@ -351,7 +353,7 @@ static void on_recv(rdmax_ep *ep, void *data, size_t len, void *user)
 #ifdef RDMAX_TRANSPORT_RC
 /* Into the peer's half tag & 1: the peer checks a put after answering it, while our next put goes to
    the other half. */
-static int do_put(struct side *s, uint64_t tag)
+RDMAX_INLINE int do_put(struct side *s, uint64_t tag)
 {
     if (rdmax_unlikely(s->ready != tag))
         prefill(s, tag);
@@ -362,7 +364,7 @@ static int do_put(struct side *s, uint64_t tag)
 }
 
 /* A put has landed when the last byte of our exposed half carries the tag's pattern. */
-static int put_arrived(struct side *s, uint64_t tag)
+RDMAX_INLINE int put_arrived(struct side *s, uint64_t tag)
 {
     volatile unsigned char *last = s->buf + (tag & 1) * s->half + s->size - 1;
     if (*last != pattern(tag, s->size - 1))
@@ -443,7 +445,7 @@ static int spin_check(rdmax_ep *ep, unsigned spin, double *deadline, const char 
 }
 
 /* Wait for the answer to iteration `tag`; on loopback also play the server. */
-static int wait_reply(struct side *cli, struct side *srv, uint64_t tag)
+RDMAX_INLINE int wait_reply(struct side *cli, struct side *srv, uint64_t tag)
 {
     double deadline = 0;
     for (unsigned spin = 1;; spin++) {
