@@ -342,6 +342,7 @@ static void round_run(int round, rdmax_ctx *c, rdmax_listener *l, rdmax_mem *lme
     d.user = s;
     d.signal_interval = 16;
     d.expose = smem;  /* the peer's puts land here */
+    d.timeout = 15;   /* RC retry time 0.94 s, not 7.5 s: what follows a death is tested, not how long it takes */
     char cur = '-', killed_in = 0;
     int64_t t0 = now_ms(), kill_at = -1, dead_at = -1;
     int status = 0;
