@@ -1,8 +1,9 @@
 #!/bin/sh
-# The example programs on a device: each ping-pong test in one process (--loopback) and as server and
-# client processes, sizes 1, 64 and 4096; output parsed (perftest's columns, CSV, JSON) and the numbers
-# checked to be positive; the small ex_* examples check their own data (dummy); bad options and an
-# unreachable peer fail with a clear error (after the connect deadline: refusals are retried).
+# The example programs on a device: each ping-pong test in one process (--loopback, dummy) and as server
+# and client processes, sizes 1, 64 and 4096 (UD: 1024; as server and client on dummy: 64 only); output
+# parsed (perftest's columns, CSV, JSON) and the numbers checked to be positive; the small ex_* examples
+# check their own data (dummy); bad options and an unreachable peer fail with a clear error (after the
+# connect deadline: refusals are retried).
 # Usage: tests/examples_test.sh dummy|veth
 topo=${1:-dummy}
 cd "$(dirname "$0")/.." || exit 1
@@ -47,6 +48,9 @@ assert len(r)==1 and int(r[0]['bytes'])==$s and float(r[0]['t_typical'])>0
 assert j['results'][0]['bytes']==$s and j['results'][0]['t_typical']>0" "$out/$name.csv" "$out/$name.json" 2>>"$log"
                 then ok "$name loopback (table, CSV, JSON)"; else no "$name loopback" "CSV/JSON do not parse" "$log"; fi
             else no "$name loopback" "run failed or table malformed" "$log"; fi
+            # as server and client: every size on veth (across the link); here one size per type, the
+            # loopback run above has the others
+            [ $s = 1 ] || [ $s = 4096 ] && continue
         fi
         port=$((port + 1))
         slog=$out/$name-server.log; clog=$out/$name-client.log
@@ -110,6 +114,8 @@ for s in 1 64 1024; do
         else no "$name loopback" "run failed or table malformed" "$log"; fi
         if check_seq "$log" client; then ok "$name loopback: datagram counts printed, all 0"
         else no "$name loopback: datagram counts" "no line '$zero_seq'" "$log"; fi
+        # as server and client: every size on veth, here 64 B (as the RC ones above)
+        [ $s = 64 ] || continue
     fi
     port=$((port + 1))
     slog=$out/$name-server.log; clog=$out/$name-client.log
