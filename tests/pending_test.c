@@ -2,7 +2,8 @@
    and gets with send-queue depth 16 and CQ depth 64, queued automatically when resources run out. Every
    operation completes exactly once, each endpoint's sends arrive in order, the receiver never sends an
    RNR NAK (port counters), and reads in flight never exceed the negotiated budget. Plus the explicit
-   mode: BUSY when there is room, order kept, purge cancels, a callback may destroy its endpoint. */
+   mode: BUSY when there is room, order kept, purge cancels, a callback may destroy its endpoint.
+   Usage: pending_test [OPS=10000]   (operations per endpoint; make test runs 2,500) */
 #define RDMAX_TRANSPORT_RC
 #define RDMAX_IMPLEMENTATION
 #include "../rdmax.h"
@@ -11,7 +12,6 @@
 #include <time.h>
 
 #define NEP 64
-#define NOPS 10000
 #define WINDOW 64   /* requests in flight per endpoint */
 
 struct epstate {
@@ -28,7 +28,8 @@ struct epstate {
 };
 
 static struct epstate E[NEP];
-static unsigned char *completed;  /* [NEP * NOPS]: times each operation completed */
+static uint32_t g_nops = 10000;     /* operations per endpoint */
+static unsigned char *completed;  /* [NEP * g_nops]: times each operation completed */
 static rdmax_mem *g_mem;
 static uint64_t *g_remote;        /* b side's exposed words: [NEP][WINDOW] */
 static int g_max_reads_seen, g_budget_exceeded;
@@ -56,14 +57,14 @@ static void on_comp(rdmax_comp *c, rdmax_status st)
     int slot = (int)(tag & 0xff);
     if (st != RDMAX_OK)
         e->bad_get += 1000;  /* counted as a failure below */
-    completed[(size_t)(tag >> 40) * NOPS + op]++;
+    completed[(size_t)(tag >> 40) * g_nops + op]++;
     e->free_slots[e->nfree++] = slot;
     e->done++;
 }
 
 static int issue(struct epstate *e, int idx, rdmax_ctx *ctx)
 {
-    if (e->nfree == 0 || e->next_op == NOPS)
+    if (e->nfree == 0 || e->next_op == g_nops)
         return 0;
     int slot = e->free_slots[--e->nfree];
     uint32_t op = e->next_op++;
@@ -128,9 +129,9 @@ static void mixed(const char *dev)
     memset(&cd, 0, sizeof cd);
     cd.device = dev;
     cd.cq_depth = 64;
-    tl_begin("pending/64 endpoints x 10000 mixed ops, SQ 16, CQ 64");
+    tl_begin("pending/64 endpoints x %u mixed ops, SQ 16, CQ 64", g_nops);
     REQUIRE(rdmax_ctx_create(&cd, &ctx) == RDMAX_OK, "context");
-    completed = (unsigned char *)calloc((size_t)NEP * NOPS, 1);
+    completed = (unsigned char *)calloc((size_t)NEP * g_nops, 1);
     size_t bytes = (size_t)NEP * WINDOW * 4 * 8 + ((size_t)NEP * WINDOW + NEP) * 8;
     REQUIRE(rdmax_mem_alloc(ctx, bytes, RDMAX_ACCESS_REMOTE_READ | RDMAX_ACCESS_REMOTE_WRITE | RDMAX_ACCESS_ANY_ENDPOINT, &g_mem) == RDMAX_OK,
             "alloc");
@@ -155,7 +156,7 @@ static void mixed(const char *dev)
     uint64_t total = 0;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    for (long spin = 0; total < (uint64_t)NEP * NOPS && spin < 2000000000L; spin++) {
+    for (long spin = 0; total < (uint64_t)NEP * g_nops && spin < 2000000000L; spin++) {
         for (int i = 0; i < NEP; i++)
             while (issue(&E[i], i, ctx))
                 ;
@@ -176,7 +177,7 @@ static void mixed(const char *dev)
     clock_gettime(CLOCK_MONOTONIC, &t1);
     uint64_t rnr1 = tl_hw_counter(dev, "rcvd_rnr_err") + tl_hw_counter(dev, "send_rnr_err");
     long once = 0, twice = 0, never = 0;
-    for (size_t k = 0; k < (size_t)NEP * NOPS; k++) {
+    for (size_t k = 0; k < (size_t)NEP * g_nops; k++) {
         once += completed[k] == 1;
         twice += completed[k] > 1;
         never += completed[k] == 0;
@@ -192,7 +193,7 @@ static void mixed(const char *dev)
     printf("# %llu ops in %.1f s; no_resource %llu, grants %llu, max reads in flight %d\n",
            (unsigned long long)total, (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) / 1e9,
            (unsigned long long)c.no_resource, (unsigned long long)c.posted[RDMAX_OP_GRANT], g_max_reads_seen);
-    CHECK(once == (long)NEP * NOPS, "%ld completed once, %ld more than once, %ld never", once, twice, never);
+    CHECK(once == (long)NEP * g_nops, "%ld completed once, %ld more than once, %ld never", once, twice, never);
     CHECK(ooo == 0 && lost == 0, "%d sends out of order, %d endpoints lost sends", ooo, lost);
     CHECK(bad == 0, "%d operations failed", bad / 1000);
     CHECK(rnr1 == rnr0, "RNR counters moved by %llu", (unsigned long long)(rnr1 - rnr0));
@@ -346,9 +347,13 @@ out:
         tl_end();
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc > 1 && (g_nops = (uint32_t)strtoul(argv[1], NULL, 10)) == 0) {
+        fprintf(stderr, "usage: pending_test [OPS=10000]\n");
+        return 2;
+    }
     const char *dev = getenv("RDMAX_TEST_DEV0");
     explicit_mode(dev);
     mixed(dev ? dev : "rxe0");
