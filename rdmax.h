@@ -2698,9 +2698,7 @@ struct rdmax_ep {
     rdmax_imm_cb imm_cb;
     uint32_t grant_at;          /* RC: grant when this many credits are owed (half the window) */
     uint32_t pool;              /* RC: the receive pool its peer's messages land in */
-    /* RC on a pool: the buffers posted on its own receive queue, oldest first, a list through the pool's
-       link[] (rx_n of them from rx_first; >>srq: ring) */
-    uint32_t rx_first, rx_last, rx_n;
+    uint32_t rx_n;              /* RC on a pool: the pool's buffers it owns, its own receive queue's (>>srq) */
     /* a receive pool of its own: none (rbufs NULL) on the shared receive queue or the context's UD QP.
        RC: rq_depth is the buffers that back the peer, the window + 1 (the credits in our record) */
     char *rbufs;

@@ -4588,24 +4588,26 @@ out:
               pool and index (chunk << 8 | slot: a fixed field for the slot, so decoding one needs no
               shift by a pool's count), the low bits of its wr_id, whose endpoint field is 0xffff (never
               a real endpoint index): receive bit | pool << 25 | index, bit 30 clear.
-     ring     the buffers posted on the endpoint's QP, oldest first: a list through the pool's link[]
-              (ep->rx_first, rx_last, rx_n: 4 bytes per buffer, nothing per endpoint that grows with its
-              window). An RC receive queue completes in post order, so a completion of the QP is the
-              list's first (rx_first = link[b]; a nested poll batch may handle later ones before the
-              batch around it handles the first: then b is unlinked further on, rdmax__rq_unlink), and
-              the buffer is in hand until its repost. A completion polled and not handled yet keeps its
-              buffer on the list, so a destroy in a callback gives it back, and the batch drops it. A
-              failed or flushed completion's buffer goes to the free list at once (its QP is in error:
-              a repost would come back flushed).
-     posted   the buffers on the endpoints' lists and those in hand (a poll batch took them, the post
+     owner    owner[li] (4 bytes per buffer, nothing per endpoint that grows with its window): the
+              endpoint (table index | generation << 16) whose queue the buffer is posted on, or came
+              from and goes back to; RDMAX__OWNER_NONE on the free list or home. Set when a free buffer
+              is posted for an endpoint, cleared when one goes to the free list (rdmax__srq_unpost):
+              a buffer that comes back and is posted again on the same queue, the common case, stores
+              nothing. A completion of the QP names a buffer its endpoint owns (checked: anything else
+              is counted and dropped); ep->rx_n counts the ones it owns (on its queue, in hand until
+              their repost, staged): it changes only where owner[] does. A failed or flushed
+              completion's buffer goes to the free list at once (its QP is in error: a repost would
+              come back flushed).
+     posted   the buffers endpoints own: on their queues, and in hand (a poll batch took them, the post
               of their run has not counted them out yet); free[0, n_free): the others
-     staged   rq[0, n_stage), rq_who[]: buffers the receive path gave back in this poll batch, with the
-              wr_id, address and key it had them by and the endpoint (table index | generation) whose
-              QP they came from. rdmax__srq_fill posts them in runs of one endpoint (a burst comes from
-              one QP: one ibv_post_recv), each run made to fit its endpoint: topped up from the free
-              list to C (a draining chunk's buffer went home, the window grew), or cut to C (the window
-              shrank: the rest go to the free list); a run whose endpoint is gone or failed (its QP in
-              error would flush them back at once) goes to the free list.
+     staged   rq[0, n_stage): buffers the receive path gave back in this poll batch, with the wr_id,
+              address and key it had them by; their owner is the queue they go back to. rdmax__srq_fill
+              posts them in runs of one owner (a burst comes from one QP: all of them in one
+              ibv_post_recv unless s->mixed says a second endpoint staged some), each run made to fit
+              its endpoint: topped up from the free list to C (a draining chunk's buffer went home, the
+              window grew), or cut to C (the window shrank: the rest go to the free list); a run whose
+              endpoint is gone or failed (its QP in error would flush them back at once) goes to the
+              free list.
      target   the sum of the credits C of the pool's endpoints; posted + n_free >= target always, and
               between poll batches every connected endpoint holds its C posted
      live     chunks [0, n_live) are reposted; above target by more than a chunk (windows shrank,
@@ -4619,14 +4621,18 @@ out:
    A new endpoint's C buffers are counted in target at creation (registered if need be) and posted once
    its QP is in INIT (rdmax__ep_rq_fill: a QP in RESET takes no receives). Window growth
    (rdmax__window_grow) posts the new buffers on the QP before it grants them; a shrink lowers C and the
-   next run gives the rest back. Destroy: the QP first, then its ring's buffers go back to the free list
+   next run gives the rest back. Destroy: the QP first, then the buffers it owns go back to the free list
    (a destroyed QP's posted receives never complete on most devices, and the device writes none of them
-   after the destroy), and target falls by C.
+   after the destroy), found by a scan of owner[] (a slow path, like the destroy of the QP): all but the
+   staged ones, which the fill frees with their dead endpoint's run. One in hand (a callback of its
+   completion destroyed it) goes too: its holder finds the owner changed and leaves it alone
+   (rdmax__srq_give). A completion polled and not handled yet is dropped by its QP number (below). And
+   target falls by C.
 
    A receive completion names its QP (wc->qp_num); a small open-addressing map gives the endpoint. A
    destroyed endpoint leaves a tombstone stamped with the receive CQ's drain epoch (how many polls found
    the CQ empty): its completions still queued are counted (stale_wr_ids) and dropped without touching
-   their buffers, which went back with the ring at the destroy (recycling them again would post one
+   their buffers, which went back to the free list at the destroy (recycling them again would post one
    buffer twice). The tombstone dies once the CQ was seen empty after the destroy (nothing of a
    destroyed QP can arrive later); until then a new QP that happens to get the same number is not used.
 
@@ -4703,6 +4709,7 @@ static rdmax_status rdmax__post_recvs(rdmax_ep *ep, uint32_t n)
 RDMAX_STATIC_ASSERT(RDMAX__POOLS == 1u << (30 - RDMAX__WR_POOL_SHIFT), "a pool field of 5 bits, bits 25..29");
 #define RDMAX__MAP_LIVE 0x80000000u  /* map value: endpoint index in the low 16 bits */
 #define RDMAX__MAP_TOMB 0x40000000u  /* map value: drain epoch in the low 30 bits */
+#define RDMAX__OWNER_NONE 0xffffffffu  /* a free buffer's owner: endpoint index 0xffff is never a real one */
 
 struct rdmax__srq_rq {
     struct ibv_recv_wr wr;
@@ -4717,8 +4724,9 @@ struct rdmax__srq {
     uint32_t n_live, n_home;    /* chunks reposted; buffers of the draining ones home (see >>srq: live) */
     uint32_t n_stage;           /* rq[0, n_stage): given back in this poll batch, ready to post */
     uint32_t *free;             /* [n_bufs] */
-    uint32_t *link;             /* [chunks_cap * per_chunk] (rdmax__srq_li): a posted buffer's successor on
-                                   its endpoint's queue (>>srq: ring) */
+    uint32_t *owner;            /* [chunks_cap * per_chunk] (rdmax__srq_li): the endpoint (index |
+                                   generation << 16) whose queue a buffer is posted on, or was taken from
+                                   and goes back to; RDMAX__OWNER_NONE: free or home (>>srq: owner) */
     struct { char *base; struct ibv_mr *mr; uint32_t lkey; } *chunks;
     uint32_t n_chunks, chunks_cap;
     uint32_t users;             /* endpoints attached */
@@ -4730,7 +4738,7 @@ struct rdmax__srq {
        the buffers it gives back in them (wr_id, address and key: nothing to compute again), a request
        beside its SGE (one index for both) */
     struct rdmax__srq_rq rq[RDMAX__RECV_BATCH];
-    uint32_t rq_who[RDMAX__RECV_BATCH]; /* the endpoint (index | generation << 16) whose queue rq[i] came from */
+    uint32_t mixed;             /* rq[0, n_stage) may hold buffers of more than one endpoint's queue */
     struct rdmax__srq_rq one;   /* the request of rdmax__recv_one's single buffer: no nested batch stages in it */
 };
 
@@ -4893,7 +4901,7 @@ static void rdmax__map_kill(rdmax_ctx *ctx, uint32_t qpn)
         }
 }
 
-/* Buffer b's entry in link[]: chunk * per_chunk + slot (dense, unlike b). */
+/* Buffer b's entry in owner[]: chunk * per_chunk + slot (dense, unlike b). */
 static uint32_t rdmax__srq_li(const struct rdmax__srq *s, uint32_t b)
 {
     return (b >> RDMAX__SRQ_SLOT_BITS) * s->per_chunk + (b & ((1u << RDMAX__SRQ_SLOT_BITS) - 1));
@@ -4904,9 +4912,24 @@ static char *rdmax__srq_buf(const struct rdmax__srq *s, uint32_t b)
     return s->chunks[b >> RDMAX__SRQ_SLOT_BITS].base + (size_t)(b & ((1u << RDMAX__SRQ_SLOT_BITS) - 1)) * s->recv_size;
 }
 
-/* A buffer of pool s that is not posted again: to the free list, or home with its draining chunk. */
+/* The owner of the buffer in request r of pool s (>>srq: owner). */
+static uint32_t rdmax__srq_rq_owner(const struct rdmax__srq *s, const struct rdmax__srq_rq *r)
+{
+    return s->owner[rdmax__srq_li(s, (uint32_t)r->wr.wr_id & RDMAX__WR_BUF_MASK)];
+}
+
+/* Endpoint ep as an owner of buffers: table index | generation << 16 (as rdmax__rx.last_who). */
+static uint32_t rdmax__ep_who(const rdmax_ctx *ctx, const rdmax_ep *ep)
+{
+    uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
+    return idx | (uint32_t)RDMAX__REF_GEN(&ctx->eps[idx]) << 16;
+}
+
+/* A buffer of pool s that is not posted again: to the free list, or home with its draining chunk; no
+   endpoint owns it from now. */
 static void rdmax__srq_unpost(struct rdmax__srq *s, uint32_t b)
 {
+    s->owner[rdmax__srq_li(s, b)] = RDMAX__OWNER_NONE;
     if (rdmax_unlikely((b >> RDMAX__SRQ_SLOT_BITS) >= s->n_live))
         s->free[s->n_bufs - ++s->n_home] = b;
     else
@@ -4922,19 +4945,15 @@ static int rdmax__srq_withhold(const struct rdmax__srq *s, uint32_t b)
     return (b >> RDMAX__SRQ_SLOT_BITS) >= s->n_live && s->n_free > 0 && s->posted + s->n_free > s->target;
 }
 
-/* The endpoint of a staged buffer (who: table index | generation << 16) if its queue takes it back:
-   alive and neither failed nor closed (a QP in error would flush it back at once). */
+/* The endpoint that owns a buffer (who), or NULL: destroyed. */
 static rdmax_ep *rdmax__rq_ep(rdmax_ctx *ctx, uint32_t who)
 {
     rdmax__ep_ref *r = &ctx->eps[who & 0xffff];
-    rdmax_ep *ep = r->ep;
-    if (ep == NULL || RDMAX__REF_GEN(r) != (uint16_t)(who >> 16) || ep->state > RDMAX_EP_CONNECTED)
-        return NULL;
-    return ep;
+    return r->ep != NULL && RDMAX__REF_GEN(r) == (uint16_t)(who >> 16) ? r->ep : NULL;
 }
 
 /* ibv_post_recv of r[0, k) on ep's queue refused bad and what follows it: those go to the free list, the
-   ones before it on ep's list (posted counts them all already). */
+   ones before it are on ep's queue (posted counts them all already). */
 static __attribute__((noinline)) rdmax_status rdmax__rq_post_failed(rdmax_ctx *ctx, struct rdmax__srq *s, rdmax_ep *ep,
                                                                    struct rdmax__srq_rq *r, uint32_t k,
                                                                    struct ibv_recv_wr *bad, int rc)
@@ -4943,29 +4962,20 @@ static __attribute__((noinline)) rdmax_status rdmax__rq_post_failed(rdmax_ctx *c
     for (uint32_t i = 0; i < k; i++)
         if (&r[i].wr == bad)
             ok = i;
-    for (uint32_t i = 0; i < k; i++) {
-        uint32_t b = (uint32_t)r[i].wr.wr_id & RDMAX__WR_BUF_MASK;
-        if (i >= ok) {
-            rdmax__srq_unpost(s, b);
-            continue;
-        }
-        if (ep->rx_n++ == 0)
-            ep->rx_first = b;
-        else
-            s->link[rdmax__srq_li(s, ep->rx_last)] = b;
-        ep->rx_last = b;
-    }
+    for (uint32_t i = ok; i < k; i++)
+        rdmax__srq_unpost(s, (uint32_t)r[i].wr.wr_id & RDMAX__WR_BUF_MASK);
+    ep->rx_n -= k - ok;
     s->posted -= k - ok;
     ctx->rx->posted -= k - ok;
     ep->last_errno = rc;
     rdmax__log(ctx, RDMAX_LOG_ERROR, RDMAX_LOG_ITEM_SRQ,
-               "device %s: ibv_post_recv of %u pool buffers to QP %u failed: %s (%u of its %u credits posted)",
+               "device %s: ibv_post_recv of %u pool buffers to QP %u failed: %s (it owns %u buffers for %u credits)",
                ctx->attr.name, k - ok, ep->qp->qp_num, strerror(rc), ep->rx_n, ep->rq_depth);
     return RDMAX_ERR_IO;
 }
 
-/* r[0, k) (chained from r[0]; r[k - 1]'s next is kept) posted on ep's own receive queue and put at the
-   end of its list (>>srq: ring); posted counts them already. */
+/* r[0, k) (chained from r[0]; r[k - 1]'s next is kept), buffers ep owns, posted on its own receive queue;
+   posted and ep->rx_n count them already. */
 static rdmax_status rdmax__rq_post(rdmax_ctx *ctx, struct rdmax__srq *s, rdmax_ep *ep, struct rdmax__srq_rq *r,
                                    uint32_t k)
 {
@@ -4976,17 +4986,6 @@ static rdmax_status rdmax__rq_post(rdmax_ctx *ctx, struct rdmax__srq *s, rdmax_e
     r[k - 1].wr.next = after;
     if (rdmax_unlikely(rc != 0))
         return rdmax__rq_post_failed(ctx, s, ep, r, k, bad, rc);
-    /* (in locals: the stores to link[] could alias the endpoint's fields) */
-    uint32_t *link = s->link, pc = s->per_chunk, last = ep->rx_last, i = 0;
-    if (ep->rx_n == 0)
-        ep->rx_first = last = (uint32_t)r[i++].wr.wr_id & RDMAX__WR_BUF_MASK;
-    for (; i < k; i++) {
-        uint32_t b = (uint32_t)r[i].wr.wr_id & RDMAX__WR_BUF_MASK;
-        link[(last >> RDMAX__SRQ_SLOT_BITS) * pc + (last & ((1u << RDMAX__SRQ_SLOT_BITS) - 1))] = b;
-        last = b;
-    }
-    ep->rx_last = last;
-    ep->rx_n += k;
     return RDMAX_OK;
 }
 
@@ -4999,10 +4998,12 @@ static rdmax_status rdmax__ep_rq_fill(rdmax_ctx *ctx, rdmax_ep *ep)
     struct rdmax__srq *s = ctx->rx->pool[ep->pool];
     struct rdmax__srq_rq r[RDMAX__RECV_BATCH];
     uint64_t id = RDMAX__WR_SRQ | RDMAX__WR_RECV | (uint64_t)ep->pool << RDMAX__WR_POOL_SHIFT;
+    uint32_t who = rdmax__ep_who(ctx, ep);
     while (ep->rx_n < ep->rq_depth && s->n_free > 0) {
         uint32_t k = 0, want = ep->rq_depth - ep->rx_n;
         for (; k < want && k < RDMAX__RECV_BATCH && s->n_free > 0; k++) {
             uint32_t b = s->free[--s->n_free];
+            s->owner[rdmax__srq_li(s, b)] = who;
             r[k].sge.addr = (uintptr_t)rdmax__srq_buf(s, b);
             r[k].sge.length = s->recv_size;
             r[k].sge.lkey = s->chunks[b >> RDMAX__SRQ_SLOT_BITS].lkey;
@@ -5015,6 +5016,7 @@ static rdmax_status rdmax__ep_rq_fill(rdmax_ctx *ctx, rdmax_ep *ep)
         }
         s->posted += k;
         ctx->rx->posted += k;
+        ep->rx_n += k;
         rdmax_status st = rdmax__rq_post(ctx, s, ep, r, k);
         if (st != RDMAX_OK)
             return st;
@@ -5022,72 +5024,76 @@ static rdmax_status rdmax__ep_rq_fill(rdmax_ctx *ctx, rdmax_ep *ep)
     return ep->rx_n < ep->rq_depth ? RDMAX_ERR_NO_RESOURCE : RDMAX_OK;
 }
 
-/* Buffer b, whose completion came, off ep's list: the first, in order; or further on when a nested poll
-   batch (a callback that progressed) handles later completions of the QP before the batch around it
-   handles the earlier ones (at most max_window + 1 to walk). 0: not on the list (never). */
-static int rdmax__rq_unlink(struct rdmax__srq *s, rdmax_ep *ep, uint32_t b)
+/* Whether buffer b of pool s is staged (rq[0, n_stage)). */
+static int rdmax__srq_is_staged(const struct rdmax__srq *s, uint32_t b)
 {
-    if (ep->rx_n == 0)
-        return 0;
-    if (b == ep->rx_first) {
-        ep->rx_first = s->link[rdmax__srq_li(s, b)];
-        ep->rx_n--;
-        return 1;
-    }
-    for (uint32_t i = 1, a = ep->rx_first; i < ep->rx_n; i++) {
-        uint32_t next = s->link[rdmax__srq_li(s, a)];
-        if (next == b) {
-            s->link[rdmax__srq_li(s, a)] = s->link[rdmax__srq_li(s, b)];
-            if (b == ep->rx_last)
-                ep->rx_last = a;
-            ep->rx_n--;
+    for (uint32_t i = 0; i < s->n_stage; i++)
+        if (((uint32_t)s->rq[i].wr.wr_id & RDMAX__WR_BUF_MASK) == b)
             return 1;
-        }
-        a = next;
-    }
     return 0;
 }
 
-/* ep's posted buffers back to the free list once its QP is destroyed (its receives never complete, the
-   completions of it still queued are dropped untouched: >>srq). */
-static void rdmax__ep_rq_return(rdmax_ctx *ctx, rdmax_ep *ep)
+/* The buffers ep (who) owns back to the free list once its QP is destroyed (its receives never complete,
+   the completions of it still queued are dropped untouched), but for the staged ones, which the fill
+   frees with their dead endpoint's run. One in hand goes too: its holder finds the owner changed
+   (rdmax__srq_give). A scan of the pool's owner[]: a slow path, as the QP's destroy (>>srq). */
+static void rdmax__ep_rq_return(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t who)
 {
     struct rdmax__srq *s = ctx->rx->pool[ep->pool];
-    uint32_t b = ep->rx_first;
-    for (uint32_t i = 0; i < ep->rx_n; i++, b = s->link[rdmax__srq_li(s, b)])
-        rdmax__srq_unpost(s, b);
-    s->posted -= ep->rx_n;
-    ctx->rx->posted -= ep->rx_n;
+    uint32_t n = 0;
+    for (uint32_t c = 0; c < s->n_chunks; c++)
+        for (uint32_t i = 0; i < s->per_chunk; i++) {
+            uint32_t b = c << RDMAX__SRQ_SLOT_BITS | i;
+            if (s->owner[c * s->per_chunk + i] == who && !rdmax__srq_is_staged(s, b)) {
+                rdmax__srq_unpost(s, b);
+                n++;
+            }
+        }
+    s->posted -= n;
+    ctx->rx->posted -= n;
     ep->rx_n = 0;
 }
 
-/* Post the staged buffers of pool p (rq[0, n_stage), see rdmax__srq_recv) in runs of one endpoint, each
-   on that endpoint's queue, made to fit its credits: the ones beyond them (its window shrank) and those of
-   an endpoint that is gone or failed go to the free list, a run short of them is topped up from it
-   (>>srq: staged). Called from the poll path (no allocation). */
+/* Post the staged buffers of pool p (rq[0, n_stage), see rdmax__srq_recv) in runs of one owner, each
+   on that endpoint's queue, made to fit its credits (ep->rx_n, the buffers it owns, against rq_depth):
+   the ones beyond them (its window shrank) and those of an endpoint that is gone or failed go to the
+   free list, a run short of them is topped up from it (>>srq: staged). Called from the poll path (no
+   allocation), for a pool with some staged. */
 static rdmax_status rdmax__srq_fill(rdmax_ctx *ctx, uint32_t p)
 {
-    struct rdmax__srq *s = ctx->rx->pool[p];
-    uint32_t k = s->n_stage;
+    struct rdmax__rx *x = ctx->rx;
+    struct rdmax__srq *s = x->pool[p];
+    uint32_t k = s->n_stage, mixed = s->mixed;
     rdmax_status st = RDMAX_OK;
     s->n_stage = 0;
-    ctx->rx->recv_disturbed = 1;  /* the staging changed (see rdmax__srq_recv_fast) */
-    for (uint32_t i = 0, j; i < k; i = j) {
-        uint32_t who = s->rq_who[i];
-        for (j = i + 1; j < k && s->rq_who[j] == who; j++)
-            ;
+    s->mixed = 0;
+    x->recv_disturbed = 1;  /* the staging changed (see rdmax__srq_recv_fast) */
+    if (rdmax_likely(!mixed && s == x->last_s && x->last_ep->rx_n == x->last_ep->rq_depth &&
+                     x->last_ep->state <= RDMAX_EP_CONNECTED))
+        return rdmax__rq_post(ctx, s, x->last_ep, s->rq, k);  /* a burst of the last endpoint, as it is */
+    for (uint32_t i = 0, j = k; i < k; i = j) {
+        uint32_t who = rdmax__srq_rq_owner(s, &s->rq[i]);
+        if (mixed)  /* (else one endpoint staged them all: one run) */
+            for (j = i + 1; j < k && rdmax__srq_rq_owner(s, &s->rq[j]) == who; j++)
+                ;
         rdmax_ep *ep = rdmax__rq_ep(ctx, who);
-        uint32_t want = ep && ep->rq_depth > ep->rx_n ? ep->rq_depth - ep->rx_n : 0;
-        uint32_t m = j - i < want ? j - i : want;
-        if (rdmax_unlikely(m < j - i)) {
+        uint32_t n = j - i, m = n;  /* m of the run's n go back on its queue */
+        if (ep == NULL || ep->state > RDMAX_EP_CONNECTED)
+            m = 0;  /* (a QP in error would flush them back at once) */
+        else if (ep->rx_n > ep->rq_depth)
+            m = ep->rx_n - ep->rq_depth < n ? n - (ep->rx_n - ep->rq_depth) : 0;
+        if (rdmax_unlikely(m < n)) {
             for (uint32_t t = i + m; t < j; t++)
                 rdmax__srq_unpost(s, (uint32_t)s->rq[t].wr.wr_id & RDMAX__WR_BUF_MASK);
-            s->posted -= j - i - m;
-            ctx->rx->posted -= j - i - m;
+            s->posted -= n - m;
+            x->posted -= n - m;
+            if (ep)
+                ep->rx_n -= n - m;
         }
         if (m > 0 && rdmax__rq_post(ctx, s, ep, &s->rq[i], m) != RDMAX_OK)
             st = RDMAX_ERR_IO;
-        if (rdmax_unlikely(ep && ep->rx_n < ep->rq_depth) && rdmax__ep_rq_fill(ctx, ep) == RDMAX_ERR_IO)
+        if (rdmax_unlikely(ep && ep->state <= RDMAX_EP_CONNECTED && ep->rx_n < ep->rq_depth) &&
+            rdmax__ep_rq_fill(ctx, ep) == RDMAX_ERR_IO)
             st = RDMAX_ERR_IO;
     }
     return st;
@@ -5140,14 +5146,14 @@ static rdmax_status rdmax__srq_chunk(rdmax_ctx *ctx, struct rdmax__srq *s)
         if (s->n_chunks) {
             memcpy(c, s->chunks, s->n_chunks * sizeof *c);
             memcpy(f, s->free, s->n_free * sizeof *f);
-            memcpy(l, s->link, (size_t)s->n_chunks * s->per_chunk * sizeof *l);
+            memcpy(l, s->owner, (size_t)s->n_chunks * s->per_chunk * sizeof *l);
         }
         rdmax__free(ctx, s->chunks);
         rdmax__free(ctx, s->free);
-        rdmax__free(ctx, s->link);
+        rdmax__free(ctx, s->owner);
         s->chunks = c;
         s->free = f;
-        s->link = l;
+        s->owner = l;
         s->chunks_cap = cap;
     }
     char *p = (char *)rdmax_numa_alloc(ctx, bytes);
@@ -5178,8 +5184,10 @@ static rdmax_status rdmax__srq_chunk(rdmax_ctx *ctx, struct rdmax__srq *s)
     s->chunks[s->n_chunks].base = p;
     s->chunks[s->n_chunks].mr = mr;
     s->chunks[s->n_chunks].lkey = mr->lkey;
-    for (uint32_t i = s->per_chunk; i-- > 0;)  /* low indexes are posted first */
+    for (uint32_t i = s->per_chunk; i-- > 0;) {  /* low indexes are posted first */
         s->free[s->n_free++] = s->n_chunks << RDMAX__SRQ_SLOT_BITS | i;
+        s->owner[s->n_chunks * s->per_chunk + i] = RDMAX__OWNER_NONE;  /* (free) */
+    }
     s->n_chunks++;
     s->n_live = s->n_chunks;
     s->n_bufs += s->per_chunk;
@@ -5243,7 +5251,7 @@ static void rdmax__pool_free(rdmax_ctx *ctx, uint32_t p)
     }
     rdmax__free(ctx, s->chunks);
     rdmax__free(ctx, s->free);
-    rdmax__free(ctx, s->link);
+    rdmax__free(ctx, s->owner);
     rdmax__free(ctx, s);
     ctx->rx->pool[p] = NULL;
 }
@@ -6414,7 +6422,9 @@ void rdmax_ep_destroy(rdmax_ep *ep)
         rdmax__ep_retire(ep, (ep->sq_head - 1) & ep->sq_mask, RDMAX_ERR_CANCELED);
     uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
     int shared = 0;
+    uint32_t who = 0;
     if (ep->qp && ctx->eps[idx].ep == ep) {
+        who = rdmax__ep_who(ctx, ep);  /* (the buffers it owns, >>srq: owner) */
         ctx->eps[idx].ep = NULL;
         ctx->eps[idx].key |= RDMAX__EP_KEY_FREE;
         ctx->n_eps--;
@@ -6438,7 +6448,7 @@ void rdmax_ep_destroy(rdmax_ep *ep)
         ibv_destroy_qp(ep->qp);
     if (shared) {  /* after the QP: its posted buffers back to the pool (>>srq), its credits leave the target,
                       and the pool may go with it */
-        rdmax__ep_rq_return(ctx, ep);
+        rdmax__ep_rq_return(ctx, ep, who);
         rdmax__srq_release(ctx, ep->pool, ep->rq_depth);
     }
     rdmax__cm_ep_cleanup(ep);
@@ -8145,6 +8155,8 @@ static rdmax_ep *rdmax__srq_ep_of_qpn(rdmax_ctx *ctx, uint32_t qpn, struct rdmax
     x->last_bit = 1u << ep->pool;
     x->last_s = x->pool[ep->pool];
     x->last_tag = (RDMAX__WR_SRQ | RDMAX__WR_RECV) >> RDMAX__WR_POOL_SHIFT | ep->pool;
+    if (x->last_s->n_stage)
+        x->last_s->mixed = 1;  /* the inline path stages this one's buffers after another's */
     return ep;
 }
 
@@ -8163,29 +8175,36 @@ static void rdmax__srq_owe_other(rdmax_ctx *ctx, uint32_t qpn, struct rdmax__owe
    the queue of endpoint who back to it: staged for the repost at the end of the batch (its pool marked
    for rdmax__srq_settle), or (never, as a poll batch stages at most its own completions: a nested one
    posts what the batch around it staged first) to the free list when the staging is full; kept home
-   when its chunk drains (rdmax__srq_withhold), a free one staged in its place. */
-static void rdmax__srq_give(struct rdmax__rx *x, struct rdmax__srq *s, uint32_t who, uint64_t wr_id, char *buf,
+   when its chunk drains (rdmax__srq_withhold), a free one staged in its place. Left alone when who no
+   longer owns it: a callback destroyed who, which gave it back (>>srq: owner). */
+static void rdmax__srq_give(rdmax_ctx *ctx, struct rdmax__srq *s, uint32_t who, uint64_t wr_id, char *buf,
                             uint32_t lkey)
 {
+    struct rdmax__rx *x = ctx->rx;
     uint32_t k = s->n_stage, b = (uint32_t)wr_id & RDMAX__WR_BUF_MASK;
+    if (s->owner[rdmax__srq_li(s, b)] != who)
+        return;
     x->staged |= 1u << ((uint32_t)(wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1));
     if (rdmax_unlikely(k == RDMAX__RECV_BATCH)) {
         rdmax__srq_unpost(s, b);
         s->posted--;
         x->posted--;
+        rdmax__rq_ep(ctx, who)->rx_n--;  /* (it owns the buffer: alive) */
         return;
     }
     if (rdmax_unlikely(rdmax__srq_withhold(s, b))) {
         rdmax__srq_unpost(s, b);
         b = s->free[--s->n_free];
+        s->owner[rdmax__srq_li(s, b)] = who;
         wr_id = (wr_id & ~(uint64_t)RDMAX__WR_BUF_MASK) | b;
         buf = rdmax__srq_buf(s, b);
         lkey = s->chunks[b >> RDMAX__SRQ_SLOT_BITS].lkey;
     }
+    if (who != x->last_who)
+        s->mixed = 1;  /* (the inline path stages the last endpoint's only, see rdmax__srq_fill) */
     s->rq[k].wr.wr_id = wr_id;
     s->rq[k].sge.addr = (uintptr_t)buf;
     s->rq[k].sge.lkey = lkey;
-    s->rq_who[k] = who;
     s->n_stage = k + 1;
 }
 
@@ -8202,8 +8221,8 @@ static inline void rdmax__srq_credit(rdmax_ctx *ctx, struct rdmax__rx *x, uint32
 /* One receive completion of an endpoint on a pool (>>srq), any but rdmax__srq_recv_fast's: another
    endpoint's; a destroyed one's (counted and dropped, its buffer untouched: it went back with the
    endpoint's queue); a failed or flushed one (owes no credit; its buffer to the free list, as its QP is
-   in error); put_imm's, one with a grant or a goodbye in its immediate data. The buffer is first taken
-   off its endpoint's list, then staged for its repost on the same queue (rdmax__srq_fill, from
+   in error); put_imm's, one with a grant or a goodbye in its immediate data. The buffer, which its
+   endpoint must own, is staged for its repost there after the callback (rdmax__srq_fill, from
    rdmax__srq_settle at the end of the batch); a successful completion of a live endpoint is a credit it
    is owed once the buffer is posted again (x->run, or o). */
 static __attribute__((noinline)) void rdmax__srq_recv(rdmax_ctx *ctx, struct rdmax__rx *x, const struct ibv_wc *wc,
@@ -8219,7 +8238,7 @@ static __attribute__((noinline)) void rdmax__srq_recv(rdmax_ctx *ctx, struct rdm
     uint32_t slot = b & ((1u << RDMAX__SRQ_SLOT_BITS) - 1), who = x->last_who;
     struct rdmax__srq *s = x->pool[p];
     if (p != ep->pool || (wc->wr_id >> 30) != RDMAX__WR_SRQ_TAG || ci >= s->n_chunks || slot >= s->per_chunk ||
-        !rdmax__rq_unlink(s, ep, b)) {
+        s->owner[ci * s->per_chunk + slot] != who) {
         ctx->cnt.stale_wr_ids++;  /* not on its queue: never (a QP completes what was posted on it) */
         return;
     }
@@ -8238,6 +8257,7 @@ static __attribute__((noinline)) void rdmax__srq_recv(rdmax_ctx *ctx, struct rdm
         rdmax__srq_unpost(s, b);
         s->posted--;
         x->posted--;
+        ep->rx_n--;
         return;
     }
     if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
@@ -8256,7 +8276,7 @@ static __attribute__((noinline)) void rdmax__srq_recv(rdmax_ctx *ctx, struct rdm
             ep->recv_cb(ep, buf, wc->byte_len, ep->user);
         }
     }
-    rdmax__srq_give(x, s, who, wc->wr_id, buf, lkey);
+    rdmax__srq_give(ctx, s, who, wc->wr_id, buf, lkey);
     rdmax__srq_credit(ctx, x, wc->qp_num, o);
 }
 
@@ -8269,7 +8289,7 @@ static __attribute__((noinline)) void rdmax__srq_restage(rdmax_ctx *ctx, struct 
 {
     uint32_t b = (uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK;
     x->recv_disturbed = 0;
-    rdmax__srq_give(x, s, who, wc->wr_id, rdmax__srq_buf(s, b), s->chunks[b >> RDMAX__SRQ_SLOT_BITS].lkey);
+    rdmax__srq_give(ctx, s, who, wc->wr_id, rdmax__srq_buf(s, b), s->chunks[b >> RDMAX__SRQ_SLOT_BITS].lkey);
     rdmax__srq_credit(ctx, x, wc->qp_num, o);
 }
 
@@ -8277,9 +8297,8 @@ static __attribute__((noinline)) void rdmax__srq_restage(rdmax_ctx *ctx, struct 
    or none) of the last endpoint (a burst comes mostly from one QP: the endpoint of the last one,
    until rdmax__map_kill forgets it, saves the map lookup), whose wr_id the caller found to name a buffer
    of the last endpoint's pool (x->last_tag) in a chunk that does not drain (below n_live: reposted as it
-   is), the first on its queue's list; everything else in rdmax__srq_recv. The buffer is taken off the
-   list and staged (in the request at n_stage, with its endpoint) before the callback, so that nothing is
-   kept across it, and counted as
+   is), owned by the endpoint (>>srq: owner); everything else in rdmax__srq_recv. The buffer is staged
+   (in the request at n_stage) before the callback, so that nothing is kept across it, and counted as
    staged after it: a nested poll batch posts only rq[0, n_stage), and anything that may change the
    staging or the last endpoint meanwhile sets x->recv_disturbed, which sends the completion to
    rdmax__srq_restage. The pool needs no mark: every batch posts last_bit's pool (rdmax__srq_settle, _last),
@@ -8294,16 +8313,15 @@ static inline void rdmax__srq_recv_fast(rdmax_ctx *ctx, struct rdmax__rx *x, con
     uint64_t key;  /* the QP's number and the immediate (0: no credits; without WITH_IMM whatever it is) */
     memcpy(&key, (const char *)wc + offsetof(struct ibv_wc, imm_data), sizeof key);
     rdmax_ep *ep = x->last_ep;
+    uint32_t who = x->last_who;
     if (rdmax_unlikely(key != x->last_key || wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV ||
-                       ci >= s->n_live || slot >= s->per_chunk ||
-                       ((uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK) != ep->rx_first)) {
+                       ci >= s->n_live || slot >= s->per_chunk || s->owner[ci * s->per_chunk + slot] != who)) {
         /* A ping-pong's every message returns credits in its immediate data: taken here too (beside
-           the test of the common case, which stays as it is), a grant or a goodbye goes the slow way
-           (and a buffer that is not its queue's first: >>srq, ring). */
+           the test of the common case, which stays as it is), a grant or a goodbye goes the slow way. */
         const uint64_t credits = rdmax__srq_key(RDMAX__LE32(RDMAX__IMM_CREDITS), 0);
         if ((key & ~credits) != x->last_key || !(wc->wc_flags & IBV_WC_WITH_IMM) || wc->status != IBV_WC_SUCCESS ||
             wc->opcode != IBV_WC_RECV || ci >= s->n_live || slot >= s->per_chunk ||
-            ((uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK) != ep->rx_first) {
+            s->owner[ci * s->per_chunk + slot] != who) {
             rdmax__srq_recv(ctx, x, wc, o);
             return;
         }
@@ -8314,14 +8332,10 @@ static inline void rdmax__srq_recv_fast(rdmax_ctx *ctx, struct rdmax__rx *x, con
     const __typeof__(*s->chunks) *c = &s->chunks[ci];
     char *buf = c->base + (size_t)slot * s->recv_size;
     struct rdmax__srq_rq *r = &s->rq[s->n_stage];
-    uint32_t who = x->last_who;
     RDMAX_ASSERT(s->n_stage < RDMAX__RECV_BATCH);
-    ep->rx_first = s->link[ci * s->per_chunk + slot];  /* off its queue's list (>>srq: ring) */
-    ep->rx_n--;
     r->wr.wr_id = wc->wr_id;
     r->sge.addr = (uintptr_t)buf;
     r->sge.lkey = c->lkey;
-    s->rq_who[s->n_stage] = who;
     /* (the two counters apart: side by side gcc makes them one vector add of five instructions; the
        message is counted once its callback returned, one add to memory) */
     ctx->cnt.recv_bytes += wc->byte_len;
@@ -8667,11 +8681,11 @@ static __attribute__((noinline)) int rdmax__recv_one_stirred(rdmax_ctx *ctx, con
 
 /* One message in an outermost poll, as a ping-pong's every receive: it needs none of the batch's
    bookkeeping, so it goes straight through, then the rest of rdmax_progress. A message of the last
-   endpoint on a pool (credits in its immediate or none), its queue holding all its credits but this
-   one: the credits taken, the buffer taken off the queue's list and put in the pool's own request for one
-   (s->one, which no nested batch touches) before the callback, posted again on the endpoint's queue after
-   it, and its credit owed at once, the grant as the batch's. Anything else (a draining chunk's buffer
-   too: >>srq, live) goes the batch's way before anything is touched. */
+   endpoint on a pool (credits in its immediate or none) in a buffer it owns, which owns exactly its
+   credits: the credits taken, the buffer put in the pool's own request for one (s->one, which no nested
+   batch touches) before the callback, posted again on the endpoint's queue after it, and its credit
+   owed at once, the grant as the batch's. Anything else (a draining chunk's buffer too: >>srq, live)
+   goes the batch's way before anything is touched. */
 static int rdmax__progress_recv_one(rdmax_ctx *ctx)
 {
     struct ibv_wc *wc = ctx->rwc_top, nested[16];
@@ -8685,8 +8699,8 @@ static int rdmax__progress_recv_one(rdmax_ctx *ctx)
     memcpy(&key, (const char *)wc + offsetof(struct ibv_wc, imm_data), sizeof key);
     rdmax_ep *ep = x->last_ep;
     if (wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV || ci >= s->n_live || slot >= s->per_chunk ||
-        ep->rx_n != ep->rq_depth ||  /* (short of its credits, or above them: the batch's repost fits them) */
-        ((uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK) != ep->rx_first)
+        ep->rx_n != ep->rq_depth ||  /* (fewer than its credits, or more: the batch's repost fits them) */
+        s->owner[ci * s->per_chunk + slot] != x->last_who)
         return rdmax__progress_more(ctx, rdmax__recv_cqes(ctx, 1));
     if (key != x->last_key) {  /* the last test: credits in the immediate, and nothing else may differ */
         if (((key ^ x->last_key) & ~rdmax__srq_key(RDMAX__LE32(RDMAX__IMM_CREDITS), 0)) != 0 ||
@@ -8700,8 +8714,6 @@ static int rdmax__progress_recv_one(rdmax_ctx *ctx)
     ctx->cnt.cqes++;
     char *buf = s->chunks[ci].base + (size_t)slot * s->recv_size;
     uint32_t who = x->last_who;
-    ep->rx_first = s->link[ci * s->per_chunk + slot];  /* off its queue's list (>>srq: ring) */
-    ep->rx_n--;
     s->one.wr.wr_id = wc->wr_id;
     s->one.sge.addr = (uintptr_t)buf;
     s->one.sge.lkey = s->chunks[ci].lkey;
@@ -8717,17 +8729,9 @@ static int rdmax__progress_recv_one(rdmax_ctx *ctx)
     ep = x->last_ep;
     struct ibv_recv_wr *bad;
     ctx->cnt.recv_post_calls++;
-    int rc = ibv_post_recv(ep->qp, &s->one.wr, &bad);  /* on its own queue, at the end of its list */
-    if (rdmax_unlikely(rc != 0)) {
+    int rc = ibv_post_recv(ep->qp, &s->one.wr, &bad);  /* on its own queue, still its owner's */
+    if (rdmax_unlikely(rc != 0))
         rdmax__rq_post_failed(ctx, s, ep, &s->one, 1, bad, rc);
-    } else {
-        uint32_t b = (uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK;
-        if (ep->rx_n++ == 0)
-            ep->rx_first = b;
-        else
-            s->link[rdmax__srq_li(s, ep->rx_last)] = b;
-        ep->rx_last = b;
-    }
     ep->rx_unreturned++;  /* its buffer is posted again: the credit is owed */
     if (rdmax__grant_due(ep))
         rdmax__grant_or_fail(ep);

@@ -127,7 +127,7 @@ static inline void fd_ctx_destroy(rdmax_ctx *ctx)
         for (uint32_t c = 0; s && c < s->n_chunks; c++)
             free(s->chunks[c].base);
         if (s)
-            free(s->chunks), free(s->free), free(s->link), free(s);
+            free(s->chunks), free(s->free), free(s->owner), free(s);
     }
     if (ctx->rx)
         free(ctx->rx->map);
@@ -296,7 +296,8 @@ static inline void fd_ctx_pool(rdmax_ctx *ctx, uint32_t p, uint32_t size, uint32
     s->chunks = (__typeof__(s->chunks))calloc(n_chunks, sizeof *s->chunks);
     s->chunks_cap = n_chunks;
     s->free = (uint32_t *)calloc(n, sizeof *s->free);
-    s->link = (uint32_t *)calloc(n, sizeof *s->link);
+    s->owner = (uint32_t *)malloc(n * sizeof *s->owner);
+    memset(s->owner, 0xff, n * sizeof *s->owner);  /* RDMAX__OWNER_NONE: all free */
     for (uint32_t c = 0; c < n_chunks; c++) {
         s->chunks[c].base = (char *)calloc(per_chunk, size);
         s->chunks[c].mr = &mrs[c];
