@@ -8281,15 +8281,19 @@ static __attribute__((noinline)) void rdmax__srq_recv(rdmax_ctx *ctx, struct rdm
 }
 
 /* rdmax__srq_recv_fast's completion after a callback that recv_disturbed (see rdmax__rx.recv_disturbed): staged again
-   (the staging may have been posted meanwhile, the request it was staged in reused) for the queue of who
-   (if the callback destroyed it, the buffer goes to the free list at the post), its credit to the last
-   endpoint's run or looked up (the callback may have destroyed it, or progressed and met another). */
+   (the staging may have been posted meanwhile, the request it was staged in reused) for the queue of its
+   QP's endpoint, unless the callback destroyed it (which gave the buffer back, >>srq: owner); its credit
+   to the last endpoint's run or looked up (the callback may have destroyed it, or progressed and met
+   another). */
 static __attribute__((noinline)) void rdmax__srq_restage(rdmax_ctx *ctx, struct rdmax__rx *x, const struct ibv_wc *wc,
-                                                         struct rdmax__owed *o, struct rdmax__srq *s, uint32_t who)
+                                                         struct rdmax__owed *o, struct rdmax__srq *s)
 {
     uint32_t b = (uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK;
+    rdmax_ep *ep = rdmax__map_ep(ctx, wc->qp_num);  /* (a destroyed QP's number maps to no endpoint) */
     x->recv_disturbed = 0;
-    rdmax__srq_give(ctx, s, who, wc->wr_id, rdmax__srq_buf(s, b), s->chunks[b >> RDMAX__SRQ_SLOT_BITS].lkey);
+    if (ep != NULL)
+        rdmax__srq_give(ctx, s, rdmax__ep_who(ctx, ep), wc->wr_id, rdmax__srq_buf(s, b),
+                        s->chunks[b >> RDMAX__SRQ_SLOT_BITS].lkey);
     rdmax__srq_credit(ctx, x, wc->qp_num, o);
 }
 
@@ -8313,15 +8317,15 @@ static inline void rdmax__srq_recv_fast(rdmax_ctx *ctx, struct rdmax__rx *x, con
     uint64_t key;  /* the QP's number and the immediate (0: no credits; without WITH_IMM whatever it is) */
     memcpy(&key, (const char *)wc + offsetof(struct ibv_wc, imm_data), sizeof key);
     rdmax_ep *ep = x->last_ep;
-    uint32_t who = x->last_who;
     if (rdmax_unlikely(key != x->last_key || wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV ||
-                       ci >= s->n_live || slot >= s->per_chunk || s->owner[ci * s->per_chunk + slot] != who)) {
+                       ci >= s->n_live || slot >= s->per_chunk ||
+                       s->owner[ci * s->per_chunk + slot] != x->last_who)) {
         /* A ping-pong's every message returns credits in its immediate data: taken here too (beside
            the test of the common case, which stays as it is), a grant or a goodbye goes the slow way. */
         const uint64_t credits = rdmax__srq_key(RDMAX__LE32(RDMAX__IMM_CREDITS), 0);
         if ((key & ~credits) != x->last_key || !(wc->wc_flags & IBV_WC_WITH_IMM) || wc->status != IBV_WC_SUCCESS ||
             wc->opcode != IBV_WC_RECV || ci >= s->n_live || slot >= s->per_chunk ||
-            s->owner[ci * s->per_chunk + slot] != who) {
+            s->owner[ci * s->per_chunk + slot] != x->last_who) {
             rdmax__srq_recv(ctx, x, wc, o);
             return;
         }
@@ -8342,7 +8346,7 @@ static inline void rdmax__srq_recv_fast(rdmax_ctx *ctx, struct rdmax__rx *x, con
     ep->recv_cb(ep, buf, wc->byte_len, ep->user);  /* may destroy ep */
     ctx->cnt.recv_msgs++;
     if (rdmax_unlikely(x->recv_disturbed)) {
-        rdmax__srq_restage(ctx, x, wc, o, s, who);
+        rdmax__srq_restage(ctx, x, wc, o, s);
         return;
     }
     s->n_stage++;
@@ -8668,13 +8672,13 @@ int rdmax__recv_cqes(rdmax_ctx *ctx, int n)
    pool's staging, or left a pool to free (x->recv_disturbed: it progressed, destroyed or made an
    endpoint, ...): the buffer goes back and its credit is owed the batch's way, and the pool goes. wc is
    intact (a nested poll wrote elsewhere). */
-static __attribute__((noinline)) int rdmax__recv_one_stirred(rdmax_ctx *ctx, const struct ibv_wc *wc, uint32_t who)
+static __attribute__((noinline)) int rdmax__recv_one_stirred(rdmax_ctx *ctx, const struct ibv_wc *wc)
 {
     struct rdmax__rx *x = ctx->rx;
     struct rdmax__owed o;
     o.n = 0;
-    rdmax__srq_restage(ctx, x, wc, &o, x->pool[(uint32_t)(wc->wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1)],
-                       who);
+    uint32_t p = (uint32_t)(wc->wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1);
+    rdmax__srq_restage(ctx, x, wc, &o, x->pool[p]);
     rdmax__srq_settle(ctx, &o, 1);
     return 1;  /* (no flush check, as rdmax__progress_recv_one) */
 }
@@ -8713,7 +8717,6 @@ static int rdmax__progress_recv_one(rdmax_ctx *ctx)
     ctx->rcq_drains++;  /* fewer than a batch: the CQ was drained (as rdmax__recv_batch) */
     ctx->cnt.cqes++;
     char *buf = s->chunks[ci].base + (size_t)slot * s->recv_size;
-    uint32_t who = x->last_who;
     s->one.wr.wr_id = wc->wr_id;
     s->one.sge.addr = (uintptr_t)buf;
     s->one.sge.lkey = s->chunks[ci].lkey;
@@ -8724,7 +8727,7 @@ static int rdmax__progress_recv_one(rdmax_ctx *ctx)
     ctx->rwc = wc;
     ctx->cnt.recv_msgs++;
     if (rdmax_unlikely(x->recv_disturbed))
-        return rdmax__progress_more(ctx, rdmax__recv_one_stirred(ctx, wc, who));
+        return rdmax__progress_more(ctx, rdmax__recv_one_stirred(ctx, wc));
     s = x->last_s;  /* (as before the callback, which would have disturbed) */
     ep = x->last_ep;
     struct ibv_recv_wr *bad;
