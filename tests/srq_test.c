@@ -1595,6 +1595,13 @@ static void violators_case(const char *d0, const char *d1, enum breaker_mode mod
     uint64_t rnr_srv1 = tl_rnr_count(d0), rnr_h1 = tl_rnr_count(d1);
     rdmax_counters c;
     rdmax_ctx_query_counters(srv, &c);
+    /* a violator failed in the server's last progress is told at its next tick (state_cb, at most once a
+       millisecond): told before the two counts are compared (the wait is only a hang guard) */
+    for (int i = 0; i < 1000 && g_viol.fails < c.window_breaks; i++) {
+        usleep(1000);
+        rdmax_progress(srv);
+        rdmax_ctx_query_counters(srv, &c);
+    }
     printf("# server: %llu messages received, %llu grants posted, window_breaks %llu; %u violator sends reposted\n",
            (unsigned long long)c.recv_msgs, (unsigned long long)c.posted[RDMAX_OP_GRANT],
            (unsigned long long)c.window_breaks, reposts);
