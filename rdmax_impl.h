@@ -1037,17 +1037,19 @@ rdmax_status rdmax_ctx_arm(rdmax_ctx *ctx)
 
 rdmax_status rdmax_wait(rdmax_ctx *ctx, int timeout_ms)
 {
-    if (rdmax_progress(ctx))
+    /* the count, not progress's result, says whether completions were handled: the health pass inside
+       progress may handle one itself (it drains the send CQ), which progress does not return */
+    uint64_t cqes0 = ctx->cnt.cqes;
+    if (rdmax_progress(ctx) || ctx->cnt.cqes != cqes0)
         return RDMAX_OK;
     if (rdmax_ctx_arm(ctx) != RDMAX_OK)
         return RDMAX_ERR_IO;
-    if (rdmax_progress(ctx))  /* a completion that raced with arming */
+    if (rdmax_progress(ctx) || ctx->cnt.cqes != cqes0)  /* a completion that raced with arming */
         return RDMAX_OK;
     /* Sleep in slices of the tick period, so the watchdog and keepalives run while the caller blocks;
        a device event wakes us too, and a listener with work (a client to accept). */
     int64_t deadline = timeout_ms < 0 ? INT64_MAX : rdmax__now_ms() + timeout_ms;
     int accept_ready = 0;
-    uint64_t cqes0 = ctx->cnt.cqes;  /* the tick's watchdog pass may handle a completion itself */
     for (;;) {
         int64_t left = deadline - rdmax__now_ms();
         int slice = left < RDMAX__TICK_MS ? (int)(left < 0 ? 0 : left) : RDMAX__TICK_MS;
