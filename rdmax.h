@@ -582,8 +582,9 @@
    window of 16 beside an honest client (default rnr_retry) doing 200 checked round trips: on one shared
    receive queue (before receive queues per endpoint) the honest client's device counted 3 to 8 RNR in
    three runs, and in one its endpoint failed (RNR retries exceeded); with each endpoint's own queue it
-   counts none, and the violators meet RNR on their own QPs (or fail for their window). The queues cost rxe 12 KiB per endpoint at max_window 64: tests/scale_test
-   tenk, 10,000 endpoints with the default descriptors, 46 KiB of RSS each (34 KiB on one shared queue).
+   counts none, and the violators meet RNR on their own QPs (or fail for their window). The queues cost
+   rxe 12 KiB per endpoint at max_window 64: tests/scale_test tenk, 10,000 endpoints with the default
+   descriptors, 46 KiB of RSS each (34 KiB on one shared queue).
    An own pool saves no latency on rxe (send 8 B ping-pong, medians 11.25 us on the shared queue, 11.75 us
    on an own pool: bench/results/scale.md).
 
