@@ -1082,8 +1082,8 @@ static void flood_burst_test(const char *addr)
     int ev_fd[2] = {-1, -1}, t_fd[2] = {-1, -1};
     for (int i = 0; i < HONEST; i++)
         honest[i] = -1;
-    tl_begin("cm/flood: %d requests in a burst beside %d real clients, defaults: all served, QPs, ids, fds back",
-             HOSTILE, HONEST);
+    tl_begin("cm/flood: %d requests in a burst beside %d real clients, defaults: all served; QPs, ids, fds, MRs "
+             "and RSS back", HOSTILE, HONEST);
     REQUIRE(pipe(ev_fd) == 0 && pipe(t_fd) == 0, "pipe");
     fcntl(ev_fd[1], F_SETFL, O_NONBLOCK);  /* never read here: the flood must not block on it */
     REQUIRE((ctx = flood_ctx(0, 0)) != NULL, "no device");
@@ -1091,6 +1091,7 @@ static void flood_burst_test(const char *addr)
     uint16_t port = rdmax_listener_query_port(l);
     int fds0 = tl_count_fds(), ids0 = count_cm_ids();
     uint32_t eps0 = rdmax__test_ctx_eps(ctx);
+    struct tl_footprint fp0 = tl_footprint(ctx);
     if ((flood = fork()) == 0)
         cm_flood(addr, port, HOSTILE, 1, ev_fd[1]);
     for (int i = 0; i < HONEST; i++)
@@ -1133,6 +1134,7 @@ static void flood_burst_test(const char *addr)
     CHECK(neps == eps0, "%u endpoints (QPs) after the flood, %u before", neps, eps0);
     CHECK(ids == ids0 && ids >= 1, "%d rdma_cm ids after the flood, %d before", ids, ids0);
     CHECK(fds == fds0, "%d fds after the flood, %d before", fds, fds0);
+    tl_footprint_back(fp0, tl_footprint(ctx), 8192);  /* (as in oob_test's flood) */
 out:
     if (flood > 0)
         kill(flood, SIGKILL), child_status(flood);

@@ -1032,8 +1032,8 @@ static void flood_burst_test(void)
     int times[2] = {-1, -1};
     for (int i = 0; i < HONEST; i++)
         honest[i] = -1;
-    tl_begin("listener/%d hostile sockets in a burst beside %d real clients, defaults: all served, fds back", HOSTILE,
-             HONEST);
+    tl_begin("listener/%d hostile sockets in a burst beside %d real clients, defaults: all served; fds, QPs, MRs "
+             "and RSS back", HOSTILE, HONEST);
     rdmax_ctx_desc cd;
     memset(&cd, 0, sizeof cd);
     cd.log_level = RDMAX_LOG_ERROR;
@@ -1042,6 +1042,7 @@ static void flood_burst_test(void)
     REQUIRE(rdmax_listener_create(ctx, "127.0.0.1", 0, &l) == RDMAX_OK, "listen failed");
     uint16_t port = rdmax_listener_query_port(l);
     int fds0 = tl_count_fds();
+    struct tl_footprint fp0 = tl_footprint(ctx);
     REQUIRE(pipe(times) == 0, "pipe");
     flood = fork();
     if (flood == 0) {
@@ -1128,6 +1129,17 @@ static void flood_burst_test(void)
         rdmax_ep_destroy(ep);
     }
     CHECK(fds == fds0, "the listener's process holds %d fds, %d before the flood", fds, fds0);
+    /* (RSS: 2,000 sockets that each left 4 KiB would pass 8 MiB over) */
+    tl_footprint_back(fp0, tl_footprint(ctx), 8192);
+    rdmax_ep *extra = NULL;  /* control: the counts see one endpoint and one registration more */
+    rdmax_mem *extra_mem = NULL;
+    REQUIRE(rdmax_ep_create(ctx, NULL, &extra) == RDMAX_OK, "control endpoint");
+    REQUIRE(rdmax_mem_alloc(ctx, 4096, RDMAX_ACCESS_LOCAL, &extra_mem) == RDMAX_OK, "control registration");
+    struct tl_footprint fx = tl_footprint(ctx);
+    rdmax_ep_destroy(extra);
+    rdmax_mem_free(extra_mem);
+    CHECK(fx.qps == fp0.qps + 1 && fx.mrs == fp0.mrs + 1, "control: one endpoint and one registration more show "
+          "as %d QPs, %d MRs (%d, %d before)", fx.qps, fx.mrs, fp0.qps, fp0.mrs);
 out:
     if (flood > 0) {
         kill(flood, SIGKILL);

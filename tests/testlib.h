@@ -10,6 +10,7 @@
      tl_count_alloc, tl_count_free         a context allocator that counts the endpoints made (tl_ep_allocs)
      tl_hw_counter, tl_rnr_count           a device port's counters (hw_counters in sysfs, rxe's names)
      tl_count_fds                          this process's open file descriptors
+     tl_rss_kb, tl_count_rdma              its resident set, its QPs or MRs (rdma resource show)
      tl_hello_client                       a client process's connect, hello and exit (listener tests)
    Return tl_failed_total ? 1 : 0 from main. */
 #ifndef RDMAX_TESTLIB_H
@@ -101,7 +102,63 @@ static inline int tl_count_fds(void)
     return n;
 }
 
+/* tl_rss_kb: this process's resident set (VmRSS), in KiB; -1 when it cannot be read. */
+static inline long tl_rss_kb(void)
+{
+    long kb = -1;
+    char line[256];
+    FILE *f = fopen("/proc/self/status", "r");
+    while (f && fgets(line, sizeof line, f))
+        sscanf(line, "VmRSS: %ld", &kb);
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* tl_count_rdma: this process's verbs objects of one kind ("qp", "mr") on every device: the lines of
+   `rdma resource show KIND` that name our pid; -1 when the tool cannot be run. */
+static inline int tl_count_rdma(const char *kind)
+{
+    char cmd[64], line[512], me[32];
+    snprintf(cmd, sizeof cmd, "rdma resource show %s 2>/dev/null", kind);
+    snprintf(me, sizeof me, " pid %d ", (int)getpid());
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return -1;
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, me) != NULL;
+    return pclose(f) == 0 ? n : -1;
+}
+
 #ifdef RDMAX_H_INCLUDED
+/* tl_footprint: what a process holds that a flood or a dead peer must not leave behind: QPs, MRs and RSS
+   apart from the receive pool of c (its chunks, one MR each, stay by design: >>srq). */
+struct tl_footprint {
+    int qps, mrs;
+    long rss_kb;
+};
+static inline struct tl_footprint tl_footprint(rdmax_ctx *c)
+{
+    struct tl_footprint f = {tl_count_rdma("qp"), tl_count_rdma("mr"), tl_rss_kb()};
+    rdmax_recv_pool_info pi;
+    if (rdmax_ctx_query_recv_pool(c, 0, &pi)) {
+        f.mrs -= (int)pi.chunks;
+        f.rss_kb -= (long)((uint64_t)pi.buffers * pi.recv_size / 1024);
+    }
+    return f;
+}
+/* tl_footprint_back: CHECKs that f is back at f0 (RSS within slack_kb: the allocator keeps freed memory)
+   and prints both. */
+#define tl_footprint_back(f0, f, slack_kb)                                                                     \
+    do {                                                                                                        \
+        printf("    QPs %d, MRs %d, RSS %ld KiB (before: %d, %d, %ld KiB; receive pool apart)\n", (f).qps,     \
+               (f).mrs, (f).rss_kb, (f0).qps, (f0).mrs, (f0).rss_kb);                                           \
+        CHECK((f).qps == (f0).qps && (f).qps >= 0, "QPs %d, %d before", (f).qps, (f0).qps);                     \
+        CHECK((f).mrs == (f0).mrs && (f).mrs >= 0, "MRs %d, %d before", (f).mrs, (f0).mrs);                     \
+        CHECK((f).rss_kb - (f0).rss_kb <= (slack_kb), "RSS %ld KiB, %ld before", (f).rss_kb, (f0).rss_kb);      \
+    } while (0)
+
 /* tl_hello_client: the rest of a client process's life once its context c is made: connect to host:port
    (within timeout_ms), send a 16-byte "hello", flush it, and _exit: 0 when served, the negated status
    when the connect failed (RDMAX_ERR_OOB_AUTH: 52), 4 when the send or the flush did. */
