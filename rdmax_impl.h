@@ -11917,6 +11917,16 @@ static inline void rdmax__test_ep_poison_slots(rdmax_ep *ep, uint32_t len)
     for (uint32_t i = 0; i <= ep->sq_mask; i++)
         ep->slots[i].len = len;
 }
+/* The peer's QP number of the rdma_cm handshake a full listener pushes out first: the one accepted longest
+   ago (rdmax__cm_hs_slot's choice, ties to the lowest slot); 0: none held. */
+static inline uint32_t rdmax__test_cm_oldest_qpn(const rdmax_listener *l)
+{
+    uint32_t old = UINT32_MAX;
+    for (uint32_t i = 0; l->cm_hs && i < l->slots; i++)
+        if (l->cm_hs[i].id && (old == UINT32_MAX || l->cm_hs[i].start < l->cm_hs[old].start))
+            old = i;
+    return old == UINT32_MAX ? 0 : l->cm_hs[old].ep->peer_qpn;
+}
 /* Endpoints ctx holds now (a refused handshake must leave none behind). */
 static inline uint32_t rdmax__test_ctx_eps(const rdmax_ctx *ctx)
 {
