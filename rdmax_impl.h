@@ -4626,10 +4626,11 @@ out:
    next run gives the rest back. Destroy: the QP first, then the buffers it owns go back to the free list
    (a destroyed QP's posted receives never complete on most devices, and the device writes none of them
    after the destroy), found by a scan of owner[] (a slow path, like the destroy of the QP): all but the
-   staged ones, which the fill frees with their dead endpoint's run. One in hand (a callback of its
-   completion destroyed it) goes too: its holder finds the owner changed and leaves it alone
-   (rdmax__srq_give). A completion polled and not handled yet is dropped by its QP number (below). And
-   target falls by C.
+   staged ones, which the fill frees with their dead endpoint's run. A destroy inside a poll batch (a
+   callback) leaves that scan to the end of the outermost batch (rdmax__pool_reap): the buffer in hand
+   is the callback's until it returns, and on the free list a nested poll or a new endpoint could post it
+   on another queue at once. A completion polled and not handled yet is dropped by its QP number
+   (below). And target falls by C.
 
    A receive completion names its QP (wc->qp_num); a small open-addressing map gives the endpoint. A
    destroyed endpoint leaves a tombstone stamped with the receive CQ's drain epoch (how many polls found
@@ -4781,7 +4782,9 @@ struct rdmax__rx {
     uint32_t run;               /* credits last_who is owed for buffers given back in this batch (>>srq) */
     uint32_t staged;            /* pools with buffers staged for their repost (rdmax__srq_fill) besides
                                    last_bit's */
-    uint32_t pools_to_free;            /* pools whose last endpoint went during a poll batch: freed at its end */
+    uint32_t pools_left;        /* pools an endpoint left during a poll batch (a callback destroyed it):
+                                   at the end of the outermost one (rdmax__pool_reap) the buffers it
+                                   owned go back to the free list, and a pool it was the last of goes */
     uint32_t room;              /* pools where a window waits to grow: the tick makes room (rdmax__srq_room) */
     uint32_t rcq_kept;          /* the provider would not shrink the receive CQ (rdmax__rcq_trim) */
     uint32_t recv_disturbed;           /* set by whatever a receive callback may do that changes the last
@@ -5037,12 +5040,20 @@ static int rdmax__srq_is_staged(const struct rdmax__srq *s, uint32_t b)
 
 /* The buffers ep (who) owns back to the free list once its QP is destroyed (its receives never complete,
    the completions of it still queued are dropped untouched), but for the staged ones, which the fill
-   frees with their dead endpoint's run. One in hand goes too: its holder finds the owner changed
-   (rdmax__srq_give). A scan of the pool's owner[]: a slow path, as the QP's destroy (>>srq). */
+   frees with their dead endpoint's run. A scan of the pool's owner[]: a slow path, as the QP's destroy
+   (>>srq). Inside a poll batch (a callback destroyed it) they wait for its end (rdmax__pool_reap): one is
+   in hand, its data the callback's until it returns, and a free buffer may be posted again at once on
+   another queue (a nested poll, an endpoint made in the callback). */
 static void rdmax__ep_rq_return(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t who)
 {
     struct rdmax__srq *s = ctx->rx->pool[ep->pool];
     uint32_t n = 0;
+    ep->rx_n = 0;
+    if (ctx->rwc != ctx->rwc_top) {
+        ctx->rx->pools_left |= 1u << ep->pool;
+        ctx->rx->recv_disturbed = 1;  /* a single message's path settles the batch's way, which reaps */
+        return;
+    }
     for (uint32_t c = 0; c < s->n_chunks; c++)
         for (uint32_t i = 0; i < s->per_chunk; i++) {
             uint32_t b = c << RDMAX__SRQ_SLOT_BITS | i;
@@ -5053,7 +5064,6 @@ static void rdmax__ep_rq_return(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t who)
         }
     s->posted -= n;
     ctx->rx->posted -= n;
-    ep->rx_n = 0;
 }
 
 /* Post the staged buffers of pool p (rq[0, n_stage), see rdmax__srq_recv) in runs of one owner, each
@@ -5451,22 +5461,40 @@ static void rdmax__srq_release(rdmax_ctx *ctx, uint32_t p, uint32_t w)
     s->room_failed = 0;
     if (--s->users == 0 && p > 0) {
         if (ctx->rwc != ctx->rwc_top) {  /* in a poll batch (a callback), whose completions may name it */
-            ctx->rx->pools_to_free |= 1u << p;
+            ctx->rx->pools_left |= 1u << p;
             ctx->rx->recv_disturbed = 1;  /* so that a single message's path settles the batch's way, which reaps */
         } else
             rdmax__pool_free(ctx, p);
     }
 }
 
-/* The end of the outermost poll batch: the pools whose last endpoint went meanwhile go now, unless an
-   endpoint joined again. */
+/* The end of the outermost poll batch, for the pools endpoints left meanwhile: a pool whose last
+   endpoint went goes now (unless one joined again); in the others, the buffers destroyed endpoints
+   still own go back to the free list (rdmax__ep_rq_return). Every staging is posted by now. */
 static void rdmax__pool_reap(rdmax_ctx *ctx)
 {
     struct rdmax__rx *x = ctx->rx;
-    for (uint32_t p = 1; p < RDMAX__POOLS; p++)
-        if ((x->pools_to_free & (1u << p)) && x->pool[p] && x->pool[p]->users == 0)
+    for (uint32_t p = 0; p < RDMAX__POOLS; p++) {
+        struct rdmax__srq *s = x->pool[p];
+        if (!(x->pools_left & (1u << p)) || s == NULL)
+            continue;
+        if (s->users == 0 && p > 0) {
             rdmax__pool_free(ctx, p);
-    x->pools_to_free = 0;
+            continue;
+        }
+        uint32_t n = 0;
+        for (uint32_t c = 0; c < s->n_chunks; c++)
+            for (uint32_t i = 0; i < s->per_chunk; i++) {
+                uint32_t who = s->owner[c * s->per_chunk + i];
+                if (who != RDMAX__OWNER_NONE && rdmax__rq_ep(ctx, who) == NULL) {
+                    rdmax__srq_unpost(s, c << RDMAX__SRQ_SLOT_BITS | i);
+                    n++;
+                }
+            }
+        s->posted -= n;
+        x->posted -= n;
+    }
+    x->pools_left = 0;
 }
 
 static void rdmax__srq_close(rdmax_ctx *ctx)
@@ -8177,8 +8205,9 @@ static void rdmax__srq_owe_other(rdmax_ctx *ctx, uint32_t qpn, struct rdmax__owe
    the queue of endpoint who back to it: staged for the repost at the end of the batch (its pool marked
    for rdmax__srq_settle), or (never, as a poll batch stages at most its own completions: a nested one
    posts what the batch around it staged first) to the free list when the staging is full; kept home
-   when its chunk drains (rdmax__srq_withhold), a free one staged in its place. Left alone when who no
-   longer owns it: a callback destroyed who, which gave it back (>>srq: owner). */
+   when its chunk drains (rdmax__srq_withhold), a free one staged in its place. Left alone when who does
+   not own it (never expected). A who its callback destroyed still owns it (>>srq: owner): staged, it goes
+   to the free list with its dead owner's run (rdmax__srq_fill). */
 static void rdmax__srq_give(rdmax_ctx *ctx, struct rdmax__srq *s, uint32_t who, uint64_t wr_id, char *buf,
                             uint32_t lkey)
 {
@@ -8188,10 +8217,12 @@ static void rdmax__srq_give(rdmax_ctx *ctx, struct rdmax__srq *s, uint32_t who, 
         return;
     x->staged |= 1u << ((uint32_t)(wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1));
     if (rdmax_unlikely(k == RDMAX__RECV_BATCH)) {
+        rdmax_ep *ep = rdmax__rq_ep(ctx, who);
         rdmax__srq_unpost(s, b);
         s->posted--;
         x->posted--;
-        rdmax__rq_ep(ctx, who)->rx_n--;  /* (it owns the buffer: alive) */
+        if (ep)  /* (NULL: destroyed in the batch, its buffers not given back yet) */
+            ep->rx_n--;
         return;
     }
     if (rdmax_unlikely(rdmax__srq_withhold(s, b))) {
@@ -8282,11 +8313,11 @@ static __attribute__((noinline)) void rdmax__srq_recv(rdmax_ctx *ctx, struct rdm
     rdmax__srq_credit(ctx, x, wc->qp_num, o);
 }
 
-/* rdmax__srq_recv_fast's completion after a callback that recv_disturbed (see rdmax__rx.recv_disturbed): staged again
-   (the staging may have been posted meanwhile, the request it was staged in reused) for the queue of its
-   QP's endpoint, unless the callback destroyed it (which gave the buffer back, >>srq: owner); its credit
-   to the last endpoint's run or looked up (the callback may have destroyed it, or progressed and met
-   another). */
+/* rdmax__srq_recv_fast's completion after a callback that recv_disturbed (see rdmax__rx.recv_disturbed):
+   staged again (the staging may have been posted meanwhile, the request it was staged in reused) for the
+   queue of its QP's endpoint, unless the callback destroyed it (the buffer waits for the end of the
+   batch, >>srq); its credit to the last endpoint's run or looked up (the callback may have destroyed it,
+   or progressed and met another). */
 static __attribute__((noinline)) void rdmax__srq_restage(rdmax_ctx *ctx, struct rdmax__rx *x, const struct ibv_wc *wc,
                                                          struct rdmax__owed *o, struct rdmax__srq *s)
 {
@@ -8503,7 +8534,7 @@ static void rdmax__srq_settle(rdmax_ctx *ctx, struct rdmax__owed *o, int outermo
         if (r->ep && RDMAX__REF_GEN(r) == (uint16_t)(o->who[i] >> 16) && rdmax__grant_due(r->ep))
             rdmax__grant_or_fail(r->ep);
     }
-    if (rdmax_unlikely(x->pools_to_free != 0) && outermost)
+    if (rdmax_unlikely(x->pools_left != 0) && outermost)
         rdmax__pool_reap(ctx);
 }
 
@@ -8648,9 +8679,9 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
             rdmax__grant_or_fail(ep);
     }
     if ((x = ctx->rx) != NULL) {  /* (a callback may have made rx) */
-        if (rdmax_likely((x->staged | owed.n | x->pools_to_free) == 0 && x->run != 0 && x->last_s != NULL))
+        if (rdmax_likely((x->staged | owed.n | x->pools_left) == 0 && x->run != 0 && x->last_s != NULL))
             rdmax__srq_settle_last(ctx, x);
-        else if (x->staged | x->run | owed.n | x->pools_to_free)
+        else if (x->staged | x->run | owed.n | x->pools_left)
             rdmax__srq_settle(ctx, &owed, wc == ctx->rwc_top);
         x->recv_disturbed = 1;  /* for the batch around this one, if any */
     }

@@ -827,6 +827,108 @@ out:
         tl_end();
 }
 
+/* ---- the buffer in hand while a callback destroys its endpoint ----
+   b's callback, on a's first message, destroys b, then makes d (its queue filled from the pool's free
+   list, last in first out: b's buffers, the one in hand among them, would be on top) paired with e on
+   a's side, and progresses both contexts until d has received 3 messages of 0xdd (each of d's first 3
+   buffers written). The data it was given must still be a's message after that, and once the endpoints
+   are gone every buffer of b's pool is free (none kept by the dead b). batch: a's two messages are both
+   in the receive CQ before it is polled (rxe completes a receive before it acknowledges it, and a waits
+   for its acknowledgements): the batch path; else one (the single-message path). */
+static struct {
+    rdmax_ctx *ca, *cb;
+    rdmax_ep *d, *e;
+    uint32_t calls, d_msgs, d_bad, sent, spins_out;
+    int intact;
+} g_hand;
+
+static void on_hand_d(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    (void)ep, (void)user;
+    for (size_t i = 0; i < len; i++)
+        g_hand.d_bad += ((unsigned char *)data)[i] != 0xdd;
+    g_hand.d_msgs++;
+}
+
+static void on_hand_b(rdmax_ep *ep, void *data, size_t len, void *user)
+{
+    if (g_hand.calls++ > 0)
+        return;
+    *(rdmax_ep **)user = NULL;
+    rdmax_ep_destroy(ep);
+    rdmax_ep_desc dd, de;
+    memset(&dd, 0, sizeof dd);
+    memset(&de, 0, sizeof de);
+    dd.recv_cb = on_hand_d;
+    if (tl_pair(g_hand.cb, g_hand.ca, &dd, &de, &g_hand.d, &g_hand.e) != RDMAX_OK)
+        return;
+    unsigned char m[64];
+    memset(m, 0xdd, sizeof m);
+    for (long i = 0; g_hand.d_msgs < 3; i++) {
+        if (i > 50000000L) {
+            g_hand.spins_out = 1;
+            break;
+        }
+        if (g_hand.sent == g_hand.d_msgs && rdmax_send(g_hand.e, m, sizeof m, NULL, NULL) >= 0)
+            g_hand.sent++;
+        rdmax_progress(g_hand.ca);
+        rdmax_progress(g_hand.cb);  /* (nested: this callback runs inside cb's poll) */
+    }
+    g_hand.intact = len == 64;
+    for (size_t i = 0; i < len; i++)
+        g_hand.intact &= ((unsigned char *)data)[i] == 0xbb;
+}
+
+static void in_hand_case(int batch)
+{
+    rdmax_ctx *ca = open_ctx(0, NULL), *cb = open_ctx(0, NULL);
+    rdmax_ep *a = NULL, *b = NULL;
+    tl_begin("srq/buffer in hand (%s path): a callback destroys its endpoint, makes one that takes the pool's free "
+             "buffers and receives 3 messages; its own message stays intact and no buffer is kept",
+             batch ? "batch" : "single-message");
+    memset(&g_hand, 0, sizeof g_hand);
+    g_hand.ca = ca;
+    g_hand.cb = cb;
+    rdmax_ep_desc da, db;
+    memset(&da, 0, sizeof da);
+    db = da;
+    db.recv_cb = on_hand_b;
+    db.user = &b;
+    REQUIRE(tl_pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
+    unsigned char m[64];
+    memset(m, 0xbb, sizeof m);
+    rdmax_comp comp[2];
+    memset(comp, 0, sizeof comp);
+    for (int k = 0; k < 1 + batch; k++)
+        REQUIRE(rdmax_send(a, m, sizeof m, NULL, &comp[k]) == RDMAX_INPROGRESS, "send %d", k);
+    for (long i = 0; !comp[0].done || (batch && !comp[1].done); i++) {
+        REQUIRE(i < 50000000L, "a's sends never completed");
+        rdmax_progress(ca);
+    }
+    for (long i = 0; g_hand.calls == 0; i++) {
+        REQUIRE(i < 50000000L, "b's message never arrived");
+        rdmax_progress(cb);
+    }
+    REQUIRE(g_hand.d && !g_hand.spins_out, "the callback's endpoint d: %s, its 3 messages: %u",
+            g_hand.d ? "made" : "not made", g_hand.d_msgs);
+    CHECK(b == NULL && g_hand.calls == 1 && g_hand.d_msgs == 3 && g_hand.d_bad == 0,
+          "b %s, b's callbacks %u, d's messages %u (%u bad bytes)", b ? "kept" : "destroyed", g_hand.calls,
+          g_hand.d_msgs, g_hand.d_bad);
+    CHECK(g_hand.intact, "the data b's callback was given changed while it ran (a buffer of the destroyed "
+          "endpoint posted again on d's queue)");
+    rdmax_ep_destroy(g_hand.d);
+    g_hand.d = NULL;
+    rdmax_recv_pool_info pi = tl_pool(cb, 0);
+    CHECK(pi.endpoints == 0 && pi.posted == 0 && pi.free == pi.buffers,
+          "b's pool with no endpoint: %u posted, %u free of %u buffers", pi.posted, pi.free, pi.buffers);
+    tl_end();
+out:
+    rdmax_ep_destroy(g_hand.d);
+    rdmax_ep_destroy(g_hand.e);
+    g_hand.d = g_hand.e = NULL;
+    case_end(a, b, NULL, ca, cb);
+}
+
 /* ---- recv_size of the context and of an endpoint ---- */
 static void recv_size_case(void)
 {
@@ -1674,6 +1776,8 @@ int main(int argc, char **argv)
     pingpong_credits_case(1);
     short_path_destroy_case();
     short_path_destroy_other_case();
+    in_hand_case(0);
+    in_hand_case(1);
     recv_size_case();
     stale_case(dev);
     limit_case();
