@@ -175,7 +175,8 @@
    RDMAX_ERR_INVALID_PARAM); it must not destroy the endpoint of the operation it reports (the completion
    loop still walks that endpoint).
    A receive callback (rdmax_ep_desc.recv_cb) may post, and may destroy its own endpoint: the receive
-   loop checks for that before it touches the endpoint again. Its data is valid only during the call.
+   loop checks for that before it touches the endpoint again. Its data is valid only during the call,
+   and until the call returns even if it destroyed the endpoint.
    rdmax_wait(ctx, timeout_ms) blocks on the completion channel until a completion arrives or timeout_ms
    passes (-1: forever), progresses, and returns RDMAX_OK (completions were handled), RDMAX_ERR_TIMEOUT
    (nothing within timeout_ms) or RDMAX_ERR_IO (the CQs could not be armed).
@@ -2612,6 +2613,8 @@ struct rdmax_ctx {
     /* Chained requests of the one endpoint that batches (rdmax_batch_begin), staged here rather than in
        every endpoint: chain_entries[0 .. batch_n), and while a room is open chain_entries[0 .. chain_next - chain_entries). */
     rdmax_ep *batch_ep;
+    rdmax_ep *dead_eps;         /* destroyed inside a receive poll, their own receive buffers kept (one
+                                   may be a callback's data): freed at the end of the outermost poll */
     uint32_t batch_n;           /* while a room is open: its first entry (chain_base); rdmax__chain_close
                                    sets it to the entries chained */
     uint32_t chain_base;        /* the first entry of the open room */
@@ -2736,7 +2739,9 @@ struct rdmax_ep {
     uint8_t bye;                /* RC: rdmax_ep_disconnect posted our goodbye and has not returned */
     uint8_t in_call;            /* depth of its own rdmax_ep_flush and rdmax_ep_disconnect, which progress
                                    inside: state_cb waits until they return (rdmax__state_tell) */
-    uint8_t destroyed;          /* a callback destroyed it inside such a call: freed as the call returns */
+    uint8_t destroyed;          /* a callback destroyed it inside such a call, or inside a receive poll
+                                   while it has buffers of its own: freed later (rdmax_ep_destroy) */
+    struct rdmax_ep *dead_next; /* destroyed inside a receive poll: the next on ctx->dead_eps */
     struct rdmax__win *wins;    /* RC: the memory windows of the regions it exposes (n_wins; EXPOSED MEMORY) */
 #if RDMAX__HAS_UD
     struct ibv_ah *ah;          /* UD: the peer's address handle (from the context's cache) */

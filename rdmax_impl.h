@@ -60,6 +60,7 @@ static void rdmax__ep_peer_closed(rdmax_ep *ep);
 static void rdmax__ep_fail_why(rdmax_ep *ep, rdmax_status err, int wc_status, int kill_qp, const char *fmt, ...);
 static void rdmax__dev_release(rdmax_ctx *ctx);
 static void rdmax__srq_close(rdmax_ctx *ctx);
+static void rdmax__ep_reap(rdmax_ctx *ctx);
 #define RDMAX__TICK_MS 100  /* period of the watchdog and keepalive pass */
 #define RDMAX__HS_MAX 256   /* rdmax_ctx_desc.handshake_slots' default, for both setup paths */
 /* rdma_cm connection setup (>>cm) */
@@ -979,6 +980,7 @@ void rdmax_ctx_destroy(rdmax_ctx *ctx)
     for (uint32_t i = 0; ctx->eps && i < ctx->eps_cap; i++)
         if (ctx->eps[i].ep)
             rdmax_ep_destroy(ctx->eps[i].ep);
+    rdmax__ep_reap(ctx);  /* (none: a context is not destroyed inside its own poll) */
     rdmax__cm_ctx_cleanup(ctx);  /* after the endpoints: their rdma_cm ids are on its channel */
     rdmax__srq_close(ctx);
 #if RDMAX__HAS_UD
@@ -6492,7 +6494,29 @@ void rdmax_ep_destroy(rdmax_ep *ep)
         ep->destroyed = 1;
         return;
     }
+    if (ep->rbufs && ctx->rwc != ctx->rwc_top) {
+        /* Inside a receive poll: one of its buffers may be the data of the callback that destroys it,
+           valid until that returns. Freed at the end of the outermost poll (rdmax__ep_reap). */
+        ep->state = RDMAX_EP_ERROR;
+        ep->err = RDMAX_ERR_CANCELED;
+        ep->destroyed = 1;
+        ep->dead_next = ctx->dead_eps;
+        ctx->dead_eps = ep;
+        if (ctx->rx)
+            ctx->rx->recv_disturbed = 1;  /* a single message's path settles the batch's way, which reaps */
+        return;
+    }
     rdmax__ep_free(ep);
+}
+
+/* The end of the outermost receive poll: the endpoints destroyed inside it that kept their buffers. */
+static void rdmax__ep_reap(rdmax_ctx *ctx)
+{
+    while (ctx->dead_eps) {
+        rdmax_ep *ep = ctx->dead_eps;
+        ctx->dead_eps = ep->dead_next;
+        rdmax__ep_free(ep);
+    }
 }
 
 /* rdmax_ep_destroy's last step: the endpoint's memory. */
@@ -8687,6 +8711,8 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
     }
     if (rdmax_unlikely(ctx->flush_check))
         rdmax__flush_check(ctx);
+    if (rdmax_unlikely(ctx->dead_eps != NULL) && wc == ctx->rwc_top)
+        rdmax__ep_reap(ctx);
     return n;
 }
 
@@ -8713,6 +8739,7 @@ static __attribute__((noinline)) int rdmax__recv_one_stirred(rdmax_ctx *ctx, con
     uint32_t p = (uint32_t)(wc->wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1);
     rdmax__srq_restage(ctx, x, wc, &o, x->pool[p]);
     rdmax__srq_settle(ctx, &o, 1);
+    rdmax__ep_reap(ctx);
     return 1;  /* (no flush check, as rdmax__progress_recv_one) */
 }
 

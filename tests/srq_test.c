@@ -834,7 +834,8 @@ out:
    buffers written). The data it was given must still be a's message after that, and once the endpoints
    are gone every buffer of b's pool is free (none kept by the dead b). batch: a's two messages are both
    in the receive CQ before it is polled (rxe completes a receive before it acknowledges it, and a waits
-   for its acknowledgements): the batch path; else one (the single-message path). */
+   for its acknowledgements): the batch path; else one (the single-message path). own: b receives into
+   buffers of its own (RDMAX_RECV_POOL_OWN), which must outlive the callback too. */
 static struct {
     rdmax_ctx *ca, *cb;
     rdmax_ep *d, *e;
@@ -879,13 +880,13 @@ static void on_hand_b(rdmax_ep *ep, void *data, size_t len, void *user)
         g_hand.intact &= ((unsigned char *)data)[i] == 0xbb;
 }
 
-static void in_hand_case(int batch)
+static void in_hand_case(int batch, int own)
 {
     rdmax_ctx *ca = open_ctx(0, NULL), *cb = open_ctx(0, NULL);
     rdmax_ep *a = NULL, *b = NULL;
-    tl_begin("srq/buffer in hand (%s path): a callback destroys its endpoint, makes one that takes the pool's free "
-             "buffers and receives 3 messages; its own message stays intact and no buffer is kept",
-             batch ? "batch" : "single-message");
+    tl_begin("srq/buffer in hand (%s path%s): a callback destroys its endpoint, makes one that takes the pool's "
+             "free buffers and receives 3 messages; its own message stays intact and no buffer is kept",
+             batch ? "batch" : "single-message", own ? ", the endpoint's own buffers" : "");
     memset(&g_hand, 0, sizeof g_hand);
     g_hand.ca = ca;
     g_hand.cb = cb;
@@ -894,6 +895,7 @@ static void in_hand_case(int batch)
     db = da;
     db.recv_cb = on_hand_b;
     db.user = &b;
+    db.recv_pool = own ? RDMAX_RECV_POOL_OWN : RDMAX_RECV_POOL_SHARED;
     REQUIRE(tl_pair(ca, cb, &da, &db, &a, &b) == RDMAX_OK, "pair: %s", g_lastlog);
     unsigned char m[64];
     memset(m, 0xbb, sizeof m);
@@ -915,7 +917,7 @@ static void in_hand_case(int batch)
           "b %s, b's callbacks %u, d's messages %u (%u bad bytes)", b ? "kept" : "destroyed", g_hand.calls,
           g_hand.d_msgs, g_hand.d_bad);
     CHECK(g_hand.intact, "the data b's callback was given changed while it ran (a buffer of the destroyed "
-          "endpoint posted again on d's queue)");
+          "endpoint posted again on another queue, or freed)");
     rdmax_ep_destroy(g_hand.d);
     g_hand.d = NULL;
     rdmax_recv_pool_info pi = tl_pool(cb, 0);
@@ -1776,8 +1778,9 @@ int main(int argc, char **argv)
     pingpong_credits_case(1);
     short_path_destroy_case();
     short_path_destroy_other_case();
-    in_hand_case(0);
-    in_hand_case(1);
+    in_hand_case(0, 0);
+    in_hand_case(1, 0);
+    in_hand_case(1, 1);
     recv_size_case();
     stale_case(dev);
     limit_case();
