@@ -4591,14 +4591,16 @@ out:
               least one); each chunk is one NUMA-placed allocation and one MR. A buffer is named by its
               pool and index (chunk << 8 | slot: a fixed field for the slot, so decoding one needs no
               shift by a pool's count), the low bits of its wr_id, whose endpoint field is 0xffff (never
-              a real endpoint index): receive bit | pool << 25 | index, bit 30 clear.
+              a real endpoint index): receive bit | pool << 25 | index, bit 30 clear. Bits 48..63 hold
+              the table index of the endpoint whose queue it is posted on, so the inline paths' one
+              compare of wr_id >> 25 with the last endpoint's (last_tag) checks the pool and the owner.
      owner    owner[li] (4 bytes per buffer, nothing per endpoint that grows with its window): the
               endpoint (table index | generation << 16) whose queue the buffer is posted on, or came
               from and goes back to; RDMAX__OWNER_NONE on the free list or home. Set when a free buffer
               is posted for an endpoint, cleared when one goes to the free list (rdmax__srq_unpost):
               a buffer that comes back and is posted again on the same queue, the common case, stores
-              nothing. A completion of the QP names a buffer its endpoint owns (checked: anything else
-              is counted and dropped); ep->rx_n counts the ones it owns (on its queue, in hand until
+              nothing. A completion of the QP names a buffer its endpoint owns (checked, by the wr_id's
+              owner bits inline and by owner[] elsewhere: anything else is counted and dropped); ep->rx_n counts the ones it owns (on its queue, in hand until
               their repost, staged): it changes only where owner[] does. A failed or flushed
               completion's buffer goes to the free list at once (its QP is in error: a repost would
               come back flushed).
@@ -4706,15 +4708,22 @@ static rdmax_status rdmax__post_recvs(rdmax_ep *ep, uint32_t n)
 #define RDMAX__POOLS 32                       /* buffer sizes in use at once per context */
 #define RDMAX__WR_SRQ (0xffffull << 32)
 #define RDMAX__WR_POOL_SHIFT 25
+#define RDMAX__WR_OWNER_SHIFT 48              /* the owning endpoint's table index (>>srq: pool) */
 #define RDMAX__WR_BUF_MASK ((1u << RDMAX__WR_POOL_SHIFT) - 1)
 #define RDMAX__SRQ_SLOT_BITS 8                /* a buffer index: chunk << 8 | slot (per_chunk <= 256) */
-/* wr_id >> 30 of every buffer of a pool: the whole tag at once (bit 30 clear), so that a completion that
-   passes it, names a pool and a buffer below n_bufs carries exactly the wr_id its buffer is posted with */
+/* bits 30..47 of the wr_id of every buffer of a pool: the whole tag at once (bit 30 clear), so that a
+   completion that passes it, names a pool and a buffer below n_bufs carries exactly the wr_id its buffer
+   is posted with (rdmax__wr_is_pool) */
 #define RDMAX__WR_SRQ_TAG ((RDMAX__WR_SRQ | RDMAX__WR_RECV) >> 30)
 RDMAX_STATIC_ASSERT(RDMAX__POOLS == 1u << (30 - RDMAX__WR_POOL_SHIFT), "a pool field of 5 bits, bits 25..29");
 #define RDMAX__MAP_LIVE 0x80000000u  /* map value: endpoint index in the low 16 bits */
 #define RDMAX__MAP_TOMB 0x40000000u  /* map value: drain epoch in the low 30 bits */
 #define RDMAX__OWNER_NONE 0xffffffffu  /* a free buffer's owner: endpoint index 0xffff is never a real one */
+
+static int rdmax__wr_is_pool(uint64_t wr_id)
+{
+    return ((wr_id >> 30) & 0x3ffff) == RDMAX__WR_SRQ_TAG;
+}
 
 struct rdmax__srq_rq {
     struct ibv_recv_wr wr;
@@ -4776,8 +4785,8 @@ struct rdmax__rx {
     rdmax_ep *last_ep;
     uint64_t last_key;          /* rdmax__srq_key(0, last_qpn): a completion's immediate and QP number
                                    at once, for the inline receive path */
-    uint64_t last_tag;          /* wr_id >> RDMAX__WR_POOL_SHIFT of the buffers of last_ep's pool (a QP
-                                   receives its own pool's buffers only); UINT64_MAX: none */
+    uint64_t last_tag;          /* wr_id >> RDMAX__WR_POOL_SHIFT of the buffers on last_ep's queue: its
+                                   pool and its table index (>>srq: pool); UINT64_MAX: none */
     struct rdmax__srq *last_s;  /* last_ep's pool, whose buffers the inline path stages without marking
                                    it in staged: last_bit (1 << its index; 0: none) marks it instead */
     uint32_t last_bit;
@@ -5004,8 +5013,9 @@ static rdmax_status rdmax__ep_rq_fill(rdmax_ctx *ctx, rdmax_ep *ep)
 {
     struct rdmax__srq *s = ctx->rx->pool[ep->pool];
     struct rdmax__srq_rq r[RDMAX__RECV_BATCH];
-    uint64_t id = RDMAX__WR_SRQ | RDMAX__WR_RECV | (uint64_t)ep->pool << RDMAX__WR_POOL_SHIFT;
     uint32_t who = rdmax__ep_who(ctx, ep);
+    uint64_t id = (uint64_t)(who & 0xffff) << RDMAX__WR_OWNER_SHIFT | RDMAX__WR_SRQ | RDMAX__WR_RECV |
+                  (uint64_t)ep->pool << RDMAX__WR_POOL_SHIFT;
     while (ep->rx_n < ep->rq_depth && s->n_free > 0) {
         uint32_t k = 0, want = ep->rq_depth - ep->rx_n;
         for (; k < want && k < RDMAX__RECV_BATCH && s->n_free > 0; k++) {
@@ -8208,7 +8218,8 @@ static rdmax_ep *rdmax__srq_ep_of_qpn(rdmax_ctx *ctx, uint32_t qpn, struct rdmax
     x->staged |= x->last_bit;  /* the pool of the one before may have buffers staged */
     x->last_bit = 1u << ep->pool;
     x->last_s = x->pool[ep->pool];
-    x->last_tag = (RDMAX__WR_SRQ | RDMAX__WR_RECV) >> RDMAX__WR_POOL_SHIFT | ep->pool;
+    x->last_tag = ((uint64_t)idx << RDMAX__WR_OWNER_SHIFT | RDMAX__WR_SRQ | RDMAX__WR_RECV) >> RDMAX__WR_POOL_SHIFT |
+                  ep->pool;
     if (x->last_s->n_stage)
         x->last_s->mixed = 1;  /* the inline path stages this one's buffers after another's */
     return ep;
@@ -8294,7 +8305,7 @@ static __attribute__((noinline)) void rdmax__srq_recv(rdmax_ctx *ctx, struct rdm
     uint32_t b = (uint32_t)wc->wr_id & RDMAX__WR_BUF_MASK, ci = b >> RDMAX__SRQ_SLOT_BITS;
     uint32_t slot = b & ((1u << RDMAX__SRQ_SLOT_BITS) - 1), who = x->last_who;
     struct rdmax__srq *s = x->pool[p];
-    if (p != ep->pool || (wc->wr_id >> 30) != RDMAX__WR_SRQ_TAG || ci >= s->n_chunks || slot >= s->per_chunk ||
+    if (p != ep->pool || !rdmax__wr_is_pool(wc->wr_id) || ci >= s->n_chunks || slot >= s->per_chunk ||
         s->owner[ci * s->per_chunk + slot] != who) {
         ctx->cnt.stale_wr_ids++;  /* not on its queue: never (a QP completes what was posted on it) */
         return;
@@ -8357,8 +8368,8 @@ static __attribute__((noinline)) void rdmax__srq_restage(rdmax_ctx *ctx, struct 
 /* The common completion of an endpoint on a pool, inline: a message (credits in its immediate data
    or none) of the last endpoint (a burst comes mostly from one QP: the endpoint of the last one,
    until rdmax__map_kill forgets it, saves the map lookup), whose wr_id the caller found to name a buffer
-   of the last endpoint's pool (x->last_tag) in a chunk that does not drain (below n_live: reposted as it
-   is), owned by the endpoint (>>srq: owner); everything else in rdmax__srq_recv. The buffer is staged
+   of the last endpoint's pool posted on its queue (x->last_tag) in a chunk that does not drain (below
+   n_live: reposted as it is); everything else in rdmax__srq_recv. The buffer is staged
    (in the request at n_stage) before the callback, so that nothing is kept across it, and counted as
    staged after it: a nested poll batch posts only rq[0, n_stage), and anything that may change the
    staging or the last endpoint meanwhile sets x->recv_disturbed, which sends the completion to
@@ -8375,14 +8386,12 @@ static inline void rdmax__srq_recv_fast(rdmax_ctx *ctx, struct rdmax__rx *x, con
     memcpy(&key, (const char *)wc + offsetof(struct ibv_wc, imm_data), sizeof key);
     rdmax_ep *ep = x->last_ep;
     if (rdmax_unlikely(key != x->last_key || wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV ||
-                       ci >= s->n_live || slot >= s->per_chunk ||
-                       s->owner[ci * s->per_chunk + slot] != x->last_who)) {
+                       ci >= s->n_live || slot >= s->per_chunk)) {
         /* A ping-pong's every message returns credits in its immediate data: taken here too (beside
            the test of the common case, which stays as it is), a grant or a goodbye goes the slow way. */
         const uint64_t credits = rdmax__srq_key(RDMAX__LE32(RDMAX__IMM_CREDITS), 0);
         if ((key & ~credits) != x->last_key || !(wc->wc_flags & IBV_WC_WITH_IMM) || wc->status != IBV_WC_SUCCESS ||
-            wc->opcode != IBV_WC_RECV || ci >= s->n_live || slot >= s->per_chunk ||
-            s->owner[ci * s->per_chunk + slot] != x->last_who) {
+            wc->opcode != IBV_WC_RECV || ci >= s->n_live || slot >= s->per_chunk) {
             rdmax__srq_recv(ctx, x, wc, o);
             return;
         }
@@ -8392,8 +8401,7 @@ static inline void rdmax__srq_recv_fast(rdmax_ctx *ctx, struct rdmax__rx *x, con
     }
     const __typeof__(*s->chunks) *c = &s->chunks[ci];
     char *buf = c->base + (size_t)slot * s->recv_size;
-    struct rdmax__srq_rq *r = &s->rq[s->n_stage];
-    RDMAX_ASSERT(s->n_stage < RDMAX__RECV_BATCH);
+    struct rdmax__srq_rq *r = &s->rq[s->n_stage];  /* (room: see above) */
     r->wr.wr_id = wc->wr_id;
     r->sge.addr = (uintptr_t)buf;
     r->sge.lkey = c->lkey;
@@ -8620,7 +8628,7 @@ static int rdmax__recv_batch(rdmax_ctx *ctx, struct ibv_wc *wc, int n)
                 rdmax__srq_recv_fast(ctx, x, &wc[i], &owed);
                 continue;
             }
-            if ((wc[i].wr_id >> 30) == RDMAX__WR_SRQ_TAG) {
+            if (rdmax__wr_is_pool(wc[i].wr_id)) {
                 rdmax__srq_recv(ctx, x, &wc[i], &owed);
                 continue;
             }
@@ -8763,8 +8771,7 @@ static int rdmax__progress_recv_one(rdmax_ctx *ctx)
     memcpy(&key, (const char *)wc + offsetof(struct ibv_wc, imm_data), sizeof key);
     rdmax_ep *ep = x->last_ep;
     if (wc->status != IBV_WC_SUCCESS || wc->opcode != IBV_WC_RECV || ci >= s->n_live || slot >= s->per_chunk ||
-        ep->rx_n != ep->rq_depth ||  /* (fewer than its credits, or more: the batch's repost fits them) */
-        s->owner[ci * s->per_chunk + slot] != x->last_who)
+        ep->rx_n != ep->rq_depth)  /* (fewer than its credits, or more: the batch's repost fits them) */
         return rdmax__progress_more(ctx, rdmax__recv_cqes(ctx, 1));
     if (key != x->last_key) {  /* the last test: credits in the immediate, and nothing else may differ */
         if (((key ^ x->last_key) & ~rdmax__srq_key(RDMAX__LE32(RDMAX__IMM_CREDITS), 0)) != 0 ||

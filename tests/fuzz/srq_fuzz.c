@@ -187,6 +187,8 @@ static int fake_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_
         uint32_t b = buf_of_wr(w->wr_id);
         FZ_CHECK((w->wr_id & RDMAX__WR_SRQ) == RDMAX__WR_SRQ && (w->wr_id & RDMAX__WR_RECV) && pool_of_wr(w->wr_id) == p,
                  "endpoint %d: receive wr_id 0x%llx does not name its pool %d", e, (unsigned long long)w->wr_id, p);
+        FZ_CHECK(!g_ep[e] || (w->wr_id >> RDMAX__WR_OWNER_SHIFT) == ((g_ep[e]->wr_id_base >> 32) & 0xffff),
+                 "endpoint %d: receive wr_id 0x%llx does not carry its table index", e, (unsigned long long)w->wr_id);
         FZ_CHECK(b < NBUF, "pool %d: buffer %u of %u", p, b, NBUF);
         FZ_CHECK(!f->posted[b], "pool %d: buffer %u posted twice", p, b);
         FZ_CHECK(w->num_sge == 1 &&
