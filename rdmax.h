@@ -2528,6 +2528,9 @@ RDMAX_INLINE void rdmax__slot_op(rdmax__slot *s, unsigned op)
     memcpy(&s->op, &w, 4);
 }
 /* rdmax_ctx.comps_out's nesting flag (its sign bit; the count stays far below it) */
+/* rdmax_ctx.lazy_polls's step: the counter wraps to 0 every 4th one, so "every 4th call" is one add and
+   its zero flag (rdmax__progress_send) */
+#define RDMAX__LAZY_STEP (1u << 30)
 #define RDMAX__SCQ_NEST 0x80000000u
 #define RDMAX__SCQ_NESTED(ctx) ((int32_t)(ctx)->comps_out < 0)
 
@@ -2576,7 +2579,7 @@ struct rdmax_ctx {
     uint32_t tick_at;           /* rdmax__tick_clock() from which progress calls rdmax__tick_due */
     uint32_t tick_clock_ms;     /* rdmax__tick_clock() units per ms (at least 1), measured once */
     int64_t clock_skew_ms;      /* added to the health pass's clock: 0, but for rdmax__test_clock_advance */
-    uint32_t lazy_polls;        /* progress calls that may skip the send CQ (it is polled every 4th) */
+    uint32_t lazy_polls;        /* progress calls that may skip the send CQ, in steps of RDMAX__LAZY_STEP */
     int64_t next_tick_ms;       /* next watchdog and keepalive pass */
     int64_t tick_coarse_ms;     /* the coarse clock at the last tick from progress (rdmax__tick_due) */
     int64_t port_down_ms;       /* when the port last went down (0: never), for error messages */
@@ -3420,11 +3423,13 @@ RDMAX_INLINE int rdmax__poll_recv_fast(rdmax_ctx *ctx)
     return rdmax_likely(n == 0) ? ud : ud + rdmax__recv_cqes(ctx, n);
 }
 
-/* What rdmax_progress does after the receive CQ: the tick when due, the send CQ, the pending queue. Returns the send completions handled. n is
-   not live across a call (the dispatch returns it), so the idle path keeps one register: no stack frame
-   but ctx. Completions end in a tail call of rdmax__progress_one (a batch of one: no count to pass or
-   test) or rdmax__progress_cqes, which serve the pending queue after them. */
-RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
+/* What rdmax_progress does after the receive CQ: the tick when due, the send CQ, the pending queue.
+   Returns the send completions handled. n is not live across a call (the dispatch returns it), so the
+   idle path keeps one register: no stack frame but ctx. Completions end in a tail call of
+   rdmax__progress_one (a batch of one: no count to pass or test) or rdmax__progress_cqes, which serve
+   the pending queue after them. delivered (a constant): the call delivered a message
+   (rdmax__progress_recv_one). */
+RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx, int delivered)
 {
     /* Device events, the watchdog and keepalives: out of line, due by elapsed time rather than by calls,
        so that a caller who spends long between calls (slow callbacks, work of its own) gets them on time. */
@@ -3433,10 +3438,15 @@ RDMAX_INLINE int rdmax__progress_send(rdmax_ctx *ctx)
     /* Send completions that only free resources are polled every 4th call (a busy-waiting caller then
        spins faster and sees a reply sooner); every call when someone waits on a completion object or
        CQ entries run low; never while nothing is outstanding (all CQ entries unreserved). A waited-on
-       comp is asked first: one test, and it implies an outstanding request. */
-    if ((int32_t)ctx->comps_out > 0 ||
-        (ctx->scq_spare != ctx->scq_idle && ctx->comps_out == 0 &&
-         ((ctx->lazy_polls++ & 3) == 0 || ctx->scq_spare < 0))) {
+       comp is asked first: one test, and it implies an outstanding request. A call that delivered a
+       message keeps to the every-4th rhythm even for a waited-on comp or low entries (one add and its
+       test, the rest on the 4th): its caller is busy and calls again, so a poll is at most 3 calls late,
+       and a stream of single messages still polls (replies never run out of send slots). */
+    if (delivered ? (ctx->lazy_polls += RDMAX__LAZY_STEP) == 0 &&
+                        ((int32_t)ctx->comps_out > 0 || (ctx->comps_out == 0 && ctx->scq_spare != ctx->scq_idle))
+                  : (int32_t)ctx->comps_out > 0 ||
+                        (ctx->scq_spare != ctx->scq_idle && ctx->comps_out == 0 &&
+                         ((ctx->lazy_polls += RDMAX__LAZY_STEP) == 0 || ctx->scq_spare < 0))) {
         int n = rdmax__scq_poll(ctx);
         /* one compare against 1 for all three: a batch of one (the common one, asked first), more, or
            none (an error counts as an empty poll, as in rdmax__poll_send_raw) */
@@ -3458,7 +3468,7 @@ RDMAX_INLINE int rdmax_progress(rdmax_ctx *ctx)
     int n = rdmax__rcq_poll(ctx);
     /* after receive completions (out of line already) the rest is out of line too */
     if (rdmax_likely(n == 0))
-        n = rdmax_likely(ud == 0) ? rdmax__progress_send(ctx) : rdmax__progress_more(ctx, ud);
+        n = rdmax_likely(ud == 0) ? rdmax__progress_send(ctx, 0) : rdmax__progress_more(ctx, ud);
     else
         n = ud + rdmax__progress_recv(ctx, n);
     RDMAX__PROF_END(ctx, PROGRESS);

@@ -881,6 +881,7 @@ static rdmax_status rdmax__ctx_make_queues(rdmax_ctx *ctx)
     ctx->scq_low = depth > 1 ? depth / 2 : 1;  /* at least 1 (rdmax__fast_post) */
     ctx->scq_spare = (int32_t)(depth - ctx->scq_low);
     ctx->scq_idle = ctx->scq_spare;
+    ctx->lazy_polls = 3 * RDMAX__LAZY_STEP;  /* the first call's add wraps it: that call polls */
     rdmax__ctx_retire_step(ctx);
     ctx->rcq_size = (uint32_t)ctx->rcq->cqe;
     ctx->eps_cap = ctx->desc.max_eps < 64 ? ctx->desc.max_eps : 64;  /* grows with the endpoints */
@@ -8807,7 +8808,7 @@ static int rdmax__progress_recv_one(rdmax_ctx *ctx)
         rdmax__grant_or_fail(ep);
     /* (no flush check: this path handles no flushed completion, and flush_check is set only where a
        check follows, so a nested poll in the callback that sets it has checked already) */
-    return 1 + rdmax__progress_send(ctx);
+    return 1 + rdmax__progress_send(ctx, 1);
 }
 
 /* rdmax_progress after its poll found n receive completions: one in the outermost poll takes the short
@@ -9294,7 +9295,7 @@ __attribute__((noinline)) int rdmax__dispatch_then(rdmax_ctx *ctx, int n)
 
 __attribute__((noinline)) int rdmax__progress_more(rdmax_ctx *ctx, int n)
 {
-    return n + rdmax__progress_send(ctx);
+    return n + rdmax__progress_send(ctx, 0);
 }
 
 static int rdmax__req_has_room(const rdmax_ep *ep, const rdmax_req *req)
