@@ -2612,7 +2612,8 @@ struct rdmax_ctx {
     rdmax_log_item last_error_item;
     char last_error[512];
     struct ibv_wc wc[16];       /* the send CQ's batch (rdmax__poll_send_fast) */
-    struct ibv_wc rwc_top[16];  /* the receive CQ's batch of an outermost rdmax_progress (rwc) */
+    struct ibv_wc rwc_top[17];  /* the receive CQ's batch of an outermost rdmax_progress (rwc); a callback
+                                   of rdmax__progress_recv_one's single message polls into [1, 17) */
     /* Chained requests of the one endpoint that batches (rdmax_batch_begin), staged here rather than in
        every endpoint: chain_entries[0 .. batch_n), and while a room is open chain_entries[0 .. chain_next - chain_entries). */
     rdmax_ep *batch_ep;

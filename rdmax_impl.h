@@ -4755,6 +4755,7 @@ struct rdmax__srq {
     struct rdmax__srq_rq rq[RDMAX__RECV_BATCH];
     uint32_t mixed;             /* rq[0, n_stage) may hold buffers of more than one endpoint's queue */
     struct rdmax__srq_rq one;   /* the request of rdmax__recv_one's single buffer: no nested batch stages in it */
+    struct ibv_recv_wr *one_bad; /* where its post names a refused request (rdmax__progress_recv_one has no frame) */
 };
 
 /* A receive group: a receive CQ and the pools whose QPs complete on it (group 0: ctx->rcq, its size in
@@ -8761,7 +8762,7 @@ static __attribute__((noinline)) int rdmax__recv_one_stirred(rdmax_ctx *ctx, con
    goes the batch's way before anything is touched. */
 static int rdmax__progress_recv_one(rdmax_ctx *ctx)
 {
-    struct ibv_wc *wc = ctx->rwc_top, nested[16];
+    struct ibv_wc *wc = ctx->rwc_top;
     struct rdmax__rx *x = ctx->rx;
     if (x == NULL || (wc->wr_id >> RDMAX__WR_POOL_SHIFT) != x->last_tag)
         return rdmax__progress_more(ctx, rdmax__recv_cqes(ctx, 1));
@@ -8790,19 +8791,25 @@ static int rdmax__progress_recv_one(rdmax_ctx *ctx)
     s->one.sge.lkey = s->chunks[ci].lkey;
     ctx->cnt.recv_bytes += wc->byte_len;
     x->recv_disturbed = 0;
-    ctx->rwc = nested;  /* a callback that progresses polls there */
+    /* Only ctx is live across the callback and the post, so this function needs no stack frame: the
+       callback polls past wc (rwc_top has a 17th entry for that), and x, s and ep are read again from
+       ctx after it (one load each, where a kept register costs a push and a pop). */
+    ctx->rwc = wc + 1;
     ep->recv_cb(ep, buf, wc->byte_len, ep->user);  /* may destroy ep */
-    ctx->rwc = wc;
+    ctx->rwc = ctx->rwc_top;
     ctx->cnt.recv_msgs++;
+    x = ctx->rx;
     if (rdmax_unlikely(x->recv_disturbed))
-        return rdmax__progress_more(ctx, rdmax__recv_one_stirred(ctx, wc));
+        return rdmax__progress_more(ctx, rdmax__recv_one_stirred(ctx, ctx->rwc_top));
     s = x->last_s;  /* (as before the callback, which would have disturbed) */
     ep = x->last_ep;
-    struct ibv_recv_wr *bad;
     ctx->cnt.recv_post_calls++;
-    int rc = ibv_post_recv(ep->qp, &s->one.wr, &bad);  /* on its own queue, still its owner's */
-    if (rdmax_unlikely(rc != 0))
-        rdmax__rq_post_failed(ctx, s, ep, &s->one, 1, bad, rc);
+    int rc = ibv_post_recv(ep->qp, &s->one.wr, &s->one_bad);  /* on its own queue, still its owner's */
+    if (rdmax_unlikely(rc != 0)) {
+        x = ctx->rx;
+        rdmax__rq_post_failed(ctx, x->last_s, x->last_ep, &x->last_s->one, 1, x->last_s->one_bad, rc);
+    }
+    ep = ctx->rx->last_ep;
     ep->rx_unreturned++;  /* its buffer is posted again: the credit is owed */
     if (rdmax__grant_due(ep))
         rdmax__grant_or_fail(ep);
