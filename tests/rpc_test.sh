@@ -75,6 +75,7 @@ seen() { poll "${2:-120}" has_mark "$1"; }
 marktime() { read -r t o < "$dir/$1"; echo $(( t + o - $(hostoff) )); }
 lines() { grep -c "$2" "$1" 2>/dev/null; }
 at_least() { [ "$(lines "$1" "$2")" -ge "$3" ]; }
+live_is() { [ "$(field "$sst" live)" = "$1" ]; }
 gone_both() { grep -q 'client=0 gone' "$slog" && grep -q 'client=1 gone' "$slog"; }
 status_ok_at_least() {  # every client of $clients has at least $1 answers
     for c in $clients; do [ "$(field "$dir/c$c.st" ok)" -ge "$1" ] 2>/dev/null || return 1; done
@@ -105,6 +106,9 @@ server_role() {
     seen killed 300 || { bad "server: no kill mark from the client side"; kill -9 $spid; return; }
     tk=$(marktime killed)
     if poll $GUARD gone_both; then
+        # the server rewrites its status file after the log lines: read it once it shows the survivors'
+        # count (a count that never gets there fails below, after the guard)
+        poll $GUARD live_is $(( (NCLI - 2) * EPS ))
         live=$(field "$sst" live)
         for c in 0 1; do
             l=$(grep "client=$c gone" "$slog" | head -1)
