@@ -1767,33 +1767,6 @@ static int devices_mode(void)
     return tl_failed_total != 0;
 }
 
-/* Resources of this process as the kernel counts them (`rdma resource show qp|mr`); -1 if unreadable. */
-static int kernel_count(const char *what)
-{
-    char cmd[96], line[512], pid[32];
-    snprintf(cmd, sizeof cmd, "rdma resource show %s 2>/dev/null", what);
-    snprintf(pid, sizeof pid, " pid %d ", (int)getpid());
-    FILE *f = popen(cmd, "r");
-    if (!f)
-        return -1;
-    int n = 0, any = 0;
-    while (fgets(line, sizeof line, f)) {
-        any = 1;
-        line[strcspn(line, "\n")] = ' ';
-        n += strstr(line, pid) != NULL;
-    }
-    pclose(f);
-    return any ? n : -1;
-}
-
-static int open_fds(void)
-{
-    int n = 0;
-    for (int fd = 0; fd < 4096; fd++)
-        n += fcntl(fd, F_GETFD) != -1;
-    return n;
-}
-
 /* A server process: listens, writes its port to `out`, accepts one client and serves it until killed. */
 static pid_t reconnect_server(int out)
 {
@@ -1876,9 +1849,9 @@ static void case_reconnect(rdmax_ctx *c)
         if (rdmax_ctx_query_rcache(c))
             rdmax_rcache_query_stats(rdmax_ctx_query_rcache(c), &rs);
         int *now = round == 0 ? first : last;
-        now[0] = kernel_count("qp");
-        now[1] = kernel_count("mr");
-        now[2] = open_fds();
+        now[0] = tl_count_rdma("qp");
+        now[1] = tl_count_rdma("mr");
+        now[2] = tl_count_fds();
         now[3] = (int)rs.regions;
         if (tl_case_failed)
             break;
