@@ -2527,10 +2527,10 @@ RDMAX_INLINE void rdmax__slot_op(rdmax__slot *s, unsigned op)
 #endif
     memcpy(&s->op, &w, 4);
 }
-/* rdmax_ctx.comps_out's nesting flag (its sign bit; the count stays far below it) */
 /* rdmax_ctx.lazy_polls's step: the counter wraps to 0 every 4th one, so "every 4th call" is one add and
    its zero flag (rdmax__progress_send) */
 #define RDMAX__LAZY_STEP (1u << 30)
+/* rdmax_ctx.comps_out's nesting flag (its sign bit; the count stays far below it) */
 #define RDMAX__SCQ_NEST 0x80000000u
 #define RDMAX__SCQ_NESTED(ctx) ((int32_t)(ctx)->comps_out < 0)
 

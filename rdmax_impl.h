@@ -4601,8 +4601,9 @@ out:
               is posted for an endpoint, cleared when one goes to the free list (rdmax__srq_unpost):
               a buffer that comes back and is posted again on the same queue, the common case, stores
               nothing. A completion of the QP names a buffer its endpoint owns (checked, by the wr_id's
-              owner bits inline and by owner[] elsewhere: anything else is counted and dropped); ep->rx_n counts the ones it owns (on its queue, in hand until
-              their repost, staged): it changes only where owner[] does. A failed or flushed
+              owner bits inline and by owner[] elsewhere: anything else is counted and dropped);
+              ep->rx_n counts the ones it owns (on its queue, in hand until their repost, staged): it
+              changes only where owner[] does. A failed or flushed
               completion's buffer goes to the free list at once (its QP is in error: a repost would
               come back flushed).
      posted   the buffers endpoints own: on their queues, and in hand (a poll batch took them, the post
