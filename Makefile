@@ -37,7 +37,7 @@ SAN := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-f
 # the dummy topology (tests/guest.sh san). Not rcache_device_test: it reads glibc's malloc chunk headers
 # and sets glibc's malloc policy, which ASan's allocator replaces.
 SAN_DEV_TESTS := datapath_test failure_test oob_test ud_test numa_test pending_test profile_test misuse_test \
-                 misuse_rcud_test kill_test
+                 misuse_rcud_test kill_test srq_test
 # Tests of the opt-in memory hooks and malloc policy ask for them; everything else gets the default.
 HOOKS := -DRDMAX_MEMHOOKS -DRDMAX_MALLOPT
 # Fuzz targets (tests/fuzz/): `make fuzz` runs each under libFuzzer (clang) for FUZZ_SECONDS and keeps its

@@ -80,6 +80,7 @@ if [ "$topo" = san ]; then
     run_san numa $S/numa_test
     run_san profile $S/profile_test
     run_san misuse_rc $S/misuse_test
+    run_san srq $S/srq_test
     run_san kill $S/kill_test -n ${RDMAX_SAN_KILL_ROUNDS:-3}
     # make soak (RDMAX_SAN_LONG=1) adds the slow ones: the RC+UD misuse table (46 s under ASan in the
     # VM) and the pending-queue stress (72 s)
