@@ -5044,41 +5044,38 @@ static rdmax_status rdmax__ep_rq_fill(rdmax_ctx *ctx, rdmax_ep *ep)
     return ep->rx_n < ep->rq_depth ? RDMAX_ERR_NO_RESOURCE : RDMAX_OK;
 }
 
-/* Whether buffer b of pool s is staged (rq[0, n_stage)). */
-static int rdmax__srq_is_staged(const struct rdmax__srq *s, uint32_t b)
+/* The buffers of pool s whose owner was destroyed back to the free list (its QP is gone: its receives
+   never complete, the completions of it still queued are dropped untouched). Only between poll batches,
+   when nothing is staged or in hand. A scan of the pool's owner[]: a slow path, as a QP's destroy. */
+static void rdmax__srq_return_dead(rdmax_ctx *ctx, struct rdmax__srq *s)
 {
-    for (uint32_t i = 0; i < s->n_stage; i++)
-        if (((uint32_t)s->rq[i].wr.wr_id & RDMAX__WR_BUF_MASK) == b)
-            return 1;
-    return 0;
+    uint32_t n = 0;
+    RDMAX_ASSERT(s->n_stage == 0);
+    for (uint32_t c = 0; c < s->n_chunks; c++)
+        for (uint32_t i = 0; i < s->per_chunk; i++) {
+            uint32_t who = s->owner[c * s->per_chunk + i];
+            if (who != RDMAX__OWNER_NONE && rdmax__rq_ep(ctx, who) == NULL) {
+                rdmax__srq_unpost(s, c << RDMAX__SRQ_SLOT_BITS | i);
+                n++;
+            }
+        }
+    s->posted -= n;
+    ctx->rx->posted -= n;
 }
 
-/* The buffers ep (who) owns back to the free list once its QP is destroyed (its receives never complete,
-   the completions of it still queued are dropped untouched), but for the staged ones, which the fill
-   frees with their dead endpoint's run. A scan of the pool's owner[]: a slow path, as the QP's destroy
-   (>>srq). Inside a poll batch (a callback destroyed it) they wait for its end (rdmax__pool_reap): one is
-   in hand, its data the callback's until it returns, and a free buffer may be posted again at once on
-   another queue (a nested poll, an endpoint made in the callback). */
-static void rdmax__ep_rq_return(rdmax_ctx *ctx, rdmax_ep *ep, uint32_t who)
+/* The buffers ep owns back to the free list once its QP is destroyed and its table slot emptied (>>srq).
+   Inside a poll batch (a callback destroyed it) they wait for its end (rdmax__pool_reap): one is in hand,
+   its data the callback's until it returns, and a free buffer may be posted again at once on another
+   queue (a nested poll, an endpoint made in the callback). */
+static void rdmax__ep_rq_return(rdmax_ctx *ctx, rdmax_ep *ep)
 {
-    struct rdmax__srq *s = ctx->rx->pool[ep->pool];
-    uint32_t n = 0;
     ep->rx_n = 0;
     if (ctx->rwc != ctx->rwc_top) {
         ctx->rx->pools_left |= 1u << ep->pool;
         ctx->rx->recv_disturbed = 1;  /* a single message's path settles the batch's way, which reaps */
         return;
     }
-    for (uint32_t c = 0; c < s->n_chunks; c++)
-        for (uint32_t i = 0; i < s->per_chunk; i++) {
-            uint32_t b = c << RDMAX__SRQ_SLOT_BITS | i;
-            if (s->owner[c * s->per_chunk + i] == who && !rdmax__srq_is_staged(s, b)) {
-                rdmax__srq_unpost(s, b);
-                n++;
-            }
-        }
-    s->posted -= n;
-    ctx->rx->posted -= n;
+    rdmax__srq_return_dead(ctx, ctx->rx->pool[ep->pool]);
 }
 
 /* Post the staged buffers of pool p (rq[0, n_stage), see rdmax__srq_recv) in runs of one owner, each
@@ -5485,7 +5482,7 @@ static void rdmax__srq_release(rdmax_ctx *ctx, uint32_t p, uint32_t w)
 
 /* The end of the outermost poll batch, for the pools endpoints left meanwhile: a pool whose last
    endpoint went goes now (unless one joined again); in the others, the buffers destroyed endpoints
-   still own go back to the free list (rdmax__ep_rq_return). Every staging is posted by now. */
+   still own go back to the free list (rdmax__srq_return_dead). Every staging is posted by now. */
 static void rdmax__pool_reap(rdmax_ctx *ctx)
 {
     struct rdmax__rx *x = ctx->rx;
@@ -5493,21 +5490,10 @@ static void rdmax__pool_reap(rdmax_ctx *ctx)
         struct rdmax__srq *s = x->pool[p];
         if (!(x->pools_left & (1u << p)) || s == NULL)
             continue;
-        if (s->users == 0 && p > 0) {
+        if (s->users == 0 && p > 0)
             rdmax__pool_free(ctx, p);
-            continue;
-        }
-        uint32_t n = 0;
-        for (uint32_t c = 0; c < s->n_chunks; c++)
-            for (uint32_t i = 0; i < s->per_chunk; i++) {
-                uint32_t who = s->owner[c * s->per_chunk + i];
-                if (who != RDMAX__OWNER_NONE && rdmax__rq_ep(ctx, who) == NULL) {
-                    rdmax__srq_unpost(s, c << RDMAX__SRQ_SLOT_BITS | i);
-                    n++;
-                }
-            }
-        s->posted -= n;
-        x->posted -= n;
+        else
+            rdmax__srq_return_dead(ctx, s);
     }
     x->pools_left = 0;
 }
@@ -6467,10 +6453,8 @@ void rdmax_ep_destroy(rdmax_ep *ep)
         rdmax__ep_retire(ep, (ep->sq_head - 1) & ep->sq_mask, RDMAX_ERR_CANCELED);
     uint32_t idx = (uint32_t)(ep->wr_id_base >> 32) & 0xffff;
     int shared = 0;
-    uint32_t who = 0;
     if (ep->qp && ctx->eps[idx].ep == ep) {
-        who = rdmax__ep_who(ctx, ep);  /* (the buffers it owns, >>srq: owner) */
-        ctx->eps[idx].ep = NULL;
+        ctx->eps[idx].ep = NULL;  /* (from here the buffers it owns have a dead owner: >>srq) */
         ctx->eps[idx].key |= RDMAX__EP_KEY_FREE;
         ctx->n_eps--;
         ctx->ep_bytes -= rdmax__ep_own_bytes(ep);
@@ -6493,7 +6477,7 @@ void rdmax_ep_destroy(rdmax_ep *ep)
         ibv_destroy_qp(ep->qp);
     if (shared) {  /* after the QP: its posted buffers back to the pool (>>srq), its credits leave the target,
                       and the pool may go with it */
-        rdmax__ep_rq_return(ctx, ep, who);
+        rdmax__ep_rq_return(ctx, ep);
         rdmax__srq_release(ctx, ep->pool, ep->rq_depth);
     }
     rdmax__cm_ep_cleanup(ep);
