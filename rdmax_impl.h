@@ -10917,17 +10917,23 @@ static void rdmax__cm_listener_close(rdmax_listener *l)
    in the queue behind requests (pushing that one out would drop a client whose connect returned).
    NULL: no slot waited that long; the request is rejected with RDMAX_ERR_NO_RESOURCE, which an rdmax
    client tries again, and cheap rejects let the listener catch up with the queue. */
+/* The held handshake accepted longest ago (ties: the lowest slot), or UINT32_MAX: none held. */
+static uint32_t rdmax__cm_hs_oldest(const rdmax_listener *l)
+{
+    uint32_t old = UINT32_MAX;
+    for (uint32_t i = 0; l->cm_hs && i < l->slots; i++)
+        if (l->cm_hs[i].id && (old == UINT32_MAX || l->cm_hs[i].start < l->cm_hs[old].start))
+            old = i;
+    return old;
+}
+
 static struct rdmax__cm_hs *rdmax__cm_hs_slot(rdmax_listener *l, const char *peer)
 {
     rdmax_ctx *ctx = l->ctx;
-    uint32_t old = 0;
-    for (uint32_t i = 0; i < l->slots; i++) {
+    for (uint32_t i = 0; i < l->slots; i++)
         if (!l->cm_hs[i].id)
             return &l->cm_hs[i];
-        if (l->cm_hs[i].start < l->cm_hs[old].start)
-            old = i;
-    }
-    struct rdmax__cm_hs *h = &l->cm_hs[old];
+    struct rdmax__cm_hs *h = &l->cm_hs[rdmax__cm_hs_oldest(l)];  /* (all held) */
     int64_t waited = l->cm_drained - h->start;
     if (waited < RDMAX__HS_BUSY_MS) {
         rdmax__log(ctx, RDMAX_LOG_INFO, RDMAX_LOG_ITEM_HANDSHAKE, "device %s, client %s: all %u handshake slots "
@@ -11975,14 +11981,11 @@ static inline void rdmax__test_ep_poison_slots(rdmax_ep *ep, uint32_t len)
     for (uint32_t i = 0; i <= ep->sq_mask; i++)
         ep->slots[i].len = len;
 }
-/* The peer's QP number of the rdma_cm handshake a full listener pushes out first: the one accepted longest
-   ago (rdmax__cm_hs_slot's choice, ties to the lowest slot); 0: none held. */
+/* The peer's QP number of the rdma_cm handshake a full listener pushes out first (rdmax__cm_hs_oldest, as
+   rdmax__cm_hs_slot chooses); 0: none held. */
 static inline uint32_t rdmax__test_cm_oldest_qpn(const rdmax_listener *l)
 {
-    uint32_t old = UINT32_MAX;
-    for (uint32_t i = 0; l->cm_hs && i < l->slots; i++)
-        if (l->cm_hs[i].id && (old == UINT32_MAX || l->cm_hs[i].start < l->cm_hs[old].start))
-            old = i;
+    uint32_t old = rdmax__cm_hs_oldest(l);
     return old == UINT32_MAX ? 0 : l->cm_hs[old].ep->peer_qpn;
 }
 /* Endpoints ctx holds now (a refused handshake must leave none behind). */
