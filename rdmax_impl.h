@@ -4971,6 +4971,17 @@ static rdmax_ep *rdmax__rq_ep(rdmax_ctx *ctx, uint32_t who)
     return r->ep != NULL && RDMAX__REF_GEN(r) == (uint16_t)(who >> 16) ? r->ep : NULL;
 }
 
+/* Buffer b, which ep owned (NULL: its owner was destroyed in this batch) and a poll took off its queue,
+   goes to the free list instead of back on the queue. */
+static void rdmax__srq_disown(rdmax_ctx *ctx, struct rdmax__srq *s, rdmax_ep *ep, uint32_t b)
+{
+    rdmax__srq_unpost(s, b);
+    s->posted--;
+    ctx->rx->posted--;
+    if (ep)
+        ep->rx_n--;
+}
+
 /* ibv_post_recv of r[0, k) on ep's queue refused bad and what follows it: those go to the free list, the
    ones before it are on ep's queue (posted counts them all already). */
 static __attribute__((noinline)) rdmax_status rdmax__rq_post_failed(rdmax_ctx *ctx, struct rdmax__srq *s, rdmax_ep *ep,
@@ -6483,24 +6494,20 @@ void rdmax_ep_destroy(rdmax_ep *ep)
     rdmax__cm_ep_cleanup(ep);
     if (ep->rmr)
         ibv_dereg_mr(ep->rmr);
-    if (ep->in_call) {
-        /* A callback inside ep's own flush or disconnect, which read ep (its queue
-           now empty, its state an error) as the callback returns: freed when that call returns. */
+    /* Freed later, its queue empty and its state an error meanwhile: inside its own flush or disconnect,
+       which read ep as the callback returns (freed when that call returns); inside a receive poll with
+       buffers of its own, one of which may be the data of the callback that destroys it, valid until that
+       returns (freed at the end of the outermost poll, rdmax__ep_reap). */
+    if (ep->in_call || (ep->rbufs && ctx->rwc != ctx->rwc_top)) {
         ep->state = RDMAX_EP_ERROR;
         ep->err = RDMAX_ERR_CANCELED;
         ep->destroyed = 1;
-        return;
-    }
-    if (ep->rbufs && ctx->rwc != ctx->rwc_top) {
-        /* Inside a receive poll: one of its buffers may be the data of the callback that destroys it,
-           valid until that returns. Freed at the end of the outermost poll (rdmax__ep_reap). */
-        ep->state = RDMAX_EP_ERROR;
-        ep->err = RDMAX_ERR_CANCELED;
-        ep->destroyed = 1;
-        ep->dead_next = ctx->dead_eps;
-        ctx->dead_eps = ep;
-        if (ctx->rx)
-            ctx->rx->recv_disturbed = 1;  /* a single message's path settles the batch's way, which reaps */
+        if (!ep->in_call) {
+            ep->dead_next = ctx->dead_eps;
+            ctx->dead_eps = ep;
+            if (ctx->rx)
+                ctx->rx->recv_disturbed = 1;  /* a single message's path settles the batch's way, which reaps */
+        }
         return;
     }
     rdmax__ep_free(ep);
@@ -8239,12 +8246,7 @@ static void rdmax__srq_give(rdmax_ctx *ctx, struct rdmax__srq *s, uint32_t who, 
         return;
     x->staged |= 1u << ((uint32_t)(wr_id >> RDMAX__WR_POOL_SHIFT) & (RDMAX__POOLS - 1));
     if (rdmax_unlikely(k == RDMAX__RECV_BATCH)) {
-        rdmax_ep *ep = rdmax__rq_ep(ctx, who);
-        rdmax__srq_unpost(s, b);
-        s->posted--;
-        x->posted--;
-        if (ep)  /* (NULL: destroyed in the batch, its buffers not given back yet) */
-            ep->rx_n--;
+        rdmax__srq_disown(ctx, s, rdmax__rq_ep(ctx, who), b);
         return;
     }
     if (rdmax_unlikely(rdmax__srq_withhold(s, b))) {
@@ -8309,10 +8311,7 @@ static __attribute__((noinline)) void rdmax__srq_recv(rdmax_ctx *ctx, struct rdm
             ctx->cnt.err_cqes++;
             rdmax__ep_fail(ep, wc, NULL);
         }
-        rdmax__srq_unpost(s, b);
-        s->posted--;
-        x->posted--;
-        ep->rx_n--;
+        rdmax__srq_disown(ctx, s, ep, b);
         return;
     }
     if (wc->opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
