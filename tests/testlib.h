@@ -149,14 +149,27 @@ static inline struct tl_footprint tl_footprint(rdmax_ctx *c)
     return f;
 }
 /* tl_footprint_back: CHECKs that f is back at f0 (RSS within slack_kb: the allocator keeps freed memory)
-   and prints both. */
+   and prints both. Built with ASan the RSS is printed, not checked: its quarantine keeps freed memory
+   resident, more of it the more a loaded host makes clients retry (a flood once ended 12 MiB up), and
+   LeakSanitizer reports what is not freed; the plain build checks it. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TL_RSS_CHECKED 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TL_RSS_CHECKED 0
+#endif
+#endif
+#ifndef TL_RSS_CHECKED
+#define TL_RSS_CHECKED 1
+#endif
 #define tl_footprint_back(f0, f, slack_kb)                                                                     \
     do {                                                                                                        \
-        printf("    QPs %d, MRs %d, RSS %ld KiB (before: %d, %d, %ld KiB; receive pool apart)\n", (f).qps,     \
-               (f).mrs, (f).rss_kb, (f0).qps, (f0).mrs, (f0).rss_kb);                                           \
+        printf("    QPs %d, MRs %d, RSS %ld KiB (before: %d, %d, %ld KiB; receive pool apart%s)\n", (f).qps,   \
+               (f).mrs, (f).rss_kb, (f0).qps, (f0).mrs, (f0).rss_kb, TL_RSS_CHECKED ? "" : "; ASan: not checked"); \
         CHECK((f).qps == (f0).qps && (f).qps >= 0, "QPs %d, %d before", (f).qps, (f0).qps);                     \
         CHECK((f).mrs == (f0).mrs && (f).mrs >= 0, "MRs %d, %d before", (f).mrs, (f0).mrs);                     \
-        CHECK((f).rss_kb - (f0).rss_kb <= (slack_kb), "RSS %ld KiB, %ld before", (f).rss_kb, (f0).rss_kb);      \
+        CHECK(!TL_RSS_CHECKED || (f).rss_kb - (f0).rss_kb <= (slack_kb), "RSS %ld KiB, %ld before", (f).rss_kb, \
+              (f0).rss_kb);                                                                                     \
     } while (0)
 
 /* tl_hello_client: the rest of a client process's life once its context c is made: connect to host:port
