@@ -362,6 +362,19 @@ void rdmax_numa_free(rdmax_ctx *ctx, void *p, size_t len)
 
 /* ---- >>context: the context: device and GID, the shared device, queues, create and destroy, wait ---- */
 
+/* In a receive callback: ctx->rwc points away from the batch being walked (a nested poll writes there),
+   and the completions still to be walked may name what the callback destroys. */
+static int rdmax__in_recv_poll(const rdmax_ctx *ctx)
+{
+    return ctx->rwc != ctx->rwc_top;
+}
+
+/* In a send completion's callback or a receive callback: rdmax_progress is further up the stack. */
+static int rdmax__in_callback(const rdmax_ctx *ctx)
+{
+    return RDMAX__SCQ_NESTED(ctx) || rdmax__in_recv_poll(ctx);
+}
+
 static uint32_t rdmax__mtu_bytes(enum ibv_mtu m)
 {
     return (m >= IBV_MTU_256 && m <= IBV_MTU_4096) ? 128u << m : 0;
@@ -5081,7 +5094,7 @@ static void rdmax__srq_return_dead(rdmax_ctx *ctx, struct rdmax__srq *s)
 static void rdmax__ep_rq_return(rdmax_ctx *ctx, rdmax_ep *ep)
 {
     ep->rx_n = 0;
-    if (ctx->rwc != ctx->rwc_top) {
+    if (rdmax__in_recv_poll(ctx)) {
         ctx->rx->pools_left |= 1u << ep->pool;
         ctx->rx->recv_disturbed = 1;  /* a single message's path settles the batch's way, which reaps */
         return;
@@ -5483,7 +5496,7 @@ static void rdmax__srq_release(rdmax_ctx *ctx, uint32_t p, uint32_t w)
     ctx->rx->grp[s->group].target -= w;
     s->room_failed = 0;
     if (--s->users == 0 && p > 0) {
-        if (ctx->rwc != ctx->rwc_top) {  /* in a poll batch (a callback), whose completions may name it */
+        if (rdmax__in_recv_poll(ctx)) {  /* its completions may name it */
             ctx->rx->pools_left |= 1u << p;
             ctx->rx->recv_disturbed = 1;  /* so that a single message's path settles the batch's way, which reaps */
         } else
@@ -6498,7 +6511,7 @@ void rdmax_ep_destroy(rdmax_ep *ep)
        which read ep as the callback returns (freed when that call returns); inside a receive poll with
        buffers of its own, one of which may be the data of the callback that destroys it, valid until that
        returns (freed at the end of the outermost poll, rdmax__ep_reap). */
-    if (ep->in_call || (ep->rbufs && ctx->rwc != ctx->rwc_top)) {
+    if (ep->in_call || (ep->rbufs && rdmax__in_recv_poll(ctx))) {
         ep->state = RDMAX_EP_ERROR;
         ep->err = RDMAX_ERR_CANCELED;
         ep->destroyed = 1;
@@ -8806,7 +8819,7 @@ static int rdmax__progress_recv_one(rdmax_ctx *ctx)
    path, anything else the batch's; then the send side. */
 int rdmax__progress_recv(rdmax_ctx *ctx, int n)
 {
-    if (n == 1 && ctx->rwc == ctx->rwc_top)
+    if (n == 1 && !rdmax__in_recv_poll(ctx))
         return rdmax__progress_recv_one(ctx);
     return rdmax__progress_more(ctx, rdmax__recv_cqes(ctx, n));
 }
@@ -9139,8 +9152,8 @@ __attribute__((noinline)) void rdmax__tick_due(rdmax_ctx *ctx)
    callback may destroy its endpoint or any other: the table is read again after each call. */
 static void rdmax__state_tell(rdmax_ctx *ctx)
 {
-    if (RDMAX__SCQ_NESTED(ctx) || ctx->rwc != ctx->rwc_top)
-        return;  /* (in a callback: at a later pass) */
+    if (rdmax__in_callback(ctx))
+        return;  /* (at a later pass) */
     ctx->state_news = 0;
     for (uint32_t i = 0; i < ctx->eps_cap; i++) {
         rdmax_ep *ep = ctx->eps[i].ep;
@@ -10463,7 +10476,7 @@ static uint32_t rdmax__recv_epoch(const rdmax_ctx *ctx)
    state_cb once rdmax_ep_disconnect returns, as when the completion comes first. */
 static void rdmax__cm_verdicts(rdmax_ctx *ctx)
 {
-    int in_batch = RDMAX__SCQ_NESTED(ctx) || ctx->rwc != ctx->rwc_top;  /* (in a callback) */
+    int in_batch = rdmax__in_callback(ctx);
     uint32_t epoch = rdmax__recv_epoch(ctx);
     int waiting = 0;
     for (uint32_t i = 0; i < ctx->eps_cap; i++) {
@@ -10793,7 +10806,7 @@ static void rdmax__cm_hold_end(rdmax_ep *ep)
 /* From the tick, outside every callback (as rdmax__state_tell): each returned endpoint's held messages. */
 static void rdmax__cm_hold_tell(rdmax_ctx *ctx)
 {
-    if (RDMAX__SCQ_NESTED(ctx) || ctx->rwc != ctx->rwc_top)
+    if (rdmax__in_callback(ctx))
         return;  /* (at a later tick) */
     ctx->held_news = 0;
     for (uint32_t i = 0; i < ctx->eps_cap; i++) {
