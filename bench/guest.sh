@@ -259,7 +259,7 @@ fi
 # with --no-check: perftest neither fills nor checks its payloads, so rdmax's rows leave that out too.
 # Files: rt/CASE__TOOL__nN_K.out (callgrind), .txt (client output), .srv.txt (server output).
 RT_ITERS=${RDMAX_BENCH_RT_ITERS:-200 600}
-RT_REPS=${RDMAX_BENCH_RT_REPS:-2}
+RT_REPS=${RDMAX_BENCH_RT_REPS:-3}
 if [ "${RDMAX_BENCH_RT:-1}" = 1 ] && command -v valgrind >/dev/null; then
 	mkdir -p "$RAW/rt"
 	# rt NAME PORT CMD... : server `CMD -n N`, client `CMD -n N ADDR` under callgrind, for each N and rep

@@ -230,7 +230,7 @@ row instr_tick 8 own_instructions_per_pass "$(instr_own tick)" "-" "" "-"
 RT_N=$(ls "$RAW"/rt/*__n*_*.out 2>/dev/null | sed 's/.*__n\([0-9]*\)_[0-9]*\.out$/\1/' | sort -nu | tr '\n' ' ')
 read -r rt_n1 rt_n2 _ <<<"$RT_N"
 # rt_per CASE__TOOL -> "total own provider rest nowait nowait_own nowait_provider nowait_rest syscalls
-# clockreads" per round trip (runs that ended well only)
+# clockreads sort" per round trip (runs that ended well only; sort: the part of nowait that sorts the samples)
 rt_per() {
 	[ -n "${rt_n2:-}" ] || return 0
 	local f ok=()
@@ -242,8 +242,9 @@ rt_per() {
 		/^ob=/ { ob = $1; sub(/^ob=/, "", ob); t = $2; sub(/^total=/, "", t); w = $3; sub(/^nowait=/, "", w)
 			g = ob ~ /librxe|libibverbs/ ? 2 : (ob !~ /\.so/ && ob != "???") || ob ~ /\/libuc[mpst][.-]|\/libuct_/ ? 1 : 3
 			T[0] += t; T[g] += t; W[0] += w; W[g] += w; n++ }
+		/^sort / { so = $2; sub(/^nowait=/, "", so) }
 		/^sys / { sc = $2; sub(/^syscalls=/, "", sc); cr = $3; sub(/^clock_reads=/, "", cr) }
-		END { if (n) printf "%.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.2f %.2f\n", T[0], T[1], T[2], T[3], W[0], W[1], W[2], W[3], sc, cr }'
+		END { if (n) printf "%.0f %.0f %.0f %.0f %.0f %.0f %.0f %.0f %.2f %.2f %.0f\n", T[0], T[1], T[2], T[3], W[0], W[1], W[2], W[3], sc, cr, so }'
 }
 ucx_missing=""
 command -v ucx_perftest >/dev/null || ucx_missing=" (not installed: ucx-utils)"
@@ -252,11 +253,11 @@ RT_TABLE=$RAW/rt_table.txt   # case tool, then rt_per's fields, for summary.md
 for c in put:ib_write_lat:ucx_put_lat send:ib_send_lat:ucx_am_lat get:floor:ib_read_lat fadd:floor:ib_atomic_lat; do
 	IFS=: read -r op t1 t2 <<<"$c"
 	v=$(rt_per "rt_${op}_8__rdmax")
-	read -r ra ro rp _ rwa rwo rwp _ <<<"$v"
+	read -r ra ro rp _ rwa rwo rwp _ _ _ rws <<<"$v"
 	echo "rt_${op}_8 rdmax $v" >>"$RT_TABLE"
 	for t in $t1 $t2; do
 		v=$(rt_per "rt_${op}_8__$t")
-		read -r ta to tp _ twa two twp _ <<<"$v"
+		read -r ta to tp _ twa two twp _ _ _ tws <<<"$v"
 		echo "rt_${op}_8 $t $v" >>"$RT_TABLE"
 		case $t in
 		ib_*) lbl=$t g="le 1.0" ;;
@@ -271,6 +272,7 @@ for c in put:ib_write_lat:ucx_put_lat send:ib_send_lat:ucx_am_lat get:floor:ib_r
 		row "rt_$op" 8 "instructions_per_round_trip without waiting (estimate)" "${rwa:-}" "$lbl" "${twa:-}" "$g"
 		row "rt_$op" 8 "instructions_per_round_trip without waiting (own code)" "${rwo:-}" "$lbl" "${two:-}" "-"
 		row "rt_$op" 8 "instructions_per_round_trip without waiting (provider)" "${rwp:-}" "$lbl" "${twp:-}" "-"
+		row "rt_$op" 8 "instructions_per_round_trip without waiting (the sort of the samples)" "${rws:-}" "$lbl" "${tws:-}" "-"
 	done
 done
 
@@ -485,12 +487,15 @@ elapsed=$((SECONDS - T0))
 	echo
 	echo "Whole-process instructions per round trip (rt_* rows): each tool's 8 B ping-pong client under"
 	echo "callgrind in the guest, its server un-instrumented on the other CPU, at -n $rt_n1 and -n $rt_n2"
-	echo "(${RDMAX_BENCH_RT_REPS:-2} runs each, paired by run; bench/cg_rt.pl); per round trip = the difference of the two"
+	echo "(${RDMAX_BENCH_RT_REPS:-3} runs each, paired by run; bench/cg_rt.pl); per round trip = the difference of the two"
 	echo "counts over $((${rt_n2:-0} - ${rt_n1:-0})), so start-up, connection and teardown cancel; total: the smallest"
 	echo "run at each count. Everything the client runs in user space counts, the polls while it waits for the"
 	echo "answer included, and those grow with how long the answer takes (on a loaded host, milliseconds); the"
 	echo "kernel's instructions do not count (rxe does its work there). \"Without waiting\" (nowait) is an"
-	echo "estimate: an instruction with the same count per round trip in every pair counts in full; one whose"
+	echo "estimate: an instruction with the same count per round trip in every pair counts in full, and so"
+	echo "does, at its smallest count, one of the tool's sort of its samples (libc's qsort and its comparators"
+	echo "for perftest and the floor, sort_ticks for rdmax_pingpong: work that follows the samples' order, not"
+	echo "the time; the sort column); one whose"
 	echo "count differs (a poll loop, a timer, a calibration loop) counts once per round trip if it ran at least"
 	echo "once per round trip in every run and its function did round-trip work (the poll's pass that finds the"
 	echo "answer) or it ran a half to two times more per added round trip in every pair (batched work), else"
@@ -506,11 +511,11 @@ elapsed=$((SECONDS - T0))
 	echo "on the nowait rows (the totals follow the host's load)."
 	echo
 	echo '```'
-	printf '%-9s %-13s %8s %8s %8s %7s | %8s %8s %8s %7s | %8s %6s\n' case tool total own provider rest \
-		nowait own provider rest syscalls clock
+	printf '%-9s %-13s %8s %8s %8s %7s | %8s %8s %8s %7s | %8s %6s | %5s\n' case tool total own provider rest \
+		nowait own provider rest syscalls clock sort
 	while read -r c t v; do
 		# shellcheck disable=SC2086
-		printf '%-9s %-13s %8s %8s %8s %7s | %8s %8s %8s %7s | %8s %6s\n' "$c" "$t" ${v:-- - - - - - - - - -}
+		printf '%-9s %-13s %8s %8s %8s %7s | %8s %8s %8s %7s | %8s %6s | %5s\n' "$c" "$t" ${v:-- - - - - - - - - - -}
 	done <"$RT_TABLE"
 	echo '```'
 	echo

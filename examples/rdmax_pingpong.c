@@ -527,8 +527,9 @@ static int one_sided(struct side *cli, uint64_t i)
 
 /* Sorts n samples (ticks) 16 bits at a time, low to high, as many as the largest sample has (two
    passes up to 1.6 s at 2.6 GHz): a few instructions per sample and pass, where qsort's comparator
-   calls cost ten times that. tmp: room for n more. */
-static void sort_ticks(uint64_t *t, uint64_t *tmp, unsigned n)
+   calls cost ten times that. tmp: room for n more. Not inlined: bench/cg_rt.pl finds it by its name
+   (the whole-process rows show each tool's sort of its samples). */
+static __attribute__((noinline)) void sort_ticks(uint64_t *t, uint64_t *tmp, unsigned n)
 {
     static unsigned pos[65537];
     uint64_t all = 0, *from = t, *to = tmp, *x;
