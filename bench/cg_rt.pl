@@ -16,7 +16,7 @@
 #           and can come out below zero.
 #   nowait  an estimate without the waiting, from the pairs (run K at N1, run K at N2): an instruction with
 #           the same count per round trip in every pair (to a hundredth) is the round trip's work and counts
-#           in full; so does, at its smallest count in the pairs, one of a sort of the samples: libc's
+#           in full; so does, at its smallest count in the pairs, one in a sort of the samples: libc's
 #           qsort (qsort, qsort_r, msort_with_tmp and the comparators they call, from the call graph:
 #           perftest's, the floor's) or rdmax_pingpong's sort_ticks. Its count follows the samples'
 #           order, not the time (memcpy, which qsort shares with the rest, is left to the rules here).

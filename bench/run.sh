@@ -493,7 +493,7 @@ elapsed=$((SECONDS - T0))
 	echo "answer included, and those grow with how long the answer takes (on a loaded host, milliseconds); the"
 	echo "kernel's instructions do not count (rxe does its work there). \"Without waiting\" (nowait) is an"
 	echo "estimate: an instruction with the same count per round trip in every pair counts in full, and so"
-	echo "does, at its smallest count, one of the tool's sort of its samples (libc's qsort and its comparators"
+	echo "does, at its smallest count, one in the tool's sort of its samples (libc's qsort and its comparators"
 	echo "for perftest and the floor, sort_ticks for rdmax_pingpong: work that follows the samples' order, not"
 	echo "the time; the sort column); one whose"
 	echo "count differs (a poll loop, a timer, a calibration loop) counts once per round trip if it ran at least"
