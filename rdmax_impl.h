@@ -4984,8 +4984,8 @@ static rdmax_ep *rdmax__rq_ep(rdmax_ctx *ctx, uint32_t who)
     return r->ep != NULL && RDMAX__REF_GEN(r) == (uint16_t)(who >> 16) ? r->ep : NULL;
 }
 
-/* Buffer b, which ep owned (NULL: its owner was destroyed in this batch) and a poll took off its queue,
-   goes to the free list instead of back on the queue. */
+/* Buffer b, posted for ep (NULL: its owner was destroyed), goes to the free list instead of back on a
+   queue: a poll took it off, or its owner's QP is gone. */
 static void rdmax__srq_disown(rdmax_ctx *ctx, struct rdmax__srq *s, rdmax_ep *ep, uint32_t b)
 {
     rdmax__srq_unpost(s, b);
@@ -5073,18 +5073,13 @@ static rdmax_status rdmax__ep_rq_fill(rdmax_ctx *ctx, rdmax_ep *ep)
    when nothing is staged or in hand. A scan of the pool's owner[]: a slow path, as a QP's destroy. */
 static void rdmax__srq_return_dead(rdmax_ctx *ctx, struct rdmax__srq *s)
 {
-    uint32_t n = 0;
     RDMAX_ASSERT(s->n_stage == 0);
     for (uint32_t c = 0; c < s->n_chunks; c++)
         for (uint32_t i = 0; i < s->per_chunk; i++) {
             uint32_t who = s->owner[c * s->per_chunk + i];
-            if (who != RDMAX__OWNER_NONE && rdmax__rq_ep(ctx, who) == NULL) {
-                rdmax__srq_unpost(s, c << RDMAX__SRQ_SLOT_BITS | i);
-                n++;
-            }
+            if (who != RDMAX__OWNER_NONE && rdmax__rq_ep(ctx, who) == NULL)
+                rdmax__srq_disown(ctx, s, NULL, c << RDMAX__SRQ_SLOT_BITS | i);
         }
-    s->posted -= n;
-    ctx->rx->posted -= n;
 }
 
 /* The buffers ep owns back to the free list once its QP is destroyed and its table slot emptied (>>srq).
